@@ -1,0 +1,81 @@
+"""Lakeport: the web portal of a multi-tenant lakehouse."""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from flask import Flask, render_template, request
+from htmx_flask import Htmx
+
+from app.config import PROJECT_ROOT, Config
+
+
+def create_app(config: Config | None = None) -> Flask:
+    """The application factory: one app per configuration (tests make many)."""
+    config = config or Config.from_env()
+    config.validate()
+    app = Flask(
+        __name__,
+        template_folder=str(PROJECT_ROOT / "templates"),
+        static_folder="static",
+    )
+    app.config.from_mapping(config.flask_mapping())
+    app.config.setdefault("PERMANENT_SESSION_LIFETIME", timedelta(hours=12))
+    logging.basicConfig(level=config.LOG_LEVEL, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app.logger.setLevel(config.LOG_LEVEL)
+
+    Htmx(app)
+
+    from app import db, security
+    from app.auth import oidc
+
+    db.init_app(app)
+    security.init_app(app)
+    oidc.init_app(app)
+
+    from app.auth import bp as auth_bp
+    from app.main import bp as main_bp
+
+    app.register_blueprint(auth_bp)
+    app.register_blueprint(main_bp)
+
+    register_error_pages(app)
+    app.context_processor(navigation)
+    return app
+
+
+# The page frame's navigation: (label, endpoint), shown for the features this app serves.
+NAVIGATION = [
+    ("Warehouses", "warehouses.index"),
+    ("Compute units", "compute_units.index"),
+    ("Executions", "executions.index"),
+]
+
+
+def navigation() -> dict:
+    from flask import current_app
+
+    items = [(label, endpoint) for label, endpoint in NAVIGATION if endpoint in current_app.view_functions]
+    return {"navigation": items}
+
+
+def register_error_pages(app: Flask) -> None:
+    messages = {
+        400: ("Bad request", "The request could not be understood."),
+        403: ("Not allowed", "You do not have access to this page."),
+        404: ("Not found", "There is nothing here, or it is not yours."),
+        405: ("Not allowed", "This action is not available here."),
+        500: ("Something went wrong", "Lakeport hit an unexpected error. It has been logged."),
+    }
+
+    def render_error(error):
+        code = getattr(error, "code", 500) or 500
+        title, message = messages.get(code, messages[500])
+        if code == 500:
+            app.logger.exception("unhandled error on %s %s", request.method, request.path)
+        if request.headers.get("HX-Request") == "true":
+            return render_template("_error_inline.html", message=message), code
+        return render_template("error.html", title=title, message=message), code
+
+    for code in messages:
+        app.register_error_handler(code, render_error)

@@ -1,0 +1,138 @@
+"""The portal's OpenID Connect client (authlib): registration, sign-in and sign-out URLs.
+
+Authorization code flow with PKCE (S256); authlib adds and checks `state` and `nonce`.
+Endpoints come from the issuer's discovery document. No token is kept after sign-in:
+the portal needs only the identity, and a signed cookie is not a place for tokens.
+"""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import requests
+from authlib.integrations.base_client import OAuthError
+from authlib.integrations.flask_client import OAuth
+from flask import Flask, current_app
+
+oauth = OAuth()
+
+# What can go wrong talking to the provider, as opposed to a bad answer from it.
+PROVIDER_UNREACHABLE = (requests.ConnectionError, requests.Timeout)
+
+
+class SignInError(Exception):
+    """Sign-in failed; `title` and `message` are safe to show the user."""
+
+    def __init__(self, title: str, message: str, status: int = 400):
+        super().__init__(message)
+        self.title, self.message, self.status = title, message, status
+
+
+def init_app(app: Flask) -> None:
+    oauth.init_app(app)
+    oauth.register(
+        "oidc",
+        client_id=app.config["OIDC_CLIENT_ID"],
+        client_secret=app.config["OIDC_CLIENT_SECRET"],
+        server_metadata_url=discovery_url(app.config["OIDC_ISSUER"]),
+        client_kwargs={
+            "scope": app.config["OIDC_SCOPES"],
+            "code_challenge_method": "S256",
+            "timeout": app.config["OIDC_TIMEOUT_SECONDS"],
+        },
+    )
+
+
+def discovery_url(issuer: str) -> str:
+    return issuer.rstrip("/") + "/.well-known/openid-configuration"
+
+
+def client():
+    return oauth.create_client("oidc")
+
+
+def provider_metadata() -> dict:
+    try:
+        return client().load_server_metadata()
+    except PROVIDER_UNREACHABLE as exc:
+        raise SignInError(
+            "Identity provider unreachable",
+            "The sign-in service is not answering right now. Please try again in a minute.",
+            503,
+        ) from exc
+
+
+def redirect_uri() -> str:
+    return current_app.config["PUBLIC_URL"].rstrip("/") + "/auth/callback"
+
+
+def post_logout_redirect_uri() -> str:
+    return current_app.config["PUBLIC_URL"].rstrip("/") + "/auth/logged-out"
+
+
+def start_sign_in():
+    """The redirect to the provider's authorization endpoint."""
+    provider_metadata()
+    try:
+        return client().authorize_redirect(redirect_uri())
+    except PROVIDER_UNREACHABLE as exc:
+        raise SignInError("Identity provider unreachable",
+                          "The sign-in service is not answering right now. Please try again in a minute.",
+                          503) from exc
+
+
+CALLBACK_ERRORS = {
+    "access_denied": ("Sign-in cancelled", "You cancelled the sign-in, or did not give consent. "
+                      "Sign in again whenever you are ready."),
+    "login_required": ("Sign-in required", "The identity provider asked you to sign in again."),
+}
+
+
+def finish_sign_in(args) -> dict:
+    """Exchange the callback's code for tokens and return the verified ID-token claims."""
+    if "error" in args:
+        error = args.get("error", "")
+        title, message = CALLBACK_ERRORS.get(
+            error, ("Sign-in failed", "The identity provider reported an error and did not sign you in."))
+        raise SignInError(title, message)
+    try:
+        token = client().authorize_access_token()
+    except PROVIDER_UNREACHABLE as exc:
+        raise SignInError("Identity provider unreachable",
+                          "The sign-in service stopped answering while signing you in. Please try again.",
+                          503) from exc
+    except OAuthError as exc:
+        if exc.error == "mismatching_state":
+            raise SignInError("Sign-in expired",
+                              "This sign-in link is no longer valid (it was used already, or it expired). "
+                              "Please sign in again.") from exc
+        raise SignInError("Sign-in failed",
+                          "The identity provider did not accept this sign-in "
+                          f"({exc.error or 'unknown error'}). Please sign in again.") from exc
+    claims = token.get("userinfo")
+    if not claims or not claims.get("sub"):
+        raise SignInError("Sign-in failed", "The identity provider sent no identity.")
+    return dict(claims)
+
+
+def sign_out_url() -> str | None:
+    """The provider's RP-initiated logout URL, or None where the provider has none."""
+    try:
+        endpoint = provider_metadata().get("end_session_endpoint")
+    except SignInError:
+        return None
+    if not endpoint:
+        return None
+    query = urlencode({
+        "client_id": current_app.config["OIDC_CLIENT_ID"],
+        "post_logout_redirect_uri": post_logout_redirect_uri(),
+    })
+    return f"{endpoint}?{query}"
+
+
+def provider_reachable() -> bool:
+    try:
+        response = requests.get(discovery_url(current_app.config["OIDC_ISSUER"]),
+                                timeout=current_app.config["OIDC_TIMEOUT_SECONDS"])
+    except requests.RequestException:
+        return False
+    return response.ok

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from flask import current_app, flash, redirect, render_template, request, session, url_for
+from flask_login import current_user, login_user, logout_user
+
+from app.auth import bp, oidc
+from app.auth.users import upsert_user_from_claims
+
+NEXT_KEY = "lakeport_next"
+
+
+def _safe_next(target: str | None) -> str | None:
+    """Only same-site paths are followed after sign-in (no open redirects)."""
+    if not target:
+        return None
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+        return None
+    return target
+
+
+@bp.get("/login")
+def login():
+    if current_user.is_authenticated:
+        return redirect(url_for("main.dashboard"))
+    return render_template("auth/login.html", next=_safe_next(request.args.get("next")))
+
+
+@bp.get("/login/start")
+def start():
+    session[NEXT_KEY] = _safe_next(request.args.get("next")) or url_for("main.dashboard")
+    return oidc.start_sign_in()
+
+
+@bp.get("/callback")
+def callback():
+    claims = oidc.finish_sign_in(request.args)
+    user = upsert_user_from_claims(current_app.config["OIDC_ISSUER"], claims)
+    target = _safe_next(session.pop(NEXT_KEY, None)) or url_for("main.dashboard")
+    # A fresh session on sign-in, so nothing from before it carries over.
+    session.clear()
+    login_user(user)
+    current_app.logger.info("user %s signed in", user.id)
+    return redirect(target)
+
+
+@bp.post("/logout")
+def logout():
+    logout_user()
+    session.clear()
+    provider_logout = oidc.sign_out_url()
+    if provider_logout:
+        return redirect(provider_logout)
+    flash("You have signed out.", "info")
+    return redirect(url_for("auth.login"))
+
+
+@bp.get("/logged-out")
+def logged_out():
+    flash("You have signed out.", "info")
+    return redirect(url_for("auth.login"))
+
+
+@bp.app_errorhandler(oidc.SignInError)
+def sign_in_error(error: oidc.SignInError):
+    current_app.logger.warning("sign-in failed: %s", error.title)
+    return render_template("auth/sign_in_error.html", error=error), error.status

@@ -1,0 +1,29 @@
+"""Users as the identity provider describes them."""
+from __future__ import annotations
+
+from sqlmodel import select
+
+from app.db import get_db
+from app.models import User, utcnow
+
+
+def upsert_user_from_claims(issuer: str, claims: dict) -> User:
+    """The user for these ID-token claims: created on first sign-in, name and email refreshed on each."""
+    db = get_db()
+    user = db.exec(select(User).where(User.issuer == issuer, User.subject == claims["sub"])).first()
+    if user is None:
+        user = User(issuer=issuer, subject=claims["sub"])
+    user.name = claims.get("name") or claims.get("preferred_username") or ""
+    user.email = claims.get("email") or ""
+    user.last_login_at = utcnow()
+    db.add(user)
+    db.commit()
+    db.refresh(user)
+    return user
+
+
+def load_user(user_id: str) -> User | None:
+    try:
+        return get_db().get(User, int(user_id))
+    except ValueError:
+        return None

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from flask import jsonify, render_template
+from flask_login import current_user
+from sqlalchemy import text
+
+from app.auth.oidc import provider_reachable
+from app.db import get_db
+from app.main import bp
+
+
+@bp.get("/")
+def dashboard():
+    return render_template("main/dashboard.html", user=current_user)
+
+
+def _database_reachable() -> bool:
+    try:
+        get_db().exec(text("SELECT 1"))
+    except Exception:  # any driver error means "not reachable" for a health check
+        return False
+    return True
+
+
+@bp.get("/health")
+def health():
+    checks = {
+        "database": "ok" if _database_reachable() else "unreachable",
+        "identity_provider": "ok" if provider_reachable() else "unreachable",
+    }
+    healthy = all(value == "ok" for value in checks.values())
+    return jsonify(status="ok" if healthy else "degraded", checks=checks), 200 if healthy else 503
