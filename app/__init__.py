@@ -41,7 +41,24 @@ def create_app(config: Config | None = None) -> Flask:
 
     register_error_pages(app)
     app.context_processor(navigation)
+    register_commands(app)
     return app
+
+
+def register_commands(app: Flask) -> None:
+    import click
+
+    from app.db import upgrade_database
+
+    @app.cli.group("db")
+    def db_group():
+        """Lakeport's database."""
+
+    @db_group.command("upgrade")
+    def db_upgrade():
+        """Apply every Alembic migration (`alembic upgrade head`)."""
+        upgrade_database(app.config["DATABASE_URL"])
+        click.echo("database is at the newest migration")
 
 
 # The page frame's navigation: (label, endpoint), shown for the features this app serves.

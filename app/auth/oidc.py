@@ -13,8 +13,6 @@ from authlib.integrations.base_client import OAuthError
 from authlib.integrations.flask_client import OAuth
 from flask import Flask, current_app
 
-oauth = OAuth()
-
 # What can go wrong talking to the provider, as opposed to a bad answer from it.
 PROVIDER_UNREACHABLE = (requests.ConnectionError, requests.Timeout)
 
@@ -28,7 +26,9 @@ class SignInError(Exception):
 
 
 def init_app(app: Flask) -> None:
-    oauth.init_app(app)
+    # One registry per app: authlib caches clients, and each app has its own provider settings.
+    oauth = OAuth(app)
+    app.extensions["lakeport_oidc"] = oauth
     oauth.register(
         "oidc",
         client_id=app.config["OIDC_CLIENT_ID"],
@@ -47,7 +47,7 @@ def discovery_url(issuer: str) -> str:
 
 
 def client():
-    return oauth.create_client("oidc")
+    return current_app.extensions["lakeport_oidc"].create_client("oidc")
 
 
 def provider_metadata() -> dict:

@@ -1,0 +1,32 @@
+# The Lakeport portal: gunicorn serving wsgi:app as a non-root user.
+# Configuration comes from the environment (see the README's configuration reference).
+FROM node:20-bookworm-slim AS assets
+WORKDIR /build
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund
+
+FROM python:3.11-slim-bookworm
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless curl \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --create-home --uid 10001 lakeport
+WORKDIR /srv/lakeport
+COPY pyproject.toml ./
+COPY app ./app
+COPY compute ./compute
+COPY devstack ./devstack
+COPY templates ./templates
+COPY migrations ./migrations
+COPY alembic.ini wsgi.py ./
+RUN pip install -e .
+COPY --from=assets /build/node_modules/htmx.org/dist/htmx.min.js ./app/static/vendor/htmx.min.js
+COPY --from=assets /build/node_modules/@picocss/pico/css/pico.min.css ./app/static/vendor/pico.min.css
+USER lakeport
+EXPOSE 8000
+# Healthy while the portal answers /health at all: a 503 there means a dependency (database,
+# identity provider) is down, which restarting the portal would not fix.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+  CMD curl -s -o /dev/null http://127.0.0.1:8000/health || exit 1
+# Migrate, then serve. Several workers share nothing but the database.
+CMD ["sh", "-c", "flask --app wsgi db upgrade && exec gunicorn --bind 0.0.0.0:8000 --workers 2 --threads 4 --access-logfile - wsgi:app"]

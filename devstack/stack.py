@@ -1,0 +1,149 @@
+"""The local stack: every service a developer or an evaluator needs, on loopback ports.
+
+    SeaweedFS (S3 + its Iceberg REST catalog)
+    the OpenID Connect provider (npm oidc-provider) with test users alice and bob
+    the Lakekeeper-compatible dev catalog (a development stand-in for Lakekeeper)
+    PostgreSQL when reachable, else SQLite
+    the portal (gunicorn serving wsgi:app)
+
+`LocalStack` is used by `python -m devstack` and by the browser tests, which run a
+second stack on free ports beside a developer's.
+"""
+from __future__ import annotations
+
+import secrets
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.config import PROJECT_ROOT
+from app.db import upgrade_database
+from devstack.database import local_database_url
+from devstack.oidc_provider import TEST_USERS, OidcProviderConfig, oidc_provider_process
+from devstack.process import ManagedProcess, free_port, http_ok
+
+
+@dataclass
+class StackPorts:
+    """Loopback ports of one stack. SeaweedFS also opens each of its ports + 10000 for gRPC."""
+
+    portal: int
+    oidc: int
+    catalog: int
+    s3: int
+    iceberg: int
+    seaweed_master: int
+    seaweed_volume: int
+    seaweed_filer: int
+    seaweed_admin: int
+
+    @classmethod
+    def from_base(cls, base: int) -> "StackPorts":
+        names = [f.name for f in cls.__dataclass_fields__.values()]
+        return cls(**{name: base + offset for offset, name in enumerate(names)})
+
+    @classmethod
+    def free(cls) -> "StackPorts":
+        names = [f.name for f in cls.__dataclass_fields__.values()]
+        # gRPC ports (+10000) must be free too, so SeaweedFS ports are picked below 55535.
+        ports = {}
+        for name in names:
+            port = free_port()
+            while name.startswith(("seaweed", "s3", "iceberg")) and port > 55000:
+                port = free_port()
+            ports[name] = port
+        return cls(**ports)
+
+
+@dataclass
+class StackSecrets:
+    """Generated per stack: nothing here is a real credential, and nothing is written to disk."""
+
+    portal_secret_key: str = field(default_factory=lambda: secrets.token_hex(32))
+    portal_client_secret: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    service_client_secret: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+
+class LocalStack:
+    def __init__(self, var_dir: Path, ports: StackPorts, database_url: str | None = None) -> None:
+        self.var_dir = Path(var_dir)
+        self.ports = ports
+        self.secrets = StackSecrets()
+        self.database_url = database_url
+        self.log_dir = self.var_dir / "logs"
+        self.processes: list[ManagedProcess] = []
+        self.oidc = OidcProviderConfig(
+            port=ports.oidc,
+            portal_base_urls=[self.portal_url],
+            portal_client_secret=self.secrets.portal_client_secret,
+            service_client_secret=self.secrets.service_client_secret,
+        )
+
+    @property
+    def portal_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.portal}"
+
+    @property
+    def catalog_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.catalog}"
+
+    def portal_environment(self) -> dict[str, str]:
+        """The portal's configuration for this stack, as environment variables (see app/config.py)."""
+        assert self.database_url, "start() decides the database"
+        return {
+            "LAKEPORT_SECRET_KEY": self.secrets.portal_secret_key,
+            "LAKEPORT_DATABASE_URL": self.database_url,
+            "LAKEPORT_PUBLIC_URL": self.portal_url,
+            "LAKEPORT_OIDC_ISSUER": self.oidc.issuer,
+            "LAKEPORT_OIDC_CLIENT_SECRET": self.secrets.portal_client_secret,
+            "LAKEPORT_LAKEKEEPER_URL": self.catalog_url,
+            "LAKEPORT_LAKEKEEPER_CLIENT_SECRET": self.secrets.service_client_secret,
+        }
+
+    def _run(self, process: ManagedProcess, timeout: float = 30.0) -> None:
+        self.processes.append(process)
+        process.start(timeout)
+
+    def start(self, *, with_portal: bool = True, say=print) -> "LocalStack":
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            say(f"starting the OpenID Connect provider on {self.oidc.issuer}")
+            self._run(oidc_provider_process(self.oidc, self.log_dir))
+            if self.database_url is None:
+                self.database_url = local_database_url(self.var_dir)
+            say(f"migrating the database ({self.database_url.split('://')[0]})")
+            upgrade_database(self.database_url)
+            if with_portal:
+                say(f"starting the portal on {self.portal_url}")
+                self._run(self.portal_process())
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def portal_process(self) -> ManagedProcess:
+        return ManagedProcess(
+            "portal",
+            [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.ports.portal}",
+             "--workers", "1", "--threads", "8", "--access-logfile", "-", "wsgi:app"],
+            log_dir=self.log_dir,
+            cwd=PROJECT_ROOT,
+            env=self.portal_environment(),
+            ready=http_ok(f"{self.portal_url}/auth/login"),
+        )
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+
+    def banner(self) -> str:
+        logins = "\n".join(f"    {u.username} / {u.password}   ({u.name})" for u in TEST_USERS.values())
+        return (
+            f"\nLakeport is running: {self.portal_url}\n\n"
+            f"  test logins (identity provider {self.oidc.issuer}):\n{logins}\n\n"
+            f"  Lakekeeper-compatible dev catalog (development stand-in for Lakekeeper): {self.catalog_url}\n"
+            f"  database: {self.database_url}\n"
+            f"  logs: {self.log_dir}\n\n"
+            "Press Ctrl-C to stop everything.\n"
+        )

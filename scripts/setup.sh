@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs everything Lakeport and its local stack need, idempotently:
+# system packages (Chromium for browser tests, a JDK for Spark), the Python venv,
+# npm packages (htmx, Pico CSS, the dev identity provider) and the Spark jars.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+
+step() { printf '\n== %s\n' "$*"; }
+
+# --- system packages -------------------------------------------------------
+need_apt=()
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+command -v node >/dev/null || need_apt+=(nodejs npm)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  step "installing system packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# --- Python ----------------------------------------------------------------
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  step "installing Python packages into .venv"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -c "import flask, ray, raydp, pyspark, pyiceberg" 
+  rm -f .venv/.installed-*; touch "$stamp"
+fi
+
+# --- npm: front-end assets and the dev identity provider -------------------
+lockstamp=node_modules/.installed-$(sha256sum package-lock.json | cut -c1-16)
+if [ ! -f "$lockstamp" ]; then
+  step "installing npm packages"
+  npm ci --no-audit --no-fund --loglevel=error
+  touch "$lockstamp"
+fi
+mkdir -p app/static/vendor
+cp node_modules/htmx.org/dist/htmx.min.js app/static/vendor/htmx.min.js
+cp node_modules/@picocss/pico/css/pico.min.css app/static/vendor/pico.min.css
+
+# --- Spark jars (Iceberg runtime, S3A) -------------------------------------
+if [ -f scripts/fetch_jars.py ]; then
+  .venv/bin/python scripts/fetch_jars.py
+fi
+echo "setup complete"

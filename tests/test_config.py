@@ -1,0 +1,51 @@
+import pytest
+
+from app import create_app
+from app.config import SETTINGS, Config, settings_reference_markdown
+
+
+def test_defaults_are_safe_and_zero_setup():
+    config = Config.from_env({})
+    assert config.DATABASE_URL.startswith("sqlite:///")
+    assert config.LAKEKEEPER_AUDIENCE == "lakekeeper"
+    assert config.uses_https is False
+
+
+def test_environment_overrides_and_casts():
+    config = Config.from_env({
+        "LAKEPORT_OIDC_TIMEOUT_SECONDS": "2.5",
+        "LAKEPORT_PUBLIC_URL": "https://lakeport.example",
+        "LAKEPORT_DATABASE_URL": "postgresql+psycopg://db/lakeport",
+    })
+    assert config.OIDC_TIMEOUT_SECONDS == 2.5
+    assert config.DATABASE_URL == "postgresql+psycopg://db/lakeport"
+    mapping = config.flask_mapping()
+    assert mapping["SESSION_COOKIE_SECURE"] is True
+    assert mapping["SESSION_COOKIE_HTTPONLY"] is True
+    assert mapping["SESSION_COOKIE_SAMESITE"] == "Lax"
+
+
+def test_plain_http_cookies_are_not_marked_secure():
+    mapping = Config.from_env({"LAKEPORT_PUBLIC_URL": "http://127.0.0.1:5000"}).flask_mapping()
+    assert mapping["SESSION_COOKIE_SECURE"] is False
+
+
+def test_bad_value_names_the_variable():
+    with pytest.raises(ValueError, match="LAKEPORT_OIDC_TIMEOUT_SECONDS"):
+        Config.from_env({"LAKEPORT_OIDC_TIMEOUT_SECONDS": "soon"})
+
+
+def test_app_refuses_to_start_without_secrets():
+    with pytest.raises(ValueError, match="LAKEPORT_SECRET_KEY.*LAKEPORT_OIDC_CLIENT_SECRET"):
+        create_app(Config.from_env({}))
+
+
+def test_reference_documents_every_setting():
+    table = settings_reference_markdown()
+    for setting in SETTINGS.values():
+        assert f"`{setting.env}`" in table
+
+
+def test_readme_carries_the_current_reference(project_root):
+    readme = (project_root / "README.md").read_text()
+    assert settings_reference_markdown() in readme, "regenerate with: .venv/bin/python -m app.config"

@@ -1,0 +1,240 @@
+"""The local OpenID Connect provider, driven over HTTP as the portal and the catalog use it."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import httpx
+import jwt
+import pytest
+
+from devstack.oidc_provider import (
+    PORTAL_CLIENT_ID,
+    SERVICE_CLIENT_ID,
+    TEST_USERS,
+    OidcProviderConfig,
+    cancel_login_via_form,
+    login_via_form,
+    logout_via_provider,
+    oidc_provider_process,
+    open_via_provider,
+    portal_post_logout_redirect_uri,
+    portal_redirect_uri,
+)
+from devstack.process import free_port
+
+PORTAL_SECRET = "portal-secret-for-tests"
+SERVICE_SECRET = "service-secret-for-tests"
+PORTAL_BASE_URL = "http://127.0.0.1:5999"  # never contacted: the flows stop at the redirect to it
+REDIRECT_URI = portal_redirect_uri(PORTAL_BASE_URL)
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> OidcProviderConfig:
+    config = OidcProviderConfig(
+        port=free_port(),
+        portal_base_urls=[PORTAL_BASE_URL],
+        portal_client_secret=PORTAL_SECRET,
+        service_client_secret=SERVICE_SECRET,
+    )
+    provider = oidc_provider_process(config, tmp_path_factory.mktemp("oidc-logs"))
+    provider.start(timeout=20)
+    try:
+        yield config
+    finally:
+        provider.stop()
+
+
+@pytest.fixture(scope="module")
+def discovery(config) -> dict:
+    return httpx.get(config.discovery_url).raise_for_status().json()
+
+
+@pytest.fixture(scope="module")
+def signing_keys(discovery) -> jwt.PyJWKClient:
+    return jwt.PyJWKClient(discovery["jwks_uri"])
+
+
+@pytest.fixture
+def user_agent():
+    """A cookie-keeping client in the role of the user's browser (pytest-playwright owns `browser`)."""
+    with httpx.Client() as client:
+        yield client
+
+
+def verify(token: str, keys: jwt.PyJWKClient, config: OidcProviderConfig, audience: str) -> dict:
+    return jwt.decode(
+        token, keys.get_signing_key_from_jwt(token).key, algorithms=["RS256"], audience=audience, issuer=config.issuer,
+    )
+
+
+@dataclass
+class AuthorizationRequest:
+    url: str
+    state: str
+    nonce: str
+    code_verifier: str
+
+
+def authorization_request(discovery: dict, pkce: bool = True) -> AuthorizationRequest:
+    state, nonce, verifier = secrets.token_urlsafe(16), secrets.token_urlsafe(16), secrets.token_urlsafe(48)
+    params = {
+        "client_id": PORTAL_CLIENT_ID,
+        "response_type": "code",
+        "redirect_uri": REDIRECT_URI,
+        "scope": "openid profile email",
+        "state": state,
+        "nonce": nonce,
+    }
+    if pkce:
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+        params |= {"code_challenge": challenge, "code_challenge_method": "S256"}
+    return AuthorizationRequest(f"{discovery['authorization_endpoint']}?{urlencode(params)}", state, nonce, verifier)
+
+
+def redirect_params(response: httpx.Response, expected_target: str) -> dict[str, str]:
+    assert response.is_redirect, f"expected a redirect to {expected_target}, got HTTP {response.status_code}"
+    location = response.headers["location"]
+    assert location.split("?")[0] == expected_target
+    return {key: values[0] for key, values in parse_qs(urlsplit(location).query).items()}
+
+
+def exchange_code(discovery: dict, request: AuthorizationRequest, code: str) -> httpx.Response:
+    return httpx.post(
+        discovery["token_endpoint"],
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": REDIRECT_URI,
+            "code_verifier": request.code_verifier,
+        },
+        auth=(PORTAL_CLIENT_ID, PORTAL_SECRET),
+    )
+
+
+def refresh(discovery: dict, refresh_token: str) -> httpx.Response:
+    return httpx.post(
+        discovery["token_endpoint"],
+        data={"grant_type": "refresh_token", "refresh_token": refresh_token},
+        auth=(PORTAL_CLIENT_ID, PORTAL_SECRET),
+    )
+
+
+def sign_in(user_agent: httpx.Client, discovery: dict, username: str):
+    request = authorization_request(discovery)
+    response = login_via_form(user_agent, request.url, username, TEST_USERS[username].password)
+    params = redirect_params(response, REDIRECT_URI)
+    assert params["state"] == request.state
+    return request, params["code"]
+
+
+def test_discovery_describes_the_provider(config, discovery):
+    assert discovery["issuer"] == config.issuer
+    assert discovery["code_challenge_methods_supported"] == ["S256"]
+    assert {"authorization_code", "client_credentials", "refresh_token"} <= set(discovery["grant_types_supported"])
+    assert {"openid", "profile", "email"} <= set(discovery["scopes_supported"])
+    assert discovery["end_session_endpoint"].startswith(config.issuer)
+
+
+def test_client_credentials_issue_a_signed_jwt_for_the_catalog(config, discovery, signing_keys):
+    response = httpx.post(
+        discovery["token_endpoint"],
+        data={"grant_type": "client_credentials", "client_id": SERVICE_CLIENT_ID, "client_secret": SERVICE_SECRET},
+    )
+    assert response.status_code == 200, response.text
+
+    claims = verify(response.json()["access_token"], signing_keys, config, audience="lakekeeper")
+    assert claims["aud"] == "lakekeeper"
+    assert claims["sub"] == SERVICE_CLIENT_ID
+
+
+def test_client_credentials_with_a_wrong_secret_are_refused(discovery):
+    response = httpx.post(
+        discovery["token_endpoint"],
+        data={"grant_type": "client_credentials", "client_id": SERVICE_CLIENT_ID, "client_secret": "wrong"},
+    )
+    assert response.status_code == 401
+    assert response.json()["error"] == "invalid_client"
+
+
+def test_code_flow_with_pkce_signs_alice_in(config, discovery, signing_keys, user_agent):
+    alice = TEST_USERS["alice"]
+    request, code = sign_in(user_agent, discovery, "alice")
+
+    tokens = exchange_code(discovery, request, code)
+    assert tokens.status_code == 200, tokens.text
+    tokens = tokens.json()
+
+    identity = verify(tokens["id_token"], signing_keys, config, audience=PORTAL_CLIENT_ID)
+    assert identity["sub"] == alice.sub
+    assert identity["nonce"] == request.nonce
+    assert (identity["name"], identity["email"], identity["preferred_username"]) == (alice.name, alice.email, "alice")
+
+    access = verify(tokens["access_token"], signing_keys, config, audience="lakekeeper")
+    assert access["sub"] == alice.sub
+    assert access["client_id"] == PORTAL_CLIENT_ID
+
+    refreshed = refresh(discovery, tokens["refresh_token"])
+    assert refreshed.status_code == 200, refreshed.text
+    assert verify(refreshed.json()["access_token"], signing_keys, config, audience="lakekeeper")["sub"] == alice.sub
+
+
+def test_a_code_is_redeemed_only_with_its_pkce_verifier(discovery, user_agent):
+    request, code = sign_in(user_agent, discovery, "bob")
+    request.code_verifier = secrets.token_urlsafe(48)
+
+    response = exchange_code(discovery, request, code)
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_grant"
+
+
+def test_authorization_without_pkce_is_refused(discovery, user_agent):
+    request = authorization_request(discovery, pkce=False)
+
+    params = redirect_params(open_via_provider(user_agent, request.url), REDIRECT_URI)
+    assert params["error"] == "invalid_request"
+    assert "code" not in params
+
+
+def test_wrong_password_shows_the_form_again_and_issues_no_code(discovery, user_agent):
+    request = authorization_request(discovery)
+
+    response = login_via_form(user_agent, request.url, "alice", "not-her-password")
+
+    assert not response.is_redirect
+    assert "Invalid username or password." in response.text
+    assert 'name="password"' in response.text
+    assert "not-her-password" not in response.text
+
+
+def test_cancel_returns_access_denied_to_the_portal(discovery, user_agent):
+    request = authorization_request(discovery)
+
+    params = redirect_params(cancel_login_via_form(user_agent, request.url), REDIRECT_URI)
+
+    assert params["error"] == "access_denied"
+    assert params["state"] == request.state
+    assert "code" not in params
+
+
+def test_logout_ends_the_provider_session(discovery, user_agent):
+    request, code = sign_in(user_agent, discovery, "alice")
+    tokens = exchange_code(discovery, request, code).json()
+    # While the provider session lives, authorizing again needs no password.
+    again = authorization_request(discovery)
+    assert "code" in redirect_params(open_via_provider(user_agent, again.url), REDIRECT_URI)
+
+    logged_out_uri = portal_post_logout_redirect_uri(PORTAL_BASE_URL)
+    end_session = discovery["end_session_endpoint"] + "?" + urlencode(
+        {"id_token_hint": tokens["id_token"], "post_logout_redirect_uri": logged_out_uri, "state": "bye"}
+    )
+    assert redirect_params(logout_via_provider(user_agent, end_session), logged_out_uri) == {"state": "bye"}
+
+    page = open_via_provider(user_agent, authorization_request(discovery).url)
+    assert page.status_code == 200
+    assert 'id="login-form"' in page.text
+    # Tokens from the ended session are dead too.
+    assert refresh(discovery, tokens["refresh_token"]).json()["error"] == "invalid_grant"
