@@ -26,18 +26,21 @@ def create_app(config: Config | None = None) -> Flask:
 
     Htmx(app)
 
-    from app import db, security
+    from app import db, extensions, security
     from app.auth import oidc
 
     db.init_app(app)
+    extensions.init_app(app)
     security.init_app(app)
     oidc.init_app(app)
 
     from app.auth import bp as auth_bp
     from app.main import bp as main_bp
+    from app.warehouses import bp as warehouses_bp
 
     app.register_blueprint(auth_bp)
     app.register_blueprint(main_bp)
+    app.register_blueprint(warehouses_bp)
 
     register_error_pages(app)
     app.context_processor(navigation)

@@ -29,3 +29,86 @@ class User(UserMixin, SQLModel, table=True):
     @property
     def display_name(self) -> str:
         return self.name or self.email or self.subject
+
+
+class WarehouseStatus:
+    """A warehouse's life in Lakeport. Purged warehouses have no row."""
+
+    ACTIVE = "active"        # can be chosen for new executions
+    INACTIVE = "inactive"    # deactivated in Lakekeeper; can be activated again
+    ARCHIVED = "archived"    # no new executions; everything written stays readable
+    ALL = (ACTIVE, INACTIVE, ARCHIVED)
+
+
+class Warehouse(SQLModel, table=True):
+    """A user's warehouse: Lakekeeper's id plus non-secret metadata. Keys live only in Lakekeeper."""
+
+    __tablename__ = "warehouses"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_warehouses_owner_name"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=64)
+    # Lakekeeper's names are global to a project; this one is unique across users.
+    lakekeeper_name: str = Field(max_length=128, unique=True)
+    lakekeeper_id: str = Field(max_length=36, unique=True)
+    bucket: str = Field(max_length=63)
+    key_prefix: str = Field(default="", max_length=512)
+    endpoint: str = Field(default="", max_length=512)
+    region: str = Field(max_length=64)
+    path_style_access: bool = False
+    flavor: str = Field(default="s3-compat", max_length=16)
+    status: str = Field(default=WarehouseStatus.ACTIVE, max_length=16)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    archived_at: datetime | None = None
+
+    @property
+    def location(self) -> str:
+        return f"s3://{self.bucket}/{self.key_prefix}".rstrip("/")
+
+
+class ComputeUnitState:
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    FAILED = "FAILED"
+    FINAL = (TERMINATED, FAILED)
+    LIVE = (PENDING, STARTING, RUNNING, TERMINATING)
+
+
+class ComputeUnit(SQLModel, table=True):
+    """A Ray cluster that runs a user's executions (Spark on Ray through RayDP)."""
+
+    __tablename__ = "compute_units"
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=64)
+    kind: str = Field(max_length=16)  # local | existing | kuberay
+    cpus: int = 1                # per node
+    memory_gb: float = 2.0       # per node
+    worker_nodes: int = 0
+    address: str = Field(default="", max_length=512)  # existing clusters only
+    state: str = Field(default=ComputeUnitState.PENDING, max_length=16, index=True)
+    reason: str = Field(default="", max_length=1000)
+    progress_step: str = Field(default="", max_length=200)
+    # What the Ray backend needs to find the cluster again (ports, pids, URLs): JSON.
+    handle: str = Field(default="{}")
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    last_activity_at: datetime = Field(default_factory=utcnow)
+
+
+class ComputeUnitEvent(SQLModel, table=True):
+    """What happened to a compute unit, for its detail page."""
+
+    __tablename__ = "compute_unit_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    compute_unit_id: int = Field(foreign_key="compute_units.id", index=True, ondelete="CASCADE")
+    at: datetime = Field(default_factory=utcnow)
+    message: str = Field(max_length=1000)

@@ -1,0 +1,30 @@
+"""Clients to the outside world, one per app, built from its configuration.
+
+The modules that talk to each system hold the protocol; this module only wires them
+to an app: `lakekeeper()` is the app's Lakekeeper client.
+"""
+from __future__ import annotations
+
+from flask import Flask, current_app
+
+from app.lakekeeper import ClientCredentialsTokenSource, LakekeeperClient
+
+
+def init_app(app: Flask) -> None:
+    config = app.config
+    token_source = ClientCredentialsTokenSource(
+        client_id=config["LAKEKEEPER_CLIENT_ID"],
+        client_secret=config["LAKEKEEPER_CLIENT_SECRET"] or "",
+        issuer=config["OIDC_ISSUER"],
+        timeout=config["OIDC_TIMEOUT_SECONDS"],
+    )
+    app.extensions["lakekeeper"] = LakekeeperClient(
+        config["LAKEKEEPER_URL"],
+        token_source,
+        project_id=config["LAKEKEEPER_PROJECT_ID"] or None,
+        timeout=config["LAKEKEEPER_TIMEOUT_SECONDS"],
+    )
+
+
+def lakekeeper() -> LakekeeperClient:
+    return current_app.extensions["lakekeeper"]

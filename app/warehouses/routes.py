@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user
+from htmx_flask import make_response
+
+from app.db import get_owned_or_404
+from app.models import Warehouse
+from app.warehouses import bp, forms, service
+from app.warehouses.service import WarehouseActionError
+
+
+@bp.context_processor
+def form_choices() -> dict:
+    return {"flavors": forms.FLAVORS}
+
+
+def _warehouse(warehouse_id: int) -> Warehouse:
+    return get_owned_or_404(Warehouse, warehouse_id)
+
+
+def _to_detail(warehouse_id: int):
+    """After an action: a redirect, as HTMX or as a plain browser expects it."""
+    url = url_for("warehouses.detail", warehouse_id=warehouse_id)
+    if request.htmx:
+        return make_response("", redirect=url)
+    return redirect(url)
+
+
+@bp.get("/")
+def index():
+    return render_template("warehouses/index.html", warehouses=service.user_warehouses(current_user))
+
+
+@bp.get("/new")
+def new():
+    return render_template("warehouses/new.html", values=forms.read_form({}), errors={})
+
+
+@bp.post("/validate/<field>")
+def validate_field(field: str):
+    if field not in forms.CHECKS or field in forms.SECRET_FIELDS:
+        abort(404)
+    return render_template("warehouses/_field_error.html", field=field,
+                           message=forms.check_one(field, request.form))
+
+
+@bp.post("/test-connection")
+def test_connection():
+    storage, errors = forms.parse_storage_form(request.form, fields=[
+        "bucket", "key_prefix", "endpoint", "region", "flavor", "access_key_id", "secret_access_key"])
+    if errors:
+        return render_template("warehouses/_probe_result.html", report=None, errors=errors), 422
+    if not storage.key_prefix:
+        storage.key_prefix = service.default_key_prefix(current_user, storage.name or "warehouse")
+    return render_template("warehouses/_probe_result.html", report=service.test_connection(storage), errors={})
+
+
+@bp.post("/")
+def create():
+    storage, errors = forms.parse_storage_form(request.form)
+    if not errors:
+        try:
+            warehouse = service.register(current_user, storage)
+        except WarehouseActionError as error:
+            if error.field:
+                errors[error.field] = error.message
+            else:
+                errors["form"] = error.message
+        else:
+            flash(f"Warehouse {warehouse.name} is registered.", "success")
+            return redirect(url_for("warehouses.detail", warehouse_id=warehouse.id))
+    # Re-render without the secret: it is never sent back to the browser.
+    values = {**forms.read_form(request.form), "secret_access_key": ""}
+    return render_template("warehouses/new.html", values=values, errors=errors), 422
+
+
+@bp.get("/<int:warehouse_id>")
+def detail(warehouse_id: int):
+    return render_template("warehouses/detail.html", warehouse=_warehouse(warehouse_id))
+
+
+@bp.get("/<int:warehouse_id>/contents")
+def contents(warehouse_id: int):
+    warehouse = _warehouse(warehouse_id)
+    try:
+        namespaces, error = service.browse(warehouse), None
+    except WarehouseActionError as failure:
+        namespaces, error = [], failure.message
+    return render_template("warehouses/_contents.html", warehouse=warehouse, namespaces=namespaces, error=error)
+
+
+def _action(warehouse_id: int, action, success: str):
+    warehouse = _warehouse(warehouse_id)
+    try:
+        action(warehouse)
+    except WarehouseActionError as error:
+        flash(error.message, "error")
+    else:
+        flash(success.format(name=warehouse.name), "success")
+    return _to_detail(warehouse_id)
+
+
+@bp.post("/<int:warehouse_id>/rename")
+def rename(warehouse_id: int):
+    warehouse = _warehouse(warehouse_id)
+    new_name = (request.form.get("name") or "").strip()
+    message = forms.validate_new_name(new_name)
+    if message is None:
+        try:
+            service.rename(warehouse, new_name)
+        except WarehouseActionError as error:
+            message = error.message
+    if message:
+        return render_template("warehouses/_rename.html", warehouse=warehouse, value=new_name, error=message), 422
+    flash(f"Renamed to {warehouse.name}.", "success")
+    return _to_detail(warehouse_id)
+
+
+@bp.post("/<int:warehouse_id>/credentials")
+def rotate_credentials(warehouse_id: int):
+    warehouse = _warehouse(warehouse_id)
+    values = forms.read_form(request.form)
+    errors = forms.validate(values, fields=["access_key_id", "secret_access_key"])
+    report = None
+    if not errors:
+        try:
+            report = service.rotate_credentials(warehouse, values["access_key_id"], values["secret_access_key"])
+        except WarehouseActionError as error:
+            errors["form"] = error.message
+    status = 422 if errors else 200
+    return render_template("warehouses/_rotate.html", warehouse=warehouse, errors=errors, report=report,
+                           access_key_id=values["access_key_id"]), status
+
+
+@bp.post("/<int:warehouse_id>/deactivate")
+def deactivate(warehouse_id: int):
+    return _action(warehouse_id, service.deactivate, "Warehouse {name} is deactivated.")
+
+
+@bp.post("/<int:warehouse_id>/activate")
+def activate(warehouse_id: int):
+    return _action(warehouse_id, service.activate, "Warehouse {name} is active again.")
+
+
+@bp.post("/<int:warehouse_id>/archive")
+def archive(warehouse_id: int):
+    return _action(warehouse_id, service.archive,
+                   "Warehouse {name} is archived: no new executions; its tables stay readable.")
+
+
+@bp.post("/<int:warehouse_id>/purge")
+def purge(warehouse_id: int):
+    warehouse = _warehouse(warehouse_id)
+    name = warehouse.name
+    try:
+        outcome = service.purge(warehouse, request.form.get("confirm_name", ""))
+    except WarehouseActionError as error:
+        return render_template("warehouses/_purge.html", warehouse=warehouse, error=error.message), 422
+    flash(f"Warehouse {name} is purged: {outcome.tables_dropped} tables and "
+          f"{outcome.namespaces_dropped} namespaces were removed.", "success")
+    url = url_for("warehouses.index")
+    return make_response("", redirect=url) if request.htmx else redirect(url)
