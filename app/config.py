@@ -68,6 +68,42 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_LAKEKEEPER_CLIENT_SECRET", None, secret=True, help="Secret of the service client."),
     "LAKEKEEPER_TIMEOUT_SECONDS": Setting(
         "LAKEPORT_LAKEKEEPER_TIMEOUT_SECONDS", 10.0, cast=float, help="Timeout for each call to Lakekeeper."),
+    "CU_MAX_RUNNING_PER_USER": Setting(
+        "LAKEPORT_CU_MAX_RUNNING_PER_USER", 2, cast=int,
+        help="How many compute units one user may have starting or running at once."),
+    "CU_MAX_CPUS": Setting(
+        "LAKEPORT_CU_MAX_CPUS", 2, cast=int, help="Most CPUs a compute unit may ask for per node."),
+    "CU_MAX_MEMORY_GB": Setting(
+        "LAKEPORT_CU_MAX_MEMORY_GB", 8.0, cast=float, help="Most memory (GiB) a compute unit may ask for per node."),
+    "CU_MAX_WORKERS": Setting(
+        "LAKEPORT_CU_MAX_WORKERS", 2, cast=int, help="Most worker nodes a compute unit may have beside its head."),
+    "CU_IDLE_MINUTES": Setting(
+        "LAKEPORT_CU_IDLE_MINUTES", 60.0, cast=float,
+        help="A running compute unit with no execution for this long is terminated (0 turns this off)."),
+    "CU_START_TIMEOUT_SECONDS": Setting(
+        "LAKEPORT_CU_START_TIMEOUT_SECONDS", 60.0, cast=float,
+        help="A compute unit that is not healthy this long after its start is marked FAILED."),
+    "CU_KINDS": Setting(
+        "LAKEPORT_CU_KINDS", "local,existing",
+        help="Kinds of compute unit users may create: `local` (Ray on this machine), `existing` (attach to a "
+             "Ray cluster by address), `kuberay` (a RayCluster on Kubernetes)."),
+    "CU_WORK_DIR": Setting(
+        "LAKEPORT_CU_WORK_DIR", str(PROJECT_ROOT / "var" / "compute-units"),
+        help="Where local compute units keep their temp dirs and logs."),
+    "RAY_DASHBOARD": Setting(
+        "LAKEPORT_RAY_DASHBOARD", True, cast=bool,
+        help="Run the Ray dashboard on local compute units (needed for Ray Jobs) and link to it."),
+    "KUBERAY_API_URL": Setting(
+        "LAKEPORT_KUBERAY_API_URL", "https://kubernetes.default.svc",
+        help="Kubernetes API server for `kuberay` compute units."),
+    "KUBERAY_NAMESPACE": Setting(
+        "LAKEPORT_KUBERAY_NAMESPACE", "lakeport", help="Namespace the RayCluster resources are created in."),
+    "KUBERAY_IMAGE": Setting(
+        "LAKEPORT_KUBERAY_IMAGE", "rayproject/ray:2.60.0-py311",
+        help="Container image of `kuberay` compute units (must carry Lakeport's `compute/` package and Spark)."),
+    "KUBERAY_TOKEN_FILE": Setting(
+        "LAKEPORT_KUBERAY_TOKEN_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        help="Service-account token the portal uses for the Kubernetes API."),
     "LOG_LEVEL": Setting("LAKEPORT_LOG_LEVEL", "INFO", help="Python log level of the portal."),
 }
 
@@ -90,6 +126,19 @@ class Config:
     LAKEKEEPER_CLIENT_ID: str = SETTINGS["LAKEKEEPER_CLIENT_ID"].default
     LAKEKEEPER_CLIENT_SECRET: str | None = None
     LAKEKEEPER_TIMEOUT_SECONDS: float = SETTINGS["LAKEKEEPER_TIMEOUT_SECONDS"].default
+    CU_MAX_RUNNING_PER_USER: int = SETTINGS["CU_MAX_RUNNING_PER_USER"].default
+    CU_MAX_CPUS: int = SETTINGS["CU_MAX_CPUS"].default
+    CU_MAX_MEMORY_GB: float = SETTINGS["CU_MAX_MEMORY_GB"].default
+    CU_MAX_WORKERS: int = SETTINGS["CU_MAX_WORKERS"].default
+    CU_IDLE_MINUTES: float = SETTINGS["CU_IDLE_MINUTES"].default
+    CU_START_TIMEOUT_SECONDS: float = SETTINGS["CU_START_TIMEOUT_SECONDS"].default
+    CU_KINDS: str = SETTINGS["CU_KINDS"].default
+    CU_WORK_DIR: str = SETTINGS["CU_WORK_DIR"].default
+    RAY_DASHBOARD: bool = SETTINGS["RAY_DASHBOARD"].default
+    KUBERAY_API_URL: str = SETTINGS["KUBERAY_API_URL"].default
+    KUBERAY_NAMESPACE: str = SETTINGS["KUBERAY_NAMESPACE"].default
+    KUBERAY_IMAGE: str = SETTINGS["KUBERAY_IMAGE"].default
+    KUBERAY_TOKEN_FILE: str = SETTINGS["KUBERAY_TOKEN_FILE"].default
     LOG_LEVEL: str = SETTINGS["LOG_LEVEL"].default
     TESTING: bool = False
     # Anything else a test or deployment wants to hand to Flask as-is.
@@ -144,11 +193,25 @@ def settings_reference_markdown() -> str:
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     for setting in SETTINGS.values():
         default = "(required)" if setting.default is None else f"`{setting.default}`"
-        if setting.env == "LAKEPORT_DATABASE_URL":
-            default = "`sqlite:///<checkout>/var/lakeport.db`"
+        if str(PROJECT_ROOT) in str(setting.default):
+            default = default.replace(str(PROJECT_ROOT), "<checkout>")
         rows.append(f"| `{setting.env}` | {default} | {setting.help} |")
     return "\n".join(rows)
 
 
+def write_readme_reference(readme: Path = PROJECT_ROOT / "README.md") -> None:
+    """Replace the table between the README's settings markers with the current reference."""
+    begin, end = "<!-- settings:begin -->\n", "\n<!-- settings:end -->"
+    text = readme.read_text()
+    head, rest = text.split(begin, 1)
+    _old, tail = rest.split(end, 1)
+    readme.write_text(head + begin + settings_reference_markdown() + end + tail)
+
+
 if __name__ == "__main__":
-    print(settings_reference_markdown())
+    import sys
+
+    if "--write-readme" in sys.argv:
+        write_readme_reference()
+    else:
+        print(settings_reference_markdown())

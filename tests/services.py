@@ -1,5 +1,6 @@
 """Service fixtures shared by tests/ and e2e/ (registered in the top-level conftest.py):
-a fresh PostgreSQL database per run and the real local identity provider.
+a fresh PostgreSQL database per run, the real local identity provider, and the lakehouse
+(real SeaweedFS behind the Lakekeeper-compatible dev catalog).
 
 Fixtures are session-scoped and lazy, so a run that needs a service starts it once and
 a run that needs none starts none.
@@ -7,14 +8,19 @@ a run that needs none starts none.
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+from cryptography.fernet import Fernet
 
 from app.config import PROJECT_ROOT, Config
 from app.db import make_engine, upgrade_database
-from devstack.oidc_provider import OidcProviderConfig, oidc_provider_process
 from devstack.database import drop_postgres_database, fresh_postgres_database
+from devstack.devcatalog import DevCatalogConfig, devcatalog_process
+from devstack.oidc_provider import SERVICE_CLIENT_ID, OidcProviderConfig, oidc_provider_process
+from devstack.seaweedfs import SeaweedConfig, seaweedfs_process
 from devstack.process import free_port
 
 # The in-process portal (Flask test client) pretends to live here; the provider
@@ -75,3 +81,55 @@ def portal_config(database_url, oidc_provider) -> Config:
     )
 
 
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(run_dir):
+    """Real SeaweedFS: S3 with SigV4 identities, and its Iceberg REST catalog."""
+    config = SeaweedConfig.on_free_ports(run_dir / "seaweedfs")
+    process = seaweedfs_process(config, run_dir / "logs").start(timeout=60)
+    yield config
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def devcatalog(seaweedfs, oidc_provider, run_dir):
+    """The Lakekeeper-compatible dev catalog (a development stand-in for Lakekeeper)."""
+    config = DevCatalogConfig.for_seaweedfs(
+        seaweedfs, port=free_port(), oidc_issuer=oidc_provider.issuer,
+        data_dir=run_dir / "devcatalog", encryption_key=Fernet.generate_key().decode(),
+    )
+    process = devcatalog_process(config, run_dir / "logs").start(timeout=60)
+    yield config
+    process.stop()
+
+
+@dataclass
+class Lakehouse:
+    """The storage side of a test run: where warehouses live and how to reach their catalog."""
+
+    seaweed: SeaweedConfig
+    catalog: DevCatalogConfig
+    oidc: OidcProviderConfig
+
+    @property
+    def catalog_url(self) -> str:
+        return self.catalog.url
+
+    @property
+    def s3_endpoint(self) -> str:
+        return self.seaweed.s3_endpoint
+
+    def service_token(self) -> str:
+        """A client-credentials token (audience lakekeeper) for an independent catalog client."""
+        response = httpx.post(f"{self.oidc.issuer}/token", timeout=10, data={
+            "grant_type": "client_credentials", "client_id": SERVICE_CLIENT_ID,
+            "client_secret": self.oidc.service_client_secret,
+        })
+        response.raise_for_status()
+        return response.json()["access_token"]
+
+
+@pytest.fixture(scope="session")
+def lakehouse(seaweedfs, devcatalog, oidc_provider) -> Lakehouse:
+    return Lakehouse(seaweedfs, devcatalog, oidc_provider)
