@@ -36,16 +36,34 @@ def create_app(config: Config | None = None) -> Flask:
 
     from app.auth import bp as auth_bp
     from app.main import bp as main_bp
+    from app.compute_units import bp as compute_units_bp
     from app.warehouses import bp as warehouses_bp
 
     app.register_blueprint(auth_bp)
     app.register_blueprint(main_bp)
     app.register_blueprint(warehouses_bp)
+    app.register_blueprint(compute_units_bp)
+
+    adopt_compute_units(app)
 
     register_error_pages(app)
     app.context_processor(navigation)
     register_commands(app)
     return app
+
+
+def adopt_compute_units(app: Flask) -> None:
+    """Clusters outlive portal restarts: keep the live ones, mark the dead ones FAILED."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from app.compute_units.lifecycle import adopt_all
+
+    with app.app_context():
+        try:
+            adopt_all()
+        except SQLAlchemyError as error:
+            # E.g. `flask db upgrade` on an empty database builds the app before the tables exist.
+            app.logger.warning("compute units not adopted (database not ready: %s)", error.__class__.__name__)
 
 
 def register_commands(app: Flask) -> None:

@@ -88,8 +88,9 @@ SETTINGS: dict[str, Setting] = {
         help="Kinds of compute unit users may create: `local` (Ray on this machine), `existing` (attach to a "
              "Ray cluster by address), `kuberay` (a RayCluster on Kubernetes)."),
     "CU_WORK_DIR": Setting(
-        "LAKEPORT_CU_WORK_DIR", str(PROJECT_ROOT / "var" / "compute-units"),
-        help="Where local compute units keep their temp dirs and logs."),
+        "LAKEPORT_CU_WORK_DIR", "",
+        help="Where local compute units keep their temp dirs and logs; empty means `<system temp>/lakeport-cu` "
+             "(Ray's socket paths must stay short)."),
     "RAY_DASHBOARD": Setting(
         "LAKEPORT_RAY_DASHBOARD", True, cast=bool,
         help="Run the Ray dashboard on local compute units (needed for Ray Jobs) and link to it."),
