@@ -199,6 +199,20 @@ def _fail(cu: ComputeUnit, reason: str) -> None:
     _update(cu.id, state=State.FAILED, reason=reason, ended_at=utcnow(), progress_step="",
             event=f"failed: {reason}")
     get_db().refresh(cu)
+    # What survived of the cluster (other nodes, the head's helpers) is stopped: no zombies.
+    _in_background(_clean_up, cu.id)
+
+
+def _clean_up(cu_id: int) -> None:
+    with Session(engine()) as db:
+        cu = db.get(ComputeUnit, cu_id)
+        handle = handle_of(cu) if cu else None
+    if handle is None:
+        return
+    try:
+        _backend(cu).terminate(handle)
+    except Exception:
+        current_app.logger.exception("cleaning up failed compute unit %s", cu_id)
 
 
 def adopt_all() -> None:
