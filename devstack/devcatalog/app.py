@@ -1,0 +1,68 @@
+"""The dev catalog's WSGI application: `create_app()` for gunicorn, `create_app(config)` in code."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from flask import Flask, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from devstack.devcatalog.auth import TokenVerifier
+from devstack.devcatalog.catalog import catalog
+from devstack.devcatalog.config import ENVIRONMENT_VARIABLE, DevCatalogConfig
+from devstack.devcatalog.errors import CatalogError
+from devstack.devcatalog.management import management
+from devstack.devcatalog.seaweed import SeaweedCatalog
+from devstack.devcatalog.store import WarehouseStore
+
+log = logging.getLogger("devcatalog")
+LABEL = "Lakekeeper-compatible dev catalog (a development stand-in for Lakekeeper, not Lakekeeper)"
+
+
+@dataclass
+class Services:
+    store: WarehouseStore
+    seaweed: SeaweedCatalog
+    tokens: TokenVerifier
+
+
+def create_app(config: DevCatalogConfig | None = None) -> Flask:
+    """The app for `config`, or for the JSON settings in $LAKEPORT_DEVCATALOG_CONFIG."""
+    config = config or DevCatalogConfig.from_json(os.environ[ENVIRONMENT_VARIABLE])
+    app = Flask("devcatalog")
+    app.config["STORAGE_CHECK_TIMEOUT"] = config.storage_check_timeout
+    app.extensions["devcatalog"] = Services(
+        store=WarehouseStore(config.store_path, config.encryption_key),
+        seaweed=SeaweedCatalog(config),
+        tokens=TokenVerifier(config.oidc_issuer, config.audience),
+    )
+    app.register_blueprint(management)
+    app.register_blueprint(catalog)
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok", "service": LABEL}
+
+    @app.before_request
+    def require_bearer_token():
+        if request.path != "/health":
+            app.extensions["devcatalog"].tokens.verify(request.headers.get("Authorization"))
+
+    @app.errorhandler(CatalogError)
+    def catalog_error(error: CatalogError):
+        headers = {"WWW-Authenticate": "Bearer"} if error.code == 401 else {}
+        return jsonify(error.body()), error.code, headers
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException):
+        # Unknown paths, wrong methods, malformed ids: still Lakekeeper's error envelope.
+        return catalog_error(CatalogError(error.code or 500, error.name.replace(" ", ""), error.description or ""))
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded call is noise
+    log.info(
+        "%s on %s: tokens from %s (audience %s); tables in SeaweedFS at %s",
+        LABEL, config.url, config.oidc_issuer, config.audience, config.iceberg_url,
+    )
+    return app

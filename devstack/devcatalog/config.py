@@ -1,0 +1,61 @@
+"""Settings of the Lakekeeper-compatible dev catalog (a development stand-in for Lakekeeper)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from devstack.seaweedfs import SeaweedConfig
+
+# The launcher hands the settings to the server process in this variable, as JSON, so that
+# the admin secret and the encryption key are never written to disk or put on a command line.
+ENVIRONMENT_VARIABLE = "LAKEPORT_DEVCATALOG_CONFIG"
+
+
+@dataclass
+class DevCatalogConfig:
+    port: int
+    # OpenID Connect issuer whose JWTs (audience `audience`) the catalog accepts.
+    oidc_issuer: str
+    # Holds the catalog's SQLite store.
+    data_dir: Path
+    # SeaweedFS: its S3 gateway (S3 Tables API too) and its Iceberg REST catalog.
+    s3_endpoint: str
+    iceberg_url: str
+    admin_access_key_id: str
+    admin_secret_access_key: str = field(repr=False)
+    # A Fernet key (`cryptography.fernet.Fernet.generate_key()`) that encrypts the warehouses'
+    # storage credentials at rest. Give the same key again to read an existing store.
+    encryption_key: str = field(repr=False)
+    audience: str = "lakekeeper"
+    s3_region: str = "us-east-1"
+    storage_check_timeout: float = 5.0
+
+    @classmethod
+    def for_seaweedfs(
+        cls, seaweed: SeaweedConfig, *, port: int, oidc_issuer: str, data_dir: Path, encryption_key: str,
+        audience: str = "lakekeeper",
+    ) -> "DevCatalogConfig":
+        return cls(
+            port=port, oidc_issuer=oidc_issuer, data_dir=Path(data_dir),
+            s3_endpoint=seaweed.s3_endpoint, iceberg_url=seaweed.iceberg_url,
+            admin_access_key_id=seaweed.admin_access_key_id,
+            admin_secret_access_key=seaweed.admin_secret_access_key,
+            encryption_key=encryption_key, audience=audience, s3_region=seaweed.region,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def store_path(self) -> Path:
+        return Path(self.data_dir) / "devcatalog.sqlite3"
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "data_dir": str(self.data_dir)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "DevCatalogConfig":
+        values = json.loads(text)
+        return cls(**{**values, "data_dir": Path(values["data_dir"])})
