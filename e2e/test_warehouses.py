@@ -1,0 +1,68 @@
+"""Warehouses as a person manages them, in a real browser against the local stack."""
+import re
+
+from playwright.sync_api import expect
+
+from devstack.seaweedfs import TEST_USER_KEYS
+
+
+def fill_register_form(page, stack, name: str, secret: str | None = None):
+    keys = TEST_USER_KEYS["alice"]
+    page.get_by_label("Name").fill(name)
+    page.get_by_label("Bucket").fill(keys.bucket)
+    page.get_by_label("Key prefix").fill(f"e2e/{name}")
+    page.get_by_label("Endpoint").fill(stack.seaweed.s3_endpoint)
+    page.get_by_label("Region").fill("us-east-1")
+    page.get_by_label("Path-style access").check()
+    page.get_by_label("Access key id").fill(keys.access_key_id)
+    page.get_by_label("Secret access key").fill(secret or keys.secret_access_key)
+
+
+def test_register_rename_archive_and_purge(page, sign_in, portal, stack):
+    sign_in("alice")
+    page.get_by_role("link", name="Warehouses").first.click()
+    page.get_by_test_id("register-warehouse").click()
+
+    # Inline validation as she types.
+    page.get_by_label("Bucket").fill("Not_A_Bucket")
+    expect(page.locator("#error-bucket")).to_contain_text("Not a valid bucket name")
+
+    fill_register_form(page, stack, "browser-lake", secret="this-is-the-wrong-secret")
+    page.get_by_test_id("test-connection").click()
+    expect(page.get_by_test_id("probe-result")).to_contain_text("Connection failed.")
+    expect(page.get_by_test_id("check-write")).to_contain_text("failed")
+
+    page.get_by_label("Secret access key").fill(TEST_USER_KEYS["alice"].secret_access_key)
+    page.get_by_test_id("test-connection").click()
+    expect(page.get_by_test_id("probe-result")).to_contain_text("Connection works.")
+    for check in ("write", "read", "list", "delete"):
+        expect(page.get_by_test_id(f"check-{check}")).to_contain_text("passed")
+
+    page.get_by_test_id("create-warehouse").click()
+    expect(page.get_by_test_id("warehouse-name")).to_have_text("browser-lake")
+    expect(page.get_by_test_id("warehouse-contents")).to_contain_text("No namespaces yet")
+    expect(page.get_by_test_id("connect-panel")).to_contain_text("browser-lake")
+    expect(page.get_by_test_id("connect-panel")).not_to_contain_text(TEST_USER_KEYS["alice"].secret_access_key)
+
+    page.get_by_role("link", name="Warehouses").first.click()
+    expect(page.get_by_test_id("warehouse-list")).to_contain_text("browser-lake")
+    expect(page.get_by_test_id("warehouse-list")).to_contain_text("active")
+    page.get_by_role("link", name="browser-lake").click()
+
+    page.get_by_label("Rename").fill("renamed-lake")
+    page.get_by_test_id("rename").click()
+    expect(page.get_by_test_id("warehouse-name")).to_have_text("renamed-lake")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_test_id("archive").click()
+    expect(page.get_by_test_id("warehouse-status")).to_have_text("archived")
+    expect(page.locator("#purge-form")).to_contain_text("cannot be undone")
+
+    page.get_by_label(re.compile("to confirm")).fill("renamed-lak")
+    page.get_by_test_id("purge").click()
+    expect(page.locator("#purge-form")).to_contain_text("Type the warehouse's name exactly")
+    page.get_by_label(re.compile("to confirm")).fill("renamed-lake")
+    page.get_by_test_id("purge").click()
+    expect(page).to_have_url(portal + "/warehouses/")
+    expect(page.get_by_text("Warehouse renamed-lake is purged")).to_be_visible()
+    expect(page.get_by_role("link", name="renamed-lake")).to_have_count(0)
