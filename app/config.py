@@ -94,6 +94,9 @@ SETTINGS: dict[str, Setting] = {
     "RAY_DASHBOARD": Setting(
         "LAKEPORT_RAY_DASHBOARD", True, cast=bool,
         help="Run the Ray dashboard on local compute units (needed for Ray Jobs) and link to it."),
+    "RAY_CLUSTER_TOKEN": Setting(
+        "LAKEPORT_RAY_CLUSTER_TOKEN", "", secret=True,
+        help="Ray token of existing clusters users attach to (Ray's token authentication); empty if they have none."),
     "KUBERAY_API_URL": Setting(
         "LAKEPORT_KUBERAY_API_URL", "https://kubernetes.default.svc",
         help="Kubernetes API server for `kuberay` compute units."),
@@ -105,6 +108,9 @@ SETTINGS: dict[str, Setting] = {
     "KUBERAY_TOKEN_FILE": Setting(
         "LAKEPORT_KUBERAY_TOKEN_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/token",
         help="Service-account token the portal uses for the Kubernetes API."),
+    "KUBERAY_CA_FILE": Setting(
+        "LAKEPORT_KUBERAY_CA_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+        help="CA bundle that signs the Kubernetes API's certificate."),
     "LOG_LEVEL": Setting("LAKEPORT_LOG_LEVEL", "INFO", help="Python log level of the portal."),
 }
 
@@ -136,10 +142,12 @@ class Config:
     CU_KINDS: str = SETTINGS["CU_KINDS"].default
     CU_WORK_DIR: str = SETTINGS["CU_WORK_DIR"].default
     RAY_DASHBOARD: bool = SETTINGS["RAY_DASHBOARD"].default
+    RAY_CLUSTER_TOKEN: str = SETTINGS["RAY_CLUSTER_TOKEN"].default
     KUBERAY_API_URL: str = SETTINGS["KUBERAY_API_URL"].default
     KUBERAY_NAMESPACE: str = SETTINGS["KUBERAY_NAMESPACE"].default
     KUBERAY_IMAGE: str = SETTINGS["KUBERAY_IMAGE"].default
     KUBERAY_TOKEN_FILE: str = SETTINGS["KUBERAY_TOKEN_FILE"].default
+    KUBERAY_CA_FILE: str = SETTINGS["KUBERAY_CA_FILE"].default
     LOG_LEVEL: str = SETTINGS["LOG_LEVEL"].default
     TESTING: bool = False
     # Anything else a test or deployment wants to hand to Flask as-is.

@@ -49,3 +49,12 @@ def test_reference_documents_every_setting():
 def test_readme_carries_the_current_reference(project_root):
     readme = (project_root / "README.md").read_text()
     assert settings_reference_markdown() in readme, "regenerate with: .venv/bin/python -m app.config"
+
+
+def test_deployment_files_only_use_known_settings(project_root):
+    import re
+
+    known = {setting.env for setting in SETTINGS.values()}
+    for path in (project_root / "deploy").rglob("*.yaml"):
+        used = set(re.findall(r"\bLAKEPORT_[A-Z_]+\b", path.read_text()))
+        assert used <= known, f"{path.relative_to(project_root)} sets unknown settings {used - known}"

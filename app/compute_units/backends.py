@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.ray_clusters.base import ClusterBackend
+from app.ray_clusters import ClusterBackend, ExistingClusterBackend, KubeRayBackend, KubernetesConnection
 from app.ray_clusters.local import LocalClusterBackend
 
 KIND_LABELS = {
@@ -21,12 +21,12 @@ def backend_for(kind: str, config) -> ClusterBackend:
     if kind == "local":
         return LocalClusterBackend(Path(config["CU_WORK_DIR"]) if config["CU_WORK_DIR"] else None)
     if kind == "existing":
-        from app.ray_clusters.existing import ExistingClusterBackend
-
-        return ExistingClusterBackend()
+        return ExistingClusterBackend(token=config["RAY_CLUSTER_TOKEN"] or None)
     if kind == "kuberay":
-        from app.ray_clusters.kuberay import KubeRayBackend
-
-        return KubeRayBackend(api_url=config["KUBERAY_API_URL"], namespace=config["KUBERAY_NAMESPACE"],
-                              image=config["KUBERAY_IMAGE"], token_file=config["KUBERAY_TOKEN_FILE"])
+        connection = KubernetesConnection(
+            api_url=config["KUBERAY_API_URL"], namespace=config["KUBERAY_NAMESPACE"],
+            token=Path(config["KUBERAY_TOKEN_FILE"]).read_text().strip(),
+            verify=config["KUBERAY_CA_FILE"] or True,
+        )
+        return KubeRayBackend(connection, image=config["KUBERAY_IMAGE"])
     raise ValueError(f"unknown compute-unit kind {kind!r}")

@@ -68,8 +68,9 @@ def _backend(cu: ComputeUnit):
 
 
 def handle_of(cu: ComputeUnit) -> ClusterHandle | None:
+    """The cluster's handle, with its token restored from where the cluster keeps it."""
     data = json.loads(cu.handle or "{}")
-    return ClusterHandle(**data) if data else None
+    return _backend(cu).restore_token(ClusterHandle(**data)) if data else None
 
 
 def create(owner: User, values: dict) -> ComputeUnit:

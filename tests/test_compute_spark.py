@@ -1,0 +1,274 @@
+"""Spark on a compute unit: the jars, the session settings, and the Spark host on a real
+two-node local cluster (RayDP executors on both nodes, Iceberg through the jars)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.ray_clusters.base import ClusterSpec
+from app.ray_clusters.local import LocalClusterBackend, cluster_pids
+from app.ray_clusters.spark_host_client import SparkHostClient
+from compute import jars
+from compute.spark_session import (
+    JDK17_JAVA_OPTIONS,
+    S3Access,
+    iceberg_catalog_conf,
+    spark_conf,
+)
+
+
+# ------------------------------------------------------------------ jars and settings
+def test_fetch_jars_keeps_jars_already_present(monkeypatch):
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("nothing should be downloaded"))
+    said: list[str] = []
+
+    paths = jars.fetch_jars(log=said.append)
+
+    assert [path.name for path in paths] == [source.file_name for source in jars.REQUIRED_JARS]
+    assert said == [f"present: {path}" for path in paths]
+
+
+def test_missing_jars_are_named_with_the_fix(tmp_path):
+    (tmp_path / jars.HADOOP_AWS.file_name).write_text("not a jar")
+
+    with pytest.raises(jars.MissingJarsError) as error:
+        jars.jar_paths(tmp_path)
+
+    message = str(error.value)
+    assert all(source.file_name in message for source in jars.REQUIRED_JARS)
+    assert "scripts/fetch_jars.py" in message
+
+
+def test_jars_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(jars.JARS_DIR_ENV, str(tmp_path))
+    assert jars.jars_dir() == tmp_path
+    monkeypatch.delenv(jars.JARS_DIR_ENV)
+    assert jars.jars_dir() == jars.PROJECT_ROOT / ".cache" / "jars"
+
+
+def test_session_settings_put_the_jars_and_jdk17_flags_everywhere():
+    conf = spark_conf(jars=[Path("/j/a.jar"), Path("/j/b.jar")])
+
+    assert conf["spark.driver.extraClassPath"] == conf["raydp.executor.extraClassPath"] == "/j/a.jar:/j/b.jar"
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions",
+                "spark.ray.raydp_app_master.extraJavaOptions"):
+        assert conf[key] == JDK17_JAVA_OPTIONS
+    assert JDK17_JAVA_OPTIONS.count("--add-opens=java.base/") == 14
+    assert "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED" in JDK17_JAVA_OPTIONS
+    assert conf["spark.sql.extensions"] == "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+    assert not any(key.startswith("spark.sql.catalog.") for key in conf)
+
+
+def test_rest_catalog_settings_for_one_warehouse():
+    conf = iceberg_catalog_conf(
+        "sales", uri="http://127.0.0.1:8181/catalog", warehouse="sales-wh", token="tkn",
+        s3=S3Access(endpoint="http://127.0.0.1:9000", bucket="sales-bucket", access_key="AK", secret_key="SK"),
+    )
+
+    assert conf == {
+        "spark.sql.catalog.sales": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.sales.type": "rest",
+        "spark.sql.catalog.sales.uri": "http://127.0.0.1:8181/catalog",
+        "spark.sql.catalog.sales.warehouse": "sales-wh",
+        "spark.sql.catalog.sales.token": "tkn",
+        "spark.sql.catalog.sales.io-impl": "org.apache.iceberg.hadoop.HadoopFileIO",
+        "spark.hadoop.fs.s3a.bucket.sales-bucket.endpoint": "http://127.0.0.1:9000",
+        "spark.hadoop.fs.s3a.bucket.sales-bucket.path.style.access": "true",
+        "spark.hadoop.fs.s3a.bucket.sales-bucket.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.bucket.sales-bucket.access.key": "AK",
+        "spark.hadoop.fs.s3a.bucket.sales-bucket.secret.key": "SK",
+        "spark.hadoop.fs.s3a.bucket.sales-bucket.aws.credentials.provider":
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
+
+
+def test_rest_catalog_with_a_client_credential_and_session_keys():
+    conf = iceberg_catalog_conf(
+        "c", uri="https://lk/catalog", warehouse="w", credential="id:secret",
+        oauth2_server_uri="https://idp/token", scope="lakekeeper",
+        s3=S3Access(endpoint="https://s3", bucket="b", access_key="AK", secret_key="SK", session_token="ST"),
+    )
+
+    assert conf["spark.sql.catalog.c.credential"] == "id:secret"
+    assert conf["spark.sql.catalog.c.oauth2-server-uri"] == "https://idp/token"
+    assert conf["spark.sql.catalog.c.scope"] == "lakekeeper"
+    assert "spark.sql.catalog.c.token" not in conf
+    assert conf["spark.hadoop.fs.s3a.bucket.b.session.token"] == "ST"
+    assert conf["spark.hadoop.fs.s3a.bucket.b.connection.ssl.enabled"] == "true"
+    assert conf["spark.hadoop.fs.s3a.bucket.b.aws.credentials.provider"].endswith("TemporaryAWSCredentialsProvider")
+    with pytest.raises(ValueError):
+        iceberg_catalog_conf("c", uri="https://lk", warehouse="w", token="t", credential="id:secret")
+
+
+# ------------------------------------------------------------- the Spark host on a CU
+@pytest.fixture(scope="module")
+def cluster():
+    backend = LocalClusterBackend()
+    handle = backend.start(
+        ClusterSpec(cu_id="test-spark", name="spark", cpus_per_node=1, memory_gb_per_node=3, worker_nodes=1)
+    )
+    yield backend, handle
+    pids = cluster_pids(handle)
+    backend.terminate(handle)
+    assert cluster_pids(handle) == []
+    assert not [pid for pid in pids if _is_alive(pid)]
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+@pytest.fixture(scope="module")
+def host(cluster):
+    _, handle = cluster
+    client = SparkHostClient(handle, timeout=30)
+    started = time.monotonic()
+    info = client.bootstrap(executors=2, executor_cores=1, executor_memory="1g")
+    info["bootstrap_s"] = round(time.monotonic() - started, 1)
+    yield client, info
+    client.close()
+
+
+def test_the_host_is_warm_with_executors_on_both_nodes(cluster, host, capsys):
+    backend, handle = cluster
+    client, info = host
+    node_ids = {node.node_id for node in backend.status(handle).nodes}
+
+    assert info["state"] == "ready", info["error"]
+    assert len(info["executors"]) == 2
+    assert {executor["node_id"] for executor in info["executors"]} == node_ids
+    with capsys.disabled():
+        print(f"\n[measure] Spark host bootstrap {info['bootstrap_s']} s "
+              f"(RayDP session init {info['session_init_s']} s, first job {info['first_job_s']} s); "
+              f"CU RSS with warm Spark {_rss(cluster_pids(handle)) / 2**30:.2f} GiB")
+
+
+ANCESTRY = '''
+import os
+
+def ancestry(_):
+    pids, pid = [], os.getpid()
+    while pid > 1:
+        pids.append(pid)
+        with open(f"/proc/{pid}/stat") as stat:
+            pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+    yield pids
+
+result = spark.sparkContext.parallelize(range(8), 8).mapPartitions(ancestry).collect()
+'''
+
+
+def test_tasks_run_in_executors_on_both_nodes(host):
+    client, info = host
+    node_of_executor = {executor["pid"]: executor["node_id"] for executor in info["executors"]}
+
+    run = client.wait(client.submit(ANCESTRY, name="ancestry")["run_id"], timeout_s=120)
+
+    assert run["state"] == "COMPLETED", run["error"]
+    task_nodes = []
+    for ancestors in run["result"]:
+        (executor_pid,) = set(ancestors) & node_of_executor.keys()  # each task runs under one executor
+        task_nodes.append(node_of_executor[executor_pid])
+    assert len(set(task_nodes)) == 2
+
+
+TIMED_JOB = '''
+import time
+started = time.perf_counter()
+total = spark.range(0, 1000, numPartitions=2).selectExpr("sum(id) AS s").first()["s"]
+result = {"total": total, "spark_s": time.perf_counter() - started}
+'''
+
+
+def test_a_warm_execution_adds_little_to_the_spark_work(host, capsys):
+    client, _ = host
+    overheads = []
+    for _ in range(3):
+        started = time.perf_counter()
+        run = client.wait(client.submit(TIMED_JOB)["run_id"], poll_s=0.02)
+        wall = time.perf_counter() - started
+        assert run["state"] == "COMPLETED", run["error"]
+        assert run["result"]["total"] == sum(range(1000))
+        overheads.append(wall - run["result"]["spark_s"])
+
+    assert min(overheads) < 0.5
+    with capsys.disabled():
+        print(f"\n[measure] submit→COMPLETED minus Spark time on a warm host: "
+              f"{', '.join(f'{o * 1000:.0f} ms' for o in overheads)}")
+
+
+def test_an_iceberg_table_is_written_and_read_through_the_jars(host, tmp_path):
+    client, _ = host
+    code = f'''
+from compute.spark_session import apply_conf, iceberg_catalog_conf
+apply_conf(spark, iceberg_catalog_conf("local", warehouse={(tmp_path / "warehouse").as_uri()!r}))
+spark.sql("CREATE NAMESPACE IF NOT EXISTS local.demo")
+spark.sql("CREATE TABLE local.demo.numbers (id BIGINT, square BIGINT) USING iceberg")
+spark.range(1, 6).selectExpr("id", "id * id AS square").writeTo("local.demo.numbers").append()
+result = {{
+    "rows": [list(row) for row in spark.table("local.demo.numbers").orderBy("id").collect()],
+    "snapshots": spark.table("local.demo.numbers.snapshots").count(),
+}}
+'''
+    run = client.wait(client.submit(code, name="iceberg")["run_id"], timeout_s=180)
+
+    assert run["state"] == "COMPLETED", run["error"]
+    assert run["result"] == {"rows": [[i, i * i] for i in range(1, 6)], "snapshots": 1}
+    metadata = list((tmp_path / "warehouse" / "demo" / "numbers" / "metadata").glob("*.metadata.json"))
+    assert metadata, "the table's metadata should be on disk where the catalog says"
+
+
+def test_a_failing_execution_reports_its_error(host):
+    client, _ = host
+
+    run = client.wait(client.submit("spark.sql('SELECT * FROM no_such_table').collect()")["run_id"])
+
+    assert run["state"] == "FAILED"
+    assert "no_such_table" in run["error"]
+
+
+def test_cancel_stops_a_running_execution(host):
+    client, _ = host
+    code = "import time\nspark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(120)).count()"
+    run_id = client.submit(code, name="sleeper")["run_id"]
+    deadline = time.monotonic() + 30
+    while client.run(run_id)["state"] != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1)  # let the job's tasks start
+
+    cancelled_at = time.monotonic()
+    client.cancel(run_id)
+    run = client.wait(run_id, timeout_s=60)
+
+    assert run["state"] == "CANCELLED"
+    assert time.monotonic() - cancelled_at < 20
+    # The executors are free again: a new execution runs to completion.
+    assert client.wait(client.submit("result = spark.range(10).count()")["run_id"])["result"] == 10
+
+
+def test_the_host_api_demands_the_cluster_token(cluster, host):
+    _, handle = cluster
+
+    assert httpx.get(f"{handle.spark_host_url}/v1/host").status_code == 401
+    assert httpx.get(f"{handle.spark_host_url}/v1/host", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert httpx.get(f"{handle.spark_host_url}/v1/host", headers=handle.auth_headers()).status_code == 200
+
+
+def _rss(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except FileNotFoundError:
+            pass
+    return total

@@ -1,0 +1,400 @@
+"""KubeRay backend without a Kubernetes cluster: manifests against the RayCluster CRD schema,
+recorded `.status` objects mapped to compute-unit states, and the API calls on a mock transport."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import httpx
+import jsonschema
+import pytest
+import yaml
+
+from app.ray_clusters.base import ClusterHandle, ClusterSpec, ClusterStartError, ClusterState
+from app.ray_clusters.kuberay import (
+    LABEL_COMPUTE_UNIT,
+    LABEL_OWNER,
+    SPARK_HOST_PORT,
+    KubeRayBackend,
+    KubernetesConnection,
+    cluster_name,
+    parse_quantity,
+    render_raycluster,
+    status_from_raycluster,
+)
+
+CRD_PATH = Path(__file__).resolve().parent.parent.parent / "shared" / "kuberay" / "ray.io_rayclusters.yaml"
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+IMAGE = "registry.example/lakeport-cu:1"
+
+
+def strict(schema: dict) -> dict:
+    """The CRD schema, but rejecting fields it does not define, as the API server's pruning
+    would silently drop them (a misspelt field would otherwise pass validation)."""
+    schema = copy.deepcopy(schema)
+
+    def visit(node: dict) -> None:
+        if "properties" in node and "additionalProperties" not in node \
+                and not node.get("x-kubernetes-preserve-unknown-fields"):
+            node["additionalProperties"] = False
+        for child in node.get("properties", {}).values():
+            visit(child)
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                visit(node[key])
+        for key in ("anyOf", "allOf", "oneOf"):
+            for child in node.get(key, []):
+                visit(child)
+
+    visit(schema)
+    return schema
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Validator:
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    (v1,) = [version for version in crd["spec"]["versions"] if version["name"] == "v1"]
+    return jsonschema.Draft7Validator(strict(v1["schema"]["openAPIV3Schema"]))
+
+
+def spec(**overrides) -> ClusterSpec:
+    values = dict(cu_id="42", name="etl", cpus_per_node=2, memory_gb_per_node=4, worker_nodes=2,
+                  owner="alice@example.com")
+    values.update(overrides)
+    return ClusterSpec(**values)
+
+
+def render(cluster_spec: ClusterSpec) -> dict:
+    return render_raycluster(cluster_spec, name=cluster_name(cluster_spec.cu_id), namespace="lakeport",
+                             image=IMAGE, token_secret="tok")
+
+
+# ---------------------------------------------------------------------------- manifests
+def test_a_cluster_with_workers_renders_a_valid_raycluster(validator):
+    manifest = render(spec())
+
+    validator.validate(manifest)
+    head = manifest["spec"]["headGroupSpec"]
+    (workers,) = manifest["spec"]["workerGroupSpecs"]
+    assert manifest["apiVersion"] == "ray.io/v1" and manifest["kind"] == "RayCluster"
+    assert manifest["spec"]["authOptions"] == {"mode": "token", "secretName": "tok"}
+    assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == 2
+    for group in (head, workers):
+        (container,) = group["template"]["spec"]["containers"]
+        assert container["image"] == IMAGE
+        assert container["resources"]["limits"] == {"cpu": "2", "memory": "4096Mi"}
+        assert group["rayStartParams"]["num-cpus"] == "2"
+        assert group["template"]["metadata"]["labels"] == manifest["metadata"]["labels"]
+    head_ports = {port["name"]: port["containerPort"] for port in head["template"]["spec"]["containers"][0]["ports"]}
+    assert head_ports["spark-host"] == SPARK_HOST_PORT and head_ports["dashboard"] == 8265
+
+
+def test_a_head_only_cluster_renders_without_worker_groups(validator):
+    manifest = render(spec(worker_nodes=0))
+
+    validator.validate(manifest)
+    assert "workerGroupSpecs" not in manifest["spec"]
+
+
+def test_the_schema_check_rejects_what_kubernetes_would_drop(validator):
+    manifest = render(spec())
+    manifest["spec"]["workerGroupSpecs"][0]["rayStartParam"] = {"num-cpus": "2"}  # misspelt
+
+    with pytest.raises(jsonschema.ValidationError, match="rayStartParam"):
+        validator.validate(manifest)
+    del manifest["spec"]["workerGroupSpecs"][0]["groupName"]
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate(manifest)
+
+
+@pytest.mark.parametrize("owner, cu_id", [
+    ("alice@example.com", "42"),
+    ("Ünïcode User <x@y>", "Weird ID / with spaces"),
+    ("o" * 200, "c" * 200),
+])
+def test_names_and_labels_are_valid_for_kubernetes(owner, cu_id):
+    manifest = render(spec(owner=owner, cu_id=cu_id))
+    labels = manifest["metadata"]["labels"]
+    name = manifest["metadata"]["name"]
+
+    assert all(len(value) <= 63 and LABEL_VALUE.match(value) for value in labels.values())
+    assert labels[LABEL_OWNER] and labels[LABEL_COMPUTE_UNIT]
+    assert DNS_1123.match(name) and len(f"{name}-head-svc") <= 63
+    assert cluster_name(cu_id) == name  # stable, so a restarted portal finds it again
+    assert cluster_name(cu_id + "x") != name
+
+
+# ----------------------------------------------------------------- recorded statuses
+def raycluster(status: dict, workers: int = 2, **metadata) -> dict:
+    obj = render(spec(worker_nodes=workers))
+    obj["metadata"].update(metadata)
+    obj["status"] = status
+    return obj
+
+
+def condition(kind: str, status: str, reason: str, message: str = "") -> dict:
+    return {"type": kind, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": "2026-11-20T10:00:00Z", "observedGeneration": 1}
+
+
+PROVISIONING = {
+    "conditions": [
+        condition("HeadPodReady", "False", "HeadPodNotFound", "Head Pod not found"),
+        condition("RayClusterProvisioned", "False", "RayClusterPodsProvisioning",
+                  "RayCluster Pods are being provisioned for first time"),
+    ],
+    "desiredCPU": "6", "desiredMemory": "12Gi", "desiredWorkerReplicas": 2, "maxWorkerReplicas": 2,
+    "minWorkerReplicas": 2, "observedGeneration": 1, "lastUpdateTime": "2026-11-20T10:00:01Z",
+}
+READY = {
+    "availableWorkerReplicas": 2, "readyWorkerReplicas": 2, "desiredWorkerReplicas": 2,
+    "conditions": [
+        condition("HeadPodReady", "True", "HeadPodRunningAndReady"),
+        condition("RayClusterProvisioned", "True", "AllPodRunningAndReadyFirstTime",
+                  "All Ray Pods are ready for the first time"),
+    ],
+    "desiredCPU": "6", "desiredMemory": "12Gi", "desiredGPU": "0", "desiredTPU": "0",
+    "endpoints": {"client": "10001", "dashboard": "8265", "gcs-server": "6379", "metrics": "8080"},
+    "head": {"podIP": "10.244.0.12", "podName": "lakeport-cu-42-head-7x2kq",
+             "serviceIP": "10.96.14.2", "serviceName": "lakeport-cu-42-head-svc"},
+    "state": "ready", "stateTransitionTimes": {"ready": "2026-11-20T10:01:12Z"},
+    "observedGeneration": 1, "lastUpdateTime": "2026-11-20T10:01:12Z",
+}
+QUOTA_EXCEEDED = {
+    "conditions": [
+        condition("HeadPodReady", "False", "HeadPodNotFound", "Head Pod not found"),
+        condition("RayClusterProvisioned", "False", "RayClusterPodsProvisioning"),
+        condition("ReplicaFailure", "True", "FailedCreateHeadPod",
+                  'pods "lakeport-cu-42-head-4f8bd" is forbidden: exceeded quota: compute, '
+                  "requested: limits.cpu=2, used: limits.cpu=8, limited: limits.cpu=8"),
+    ],
+    "desiredCPU": "6", "desiredMemory": "12Gi", "desiredWorkerReplicas": 2,
+}
+HEAD_LOST = {
+    **READY,
+    "readyWorkerReplicas": 2,
+    "conditions": [
+        condition("HeadPodReady", "False", "HeadPodNotFound", "Head Pod not found"),
+        condition("RayClusterProvisioned", "True", "AllPodRunningAndReadyFirstTime"),
+    ],
+}
+WORKER_RESTARTING = {
+    **READY,
+    "availableWorkerReplicas": 1,
+    "readyWorkerReplicas": 1,
+}
+SUSPENDED = {
+    "conditions": [
+        condition("RayClusterProvisioned", "True", "AllPodRunningAndReadyFirstTime"),
+        condition("RayClusterSuspended", "True", "RayClusterSuspended"),
+    ],
+    "state": "suspended",
+}
+# KubeRay before 1.2 reports only the state.
+LEGACY_READY = {"state": "ready", "readyWorkerReplicas": 2, "desiredCPU": "6", "desiredMemory": "12Gi"}
+
+
+@pytest.mark.parametrize("recorded, state, reason", [
+    (PROVISIONING, ClusterState.STARTING, ""),
+    (READY, ClusterState.RUNNING, ""),
+    (QUOTA_EXCEEDED, ClusterState.FAILED, "FailedCreateHeadPod: pods \"lakeport-cu-42-head-4f8bd\" is forbidden"),
+    (HEAD_LOST, ClusterState.FAILED, "the head pod is no longer ready: Head Pod not found"),
+    (WORKER_RESTARTING, ClusterState.RUNNING, "degraded: 1 of 2 worker pods ready"),
+    (SUSPENDED, ClusterState.FAILED, "the RayCluster was suspended"),
+    (LEGACY_READY, ClusterState.RUNNING, ""),
+    ({}, ClusterState.STARTING, ""),
+])
+def test_recorded_statuses_map_to_compute_unit_states(recorded, state, reason):
+    status = status_from_raycluster(raycluster(recorded))
+
+    assert status.state == state
+    assert status.reason.startswith(reason) if reason else status.reason == ""
+
+
+def test_a_ready_cluster_reports_its_size():
+    status = status_from_raycluster(raycluster(READY))
+
+    assert status.alive_nodes == 3
+    assert status.cpus_total == 6.0
+    assert status.memory_total_bytes == 12 * 2**30
+
+
+def test_provisioning_says_what_it_waits_for():
+    status = status_from_raycluster(raycluster(PROVISIONING))
+
+    assert status.progress_step == "pods starting: head not ready, 0 of 2 worker pods ready"
+
+
+def test_a_cluster_being_deleted_is_terminating():
+    obj = raycluster(READY, deletionTimestamp="2026-11-20T11:00:00Z")
+
+    assert status_from_raycluster(obj).state == ClusterState.TERMINATING
+
+
+@pytest.mark.parametrize("quantity, value", [("500m", 0.5), ("4Gi", 4 * 2**30), (3, 3), ("1.5", 1.5), ("2k", 2000)])
+def test_kubernetes_quantities(quantity, value):
+    assert parse_quantity(quantity) == pytest.approx(value)
+
+
+# ----------------------------------------------------------------- API calls (mocked)
+class FakeApiServer:
+    """Just enough of the Kubernetes API for the backend, with recorded RayCluster statuses."""
+
+    def __init__(self, validator, statuses: list[dict], pods: list[dict] | None = None,
+                 refuse_create: bool = False) -> None:
+        self.validator = validator
+        self.statuses = statuses
+        self.pods = pods or []
+        self.refuse_create = refuse_create
+        self.objects: dict[str, dict] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        assert request.headers["Authorization"] == "Bearer sa-token"
+        path = request.url.path
+        self.calls.append((request.method, path))
+        if request.method == "POST":
+            if self.refuse_create:
+                return httpx.Response(403, json={"kind": "Status", "message": 'rayclusters.ray.io is forbidden: '
+                                                 'User "system:serviceaccount:lakeport:portal" cannot create'})
+            body = json.loads(request.content)
+            if body["kind"] == "RayCluster":
+                self.validator.validate(body)
+            self.objects[f"{path}/{body['metadata']['name']}"] = body
+            return httpx.Response(201, json=body)
+        if request.method == "GET" and path.endswith("/pods"):
+            return httpx.Response(200, json={"items": self.pods})
+        if path not in self.objects:
+            return httpx.Response(404, json={"kind": "Status", "message": "not found", "code": 404})
+        if request.method == "DELETE":
+            del self.objects[path]
+            return httpx.Response(200, json={"kind": "Status", "status": "Success"})
+        obj = dict(self.objects[path])
+        obj["status"] = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        return httpx.Response(200, json=obj)
+
+
+CONNECTION = KubernetesConnection(api_url="https://k8s.test", token="sa-token", namespace="lakeport")
+
+
+def backend_on(server: FakeApiServer) -> KubeRayBackend:
+    return KubeRayBackend(CONNECTION, image=IMAGE, transport=httpx.MockTransport(server), poll_interval_s=0)
+
+
+def test_start_creates_the_token_secret_and_the_raycluster_then_waits_until_ready(validator):
+    server = FakeApiServer(validator, [PROVISIONING, PROVISIONING, READY])
+    backend = backend_on(server)
+    steps: list[str] = []
+
+    handle = backend.start(spec(), progress=steps.append)
+
+    name = cluster_name("42")
+    secret = server.objects[f"/api/v1/namespaces/lakeport/secrets/{name}-ray-token"]
+    assert secret["stringData"] == {"auth_token": handle.auth_token} and len(handle.auth_token) == 64
+    assert f"/apis/ray.io/v1/namespaces/lakeport/rayclusters/{name}" in server.objects
+    assert handle.dashboard_url == f"http://{name}-head-svc.lakeport.svc.cluster.local:8265"
+    assert handle.spark_host_url == f"http://{name}-head-svc.lakeport.svc.cluster.local:{SPARK_HOST_PORT}"
+    assert steps == ["creating the RayCluster",
+                     "pods starting: head not ready, 0 of 2 worker pods ready",
+                     "pods starting: head not ready, 0 of 2 worker pods ready",
+                     "cluster ready"]
+
+    adopted = backend_on(server).adopt(ClusterHandle.from_json(handle.to_json()))
+    assert adopted.state == ClusterState.RUNNING
+
+    backend.terminate(handle)
+    assert server.objects == {}
+    assert backend.status(handle).reason == f"RayCluster {name} no longer exists"
+    backend.terminate(handle)  # idempotent
+
+
+def test_a_cluster_that_never_gets_ready_fails_with_the_pod_problem_and_is_deleted(validator):
+    pods = [{"metadata": {"name": "lakeport-cu-42-head-x"},
+             "status": {"containerStatuses": [{"name": "ray-head", "state": {"waiting": {
+                 "reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}}]
+    server = FakeApiServer(validator, [PROVISIONING], pods=pods)
+
+    with pytest.raises(ClusterStartError) as error:
+        backend_on(server).start(spec(start_timeout_s=0))
+
+    assert str(error.value) == ("did not become healthy within 0 s: pods starting: head not ready, "
+                                "0 of 2 worker pods ready (lakeport-cu-42-head-x: ImagePullBackOff)")
+    assert server.objects == {}
+
+
+def test_a_replica_failure_during_start_fails_at_once(validator):
+    server = FakeApiServer(validator, [PROVISIONING, QUOTA_EXCEEDED])
+
+    with pytest.raises(ClusterStartError, match="exceeded quota"):
+        backend_on(server).start(spec())
+
+    assert server.objects == {}
+
+
+def test_a_forbidden_create_says_so(validator):
+    server = FakeApiServer(validator, [READY], refuse_create=True)
+
+    with pytest.raises(ClusterStartError, match=r"could not create the RayCluster: Kubernetes API answered 403: "
+                                                r"rayclusters.ray.io is forbidden"):
+        backend_on(server).start(spec())
+
+
+def test_in_cluster_connection_reads_the_service_account(tmp_path):
+    (tmp_path / "token").write_text("sa-token\n")
+    (tmp_path / "namespace").write_text("lakeport")
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----")
+
+    connection = KubernetesConnection.in_cluster(tmp_path)
+
+    assert connection == KubernetesConnection("https://kubernetes.default.svc", "sa-token", "lakeport",
+                                              str(tmp_path / "ca.crt"))
+
+
+# --------------------------------------------------------------- deploy/kubernetes
+DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
+_VERBS = {"POST": "create", "DELETE": "delete"}
+
+
+def _permission(method: str, path: str) -> tuple[str, str, str]:
+    """(apiGroup, resource, verb) of one API call, e.g. GET .../rayclusters/x -> ("ray.io", "rayclusters", "get")."""
+    parts = path.strip("/").split("/")
+    group = parts[1] if parts[0] == "apis" else ""
+    after_namespace = parts[parts.index("namespaces") + 2:]
+    resource = after_namespace[0]
+    verb = _VERBS.get(method) or ("get" if len(after_namespace) > 1 else "list")
+    return group, resource, verb
+
+
+def test_the_portal_role_allows_every_call_the_backend_makes(validator):
+    role = yaml.safe_load((DEPLOY_DIR / "role.yaml").read_text())
+    allowed = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+               for resource in rule["resources"] for verb in rule["verbs"]}
+    started = FakeApiServer(validator, [PROVISIONING, READY])
+    backend = backend_on(started)
+    backend.terminate(backend.start(spec()))
+    never_ready = FakeApiServer(validator, [PROVISIONING])
+    with pytest.raises(ClusterStartError):
+        backend_on(never_ready).start(spec(start_timeout_s=0))  # also lists pods to explain why
+
+    needed = {_permission(method, path) for method, path in started.calls + never_ready.calls}
+    assert ("", "pods", "list") in needed
+    assert needed <= allowed, needed - allowed
+
+
+def test_the_deployment_runs_as_the_bound_service_account():
+    documents = {path.name: yaml.safe_load(path.read_text()) for path in DEPLOY_DIR.glob("*.yaml")}
+    kustomization = documents.pop("kustomization.yaml")
+
+    assert sorted(kustomization["resources"]) == sorted(documents)
+    account = documents["serviceaccount.yaml"]["metadata"]["name"]
+    pod = documents["deployment.yaml"]["spec"]["template"]["spec"]
+    binding = documents["rolebinding.yaml"]
+    assert pod["serviceAccountName"] == account
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "lakeport"}]
+    assert binding["roleRef"]["name"] == documents["role.yaml"]["metadata"]["name"]
+    (container,) = pod["containers"]
+    refs = {ref.get("configMapRef", ref.get("secretRef"))["name"] for ref in container["envFrom"]}
+    assert refs == {documents["configmap.yaml"]["metadata"]["name"], documents["secret.yaml"]["metadata"]["name"]}
