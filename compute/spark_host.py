@@ -209,7 +209,10 @@ class SparkHost:
         """RayDP's executor actors and the Ray nodes they run on."""
         from ray.util.state import list_actors
 
-        actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False)
+        # This cluster's address, explicitly: with several clusters on one machine (several
+        # compute units), Ray's address auto-detection refuses to pick one.
+        actors = list_actors(address=ray.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")],
+                             limit=10_000, raise_on_missing_output=False)
         return [
             {"actor_id": actor.actor_id, "node_id": actor.node_id, "pid": actor.pid}
             for actor in actors

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import datetime, timedelta, timezone
 from dataclasses import replace
 
 import pytest
@@ -59,17 +60,18 @@ def process_running(pid: int) -> bool:
         return False
 
 
-def cluster_pids_and_ports(cu: ComputeUnit) -> tuple[list[int], list[int]]:
-    handle = lifecycle.handle_of(cu)
+def cluster_pids_and_ports(app, cu: ComputeUnit) -> tuple[list[int], list[int]]:
+    with app.app_context():
+        handle = lifecycle.handle_of(cu)
     return cluster_pids(handle), list(handle.details["ports"].values())
 
 
-def test_create_run_terminate_leaves_nothing_behind(client, auth, db_engine):
+def test_create_run_terminate_leaves_nothing_behind(app, client, auth, db_engine):
     auth.login("alice")
     cu_id = cu_id_from(start_unit(client, auth, "lifecycle", worker_nodes="1"))
     running = wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED"))
     assert running.state == "RUNNING", running.reason
-    pids, ports = cluster_pids_and_ports(running)
+    pids, ports = cluster_pids_and_ports(app, running)
     assert pids and any(port_is_open(port) for port in ports)
 
     page = client.get(f"/compute-units/{cu_id}").get_data(as_text=True)
@@ -86,13 +88,14 @@ def test_create_run_terminate_leaves_nothing_behind(client, auth, db_engine):
     assert "starting head node" in events and "terminated" in events
 
 
-def test_killed_head_is_failed_with_a_reason_at_the_next_check(client, auth, db_engine):
+def test_killed_head_is_failed_with_a_reason_at_the_next_check(app, client, auth, db_engine):
     auth.login("alice")
     cu_id = cu_id_from(start_unit(client, auth, "doomed"))
     running = wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED"))
     assert running.state == "RUNNING", running.reason
-    head = lifecycle.handle_of(running).details["nodes"][0]
-    pids, _ports = cluster_pids_and_ports(running)
+    with app.app_context():
+        head = lifecycle.handle_of(running).details["nodes"][0]
+    pids, _ports = cluster_pids_and_ports(app, running)
     os.kill(head["pid"], signal.SIGKILL)
     failed = wait_for_state(client, db_engine, cu_id, ("FAILED",), timeout=30)
     assert "head" in failed.reason and ("SIGKILL" in failed.reason or "137" in failed.reason or "killed" in failed.reason)
@@ -110,15 +113,23 @@ def test_portal_restart_adopts_a_live_unit_and_fails_a_dead_one(client, auth, db
     cu_id = cu_id_from(start_unit(client, auth, "survivor"))
     assert wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED")).state == "RUNNING"
     with Session(db_engine) as db:
-        ghost = ComputeUnit(owner_id=unit(db_engine, cu_id).owner_id, name="ghost", kind="local", state="STARTING")
-        db.add(ghost)
+        long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+        ghost = ComputeUnit(owner_id=unit(db_engine, cu_id).owner_id, name="ghost", kind="local", state="STARTING",
+                            created_at=long_ago)
+        # Another worker's start in progress: too young to be called lost.
+        young = ComputeUnit(owner_id=ghost.owner_id, name="young", kind="local", state="STARTING")
+        db.add_all([ghost, young])
         db.commit()
-        ghost_id = ghost.id
+        ghost_id, young_id = ghost.id, young.id
 
     restarted = create_app(portal_config)  # a new portal process would do the same at start
     assert unit(db_engine, cu_id).state == "RUNNING"
     ghost = unit(db_engine, ghost_id)
     assert ghost.state == "FAILED" and "restarted" in ghost.reason
+    assert unit(db_engine, young_id).state == "STARTING"
+    with Session(db_engine) as db:
+        db.delete(db.get(ComputeUnit, young_id))
+        db.commit()
 
     with restarted.test_request_context():
         from flask_login import login_user

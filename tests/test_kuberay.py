@@ -3,6 +3,7 @@ recorded `.status` objects mapped to compute-unit states, and the API calls on a
 from __future__ import annotations
 
 import copy
+import base64
 import json
 import re
 from pathlib import Path
@@ -273,6 +274,10 @@ class FakeApiServer:
             del self.objects[path]
             return httpx.Response(200, json={"kind": "Status", "status": "Success"})
         obj = dict(self.objects[path])
+        if obj["kind"] == "Secret":
+            # The API server answers with base64 `data`; `stringData` is write-only.
+            data = {key: base64.b64encode(value.encode()).decode() for key, value in obj["stringData"].items()}
+            return httpx.Response(200, json={**{k: v for k, v in obj.items() if k != "stringData"}, "data": data})
         obj["status"] = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
         return httpx.Response(200, json=obj)
 
@@ -302,8 +307,10 @@ def test_start_creates_the_token_secret_and_the_raycluster_then_waits_until_read
                      "pods starting: head not ready, 0 of 2 worker pods ready",
                      "cluster ready"]
 
-    adopted = backend_on(server).adopt(ClusterHandle.from_json(handle.to_json()))
-    assert adopted.state == ClusterState.RUNNING
+    stored = ClusterHandle.from_json(handle.to_json())
+    assert stored.auth_token is None  # the token lives in the Secret, not in the portal's database
+    adopted = backend_on(server).adopt(stored)
+    assert adopted.state == ClusterState.RUNNING and stored.auth_token == handle.auth_token
 
     backend.terminate(handle)
     assert server.objects == {}

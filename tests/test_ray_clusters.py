@@ -157,6 +157,7 @@ def test_the_dashboard_demands_the_cluster_token(cluster):
 
 def test_a_restarted_portal_adopts_the_live_cluster(backend, cluster):
     stored = cluster.to_json()
+    assert cluster.auth_token not in stored  # the token stays in the cluster's 0600 file
 
     assert in_new_process(ClusterHandle.from_json(stored)) == {"state": "RUNNING", "reason": "", "nodes": 2}
     assert LocalClusterBackend().adopt(ClusterHandle.from_json(stored)).state == ClusterState.RUNNING
@@ -205,7 +206,7 @@ def test_an_existing_cluster_is_attached_by_its_dashboard_address(backend, clust
     steps: list[str] = []
 
     handle = existing.start(attach_spec(cluster.dashboard_url), progress=steps.append)
-    status = existing.status(ClusterHandle.from_json(handle.to_json()))
+    status = existing.status(existing.restore_token(ClusterHandle.from_json(handle.to_json())))
 
     assert steps == ["connecting to the Ray cluster", "cluster ready"]
     assert (status.state, status.alive_nodes, status.cpus_total) == (ClusterState.RUNNING, 2, 2.0)

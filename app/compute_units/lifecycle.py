@@ -216,15 +216,23 @@ def _clean_up(cu_id: int) -> None:
         current_app.logger.exception("cleaning up failed compute unit %s", cu_id)
 
 
+def _start_deadline_passed(cu: ComputeUnit) -> bool:
+    # Another portal process (a second gunicorn worker, say) may be starting this unit right
+    # now; only once its start timeout has passed is a unit without a handle really lost.
+    grace = timedelta(seconds=current_app.config["CU_START_TIMEOUT_SECONDS"] + 30)
+    return utcnow() - _as_utc(cu.created_at) > grace
+
+
 def adopt_all() -> None:
-    """At portal start: keep live clusters, mark dead or half-started ones FAILED."""
+    """At portal start: keep live clusters, mark dead or abandoned ones FAILED."""
     with Session(engine(), expire_on_commit=False) as db:
         units = list(db.exec(select(ComputeUnit).where(ComputeUnit.state.in_(State.LIVE))))
     for cu in units:
         handle = handle_of(cu)
         if handle is None:
-            _update(cu.id, state=State.FAILED, reason="the portal restarted while this unit was starting",
-                    ended_at=utcnow(), progress_step="", event="failed: portal restarted while starting")
+            if _start_deadline_passed(cu):
+                _update(cu.id, state=State.FAILED, reason="the portal restarted while this unit was starting",
+                        ended_at=utcnow(), progress_step="", event="failed: portal restarted while starting")
             continue
         try:
             status = _backend(cu).adopt(handle)
@@ -242,9 +250,17 @@ def adopt_all() -> None:
 
 
 def check_all_running() -> None:
-    """One supervisor pass: every RUNNING unit is checked for death and idleness."""
+    """One supervisor pass: every RUNNING unit is checked for death and idleness, and a unit
+    whose start was abandoned (its portal process died) is marked FAILED."""
     with Session(engine(), expire_on_commit=False) as db:
         ids = list(db.exec(select(ComputeUnit.id).where(ComputeUnit.state == State.RUNNING)))
+        stuck = list(db.exec(select(ComputeUnit).where(ComputeUnit.state.in_((State.PENDING, State.STARTING)))))
+    timeout = current_app.config["CU_START_TIMEOUT_SECONDS"]
+    for cu in stuck:
+        if not cu.handle or cu.handle == "{}":
+            if _start_deadline_passed(cu):
+                _update(cu.id, state=State.FAILED, reason=f"did not become healthy within {timeout:g} s",
+                        ended_at=utcnow(), progress_step="", event="failed: start abandoned")
     for cu_id in ids:
         cu = get_db().get(ComputeUnit, cu_id)
         if cu is not None:

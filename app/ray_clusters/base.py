@@ -152,7 +152,7 @@ class ClusterBackend(ABC):
     def adopt(self, handle: ClusterHandle) -> ClusterStatus:
         """Take over a cluster started by an earlier portal process."""
         self._check_handle(handle)
-        return self.status(handle)
+        return self.status(self.restore_token(handle))
 
     def _check_handle(self, handle: ClusterHandle) -> None:
         if handle.backend != self.kind:

@@ -257,7 +257,7 @@ class LocalClusterBackend(ClusterBackend):
         self._check_handle(handle)
         with _lock:
             _reserved_ports.update(_handle_ports(handle))
-        return self.status(handle)
+        return self.status(self.restore_token(handle))
 
     # -------------------------------------------------------------- terminate
     def terminate(self, handle: ClusterHandle) -> None:
