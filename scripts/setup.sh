@@ -27,9 +27,14 @@ stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   step "installing Python packages into .venv"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-  .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c "import flask, ray, raydp, pyspark, pyiceberg" 
+  # pip's chatter goes to a log that is shown only when the install fails.
+  log=.venv/pip-install.log
+  if ! { .venv/bin/pip install -q --upgrade pip && .venv/bin/pip install -q -e '.[dev]'; } > "$log" 2>&1; then
+    grep -v "^WARNING: Location" "$log" | tail -40
+    echo "installing Python packages failed (full log: $log)" >&2
+    exit 1
+  fi
+  .venv/bin/python -c "import flask, ray, raydp, pyspark, pyiceberg"
   rm -f .venv/.installed-*; touch "$stamp"
 fi
 
