@@ -112,3 +112,77 @@ class ComputeUnitEvent(SQLModel, table=True):
     compute_unit_id: int = Field(foreign_key="compute_units.id", index=True, ondelete="CASCADE")
     at: datetime = Field(default_factory=utcnow)
     message: str = Field(max_length=1000)
+
+
+class Workflow(SQLModel, table=True):
+    """A named, owned PySpark pipeline. Its steps live in versions: every save is a new one."""
+
+    __tablename__ = "workflows"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_workflows_owner_name"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=64)
+    description: str = Field(default="", max_length=1000)
+    latest_version: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class WorkflowVersion(SQLModel, table=True):
+    """One saved state of a workflow's steps; never changed once written.
+
+    `steps` is JSON: [{"name", "kind": "sql" | "python", "code", "output": bool}, ...] in order.
+    """
+
+    __tablename__ = "workflow_versions"
+    __table_args__ = (UniqueConstraint("workflow_id", "version", name="uq_workflow_versions_version"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    workflow_id: int = Field(foreign_key="workflows.id", index=True, ondelete="CASCADE")
+    version: int
+    steps: str = Field(default="[]")
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ExecutionState:
+    QUEUED = "QUEUED"
+    INITIALIZING = "INITIALIZING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    FINAL = (COMPLETED, FAILED, CANCELLED)
+    ALL = (QUEUED, INITIALIZING, RUNNING, COMPLETED, FAILED, CANCELLED)
+
+
+class Execution(SQLModel, table=True):
+    """One run of a workflow version on a compute unit, writing into one warehouse.
+
+    The warehouse's name is copied so history stays readable after a purge
+    (`warehouse_id` is then cleared and `outputs_purged` set).
+    """
+
+    __tablename__ = "executions"
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    workflow_id: int = Field(foreign_key="workflows.id", index=True)
+    workflow_version_id: int = Field(foreign_key="workflow_versions.id")
+    workflow_version: int
+    compute_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", index=True,
+                                        ondelete="SET NULL")
+    warehouse_id: int | None = Field(default=None, foreign_key="warehouses.id", index=True, ondelete="SET NULL")
+    warehouse_name: str = Field(max_length=64)
+    state: str = Field(default=ExecutionState.QUEUED, max_length=16, index=True)
+    reason: str = Field(default="", max_length=2000)
+    # The Spark host's id for this run, once submitted.
+    run_id: str = Field(default="", max_length=64)
+    # Last progress seen from the compute unit (JSON: steps, logs); final once the run ends.
+    progress: str = Field(default="{}")
+    # What the run produced (JSON: {"outputs": {step: "results.e42_step"}, ...}).
+    outputs: str = Field(default="{}")
+    outputs_purged: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None

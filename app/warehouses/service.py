@@ -20,7 +20,7 @@ from app.lakekeeper import (
     S3StorageProfile,
     TableSummary,
 )
-from app.models import User, Warehouse, WarehouseStatus, utcnow
+from app.models import Execution, User, Warehouse, WarehouseStatus, utcnow
 from app.storage_probe import ProbeReport, S3Credentials, S3Location, probe_storage
 from app.warehouses.forms import StorageForm
 
@@ -193,6 +193,10 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
                 continue
             raise WarehouseActionError(error.user_message) from error
     db = get_db()
+    # History stays; what the executions wrote is gone.
+    for execution in db.exec(select(Execution).where(Execution.warehouse_id == warehouse.id)):
+        execution.outputs_purged, execution.warehouse_id = True, None
+        db.add(execution)
     db.delete(warehouse)
     db.commit()
     current_app.logger.info("purged warehouse %s (%s)", warehouse.id, warehouse.lakekeeper_id)
