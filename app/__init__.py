@@ -38,11 +38,13 @@ def create_app(config: Config | None = None) -> Flask:
     from app.main import bp as main_bp
     from app.compute_units import bp as compute_units_bp
     from app.warehouses import bp as warehouses_bp
+    from app.workflows import bp as workflows_bp
 
     app.register_blueprint(auth_bp)
     app.register_blueprint(main_bp)
     app.register_blueprint(warehouses_bp)
     app.register_blueprint(compute_units_bp)
+    app.register_blueprint(workflows_bp)
 
     adopt_compute_units(app)
 
@@ -86,6 +88,7 @@ def register_commands(app: Flask) -> None:
 NAVIGATION = [
     ("Warehouses", "warehouses.index"),
     ("Compute units", "compute_units.index"),
+    ("Workflows", "workflows.index"),
     ("Executions", "executions.index"),
 ]
 
@@ -93,8 +96,11 @@ NAVIGATION = [
 def navigation() -> dict:
     from flask import current_app
 
-    items = [(label, endpoint) for label, endpoint in NAVIGATION if endpoint in current_app.view_functions]
-    return {"navigation": items}
+    def has_endpoint(endpoint: str) -> bool:
+        return endpoint in current_app.view_functions
+
+    items = [(label, endpoint) for label, endpoint in NAVIGATION if has_endpoint(endpoint)]
+    return {"navigation": items, "has_endpoint": has_endpoint}
 
 
 def register_error_pages(app: Flask) -> None:

@@ -153,9 +153,23 @@ class LocalStack:
         )
 
     def stop(self) -> None:
+        if any(process.name == "portal" for process in self.processes):
+            self.stop_compute_units()
         for process in reversed(self.processes):
             process.stop()
         self.processes.clear()
+
+    def stop_compute_units(self) -> None:
+        """Local compute units are Ray clusters the portal started; they go down with the stack."""
+        from app import create_app
+        from app.compute_units.lifecycle import terminate_all_local
+        from app.config import Config
+
+        app = create_app(Config.from_env(self.portal_environment()))
+        with app.app_context():
+            stopped = terminate_all_local("the local stack stopped")
+        if stopped:
+            print(f"stopped {stopped} local compute unit(s)", flush=True)
 
     def banner(self) -> str:
         logins = "\n".join(f"    {u.username} / {u.password}   ({u.name})" for u in TEST_USERS.values())

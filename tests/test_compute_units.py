@@ -12,7 +12,7 @@ from sqlmodel import Session, select
 
 from app import create_app
 from app.compute_units import lifecycle
-from app.models import ComputeUnit, User
+from app.models import ComputeUnit, Execution, User, Workflow, WorkflowVersion
 from app.ray_clusters.local import cluster_pids
 from devstack.process import port_is_open
 
@@ -141,7 +141,7 @@ def test_portal_restart_adopts_a_live_unit_and_fails_a_dead_one(client, auth, db
     wait_for_state(client, db_engine, cu_id, ("TERMINATED",))
 
 
-def test_limits_are_enforced_with_clear_form_errors(client, auth, db_engine):
+def test_limits_are_enforced_with_clear_form_errors(app, client, auth, db_engine):
     auth.login("bob")
     too_big = start_unit(client, auth, "too-big", cpus="64", memory_gb="999", worker_nodes="9")
     assert too_big.status_code == 422
@@ -159,10 +159,15 @@ def test_limits_are_enforced_with_clear_form_errors(client, auth, db_engine):
     assert third.status_code == 422
     assert "at most 2 compute units running at once" in third.get_data(as_text=True)
     for cu_id in (first, second):
-        wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED"))
-        client.post(f"/compute-units/{cu_id}/terminate", headers={"X-CSRFToken": auth.csrf_token()})
+        assert wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED")).state == "RUNNING"
+    pids = [pid for cu_id in (first, second) for pid in cluster_pids_and_ports(app, unit(db_engine, cu_id))[0]]
+    # What the local stack does on Ctrl-C: every live local unit goes down with it.
+    with app.app_context():
+        assert lifecycle.terminate_all_local("the local stack stopped") == 2
     for cu_id in (first, second):
-        wait_for_state(client, db_engine, cu_id, ("TERMINATED", "FAILED"))
+        ended = unit(db_engine, cu_id)
+        assert (ended.state, ended.reason) == ("TERMINATED", "the local stack stopped")
+    assert not [pid for pid in pids if process_running(pid)]
 
 
 def test_idle_unit_is_terminated_with_the_reason_shown(app, client, auth, db_engine):
@@ -192,3 +197,26 @@ def test_bob_gets_404_on_alices_unit(client, auth, db_engine):
             response = client.open(f"/compute-units/{cu_id}{path}", method=method, headers=headers)
             assert response.status_code == 404, (method, path)
     assert "private" not in client.get("/compute-units/").get_data(as_text=True)
+
+
+def test_detail_lists_the_units_running_executions(client, auth, db_engine):
+    auth.login("alice")
+    with Session(db_engine) as db:
+        alice = db.exec(select(User).where(User.email == "alice@example.test")).one()
+        cu = ComputeUnit(owner_id=alice.id, name="busy", kind="local", state="TERMINATED")
+        workflow = Workflow(owner_id=alice.id, name="busy-flow", latest_version=1)
+        db.add_all([cu, workflow])
+        db.flush()
+        version = WorkflowVersion(workflow_id=workflow.id, version=1)
+        db.add(version)
+        db.flush()
+        common = dict(owner_id=alice.id, workflow_id=workflow.id, workflow_version_id=version.id, workflow_version=1,
+                      compute_unit_id=cu.id, warehouse_name="lake")
+        running, done = Execution(state="RUNNING", **common), Execution(state="COMPLETED", **common)
+        db.add_all([running, done])
+        db.commit()
+        cu_id, running_id, done_id = cu.id, running.id, done.id
+    panel = client.get(f"/compute-units/{cu_id}").get_data(as_text=True).split('data-testid="cu-executions"')[1]
+    panel = panel.split("</article>")[0]
+    assert f"#{running_id}" in panel and "RUNNING" in panel
+    assert f"#{done_id}" not in panel

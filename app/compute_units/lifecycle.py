@@ -15,7 +15,15 @@ from flask import Flask, current_app
 from sqlmodel import Session, func, select
 
 from app.db import engine, get_db
-from app.models import ComputeUnit, ComputeUnitEvent, ComputeUnitState, User, utcnow
+from app.models import (
+    ComputeUnit,
+    ComputeUnitEvent,
+    ComputeUnitState,
+    Execution,
+    ExecutionState,
+    User,
+    utcnow,
+)
 from app.compute_units.backends import backend_for
 from app.ray_clusters.base import ClusterHandle, ClusterSpec, ClusterStartError, ClusterState, ClusterStatus
 
@@ -40,6 +48,13 @@ def record_event(db: Session, cu: ComputeUnit, message: str) -> None:
 def recent_events(cu: ComputeUnit, limit: int = 20) -> list[ComputeUnitEvent]:
     statement = (select(ComputeUnitEvent).where(ComputeUnitEvent.compute_unit_id == cu.id)
                  .order_by(ComputeUnitEvent.at.desc(), ComputeUnitEvent.id.desc()).limit(limit))
+    return list(get_db().exec(statement))
+
+
+def running_executions(cu: ComputeUnit) -> list[Execution]:
+    statement = (select(Execution).where(Execution.compute_unit_id == cu.id,
+                                         Execution.state.not_in(ExecutionState.FINAL))
+                 .order_by(Execution.created_at))
     return list(get_db().exec(statement))
 
 
@@ -247,6 +262,17 @@ def adopt_all() -> None:
             _update(cu.id, state=State.RUNNING, progress_step="", event="adopted after portal restart")
         else:
             _update(cu.id, event="adopted after portal restart")
+
+
+def terminate_all_local(reason: str) -> int:
+    """Stop every live local compute unit now, in this thread (the local stack's shutdown)."""
+    with Session(engine(), expire_on_commit=False) as db:
+        units = list(db.exec(select(ComputeUnit).where(ComputeUnit.kind == "local",
+                                                       ComputeUnit.state.in_(State.LIVE))))
+    for cu in units:
+        _update(cu.id, state=State.TERMINATING, reason=reason, event=f"terminating: {reason}")
+        _terminate(cu.id)
+    return len(units)
 
 
 def check_all_running() -> None:

@@ -54,7 +54,7 @@ def detail(cu_id: int):
     status = lifecycle.refresh(cu)
     template = "compute_units/_detail_status.html" if request.htmx else "compute_units/detail.html"
     return render_template(template, cu=cu, status=status, events=lifecycle.recent_events(cu),
-                           handle=lifecycle.handle_of(cu))
+                           executions=lifecycle.running_executions(cu), handle=lifecycle.handle_of(cu))
 
 
 @bp.get("/<int:cu_id>/row")
