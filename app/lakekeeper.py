@@ -11,6 +11,9 @@ grant, `ClientCredentialsTokenSource`), never with the signed-in user's token, b
   touch any warehouse, so ownership is enforced by the portal either way;
 - a user's access token can expire in the middle of a long purge, and background work
   would force the portal to store user tokens.
+An execution gets a token of its own instead (`LakekeeperClient.warehouse_token`): minted
+fresh for it by the service client, scoped to one warehouse (`warehouse:<id>`), never cached
+or reused.
 
 Errors: every failure is a `LakekeeperError` whose `user_message` can be shown to users;
 `str(error)` is the technical account for logs. Neither ever contains a secret.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -38,6 +42,8 @@ T = TypeVar("T")
 DEFAULT_PROJECT_ID = "00000000-0000-0000-0000-000000000000"
 # Separates the parts of a multi-level namespace in Iceberg REST paths and queries.
 NAMESPACE_SEPARATOR = "\x1f"
+# Scope of a token that may reach only one warehouse: `warehouse:<Lakekeeper warehouse id>`.
+WAREHOUSE_SCOPE_PREFIX = "warehouse:"
 
 _RETRY_STATUSES = frozenset({502, 503, 504})
 # Lakekeeper's error types for a storage location it could not write, read and delete with
@@ -158,6 +164,11 @@ class ServiceTokenError(LakekeeperError):
             return (
                 "The portal could not sign in to the catalog because the identity provider is unreachable. "
                 "Try again in a moment."
+            )
+        if self.operation == "warehouse_token":
+            return (
+                "The identity provider refused the portal a catalog token limited to one warehouse. "
+                "Contact the operators."
             )
         return "The identity provider refused the portal's catalog credentials. Contact the operators."
 
@@ -358,12 +369,30 @@ class PurgeResult:
 # --- Tokens ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ScopedToken:
+    """An access token minted for one purpose: its value, the scope the identity provider
+    granted (space-separated) and its lifetime in seconds from issue."""
+
+    access_token: str = field(repr=False)
+    scope: str
+    expires_in: float
+
+
+def warehouse_scope(warehouse_id: str) -> str:
+    """The scope that limits a token to one warehouse (`warehouse_id` is Lakekeeper's id)."""
+    return f"{WAREHOUSE_SCOPE_PREFIX}{uuid.UUID(warehouse_id)}"
+
+
 class TokenSource(Protocol):
     def token(self) -> str:
         """A bearer token valid for at least the next few seconds."""
 
     def invalidate(self) -> None:
         """Forget the cached token (Lakekeeper refused it)."""
+
+    def warehouse_token(self, warehouse_id: str) -> ScopedToken:
+        """A new token that reaches only this warehouse (Lakekeeper's id)."""
 
 
 class ClientCredentialsTokenSource:
@@ -425,6 +454,23 @@ class ClientCredentialsTokenSource:
         with self._lock:
             self._token = None
 
+    def warehouse_token(self, warehouse_id: str) -> ScopedToken:
+        """A new token that reaches only the warehouse `warehouse_id` (Lakekeeper's id), e.g.
+        for one execution: neither cached nor shared, valid as long as the identity provider
+        says (`expires_in`). Asks for this source's `scope` plus `warehouse:<id>`; raises
+        ServiceTokenError if the provider refuses, or grants a token without that scope (a
+        token that reaches every warehouse is never handed out in its place)."""
+        scope = warehouse_scope(warehouse_id)
+        payload = self._request_token(" ".join(filter(None, (self.scope, scope))), "warehouse_token")
+        granted = str(payload.get("scope") or "")
+        if scope not in granted.split():
+            raise ServiceTokenError(
+                200, "ScopeNotGranted",
+                f"the identity provider did not grant scope {scope} (granted: {granted or 'none'})",
+                "warehouse_token",
+            )
+        return ScopedToken(payload["access_token"], granted, float(payload.get("expires_in") or 300))
+
     def close(self) -> None:
         self._http.close()
 
@@ -435,9 +481,19 @@ class ClientCredentialsTokenSource:
         self.close()
 
     def _fetch(self) -> None:
+        started = self._clock()
+        payload = self._request_token(self.scope, "service_token")
+        lifetime = float(payload.get("expires_in") or 300)
+        # Renew early, but never so early that a short-lived token is not reused at all.
+        self._token = payload["access_token"]
+        self._refresh_at = started + lifetime - min(self.refresh_margin, lifetime / 2)
+        logger.debug("Service token for %s obtained, valid %.0f s", self.client_id, lifetime)
+
+    def _request_token(self, scope: str | None, operation: str) -> dict[str, Any]:
+        """The token endpoint's answer to a client-credentials request for `scope`."""
         form = {"grant_type": "client_credentials"}
-        if self.scope:
-            form["scope"] = self.scope
+        if scope:
+            form["scope"] = scope
         if self.resource:
             form["resource"] = self.resource
         auth = None
@@ -445,36 +501,30 @@ class ClientCredentialsTokenSource:
             auth = httpx.BasicAuth(self.client_id, self._client_secret)
         else:
             form.update(client_id=self.client_id, client_secret=self._client_secret)
-        started = self._clock()
-        response = self._call_provider("POST", self._resolve_token_url(), data=form, auth=auth)
+        response = self._call_provider(operation, "POST", self._resolve_token_url(operation), data=form, auth=auth)
         if response.status_code != 200:
             error, description = _oauth_error(response)
-            raise ServiceTokenError(response.status_code, error, description, "service_token")
-        payload = response.json()
-        lifetime = float(payload.get("expires_in") or 300)
-        # Renew early, but never so early that a short-lived token is not reused at all.
-        self._token = payload["access_token"]
-        self._refresh_at = started + lifetime - min(self.refresh_margin, lifetime / 2)
-        logger.debug("Service token for %s obtained, valid %.0f s", self.client_id, lifetime)
+            raise ServiceTokenError(response.status_code, error, description, operation)
+        return response.json()
 
-    def _resolve_token_url(self) -> str:
+    def _resolve_token_url(self, operation: str) -> str:
         if self._token_url is None:
             discovery_url = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
-            response = self._call_provider("GET", discovery_url)
+            response = self._call_provider(operation, "GET", discovery_url)
             if response.status_code != 200:
                 raise ServiceTokenError(
                     response.status_code, "DiscoveryFailed", f"{discovery_url} answered {response.status_code}",
-                    "service_token",
+                    operation,
                 )
             self._token_url = response.json()["token_endpoint"]
         return self._token_url
 
-    def _call_provider(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    def _call_provider(self, operation: str, method: str, url: str, **kwargs: Any) -> httpx.Response:
         try:
             return self._http.request(method, url, **kwargs)
         except httpx.TransportError as error:
             raise ServiceTokenError(
-                None, "IdentityProviderUnreachable", f"{type(error).__name__}: {error}", "service_token",
+                None, "IdentityProviderUnreachable", f"{type(error).__name__}: {error}", operation,
             ) from None
 
 
@@ -518,6 +568,12 @@ class LakekeeperClient:
 
     def __repr__(self) -> str:
         return f"LakekeeperClient({self.base_url!r}, project_id={self.project_id!r})"
+
+    def warehouse_token(self, warehouse_id: str) -> ScopedToken:
+        """A fresh catalog token for one execution that reaches only the warehouse `warehouse_id`
+        (Lakekeeper's id), minted for the client's service identity; see
+        `ClientCredentialsTokenSource.warehouse_token`."""
+        return self._token_source.warehouse_token(warehouse_id)
 
     def close(self) -> None:
         self._http.close()

@@ -2,8 +2,12 @@
 
 It signs in the test users with a real password form, serves the portal's authorization-code
 flow (PKCE S256) and the service client's client-credentials grant, and issues JWT access
-tokens whose audience is the catalog's (default `lakekeeper`). The helpers at the end drive
-its pages with httpx, the way a browser would, for tests that need a signed-in user.
+tokens whose audience is the catalog's (default `lakekeeper`). The service client may also ask
+for warehouse-scoped tokens, one per execution: scope `warehouse:<lakekeeper warehouse uuid>`
+(several allowed, `lakekeeper` optional), carried in the JWT's `scope` claim and valid
+`warehouse_token_ttl` seconds; the dev catalog lets such a token reach only those warehouses.
+The helpers at the end drive its pages with httpx, the way a browser would, for tests that need
+a signed-in user.
 """
 from __future__ import annotations
 
@@ -69,6 +73,8 @@ class OidcProviderConfig:
     portal_client_secret: str
     service_client_secret: str
     audience: str = "lakekeeper"
+    # Lifetime of warehouse-scoped tokens (other tokens live an hour).
+    warehouse_token_ttl: int = 3600
     # Signs the provider's cookies; fresh per run since its sessions live in memory anyway.
     cookie_keys: list[str] = field(default_factory=lambda: [secrets.token_urlsafe(32)])
 
@@ -111,6 +117,7 @@ class OidcProviderConfig:
             "port": self.port,
             "issuer": self.issuer,
             "audience": self.audience,
+            "warehouse_token_ttl": self.warehouse_token_ttl,
             "cookie_keys": self.cookie_keys,
             "clients": [portal, service],
             "users": users,

@@ -12,7 +12,8 @@ checked:
   warehouses in that bucket (`warehouse_table_bucket`).
 
 An `-s3.iam.config` turns on SeaweedFS's STS, so its Iceberg catalog vends short-lived
-credentials scoped to one table when a client asks for them.
+credentials scoped to one table when a client asks for them, and the dev catalog can assume
+`WAREHOUSE_CREDENTIALS_ROLE` (with the admin key) to vend credentials for one whole table bucket.
 
 Each port p also opens a gRPC port at p + 10000 (SeaweedFS's convention).
 """
@@ -37,6 +38,12 @@ WEED_BINARY = Path(sys.executable).parent / "weed"
 GRPC_PORT_OFFSET = 10000
 # The role SeaweedFS's Iceberg catalog assumes to vend table-scoped credentials.
 VENDED_CREDENTIALS_ROLE = "arn:aws:iam::seaweedfs:role/LakeportTableAccess"
+# The role the dev catalog assumes (STS AssumeRole, signed with the admin key) to vend credentials
+# for one warehouse's table bucket; each session is narrowed further to that bucket.
+WAREHOUSE_CREDENTIALS_ROLE = "arn:aws:iam::seaweedfs:role/LakeportWarehouseAccess"
+_ADMIN_IDENTITY = "lakeport-admin"
+# How SeaweedFS names a static identity in trust policies (its default account id).
+_ADMIN_PRINCIPAL = f"arn:aws:iam::000000000000:user/{_ADMIN_IDENTITY}"
 
 
 @dataclass(frozen=True)
@@ -156,7 +163,7 @@ class SeaweedConfig:
 def _s3_identities(config: SeaweedConfig) -> dict:
     """The `-s3.config` document (format: `weed help s3`)."""
     identities = [{
-        "name": "lakeport-admin",
+        "name": _ADMIN_IDENTITY,
         "credentials": [{"accessKey": config.admin_access_key_id, "secretKey": config.admin_secret_access_key}],
         "actions": ["Admin", "Read", "List", "Tagging", "Write"],
     }]
@@ -171,8 +178,9 @@ def _s3_identities(config: SeaweedConfig) -> dict:
 
 
 def _iam_config(config: SeaweedConfig) -> dict:
-    """The `-s3.iam.config` document: STS, and the role the Iceberg catalog assumes to vend
-    credentials. SeaweedFS narrows each vended session to one table's prefix."""
+    """The `-s3.iam.config` document: STS, the role the Iceberg catalog assumes to vend
+    credentials (SeaweedFS narrows each session to one table's prefix), and the role the dev
+    catalog assumes to vend credentials for one warehouse's table bucket."""
     role_name = VENDED_CREDENTIALS_ROLE.rsplit("/", 1)[1]
     return {
         "sts": {
@@ -189,9 +197,22 @@ def _iam_config(config: SeaweedConfig) -> dict:
                 "Action": ["sts:AssumeRoleWithCredentials"],
             }]},
             "attachedPolicies": ["TableData"],
+        }, {
+            "roleName": WAREHOUSE_CREDENTIALS_ROLE.rsplit("/", 1)[1],
+            "roleArn": WAREHOUSE_CREDENTIALS_ROLE,
+            # Only the admin identity (the dev catalog) may assume it; users' keys may not.
+            "trustPolicy": {"Version": "2012-10-17", "Statement": [{
+                "Effect": "Allow",
+                "Principal": {"AWS": _ADMIN_PRINCIPAL},
+                "Action": ["sts:AssumeRole"],
+            }]},
+            "attachedPolicies": ["WarehouseTableBuckets"],
         }],
         "policies": [{"name": "TableData", "document": {"Version": "2012-10-17", "Statement": [{
             "Effect": "Allow", "Action": ["s3:*"], "Resource": ["arn:aws:s3:::*", "arn:aws:s3:::*/*"],
+        }]}}, {"name": "WarehouseTableBuckets", "document": {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Action": ["s3:*"],
+            "Resource": [f"arn:aws:s3:::*{_TABLE_BUCKET_MARKER}*", f"arn:aws:s3:::*{_TABLE_BUCKET_MARKER}*/*"],
         }]}}],
     }
 

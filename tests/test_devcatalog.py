@@ -1,7 +1,8 @@
 """The Lakekeeper-compatible dev catalog, run as the stack runs it (the session's `devcatalog`
 fixture, tests/services.py): gunicorn in front of a real SeaweedFS, tokens from the real OpenID
 Connect provider, every management exchange checked against Lakekeeper's OpenAPI documents, and
-pyiceberg as the Iceberg client.
+pyiceberg as the Iceberg client. Execution tokens (scoped to one warehouse) come from the portal's
+own client, `ClientCredentialsTokenSource.warehouse_token`.
 
 The tests work in a project of their own, so other tests' warehouses in the shared catalog
 (names, overlapping locations) cannot meet theirs."""
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 import jwt
@@ -17,8 +20,16 @@ import pytest
 from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives.asymmetric import rsa
 from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import ForbiddenError
 
-from app.storage_probe import S3Credentials, probe_storage
+from app.lakekeeper import (
+    ClientCredentialsTokenSource,
+    LakekeeperClient,
+    S3AccessKeyCredential,
+    S3StorageProfile,
+    WarehouseInfo,
+)
+from app.storage_probe import S3Credentials, SigV4Auth, probe_storage
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.lakekeeper_contract import ContractCheckingTransport
@@ -33,14 +44,18 @@ def service_token(lakehouse) -> str:
     return lakehouse.service_token()
 
 
-@pytest.fixture
-def api(devcatalog, service_token):
+def checked_client(devcatalog, token: str) -> httpx.Client:
     """A client in this module's project whose every request and answer must conform to
     Lakekeeper's documents."""
-    with httpx.Client(
+    return httpx.Client(
         base_url=devcatalog.url, timeout=30, transport=ContractCheckingTransport(httpx.HTTPTransport()),
-        headers={"Authorization": f"Bearer {service_token}", "x-project-id": PROJECT},
-    ) as client:
+        headers={"Authorization": f"Bearer {token}", "x-project-id": PROJECT},
+    )
+
+
+@pytest.fixture
+def api(devcatalog, service_token):
+    with checked_client(devcatalog, service_token) as client:
         yield client
 
 
@@ -78,6 +93,16 @@ def create_warehouse(api, seaweedfs, name: str, key_prefix: str, *, credentials=
 
 def error_of(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, response.json()["error"]["type"]
+
+
+def vended_session(properties: dict) -> S3Credentials:
+    """The vended credentials in a table's FileIO properties."""
+    return S3Credentials(properties["s3.access-key-id"], properties["s3.secret-access-key"],
+                         properties["s3.session-token"])
+
+
+def s3_client(seaweedfs, credentials: S3Credentials) -> httpx.Client:
+    return httpx.Client(base_url=seaweedfs.s3_endpoint, auth=SigV4Auth(credentials, seaweedfs.region), timeout=10)
 
 
 def warehouse_names(api, *statuses: str, headers=None) -> set[str]:
@@ -267,8 +292,8 @@ def test_pyiceberg_round_trip_with_vended_credentials(api, warehouse, devcatalog
     assert vended["s3.access-key-id"] != ALICE.access_key_id
     assert loaded.location().startswith(f"s3://{ALICE.bucket}-wh-")
 
-    # The vended session reaches this table's files only: not the warehouse's own bucket.
-    session = S3Credentials(vended["s3.access-key-id"], vended["s3.secret-access-key"], vended["s3.session-token"])
+    # The vended session reaches the warehouse's table bucket only: not the warehouse's own bucket.
+    session = vended_session(vended)
     assert probe_storage(seaweedfs.s3_location(ALICE.bucket, "iceberg"), session).first_failure.name == "write"
 
     warehouse_path = f"/management/v1/warehouse/{warehouse['warehouse-id']}"
@@ -314,3 +339,139 @@ def test_vending_does_not_depend_on_sts_enabled_and_clients_may_bring_their_own_
     vending.purge_table("raw.events")
     vending.drop_namespace("raw")
     assert api.delete(f"/management/v1/warehouse/{warehouse['warehouse-id']}").status_code == 204
+
+
+# --- Execution tokens: scoped to one warehouse ------------------------------------------
+
+
+@dataclass
+class Execution:
+    """Two of alice's warehouses, and an execution token that may reach only the first."""
+
+    own: WarehouseInfo
+    other: WarehouseInfo
+    token: str
+
+
+@pytest.fixture(scope="module")
+def execution(devcatalog, seaweedfs, oidc_provider):
+    tokens = ClientCredentialsTokenSource(
+        client_id=SERVICE_CLIENT_ID, client_secret=oidc_provider.service_client_secret, issuer=oidc_provider.issuer,
+    )
+    portal = LakekeeperClient(devcatalog.url, tokens, project_id=PROJECT)
+    keys = S3AccessKeyCredential(ALICE.access_key_id, ALICE.secret_access_key)
+    own, other = (
+        portal.create_warehouse(name, S3StorageProfile(
+            bucket=ALICE.bucket, region=seaweedfs.region, key_prefix=name, endpoint=seaweedfs.s3_endpoint,
+            path_style_access=True, flavor="s3-compat",
+        ), keys)
+        for name in ("exec-own", "exec-other")
+    )
+    yield Execution(own, other, portal.warehouse_token(own.id).access_token)
+    for warehouse in (own, other):
+        portal.purge_warehouse_contents(warehouse.name)
+        portal.delete_warehouse(warehouse.id)
+    portal.close()
+    tokens.close()
+
+
+def test_an_execution_token_sees_only_its_warehouse_and_changes_nothing(execution, devcatalog, seaweedfs, api):
+    own, other = execution.own.id, execution.other.id
+    with checked_client(devcatalog, execution.token) as scoped:
+        assert scoped.get(f"/management/v1/warehouse/{own}").raise_for_status().json()["name"] == "exec-own"
+        for elsewhere in (other, uuid.uuid4()):
+            assert error_of(scoped.get(f"/management/v1/warehouse/{elsewhere}")) == (403, "WarehouseActionForbidden")
+        assert warehouse_names(scoped, "active", "inactive") == {"exec-own"}
+
+        assert error_of(scoped.post(f"/management/v1/warehouse/{other}/deactivate")) == (
+            403, "WarehouseActionForbidden")
+        # Managing warehouses is the portal's: even its own warehouse is read-only to an execution.
+        assert error_of(scoped.post(f"/management/v1/warehouse/{own}/rename", json={"new-name": "x"})) == (
+            403, "WarehouseActionForbidden")
+        assert error_of(scoped.delete(f"/management/v1/warehouse/{own}")) == (403, "WarehouseActionForbidden")
+        assert error_of(create_warehouse(scoped, seaweedfs, "exec-new", "exec-new")) == (
+            403, "ProjectActionForbidden")
+
+    # The portal's own (unscoped) token is unchanged.
+    assert {"exec-own", "exec-other"} <= warehouse_names(api)
+    assert api.get(f"/management/v1/warehouse/{other}").json()["status"] == "active"
+    assert "exec-new" not in warehouse_names(api, "active", "inactive")
+
+
+def test_an_execution_token_reaches_only_its_warehouse_in_the_catalog(execution, devcatalog):
+    own, other = execution.own.id, execution.other.id
+    with checked_client(devcatalog, execution.token) as scoped:
+        config = scoped.get("/catalog/v1/config", params={"warehouse": "exec-own"}).raise_for_status().json()
+        assert config["defaults"]["prefix"] == own
+        # Names outside the scope are refused alike, existing or not.
+        for name in ("exec-other", f"{PROJECT}/exec-other", "nowhere"):
+            forbidden = scoped.get("/catalog/v1/config", params={"warehouse": name})
+            assert error_of(forbidden) == (403, "WarehouseActionForbidden"), name
+
+        assert scoped.get(f"/catalog/v1/{own}/namespaces").status_code == 200
+        assert error_of(scoped.get(f"/catalog/v1/{other}/namespaces")) == (403, "WarehouseActionForbidden")
+        created = scoped.post(f"/catalog/v1/{other}/namespaces", json={"namespace": ["intruder"]})
+        assert error_of(created) == (403, "WarehouseActionForbidden")
+
+    with pytest.raises(ForbiddenError):
+        iceberg_catalog(devcatalog, "exec-other", token=execution.token)
+
+
+def test_pyiceberg_runs_with_an_execution_token_and_one_set_of_vended_credentials(execution, devcatalog, seaweedfs):
+    catalog = iceberg_catalog(devcatalog, "exec-own", token=execution.token)  # asks for vended credentials
+    catalog.create_namespace("results")
+    big = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "amount": pa.array([5.0, 20.0, 40.0])})
+    small = pa.table({"id": pa.array([7], pa.int64())})
+    catalog.create_table("results.e1_big", schema=big.schema).append(big)
+    catalog.create_table("results.e1_small", schema=small.schema).append(small)
+
+    assert catalog.load_table("results.e1_big").scan().to_arrow().sort_by("id").to_pylist() == big.to_pylist()
+    assert catalog.load_table("results.e1_small").scan().to_arrow().to_pylist() == small.to_pylist()
+
+    big_table, small_table = catalog.load_table("results.e1_big"), catalog.load_table("results.e1_small")
+    bucket = urlsplit(big_table.location()).netloc
+    assert urlsplit(small_table.location()).netloc == bucket
+    # One set serves every table of the warehouse: the first table's credentials write into the second.
+    session = vended_session(big_table.io.properties)
+    data_file = f"{urlsplit(small_table.location()).path}/data/written-with-the-other-tables-credentials.parquet"
+    with s3_client(seaweedfs, session) as s3:
+        assert s3.put(f"/{bucket}{data_file}", content=b"not really parquet").status_code == 200
+        assert s3.get(f"/{bucket}{data_file}").content == b"not really parquet"
+        assert s3.delete(f"/{bucket}{data_file}").status_code == 204
+
+    # loadCredentials vends the same scope: the whole table bucket.
+    with checked_client(devcatalog, execution.token) as scoped:
+        answer = scoped.get(f"/catalog/v1/{execution.own.id}/namespaces/results/tables/e1_small/credentials")
+        (credential,) = answer.raise_for_status().json()["storage-credentials"]
+        assert credential["prefix"] == f"s3://{bucket}/"
+        assert credential["config"]["s3.session-token"]
+        missing = scoped.get(f"/catalog/v1/{execution.own.id}/namespaces/results/tables/nope/credentials")
+        assert error_of(missing) == (404, "NoSuchTableException")
+
+
+def test_vended_credentials_cannot_reach_another_warehouse(execution, devcatalog, seaweedfs, service_token):
+    scoped = iceberg_catalog(devcatalog, "exec-own", token=execution.token)
+    scoped.create_namespace("staging")
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+    scoped.create_table("staging.rows", schema=rows.schema).append(rows)
+    own_session = vended_session(scoped.load_table("staging.rows").io.properties)
+
+    portal = iceberg_catalog(devcatalog, "exec-other", token=service_token)
+    portal.create_namespace("raw")
+    events = portal.create_table("raw.events", schema=rows.schema)
+    events.append(rows)
+    events = portal.load_table("raw.events")
+    other_session = vended_session(events.io.properties)
+    (data_file,) = [task.file.file_path for task in events.scan().plan_files()]
+    other_bucket, data_key = urlsplit(data_file).netloc, urlsplit(data_file).path
+    foreign_file = f"/{other_bucket}{urlsplit(events.location()).path}/data/intruder.parquet"
+
+    with s3_client(seaweedfs, own_session) as intruder, s3_client(seaweedfs, other_session) as owner:
+        assert owner.get(f"/{other_bucket}{data_key}").status_code == 200  # the path is right
+        assert intruder.get(f"/{other_bucket}{data_key}").status_code == 403
+        assert intruder.get(f"/{other_bucket}", params={"list-type": "2"}).status_code == 403
+        assert intruder.put(foreign_file, content=b"x").status_code == 403
+        assert intruder.delete(f"/{other_bucket}{data_key}").status_code == 403
+        assert owner.get(f"/{other_bucket}{data_key}").status_code == 200  # still there
+    # Nor the warehouses' own bucket.
+    assert probe_storage(seaweedfs.s3_location(ALICE.bucket, "exec-own"), own_session).first_failure.name == "write"

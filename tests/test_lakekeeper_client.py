@@ -31,6 +31,7 @@ from app.lakekeeper import (
     S3StorageProfile,
     ServiceTokenError,
     TableIdentifier,
+    warehouse_scope,
 )
 from devstack.devcatalog import DevCatalogConfig, devcatalog_process
 from devstack.oidc_provider import SERVICE_CLIENT_ID
@@ -101,7 +102,7 @@ class ScriptedServer:
 
 
 class IdentityProvider:
-    """A token endpoint issuing token-1, token-2, ... valid `lifetime` seconds."""
+    """A token endpoint issuing token-1, token-2, ... valid `lifetime` seconds, for the scope asked for."""
 
     def __init__(self, lifetime: int = 3600) -> None:
         self.lifetime = lifetime
@@ -111,9 +112,11 @@ class IdentityProvider:
         self.requests.append(request)
         if request.url.path == "/.well-known/openid-configuration":
             return httpx.Response(200, json={"issuer": "http://idp.test", "token_endpoint": TOKEN_URL})
-        return httpx.Response(200, json={
+        answer = {
             "access_token": f"token-{len(self.token_requests)}", "token_type": "Bearer", "expires_in": self.lifetime,
-        })
+        }
+        scope = parse_qs(request.content.decode()).get("scope")
+        return httpx.Response(200, json={**answer, "scope": scope[0]} if scope else answer)
 
     @property
     def token_requests(self) -> list[httpx.Request]:
@@ -598,6 +601,55 @@ def test_service_token_from_the_real_identity_provider(oidc_provider):
         with pytest.raises(ServiceTokenError) as raised:
             refused.token()
     assert (raised.value.status, raised.value.type) == (401, "invalid_client")
+
+
+def test_warehouse_tokens_are_fresh_and_scoped_to_one_warehouse(client, token_source, idp):
+    service_token = token_source.token()
+    first = client.warehouse_token(WAREHOUSE_ID)
+    second = token_source.warehouse_token(WAREHOUSE_ID)
+
+    assert (first.access_token, second.access_token) == ("token-2", "token-3")  # never cached or shared
+    assert first.scope == f"lakekeeper warehouse:{WAREHOUSE_ID}"
+    assert first.expires_in == 3600
+    assert parse_qs(idp.token_requests[1].content.decode())["scope"] == [f"lakekeeper warehouse:{WAREHOUSE_ID}"]
+    assert token_source.token() == service_token  # the service token's cache is untouched
+    assert "token-2" not in repr(first)
+
+
+def test_a_warehouse_token_is_never_handed_out_without_its_scope():
+    def ignoring_scopes(request):
+        return httpx.Response(200, json={"access_token": "reaches-everything", "expires_in": 3600})
+
+    def refusing_scopes(request):
+        return httpx.Response(400, json={"error": "invalid_scope", "error_description": "unknown scope"})
+
+    for provider, error_type in [(ignoring_scopes, "ScopeNotGranted"), (refusing_scopes, "invalid_scope")]:
+        with ClientCredentialsTokenSource(
+            client_id="lakeport-service", client_secret=CLIENT_SECRET, token_url=TOKEN_URL,
+            transport=httpx.MockTransport(provider),
+        ) as source:
+            with pytest.raises(ServiceTokenError) as raised:
+                source.warehouse_token(WAREHOUSE_ID)
+        assert (raised.value.type, raised.value.operation) == (error_type, "warehouse_token")
+        assert "reaches-everything" not in str(raised.value)
+        assert "limited to one warehouse" in raised.value.user_message
+    with pytest.raises(ValueError):
+        warehouse_scope("sales-lake")  # a name, not Lakekeeper's id
+
+
+def test_warehouse_token_from_the_real_identity_provider(oidc_provider):
+    with ClientCredentialsTokenSource(
+        client_id=SERVICE_CLIENT_ID, client_secret=oidc_provider.service_client_secret, issuer=oidc_provider.issuer,
+    ) as source:
+        scoped = source.warehouse_token(WAREHOUSE_ID)
+
+    discovery = httpx.get(oidc_provider.discovery_url).json()
+    signing_key = jwt.PyJWKClient(discovery["jwks_uri"]).get_signing_key_from_jwt(scoped.access_token)
+    claims = jwt.decode(
+        scoped.access_token, signing_key.key, algorithms=["RS256"], audience="lakekeeper", issuer=oidc_provider.issuer,
+    )
+    assert claims["scope"] == scoped.scope == f"warehouse:{WAREHOUSE_ID}"
+    assert claims["exp"] - claims["iat"] == scoped.expires_in == oidc_provider.warehouse_token_ttl
 
 
 # --- Secrets ----------------------------------------------------------------------------

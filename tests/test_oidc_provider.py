@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
+import uuid
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -30,6 +31,7 @@ PORTAL_SECRET = "portal-secret-for-tests"
 SERVICE_SECRET = "service-secret-for-tests"
 PORTAL_BASE_URL = "http://127.0.0.1:5999"  # never contacted: the flows stop at the redirect to it
 REDIRECT_URI = portal_redirect_uri(PORTAL_BASE_URL)
+WAREHOUSE_TOKEN_TTL = 900  # not the default, to show it is configurable
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +41,7 @@ def config(tmp_path_factory) -> OidcProviderConfig:
         portal_base_urls=[PORTAL_BASE_URL],
         portal_client_secret=PORTAL_SECRET,
         service_client_secret=SERVICE_SECRET,
+        warehouse_token_ttl=WAREHOUSE_TOKEN_TTL,
     )
     provider = oidc_provider_process(config, tmp_path_factory.mktemp("oidc-logs"))
     provider.start(timeout=20)
@@ -79,13 +82,15 @@ class AuthorizationRequest:
     code_verifier: str
 
 
-def authorization_request(discovery: dict, pkce: bool = True) -> AuthorizationRequest:
+def authorization_request(
+    discovery: dict, pkce: bool = True, scope: str = "openid profile email",
+) -> AuthorizationRequest:
     state, nonce, verifier = secrets.token_urlsafe(16), secrets.token_urlsafe(16), secrets.token_urlsafe(48)
     params = {
         "client_id": PORTAL_CLIENT_ID,
         "response_type": "code",
         "redirect_uri": REDIRECT_URI,
-        "scope": "openid profile email",
+        "scope": scope,
         "state": state,
         "nonce": nonce,
     }
@@ -115,6 +120,12 @@ def exchange_code(discovery: dict, request: AuthorizationRequest, code: str) -> 
     )
 
 
+def client_credentials(discovery: dict, secret: str = SERVICE_SECRET, **form: str) -> httpx.Response:
+    return httpx.post(discovery["token_endpoint"], data={
+        "grant_type": "client_credentials", "client_id": SERVICE_CLIENT_ID, "client_secret": secret, **form,
+    })
+
+
 def refresh(discovery: dict, refresh_token: str) -> httpx.Response:
     return httpx.post(
         discovery["token_endpoint"],
@@ -140,24 +151,49 @@ def test_discovery_describes_the_provider(config, discovery):
 
 
 def test_client_credentials_issue_a_signed_jwt_for_the_catalog(config, discovery, signing_keys):
-    response = httpx.post(
-        discovery["token_endpoint"],
-        data={"grant_type": "client_credentials", "client_id": SERVICE_CLIENT_ID, "client_secret": SERVICE_SECRET},
-    )
+    response = client_credentials(discovery)
     assert response.status_code == 200, response.text
 
     claims = verify(response.json()["access_token"], signing_keys, config, audience="lakekeeper")
     assert claims["aud"] == "lakekeeper"
     assert claims["sub"] == SERVICE_CLIENT_ID
+    assert "scope" not in claims  # reaches every warehouse: the portal's own service token
+    assert claims["exp"] - claims["iat"] == 3600
 
 
 def test_client_credentials_with_a_wrong_secret_are_refused(discovery):
-    response = httpx.post(
-        discovery["token_endpoint"],
-        data={"grant_type": "client_credentials", "client_id": SERVICE_CLIENT_ID, "client_secret": "wrong"},
-    )
+    response = client_credentials(discovery, secret="wrong")
     assert response.status_code == 401
     assert response.json()["error"] == "invalid_client"
+
+
+def test_the_service_client_gets_tokens_scoped_to_warehouses(config, discovery, signing_keys):
+    first, second = uuid.uuid4(), uuid.uuid4()
+    for requested in (f"lakekeeper warehouse:{first}", f"warehouse:{first} warehouse:{second}"):
+        response = client_credentials(discovery, scope=requested)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+
+        claims = verify(answer["access_token"], signing_keys, config, audience="lakekeeper")
+        assert claims["scope"] == answer["scope"] == requested
+        assert claims["sub"] == SERVICE_CLIENT_ID
+        assert answer["expires_in"] == claims["exp"] - claims["iat"] == WAREHOUSE_TOKEN_TTL
+
+
+@pytest.mark.parametrize("scope", ["warehouse:not-a-uuid", f"lakekeeper warehouse:{uuid.uuid4()} warehouse:"])
+def test_a_malformed_warehouse_scope_is_refused_not_dropped(discovery, scope):
+    # Dropping it would issue a token that reaches every warehouse.
+    response = client_credentials(discovery, scope=scope)
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_scope"
+
+
+def test_users_cannot_ask_for_warehouse_scopes_at_sign_in(discovery, user_agent):
+    request = authorization_request(discovery, scope=f"openid warehouse:{uuid.uuid4()}")
+
+    params = redirect_params(open_via_provider(user_agent, request.url), REDIRECT_URI)
+    assert params["error"] == "invalid_scope"
+    assert "code" not in params
 
 
 def test_code_flow_with_pkce_signs_alice_in(config, discovery, signing_keys, user_agent):

@@ -12,6 +12,9 @@ the Iceberg clients (pyiceberg, Spark) use, following Lakekeeper's OpenAPI docum
 - Iceberg REST catalog (`/catalog/v1`): the config answer (`defaults.prefix` = warehouse id),
   then every namespace and table call is forwarded to SeaweedFS's own Iceberg REST catalog.
 - Bearer JWTs from the OpenID Connect provider, checked against its JWKS and the audience.
+  A token whose `scope` names warehouses (`warehouse:<uuid>`, the local provider's execution
+  tokens) reaches only those, read-only on the Management API; other warehouses answer 403
+  `WarehouseActionForbidden` (see `auth`).
 
 Where table data lives — a stand-in limitation: SeaweedFS's catalog keeps each warehouse's
 tables in an S3 Tables *table bucket* (one per warehouse, created with the warehouse and
@@ -19,7 +22,8 @@ removed with it) and refuses table locations outside it. So a table's files are 
 `s3://<bucket>-wh-<id>/<namespace>/<table>/`, not under the warehouse's own bucket and key
 prefix as with Lakekeeper. The local stack's SeaweedFS lets the keys that own `<bucket>` reach
 `<bucket>-wh-*` as well, so engines can use the warehouse's keys; vended credentials
-(SeaweedFS's STS, offered whenever a client asks, `sts-enabled` or not) are scoped to the table.
+(SeaweedFS's STS, offered whenever a client asks, `sts-enabled` or not) reach the warehouse's
+whole table bucket and nothing else (Lakekeeper scopes them to one table).
 
 Other differences from Lakekeeper: projects are implicit (any UUID); the delete profile is
 stored and shown, but tables are always dropped at once (SeaweedFS purges synchronously, so

@@ -5,10 +5,10 @@ import logging
 import os
 from dataclasses import dataclass
 
-from flask import Flask, jsonify, request
+from flask import Flask, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from devstack.devcatalog.auth import TokenVerifier
+from devstack.devcatalog.auth import TokenScope, TokenVerifier, require_warehouse
 from devstack.devcatalog.catalog import catalog
 from devstack.devcatalog.config import ENVIRONMENT_VARIABLE, DevCatalogConfig
 from devstack.devcatalog.errors import CatalogError
@@ -46,8 +46,14 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
 
     @app.before_request
     def require_bearer_token():
-        if request.path != "/health":
-            app.extensions["devcatalog"].tokens.verify(request.headers.get("Authorization"))
+        if request.path == "/health":
+            return
+        claims = app.extensions["devcatalog"].tokens.verify(request.headers.get("Authorization"))
+        g.token_scope = TokenScope.of(claims)
+        # Every management and catalog route that names a warehouse calls it `warehouse_id`.
+        warehouse_id = (request.view_args or {}).get("warehouse_id")
+        if warehouse_id is not None:
+            require_warehouse(warehouse_id)
 
     @app.errorhandler(CatalogError)
     def catalog_error(error: CatalogError):

@@ -3,31 +3,47 @@
 `GET /catalog/v1/config?warehouse=NAME` answers as Lakekeeper does: `defaults.prefix` is the
 warehouse id and `overrides.uri` this catalog. Every call under `/catalog/v1/<warehouse id>/`
 goes to SeaweedFS's Iceberg REST catalog under the warehouse's table bucket, unchanged but for
-the prefix and the credentials (SeaweedFS accepts only its own tokens).
+the prefix and the credentials (SeaweedFS accepts only its own tokens). A warehouse-scoped
+token (see `auth`) reaches only its warehouses, config lookups by name included.
 
-Access delegation: a client's `X-Iceberg-Access-Delegation: vended-credentials` is passed on,
-and SeaweedFS's STS vends credentials scoped to the one table (`s3.access-key-id`,
-`s3.secret-access-key`, `s3.session-token`, `s3.endpoint`, `s3.path-style-access`, `s3.region`;
-this proxy adds `client.region`). That holds whatever the warehouse's `sts-enabled` says:
-Lakekeeper would remote-sign for a warehouse without STS, which this stand-in cannot, and
-vending keeps such clients working as they would with Lakekeeper.
+Vended credentials: when a client sends `X-Iceberg-Access-Delegation: vended-credentials`,
+every LoadTableResult (create, load, register) carries credentials this catalog vends itself
+(SeaweedFS STS, see `seaweed.vend_credentials`), in `config` and in `storage-credentials`:
+`s3.access-key-id`, `s3.secret-access-key`, `s3.session-token`,
+`s3.session-token-expires-at-ms`, `s3.endpoint`, `s3.path-style-access`, `s3.region`,
+`client.region`. They reach the warehouse's whole table bucket (read, write, list, delete) and
+nothing else, so one set serves every table of the warehouse, e.g. all of an execution's
+tables through one Hadoop S3A configuration. `GET .../tables/{table}/credentials`
+(loadCredentials) vends the same set. Lakekeeper scopes vended credentials to one table; this
+stand-in scopes them to the table bucket. Vending happens whatever the warehouse's
+`sts-enabled` says: Lakekeeper would remote-sign for a warehouse without STS, which this
+stand-in cannot, and vending keeps such clients working as they would with Lakekeeper.
 """
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
 
-from devstack.devcatalog.errors import bad_request, warehouse_not_found
+from devstack.devcatalog.auth import token_scope
+from devstack.devcatalog.errors import bad_request, warehouse_forbidden, warehouse_not_found
 from devstack.devcatalog.management import DEFAULT_PROJECT_ID
+from devstack.devcatalog.store import Warehouse
 
 catalog = Blueprint("catalog", __name__, url_prefix="/catalog/v1")
 
 # Lakekeeper's default page size for list calls.
 REST_PAGE_SIZE = "100"
 _ACCESS_DELEGATION = "X-Iceberg-Access-Delegation"
+# The calls whose answer is a LoadTableResult, which carries vended credentials.
+_LOAD_TABLE_RESULTS = (
+    ("POST", re.compile(r"namespaces/[^/]+/tables")),  # createTable
+    ("GET", re.compile(r"namespaces/[^/]+/tables/[^/]+")),  # loadTable
+    ("POST", re.compile(r"namespaces/[^/]+/register")),  # registerTable
+)
 
 
 def _project_and_name(argument: str) -> tuple[str, str]:
@@ -49,6 +65,10 @@ def get_config():
         )
     project_id, name = _project_and_name(argument)
     warehouse = current_app.extensions["devcatalog"].store.find_by_name(project_id, name)
+    scope = token_scope()
+    # Names outside the scope are refused whether they exist or not, so they reveal nothing.
+    if scope.restricted and (warehouse is None or not scope.allows(warehouse.id)):
+        raise warehouse_forbidden(f"Warehouse '{name}' is outside the scope of this token")
     if warehouse is None or warehouse.status != "active":
         raise warehouse_not_found(name)
     return {
@@ -57,33 +77,72 @@ def get_config():
     }
 
 
-def _with_client_region(answer: dict) -> dict:
-    """Vended credentials carry `s3.region`; Iceberg clients also read `client.region`."""
-    configs = [answer.get("config")] + [entry.get("config") for entry in answer.get("storage-credentials") or []]
-    for config in configs:
-        if isinstance(config, dict) and "s3.access-key-id" in config and "s3.region" in config:
-            config.setdefault("client.region", config["s3.region"])
-    return answer
+def _active_warehouse(warehouse_id: uuid.UUID) -> Warehouse:
+    warehouse = current_app.extensions["devcatalog"].store.get(warehouse_id)
+    if warehouse is None or warehouse.status != "active":
+        raise warehouse_not_found(warehouse_id)
+    return warehouse
+
+
+def _vended_credentials(warehouse: Warehouse) -> dict:
+    """A `storage-credentials` entry for the warehouse's whole table bucket."""
+    seaweed = current_app.extensions["devcatalog"].seaweed
+    vended = seaweed.vend_credentials(warehouse.table_bucket, session_name=f"lakeport-wh-{warehouse.id.hex}")
+    return {
+        "prefix": f"s3://{warehouse.table_bucket}/",
+        "config": {
+            "s3.access-key-id": vended.credentials.access_key_id,
+            "s3.secret-access-key": vended.credentials.secret_access_key,
+            "s3.session-token": vended.credentials.session_token,
+            "s3.session-token-expires-at-ms": str(int(vended.expires_at.timestamp() * 1000)),
+            "s3.endpoint": seaweed.s3_endpoint,
+            "s3.path-style-access": "true",
+            "s3.region": seaweed.region,
+            "client.region": seaweed.region,
+        },
+    }
+
+
+def _wants_vended_credentials() -> bool:
+    asked = request.headers.get(_ACCESS_DELEGATION, "")
+    return "vended-credentials" in (mode.strip() for mode in asked.split(","))
+
+
+def _is_load_table_result(rest: str) -> bool:
+    return any(request.method == method and pattern.fullmatch(rest) for method, pattern in _LOAD_TABLE_RESULTS)
+
+
+def _forward(warehouse: Warehouse, method: str, rest: str, **kwargs):
+    # Flask decoded the path; the namespace separator (0x1F) and spaces must be encoded again.
+    return current_app.extensions["devcatalog"].seaweed.iceberg_call(
+        method, warehouse.table_bucket, quote(rest, safe="/"), **kwargs,
+    )
+
+
+@catalog.get("/<uuid:warehouse_id>/namespaces/<namespace>/tables/<table>/credentials")
+def load_credentials(warehouse_id: uuid.UUID, namespace: str, table: str):
+    warehouse = _active_warehouse(warehouse_id)
+    table_exists = _forward(warehouse, "GET", f"namespaces/{namespace}/tables/{table}", query=b"snapshots=refs")
+    if not table_exists.is_success:
+        # SeaweedFS's own answer: NoSuchTableException, NoSuchNamespaceException.
+        return Response(table_exists.content, status=table_exists.status_code,
+                        content_type=table_exists.headers.get("content-type"))
+    return {"storage-credentials": [_vended_credentials(warehouse)]}
 
 
 @catalog.route("/<uuid:warehouse_id>/<path:rest>", methods=["GET", "HEAD", "POST", "DELETE"])
 def forward(warehouse_id: uuid.UUID, rest: str):
-    services = current_app.extensions["devcatalog"]
-    warehouse = services.store.get(warehouse_id)
-    if warehouse is None or warehouse.status != "active":
-        raise warehouse_not_found(warehouse_id)
-
+    warehouse = _active_warehouse(warehouse_id)
+    # SeaweedFS is not asked to vend: it would scope credentials to one table.
     headers = {"content-type": request.content_type} if request.content_type else {}
-    if _ACCESS_DELEGATION in request.headers:
-        headers[_ACCESS_DELEGATION] = request.headers[_ACCESS_DELEGATION]
-    # Flask decoded the path; the namespace separator (0x1F) and spaces must be encoded again.
-    answer = services.seaweed.iceberg_call(
-        request.method, warehouse.table_bucket, quote(rest, safe="/"),
-        query=request.query_string, content=request.get_data(), headers=headers,
+    answer = _forward(
+        warehouse, request.method, rest, query=request.query_string, content=request.get_data(), headers=headers,
     )
     body = answer.content
-    if answer.headers.get("content-type", "").startswith("application/json") and body:
-        decoded = json.loads(body)
-        if isinstance(decoded, dict):
-            body = json.dumps(_with_client_region(decoded)).encode()
+    if answer.is_success and _is_load_table_result(rest) and _wants_vended_credentials():
+        result = json.loads(body)
+        credential = _vended_credentials(warehouse)
+        result["config"] = {**(result.get("config") or {}), **credential["config"]}
+        result["storage-credentials"] = [credential]
+        body = json.dumps(result).encode()
     return Response(body, status=answer.status_code, content_type=answer.headers.get("content-type"))

@@ -23,3 +23,13 @@ def warehouse_not_found(warehouse: object) -> CatalogError:
 
 def bad_request(message: str, error_type: str = "BadRequest") -> CatalogError:
     return CatalogError(400, error_type, message)
+
+
+def warehouse_forbidden(message: str) -> CatalogError:
+    """Lakekeeper's answer to an action its authorizer refuses on a warehouse."""
+    return CatalogError(403, "WarehouseActionForbidden", message)
+
+
+def project_forbidden(message: str) -> CatalogError:
+    """Lakekeeper's answer to a project-level action its authorizer refuses."""
+    return CatalogError(403, "ProjectActionForbidden", message)

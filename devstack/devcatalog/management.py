@@ -5,7 +5,8 @@ Requests and answers follow Lakekeeper's management-open-api.yaml; so do the err
 `WarehouseNotFound`, `WarehouseNotEmpty`, ...). Projects are implicit: any UUID in
 `x-project-id` names one, the nil UUID is the default project. Lakekeeper's 409
 `WarehouseHasUnfinishedTasks` never comes up: SeaweedFS purges a dropped table at once, so
-there are no background tasks to wait for.
+there are no background tasks to wait for. A warehouse-scoped token (see `auth`) sees only its
+warehouses and may not change anything here.
 """
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ import uuid
 from flask import Blueprint, current_app, request
 
 from app.storage_probe import S3Credentials, S3Location, probe_storage
-from devstack.devcatalog.errors import CatalogError, bad_request, warehouse_not_found
+from devstack.devcatalog.auth import token_scope
+from devstack.devcatalog.errors import (
+    CatalogError,
+    bad_request,
+    project_forbidden,
+    warehouse_forbidden,
+    warehouse_not_found,
+)
 from devstack.devcatalog.seaweed import TableBucketNotEmpty
 from devstack.devcatalog.store import Warehouse, name_taken
 from devstack.seaweedfs import warehouse_table_bucket
@@ -32,6 +40,17 @@ _S3_PROFILE_FIELDS = {
 }
 
 management = Blueprint("management", __name__, url_prefix="/management/v1")
+
+
+@management.before_request
+def scoped_tokens_only_read():
+    # A scoped token serves one execution's catalog access; managing warehouses is the portal's.
+    if request.method in ("GET", "HEAD") or not token_scope().restricted:
+        return
+    warehouse_id = (request.view_args or {}).get("warehouse_id")
+    if warehouse_id is None:
+        raise project_forbidden("A warehouse-scoped token may not create warehouses")
+    raise warehouse_forbidden(f"A warehouse-scoped token may read warehouse '{warehouse_id}' but not change it")
 
 
 def _services():
@@ -188,7 +207,8 @@ def list_warehouses():
     if not set(statuses) <= {"active", "inactive"}:
         raise bad_request("warehouseStatus must be 'active' or 'inactive'")
     project_id = request.args.get("projectId") or _project_id()
-    return {"warehouses": [w.as_api() for w in _services().store.list(project_id, statuses)]}
+    scope = token_scope()
+    return {"warehouses": [w.as_api() for w in _services().store.list(project_id, statuses) if scope.allows(w.id)]}
 
 
 @management.get("/warehouse/<uuid:warehouse_id>")

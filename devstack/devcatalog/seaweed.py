@@ -1,14 +1,22 @@
-"""The dev catalog's side of SeaweedFS: table buckets (S3 Tables API) and its Iceberg REST catalog.
+"""The dev catalog's side of SeaweedFS: table buckets (S3 Tables API), its Iceberg REST catalog,
+and its STS for vended credentials.
 
 Table buckets are created and deleted through SeaweedFS's S3 Tables API (AWS's JSON protocol:
 `POST /` with `X-Amz-Target: S3Tables.<Operation>`, SigV4-signed for service `s3tables`).
 Iceberg REST calls go to SeaweedFS's catalog with a token from its own OAuth endpoint, which
 accepts only SeaweedFS tokens: the admin key is the client id and secret.
+Vended credentials come from STS `AssumeRole` (AWS's query protocol, signed for service `sts`)
+of the warehouse-credentials role, with a session policy that narrows the session to one
+table bucket.
 """
 from __future__ import annotations
 
+import datetime
+import json
 import threading
 import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import httpx
@@ -16,12 +24,40 @@ import httpx
 from app.storage_probe import S3Credentials, SigV4Auth
 from devstack.devcatalog.config import DevCatalogConfig
 from devstack.devcatalog.errors import CatalogError
+from devstack.seaweedfs import WAREHOUSE_CREDENTIALS_ROLE
 
 _TOKEN_REFRESH_MARGIN_SECONDS = 60
+# Lakekeeper's default lifetime of vended STS credentials.
+VENDED_CREDENTIALS_SECONDS = 3600
 
 
 class TableBucketNotEmpty(Exception):
     """A namespace of the table bucket still holds a table."""
+
+
+@dataclass(frozen=True)
+class VendedCredentials:
+    """Temporary S3 credentials that reach one table bucket, and when they expire."""
+
+    credentials: S3Credentials
+    expires_at: datetime.datetime
+
+
+def _table_bucket_policy(table_bucket: str) -> str:
+    """A session policy: read, write, list and delete anywhere in the table bucket, nothing else."""
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                       "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+            "Resource": [f"arn:aws:s3:::{table_bucket}/*"],
+        },
+        {
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket", "s3:ListBucketMultipartUploads", "s3:GetBucketLocation"],
+            "Resource": [f"arn:aws:s3:::{table_bucket}"],
+        },
+    ]})
 
 
 def _backend_error(what: str, response: httpx.Response | None = None) -> CatalogError:
@@ -34,7 +70,9 @@ class SeaweedCatalog:
         self.s3_endpoint = config.s3_endpoint.rstrip("/")
         self.iceberg_url = config.iceberg_url.rstrip("/")
         self.admin = S3Credentials(config.admin_access_key_id, config.admin_secret_access_key)
+        self.region = config.s3_region
         self.tables_api = httpx.Client(auth=SigV4Auth(self.admin, config.s3_region, "s3tables"), timeout=15.0)
+        self.sts = httpx.Client(auth=SigV4Auth(self.admin, config.s3_region, "sts"), timeout=15.0)
         self.iceberg = httpx.Client(timeout=60.0)
         self._token: tuple[str, float] | None = None
         self._token_lock = threading.Lock()
@@ -87,6 +125,35 @@ class SeaweedCatalog:
             raise TableBucketNotEmpty(name)
         if not response.is_success and response.status_code != 404:
             raise _backend_error(f"delete table bucket {name}", response)
+
+    # --- vended credentials -------------------------------------------------------------
+
+    def vend_credentials(self, table_bucket: str, session_name: str) -> VendedCredentials:
+        """Fresh STS credentials that reach `table_bucket` only, valid VENDED_CREDENTIALS_SECONDS.
+        `session_name` (letters, digits, `-`; at most 64 characters) names the session in SeaweedFS's logs."""
+        what = f"vend credentials for {table_bucket}"
+        try:
+            response = self.sts.post(f"{self.s3_endpoint}/", data={
+                "Action": "AssumeRole", "Version": "2011-06-15",
+                "RoleArn": WAREHOUSE_CREDENTIALS_ROLE, "RoleSessionName": session_name,
+                "DurationSeconds": str(VENDED_CREDENTIALS_SECONDS), "Policy": _table_bucket_policy(table_bucket),
+            })
+        except httpx.HTTPError:
+            raise _backend_error(what) from None
+        if not response.is_success:
+            raise _backend_error(what, response)
+        try:
+            answer = ElementTree.fromstring(response.content).find(".//{*}Credentials")
+            return VendedCredentials(
+                S3Credentials(
+                    answer.findtext("{*}AccessKeyId"), answer.findtext("{*}SecretAccessKey"),
+                    answer.findtext("{*}SessionToken"),
+                ),
+                datetime.datetime.fromisoformat(answer.findtext("{*}Expiration")),
+            )
+        except (ElementTree.ParseError, AttributeError, TypeError, ValueError):
+            # Not `response` itself: a garbled answer may still hold a secret.
+            raise _backend_error(what) from None
 
     # --- Iceberg REST -------------------------------------------------------------------
 

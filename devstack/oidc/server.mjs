@@ -2,7 +2,8 @@
 // the portal and service clients, and a small login page of its own.
 //
 // Configuration comes from the Python launcher (devstack/oidc_provider.py) as one JSON
-// document in LAKEPORT_OIDC_CONFIG: { port, issuer, audience, cookie_keys, clients, users }.
+// document in LAKEPORT_OIDC_CONFIG:
+// { port, issuer, audience, warehouse_token_ttl, cookie_keys, clients, users }.
 import { createHash, generateKeyPairSync, timingSafeEqual } from 'node:crypto';
 
 import { errors, Provider } from 'oidc-provider';
@@ -15,6 +16,9 @@ const usersByName = new Map(config.users.map((user) => [user.username, user]));
 // Resource indicators must be absolute URIs; the audience ("lakekeeper") is not one.
 const catalogResource = `urn:lakeport:${config.audience}`;
 const catalogScope = 'lakekeeper';
+// A catalog token for one execution names the warehouses it may reach: `warehouse:<uuid>`
+// scopes, dynamic (any warehouse id), which the catalog enforces.
+const WAREHOUSE_SCOPE = /^warehouse:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function log(message) {
   console.log(`${new Date().toISOString()} ${message}`);
@@ -41,6 +45,24 @@ function checkCredentials(username, password) {
   // Compare even for unknown names so both failures take the same time.
   const matches = passwordMatches(user?.password ?? '', password);
   return user && matches ? user : undefined;
+}
+
+// The warehouse scopes a request asks for. Refused outright when malformed or outside the
+// client-credentials grant: silently dropping one would issue a token that reaches every warehouse.
+function requestedWarehouseScopes(ctx) {
+  const requested = String(ctx.oidc.params?.scope ?? '').split(' ')
+    .filter((scope) => scope.startsWith('warehouse:'));
+  if (!requested.length) {
+    return [];
+  }
+  if (ctx.oidc.params.grant_type !== 'client_credentials') {
+    throw new errors.InvalidScope('warehouse scopes are issued to the client credentials grant only', requested[0]);
+  }
+  const malformed = requested.find((scope) => !WAREHOUSE_SCOPE.test(scope));
+  if (malformed) {
+    throw new errors.InvalidScope('a warehouse scope is warehouse:<warehouse uuid>', malformed);
+  }
+  return requested;
 }
 
 function account(user) {
@@ -175,7 +197,7 @@ const provider = new Provider(config.issuer, {
   ttl: {
     AccessToken: 60 * 60,
     AuthorizationCode: 60,
-    ClientCredentials: 60 * 60,
+    ClientCredentials: (ctx, token) => token.resourceServer?.accessTokenTTL ?? 60 * 60,
     IdToken: 60 * 60,
     Interaction: 10 * 60,
     Session: 12 * 60 * 60,
@@ -193,11 +215,12 @@ const provider = new Provider(config.issuer, {
         if (indicator !== catalogResource) {
           throw new errors.InvalidTarget();
         }
+        const warehouseScopes = requestedWarehouseScopes(ctx);
         return {
-          scope: catalogScope,
+          scope: [catalogScope, ...warehouseScopes].join(' '),
           audience: config.audience,
           accessTokenFormat: 'jwt',
-          accessTokenTTL: 60 * 60,
+          accessTokenTTL: warehouseScopes.length ? config.warehouse_token_ttl : 60 * 60,
         };
       },
     },
