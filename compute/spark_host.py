@@ -18,8 +18,10 @@ How the portal hands work to a compute unit (CU), and why:
     head node (`API` below): one HTTP round trip per call, no process start. Requests
     carry the cluster's Ray token, checked exactly as Ray's dashboard checks it.
 
-What an execution is, for now: Python source run with `spark` (the session) and `args`
-(a JSON object) in scope; it may set `result` to a JSON-serialisable value.
+What an execution is: Python source run with `spark` (the session), `args` (a JSON object)
+and `progress` (a `RunProgress`: steps and a log tail the code publishes, shown in the run's
+status while it runs) in scope; it may set `result` to a JSON-serialisable value. Pipelines
+use `compute.pipeline.run_pipeline(spark, args, progress)`.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ import threading
 import time
 import traceback
 import uuid
-from dataclasses import asdict, dataclass
+from collections import deque
+from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -39,6 +42,7 @@ NAMESPACE = "lakeport"
 ACTOR_NAME = "spark-host"
 API = "/v1"
 FINISHED_RUNS_KEPT = 500
+LOG_LINES_SHOWN = 200
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,47 @@ class RunState:
     FINAL = (COMPLETED, FAILED, CANCELLED)
 
 
+class RunFailed(Exception):
+    """Raised by an execution's code that has already explained (in its progress log) what
+    went wrong: the run's error is this message alone, without a traceback."""
+
+
+class RunProgress:
+    """What a running execution publishes for its watchers: its steps, a tail of its log,
+    and whether it was asked to stop. Written by the execution's thread, read by status calls."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steps: list[dict] = []
+        self._logs: deque[dict] = deque(maxlen=LOG_LINES_SHOWN)
+        self._cancel = threading.Event()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel.is_set()
+
+    def request_cancel(self) -> None:
+        self._cancel.set()
+
+    def set_steps(self, steps: list[dict]) -> None:
+        with self._lock:
+            self._steps = [dict(step) for step in steps]
+
+    def update_step(self, name: str, **fields: Any) -> None:
+        with self._lock:
+            for step in self._steps:
+                if step["name"] == name:
+                    step.update(fields)
+
+    def log(self, level: str, step: str | None, message: str) -> None:
+        with self._lock:
+            self._logs.append({"ts": time.time(), "level": level, "step": step, "message": message})
+
+    def public(self) -> dict:
+        with self._lock:
+            return {"steps": [dict(step) for step in self._steps], "logs": list(self._logs)}
+
+
 @dataclass
 class Run:
     run_id: str
@@ -81,12 +126,18 @@ class Run:
     finished_at: float | None = None
     error: str | None = None
     result: Any = None
-    cancel_requested: bool = False
+    progress: RunProgress = field(default_factory=RunProgress)
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.progress.cancel_requested
 
     def public(self) -> dict:
-        fields = asdict(self)
-        del fields["code"], fields["args"], fields["cancel_requested"]
-        return fields
+        return {
+            "run_id": self.run_id, "name": self.name, "state": self.state,
+            "submitted_at": self.submitted_at, "started_at": self.started_at, "finished_at": self.finished_at,
+            "error": self.error, "result": self.result, "progress": self.progress.public(),
+        }
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)
@@ -120,6 +171,8 @@ class SparkHost:
             # The first job starts executors' Python workers and loads classes; an execution should not pay for it.
             started = time.monotonic()
             self._spark.sparkContext.parallelize(range(self.settings.executors), self.settings.executors).count()
+            # Nor for the first import of the pipeline runner (pyiceberg, pyarrow): seconds.
+            import compute.pipeline  # noqa: F401
             self._first_job_s = round(time.monotonic() - started, 2)
             self._state = "ready"
         except Exception as error:  # reported through info(); the actor stays up to say so
@@ -166,7 +219,7 @@ class SparkHost:
         if run is None:
             return None
         if run.state not in RunState.FINAL:
-            run.cancel_requested = True
+            run.progress.request_cancel()
             if self._spark is not None:
                 self._spark.sparkContext.cancelJobGroup(run_id)
         return run.public()
@@ -182,9 +235,13 @@ class SparkHost:
         run.state = RunState.RUNNING
         context = self._spark.sparkContext
         context.setJobGroup(run.run_id, run.name or run.run_id, interruptOnCancel=True)
-        namespace = {"__name__": "__lakeport_run__", "spark": self._spark, "args": run.args}
+        namespace = {"__name__": "__lakeport_run__", "spark": self._spark, "args": run.args,
+                     "progress": run.progress}
         try:
             exec(compile(run.code, f"<execution {run.name or run.run_id}>", "exec"), namespace)
+        except RunFailed as failure:
+            self._finish(run, RunState.CANCELLED if run.cancel_requested else RunState.FAILED,
+                         error=None if run.cancel_requested else str(failure))
         except (Exception, SystemExit):  # SystemExit too: `sys.exit()` in user code ends only the run
             if run.cancel_requested:
                 self._finish(run, RunState.CANCELLED)

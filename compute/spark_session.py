@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from compute.jars import jar_paths
@@ -102,20 +102,46 @@ class S3Access:
     path_style: bool = True
 
 
+@dataclass(frozen=True)
+class S3Keys:
+    """Keys for S3A that are not tied to a bucket, e.g. credentials a catalog vended.
+    Without an `endpoint`, S3A goes to AWS."""
+
+    endpoint: str | None
+    access_key: str
+    secret_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    path_style: bool = True
+
+
+def _s3a_settings(s3: S3Access | S3Keys) -> dict[str, str]:
+    """S3A's settings for one set of keys, without their `fs.s3a.` / `fs.s3a.bucket.<b>.` prefix."""
+    settings = {
+        "path.style.access": str(s3.path_style).lower(),
+        "access.key": s3.access_key,
+        "secret.key": s3.secret_key,
+        "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
+    if s3.endpoint:
+        settings["endpoint"] = s3.endpoint
+        settings["connection.ssl.enabled"] = str(s3.endpoint.startswith("https://")).lower()
+    if s3.session_token:
+        settings["session.token"] = s3.session_token
+        settings["aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return settings
+
+
 def s3a_bucket_conf(s3: S3Access) -> dict[str, str]:
     prefix = f"spark.hadoop.fs.s3a.bucket.{s3.bucket}."
-    conf = {
-        prefix + "endpoint": s3.endpoint,
-        prefix + "path.style.access": str(s3.path_style).lower(),
-        prefix + "connection.ssl.enabled": str(s3.endpoint.startswith("https://")).lower(),
-        prefix + "access.key": s3.access_key,
-        prefix + "secret.key": s3.secret_key,
-        prefix + "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-    }
-    if s3.session_token:
-        conf[prefix + "session.token"] = s3.session_token
-        conf[prefix + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
-    return conf
+    return {prefix + key: value for key, value in _s3a_settings(s3).items()}
+
+
+def catalog_s3a_conf(catalog_name: str, s3: S3Keys) -> dict[str, str]:
+    """S3A settings that only one Iceberg catalog's file IO sees (Iceberg's per-catalog Hadoop
+    overrides, `spark.sql.catalog.<name>.hadoop.*`): the rest of the session and every other
+    catalog keep their own, so one session can hold catalogs with different credentials."""
+    prefix = f"spark.sql.catalog.{catalog_name}.hadoop.fs.s3a."
+    return {prefix + key: value for key, value in _s3a_settings(s3).items()}
 
 
 def iceberg_catalog_conf(
@@ -127,18 +153,21 @@ def iceberg_catalog_conf(
     credential: str | None = None,
     oauth2_server_uri: str | None = None,
     scope: str | None = None,
+    access_delegation: str | None = None,
     s3: S3Access | None = None,
 ) -> dict[str, str]:
     """Spark settings for one Iceberg catalog.
 
     With `uri` it is a REST catalog (Lakekeeper): `warehouse` is the catalog's warehouse
     name, and the catalog is authenticated by a bearer `token` or by a `credential`
-    ("client_id:client_secret") that Iceberg exchanges at `oauth2_server_uri`. Without `uri`
-    it is a Hadoop catalog whose `warehouse` is a path or URI (file:///..., s3://...).
+    ("client_id:client_secret") that Iceberg exchanges at `oauth2_server_uri`;
+    `access_delegation` (e.g. "vended-credentials") goes out as Iceberg's
+    `X-Iceberg-Access-Delegation` header. Without `uri` it is a Hadoop catalog whose
+    `warehouse` is a path or URI (file:///..., s3://...).
 
-    Data files are read and written through Hadoop's S3A, so the bucket's keys must be
-    given as `s3`. Credentials vended by the catalog per table are not used: only
-    Iceberg's S3FileIO (AWS SDK v2, not installable here) would apply them.
+    Data files are read and written through Hadoop's S3A, which never sees credentials the
+    catalog vends (only Iceberg's S3FileIO, AWS SDK v2, not installable here, would apply
+    them): give a bucket's keys as `s3`, or add `catalog_s3a_conf` with vended keys.
     """
     if token and credential:
         raise ValueError("give a token or a credential, not both")
@@ -159,6 +188,8 @@ def iceberg_catalog_conf(
                 conf[f"{prefix}.oauth2-server-uri"] = oauth2_server_uri
             if scope:
                 conf[f"{prefix}.scope"] = scope
+        if access_delegation:
+            conf[f"{prefix}.header.X-Iceberg-Access-Delegation"] = access_delegation
     else:
         conf[f"{prefix}.type"] = "hadoop"
     if s3:

@@ -1,0 +1,93 @@
+"""Per-warehouse Iceberg catalog bindings on a compute unit.
+
+An execution reaches its warehouse through a Spark catalog whose settings carry the catalog
+token and the storage credentials the catalog vended for that warehouse. The Spark host keeps
+one `CatalogBinding` per warehouse, made lazily by the first execution for it and reused by
+later ones while its token and credentials stay valid long enough for a new execution
+(`min_remaining_s`). A binding whose time is running out is replaced by a new version under
+a new catalog name (`wh_<warehouse>_v<n>`); executions that hold the old binding keep it,
+since each execution applies its binding to its own Spark session. Looking up and adding a
+binding happen under one lock, so concurrent executions for one warehouse share one binding.
+
+Known limit: Hadoop caches one S3A file system per bucket and JVM, created with the
+credentials of whoever asked first, and Iceberg's HadoopFileIO does not let a catalog
+bypass that cache without leaking a file system per file it opens. Replacing a binding
+therefore does not replace the storage credentials the driver and executors already use
+for that warehouse's bucket; once those expire (the catalog's vended-credential lifetime,
+1 h on the dev catalog), that warehouse's executions on this compute unit fail until the
+unit restarts. Lifting it needs a file system keyed by credentials (a small Java class)
+or Iceberg's S3FileIO (AWS SDK v2, not installable here).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from compute.spark_session import S3Keys, catalog_s3a_conf, iceberg_catalog_conf
+
+ACCESS_DELEGATION = "vended-credentials"
+
+
+@dataclass(frozen=True)
+class CatalogBinding:
+    warehouse_id: str
+    catalog_name: str
+    conf: Mapping[str, str] = field(repr=False)
+    expires_at: float  # when its token or its storage credentials expire (epoch seconds)
+
+
+@dataclass(frozen=True)
+class CatalogAccess:
+    """What one execution brings to reach its warehouse: the catalog and the keys it vended."""
+
+    uri: str
+    warehouse: str
+    token: str = field(repr=False)
+    keys: S3Keys
+    keys_expire_at: float | None = None  # None: the keys do not expire
+
+
+class CatalogCache:
+    def __init__(self, *, min_remaining_s: float = 900.0, clock: Callable[[], float] = time.time) -> None:
+        self.min_remaining_s = min_remaining_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._bindings: dict[str, CatalogBinding] = {}
+        self._versions: dict[str, int] = {}
+
+    def binding(self, warehouse_id: str, access: CatalogAccess) -> CatalogBinding:
+        """The warehouse's binding, made from `access` if there is none that stays valid long enough."""
+        with self._lock:
+            current = self._bindings.get(warehouse_id)
+            if current is not None and current.expires_at - self._clock() > self.min_remaining_s:
+                return current
+            version = self._versions.get(warehouse_id, 0) + 1
+            name = f"wh_{warehouse_id.replace('-', '')}_v{version}"
+            conf = {
+                **iceberg_catalog_conf(name, warehouse=access.warehouse, uri=access.uri, token=access.token,
+                                       access_delegation=ACCESS_DELEGATION),
+                # A bearer token, the execution's: Iceberg must not try to exchange it for another.
+                f"spark.sql.catalog.{name}.rest.auth.type": "oauth2",
+                f"spark.sql.catalog.{name}.token-refresh-enabled": "false",
+                **catalog_s3a_conf(name, access.keys),
+            }
+            # An opaque token's lifetime is unknown: its binding then serves this execution only.
+            expiries = [token_expiry(access.token) or self._clock(), access.keys_expire_at or float("inf")]
+            binding = CatalogBinding(warehouse_id, name, conf, min(expiries))
+            self._bindings[warehouse_id] = binding
+            self._versions[warehouse_id] = version
+            return binding
+
+
+def token_expiry(token: str) -> float | None:
+    """The `exp` claim of a JWT (read, not verified: the catalog verifies it), or None."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return float(claims["exp"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None

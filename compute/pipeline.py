@@ -1,0 +1,657 @@
+"""One execution of a workflow on a compute unit, bound to one warehouse.
+
+The portal submits `PIPELINE_CODE` to the Spark host (compute/spark_host.py) with `args` =
+the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
+
+1. Every step is checked before anything runs: Python steps are compiled, SQL steps parsed.
+2. The catalog is bound (`_bind_catalog`): the warehouse's catalog config is fetched with the
+   execution's token (so an unreachable catalog or a missing warehouse fails the run with
+   that reason), the namespaces `results`, `runtime_stats` and `console_logs` are made, and
+   `console_logs.e<id>` is created, which makes the catalog vend storage credentials for the
+   warehouse. Those go into the warehouse's catalog binding (compute/catalog_cache.py).
+3. The execution gets its own Spark session (`spark.newSession()`: same SparkContext and
+   executors, its own SQL settings, temporary views and current catalog), holding only its
+   warehouse's catalog, made current. There is no other catalog to fall back to.
+4. Steps run in order. A SQL step sees earlier steps as temporary views and the warehouse's
+   tables as `<namespace>.<table>`; a Python step defines `run(spark, **earlier_steps)`
+   returning a DataFrame. An output step is written to `results.e<id>_<step>` (step name in
+   lower case) and later steps read the written table; other steps stay lazy, Spark computes
+   them within the steps that use them (so only output steps have a `rows_out`). Prints and
+   Python warnings of a step are captured into its log.
+5. The end: on success the result tables get `lakeport.status=complete`; on failure or
+   cancel they are dropped. Either way `runtime_stats.e<id>` and `console_logs.e<id>` are
+   written, with `lakeport.status` = complete | failed | cancelled.
+
+Table metadata and the two small bookkeeping tables go through pyiceberg on the driver,
+which applies the vended credentials itself, so a run whose Spark side fails can still say why.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import linecache
+import re
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from compute.catalog_cache import ACCESS_DELEGATION, CatalogAccess, CatalogBinding, CatalogCache
+from compute.spark_host import RunFailed, RunProgress
+from compute.spark_session import S3Keys
+
+# What the portal submits to the Spark host, with the execution spec as `args`.
+PIPELINE_CODE = "from compute.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)"
+RESULTS, RUNTIME_STATS, CONSOLE_LOGS = "results", "runtime_stats", "console_logs"
+STEP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# Bounds on what one execution's console log keeps in memory.
+LOG_LINES_KEPT = 20_000
+LOG_MESSAGE_CHARS = 20_000
+CATALOG_TIMEOUT_S = 10.0
+
+# One per Spark host process: executions for the same warehouse share its binding.
+CATALOGS = CatalogCache()
+
+
+def run_pipeline(spark, args: dict, progress: RunProgress) -> dict:
+    """Run the execution described by `args`; returns its summary, raises RunFailed otherwise."""
+    return Pipeline(spark, ExecutionSpec.from_json(args), progress).run()
+
+
+# ---------------------------------------------------------------- the execution spec
+@dataclass(frozen=True)
+class Step:
+    name: str
+    kind: str  # "sql" or "python"
+    code: str
+    output: bool
+
+    @property
+    def table_name(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class ExecutionSpec:
+    execution_id: int
+    workflow: dict
+    user: dict
+    compute_unit: dict
+    warehouse: dict
+    catalog: dict
+    steps: tuple[Step, ...]
+
+    @classmethod
+    def from_json(cls, args: dict) -> ExecutionSpec:
+        try:
+            steps = tuple(Step(str(s["name"]), str(s["kind"]), str(s["code"]), bool(s.get("output", False)))
+                          for s in args["steps"])
+            spec = cls(int(args["execution_id"]), dict(args["workflow"]), dict(args["user"]),
+                       dict(args["compute_unit"]), dict(args["warehouse"]), dict(args["catalog"]), steps)
+            for key in ("uri", "warehouse", "token"):
+                if not spec.catalog.get(key):
+                    raise ValueError(f"catalog.{key} is missing")
+            if not spec.warehouse.get("lakekeeper_id"):
+                raise ValueError("warehouse.lakekeeper_id is missing")
+        except (KeyError, TypeError, ValueError) as error:
+            raise RunFailed(f"invalid execution spec: {type(error).__name__}: {error}") from None
+        if spec.catalog.get("access_delegation", ACCESS_DELEGATION) != ACCESS_DELEGATION:
+            raise RunFailed(f"the catalog must vend storage credentials (access_delegation={ACCESS_DELEGATION!r})")
+        if not steps:
+            raise RunFailed("the workflow has no steps")
+        names = [step.name.lower() for step in steps]
+        for step in steps:
+            if not STEP_NAME.fullmatch(step.name):
+                raise RunFailed(f"step name {step.name!r} is not an identifier (letters, digits, _)")
+            if step.kind not in ("sql", "python"):
+                raise RunFailed(f"step {step.name!r}: kind must be 'sql' or 'python', not {step.kind!r}")
+            if names.count(step.name.lower()) > 1:
+                raise RunFailed(f"step name {step.name!r} is used twice")
+        return spec
+
+    def table(self, namespace: str, step: Step | None = None) -> str:
+        suffix = f"_{step.table_name}" if step else ""
+        return f"{namespace}.e{self.execution_id}{suffix}"
+
+    def properties(self, status: str, step: Step | None = None) -> dict[str, str]:
+        """What every table of this execution says about where it comes from."""
+        properties = {
+            "lakeport.execution-id": str(self.execution_id),
+            "lakeport.workflow-id": str(self.workflow.get("id", "")),
+            "lakeport.workflow-name": str(self.workflow.get("name", "")),
+            "lakeport.workflow-version": str(self.workflow.get("version", "")),
+            "lakeport.user": str(self.user.get("email", "")),
+            "lakeport.user-id": str(self.user.get("id", "")),
+            "lakeport.compute-unit": str(self.compute_unit.get("name", "")),
+            "lakeport.compute-unit-id": str(self.compute_unit.get("id", "")),
+            "lakeport.status": status,
+        }
+        if step is not None:
+            properties["lakeport.step"] = step.name
+        return properties
+
+
+# ---------------------------------------------------------------- the execution's log
+class ExecutionLog:
+    """Everything an execution logs: kept whole for `console_logs`, its tail shown in progress."""
+
+    def __init__(self, progress: RunProgress) -> None:
+        self.progress = progress
+        self.entries: list[dict] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, level: str, step: str | None, message: str) -> None:
+        message = message if len(message) <= LOG_MESSAGE_CHARS else message[:LOG_MESSAGE_CHARS] + " [cut]"
+        with self._lock:
+            if len(self.entries) < LOG_LINES_KEPT:
+                self.entries.append({"ts": time.time(), "level": level, "step": step, "message": message})
+            elif len(self.entries) == LOG_LINES_KEPT:
+                self.entries.append({"ts": time.time(), "level": "WARN", "step": step,
+                                     "message": f"log cut after {LOG_LINES_KEPT} lines"})
+        self.progress.log(level, step, message)
+
+
+class _LineSink:
+    """Collects what a step writes to stdout/stderr and logs it line by line."""
+
+    def __init__(self, log: ExecutionLog, step: str, level: str) -> None:
+        self.log, self.step, self.level, self._pending = log, step, level, ""
+
+    def write(self, text: str) -> None:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self.log(self.level, self.step, line)
+
+    def close(self) -> None:
+        if self._pending:
+            self.log(self.level, self.step, self._pending)
+            self._pending = ""
+
+
+_capture = threading.local()
+_install_lock = threading.Lock()
+
+
+class _ThreadRoutedStream:
+    """sys.stdout/sys.stderr of the Spark host: a thread running a step writes to that step's
+    log, every other thread to the original stream. Executions run side by side in threads,
+    so swapping sys.stdout per execution would mix their output."""
+
+    def __init__(self, original, attribute: str) -> None:
+        self._original, self._attribute = original, attribute
+
+    def write(self, text: str) -> int:
+        sink = getattr(_capture, self._attribute, None)
+        if sink is None:
+            return self._original.write(text)
+        sink.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._original.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._original, name)
+
+
+def _install_routing() -> None:
+    with _install_lock:
+        if not isinstance(sys.stdout, _ThreadRoutedStream):
+            sys.stdout = _ThreadRoutedStream(sys.stdout, "stdout")
+        if not isinstance(sys.stderr, _ThreadRoutedStream):
+            sys.stderr = _ThreadRoutedStream(sys.stderr, "stderr")
+        if not getattr(warnings.showwarning, "lakeport_routed", False):
+            original = warnings.showwarning
+
+            def showwarning(message, category, filename, lineno, file=None, line=None):
+                sink = getattr(_capture, "stderr", None)
+                if sink is None:
+                    return original(message, category, filename, lineno, file, line)
+                sink.log("WARN", sink.step, f"{category.__name__}: {message} ({filename}:{lineno})")
+
+            showwarning.lakeport_routed = True
+            warnings.showwarning = showwarning
+
+
+@contextmanager
+def _captured(log: ExecutionLog, step: str):
+    _install_routing()
+    _capture.stdout, _capture.stderr = _LineSink(log, step, "INFO"), _LineSink(log, step, "WARN")
+    try:
+        yield
+    finally:
+        _capture.stdout.close()
+        _capture.stderr.close()
+        _capture.stdout = _capture.stderr = None
+
+
+# ---------------------------------------------------------------- running it
+class StepFailed(Exception):
+    pass
+
+
+class Cancelled(Exception):
+    pass
+
+
+@dataclass
+class StepStats:
+    step: Step
+    status: str = "pending"
+    started_at: float | None = None
+    ended_at: float | None = None
+    rows_out: int | None = None
+    bytes_out: int | None = None
+    job_ids: tuple[int, ...] = ()
+
+
+class Pipeline:
+    def __init__(self, spark, spec: ExecutionSpec, progress: RunProgress) -> None:
+        self.spark, self.spec, self.progress = spark, spec, progress
+        self.log = ExecutionLog(progress)
+        self.stats = {step.name: StepStats(step) for step in spec.steps}
+        self.iceberg = None  # pyiceberg catalog, once bound
+        self.console_logs = None  # its console_logs table (pyiceberg), once bound
+        self.session = None  # this execution's Spark session, once bound
+        self.binding: CatalogBinding | None = None
+        self.written: dict[str, Any] = {}  # step name -> its result table (pyiceberg)
+        self.job_group = spark.sparkContext.getLocalProperty("spark.jobGroup.id")
+
+    def run(self) -> dict:
+        self.progress.set_steps([{"name": step.name, "state": "pending", "rows_out": None,
+                                  "started_at": None, "ended_at": None} for step in self.spec.steps])
+        programs = self._check_steps()
+        self._bind_catalog()
+        try:
+            self._open_session()
+            self._run_steps(programs)
+            self._mark_results_complete()
+            status, reason = "complete", None
+        except Cancelled:
+            status, reason = "cancelled", "cancelled"
+        except (StepFailed, RunFailed) as failure:
+            status, reason = "failed", str(failure)
+        except Exception as error:  # the catalog or storage failed around the steps
+            self.log("ERROR", None, traceback.format_exc())
+            status, reason = "failed", f"the execution's outputs could not be written: {_describe(error)}"
+        finally:
+            self._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+        if status != "complete":
+            self._drop_results()
+        self._record(status)
+        if reason:
+            raise RunFailed(reason)
+        return {
+            "outputs": {name: self.spec.table(RESULTS, self.stats[name].step) for name in self.written},
+            "rows": {name: self.stats[name].rows_out for name in self.written},
+            "runtime_stats": self.spec.table(RUNTIME_STATS),
+            "console_logs": self.spec.table(CONSOLE_LOGS),
+        }
+
+    # ------------------------------------------------------------ before running
+    def _check_steps(self) -> dict[str, Any]:
+        """Compile every Python step and parse every SQL step, so a typo fails before anything runs."""
+        programs, errors = {}, []
+        parser = self.spark._jsparkSession.sessionState().sqlParser()
+        for step in self.spec.steps:
+            try:
+                if step.kind == "python":
+                    programs[step.name] = _compile_step(step)
+                else:
+                    parser.parsePlan(step.code)
+            except Exception as error:
+                message = _syntax_error(step, error)
+                errors.append(message)
+                self.log("ERROR", step.name, message)
+                self.progress.update_step(step.name, state="failed")
+        if errors:
+            raise RunFailed("; ".join(errors))
+        return programs
+
+    def _bind_catalog(self) -> None:
+        """Reach the warehouse through the catalog with the execution's token, and nothing else;
+        make the execution's namespaces and its console_logs table."""
+        from pyiceberg.catalog.rest import RestCatalog
+
+        catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
+        self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
+        try:
+            self.iceberg = RestCatalog(f"execution-{self.spec.execution_id}", uri=catalog["uri"],
+                                       warehouse=warehouse, token=catalog["token"],
+                                       **{"header.X-Iceberg-Access-Delegation": ACCESS_DELEGATION})
+            for namespace in (RESULTS, RUNTIME_STATS, CONSOLE_LOGS):
+                self.iceberg.create_namespace_if_not_exists(namespace)
+            self.console_logs = self._create_table(CONSOLE_LOGS, _console_logs_schema(), "running")
+        except Exception as error:
+            raise RunFailed(f"the catalog failed to prepare the execution's tables: {_describe(error)}") from None
+        self.log("INFO", None, f"bound to warehouse {warehouse} through {catalog['uri']}")
+
+    def _open_session(self) -> None:
+        """This execution's Spark session, whose one catalog is the warehouse's binding."""
+        catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
+        keys = _vended_keys(self.console_logs.io.properties)
+        if keys is None:
+            raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
+        self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], CatalogAccess(
+            uri=catalog["uri"], warehouse=warehouse, token=catalog["token"], keys=keys[0], keys_expire_at=keys[1]))
+        self.session = self.spark.newSession()
+        for key, value in self.binding.conf.items():
+            self.session.conf.set(key, value)
+        # Iceberg reads a catalog's Hadoop overrides from the thread's active session, when the
+        # catalog is first used: here, by making it current.
+        self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.session._jsparkSession)
+        self.session.catalog.setCurrentCatalog(self.binding.catalog_name)
+
+    def _probe_catalog(self, uri: str, warehouse: str, token: str) -> None:
+        try:
+            response = httpx.get(f"{uri.rstrip('/')}/v1/config", params={"warehouse": warehouse},
+                                 headers={"Authorization": f"Bearer {token}"}, timeout=CATALOG_TIMEOUT_S)
+        except httpx.HTTPError as error:
+            raise RunFailed(f"the catalog (Lakekeeper) is unreachable at {uri}: {_describe(error)}") from None
+        if response.status_code == 404:
+            raise RunFailed(f"warehouse not found: {warehouse} ({_catalog_message(response)})")
+        if response.status_code in (401, 403):
+            raise RunFailed(f"the catalog refused the execution's access to warehouse {warehouse}: "
+                            f"HTTP {response.status_code} {_catalog_message(response)}")
+        if not response.is_success:
+            raise RunFailed(f"the catalog answered HTTP {response.status_code} for warehouse {warehouse}: "
+                            f"{_catalog_message(response)}")
+
+    # ------------------------------------------------------------ the steps
+    def _run_steps(self, programs: dict[str, Any]) -> None:
+        frames: dict[str, Any] = {}
+        for position, step in enumerate(self.spec.steps):
+            if self.progress.cancel_requested:
+                self._cancel_from(position)
+            stats = self.stats[step.name]
+            stats.started_at, stats.status = time.time(), "running"
+            self.progress.update_step(step.name, state="running", started_at=stats.started_at)
+            self.log("INFO", step.name, f"step {step.name} ({step.kind}{', output' if step.output else ''}) started")
+            jobs_before = self._jobs()
+            try:
+                with _captured(self.log, step.name):
+                    frame = self._evaluate(step, programs.get(step.name), frames)
+                    if step.output:
+                        frame = self._write_result(step, frame, stats)
+                frame.createOrReplaceTempView(step.name)
+                frames[step.name] = frame
+            except Exception as error:
+                stats.ended_at, stats.job_ids = time.time(), tuple(sorted(self._jobs() - jobs_before))
+                if self.progress.cancel_requested:
+                    stats.status = "cancelled"
+                    self.progress.update_step(step.name, state="cancelled", ended_at=stats.ended_at)
+                    self.log("WARN", step.name, f"step {step.name} cancelled")
+                    self._cancel_from(position + 1)
+                stats.status = "failed"
+                self.progress.update_step(step.name, state="failed", ended_at=stats.ended_at)
+                self.log("ERROR", step.name, f"step {step.name} failed:\n{_step_traceback(error)}")
+                raise StepFailed(f"step {step.name!r} failed: {_describe(error)}") from None
+            stats.ended_at, stats.job_ids, stats.status = time.time(), tuple(sorted(self._jobs() - jobs_before)), "done"
+            self.progress.update_step(step.name, state="done", ended_at=stats.ended_at, rows_out=stats.rows_out)
+            self.log("INFO", step.name, f"step {step.name} done in {stats.ended_at - stats.started_at:.2f} s"
+                     + (f", {stats.rows_out} rows written to {self.spec.table(RESULTS, step)}" if step.output else ""))
+
+    def _cancel_from(self, position: int) -> None:
+        for step in self.spec.steps[position:]:
+            self.stats[step.name].status = "cancelled"
+            self.progress.update_step(step.name, state="cancelled")
+        self.log("WARN", None, "execution cancelled")
+        raise Cancelled()
+
+    def _evaluate(self, step: Step, code, frames: dict[str, Any]):
+        if step.kind == "sql":
+            return self.session.sql(step.code)
+        program = _python_program(step, code)
+        wanted = inspect.signature(program).parameters.values()
+        if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in wanted):
+            arguments = dict(frames)
+        else:
+            arguments = {}
+            for parameter in wanted:
+                if parameter.name in frames:
+                    arguments[parameter.name] = frames[parameter.name]
+                elif parameter.name != "spark" and parameter.default is inspect.Parameter.empty:
+                    raise ValueError(f"run() asks for {parameter.name!r}, which is no earlier step")
+        if any(parameter.name == "spark" for parameter in wanted):
+            arguments["spark"] = self.session
+        frame = program(**arguments)
+        if not hasattr(frame, "writeTo") or not hasattr(frame, "createOrReplaceTempView"):
+            raise TypeError(f"run() returned {type(frame).__name__}, not a Spark DataFrame")
+        return frame
+
+    def _write_result(self, step: Step, frame, stats: StepStats):
+        """Write the step's rows to its result table; later steps read that table."""
+        name = f"{self.binding.catalog_name}.{self.spec.table(RESULTS, step)}"
+        writer = frame.writeTo(name).using("iceberg")
+        for key, value in self.spec.properties("incomplete", step).items():
+            writer = writer.tableProperty(key, value)
+        writer.createOrReplace()
+        table = self.iceberg.load_table(self.spec.table(RESULTS, step))
+        self.written[step.name] = table
+        summary = table.current_snapshot().summary if table.current_snapshot() else {}
+        stats.rows_out = int(summary.get("added-records") or 0)
+        stats.bytes_out = int(summary.get("added-files-size") or 0)
+        return self.session.table(name)
+
+    # ------------------------------------------------------------ the end
+    def _mark_results_complete(self) -> None:
+        for table in self.written.values():
+            with table.transaction() as transaction:
+                transaction.set_properties({"lakeport.status": "complete"})
+
+    def _drop_results(self) -> None:
+        for step_name in list(self.written):
+            identifier = self.spec.table(RESULTS, self.stats[step_name].step)
+            try:
+                self.iceberg.purge_table(identifier)
+                self.log("INFO", step_name, f"dropped the unfinished result table {identifier}")
+                del self.written[step_name]
+            except Exception as error:
+                self.log("ERROR", step_name, f"could not drop the unfinished result table {identifier}: "
+                                             f"{_describe(error)}")
+
+    def _record(self, status: str) -> None:
+        """Write runtime_stats and console_logs (side by side: each is a file and a commit);
+        a run whose record fails is FAILED."""
+        try:
+            stats_rows, log_rows = self._stats_rows(), _log_rows(self.log.entries)
+            with ThreadPoolExecutor(2, thread_name_prefix="record") as pool:
+                writes = [pool.submit(self._write_runtime_stats, stats_rows, status),
+                          pool.submit(self._write_console_logs, log_rows, status)]
+            for write in writes:
+                write.result()
+        except Exception as error:
+            raise RunFailed(f"the execution ended {status} but its runtime stats and console logs "
+                            f"could not be written: {_describe(error)}") from None
+
+    def _write_runtime_stats(self, rows: list[dict], status: str) -> None:
+        import pyarrow as pa
+
+        identifier = self.spec.table(RUNTIME_STATS)
+        if self.iceberg.table_exists(identifier):  # from an earlier attempt
+            self.iceberg.purge_table(identifier)
+        with self.iceberg.create_table_transaction(identifier, schema=_runtime_stats_schema(),
+                                                   properties=self.spec.properties(status)) as transaction:
+            transaction.append(pa.Table.from_pylist(rows, schema=_runtime_stats_schema()))
+
+    def _write_console_logs(self, rows: list[dict], status: str) -> None:
+        import pyarrow as pa
+
+        with self.console_logs.transaction() as transaction:
+            transaction.append(pa.Table.from_pylist(rows, schema=_console_logs_schema()))
+            transaction.set_properties({"lakeport.status": status})
+
+    # ------------------------------------------------------------ helpers
+    @property
+    def _jvm(self):
+        return self.spark.sparkContext._jvm
+
+    def _jobs(self) -> set[int]:
+        if self.job_group is None:
+            return set()
+        return set(self.spark.sparkContext.statusTracker().getJobIdsForGroup(self.job_group))
+
+    def _create_table(self, namespace: str, schema, status: str):
+        """A fresh table for this execution (one left by an earlier attempt is replaced)."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        identifier = self.spec.table(namespace)
+        try:
+            return self.iceberg.create_table(identifier, schema=schema, properties=self.spec.properties(status))
+        except TableAlreadyExistsError:
+            self.iceberg.purge_table(identifier)
+            return self.iceberg.create_table(identifier, schema=schema, properties=self.spec.properties(status))
+
+    def _stats_rows(self) -> list[dict]:
+        metrics = _StageMetrics(self.spark.sparkContext)
+        rows = []
+        for step in self.spec.steps:
+            stats = self.stats[step.name]
+            stages = metrics.of_jobs(stats.job_ids)
+            rows.append({
+                "step": step.name, "kind": step.kind, "output": step.output, "status": stats.status,
+                "rows_in": sum(stage["input_records"] for stage in stages) if stages else None,
+                "rows_out": stats.rows_out,
+                "bytes_in": sum(stage["input_bytes"] for stage in stages) if stages else None,
+                "bytes_out": stats.bytes_out,
+                "started_at": _timestamp(stats.started_at), "ended_at": _timestamp(stats.ended_at),
+                "duration_ms": round((stats.ended_at - stats.started_at) * 1000)
+                if stats.started_at and stats.ended_at else None,
+                "spark_jobs": len(stats.job_ids),
+                "spark_tasks": sum(stage["num_tasks"] for stage in stages),
+                "executor_run_time_ms": sum(stage["executor_run_time_ms"] for stage in stages),
+                "shuffle_read_bytes": sum(stage["shuffle_read_bytes"] for stage in stages),
+                "shuffle_write_bytes": sum(stage["shuffle_write_bytes"] for stage in stages),
+                "spark_stages": json.dumps(stages),
+            })
+        return rows
+
+
+class _StageMetrics:
+    """Spark's own per-stage metrics (the status store behind Spark's UI), by job."""
+
+    def __init__(self, context) -> None:
+        self.context = context
+        java_context = context._jsc.sc()
+        try:  # the listener fills the store asynchronously; let it catch up with the last step
+            java_context.listenerBus().waitUntilEmpty(2000)
+        except Exception:
+            pass
+        self.store = java_context.statusStore()
+
+    def of_jobs(self, job_ids: tuple[int, ...]) -> list[dict]:
+        stages = []
+        for job_id in job_ids:
+            job = self.context.statusTracker().getJobInfo(job_id)
+            for stage_id in job.stageIds if job else ():
+                try:
+                    data = self.store.lastStageAttempt(stage_id)
+                except Exception:  # a stage that never ran (skipped) has no attempt
+                    continue
+                stages.append({
+                    "job_id": job_id, "stage_id": stage_id, "name": data.name(), "status": str(data.status()),
+                    "num_tasks": data.numTasks(), "executor_run_time_ms": data.executorRunTime(),
+                    "input_bytes": data.inputBytes(), "input_records": data.inputRecords(),
+                    "output_bytes": data.outputBytes(), "output_records": data.outputRecords(),
+                    "shuffle_read_bytes": data.shuffleReadBytes(), "shuffle_write_bytes": data.shuffleWriteBytes(),
+                })
+        return stages
+
+
+# ---------------------------------------------------------------- small pieces
+def _compile_step(step: Step):
+    filename = f"<step {step.name}>"
+    code = compile(step.code, filename, "exec")
+    # Tracebacks then show the step's own lines.
+    linecache.cache[filename] = (len(step.code), None, step.code.splitlines(keepends=True), filename)
+    return code
+
+
+def _step_traceback(error: BaseException) -> str:
+    """The traceback from the step's own code down, without the runner's frames."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename.startswith("<step ")]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
+    return "".join(lines + traceback.format_exception_only(type(error), error)).rstrip()
+
+
+def _python_program(step: Step, code) -> Callable:
+    namespace: dict[str, Any] = {"__name__": f"lakeport_step_{step.name}"}
+    exec(code, namespace)
+    program = namespace.get("run")
+    if not callable(program):
+        raise ValueError("a Python step must define run(spark, ...) returning a DataFrame")
+    return program
+
+
+def _syntax_error(step: Step, error: Exception) -> str:
+    if isinstance(error, SyntaxError):
+        return f"step {step.name!r}: syntax error at line {error.lineno}: {error.msg}"
+    return f"step {step.name!r}: {_describe(error)}"
+
+
+def _describe(error: BaseException) -> str:
+    """One line for a person: the error's type and the first line of its message."""
+    java_exception = getattr(error, "java_exception", None)
+    text = str(java_exception.toString()) if java_exception is not None else str(error)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if java_exception is None:
+        first = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    return first if len(first) <= 500 else first[:500] + "…"
+
+
+def _catalog_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]
+
+
+def _vended_keys(properties: dict) -> tuple[S3Keys, float | None] | None:
+    if not properties.get("s3.access-key-id") or not properties.get("s3.secret-access-key"):
+        return None
+    expires_ms = properties.get("s3.session-token-expires-at-ms")
+    return S3Keys(
+        endpoint=properties.get("s3.endpoint"),
+        access_key=properties["s3.access-key-id"],
+        secret_key=properties["s3.secret-access-key"],
+        session_token=properties.get("s3.session-token"),
+        path_style=str(properties.get("s3.path-style-access", "true")).lower() == "true",
+    ), (int(expires_ms) / 1000 if expires_ms else None)
+
+
+def _timestamp(epoch: float | None):
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(epoch, timezone.utc) if epoch else None
+
+
+def _log_rows(entries: list[dict]) -> list[dict]:
+    return [{**entry, "ts": _timestamp(entry["ts"])} for entry in entries]
+
+
+def _console_logs_schema():
+    import pyarrow as pa
+
+    return pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("level", pa.string()), ("step", pa.string()),
+                      ("message", pa.string())])
+
+
+def _runtime_stats_schema():
+    import pyarrow as pa
+
+    return pa.schema([
+        ("step", pa.string()), ("kind", pa.string()), ("output", pa.bool_()), ("status", pa.string()),
+        ("rows_in", pa.int64()), ("rows_out", pa.int64()), ("bytes_in", pa.int64()), ("bytes_out", pa.int64()),
+        ("started_at", pa.timestamp("us", tz="UTC")), ("ended_at", pa.timestamp("us", tz="UTC")),
+        ("duration_ms", pa.int64()), ("spark_jobs", pa.int32()), ("spark_tasks", pa.int64()),
+        ("executor_run_time_ms", pa.int64()), ("shuffle_read_bytes", pa.int64()),
+        ("shuffle_write_bytes", pa.int64()), ("spark_stages", pa.string()),
+    ])

@@ -1,0 +1,351 @@
+"""Pipelines on a compute unit: real Ray + RayDP + Spark on a two-node local cluster, writing
+through the dev catalog into real SeaweedFS; results checked with an independent pyiceberg client."""
+from __future__ import annotations
+
+import secrets
+import statistics
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from app.lakekeeper import ClientCredentialsTokenSource, LakekeeperClient, S3AccessKeyCredential, S3StorageProfile
+from app.ray_clusters.base import ClusterSpec
+from app.ray_clusters.local import LocalClusterBackend
+from app.ray_clusters.spark_host_client import SparkHostClient
+from compute.catalog_cache import CatalogAccess, CatalogCache, token_expiry
+from compute.pipeline import PIPELINE_CODE, ExecutionSpec
+from compute.spark_host import RunFailed
+from compute.spark_session import S3Keys
+from devstack.oidc_provider import SERVICE_CLIENT_ID
+from devstack.process import free_port
+from devstack.seaweedfs import TEST_USER_KEYS
+
+_execution_ids = iter(range(100, 10_000))
+
+
+# ------------------------------------------------------------------ without Spark
+def _jwt(exp: float) -> str:
+    import base64
+    import json
+
+    def part(document: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(document).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'none'})}.{part({'exp': exp})}.signature"
+
+
+def _access(token: str, keys_expire_at: float | None = None) -> CatalogAccess:
+    return CatalogAccess(uri="http://catalog/catalog", warehouse="u1-sales", token=token,
+                         keys=S3Keys(endpoint="http://s3", access_key="AK", secret_key="SK", session_token="ST"),
+                         keys_expire_at=keys_expire_at)
+
+
+def test_a_warehouse_binding_is_reused_until_its_time_runs_short():
+    now = [1_000_000.0]
+    cache = CatalogCache(min_remaining_s=600, clock=lambda: now[0])
+    first = cache.binding("3f2a-11", _access(_jwt(now[0] + 3600), keys_expire_at=now[0] + 1800))
+
+    assert first.catalog_name == "wh_3f2a11_v1"
+    assert first.conf["spark.sql.catalog.wh_3f2a11_v1.type"] == "rest"
+    assert first.conf["spark.sql.catalog.wh_3f2a11_v1.header.X-Iceberg-Access-Delegation"] == "vended-credentials"
+    assert first.conf["spark.sql.catalog.wh_3f2a11_v1.hadoop.fs.s3a.session.token"] == "ST"
+    assert first.expires_at == now[0] + 1800  # the keys expire before the token
+    assert cache.binding("3f2a-11", _access(_jwt(now[0] + 7200))) is first
+    assert cache.binding("other", _access(_jwt(now[0] + 3600))).catalog_name == "wh_other_v1"
+
+    now[0] += 1300  # 500 s left: a new execution gets a new version; the old binding is unchanged
+    second = cache.binding("3f2a-11", _access(_jwt(now[0] + 3600)))
+    assert second.catalog_name == "wh_3f2a11_v2"
+    assert first.conf["spark.sql.catalog.wh_3f2a11_v1.token"] != second.conf["spark.sql.catalog.wh_3f2a11_v2.token"]
+
+
+def test_concurrent_executions_for_one_warehouse_share_one_binding():
+    cache = CatalogCache()
+    token = _jwt(time.time() + 3600)
+    bindings, start = [], threading.Barrier(8)
+
+    def bind():
+        start.wait()
+        bindings.append(cache.binding("wh", _access(token)))
+
+    threads = [threading.Thread(target=bind) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {binding.catalog_name for binding in bindings} == {"wh_wh_v1"}
+
+
+def test_an_opaque_token_gets_a_binding_of_its_own():
+    cache = CatalogCache()
+    assert token_expiry("not-a-jwt") is None
+    assert cache.binding("wh", _access("opaque")) is not cache.binding("wh", _access("opaque"))
+
+
+def test_a_spec_with_bad_steps_is_refused_with_the_reason():
+    base = spec_for({"lakekeeper_name": "w", "lakekeeper_id": "id"}, "tok", [step("a", "SELECT 1")], "http://c")
+    assert ExecutionSpec.from_json(base).steps[0].name == "a"
+    for steps, reason in (
+        ([], "no steps"),
+        ([step("a b", "SELECT 1")], "not an identifier"),
+        ([step("a", "SELECT 1"), step("A", "SELECT 2")], "used twice"),
+        ([{**step("a", "x"), "kind": "scala"}], "kind must be"),
+    ):
+        with pytest.raises(RunFailed, match=reason):
+            ExecutionSpec.from_json({**base, "steps": steps})
+    with pytest.raises(RunFailed, match="catalog.token"):
+        ExecutionSpec.from_json({**base, "catalog": {**base["catalog"], "token": ""}})
+
+
+# ------------------------------------------------------------------ on a compute unit
+@pytest.fixture(scope="module")
+def host():
+    backend = LocalClusterBackend()
+    handle = backend.start(
+        ClusterSpec(cu_id="test-pipeline", name="pipeline", cpus_per_node=1, memory_gb_per_node=3, worker_nodes=1)
+    )
+    client = SparkHostClient(handle, timeout=30)
+    try:
+        info = client.bootstrap(executors=2, executor_cores=1, executor_memory="1g")
+        assert info["state"] == "ready", info["error"]
+        yield client
+    finally:
+        client.close()
+        backend.terminate(handle)
+
+
+@pytest.fixture(scope="module")
+def catalog_admin(lakehouse):
+    tokens = ClientCredentialsTokenSource(client_id=SERVICE_CLIENT_ID, issuer=lakehouse.oidc.issuer,
+                                          client_secret=lakehouse.oidc.service_client_secret)
+    with tokens, LakekeeperClient(lakehouse.catalog_url, tokens) as client:
+        yield client
+
+
+def _register(catalog_admin, lakehouse, name: str) -> dict:
+    keys = TEST_USER_KEYS["alice"]
+    info = catalog_admin.create_warehouse(
+        f"u1-{name}-{secrets.token_hex(3)}",
+        S3StorageProfile(bucket=keys.bucket, region="us-east-1", key_prefix=f"pipeline/{name}-{secrets.token_hex(3)}",
+                         endpoint=lakehouse.s3_endpoint, path_style_access=True, flavor="s3-compat"),
+        S3AccessKeyCredential(keys.access_key_id, keys.secret_access_key),
+    )
+    return {"id": 1, "name": name, "lakekeeper_name": info.name, "lakekeeper_id": info.id}
+
+
+@pytest.fixture(scope="module")
+def warehouses(catalog_admin, lakehouse):
+    """Two of alice's warehouses; the first holds `datasets.orders`."""
+    first, second = _register(catalog_admin, lakehouse, "sales"), _register(catalog_admin, lakehouse, "lab")
+    orders = reader(lakehouse, first)
+    orders.create_namespace("datasets")
+    orders.create_table("datasets.orders", schema=pa.schema([("id", pa.int64()), ("amount", pa.int64())])).append(
+        pa.table({"id": [1, 2, 3, 4], "amount": [5, 20, 7, 40]}))
+    return first, second
+
+
+def reader(lakehouse, warehouse: dict):
+    """An independent pyiceberg client on the warehouse."""
+    return load_catalog(f"reader-{secrets.token_hex(3)}", type="rest", uri=f"{lakehouse.catalog_url}/catalog",
+                        warehouse=warehouse["lakekeeper_name"], token=lakehouse.service_token(),
+                        **{"header.X-Iceberg-Access-Delegation": "vended-credentials"})
+
+
+def step(name: str, code: str, kind: str = "sql", output: bool = False) -> dict:
+    return {"name": name, "kind": kind, "code": code, "output": output}
+
+
+def spec_for(warehouse: dict, token: str, steps: list[dict], catalog_uri: str, execution_id: int | None = None):
+    return {
+        "execution_id": execution_id if execution_id is not None else next(_execution_ids),
+        "workflow": {"id": 7, "name": "sales", "version": 3},
+        "user": {"id": 1, "email": "alice@example.test"},
+        "compute_unit": {"id": 5, "name": "cu-a"},
+        "warehouse": {"id": warehouse.get("id", 1), "name": warehouse.get("name", "w"),
+                      "lakekeeper_id": warehouse["lakekeeper_id"]},
+        "catalog": {"uri": catalog_uri, "warehouse": warehouse["lakekeeper_name"], "token": token,
+                    "access_delegation": "vended-credentials"},
+        "steps": steps,
+    }
+
+
+def submit(host, lakehouse, warehouse: dict, steps: list[dict], **overrides) -> tuple[str, dict]:
+    spec = {**spec_for(warehouse, lakehouse.service_token(), steps, f"{lakehouse.catalog_url}/catalog"), **overrides}
+    return host.submit(PIPELINE_CODE, spec, name=f"execution-{spec['execution_id']}")["run_id"], spec
+
+
+def table_names(catalog, namespace: str) -> set[str]:
+    try:
+        return {name[-1] for name in catalog.list_tables(namespace)}
+    except Exception:  # no such namespace
+        return set()
+
+
+TWO_STEPS = [
+    step("orders", "SELECT * FROM datasets.orders"),
+    step("big", "def run(spark, orders):\n    print('keeping big orders')\n    return orders.where('amount > 10')",
+         kind="python", output=True),
+]
+
+
+def test_a_two_step_pipeline_writes_results_stats_and_logs(host, lakehouse, warehouses):
+    warehouse = warehouses[0]
+    run_id, spec = submit(host, lakehouse, warehouse, TWO_STEPS)
+    run = host.wait(run_id, timeout_s=180)
+    execution = spec["execution_id"]
+
+    assert run["state"] == "COMPLETED", run["error"]
+    assert run["result"]["outputs"] == {"big": f"results.e{execution}_big"}
+    assert run["result"]["rows"] == {"big": 2}
+    assert [(s["name"], s["state"], s["rows_out"]) for s in run["progress"]["steps"]] == [
+        ("orders", "done", None), ("big", "done", 2)]
+    assert any(line["message"] == "keeping big orders" and line["step"] == "big" for line in run["progress"]["logs"])
+
+    catalog = reader(lakehouse, warehouse)
+    expected = {
+        "lakeport.execution-id": str(execution), "lakeport.workflow-id": "7", "lakeport.workflow-name": "sales",
+        "lakeport.workflow-version": "3", "lakeport.user": "alice@example.test", "lakeport.compute-unit": "cu-a",
+        "lakeport.status": "complete",
+    }
+    result = catalog.load_table(f"results.e{execution}_big")
+    assert sorted(result.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 2, "amount": 20}, {"id": 4, "amount": 40}]
+    stats = catalog.load_table(f"runtime_stats.e{execution}")
+    logs = catalog.load_table(f"console_logs.e{execution}")
+    for table in (result, stats, logs):
+        assert expected.items() <= table.properties.items(), table.name()
+
+    by_step = {row["step"]: row for row in stats.scan().to_arrow().to_pylist()}
+    assert by_step["orders"]["status"] == by_step["big"]["status"] == "done"
+    assert by_step["big"]["rows_out"] == 2 and by_step["big"]["bytes_out"] > 0
+    assert by_step["big"]["rows_in"] == 4  # read from datasets.orders
+    assert by_step["big"]["spark_jobs"] >= 1 and by_step["big"]["duration_ms"] > 0
+    assert '"stage_id"' in by_step["big"]["spark_stages"]
+    messages = logs.scan().to_arrow().to_pylist()
+    assert {"level": "INFO", "step": "big", "message": "keeping big orders"} in [
+        {key: line[key] for key in ("level", "step", "message")} for line in messages]
+
+
+def test_two_executions_at_once_land_each_in_its_own_warehouse(host, lakehouse, warehouses):
+    runs = []
+    for warehouse in warehouses:
+        steps = [step("tagged", f"SELECT '{warehouse['name']}' AS warehouse, id FROM range(3)", output=True)]
+        runs.append(submit(host, lakehouse, warehouse, steps))
+    finished = [host.wait(run_id, timeout_s=180) for run_id, _ in runs]
+
+    assert [run["state"] for run in finished] == ["COMPLETED", "COMPLETED"], [run["error"] for run in finished]
+    for (run_id, spec), warehouse, other in zip(runs, warehouses, reversed(warehouses)):
+        table = f"e{spec['execution_id']}_tagged"
+        rows = reader(lakehouse, warehouse).load_table(f"results.{table}").scan().to_arrow().to_pylist()
+        assert sorted(rows, key=lambda r: r["id"]) == [{"warehouse": warehouse["name"], "id": i} for i in range(3)]
+        assert table not in table_names(reader(lakehouse, other), "results")
+        assert f"e{spec['execution_id']}" not in table_names(reader(lakehouse, other), "console_logs")
+
+
+def test_cancel_mid_run_drops_results_and_records_what_happened(host, lakehouse, warehouses):
+    warehouse = warehouses[0]
+    steps = [
+        step("first", "SELECT id FROM range(5)", output=True),
+        step("slow", "import time\n\ndef run(spark, first):\n"
+                     "    spark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(120)).count()\n"
+                     "    return first", kind="python", output=True),
+        step("never", "SELECT * FROM slow"),
+    ]
+    run_id, spec = submit(host, lakehouse, warehouse, steps)
+    deadline = time.monotonic() + 120
+    while [s["state"] for s in host.run(run_id)["progress"]["steps"]][1:2] != ["running"]:
+        assert time.monotonic() < deadline, host.run(run_id)
+        time.sleep(0.2)
+    time.sleep(1.5)  # let the slow step's tasks start
+
+    cancelled_at = time.monotonic()
+    host.cancel(run_id)
+    run = host.wait(run_id, timeout_s=90)
+
+    assert run["state"] == "CANCELLED"
+    assert time.monotonic() - cancelled_at < 30
+    assert [s["state"] for s in run["progress"]["steps"]] == ["done", "cancelled", "cancelled"]
+    catalog = reader(lakehouse, warehouse)
+    execution = spec["execution_id"]
+    assert f"e{execution}_first" not in table_names(catalog, "results")
+    stats = catalog.load_table(f"runtime_stats.e{execution}")
+    assert stats.properties["lakeport.status"] == "cancelled"
+    assert {row["step"]: row["status"] for row in stats.scan().to_arrow().to_pylist()} == {
+        "first": "done", "slow": "cancelled", "never": "cancelled"}
+    assert catalog.load_table(f"console_logs.e{execution}").properties["lakeport.status"] == "cancelled"
+
+
+def test_a_step_that_raises_fails_the_execution_with_its_reason(host, lakehouse, warehouses):
+    warehouse = warehouses[1]
+    steps = [
+        step("first", "SELECT 1 AS n", output=True),
+        step("broken", "def run(spark, first):\n    raise ValueError('the numbers do not add up')", kind="python"),
+    ]
+    run_id, spec = submit(host, lakehouse, warehouse, steps)
+    run = host.wait(run_id, timeout_s=120)
+
+    assert run["state"] == "FAILED"
+    assert run["error"] == "step 'broken' failed: ValueError: the numbers do not add up"
+    catalog = reader(lakehouse, warehouse)
+    execution = spec["execution_id"]
+    assert f"e{execution}_first" not in table_names(catalog, "results")
+    logs = catalog.load_table(f"console_logs.e{execution}")
+    assert logs.properties["lakeport.status"] == "failed"
+    errors = [line for line in logs.scan().to_arrow().to_pylist() if line["level"] == "ERROR"]
+    assert errors and errors[0]["step"] == "broken"
+    assert 'File "<step broken>", line 2, in run' in errors[0]["message"]
+    assert "raise ValueError('the numbers do not add up')" in errors[0]["message"]
+
+
+def test_syntax_errors_are_reported_per_step_before_anything_runs(host, lakehouse, warehouses):
+    warehouse = warehouses[1]
+    steps = [step("fine", "SELECT 1 AS n"), step("typo", "SELEC 1"),
+             step("py", "def run(spark:\n    return spark.range(1)", kind="python")]
+    run_id, spec = submit(host, lakehouse, warehouse, steps)
+    run = host.wait(run_id, timeout_s=60)
+
+    assert run["state"] == "FAILED"
+    assert "step 'typo'" in run["error"] and "PARSE_SYNTAX_ERROR" in run["error"]
+    assert "step 'py': syntax error at line 1" in run["error"]
+    assert [s["state"] for s in run["progress"]["steps"]] == ["pending", "failed", "failed"]
+    assert f"e{spec['execution_id']}" not in table_names(reader(lakehouse, warehouse), "console_logs")
+
+
+def test_a_missing_warehouse_or_an_unreachable_catalog_fails_with_the_reason(host, lakehouse, warehouses):
+    steps = [step("one", "SELECT 1 AS n", output=True)]
+    missing = {**warehouses[0], "lakekeeper_name": "u1-no-such-warehouse"}
+    run_id, _ = submit(host, lakehouse, missing, steps)
+    unreachable_id, _ = submit(host, lakehouse, warehouses[0], steps, catalog={
+        "uri": f"http://127.0.0.1:{free_port()}/catalog", "warehouse": warehouses[0]["lakekeeper_name"],
+        "token": lakehouse.service_token(), "access_delegation": "vended-credentials"})
+
+    run, unreachable = host.wait(run_id, timeout_s=60), host.wait(unreachable_id, timeout_s=60)
+
+    assert run["state"] == "FAILED" and run["error"].startswith("warehouse not found: u1-no-such-warehouse")
+    assert unreachable["state"] == "FAILED"
+    assert unreachable["error"].startswith("the catalog (Lakekeeper) is unreachable at http://127.0.0.1:")
+
+
+def test_warm_overhead_of_a_one_row_pipeline(host, lakehouse, warehouses, capsys):
+    """Submit → COMPLETED minus the step's own Spark work (its SQL and Iceberg write), on a warm host."""
+    warehouse = warehouses[1]
+    overheads, walls = [], []
+    for attempt in range(6):  # the first one warms the JVM's Iceberg and S3A classes and is not counted
+        started = time.perf_counter()
+        run_id, spec = submit(host, lakehouse, warehouse, [step("one", "SELECT 1 AS n", output=True)])
+        run = host.wait(run_id, timeout_s=60, poll_s=0.02)
+        wall = time.perf_counter() - started
+        assert run["state"] == "COMPLETED", run["error"]
+        (one,) = run["progress"]["steps"]
+        if attempt:
+            walls.append(wall)
+            overheads.append(wall - (one["ended_at"] - one["started_at"]))
+
+    with capsys.disabled():
+        print(f"\n[measure] one-step one-row pipeline on a warm host: submit→COMPLETED median "
+              f"{statistics.median(walls) * 1000:.0f} ms, of which outside the step's Spark work median "
+              f"{statistics.median(overheads) * 1000:.0f} ms (each: {', '.join(f'{o * 1000:.0f}' for o in overheads)})")
+    assert statistics.median(overheads) < 1.5
