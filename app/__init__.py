@@ -39,14 +39,16 @@ def create_app(config: Config | None = None) -> Flask:
     from app.compute_units import bp as compute_units_bp
     from app.warehouses import bp as warehouses_bp
     from app.workflows import bp as workflows_bp
+    from app.executions import bp as executions_bp
 
     app.register_blueprint(auth_bp)
     app.register_blueprint(main_bp)
     app.register_blueprint(warehouses_bp)
     app.register_blueprint(compute_units_bp)
     app.register_blueprint(workflows_bp)
+    app.register_blueprint(executions_bp)
 
-    adopt_compute_units(app)
+    adopt_running_work(app)
 
     register_error_pages(app)
     app.context_processor(navigation)
@@ -54,18 +56,21 @@ def create_app(config: Config | None = None) -> Flask:
     return app
 
 
-def adopt_compute_units(app: Flask) -> None:
-    """Clusters outlive portal restarts: keep the live ones, mark the dead ones FAILED."""
+def adopt_running_work(app: Flask) -> None:
+    """Clusters, and the executions on them, outlive portal restarts: keep the live ones, mark
+    the dead ones FAILED. Units first: an execution's fate depends on its unit's."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from app.compute_units.lifecycle import adopt_all
+    from app.compute_units.lifecycle import adopt_all as adopt_compute_units
+    from app.executions.runner import adopt_all as adopt_executions
 
     with app.app_context():
         try:
-            adopt_all()
+            adopt_compute_units()
+            adopt_executions()
         except SQLAlchemyError as error:
             # E.g. `flask db upgrade` on an empty database builds the app before the tables exist.
-            app.logger.warning("compute units not adopted (database not ready: %s)", error.__class__.__name__)
+            app.logger.warning("running work not adopted (database not ready: %s)", error.__class__.__name__)
 
 
 def register_commands(app: Flask) -> None:

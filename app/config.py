@@ -68,6 +68,8 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_LAKEKEEPER_CLIENT_SECRET", None, secret=True, help="Secret of the service client."),
     "LAKEKEEPER_TIMEOUT_SECONDS": Setting(
         "LAKEPORT_LAKEKEEPER_TIMEOUT_SECONDS", 10.0, cast=float, help="Timeout for each call to Lakekeeper."),
+    "UPLOAD_MAX_MB": Setting(
+        "LAKEPORT_UPLOAD_MAX_MB", 100, cast=int, help="Largest CSV or Parquet upload accepted, in MiB."),
     "CU_MAX_RUNNING_PER_USER": Setting(
         "LAKEPORT_CU_MAX_RUNNING_PER_USER", 2, cast=int,
         help="How many compute units one user may have starting or running at once."),
@@ -133,6 +135,7 @@ class Config:
     LAKEKEEPER_CLIENT_ID: str = SETTINGS["LAKEKEEPER_CLIENT_ID"].default
     LAKEKEEPER_CLIENT_SECRET: str | None = None
     LAKEKEEPER_TIMEOUT_SECONDS: float = SETTINGS["LAKEKEEPER_TIMEOUT_SECONDS"].default
+    UPLOAD_MAX_MB: int = SETTINGS["UPLOAD_MAX_MB"].default
     CU_MAX_RUNNING_PER_USER: int = SETTINGS["CU_MAX_RUNNING_PER_USER"].default
     CU_MAX_CPUS: int = SETTINGS["CU_MAX_CPUS"].default
     CU_MAX_MEMORY_GB: float = SETTINGS["CU_MAX_MEMORY_GB"].default

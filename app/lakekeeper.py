@@ -569,6 +569,11 @@ class LakekeeperClient:
     def __repr__(self) -> str:
         return f"LakekeeperClient({self.base_url!r}, project_id={self.project_id!r})"
 
+    @property
+    def token_source(self) -> TokenSource:
+        """Where this client's bearer tokens come from (the portal's Iceberg reads share it)."""
+        return self._token_source
+
     def warehouse_token(self, warehouse_id: str) -> ScopedToken:
         """A fresh catalog token for one execution that reaches only the warehouse `warehouse_id`
         (Lakekeeper's id), minted for the client's service identity; see

@@ -1,0 +1,128 @@
+"""Reading executions back: lists with filters, the choices of the run dialog, and what a
+finished execution recorded (its progress, its output tables)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sqlmodel import select
+
+from app.db import get_db
+from app.models import (
+    ComputeUnit,
+    ComputeUnitState,
+    Execution,
+    ExecutionState,
+    User,
+    Warehouse,
+    WarehouseStatus,
+    Workflow,
+)
+
+HISTORY_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class ExecutionRow:
+    """An execution with the names a list shows beside it."""
+
+    execution: Execution
+    workflow_name: str
+    compute_unit_name: str | None
+
+
+@dataclass(frozen=True)
+class Filters:
+    state: str | None = None
+    warehouse_id: int | None = None
+    compute_unit_id: int | None = None
+
+    @classmethod
+    def from_args(cls, args) -> Filters:
+        """Filters from query parameters; values that are not valid choices are ignored."""
+        state = args.get("state") or None
+        return cls(
+            state=state if state in ExecutionState.ALL else None,
+            warehouse_id=_int_or_none(args.get("warehouse_id")),
+            compute_unit_id=_int_or_none(args.get("compute_unit_id")),
+        )
+
+    @property
+    def active(self) -> bool:
+        return any((self.state, self.warehouse_id, self.compute_unit_id))
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def user_executions(owner: User, filters: Filters = Filters(), workflow_id: int | None = None) -> list[ExecutionRow]:
+    """The user's executions, newest first, narrowed by `filters` and optionally to one workflow."""
+    statement = (
+        select(Execution, Workflow.name, ComputeUnit.name)
+        .join(Workflow, Workflow.id == Execution.workflow_id)
+        .outerjoin(ComputeUnit, ComputeUnit.id == Execution.compute_unit_id)
+        .where(Execution.owner_id == owner.id)
+    )
+    if workflow_id is not None:
+        statement = statement.where(Execution.workflow_id == workflow_id)
+    if filters.state:
+        statement = statement.where(Execution.state == filters.state)
+    if filters.warehouse_id is not None:
+        statement = statement.where(Execution.warehouse_id == filters.warehouse_id)
+    if filters.compute_unit_id is not None:
+        statement = statement.where(Execution.compute_unit_id == filters.compute_unit_id)
+    statement = statement.order_by(Execution.created_at.desc(), Execution.id.desc()).limit(HISTORY_LIMIT)
+    return [ExecutionRow(execution, workflow_name, cu_name) for execution, workflow_name, cu_name
+            in get_db().exec(statement)]
+
+
+def user_warehouses(owner: User) -> list[Warehouse]:
+    return list(get_db().exec(select(Warehouse).where(Warehouse.owner_id == owner.id).order_by(Warehouse.name)))
+
+
+def user_compute_units(owner: User) -> list[ComputeUnit]:
+    return list(get_db().exec(select(ComputeUnit).where(ComputeUnit.owner_id == owner.id)
+                              .order_by(ComputeUnit.created_at.desc())))
+
+
+def running_compute_units(owner: User) -> list[ComputeUnit]:
+    return [cu for cu in user_compute_units(owner) if cu.state == ComputeUnitState.RUNNING]
+
+
+def active_warehouses(owner: User) -> list[Warehouse]:
+    return [warehouse for warehouse in user_warehouses(owner) if warehouse.status == WarehouseStatus.ACTIVE]
+
+
+def last_warehouse_id(owner: User, workflow: Workflow) -> int | None:
+    """The warehouse this workflow's latest execution wrote to (None if never run, or purged)."""
+    statement = (select(Execution.warehouse_id)
+                 .where(Execution.owner_id == owner.id, Execution.workflow_id == workflow.id)
+                 .order_by(Execution.created_at.desc(), Execution.id.desc()).limit(1))
+    return get_db().exec(statement).first()
+
+
+def progress_of(execution: Execution) -> dict:
+    """{"steps": [{"name", "state", "rows_out", "started_at", "ended_at"}], "logs": [...], "phase": "..."};
+    `phase` says what an INITIALIZING execution is doing."""
+    progress = json.loads(execution.progress or "{}")
+    return {"steps": progress.get("steps") or [], "logs": progress.get("logs") or [],
+            "phase": progress.get("phase") or ""}
+
+
+def output_tables(execution: Execution) -> dict[str, str]:
+    """Output step → its table (`results.e42_big`), once the execution COMPLETED."""
+    if execution.state != ExecutionState.COMPLETED or execution.outputs_purged:
+        return {}
+    return dict(json.loads(execution.outputs or "{}").get("outputs") or {})
+
+
+def runtime_stats_table(execution: Execution) -> str:
+    return f"runtime_stats.e{execution.id}"
+
+
+def console_logs_table(execution: Execution) -> str:
+    return f"console_logs.e{execution.id}"

@@ -1,0 +1,63 @@
+"""An execution's tables in its warehouse (outputs, runtime stats, console logs), read through
+the portal's per-warehouse pyiceberg catalogs (`app.iceberg_reader`)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+from app import iceberg_reader
+from app.charts import StepTiming
+from app.db import get_db
+from app.executions import history
+from app.iceberg_reader import Page, ResultReadError
+from app.models import Execution, ExecutionState, Warehouse
+
+RUNTIME_STATS_ROWS = 500
+
+
+def warehouse_of(execution: Execution) -> Warehouse | None:
+    return get_db().get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
+
+
+def _catalog(execution: Execution):
+    warehouse = warehouse_of(execution)
+    if warehouse is None or execution.outputs_purged:
+        raise ResultReadError(f"The warehouse {execution.warehouse_name} was purged: its tables are gone.")
+    return iceberg_reader.catalog_for(warehouse)
+
+
+def page(execution: Execution, table: str, page_number: int, size: int) -> Page:
+    return iceberg_reader.read_page(_catalog(execution), table, page_number, size)
+
+
+def csv_chunks(execution: Execution, table: str) -> Iterator[bytes]:
+    return iceberg_reader.stream_csv(_catalog(execution), table)
+
+
+def ran_on_the_unit(execution: Execution) -> bool:
+    """The execution ended after its run was submitted, so it may have written stats and logs."""
+    return execution.state in ExecutionState.FINAL and bool(execution.run_id)
+
+
+def step_timings(execution: Execution) -> list[StepTiming]:
+    """Per step, when it ran relative to the first step and what it produced, from runtime_stats
+    (step, status, rows_out, started_at, duration_ms, ...: compute/pipeline.py writes it)."""
+    stats = page(execution, history.runtime_stats_table(execution), 1, RUNTIME_STATS_ROWS)
+    rows = [dict(zip(stats.columns, row)) for row in stats.rows]
+    origin = min((row["started_at"] for row in rows if row.get("started_at")), default=None)
+    timings, cursor = [], 0.0
+    for row in rows:
+        duration = (row.get("duration_ms") or 0) / 1000
+        # A step that never started is drawn, empty, after the one before it.
+        offset = (row["started_at"] - origin).total_seconds() if row.get("started_at") else cursor
+        timings.append(StepTiming(name=str(row["step"]), status=str(row.get("status") or ""), start_s=offset,
+                                  duration_s=duration, rows_out=row.get("rows_out")))
+        cursor = offset + duration
+    return timings
+
+
+def as_datetime(value: datetime | float | None) -> datetime | None:
+    """A log line's moment: epoch seconds in the live progress, a datetime in console_logs."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromtimestamp(value, timezone.utc)

@@ -1,0 +1,498 @@
+"""Running an execution: QUEUED → INITIALIZING → RUNNING → COMPLETED | FAILED(reason) | CANCELLED.
+
+`start` records the execution (QUEUED) and hands it to a background thread, which
+1. checks the warehouse (Lakeport's row, then Lakekeeper) and the compute unit (INITIALIZING);
+2. makes sure the unit's Spark host is up: bootstrapped once per unit, sized from the unit;
+3. mints a catalog token scoped to this one warehouse, builds the ExecutionSpec (the contract
+   with `compute/pipeline.py`) and submits it to the host;
+4. watches the run (RUNNING) every POLL_SECONDS, copying its progress to the row and keeping
+   the unit from being stopped as idle;
+5. records the final state, with the outputs or the reason.
+
+Nothing waits without a deadline: host calls time out, bootstrapping has a limit, and a run
+whose host stops answering fails once the unit is found dead or the silence lasts too long.
+The owner's cancel races with the thread, so state changes are compare-and-set updates of
+the row: whichever comes first wins, and a final state is never overwritten.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from datetime import timedelta, timezone
+
+from flask import Flask, current_app
+from sqlalchemy import update
+from sqlmodel import Session, select
+
+from app.compute_units import lifecycle
+from app.db import engine, get_db
+from app.executions.history import progress_of
+from app.extensions import lakekeeper
+from app.lakekeeper import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
+from app.models import (
+    ComputeUnit,
+    ComputeUnitState,
+    Execution,
+    ExecutionState,
+    User,
+    Warehouse,
+    WarehouseStatus,
+    Workflow,
+    WorkflowVersion,
+    utcnow,
+)
+from app.ray_clusters.base import ClusterHandle, ProgressCallback
+from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from compute.spark_host import RunState
+
+State = ExecutionState
+
+POLL_SECONDS = 0.25
+HOST_CALL_TIMEOUT_SECONDS = 5.0
+BOOTSTRAP_TIMEOUT_SECONDS = 180.0
+# A host that does not answer for this long, on a unit that still looks alive, fails the run.
+HOST_SILENCE_SECONDS = 30.0
+# How often a running execution tells its unit it is busy (the idle timeout is in minutes).
+ACTIVITY_EVERY_SECONDS = 10.0
+# How often the watcher looks at the unit's row (terminated by its owner, failed by the supervisor).
+UNIT_CHECK_EVERY_SECONDS = 2.0
+# An execution not submitted this long after its creation was abandoned by a portal process.
+INITIALIZE_GRACE_SECONDS = BOOTSTRAP_TIMEOUT_SECONDS + 60.0
+
+# What the Spark host runs: the pipeline entry of compute/pipeline.py with the ExecutionSpec as `args`.
+SUBMIT_CODE = "from compute.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)\n"
+
+
+class RunRefused(Exception):
+    """A run or a cancel was refused; `message` is for the user, `field` the form field at fault."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+class ExecutionFailed(Exception):
+    """Ends the background thread's work with FAILED and this reason."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+# Executions that a thread of this process is initializing or watching.
+_active: set[int] = set()
+_active_lock = threading.Lock()
+# One bootstrap at a time per compute unit (id → lock).
+_host_locks: dict[int, threading.Lock] = {}
+
+
+# --- Starting and cancelling (request side) -------------------------------------------------
+
+
+def check_runnable(owner: User, cu: ComputeUnit | None, warehouse: Warehouse | None) -> dict[str, str]:
+    """Why this unit and this warehouse cannot take a new execution (field → message); {} if they can."""
+    errors: dict[str, str] = {}
+    if cu is None or cu.owner_id != owner.id:
+        errors["compute_unit_id"] = "Choose one of your running compute units."
+    elif cu.state != ComputeUnitState.RUNNING:
+        errors["compute_unit_id"] = f"Compute unit {cu.name} is {cu.state.lower()}, not running."
+    if warehouse is None or warehouse.owner_id != owner.id:
+        errors["warehouse_id"] = "Choose one of your active warehouses."
+    elif warehouse.status == WarehouseStatus.ARCHIVED:
+        errors["warehouse_id"] = f"Warehouse {warehouse.name} is archived: it takes no new executions."
+    elif warehouse.status != WarehouseStatus.ACTIVE:
+        errors["warehouse_id"] = f"Warehouse {warehouse.name} is deactivated; activate it first."
+    return errors
+
+
+def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: ComputeUnit | None,
+          warehouse: Warehouse | None) -> Execution:
+    """Record a QUEUED execution of `version` and run it in the background."""
+    if version is None or not json.loads(version.steps or "[]"):
+        raise RunRefused("This workflow has no steps yet. Add steps in the editor and save first.")
+    errors = check_runnable(owner, cu, warehouse)
+    if errors:
+        field, message = next(iter(errors.items()))
+        raise RunRefused(message, field)
+    db = get_db()
+    steps = [{"name": step["name"], "state": "pending"} for step in json.loads(version.steps)]
+    execution = Execution(
+        owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version.id,
+        workflow_version=version.version, compute_unit_id=cu.id, warehouse_id=warehouse.id,
+        warehouse_name=warehouse.name, progress=json.dumps({"steps": steps, "logs": []}),
+    )
+    db.add(execution)
+    # A unit idle for long would be stopped at the next check, under this execution.
+    cu.last_activity_at = utcnow()
+    db.add(cu)
+    db.commit()
+    current_app.logger.info("user %s started execution %s of workflow %s v%s on compute unit %s into warehouse %s",
+                            owner.id, execution.id, workflow.id, version.version, cu.id, warehouse.id)
+    _in_background(_run, execution.id)
+    return execution
+
+
+def cancel(execution: Execution) -> None:
+    """Cancel a QUEUED or INITIALIZING execution at once, or ask the compute unit to stop a
+    RUNNING one (its watcher records CANCELLED when the run has stopped)."""
+    if execution.state in State.FINAL:
+        raise RunRefused("This execution has already finished.")
+    if _transition(execution.id, (State.QUEUED, State.INITIALIZING), state=State.CANCELLED,
+                   reason="cancelled by its owner before it ran", ended_at=utcnow()):
+        get_db().refresh(execution)
+        return
+    get_db().refresh(execution)
+    if execution.state != State.RUNNING:
+        return
+    cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
+    handle = lifecycle.handle_of(cu) if cu is not None else None
+    if handle is None:
+        raise RunRefused("The compute unit of this execution is gone; the execution will be marked failed.")
+    try:
+        with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+            client.cancel(execution.run_id)
+    except SparkHostError as error:
+        current_app.logger.warning("cancelling execution %s: %s", execution.id, error)
+        raise RunRefused("The compute unit did not answer the cancel request. Try again in a moment.") from None
+
+
+# --- Rows, from background threads ------------------------------------------------------------
+
+
+def _update(execution_id: int, **changes) -> None:
+    """Write to the row from a background thread, in its own short session."""
+    with Session(engine()) as db:
+        db.exec(update(Execution).where(Execution.id == execution_id).values(**changes))
+        db.commit()
+
+
+def _transition(execution_id: int, from_states: Iterable[str], **changes) -> bool:
+    """Compare-and-set: apply `changes` only if the row is still in one of `from_states`."""
+    with Session(engine()) as db:
+        result = db.exec(update(Execution)
+                         .where(Execution.id == execution_id, Execution.state.in_(tuple(from_states)))
+                         .values(**changes))
+        db.commit()
+        return result.rowcount == 1
+
+
+def _finish(execution_id: int, state: str, **changes) -> bool:
+    """Record a final state, unless another one was recorded first."""
+    live = [s for s in State.ALL if s not in State.FINAL]
+    return _transition(execution_id, live, state=state, ended_at=utcnow(), **changes)
+
+
+def _load(execution_id: int) -> Execution | None:
+    with Session(engine(), expire_on_commit=False) as db:
+        return db.get(Execution, execution_id)
+
+
+def _in_background(target, execution_id: int) -> None:
+    with _active_lock:
+        if execution_id in _active:
+            return
+        _active.add(execution_id)
+    app = current_app._get_current_object()
+    threading.Thread(target=_with_app, args=(app, target, execution_id),
+                     name=f"execution-{execution_id}-{target.__name__}", daemon=True).start()
+
+
+def _with_app(app: Flask, target, execution_id: int) -> None:
+    try:
+        with app.app_context():
+            try:
+                target(execution_id)
+            except ExecutionFailed as failure:
+                _finish(execution_id, State.FAILED, reason=failure.reason[:2000])
+            except Exception as error:  # a bug or an environment problem: still never a stuck execution
+                app.logger.exception("execution %s failed in the portal", execution_id)
+                _finish(execution_id, State.FAILED, reason=f"the portal could not run it: {error}"[:2000])
+    finally:
+        with _active_lock:
+            _active.discard(execution_id)
+
+
+# --- The background thread ------------------------------------------------------------------
+
+
+def _run(execution_id: int) -> None:
+    if not _transition(execution_id, (State.QUEUED,), state=State.INITIALIZING, started_at=utcnow()):
+        return  # cancelled while queued
+    args, handle = _prepare(execution_id)
+    if _load(execution_id).state != State.INITIALIZING:
+        return  # cancelled while initializing: nothing was submitted
+    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+        try:
+            run_id = client.submit(SUBMIT_CODE, args, name=f"execution-{execution_id}")["run_id"]
+        except SparkHostError as error:
+            raise ExecutionFailed(_unit_failure(args["compute_unit"]["id"])
+                                  or f"the compute unit did not take the run: {error}") from None
+        if not _transition(execution_id, (State.INITIALIZING,), state=State.RUNNING, run_id=run_id):
+            client.cancel(run_id)  # cancelled between the check above and the submit
+            return
+    _watch(execution_id)
+
+
+def _prepare(execution_id: int) -> tuple[dict, ClusterHandle]:
+    """Check everything the run needs; return the ExecutionSpec and the unit's cluster handle."""
+    with Session(engine(), expire_on_commit=False) as db:
+        execution = db.get(Execution, execution_id)
+        warehouse = db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
+        workflow = db.get(Workflow, execution.workflow_id)
+        version = db.get(WorkflowVersion, execution.workflow_version_id)
+        owner = db.get(User, execution.owner_id)
+    _check_warehouse(execution, warehouse)
+    cu, handle = _running_unit(execution.compute_unit_id)
+    _ensure_spark_host(cu, handle, progress=lambda phase: _note(execution_id, phase))
+    token = _execution_token(warehouse)
+    return execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle
+
+
+def _note(execution_id: int, phase: str) -> None:
+    """What INITIALIZING is doing right now, for the page."""
+    execution = _load(execution_id)
+    _update(execution_id, progress=json.dumps({**progress_of(execution), "phase": phase}))
+
+
+def _check_warehouse(execution: Execution, warehouse: Warehouse | None) -> None:
+    name = execution.warehouse_name
+    if warehouse is None:
+        raise ExecutionFailed(f"the warehouse {name} was purged")
+    if warehouse.status == WarehouseStatus.ARCHIVED:
+        raise ExecutionFailed(f"the warehouse {name} was archived: it takes no new executions")
+    if warehouse.status != WarehouseStatus.ACTIVE:
+        raise ExecutionFailed(f"the warehouse {name} is deactivated")
+    try:
+        found = lakekeeper().get_warehouse(warehouse.lakekeeper_id)
+    except (LakekeeperUnavailable, ServiceTokenError) as error:
+        raise ExecutionFailed(f"the catalog (Lakekeeper) is unreachable: {error.user_message}") from None
+    except LakekeeperError as error:
+        if error.status == 404:
+            raise ExecutionFailed(f"the warehouse {name} no longer exists in the catalog") from None
+        raise ExecutionFailed(f"the catalog refused the warehouse {name}: {error.user_message}") from None
+    if not found.is_active:
+        raise ExecutionFailed(f"the warehouse {name} is inactive in the catalog")
+
+
+def _unit_failure(cu_id: int | None) -> str | None:
+    """Why the compute unit cannot run anything any more (checked against its cluster), or None."""
+    if cu_id is None:
+        return "the compute unit stopped: it was deleted"
+    db = get_db()
+    db.expire_all()
+    cu = db.get(ComputeUnit, cu_id)
+    if cu is None:
+        return "the compute unit stopped: it was deleted"
+    if cu.state == ComputeUnitState.RUNNING:
+        try:
+            lifecycle.refresh(cu)  # a dead cluster becomes FAILED with its reason
+        except Exception:
+            current_app.logger.exception("checking compute unit %s failed", cu_id)
+    if cu.state != ComputeUnitState.RUNNING:
+        return f"the compute unit stopped: {cu.reason or cu.state.lower()}"
+    return None
+
+
+def _running_unit(cu_id: int | None) -> tuple[ComputeUnit, ClusterHandle]:
+    if reason := _unit_failure(cu_id):
+        raise ExecutionFailed(reason)
+    cu = get_db().get(ComputeUnit, cu_id)
+    handle = lifecycle.handle_of(cu)
+    if handle is None or not handle.spark_host_url:
+        raise ExecutionFailed("the compute unit has no Spark host address")
+    return cu, handle
+
+
+def spark_host_size(cu: ComputeUnit) -> dict:
+    """Spark on the whole unit: one executor per node with all its CPUs and half its memory
+    (the rest is Ray's object store, the Spark driver on the head and the JVMs' overhead)."""
+    memory_mb = max(512, int(cu.memory_gb * 1024 / 2) // 128 * 128)
+    return {"executors": cu.worker_nodes + 1, "executor_cores": cu.cpus, "executor_memory": f"{memory_mb}m"}
+
+
+def _ensure_spark_host(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallback) -> None:
+    """The unit's Spark host answers and its session is warm; bootstrap it if it is not there
+    (the first execution on a unit waits for that, and `progress` says so)."""
+    with _active_lock:
+        lock = _host_locks.setdefault(cu.id, threading.Lock())
+    with lock, SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+        try:
+            info = client.info()
+        except SparkHostError:
+            try:
+                info = client.bootstrap(**spark_host_size(cu), timeout_s=BOOTSTRAP_TIMEOUT_SECONDS,
+                                        progress=progress)
+            except Exception as error:  # Ray's Jobs API raises its own errors too
+                raise ExecutionFailed(_unit_failure(cu.id)
+                                      or f"the compute unit's Spark host did not start: {error}") from None
+        deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
+        try:
+            while info["state"] == "warming" and time.monotonic() < deadline:
+                time.sleep(1.0)
+                info = client.info()
+        except SparkHostError as error:
+            reason = _unit_failure(cu.id) or f"the compute unit's Spark host stopped answering: {error}"
+            raise ExecutionFailed(reason) from None
+    if info["state"] != "ready":
+        raise ExecutionFailed(f"the compute unit's Spark session is not usable ({info['state']}): {info.get('error')}")
+
+
+def _execution_token(warehouse: Warehouse) -> str:
+    """A short-lived catalog token that reaches this one warehouse only."""
+    try:
+        return lakekeeper().warehouse_token(warehouse.lakekeeper_id).access_token
+    except LakekeeperError as error:
+        raise ExecutionFailed(f"no catalog token for the execution: {error.user_message}") from None
+
+
+def execution_spec(execution: Execution, workflow: Workflow, version: WorkflowVersion, owner: User,
+                   cu: ComputeUnit, warehouse: Warehouse, token: str) -> dict:
+    """The ExecutionSpec: everything the compute unit needs to run this execution, and no more."""
+    config = current_app.config
+    project_id = config["LAKEKEEPER_PROJECT_ID"]
+    return {
+        "execution_id": execution.id,
+        "workflow": {"id": workflow.id, "name": workflow.name, "version": version.version},
+        "user": {"id": owner.id, "email": owner.email},
+        "compute_unit": {"id": cu.id, "name": cu.name},
+        "warehouse": {"id": warehouse.id, "name": warehouse.name, "lakekeeper_id": warehouse.lakekeeper_id},
+        "catalog": {
+            "uri": f"{config['LAKEKEEPER_URL'].rstrip('/')}/catalog",
+            # Lakekeeper resolves `<project>/<name>` in a project other than its default one.
+            "warehouse": f"{project_id}/{warehouse.lakekeeper_name}" if project_id else warehouse.lakekeeper_name,
+            "token": token,
+            "access_delegation": "vended-credentials",
+        },
+        "steps": json.loads(version.steps),
+    }
+
+
+def _watch(execution_id: int) -> None:
+    """Follow a submitted run until it ends, whatever ends it."""
+    execution = _load(execution_id)
+    cu_id, run_id = execution.compute_unit_id, execution.run_id
+    _, handle = _running_unit(cu_id)
+    last_progress = execution.progress
+    last_heard = time.monotonic()
+    next_activity = next_unit_check = 0.0
+    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+        while True:
+            now = time.monotonic()
+            try:
+                run = client.run(run_id)
+            except SparkHostError as error:
+                _check_silence(client, cu_id, error, silent_for=now - last_heard)
+                time.sleep(POLL_SECONDS)
+                continue
+            last_heard = now
+            progress = _merged_progress(json.loads(last_progress), run.get("progress") or {})
+            if run["state"] in RunState.FINAL:
+                _record_end(execution_id, run, progress)
+                return
+            if progress != last_progress:
+                _update(execution_id, progress=progress)
+                last_progress = progress
+            if now >= next_activity:
+                _touch_unit(cu_id)
+                next_activity = now + ACTIVITY_EVERY_SECONDS
+            if now >= next_unit_check:
+                if _stopped_elsewhere(execution_id, cu_id, client, run_id):
+                    return
+                next_unit_check = now + UNIT_CHECK_EVERY_SECONDS
+            time.sleep(POLL_SECONDS)
+
+
+def _merged_progress(previous: dict, reported: dict) -> str:
+    """The host's progress, keeping the steps and logs known so far until it reports its own
+    (a run that has not started yet reports none)."""
+    return json.dumps({"steps": reported.get("steps") or previous.get("steps") or [],
+                       "logs": reported.get("logs") or previous.get("logs") or []})
+
+
+def _touch_unit(cu_id: int) -> None:
+    """The unit is busy: push its idle timeout back."""
+    with Session(engine()) as db:
+        db.exec(update(ComputeUnit).where(ComputeUnit.id == cu_id).values(last_activity_at=utcnow()))
+        db.commit()
+
+
+def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, run_id: str) -> bool:
+    """The row says the execution ended (another watcher) or its unit stopped (terminated,
+    failed at a supervisor check): stop watching, failing the execution in the second case."""
+    if _load(execution_id).state in State.FINAL:
+        return True
+    with Session(engine()) as db:
+        cu = db.get(ComputeUnit, cu_id)
+    if cu is not None and cu.state == ComputeUnitState.RUNNING:
+        return False
+    try:
+        client.cancel(run_id)  # a terminating unit may still be running it
+    except SparkHostError:
+        pass
+    reason = f"the compute unit stopped: {(cu.reason or cu.state.lower()) if cu else 'it was deleted'}"
+    _finish(execution_id, State.FAILED, reason=reason)
+    return True
+
+
+def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, silent_for: float) -> None:
+    """The host did not answer about the run: find out whether the unit died, the host forgot the
+    run, or this is a hiccup to wait out (up to HOST_SILENCE_SECONDS)."""
+    if reason := _unit_failure(cu_id):
+        raise ExecutionFailed(reason)
+    try:
+        client.info()
+    except SparkHostError:
+        if silent_for > HOST_SILENCE_SECONDS:
+            raise ExecutionFailed(f"the compute unit's Spark host stopped answering: {error}") from None
+        return
+    # The host answers but not about this run: it was restarted and lost it.
+    raise ExecutionFailed(f"the compute unit's Spark host no longer knows this run (it was restarted): {error}")
+
+
+def _record_end(execution_id: int, run: dict, progress: str) -> None:
+    state = run["state"]
+    if state == RunState.COMPLETED:
+        _finish(execution_id, State.COMPLETED, progress=progress, outputs=json.dumps(run.get("result") or {}))
+    elif state == RunState.CANCELLED:
+        _finish(execution_id, State.CANCELLED, progress=progress, reason="cancelled by its owner")
+    else:
+        _finish(execution_id, State.FAILED, progress=progress, reason=failure_reason(run.get("error")))
+
+
+def failure_reason(error: str | None) -> str:
+    """The reason to show for a failed run: the pipeline's own message, or the last line of a
+    traceback (the exception)."""
+    error = (error or "").strip()
+    if error.startswith("Traceback"):
+        error = error.splitlines()[-1]
+    return (error or "the run failed without saying why")[:2000]
+
+
+# --- Portal start -------------------------------------------------------------------------------
+
+
+def adopt_all() -> None:
+    """At portal start: watch again the runs a previous portal process was watching; fail the
+    executions it was preparing and abandoned."""
+    with Session(engine(), expire_on_commit=False) as db:
+        live = list(db.exec(select(Execution).where(
+            Execution.state.in_((State.QUEUED, State.INITIALIZING, State.RUNNING)))))
+    for execution in live:
+        if execution.state == State.RUNNING and execution.run_id:
+            _in_background(_watch, execution.id)
+        else:
+            # Another portal process may be preparing it right now: it is abandoned only once
+            # its preparation would have timed out.
+            _in_background(_fail_if_abandoned, execution.id)
+
+
+def _fail_if_abandoned(execution_id: int) -> None:
+    created_at = _load(execution_id).created_at
+    # SQLite hands datetimes back without their zone; they are stored in UTC.
+    created_at = created_at if created_at.tzinfo else created_at.replace(tzinfo=timezone.utc)
+    deadline = created_at + timedelta(seconds=INITIALIZE_GRACE_SECONDS)
+    time.sleep(max(0.0, (deadline - utcnow()).total_seconds()))
+    _transition(execution_id, (State.QUEUED, State.INITIALIZING), state=State.FAILED, ended_at=utcnow(),
+                reason="the portal restarted before this execution was submitted")

@@ -1,0 +1,396 @@
+"""Reading execution outputs from a warehouse through pyiceberg, for the portal's result pages.
+
+Catalogs: one pyiceberg REST catalog per warehouse (`WarehouseCatalogs`), created lazily on
+first use and shared by the portal's threads. They authenticate with the portal's service
+tokens (renewed by the token source, never stored in a catalog's properties) and ask for
+vended credentials, so the portal holds no storage key of any warehouse.
+
+Paging without scanning: a page is located from metadata only. The count is the snapshot's
+`total-records`; the data files (in a fixed order: by path, which keeps a Spark write's task
+order) carry their record counts in the manifests, and each Parquet footer carries its row
+groups' counts. So page 50,000 opens one file, decodes one row group up to the page and
+stops: no other file is read. The file plan per snapshot and the footers per file are cached
+(both are immutable). Tables with row-level deletes have no exact counts in metadata; they
+are read through pyiceberg's own scan, which applies the deletes.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+import requests
+from flask import current_app
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.rest.auth import AuthManager
+from pyiceberg.exceptions import (
+    ForbiddenError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    OAuthError,
+    RESTError,
+    ServerError,
+    UnauthorizedError,
+)
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.schema import Schema
+from pyiceberg.table import FileScanTask, Table
+
+from app.extensions import lakekeeper
+from app.lakekeeper import TokenSource
+
+logger = logging.getLogger(__name__)
+
+ACCESS_DELEGATION_HEADER = "header.X-Iceberg-Access-Delegation"
+# Rows decoded per step while skipping to a page inside a row group.
+SKIP_BATCH_ROWS = 65_536
+# Rows per chunk of a CSV download.
+CSV_BATCH_ROWS = 10_000
+_PARQUET_FIELD_ID = b"PARQUET:field_id"
+
+
+class ResultReadError(Exception):
+    """A table could not be read; the message is for the portal's users."""
+
+
+# --- Catalogs ----------------------------------------------------------------------------
+
+
+class TokenSourceAuth(AuthManager):
+    """pyiceberg authentication from a token source: each request carries its current token,
+    so a catalog outlives the tokens it was created with."""
+
+    def __init__(self, token_source: TokenSource) -> None:
+        self._token_source = token_source
+
+    def auth_header(self) -> str:
+        return f"Bearer {self._token_source.token()}"
+
+
+class _TimeoutAdapter(requests.adapters.HTTPAdapter):
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        self._timeout = timeout
+
+    def send(self, request, **kwargs):
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = self._timeout
+        return super().send(request, **kwargs)
+
+
+class _RestCatalogWithTimeouts(RestCatalog):
+    """pyiceberg's REST catalog sends requests without a timeout; a portal page must not hang."""
+
+    def _create_session(self):
+        session = super()._create_session()
+        adapter = _TimeoutAdapter(float(self.properties["lakeport.timeout"]))
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        return session
+
+
+class WarehouseCatalogs:
+    """pyiceberg REST catalogs, one per warehouse (keyed by Lakekeeper's warehouse id).
+
+    `catalog_uri` is Lakekeeper's `<base>/catalog`. A renamed warehouse gets a new catalog;
+    `forget` drops one (e.g. after a purge). Creating an entry is atomic.
+    """
+
+    def __init__(
+        self, catalog_uri: str, token_source: TokenSource, *, project_id: str, timeout: float = 10.0,
+    ) -> None:
+        self.catalog_uri = catalog_uri.rstrip("/")
+        self._token_source = token_source
+        self._project_id = project_id
+        self._timeout = timeout
+        self._catalogs: dict[str, tuple[str, RestCatalog]] = {}
+        self._lock = threading.Lock()
+
+    def catalog(self, lakekeeper_id: str, lakekeeper_name: str) -> RestCatalog:
+        entry = self._catalogs.get(lakekeeper_id)
+        if entry is not None and entry[0] == lakekeeper_name:
+            return entry[1]
+        with self._lock:
+            entry = self._catalogs.get(lakekeeper_id)
+            if entry is None or entry[0] != lakekeeper_name:
+                entry = (lakekeeper_name, _guarded(lambda: self._create(lakekeeper_name)))
+                self._catalogs[lakekeeper_id] = entry
+            return entry[1]
+
+    def forget(self, lakekeeper_id: str) -> None:
+        with self._lock:
+            self._catalogs.pop(lakekeeper_id, None)
+
+    def _create(self, lakekeeper_name: str) -> RestCatalog:
+        return _RestCatalogWithTimeouts(
+            f"lakeport-{lakekeeper_name}",
+            uri=self.catalog_uri,
+            warehouse=lakekeeper_name,
+            auth={"type": "custom", "impl": f"{__name__}.TokenSourceAuth",
+                  "custom": {"token_source": self._token_source}},
+            **{
+                "header.x-project-id": self._project_id,
+                ACCESS_DELEGATION_HEADER: "vended-credentials",
+                "lakeport.timeout": str(self._timeout),
+                "s3.connect-timeout": str(self._timeout),
+                "s3.request-timeout": str(self._timeout),
+            },
+        )
+
+
+def catalog_for(warehouse) -> RestCatalog:
+    """The current app's catalog of `warehouse` (a Warehouse row), created on first use."""
+    catalogs = current_app.extensions.get("iceberg_catalogs")
+    if catalogs is None:
+        client = lakekeeper()
+        # The Lakekeeper client's own token source: one service identity, one token cache.
+        catalogs = current_app.extensions.setdefault("iceberg_catalogs", WarehouseCatalogs(
+            f"{client.base_url}/catalog", client.token_source, project_id=client.project_id,
+            timeout=current_app.config["LAKEKEEPER_TIMEOUT_SECONDS"]))
+    return catalogs.catalog(warehouse.lakekeeper_id, warehouse.lakekeeper_name)
+
+
+def _guarded(call: Callable[[], Any]) -> Any:
+    """Run a catalog or storage call, turning its failures into a ResultReadError for users."""
+    try:
+        return call()
+    except (NoSuchTableError, NoSuchNamespaceError) as error:
+        raise ResultReadError("This table does not exist in the warehouse (any more).") from error
+    except (ForbiddenError, UnauthorizedError, OAuthError) as error:
+        raise ResultReadError("The catalog refused the portal access to this warehouse.") from error
+    except (requests.ConnectionError, requests.Timeout, ServerError) as error:
+        raise ResultReadError("The catalog (Lakekeeper) is unreachable. Try again in a moment.") from error
+    except RESTError as error:
+        raise ResultReadError(f"The catalog could not serve this table: {error}") from error
+    except OSError as error:
+        # pyarrow's S3 errors (refused, expired credentials, missing files) are OSErrors.
+        raise ResultReadError(f"The warehouse's storage could not be read: {error}") from error
+    except Exception as error:
+        # E.g. a Lakekeeper error from the service token source.
+        message = getattr(error, "user_message", None)
+        if message:
+            raise ResultReadError(message) from error
+        raise
+
+
+# --- Pages and downloads -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a table: `rows` as tuples of Python values, in `columns` order."""
+
+    rows: list[tuple]
+    columns: list[str]
+    total_rows: int
+    page: int
+    size: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total_rows // self.size))
+
+    @property
+    def first_row(self) -> int:
+        """1-based number of the page's first row (0 when the page is empty)."""
+        return (self.page - 1) * self.size + 1 if self.rows else 0
+
+
+def read_page(catalog: RestCatalog, table_name: str, page: int, size: int) -> Page:
+    """Rows `(page - 1) * size` up to `page * size` of the table (0-based, in page order), with
+    its total row count. A page past the last one reads as the last one."""
+    if page < 1 or size < 1:
+        raise ValueError("page and size start at 1")
+
+    def read() -> Page:
+        table = catalog.load_table(table_name)
+        columns = [field.name for field in table.schema().fields]
+        total = _total_rows(table, _ordered_tasks(table))
+        # A page past the end (a stale link, a typed number) shows the last page.
+        page_number = min(page, max(1, -(-total // size)))
+        rows: list[tuple] = []
+        with closing(_batches_from(table, (page_number - 1) * size)) as batches:
+            for batch in batches:
+                taken = batch.slice(0, size - len(rows))
+                rows.extend(zip(*(column.to_pylist() for column in taken.columns)))
+                if len(rows) >= size:
+                    break
+        return Page(rows=rows, columns=columns, total_rows=total, page=page_number, size=size)
+
+    return _guarded(read)
+
+
+def table_properties(catalog: RestCatalog, table_name: str) -> dict[str, str]:
+    return _guarded(lambda: dict(catalog.load_table(table_name).properties))
+
+
+def stream_csv(catalog: RestCatalog, table_name: str) -> Iterator[bytes]:
+    """The whole table as CSV, in page order, in chunks: a header, then CSV_BATCH_ROWS rows at a time.
+
+    The table is loaded before the first chunk, so a missing table fails before any byte is sent.
+    """
+    table = _guarded(lambda: catalog.load_table(table_name))
+    schema = table.schema()
+
+    def chunks() -> Iterator[bytes]:
+        yield _csv_header([field.name for field in schema.fields])
+        with closing(_batches_from(table, 0, batch_rows=CSV_BATCH_ROWS)) as batches:
+            while True:
+                batch = _guarded(lambda: next(batches, None))
+                if batch is None:
+                    return
+                if batch.num_rows:
+                    yield _csv_rows(batch)
+
+    return chunks()
+
+
+def _csv_header(columns: list[str]) -> bytes:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(columns)
+    return buffer.getvalue().encode()
+
+
+def _csv_rows(batch: pa.RecordBatch) -> bytes:
+    sink = io.BytesIO()
+    pa_csv.write_csv(_csv_writable(batch), sink, pa_csv.WriteOptions(include_header=False))
+    return sink.getvalue()
+
+
+def _csv_writable(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Arrow's CSV writer takes flat types only: nested and binary values become JSON / hex text."""
+    arrays = []
+    for column in batch.columns:
+        kind = column.type
+        if pa.types.is_nested(kind):
+            column = pa.array([None if value is None else json.dumps(value, default=str)
+                               for value in column.to_pylist()], pa.string())
+        elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
+            column = pa.array([None if value is None else value.hex() for value in column.to_pylist()], pa.string())
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
+# --- Locating rows from metadata -----------------------------------------------------------
+
+
+class _LruCache:
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+
+# (table uuid, snapshot id) → the snapshot's scan tasks in page order; file path → Parquet footer.
+_file_plans = _LruCache(64)
+_footers = _LruCache(1024)
+
+
+def _ordered_tasks(table: Table) -> list[FileScanTask]:
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    key = (str(table.metadata.table_uuid), snapshot.snapshot_id)
+    tasks = _file_plans.get(key)
+    if tasks is None:
+        tasks = sorted(table.scan().plan_files(), key=lambda task: task.file.file_path)
+        _file_plans.put(key, tasks)
+    return tasks
+
+
+def _total_rows(table: Table, tasks: list[FileScanTask]) -> int:
+    if any(task.delete_files for task in tasks):
+        return table.scan().count()
+    snapshot = table.current_snapshot()
+    recorded = snapshot.summary.get("total-records") if snapshot else None
+    return int(recorded) if recorded is not None else sum(task.file.record_count for task in tasks)
+
+
+def _batches_from(table: Table, start: int, batch_rows: int = SKIP_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """The table's rows from row `start` on (0-based, page order), in the table's current schema."""
+    tasks = _ordered_tasks(table)
+    schema = table.schema()
+    if any(task.delete_files for task in tasks):
+        yield from _batches_applying_deletes(table, tasks, start)
+        return
+    skip = start
+    for task in tasks:
+        if skip >= task.file.record_count:
+            skip -= task.file.record_count
+            continue
+        yield from _file_batches(table, task.file.file_path, schema, skip, batch_rows)
+        skip = 0
+
+
+def _file_batches(table: Table, path: str, schema: Schema, skip: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    footer = _footers.get(path)
+    with table.io.new_input(path).open() as stream:
+        parquet = pq.ParquetFile(stream, metadata=footer)
+        if footer is None:
+            footer = parquet.metadata
+            _footers.put(path, footer)
+        for row_group in range(footer.num_row_groups):
+            group_rows = footer.row_group(row_group).num_rows
+            if skip >= group_rows:
+                skip -= group_rows
+                continue
+            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[row_group]):
+                if skip >= batch.num_rows:
+                    skip -= batch.num_rows
+                    continue
+                yield _in_table_schema(batch.slice(skip), schema)
+                skip = 0
+
+
+def _in_table_schema(batch: pa.RecordBatch, schema: Schema) -> pa.RecordBatch:
+    """A file's batch with the table's current column names and order: columns are matched by
+    Iceberg field id (so renamed columns read right); columns added later read as nulls."""
+    by_id: dict[int, int] = {}
+    by_name = {name: index for index, name in enumerate(batch.schema.names)}
+    for index, field in enumerate(batch.schema):
+        if field.metadata and _PARQUET_FIELD_ID in field.metadata:
+            by_id[int(field.metadata[_PARQUET_FIELD_ID])] = index
+    arrays = []
+    for field in schema.fields:
+        index = by_id.get(field.field_id) if by_id else by_name.get(field.name)
+        arrays.append(batch.column(index) if index is not None else pa.nulls(batch.num_rows))
+    return pa.RecordBatch.from_arrays(arrays, names=[field.name for field in schema.fields])
+
+
+def _batches_applying_deletes(table: Table, tasks: list[FileScanTask], start: int) -> Iterator[pa.RecordBatch]:
+    """Row-level deletes make record counts inexact: read file by file through pyiceberg, which
+    applies them, and skip rows by counting."""
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    skip = start
+    for task in tasks:
+        for batch in scan.to_record_batches([task]):
+            if skip >= batch.num_rows:
+                skip -= batch.num_rows
+                continue
+            yield batch.slice(skip)
+            skip = 0

@@ -1,0 +1,244 @@
+from __future__ import annotations
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user
+from htmx_flask import make_response
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from app import datasets
+from app.datasets import DatasetError
+from app.db import get_owned_or_404
+from app.models import Warehouse, WarehouseStatus, Workflow, WorkflowVersion
+from app.warehouses.service import user_warehouses
+from app.workflows import bp, forms, service, steps
+from app.workflows.service import WorkflowActionError
+
+# Room for the upload form's other fields and the multipart framing around the file.
+UPLOAD_FORM_OVERHEAD_BYTES = 64 * 1024
+
+
+@bp.context_processor
+def workflow_context() -> dict:
+    return {"step_kinds": steps.KINDS, "max_steps": steps.MAX_STEPS}
+
+
+def _workflow(workflow_id: int) -> Workflow:
+    return get_owned_or_404(Workflow, workflow_id)
+
+
+def _partial_wanted() -> bool:
+    """An HTMX request gets just the partial; a history restore needs the whole page."""
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+def _go(url: str):
+    """After an action: a redirect, as HTMX or as a plain browser expects it."""
+    return make_response("", redirect=url) if request.htmx else redirect(url)
+
+
+@bp.get("/")
+def index():
+    return render_template("workflows/index.html", workflows=service.user_workflows(current_user))
+
+
+@bp.get("/new")
+def new():
+    return render_template("workflows/new.html", values={"name": "", "description": ""}, errors={})
+
+
+@bp.post("/")
+def create():
+    values, errors = forms.parse_workflow_form(request.form)
+    if not errors:
+        try:
+            workflow = service.create(current_user, values["name"], values["description"])
+        except WorkflowActionError as error:
+            errors[error.field or "form"] = error.message
+        else:
+            flash(f"Workflow {workflow.name} is created: add its steps and save the first version.", "success")
+            return redirect(url_for("workflows.edit", workflow_id=workflow.id))
+    return render_template("workflows/new.html", values=values, errors=errors), 422
+
+
+# --- Reading a workflow and its versions ---
+
+
+def _show_version(workflow: Workflow, version: WorkflowVersion | None):
+    template = "workflows/_version.html" if _partial_wanted() else "workflows/detail.html"
+    return render_template(template, workflow=workflow, version=version, steps=service.steps_of(version),
+                           versions=service.versions_of(workflow))
+
+
+@bp.get("/<int:workflow_id>")
+def detail(workflow_id: int):
+    workflow = _workflow(workflow_id)
+    return _show_version(workflow, service.latest_version(workflow))
+
+
+@bp.get("/<int:workflow_id>/versions/<int:number>")
+def version(workflow_id: int, number: int):
+    workflow = _workflow(workflow_id)
+    found = service.version_of(workflow, number)
+    if found is None:
+        abort(404)
+    return _show_version(workflow, found)
+
+
+@bp.post("/<int:workflow_id>/delete")
+def delete(workflow_id: int):
+    workflow = _workflow(workflow_id)
+    name = workflow.name
+    try:
+        service.delete(workflow)
+    except WorkflowActionError as error:
+        flash(error.message, "error")
+        return _go(url_for("workflows.detail", workflow_id=workflow_id))
+    flash(f"Workflow {name} is deleted.", "success")
+    return _go(url_for("workflows.index"))
+
+
+# --- The step editor: the form carries every step; each action answers with the whole, checked editor ---
+
+
+def _editor(workflow: Workflow, step_list: list[steps.Step], base_version: int,
+            check: steps.StepsCheck | None = None, message: str | None = None, status: int = 200):
+    template = "workflows/_editor.html" if _partial_wanted() else "workflows/edit.html"
+    return render_template(template, workflow=workflow, steps=step_list, base_version=base_version,
+                           check=check or steps.StepsCheck(workflow=[], steps={}), message=message), status
+
+
+@bp.get("/<int:workflow_id>/edit")
+def edit(workflow_id: int):
+    workflow = _workflow(workflow_id)
+    step_list = service.steps_of(service.latest_version(workflow)) or [steps.starter_step("sql", [])]
+    return _editor(workflow, step_list, workflow.latest_version)
+
+
+@bp.post("/<int:workflow_id>/editor/add/<any(sql, python):kind>")
+def add_step(workflow_id: int, kind: str):
+    workflow = _workflow(workflow_id)
+    step_list = forms.read_steps(request.form)
+    message = None
+    if len(step_list) >= steps.MAX_STEPS:
+        message = f"A workflow has at most {steps.MAX_STEPS} steps."
+    else:
+        step_list.append(steps.starter_step(kind, step_list))
+    return _editor(workflow, step_list, forms.read_base_version(request.form), check=steps.check_steps(step_list),
+                   message=message)
+
+
+@bp.post("/<int:workflow_id>/editor/<int:index>/<any(up, down, remove):action>")
+def change_step(workflow_id: int, index: int, action: str):
+    workflow = _workflow(workflow_id)
+    step_list = forms.read_steps(request.form)
+    if action == "remove":
+        step_list = steps.removed(step_list, index)
+    else:
+        step_list = steps.moved(step_list, index, -1 if action == "up" else 1)
+    # Checked again: a move or a removal can leave a step reading one that no longer comes before it.
+    return _editor(workflow, step_list, forms.read_base_version(request.form), check=steps.check_steps(step_list))
+
+
+@bp.post("/<int:workflow_id>/editor/<int:index>/check")
+def check_step(workflow_id: int, index: int):
+    """Inline check of one step as the user types (it needs the names of all steps)."""
+    _workflow(workflow_id)
+    step_list = forms.read_steps(request.form)
+    if index >= len(step_list):
+        abort(404)
+    names = [step.name for step in step_list]
+    errors = steps.check_step(step_list[index], earlier=names[:index], later=names[index + 1:])
+    return render_template("workflows/_step_errors.html", index=index, errors=errors)
+
+
+@bp.post("/<int:workflow_id>/edit")
+def save(workflow_id: int):
+    workflow = _workflow(workflow_id)
+    step_list = forms.read_steps(request.form)
+    base_version = forms.read_base_version(request.form)
+    try:
+        saved = service.save_version(workflow, step_list, base_version)
+    except WorkflowActionError as error:
+        if error.field == "base_version":
+            # Shown once: saving again makes these steps the next version.
+            base_version = workflow.latest_version
+        return _editor(workflow, step_list, base_version, check=steps.check_steps(step_list),
+                       message=error.message, status=422)
+    flash(f"Saved {workflow.name} as version {saved.version}.", "success")
+    return _go(url_for("workflows.detail", workflow_id=workflow.id))
+
+
+# --- Data sources: uploads and sample data into a warehouse ---
+
+
+@bp.url_value_preprocessor
+def limit_upload_size(endpoint: str | None, _values: dict | None) -> None:
+    # Runs before the before-request hooks, whose CSRF check reads the form: an oversized
+    # body is refused before any of it is read.
+    if endpoint == "workflows.upload_dataset":
+        request.max_content_length = datasets.upload_limit_bytes() + UPLOAD_FORM_OVERHEAD_BYTES
+
+
+@bp.errorhandler(RequestEntityTooLarge)
+def upload_too_large(_error):
+    return _data_sources("workflows/_upload.html", status=413, upload_errors={"file": datasets.upload_limit_message()})
+
+
+def _data_sources(partial: str, status: int = 200, **context):
+    """The data-sources page, or for HTMX just `partial`."""
+    warehouses = user_warehouses(current_user)
+    context = {
+        "warehouses": warehouses,
+        "active_warehouses": [w for w in warehouses if w.status == WarehouseStatus.ACTIVE],
+        "upload_limit_mb": datasets.upload_limit_mb(),
+        "upload_values": {}, "upload_errors": {}, "imported": None,
+        "sample_values": {"scale_factor_text": "0.01"}, "sample_errors": {},
+        "sample_jobs": [(w, job) for w in warehouses if (job := datasets.sample_data_job(current_user, w))],
+        **context,
+    }
+    template = partial if _partial_wanted() else "workflows/datasets.html"
+    return render_template(template, **context), status
+
+
+@bp.get("/datasets")
+def data_sources():
+    return _data_sources("workflows/datasets.html")
+
+
+@bp.post("/datasets/upload")
+def upload_dataset():
+    values, errors = forms.parse_upload_form(request.form, request.files)
+    imported = None
+    if values["warehouse_id"] is not None:
+        warehouse = get_owned_or_404(Warehouse, values["warehouse_id"])
+        if not errors:
+            try:
+                imported = datasets.import_upload(warehouse, values["table_name"], values["file"].stream,
+                                                  values["file"].filename, current_user)
+            except DatasetError as error:
+                errors[error.field or "form"] = error.message
+    return _data_sources("workflows/_upload.html", status=422 if errors else 200,
+                         upload_values=values, upload_errors=errors, imported=imported)
+
+
+@bp.post("/datasets/sample")
+def generate_sample_data():
+    values, errors = forms.parse_sample_form(request.form)
+    if values["warehouse_id"] is not None:
+        warehouse = get_owned_or_404(Warehouse, values["warehouse_id"])
+        if not errors:
+            try:
+                datasets.start_sample_data(current_user, warehouse, values["scale_factor"])
+            except DatasetError as error:
+                errors[error.field or "form"] = error.message
+    return _data_sources("workflows/_sample.html", status=422 if errors else 200,
+                         sample_values=values, sample_errors=errors)
+
+
+@bp.get("/datasets/sample/<int:warehouse_id>")
+def sample_data_status(warehouse_id: int):
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
+    job = datasets.sample_data_job(current_user, warehouse)
+    if job is None:
+        abort(404)
+    return render_template("workflows/_sample_status.html", warehouse=warehouse, job=job)

@@ -1,0 +1,592 @@
+"""Executions through the portal: the run dialog, lists and filters, the pages, ownership, and
+end to end on a real local compute unit with its Spark host, the dev catalog and SeaweedFS.
+
+Most tests act as a *newcomer*: a user made for the test and signed in to the test client
+directly, because the identity provider knows only alice and bob, whom other test modules
+equip with warehouses and compute units in the shared database; a newcomer starts with nothing.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import secrets
+import signal
+import time
+import uuid
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+from sqlmodel import Session, select
+
+from app import create_app
+from app.charts import StepTiming, step_timeline_svg
+from app.compute_units import lifecycle
+from app.executions import runner
+from app.extensions import lakekeeper
+from app.models import (
+    ComputeUnit,
+    Execution,
+    User,
+    Warehouse,
+    Workflow,
+    WorkflowVersion,
+)
+from app.ray_clusters.local import cluster_pids
+from app.ray_clusters.spark_host_client import SparkHostClient
+from devstack.process import free_port
+from devstack.seaweedfs import TEST_USER_KEYS
+
+ONE_SQL_STEP = [{"name": "doubled", "kind": "sql", "code": "SELECT id, id * 2 AS twice FROM range(0, 130)",
+                 "output": True}]
+
+
+@pytest.fixture
+def app(portal_config, lakehouse):
+    return create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2,
+                              CU_MAX_MEMORY_GB=4.0, CU_MAX_WORKERS=1))
+
+
+# --------------------------------------------------------------------------- rows and users
+def add(db_engine, *rows):
+    with Session(db_engine, expire_on_commit=False) as db:
+        for row in rows:
+            db.add(row)
+        db.commit()
+        for row in rows:
+            db.refresh(row)
+    return rows[0] if len(rows) == 1 else rows
+
+
+def reload(db_engine, model, row_id):
+    with Session(db_engine) as db:
+        return db.get(model, row_id)
+
+
+def make_user(db_engine) -> User:
+    subject = f"newcomer-{secrets.token_hex(4)}"
+    return add(db_engine, User(issuer="https://tests.invalid", subject=subject, name=subject,
+                               email=f"{subject}@example.test"))
+
+
+def sign_in_as(client, user: User) -> None:
+    with client.session_transaction() as session:
+        session["_user_id"] = str(user.id)
+        session["_fresh"] = True
+
+
+@pytest.fixture
+def newcomer(client, db_engine) -> User:
+    user = make_user(db_engine)
+    sign_in_as(client, user)
+    return user
+
+
+def csrf(client) -> str:
+    page = client.get("/").get_data(as_text=True)
+    return re.search(r'"X-CSRFToken": "([^"]+)"', page).group(1)
+
+
+def workflow_for(db_engine, owner: User, steps: list[dict] | None = ONE_SQL_STEP) -> Workflow:
+    """A workflow with one saved version of `steps` (none saved when `steps` is None)."""
+    workflow = add(db_engine, Workflow(owner_id=owner.id, name=f"wf-{secrets.token_hex(3)}",
+                                       latest_version=1 if steps is not None else 0))
+    if steps is not None:
+        add(db_engine, WorkflowVersion(workflow_id=workflow.id, version=1, steps=json.dumps(steps)))
+    return workflow
+
+
+def warehouse_row(db_engine, owner: User, status: str = "active", name: str | None = None) -> Warehouse:
+    """A warehouse as Lakeport records it (the run dialog and lists read only these rows)."""
+    name = name or f"wh-{secrets.token_hex(3)}"
+    return add(db_engine, Warehouse(owner_id=owner.id, name=name, lakekeeper_name=f"u{owner.id}-{name}",
+                                    lakekeeper_id=str(uuid.uuid4()), bucket="lake", region="us-east-1",
+                                    status=status))
+
+
+def unit_row(db_engine, owner: User, state: str = "RUNNING") -> ComputeUnit:
+    return add(db_engine, ComputeUnit(owner_id=owner.id, name=f"cu-{secrets.token_hex(3)}", kind="local",
+                                      state=state))
+
+
+def equipped(db_engine, owner: User) -> tuple[Workflow, Warehouse, ComputeUnit]:
+    """A saved workflow, an active warehouse row and a RUNNING compute-unit row of `owner`."""
+    return workflow_for(db_engine, owner), warehouse_row(db_engine, owner), unit_row(db_engine, owner)
+
+
+def execution_row(db_engine, owner: User, workflow: Workflow, warehouse: Warehouse, cu: ComputeUnit | None,
+                  **fields) -> Execution:
+    version = 1
+    with Session(db_engine) as db:
+        version_id = db.exec(select(WorkflowVersion.id).where(WorkflowVersion.workflow_id == workflow.id)).first()
+    return add(db_engine, Execution(owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version_id,
+                                    workflow_version=version, compute_unit_id=cu.id if cu else None,
+                                    warehouse_id=warehouse.id, warehouse_name=warehouse.name, **fields))
+
+
+def execution_count(db_engine, owner: User) -> int:
+    with Session(db_engine) as db:
+        return len(db.exec(select(Execution.id).where(Execution.owner_id == owner.id)).all())
+
+
+def run(client, workflow: Workflow, cu_id, warehouse_id):
+    return client.post(f"/executions/new?workflow_id={workflow.id}", data={
+        "compute_unit_id": str(cu_id), "warehouse_id": str(warehouse_id), "csrf_token": csrf(client)})
+
+
+def text(response) -> str:
+    return response.get_data(as_text=True).replace("&#39;", "'").replace("&#34;", '"')
+
+
+# --------------------------------------------------------------------------- the run dialog
+def test_the_run_dialog_of_a_new_user_points_to_what_is_missing(client, newcomer, db_engine):
+    workflow = workflow_for(db_engine, newcomer)
+    page = text(client.get(f"/executions/new?workflow_id={workflow.id}"))
+    assert ('<a role="button" href="/warehouses/new" data-testid="register-warehouse">Register a warehouse</a>'
+            in page)
+    assert "You have no running compute unit." in page and 'href="/compute-units/new"' in page
+    assert 'data-testid="run"' not in page
+
+
+def test_the_run_dialog_refuses_clearly_and_records_nothing(client, newcomer, db_engine):
+    other = make_user(db_engine)
+    workflow = workflow_for(db_engine, newcomer)
+    cu, stopped_cu = unit_row(db_engine, newcomer), unit_row(db_engine, newcomer, state="TERMINATED")
+    active, archived = warehouse_row(db_engine, newcomer), warehouse_row(db_engine, newcomer, status="archived")
+    inactive = warehouse_row(db_engine, newcomer, status="inactive")
+    others_cu, others_warehouse = unit_row(db_engine, other), warehouse_row(db_engine, other)
+
+    page = text(client.get(f"/executions/new?workflow_id={workflow.id}"))
+    assert f'<option value="{cu.id}"' in page and f'value="{stopped_cu.id}"' not in page
+    assert f'<option value="{active.id}"' in page
+    assert f'value="{archived.id}"' not in page and f'value="{inactive.id}"' not in page
+
+    cases = [
+        ((cu.id, archived.id), "warehouse_id", f"Warehouse {archived.name} is archived: it takes no new executions."),
+        ((cu.id, inactive.id), "warehouse_id", f"Warehouse {inactive.name} is deactivated; activate it first."),
+        ((cu.id, others_warehouse.id), "warehouse_id", "Choose one of your active warehouses."),
+        ((others_cu.id, active.id), "compute_unit_id", "Choose one of your running compute units."),
+        ((stopped_cu.id, active.id), "compute_unit_id", f"Compute unit {stopped_cu.name} is terminated, not running."),
+        ((999_999_999, active.id), "compute_unit_id", "Choose one of your running compute units."),
+        (("", ""), "compute_unit_id", "Choose a running compute unit."),
+        (("", "x"), "warehouse_id", "Choose the warehouse to write into."),
+    ]
+    for (cu_id, warehouse_id), field, message in cases:
+        response = run(client, workflow, cu_id, warehouse_id)
+        assert response.status_code == 422, (cu_id, warehouse_id)
+        error = re.search(rf'data-testid="error-{field}">([^<]*)<', text(response)).group(1)
+        assert error == message
+    # Another user's names never show up in an error.
+    assert others_warehouse.name not in text(run(client, workflow, cu.id, others_warehouse.id))
+
+    unsaved = workflow_for(db_engine, newcomer, steps=None)
+    assert "no steps yet" in text(client.get(f"/executions/new?workflow_id={unsaved.id}"))
+    refused = run(client, unsaved, cu.id, active.id)
+    assert refused.status_code == 422 and "This workflow has no steps yet." in text(refused)
+    assert execution_count(db_engine, newcomer) == 0
+
+
+def test_the_run_dialog_preselects_the_warehouse_of_the_last_execution(client, newcomer, db_engine):
+    workflow = workflow_for(db_engine, newcomer)
+    first = warehouse_row(db_engine, newcomer, name="a-first")
+    second = warehouse_row(db_engine, newcomer, name="b-second")
+    execution_row(db_engine, newcomer, workflow, first, None, state="COMPLETED",
+                  created_at=datetime.now(timezone.utc) - timedelta(hours=1))
+    execution_row(db_engine, newcomer, workflow, second, None, state="FAILED")
+    page = text(client.get(f"/executions/new?workflow_id={workflow.id}"))
+    assert f'<option value="{second.id}" selected>' in page
+    assert f'<option value="{first.id}" >' in page
+
+
+# --------------------------------------------------------------------------- lists and pages
+def test_lists_filter_by_state_warehouse_and_compute_unit(client, newcomer, db_engine):
+    workflow, other_workflow = workflow_for(db_engine, newcomer), workflow_for(db_engine, newcomer)
+    north, south = warehouse_row(db_engine, newcomer), warehouse_row(db_engine, newcomer)
+    cu_a, cu_b = unit_row(db_engine, newcomer), unit_row(db_engine, newcomer, state="TERMINATED")
+    done = execution_row(db_engine, newcomer, workflow, north, cu_a, state="COMPLETED")
+    failed = execution_row(db_engine, newcomer, workflow, south, cu_a, state="FAILED", reason="step 'x' failed")
+    elsewhere = execution_row(db_engine, newcomer, other_workflow, south, cu_b, state="COMPLETED")
+
+    def listed(query: str = "", htmx: bool = False) -> set[int]:
+        response = client.get(f"/executions/?{query}", headers={"HX-Request": "true"} if htmx else {})
+        assert response.status_code == 200
+        return {int(number) for number in re.findall(r'id="execution-row-(\d+)"', text(response))}
+
+    assert listed() == {done.id, failed.id, elsewhere.id}
+    assert listed("state=FAILED") == {failed.id}
+    assert listed(f"warehouse_id={south.id}") == {failed.id, elsewhere.id}
+    assert listed(f"compute_unit_id={cu_b.id}") == {elsewhere.id}
+    assert listed(f"state=COMPLETED&warehouse_id={south.id}") == {elsewhere.id}
+    assert listed("state=bogus&warehouse_id=x") == {done.id, failed.id, elsewhere.id}  # ignored
+    # The filter form's HTMX request gets the list alone.
+    partial = client.get(f"/executions/?state=FAILED", headers={"HX-Request": "true"})
+    assert text(partial).lstrip().startswith('<div id="execution-list">') and "<html" not in text(partial)
+    assert "step 'x' failed" in text(partial)
+    assert "No executions match these filters." in text(client.get("/executions/?state=CANCELLED"))
+    # One workflow's history.
+    history = text(client.get(f"/executions/workflow/{workflow.id}", headers={"HX-Request": "true"}))
+    assert set(map(int, re.findall(r'id="execution-row-(\d+)"', history))) == {done.id, failed.id}
+
+
+def test_the_live_part_polls_until_a_final_state(client, newcomer, db_engine):
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    progress = {"steps": [{"name": "load", "state": "done", "rows_out": 1234},
+                          {"name": "doubled", "state": "running", "rows_out": None},
+                          {"name": "last", "state": "pending"}],
+                "logs": [{"ts": 1767225600.0, "level": "INFO", "step": "load", "message": "step load done"}]}
+    running = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="RUNNING", run_id="r1",
+                            progress=json.dumps(progress))
+    live = text(client.get(f"/executions/{running.id}", headers={"HX-Request": "true"}))
+    assert live.lstrip().startswith('<div id="execution-live"') and "<html" not in live
+    assert f'hx-get="/executions/{running.id}"' in live and 'hx-trigger="load delay:1s"' in live
+    bars = re.findall(r'data-step="(\w+)" data-state="(\w+)">.*?(<progress[^>]*>)', live, re.S)
+    assert bars == [("load", "done", '<progress value="1" max="1">'), ("doubled", "running", "<progress>"),
+                    ("last", "pending", '<progress value="0" max="1">')]
+    assert "1,234 rows" in live and "[load] step load done" in live
+    assert 'hx-post="/executions/%d/cancel"' % running.id in live and "hx-confirm=" in live
+
+    failed = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="FAILED",
+                           reason="step 'doubled' failed: ArithmeticException")
+    final = text(client.get(f"/executions/{failed.id}", headers={"HX-Request": "true"}))
+    assert "hx-trigger" not in final.split(">", 1)[0] and "step 'doubled' failed: ArithmeticException" in final
+    assert 'data-testid="cancel"' not in final
+    page = text(client.get(f"/executions/{failed.id}"))
+    assert "<html" in page and 'data-testid="execution-live"' in page
+
+
+def test_the_runtime_chart_draws_each_step_where_and_as_long_as_it_ran():
+    chart = step_timeline_svg([StepTiming("load", "done", 0.0, 2.0, 1_000), StepTiming("join", "failed", 2.0, 6.0),
+                               StepTiming("<b>", "cancelled", 8.0, 0.0)])
+    bars = re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"[^>]*fill="(#\w+)"', chart)
+    (load_x, load_width, load_color), (join_x, join_width, join_color), (_, tiny_width, _) = bars
+    assert float(join_width) == pytest.approx(3 * float(load_width), rel=0.01)
+    assert float(join_x) == pytest.approx(float(load_x) + float(load_width), rel=0.01)
+    assert float(tiny_width) > 0 and load_color != join_color
+    assert "2.0 s · 1,000 rows" in chart and "&lt;b&gt;" in chart and "<b>" not in chart
+    assert "<script" not in chart and "style=" not in chart
+
+
+def test_every_execution_route_answers_404_to_another_user(client, newcomer, db_engine):
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    execution = execution_row(db_engine, owner, workflow, warehouse, cu, state="COMPLETED", run_id="r",
+                              outputs=json.dumps({"outputs": {"doubled": "results.e1_doubled"}}))
+    running = execution_row(db_engine, owner, workflow, warehouse, cu, state="RUNNING", run_id="r2")
+    token = csrf(client)
+    htmx = {"HX-Request": "true"}
+    gets = [
+        f"/executions/{execution.id}", f"/executions/{execution.id}/row", f"/executions/{execution.id}/stats",
+        f"/executions/{execution.id}/results/doubled", f"/executions/{execution.id}/results/doubled?page=2&size=25",
+        f"/executions/{execution.id}/results/doubled/csv", f"/executions/{execution.id}/logs",
+        f"/executions/{running.id}/logs?tail=1", f"/executions/workflow/{workflow.id}",
+        f"/executions/new?workflow_id={workflow.id}",
+    ]
+    for path in gets:
+        for headers in ({}, htmx):
+            assert client.get(path, headers=headers).status_code == 404, (path, headers)
+    for execution_id in (execution.id, running.id):
+        assert client.post(f"/executions/{execution_id}/cancel", headers={"X-CSRFToken": token}).status_code == 404
+    assert client.post(f"/executions/new?workflow_id={workflow.id}", data={
+        "compute_unit_id": cu.id, "warehouse_id": warehouse.id, "csrf_token": token}).status_code == 404
+    # The owner reaches the same pages.
+    sign_in_as(client, owner)
+    assert client.get(f"/executions/{execution.id}").status_code == 200
+    assert client.get(f"/executions/{execution.id}/results/doubled").status_code == 200
+    assert client.get(f"/executions/{execution.id}/results/not-an-output").status_code == 404
+    assert reload(db_engine, Execution, running.id).state == "RUNNING"
+
+
+def register_warehouse(client, lakehouse, name: str) -> int:
+    """A real warehouse (alice's bucket) registered through the portal for the signed-in user."""
+    keys = TEST_USER_KEYS["alice"]
+    response = client.post("/warehouses/", data={
+        "name": name, "bucket": keys.bucket, "key_prefix": f"tests/{name}-{secrets.token_hex(3)}",
+        "endpoint": lakehouse.s3_endpoint, "region": "us-east-1", "path_style_access": "on", "flavor": "s3-compat",
+        "access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key, "csrf_token": csrf(client)})
+    assert response.status_code == 302, text(response)
+    return int(response.headers["Location"].rstrip("/").rsplit("/", 1)[1])
+
+
+def independent_catalog(lakehouse, warehouse: Warehouse):
+    return load_catalog("independent", type="rest", uri=f"{lakehouse.catalog_url}/catalog",
+                        warehouse=warehouse.lakekeeper_name, token=lakehouse.service_token(),
+                        **{"header.X-Iceberg-Access-Delegation": "vended-credentials"})
+
+
+def test_results_logs_and_stats_of_a_completed_execution_are_read_from_its_warehouse(
+        client, newcomer, db_engine, lakehouse):
+    """The tables a run leaves (written here with pyiceberg, as compute/pipeline.py lays them out)
+    read through the portal's pages: paging, page size, jumping, CSV, logs, the chart."""
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "read"))
+    workflow, cu = workflow_for(db_engine, newcomer), unit_row(db_engine, newcomer, state="TERMINATED")
+    execution = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="COMPLETED", run_id="r")
+    table = f"results.e{execution.id}_doubled"
+    with Session(db_engine) as db:
+        db.get(Execution, execution.id).outputs = json.dumps({"outputs": {"doubled": table}})
+        db.commit()
+    catalog = independent_catalog(lakehouse, warehouse)
+    for namespace in ("results", "runtime_stats", "console_logs"):
+        catalog.create_namespace(namespace)
+    doubled = pa.schema([("id", pa.int64()), ("twice", pa.int64())])
+    catalog.create_table(table, schema=doubled).append(
+        pa.table({"id": list(range(130)), "twice": [2 * i for i in range(130)]}, schema=doubled))
+    began = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    stats = pa.schema([("step", pa.string()), ("status", pa.string()), ("rows_out", pa.int64()),
+                       ("started_at", pa.timestamp("us", tz="UTC")), ("duration_ms", pa.int64())])
+    catalog.create_table(f"runtime_stats.e{execution.id}", schema=stats).append(pa.table({
+        "step": ["load", "doubled"], "status": ["done", "done"], "rows_out": [None, 130],
+        "started_at": [began, began + timedelta(seconds=1)], "duration_ms": [1000, 3000]}, schema=stats))
+    logs = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("level", pa.string()), ("step", pa.string()),
+                      ("message", pa.string())])
+    catalog.create_table(f"console_logs.e{execution.id}", schema=logs).append(pa.table({
+        "ts": [began], "level": ["INFO"], "step": ["doubled"], "message": ["step doubled done"]}, schema=logs))
+    base = f"/executions/{execution.id}/results/doubled"
+
+    page = text(client.get(base))
+    assert re.search(r'data-testid="total-rows">130<', page) and "page 1 of 3" in page
+    assert 'data-testid="read-snippet"' in page and f'lake.{table}' in page
+    assert TEST_USER_KEYS["alice"].secret_access_key not in page
+    jumped = text(client.get(f"{base}?page=3&size=25", headers={"HX-Request": "true"}))
+    assert jumped.lstrip().startswith('<div id="table-page"') and "<html" not in jumped
+    assert "Rows 51–75 of" in jumped and "page 3 of 6" in jumped
+    assert len(re.findall(r"<tr><td>\d+</td><td>\d+</td></tr>", jumped)) == 25
+    assert 'hx-get="%s?page=4&amp;size=25"' % base in jumped
+    last = text(client.get(f"{base}?page=99&size=100", headers={"HX-Request": "true"}))
+    assert "Rows 101–130 of" in last and "page 2 of 2" in last
+    odd = text(client.get(f"{base}?page=x&size=7", headers={"HX-Request": "true"}))  # not offered: the default
+    assert "Rows 1–50 of" in odd
+
+    download = client.get(f"{base}/csv")
+    assert download.mimetype == "text/csv"
+    rows = list(csv.reader(io.StringIO(text(download))))
+    assert rows[0] == ["id", "twice"] and sorted(int(row[0]) for row in rows[1:]) == list(range(130))
+
+    chart = text(client.get(f"/executions/{execution.id}/stats", headers={"HX-Request": "true"}))
+    assert 'data-step="load"' in chart and 'data-step="doubled"' in chart and "3.0 s · 130 rows" in chart
+    logs_page = text(client.get(f"/executions/{execution.id}/logs"))
+    assert "step doubled done" in logs_page and "<html" in logs_page
+
+    catalog.drop_table(table)
+    gone = text(client.get(base))
+    assert re.search(r'data-testid="table-error">This table does not exist in the warehouse', gone)
+    assert client.get(f"{base}/csv").status_code == 502
+
+
+def test_an_unreachable_catalog_fails_the_execution_with_that_reason(portal_config, db_engine):
+    app = create_app(replace(portal_config, LAKEKEEPER_URL=f"http://127.0.0.1:{free_port()}",
+                             LAKEKEEPER_TIMEOUT_SECONDS=2.0))
+    client = app.test_client()
+    owner = make_user(db_engine)
+    sign_in_as(client, owner)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    response = run(client, workflow, cu.id, warehouse.id)
+    assert response.status_code == 302, text(response)
+    execution_id = int(response.headers["Location"].rsplit("/", 1)[1])
+    execution = wait_for(client, db_engine, execution_id, ("FAILED",), timeout=30)
+    assert execution.reason.startswith("the catalog (Lakekeeper) is unreachable")
+    assert execution.workflow_version == 1 and execution.compute_unit_id == cu.id
+    assert execution.warehouse_id == warehouse.id and execution.owner_id == owner.id
+    assert reload(db_engine, ComputeUnit, cu.id).state == "RUNNING"
+
+
+def test_a_warehouse_gone_from_the_catalog_fails_the_execution_at_submit(app, client, newcomer, db_engine, lakehouse):
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "vanishing"))
+    with app.app_context():
+        lakekeeper().delete_warehouse(warehouse.lakekeeper_id)  # behind Lakeport's back
+    workflow, cu = workflow_for(db_engine, newcomer), unit_row(db_engine, newcomer)
+    response = run(client, workflow, cu.id, warehouse.id)
+    assert response.status_code == 302, text(response)
+    execution = wait_for(client, db_engine, int(response.headers["Location"].rsplit("/", 1)[1]), ("FAILED",),
+                         timeout=30)
+    assert execution.reason == "the warehouse vanishing no longer exists in the catalog"
+    assert execution.run_id == ""
+
+
+def test_a_restarted_portal_fails_what_it_abandoned_before_submitting(portal_config, lakehouse, newcomer, db_engine):
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    abandoned = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="INITIALIZING", created_at=long_ago)
+    create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url))  # a portal (re)start adopts
+    deadline = time.monotonic() + 10
+    while (execution := reload(db_engine, Execution, abandoned.id)).state == "INITIALIZING":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert (execution.state, execution.reason) == ("FAILED", "the portal restarted before this execution was submitted")
+
+
+def wait_for(client, db_engine, execution_id: int, states: tuple[str, ...], timeout: float = 240.0) -> Execution:
+    """Poll like the page does (the live partial) until the execution reaches one of `states`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert client.get(f"/executions/{execution_id}", headers={"HX-Request": "true"}).status_code == 200
+        execution = reload(db_engine, Execution, execution_id)
+        if execution.state in states:
+            return execution
+        time.sleep(0.5)
+    execution = reload(db_engine, Execution, execution_id)
+    raise AssertionError(f"execution {execution_id} stayed {execution.state} ({execution.reason}), wanted {states}")
+
+
+# --------------------------------------------------------------------------- end to end on Ray
+@pytest.fixture(scope="module")
+def e2e(portal_config, lakehouse, db_engine):
+    """A newcomer with a real local compute unit and a real warehouse, both made through the portal."""
+    app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2,
+                             CU_MAX_MEMORY_GB=4.0, CU_MAX_WORKERS=1))
+    client = app.test_client()
+    user = make_user(db_engine)
+    sign_in_as(client, user)
+    warehouse_id = register_warehouse(client, lakehouse, "e2e")
+    started = client.post("/compute-units/", data={"name": "e2e", "kind": "local", "cpus": "2", "memory_gb": "3",
+                                                   "worker_nodes": "0", "csrf_token": csrf(client)})
+    assert started.status_code == 302, text(started)
+    cu_id = int(started.headers["Location"].rstrip("/").rsplit("/", 1)[1])
+    deadline = time.monotonic() + 120
+    while (cu := reload(db_engine, ComputeUnit, cu_id)).state not in ("RUNNING", "FAILED"):
+        assert time.monotonic() < deadline, "the compute unit did not start"
+        time.sleep(0.5)
+    assert cu.state == "RUNNING", cu.reason
+    with app.app_context():
+        pids = cluster_pids(lifecycle.handle_of(cu))
+    yield app, client, user, cu_id, warehouse_id
+    with app.app_context():
+        lifecycle.terminate(reload(db_engine, ComputeUnit, cu_id), reason="test over")
+    deadline = time.monotonic() + 60
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def test_run_a_one_step_workflow_into_a_warehouse_and_page_its_results(e2e, db_engine, lakehouse):
+    app, client, user, cu_id, warehouse_id = e2e
+    workflow = workflow_for(db_engine, user)
+    before = reload(db_engine, ComputeUnit, cu_id).last_activity_at
+    response = run(client, workflow, cu_id, warehouse_id)
+    assert response.status_code == 302, text(response)
+    execution_id = int(response.headers["Location"].rsplit("/", 1)[1])
+    execution = wait_for(client, db_engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED"))
+    assert execution.state == "COMPLETED", execution.reason
+    assert json.loads(execution.outputs)["outputs"] == {"doubled": f"results.e{execution_id}_doubled"}
+    assert [step["state"] for step in json.loads(execution.progress)["steps"]] == ["done"]
+    assert reload(db_engine, ComputeUnit, cu_id).last_activity_at > before
+
+    # The table is in the chosen warehouse, complete, read by an independent client.
+    warehouse = reload(db_engine, Warehouse, warehouse_id)
+    table = independent_catalog(lakehouse, warehouse).load_table(f"results.e{execution_id}_doubled")
+    assert table.properties["lakeport.status"] == "complete"
+    assert table.properties["lakeport.execution-id"] == str(execution_id)
+
+    page = text(client.get(f"/executions/{execution_id}"))
+    assert f'href="/executions/{execution_id}/results/doubled"' in page
+    results = text(client.get(f"/executions/{execution_id}/results/doubled"))
+    assert re.search(r'data-testid="total-rows">130<', results)
+    assert 'data-testid="read-snippet"' in results and warehouse.lakekeeper_name in results
+    second = text(client.get(f"/executions/{execution_id}/results/doubled?page=2&size=25",
+                             headers={"HX-Request": "true"}))
+    assert second.lstrip().startswith('<div id="table-page"')
+    cells = re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td></tr>", second)
+    assert len(cells) == 25 and all(int(twice) == 2 * int(number) for number, twice in cells)
+    assert "Rows 26–50 of" in second
+
+    download = client.get(f"/executions/{execution_id}/results/doubled/csv")
+    assert download.headers["Content-Disposition"] == f'attachment; filename="results-e{execution_id}_doubled.csv"'
+    rows = list(csv.reader(io.StringIO(text(download))))
+    assert rows[0] == ["id", "twice"] and sorted(int(row[0]) for row in rows[1:]) == list(range(130))
+
+    stats = text(client.get(f"/executions/{execution_id}/stats", headers={"HX-Request": "true"}))
+    assert 'data-testid="runtime-chart"' in stats and 'data-step="doubled"' in stats
+    logs = text(client.get(f"/executions/{execution_id}/logs"))
+    assert "step doubled done" in logs and 'data-testid="result-table"' in logs
+
+
+# A step whose tasks sleep until cancelled (Spark interrupts them; the Python workers stop).
+SLEEPING_STEP = [{"name": "slow", "kind": "python", "output": True,
+                  "code": "import time\n\ndef run(spark):\n"
+                          "    spark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(300)).count()\n"
+                          "    return spark.range(1)"}]
+
+
+def start_sleeping_step(client, db_engine, user, cu_id, warehouse_id) -> int:
+    """Run SLEEPING_STEP and return once its Spark job is under way."""
+    workflow = workflow_for(db_engine, user, SLEEPING_STEP)
+    execution_id = int(run(client, workflow, cu_id, warehouse_id).headers["Location"].rsplit("/", 1)[1])
+    wait_for(client, db_engine, execution_id, ("RUNNING",), timeout=120)
+    deadline = time.monotonic() + 60
+    while json.loads(reload(db_engine, Execution, execution_id).progress)["steps"][0]["state"] != "running":
+        assert time.monotonic() < deadline, "the step did not start"
+        time.sleep(0.3)
+    # Spark cancels the jobs that run at that moment: give the step time to submit its job.
+    time.sleep(3)
+    return execution_id
+
+
+def test_cancel_mid_run(e2e, db_engine):
+    app, client, user, cu_id, warehouse_id = e2e
+    execution_id = start_sleeping_step(client, db_engine, user, cu_id, warehouse_id)
+    cancelled = client.post(f"/executions/{execution_id}/cancel",
+                            headers={"X-CSRFToken": csrf(client), "HX-Request": "true"})
+    assert cancelled.headers["HX-Redirect"] == f"/executions/{execution_id}"
+    execution = wait_for(client, db_engine, execution_id, ("CANCELLED", "FAILED", "COMPLETED"), timeout=60)
+    assert execution.state == "CANCELLED", execution.reason
+    assert execution.reason == "cancelled by its owner"
+    assert [step["state"] for step in json.loads(execution.progress)["steps"]] == ["cancelled"]
+
+
+def test_a_step_that_raises_fails_the_execution_with_the_step_and_its_error(e2e, db_engine):
+    app, client, user, cu_id, warehouse_id = e2e
+    workflow = workflow_for(db_engine, user, [
+        {"name": "numbers", "kind": "sql", "code": "SELECT id FROM range(3)", "output": True},
+        {"name": "broken", "kind": "python", "code": "def run(spark, numbers):\n    raise ValueError('no good')"}])
+    execution_id = int(run(client, workflow, cu_id, warehouse_id).headers["Location"].rsplit("/", 1)[1])
+    execution = wait_for(client, db_engine, execution_id, ("FAILED", "COMPLETED", "CANCELLED"), timeout=120)
+    assert execution.state == "FAILED"
+    assert execution.reason == "step 'broken' failed: ValueError: no good"
+    assert [step["state"] for step in json.loads(execution.progress)["steps"]] == ["done", "failed"]
+    page = text(client.get(f"/executions/{execution_id}"))
+    assert "step 'broken' failed: ValueError: no good" in page
+    assert 'data-testid="execution-outputs"' not in page  # a failed run offers no results
+
+
+def test_a_restarted_portal_watches_again_the_runs_its_unit_still_knows(e2e, portal_config, lakehouse, db_engine):
+    """A run submitted by a portal process that then died is followed to its end by the next one;
+    a run the unit does not know fails."""
+    app, client, user, cu_id, warehouse_id = e2e
+    workflow = workflow_for(db_engine, user)
+    cu, warehouse = reload(db_engine, ComputeUnit, cu_id), reload(db_engine, Warehouse, warehouse_id)
+    orphan = execution_row(db_engine, user, workflow, warehouse, cu, state="RUNNING")
+    unknown = execution_row(db_engine, user, workflow, warehouse, cu, state="RUNNING", run_id="no-such-run")
+    with app.app_context(), SparkHostClient(lifecycle.handle_of(cu)) as host:
+        with Session(db_engine) as db:
+            version = db.get(WorkflowVersion, orphan.workflow_version_id)
+            owner = db.get(User, user.id)
+        token = lakekeeper().warehouse_token(warehouse.lakekeeper_id).access_token
+        spec = runner.execution_spec(orphan, workflow, version, owner, cu, warehouse, token)
+        run_id = host.submit(runner.SUBMIT_CODE, spec, name="left by a dead portal")["run_id"]
+    with Session(db_engine) as db:
+        db.get(Execution, orphan.id).run_id = run_id
+        db.commit()
+
+    create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2, CU_MAX_MEMORY_GB=4.0))
+    adopted = wait_for(client, db_engine, orphan.id, ("COMPLETED", "FAILED", "CANCELLED"), timeout=120)
+    assert adopted.state == "COMPLETED", adopted.reason
+    assert json.loads(adopted.outputs)["outputs"] == {"doubled": f"results.e{orphan.id}_doubled"}
+    lost = wait_for(client, db_engine, unknown.id, ("FAILED", "COMPLETED"), timeout=30)
+    assert lost.reason.startswith("the compute unit's Spark host no longer knows this run")
+
+
+def test_a_compute_unit_that_dies_mid_run_fails_the_execution_with_that_reason(e2e, db_engine):
+    """Last in this module: it kills the unit."""
+    app, client, user, cu_id, warehouse_id = e2e
+    execution_id = start_sleeping_step(client, db_engine, user, cu_id, warehouse_id)
+    with app.app_context():
+        head = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id)).details["nodes"][0]
+    os.kill(head["pid"], signal.SIGKILL)
+    execution = wait_for(client, db_engine, execution_id, ("FAILED", "CANCELLED", "COMPLETED"), timeout=60)
+    assert execution.state == "FAILED"
+    assert execution.reason.startswith("the compute unit stopped: head node"), execution.reason
+    assert reload(db_engine, ComputeUnit, cu_id).state == "FAILED"
