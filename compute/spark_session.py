@@ -49,6 +49,10 @@ def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None =
         "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
         # Concurrent executions share the executors instead of queueing behind each other.
         "spark.scheduler.mode": "FAIR",
+        # The first job waits until every executor has registered (on a busy machine they come up
+        # seconds apart), so "warm" means the whole unit is in use, not just its first node.
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
         # The UI binds every interface and a port per session; the portal shows what matters.
         "spark.ui.enabled": "false",
     }
