@@ -337,7 +337,7 @@ class Pipeline:
     def _open_session(self) -> None:
         """This execution's Spark session, whose one catalog is the warehouse's binding."""
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
-        keys = _vended_keys(self.console_logs.io.properties)
+        keys = vended_keys(self.console_logs.io.properties)
         if keys is None:
             raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
         self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], CatalogAccess(
@@ -614,7 +614,7 @@ def _catalog_message(response: httpx.Response) -> str:
         return response.text[:200]
 
 
-def _vended_keys(properties: dict) -> tuple[S3Keys, float | None] | None:
+def vended_keys(properties: dict) -> tuple[S3Keys, float | None] | None:
     if not properties.get("s3.access-key-id") or not properties.get("s3.secret-access-key"):
         return None
     expires_ms = properties.get("s3.session-token-expires-at-ms")

@@ -1,0 +1,418 @@
+"""What every benchmark stands on: the local stack on free ports, the portal in-process with
+alice signed in, her warehouse, a compute unit, and timed runs through the portal's own routes.
+
+Nothing is a stand-in: SeaweedFS, the identity provider, the dev catalog, PostgreSQL (a fresh
+database), Ray, RayDP and Spark are the real ones the tests use. `Bench` stops everything it
+started: the compute unit, the stack's processes, the database and the stack's files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+from sqlmodel import Session, select
+
+from app import create_app, datasets
+from app.compute_units import lifecycle
+from app.config import Config
+from app.db import make_engine
+from app.extensions import lakekeeper
+from app.iceberg_reader import catalog_for
+from app.models import ComputeUnit, ComputeUnitState, Execution, ExecutionState, User, Warehouse, WorkflowVersion
+from app.ray_clusters.spark_host_client import SparkHostClient
+from devstack.database import drop_postgres_database, fresh_postgres_database
+from devstack.oidc_provider import TEST_USERS, login_via_form
+from devstack.seaweedfs import TEST_USER_KEYS
+from devstack.stack import LocalStack, StackPorts
+
+USER = "alice"
+# The compute unit every benchmark runs on: the whole machine (2 cores here), one node.
+CU_CPUS = 2
+CU_MEMORY_GB = 4.0
+CU_START_TIMEOUT_S = 180.0
+# The Execution row is polled this often: finer than the runner's own poll of the host (0.5 s).
+ROW_POLL_S = 0.02
+
+# Run on the compute unit's Spark host directly, beside the portal: a plain PySpark session bound
+# once to the warehouse's catalog the way an execution binds it (the catalog's token, the storage
+# keys it vends, Iceberg's REST catalog over S3A), then `sql` written to `table` and timed, over
+# and over. Only the SQL and the Iceberg write are inside the timer.
+PLAIN_PYSPARK_CODE = '''
+import time
+from pyiceberg.catalog.rest import RestCatalog
+from compute.catalog_cache import ACCESS_DELEGATION, CatalogAccess, CatalogCache
+from compute.pipeline import vended_keys
+
+catalog = args["catalog"]
+vended = RestCatalog("plain-pyspark", uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"],
+                     **{"header.X-Iceberg-Access-Delegation": ACCESS_DELEGATION}).load_table(args["vended_from"])
+keys, keys_expire_at = vended_keys(vended.io.properties)
+binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess(
+    uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"], keys=keys,
+    keys_expire_at=keys_expire_at))
+session = spark.newSession()
+for key, value in binding.conf.items():
+    session.conf.set(key, value)
+active = spark.sparkContext._jvm.org.apache.spark.sql.SparkSession
+active.setActiveSession(session._jsparkSession)
+session.catalog.setCurrentCatalog(binding.catalog_name)
+target = binding.catalog_name + "." + args["table"]
+seconds = []
+try:
+    for _ in range(args["warmups"] + args["repeats"]):
+        started = time.perf_counter()
+        session.sql(args["sql"]).writeTo(target).using("iceberg").createOrReplace()
+        seconds.append(time.perf_counter() - started)
+finally:
+    active.clearActiveSession()
+result = {"seconds": seconds[args["warmups"]:]}
+'''
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not be measured (something failed or never finished)."""
+
+
+@dataclass(frozen=True)
+class RunTiming:
+    """One execution through the portal, from the Run request to COMPLETED in its row."""
+
+    execution_id: int
+    total_s: float
+    # From the Run request until the compute unit's Spark host holds the run.
+    submitted_s: float
+    # The run on the Spark host, from start to finish (binding, steps, bookkeeping tables).
+    on_unit_s: float
+    # The steps themselves (SQL and the Iceberg writes of output steps).
+    steps_s: float
+    # From the run's end on the host until the row says COMPLETED.
+    noticed_s: float
+    # Epoch seconds at which the host got the run.
+    submitted_at: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One benchmark's headline for the closing table."""
+
+    name: str
+    headline: str
+    met: bool
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def spread(values: list[float], unit: str = "s", digits: int = 2) -> str:
+    """As in "median 1.23 s (min 1.10, max 1.40, n=5)"."""
+    return (f"median {median(values):.{digits}f} {unit} (min {min(values):.{digits}f}, "
+            f"max {max(values):.{digits}f}, n={len(values)})")
+
+
+def verdict(met: bool) -> str:
+    return "target met" if met else "TARGET MISSED"
+
+
+def machine_summary() -> str:
+    """Cores, CPU model, memory, OS and the load at this moment (other work skews the figures)."""
+    model = ""
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as meminfo:
+        total_kib = int(next(line for line in meminfo if line.startswith("MemTotal")).split()[1])
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    return (f"{os.cpu_count()} cores ({model or platform.machine()}), {total_kib / 2**20:.1f} GiB memory, "
+            f"{platform.system()} {platform.release()}, Python {platform.python_version()}; "
+            f"load average {load} at start")
+
+
+def other_test_runs() -> list[str]:
+    """Command lines of pytest processes running now: their load would skew the figures."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        # `pytest ...`, `python .venv/bin/pytest ...` or `python -m pytest ...`
+        if any(Path(arg).name == "pytest" for arg in argv[:2]) or argv[1:3] == ["-m", "pytest"]:
+            found.append(" ".join(argv).strip())
+    return found
+
+
+class Bench:
+    """The local stack plus the in-process portal with alice signed in and her warehouse registered.
+
+    Use as a context manager. `compute_unit_id()` starts a compute unit through the portal on
+    first use; the cold-start benchmark starts it itself and hands it over (`adopt_compute_unit`).
+    """
+
+    def __init__(self, say: Callable[[str], None] = print) -> None:
+        self.say = say
+        self.var_dir = Path(tempfile.mkdtemp(prefix="lakeport-bench-"))
+        self.stack: LocalStack | None = None
+        self.database_name: str | None = None
+        self.engine = None
+        self.app = None
+        self.client = None
+        self.warehouse_id: int | None = None
+        self._cu_id: int | None = None
+
+    # ------------------------------------------------------------ start and stop
+    def __enter__(self) -> Bench:
+        try:
+            self._start()
+        except BaseException:
+            self.close(keep_files=True)
+            raise
+        return self
+
+    def __exit__(self, exc_type, *_exc) -> None:
+        self.close(keep_files=exc_type is not None)
+
+    def _start(self) -> None:
+        self.database_name, database_url = fresh_postgres_database("lakeport_bench")
+        self.stack = LocalStack(self.var_dir, StackPorts.free(), database_url=database_url)
+        self.stack.start(with_portal=False, say=lambda message: self.say(f"  setup: {message}"))
+        self.engine = make_engine(database_url)
+        config = Config.from_env(self.stack.portal_environment(), LOG_LEVEL="WARNING",
+                                 CU_MAX_CPUS=CU_CPUS, CU_MAX_MEMORY_GB=CU_MEMORY_GB, CU_MAX_WORKERS=0)
+        self.app = create_app(config)
+        self.client = self.app.test_client()
+        self._sign_in(USER)
+        self.warehouse_id = self._register_warehouse()
+        self.say(f"  setup: {USER} signed in, warehouse registered (logs: {self.stack.log_dir})")
+
+    def close(self, keep_files: bool = False) -> None:
+        """Stop everything that was started; keep the stack's files (and logs) after a failure."""
+        if self.app is not None:
+            with self.app.app_context():
+                stopped = lifecycle.terminate_all_local("the benchmark is over")
+            if stopped:
+                self.say(f"  teardown: terminated {stopped} compute unit(s)")
+            self.app = None
+        if self.stack is not None:
+            self.stack.stop()
+            self.stack = None
+        if self.engine is not None:
+            self.engine.dispose()
+            self.engine = None
+        if self.database_name is not None:
+            drop_postgres_database(self.database_name)
+            self.database_name = None
+        if keep_files:
+            self.say(f"  teardown: the stack's files and logs are kept in {self.var_dir}")
+        else:
+            shutil.rmtree(self.var_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------ the signed-in portal
+    def _sign_in(self, username: str) -> None:
+        """Sign-in as a browser does it (see tests/conftest.py AuthActions): the portal sends us
+        to the provider, we log in on its form, the provider sends us back with a code."""
+        start = self.client.get("/auth/login/start")
+        if start.status_code != 302:
+            raise BenchError(f"sign-in did not start: HTTP {start.status_code}")
+        with httpx.Client(timeout=10) as browser:
+            landing = login_via_form(browser, start.headers["Location"], username, TEST_USERS[username].password)
+        back = urlsplit(landing.headers["Location"])
+        callback = self.client.get(f"{back.path}?{back.query}")
+        if callback.status_code != 302:
+            raise BenchError(f"sign-in failed: HTTP {callback.status_code}")
+
+    def csrf_token(self) -> str:
+        page = self.client.get("/").get_data(as_text=True)
+        return re.search(r'"X-CSRFToken": "([^"]+)"', page).group(1)
+
+    def post(self, path: str, data: dict[str, str], expect: int = 302):
+        response = self.client.post(path, data={**data, "csrf_token": self.csrf_token()})
+        if response.status_code != expect:
+            raise BenchError(f"POST {path} answered HTTP {response.status_code}: "
+                             f"{_page_errors(response.get_data(as_text=True))}")
+        return response
+
+    @staticmethod
+    def created_id(response, collection: str) -> int:
+        """The id in the Location a create route redirects to (e.g. /compute-units/7)."""
+        return int(re.search(rf"/{collection}/(\d+)", response.headers["Location"]).group(1))
+
+    def _register_warehouse(self) -> int:
+        keys = TEST_USER_KEYS[USER]
+        response = self.post("/warehouses/", {
+            "name": "bench", "bucket": keys.bucket, "key_prefix": "bench", "endpoint": self.stack.seaweed.s3_endpoint,
+            "region": self.stack.seaweed.region, "path_style_access": "on", "flavor": "s3-compat",
+            "access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key,
+        })
+        return self.created_id(response, "warehouses")
+
+    def warehouse(self) -> Warehouse:
+        return self.row(Warehouse, self.warehouse_id)
+
+    def owner(self) -> User:
+        return self.row(User, self.warehouse().owner_id)
+
+    # ------------------------------------------------------------ rows
+    def row(self, model, row_id: int):
+        with Session(self.engine, expire_on_commit=False) as db:
+            return db.get(model, row_id)
+
+    def add(self, row):
+        with Session(self.engine, expire_on_commit=False) as db:
+            db.add(row)
+            db.commit()
+            db.refresh(row)
+            return row
+
+    def first(self, statement):
+        with Session(self.engine, expire_on_commit=False) as db:
+            return db.exec(statement).first()
+
+    def wait_for_row(self, model, row_id: int, done: Callable[[object], bool], timeout_s: float,
+                     what: str) -> object:
+        deadline = time.monotonic() + timeout_s
+        while not done(row := self.row(model, row_id)):
+            if time.monotonic() > deadline:
+                raise BenchError(f"{what} did not finish within {timeout_s:.0f} s")
+            time.sleep(ROW_POLL_S)
+        return row
+
+    # ------------------------------------------------------------ compute units
+    def create_compute_unit(self, name: str) -> tuple[int, float]:
+        """Start a compute unit through the portal's route; (its id, epoch seconds when it was RUNNING)."""
+        response = self.post("/compute-units/", {"name": name, "kind": "local", "cpus": str(CU_CPUS),
+                                                 "memory_gb": f"{CU_MEMORY_GB:g}", "worker_nodes": "0"})
+        cu_id = self.created_id(response, "compute-units")
+        cu = self.wait_for_row(ComputeUnit, cu_id, lambda row: row.state not in (
+            ComputeUnitState.PENDING, ComputeUnitState.STARTING), CU_START_TIMEOUT_S, f"compute unit {name}")
+        running_at = time.time()
+        if cu.state != ComputeUnitState.RUNNING:
+            raise BenchError(f"compute unit {name} is {cu.state}: {cu.reason}")
+        return cu_id, running_at
+
+    def adopt_compute_unit(self, cu_id: int) -> None:
+        self._cu_id = cu_id
+
+    def compute_unit_id(self) -> int:
+        """The benchmarks' compute unit, started on first use; its Spark host starts with its first run."""
+        if self._cu_id is None:
+            self.say(f"  setup: starting a compute unit ({CU_CPUS} CPUs, {CU_MEMORY_GB:g} GiB, no workers)")
+            self._cu_id, _ = self.create_compute_unit("bench")
+        return self._cu_id
+
+    @contextmanager
+    def spark_host(self, cu_id: int) -> Iterator[SparkHostClient]:
+        with self.app.app_context():
+            handle = lifecycle.handle_of(self.row(ComputeUnit, cu_id))
+        with SparkHostClient(handle, timeout=30.0) as client:
+            yield client
+
+    def spark_host_info(self, cu_id: int) -> dict:
+        with self.spark_host(cu_id) as host:
+            return host.info()
+
+    # ------------------------------------------------------------ workflows and executions
+    def create_workflow(self, name: str, steps: list[dict]) -> int:
+        """A workflow with one saved version of `steps`, through the portal's editor routes."""
+        workflow_id = self.created_id(self.post("/workflows/", {"name": name, "description": "benchmark"}),
+                                      "workflows")
+        form = {"base_version": "0"}
+        for index, step in enumerate(steps):
+            form |= {f"steps-{index}-name": step["name"], f"steps-{index}-kind": step["kind"],
+                     f"steps-{index}-code": step["code"]}
+            if step.get("output"):
+                form[f"steps-{index}-output"] = "on"
+        self.post(f"/workflows/{workflow_id}/edit", form)
+        return workflow_id
+
+    def run(self, workflow_id: int, cu_id: int, timeout_s: float = 1800.0) -> RunTiming:
+        """Run the workflow through the run route and wait for COMPLETED in the Execution row."""
+        data = {"compute_unit_id": str(cu_id), "warehouse_id": str(self.warehouse_id),
+                "csrf_token": self.csrf_token()}
+        started = time.time()
+        response = self.client.post(f"/executions/new?workflow_id={workflow_id}", data=data)
+        if response.status_code != 302:
+            raise BenchError(f"the run dialog refused: {_page_errors(response.get_data(as_text=True))}")
+        execution_id = self.created_id(response, "executions")
+        execution = self.wait_for_row(Execution, execution_id, lambda row: row.state in ExecutionState.FINAL,
+                                      timeout_s, f"execution {execution_id}")
+        ended = time.time()
+        if execution.state != ExecutionState.COMPLETED:
+            raise BenchError(f"execution {execution_id} ended {execution.state}: {execution.reason}")
+        with self.spark_host(cu_id) as host:
+            run = host.run(execution.run_id)
+        steps = json.loads(execution.progress)["steps"]
+        return RunTiming(
+            execution_id=execution_id, total_s=ended - started, submitted_s=run["submitted_at"] - started,
+            on_unit_s=run["finished_at"] - run["started_at"],
+            steps_s=sum(step["ended_at"] - step["started_at"] for step in steps),
+            noticed_s=ended - run["finished_at"], submitted_at=run["submitted_at"])
+
+    def plain_pyspark(self, cu_id: int, sql: str, table: str, vended_from: str, *, warmups: int,
+                      repeats: int) -> list[float]:
+        """Seconds per repetition of `sql` written to `table` in a plain PySpark session on the
+        unit's Spark host (PLAIN_PYSPARK_CODE), after `warmups` untimed ones; `vended_from` is a
+        table of the warehouse whose loading makes the catalog vend storage keys."""
+        warehouse = self.warehouse()
+        with self.app.app_context():
+            token = lakekeeper().warehouse_token(warehouse.lakekeeper_id).access_token
+            uri = f"{self.app.config['LAKEKEEPER_URL'].rstrip('/')}/catalog"
+        args = {"catalog": {"uri": uri, "warehouse": warehouse.lakekeeper_name, "token": token},
+                "warehouse_id": warehouse.lakekeeper_id, "sql": sql, "table": table, "vended_from": vended_from,
+                "warmups": warmups, "repeats": repeats}
+        with self.spark_host(cu_id) as host:
+            run_id = host.submit(PLAIN_PYSPARK_CODE, args, name="bench-plain-pyspark")["run_id"]
+            run = host.wait(run_id, timeout_s=3600.0)
+        if run["state"] != "COMPLETED":
+            raise BenchError(f"the plain PySpark run ended {run['state']}: {run['error']}")
+        return run["result"]["seconds"]
+
+    # ------------------------------------------------------------ data
+    def generate_tpch(self, scale_factor: float, timeout_s: float = 1800.0) -> float:
+        """TPC-H at `scale_factor` into tpch.* of the warehouse, through the portal's sample-data
+        route (app/datasets.py, tpchgen-cli); returns the seconds it took."""
+        started = time.monotonic()
+        self.post("/workflows/datasets/sample", {"warehouse_id": str(self.warehouse_id),
+                                                  "scale_factor": f"{scale_factor:g}"}, expect=200)
+        owner, warehouse = self.owner(), self.warehouse()
+        deadline = started + timeout_s
+        while True:
+            with self.app.app_context():
+                job = datasets.sample_data_job(owner, warehouse)
+            if not job.running:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"TPC-H generation did not finish within {timeout_s:.0f} s ({job.step})")
+            time.sleep(0.5)
+        if job.state != "done":
+            raise BenchError(f"TPC-H generation failed: {job.error}")
+        return time.monotonic() - started
+
+    @contextmanager
+    def iceberg_catalog(self):
+        """The portal's own pyiceberg catalog of the warehouse (service token, vended storage keys)."""
+        with self.app.app_context():
+            yield catalog_for(self.warehouse())
+
+    def workflow_version_id(self, workflow_id: int) -> int:
+        return self.first(select(WorkflowVersion.id).where(WorkflowVersion.workflow_id == workflow_id))
+
+
+def _page_errors(page: str) -> str:
+    """The error messages a re-rendered form shows, or the start of the page."""
+    errors = re.findall(r'data-testid="error-[\w-]+"[^>]*>([^<]+)<', page)
+    return "; ".join(errors) if errors else page[:300]
