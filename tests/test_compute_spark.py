@@ -2,7 +2,6 @@
 two-node local cluster (RayDP executors on both nodes, Iceberg through the jars)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.processes import process_running, rss_bytes
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.ray_clusters.spark_host_client import SparkHostClient
@@ -116,15 +116,7 @@ def cluster():
     pids = cluster_pids(handle)
     backend.terminate(handle)
     assert cluster_pids(handle) == []
-    assert not [pid for pid in pids if _is_alive(pid)]
-
-
-def _is_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+    assert not [pid for pid in pids if process_running(pid)]
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +141,7 @@ def test_the_host_is_warm_with_executors_on_both_nodes(cluster, host, capsys):
     with capsys.disabled():
         print(f"\n[measure] Spark host bootstrap {info['bootstrap_s']} s "
               f"(RayDP session init {info['session_init_s']} s, first job {info['first_job_s']} s); "
-              f"CU RSS with warm Spark {_rss(cluster_pids(handle)) / 2**30:.2f} GiB")
+              f"CU RSS with warm Spark {rss_bytes(cluster_pids(handle)) / 2**30:.2f} GiB")
 
 
 ANCESTRY = '''
@@ -264,11 +256,3 @@ def test_the_host_api_demands_the_cluster_token(cluster, host):
     assert httpx.get(f"{handle.spark_host_url}/v1/host", headers=handle.auth_headers()).status_code == 200
 
 
-def _rss(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except FileNotFoundError:
-            pass
-    return total

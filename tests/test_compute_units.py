@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from sqlmodel import Session, select
 
+from tests.processes import process_running
 from app import create_app
 from app.compute_units import lifecycle
 from app.models import ComputeUnit, Execution, User, Workflow, WorkflowVersion
@@ -49,15 +50,6 @@ def wait_for_state(client, db_engine, cu_id: int, states: tuple[str, ...], timeo
 def cu_id_from(response) -> int:
     assert response.status_code == 302, response.get_data(as_text=True)[:2000]
     return int(response.headers["Location"].rstrip("/").rsplit("/", 1)[1])
-
-
-def process_running(pid: int) -> bool:
-    """The process exists and is not a zombie waiting to be reaped."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def cluster_pids_and_ports(app, cu: ComputeUnit) -> tuple[list[int], list[int]]:

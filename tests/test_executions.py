@@ -233,7 +233,7 @@ def test_lists_filter_by_state_warehouse_and_compute_unit(client, newcomer, db_e
     assert listed(f"state=COMPLETED&warehouse_id={south.id}") == {elsewhere.id}
     assert listed("state=bogus&warehouse_id=x") == {done.id, failed.id, elsewhere.id}  # ignored
     # The filter form's HTMX request gets the list alone.
-    partial = client.get(f"/executions/?state=FAILED", headers={"HX-Request": "true"})
+    partial = client.get("/executions/?state=FAILED", headers={"HX-Request": "true"})
     assert text(partial).lstrip().startswith('<div id="execution-list">') and "<html" not in text(partial)
     assert "step 'x' failed" in text(partial)
     assert "No executions match these filters." in text(client.get("/executions/?state=CANCELLED"))

@@ -17,7 +17,6 @@ from urllib.parse import parse_qs
 import httpx
 import jwt
 import pytest
-from cryptography.fernet import Fernet
 
 from app.lakekeeper import (
     DEFAULT_PROJECT_ID,
@@ -33,10 +32,8 @@ from app.lakekeeper import (
     TableIdentifier,
     warehouse_scope,
 )
-from devstack.devcatalog import DevCatalogConfig, devcatalog_process
 from devstack.oidc_provider import SERVICE_CLIENT_ID
-from devstack.process import free_port
-from devstack.seaweedfs import TEST_USER_KEYS, SeaweedConfig, seaweedfs_process
+from devstack.seaweedfs import TEST_USER_KEYS
 from tests.lakekeeper_contract import (
     ContractCheckingTransport,
     ContractViolation,

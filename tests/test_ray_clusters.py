@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.processes import process_running, rss_bytes
 from app.ray_clusters.base import ClusterHandle, ClusterSpec, ClusterStartError, ClusterState
 from app.ray_clusters.existing import ExistingClusterBackend
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
@@ -54,25 +55,6 @@ def _decode_address(address_hex: str) -> str:
     if words[:12] == b"\0" * 10 + b"\xff\xff":
         return ".".join(str(b) for b in words[12:])  # IPv4-mapped IPv6
     return words.hex()
-
-
-def is_alive(pid: int) -> bool:
-    """Running, not merely a zombie waiting for init to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except FileNotFoundError:
-            pass
-    return total
 
 
 def handle_ports(handle: ClusterHandle) -> set[int]:
@@ -181,7 +163,7 @@ def test_two_clusters_side_by_side_do_not_collide_and_terminate_cleanly(backend,
         backend.terminate(second)
 
     assert cluster_pids(second) == []
-    assert not [pid for pid in second_pids if is_alive(pid)]
+    assert not [pid for pid in second_pids if process_running(pid)]
     assert not [port for port in ports if port_is_open(port)]
     assert not Path(second.details["cluster_dir"]).exists()
     assert backend.status(second).state == ClusterState.TERMINATED
