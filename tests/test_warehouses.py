@@ -257,3 +257,34 @@ def test_no_secret_in_database_logs_or_pages(app, client, auth, lakehouse, db_en
             dump = " ".join(str(r) for r in db.exec(text(f"SELECT * FROM {table}")).all())
             assert secret not in dump, table
     assert secret not in caplog.text
+
+
+def test_purge_waits_while_lakekeeper_drains_purge_tasks(app, client, auth, lakehouse, db_engine, monkeypatch):
+    from app.warehouses import service
+
+    auth.login("alice")
+    register(client, auth, lakehouse, "draining")
+    row = warehouse_row(db_engine, "draining")
+    token = {"X-CSRFToken": auth.csrf_token(), "HX-Request": "true"}
+    client.post(f"/warehouses/{row.id}/archive", headers=token)
+
+    with app.app_context():
+        from app.extensions import lakekeeper
+
+        real_delete = lakekeeper().delete_warehouse
+    answers = [LakekeeperError(409, "WarehouseHasUnfinishedTasks", "purges still running")] * 2
+    calls = []
+
+    def delete_after_tasks_drain(warehouse_id):
+        calls.append(warehouse_id)
+        if answers:
+            raise answers.pop()
+        return real_delete(warehouse_id)
+
+    monkeypatch.setattr(service, "PURGE_DELETE_PAUSE_SECONDS", 0.01)
+    monkeypatch.setattr(type(real_delete.__self__), "delete_warehouse",
+                        lambda self, warehouse_id: delete_after_tasks_drain(warehouse_id))
+    done = client.post(f"/warehouses/{row.id}/purge", data={"confirm_name": "draining"}, headers=token)
+    assert done.status_code == 200 and done.headers["HX-Redirect"] == "/warehouses/"
+    assert calls == [row.lakekeeper_id] * 3
+    assert warehouse_row(db_engine, "draining") is None
