@@ -175,15 +175,18 @@ def terminate(cu: ComputeUnit, reason: str = "") -> None:
     _in_background(_terminate, cu.id)
 
 
-def _terminate(cu_id: int) -> None:
+def _stop_cluster(cu_id: int) -> None:
+    """Stop whatever of the unit's cluster still runs (idempotent); raises what the backend raises."""
     with Session(engine()) as db:
         cu = db.get(ComputeUnit, cu_id)
         handle = handle_of(cu) if cu else None
-    if cu is None:
-        return
+    if handle is not None:
+        _backend(cu).terminate(handle)
+
+
+def _terminate(cu_id: int) -> None:
     try:
-        if handle:
-            _backend(cu).terminate(handle)
+        _stop_cluster(cu_id)
     except Exception as error:
         current_app.logger.exception("terminating compute unit %s failed", cu_id)
         _update(cu_id, state=State.FAILED, reason=f"could not be stopped cleanly: {error}", ended_at=utcnow(),
@@ -220,13 +223,8 @@ def _fail(cu: ComputeUnit, reason: str) -> None:
 
 
 def _clean_up(cu_id: int) -> None:
-    with Session(engine()) as db:
-        cu = db.get(ComputeUnit, cu_id)
-        handle = handle_of(cu) if cu else None
-    if handle is None:
-        return
     try:
-        _backend(cu).terminate(handle)
+        _stop_cluster(cu_id)
     except Exception:
         current_app.logger.exception("cleaning up failed compute unit %s", cu_id)
 
