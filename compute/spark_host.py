@@ -43,6 +43,9 @@ ACTOR_NAME = "spark-host"
 API = "/v1"
 FINISHED_RUNS_KEPT = 500
 LOG_LINES_SHOWN = 200
+# A cancelled run's job group is cancelled again every CANCEL_REPEAT_SECONDS until it stops.
+CANCEL_REPEAT_SECONDS = 0.5
+CANCEL_PERSIST_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -218,11 +221,21 @@ class SparkHost:
         run = self._runs.get(run_id)
         if run is None:
             return None
-        if run.state not in RunState.FINAL:
+        if run.state not in RunState.FINAL and not run.cancel_requested:
             run.progress.request_cancel()
-            if self._spark is not None:
-                self._spark.sparkContext.cancelJobGroup(run_id)
+            threading.Thread(target=self._keep_cancelling, args=(run,), name=f"cancel-{run_id}",
+                             daemon=True).start()
         return run.public()
+
+    def _keep_cancelling(self, run: Run) -> None:
+        """cancelJobGroup cancels the jobs running at that moment only: a job the run submits a
+        moment later (between two Spark actions of a step) would run to its end. So cancel again
+        until the run has stopped."""
+        deadline = time.monotonic() + CANCEL_PERSIST_SECONDS
+        while run.state not in RunState.FINAL and time.monotonic() < deadline:
+            if self._spark is not None:
+                self._spark.sparkContext.cancelJobGroup(run.run_id)
+            time.sleep(CANCEL_REPEAT_SECONDS)
 
     # ------------------------------------------------------------- internals
     def _execute(self, run: Run) -> None:

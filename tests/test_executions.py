@@ -428,6 +428,27 @@ def test_a_restarted_portal_fails_what_it_abandoned_before_submitting(portal_con
     assert (execution.state, execution.reason) == ("FAILED", "the portal restarted before this execution was submitted")
 
 
+def test_archiving_or_deactivating_a_warehouse_stops_the_executions_waiting_to_write_into_it(
+        client, newcomer, db_engine, lakehouse):
+    warehouses = {action: reload(db_engine, Warehouse, register_warehouse(client, lakehouse, action))
+                  for action in ("archive", "deactivate")}
+    workflow, cu = workflow_for(db_engine, newcomer), unit_row(db_engine, newcomer)
+    elsewhere = execution_row(db_engine, newcomer, workflow, warehouse_row(db_engine, newcomer), cu, state="QUEUED")
+    for action, warehouse in warehouses.items():
+        queued = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="QUEUED", progress=json.dumps(
+            {"steps": [{"name": "doubled", "state": "pending"}], "logs": []}))
+        finished = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="COMPLETED")
+        response = client.post(f"/warehouses/{warehouse.id}/{action}", data={"csrf_token": csrf(client)},
+                               follow_redirects=True)
+        assert "1 running execution writing into it stopped." in text(response)
+        stopped = reload(db_engine, Execution, queued.id)
+        assert (stopped.state, stopped.reason) == ("FAILED", f"the warehouse {action} was {action}d")
+        assert stopped.ended_at is not None
+        assert json.loads(stopped.progress)["steps"] == [{"name": "doubled", "state": "cancelled"}]
+        assert reload(db_engine, Execution, finished.id).state == "COMPLETED"
+    assert reload(db_engine, Execution, elsewhere.id).state == "QUEUED"
+
+
 def wait_for(client, db_engine, execution_id: int, states: tuple[str, ...], timeout: float = 240.0) -> Execution:
     """Poll like the page does (the live partial) until the execution reaches one of `states`."""
     deadline = time.monotonic() + timeout
@@ -585,6 +606,78 @@ def test_a_restarted_portal_watches_again_the_runs_its_unit_still_knows(e2e, por
     assert json.loads(adopted.outputs)["outputs"] == {"doubled": f"results.e{orphan.id}_doubled"}
     lost = wait_for(client, db_engine, unknown.id, ("FAILED", "COMPLETED"), timeout=30)
     assert lost.reason.startswith("the compute unit's Spark host no longer knows this run")
+
+
+TWO_OUTPUTS = [
+    {"name": "numbers", "kind": "sql", "code": "SELECT id, id % 7 AS bucket FROM range(0, 1000)", "output": True},
+    {"name": "per_bucket", "kind": "python", "output": True,
+     "code": "def run(spark, numbers):\n    return numbers.groupBy('bucket').count()"},
+]
+
+
+def test_one_workflow_runs_into_two_warehouses_at_once_each_output_lands_in_its_own(e2e, db_engine, lakehouse):
+    app, client, user, cu_id, _ = e2e
+    north, south = (reload(db_engine, Warehouse, register_warehouse(client, lakehouse, name))
+                    for name in ("north", "south"))
+    workflow = workflow_for(db_engine, user, TWO_OUTPUTS)
+    submitted = {warehouse.id: run(client, workflow, cu_id, warehouse.id) for warehouse in (north, south)}
+    ids = {}
+    for warehouse_id, response in submitted.items():
+        assert response.status_code == 302, text(response)
+        ids[warehouse_id] = int(response.headers["Location"].rsplit("/", 1)[1])
+    ended = {warehouse_id: wait_for(client, db_engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED"))
+             for warehouse_id, execution_id in ids.items()}
+    for execution in ended.values():
+        assert execution.state == "COMPLETED", execution.reason
+    first, second = ended[north.id], ended[south.id]
+    assert first.started_at < second.ended_at and second.started_at < first.ended_at  # they overlapped
+
+    catalogs = {warehouse.id: independent_catalog(lakehouse, warehouse) for warehouse in (north, south)}
+    for warehouse in (north, south):
+        execution, other = ended[warehouse.id], (south if warehouse is north else north)
+        own, foreign = catalogs[warehouse.id], catalogs[other.id]
+        assert execution.warehouse_id == warehouse.id
+        tables = [f"results.e{execution.id}_numbers", f"results.e{execution.id}_per_bucket",
+                  f"runtime_stats.e{execution.id}", f"console_logs.e{execution.id}"]
+        for name in tables:
+            assert own.table_exists(name), (name, warehouse.name)
+            assert not foreign.table_exists(name), (name, other.name)
+        numbers = own.load_table(tables[0])
+        rows = numbers.scan().to_arrow()
+        assert sorted(rows.column("id").to_pylist()) == list(range(1000))
+        per_bucket = own.load_table(tables[1]).scan().to_arrow().to_pylist()
+        assert sorted((row["bucket"], row["count"]) for row in per_bucket) == [
+            (bucket, len(range(bucket, 1000, 7))) for bucket in range(7)]
+        for name in tables[:2]:
+            properties = own.load_table(name).properties
+            assert {key: properties[key] for key in (
+                "lakeport.execution-id", "lakeport.workflow-id", "lakeport.workflow-version", "lakeport.user-id",
+                "lakeport.compute-unit-id", "lakeport.status")} == {
+                "lakeport.execution-id": str(execution.id), "lakeport.workflow-id": str(workflow.id),
+                "lakeport.workflow-version": "1", "lakeport.user-id": str(user.id),
+                "lakeport.compute-unit-id": str(cu_id), "lakeport.status": "complete"}
+        assert own.load_table(tables[1]).properties["lakeport.step"] == "per_bucket"
+        stats = own.load_table(tables[2]).scan().to_arrow().to_pylist()
+        assert {row["step"]: row["rows_out"] for row in stats} == {"numbers": 1000, "per_bucket": 7}
+
+
+def test_archiving_a_warehouse_mid_run_fails_the_execution_and_leaves_no_result(e2e, db_engine, lakehouse):
+    app, client, user, cu_id, _ = e2e
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "archived-mid-run"))
+    execution_id = start_sleeping_step(client, db_engine, user, cu_id, warehouse.id)
+    run_id = reload(db_engine, Execution, execution_id).run_id
+    archived = client.post(f"/warehouses/{warehouse.id}/archive", data={"csrf_token": csrf(client)},
+                           follow_redirects=True)
+    assert "1 running execution writing into it stopped." in text(archived)
+    execution = reload(db_engine, Execution, execution_id)
+    assert (execution.state, execution.reason) == ("FAILED", "the warehouse archived-mid-run was archived")
+    assert [step["state"] for step in json.loads(execution.progress)["steps"]] == ["cancelled"]
+    # The unit stops the run and drops its unfinished result; the unit itself carries on.
+    with app.app_context(), SparkHostClient(lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))) as host:
+        assert host.wait(run_id, timeout_s=60)["state"] == "CANCELLED"
+    assert not independent_catalog(lakehouse, warehouse).table_exists(f"results.e{execution_id}_slow")
+    assert reload(db_engine, ComputeUnit, cu_id).state == "RUNNING"
+    assert reload(db_engine, Execution, execution_id).state == "FAILED"  # the watcher left it so
 
 
 def test_a_compute_unit_that_dies_mid_run_fails_the_execution_with_that_reason(e2e, db_engine):

@@ -146,16 +146,59 @@ def cancel(execution: Execution) -> None:
     get_db().refresh(execution)
     if execution.state != State.RUNNING:
         return
-    cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-    handle = lifecycle.handle_of(cu) if cu is not None else None
-    if handle is None:
-        raise RunRefused("The compute unit of this execution is gone; the execution will be marked failed.")
     try:
-        with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-            client.cancel(execution.run_id)
+        _cancel_on_unit(execution)
+    except LookupError:
+        raise RunRefused("The compute unit of this execution is gone; the execution will be marked failed.") from None
     except SparkHostError as error:
         current_app.logger.warning("cancelling execution %s: %s", execution.id, error)
         raise RunRefused("The compute unit did not answer the cancel request. Try again in a moment.") from None
+
+
+def stop_in_warehouse(warehouse: Warehouse, why: str) -> int:
+    """Fail every live execution writing into `warehouse` with the reason "the warehouse <name>
+    <why>" (archived, deactivated, about to be purged). Queued and initializing ones end at once;
+    running ones end now too and are cancelled on their unit, which drops their partial outputs.
+    Returns how many were stopped."""
+    live = (State.QUEUED, State.INITIALIZING, State.RUNNING)
+    stopped = 0
+    for execution in get_db().exec(select(Execution).where(Execution.warehouse_id == warehouse.id,
+                                                           Execution.state.in_(live))).all():
+        reason = f"the warehouse {warehouse.name} {why}"
+        if not _finish(execution.id, State.FAILED, reason=reason, progress=_stopped_progress(execution)):
+            continue  # it ended on its own meanwhile
+        stopped += 1
+        current_app.logger.info("execution %s stopped: %s", execution.id, reason)
+        execution = _load(execution.id)  # it may have been submitted since the query
+        if execution.run_id:
+            try:
+                _cancel_on_unit(execution)
+            except (LookupError, SparkHostError) as error:
+                # The row is final already; the run on the unit ends without marking anything complete.
+                current_app.logger.warning("cancelling execution %s on its unit: %s", execution.id, error)
+        # A thread still initializing it sees the final state before it submits, or cancels what
+        # it submitted (see _run); a watcher cancels the run when it finds the row final.
+    return stopped
+
+
+def _stopped_progress(execution: Execution) -> str:
+    """The progress of a run stopped from outside: steps not finished are cancelled."""
+    progress = progress_of(execution)
+    for step in progress["steps"]:
+        if step.get("state") in ("pending", "running"):
+            step["state"] = "cancelled"
+    return json.dumps({"steps": progress["steps"], "logs": progress["logs"]})
+
+
+def _cancel_on_unit(execution: Execution) -> None:
+    """Ask the execution's unit to cancel its run. Raises LookupError when the unit is gone and
+    SparkHostError when it does not answer."""
+    cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
+    handle = lifecycle.handle_of(cu) if cu is not None else None
+    if handle is None:
+        raise LookupError("the compute unit is gone")
+    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+        client.cancel(execution.run_id)
 
 
 # --- Rows, from background threads ------------------------------------------------------------
@@ -421,7 +464,13 @@ def _touch_unit(cu_id: int) -> None:
 def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, run_id: str) -> bool:
     """The row says the execution ended (another watcher) or its unit stopped (terminated,
     failed at a supervisor check): stop watching, failing the execution in the second case."""
-    if _load(execution_id).state in State.FINAL:
+    execution = _load(execution_id)
+    if execution.state in State.FINAL:
+        if execution.state != State.COMPLETED:
+            try:
+                client.cancel(run_id)  # stopped from outside (see stop_in_warehouse): make sure
+            except SparkHostError:
+                pass
         return True
     with Session(engine()) as db:
         cu = db.get(ComputeUnit, cu_id)

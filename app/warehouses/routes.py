@@ -93,10 +93,12 @@ def contents(warehouse_id: int):
 def _action(warehouse_id: int, action, success: str):
     warehouse = _warehouse(warehouse_id)
     try:
-        action(warehouse)
+        stopped = action(warehouse)
     except WarehouseActionError as error:
         flash(error.message, "error")
     else:
+        if stopped:
+            success += f" {stopped} running execution{'s' if stopped > 1 else ''} writing into it stopped."
         flash(success.format(name=warehouse.name), "success")
     return _to_detail(warehouse_id)
 

@@ -13,6 +13,7 @@ from flask import current_app
 from sqlmodel import select
 
 from app.db import get_db
+from app.executions import runner
 from app.extensions import lakekeeper
 from app.lakekeeper import (
     LakekeeperError,
@@ -132,11 +133,14 @@ def rotate_credentials(warehouse: Warehouse, access_key_id: str, secret_access_k
     return probe_storage(location, S3Credentials(access_key_id, secret_access_key))
 
 
-def deactivate(warehouse: Warehouse) -> None:
+def deactivate(warehouse: Warehouse) -> int:
+    """Lakekeeper refuses all access to a deactivated warehouse: executions writing into it are
+    stopped (returns how many)."""
     _require(warehouse, WarehouseStatus.ACTIVE, "Only an active warehouse can be deactivated.")
     _call(lambda: lakekeeper().deactivate_warehouse(warehouse.lakekeeper_id))
     warehouse.status = WarehouseStatus.INACTIVE
     _save(warehouse)
+    return runner.stop_in_warehouse(warehouse, "was deactivated")
 
 
 def activate(warehouse: Warehouse) -> None:
@@ -146,16 +150,18 @@ def activate(warehouse: Warehouse) -> None:
     _save(warehouse)
 
 
-def archive(warehouse: Warehouse) -> None:
-    """Step one of deleting: no new executions; what was written stays readable (Lakeport-side only)."""
+def archive(warehouse: Warehouse) -> int:
+    """Step one of deleting: no new executions, and those writing into it now are stopped
+    (returns how many); what was written stays readable (Lakeport-side only)."""
     if warehouse.status == WarehouseStatus.ARCHIVED:
-        return
+        return 0
     if warehouse.status == WarehouseStatus.INACTIVE:
         # Reads need an active warehouse in Lakekeeper; archived data stays readable.
         _call(lambda: lakekeeper().activate_warehouse(warehouse.lakekeeper_id))
     warehouse.status = WarehouseStatus.ARCHIVED
     warehouse.archived_at = utcnow()
     _save(warehouse)
+    return runner.stop_in_warehouse(warehouse, "was archived")
 
 
 @dataclass
@@ -174,6 +180,7 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
     _require(warehouse, WarehouseStatus.ARCHIVED, "Archive the warehouse before purging it.")
     if typed_name.strip() != warehouse.name:
         raise WarehouseActionError("Type the warehouse's name exactly to confirm the purge.", field="confirm_name")
+    runner.stop_in_warehouse(warehouse, "was purged")  # none, unless one slipped past the archive
     client = lakekeeper()
     try:
         contents = client.purge_warehouse_contents(warehouse.lakekeeper_name)
