@@ -9,7 +9,9 @@ from app import datasets
 from app.datasets import DatasetError
 from app.db import get_owned_or_404
 from app.models import Warehouse, WarehouseStatus, Workflow, WorkflowVersion
-from app.warehouses.service import user_warehouses
+# The module, not the name: app.warehouses.service imports app.executions, which imports this
+# module, so when the warehouses blueprint is loaded first the name does not exist yet here.
+from app.warehouses import service as warehouse_service
 from app.workflows import bp, forms, service, steps
 from app.workflows.service import WorkflowActionError
 
@@ -186,7 +188,7 @@ def upload_too_large(_error):
 
 def _data_sources(partial: str, status: int = 200, **context):
     """The data-sources page, or for HTMX just `partial`."""
-    warehouses = user_warehouses(current_user)
+    warehouses = warehouse_service.user_warehouses(current_user)
     context = {
         "warehouses": warehouses,
         "active_warehouses": [w for w in warehouses if w.status == WarehouseStatus.ACTIVE],
