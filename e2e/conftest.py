@@ -52,3 +52,23 @@ def sign_in(page, portal):
         page.get_by_role("button", name="Sign in").click()
 
     return sign_in
+
+
+@pytest.fixture
+def fill_warehouse_form(page, stack):
+    """Fill the register-warehouse form with a user's local SeaweedFS bucket and keys
+    (`secret` replaces the real secret, e.g. to see a failing connection test)."""
+    from devstack.seaweedfs import TEST_USER_KEYS
+
+    def fill(name: str, secret: str | None = None, user: str = "alice"):
+        keys = TEST_USER_KEYS[user]
+        page.get_by_label("Name").fill(name)
+        page.get_by_label("Bucket").fill(keys.bucket)
+        page.get_by_label("Key prefix").fill(f"e2e/{name}")
+        page.get_by_label("Endpoint").fill(stack.seaweed.s3_endpoint)
+        page.get_by_label("Region").fill("us-east-1")
+        page.get_by_label("Path-style access").check()
+        page.get_by_label("Access key id").fill(keys.access_key_id)
+        page.get_by_label("Secret access key").fill(secret or keys.secret_access_key)
+
+    return fill

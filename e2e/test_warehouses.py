@@ -6,19 +6,7 @@ from playwright.sync_api import expect
 from devstack.seaweedfs import TEST_USER_KEYS
 
 
-def fill_register_form(page, stack, name: str, secret: str | None = None):
-    keys = TEST_USER_KEYS["alice"]
-    page.get_by_label("Name").fill(name)
-    page.get_by_label("Bucket").fill(keys.bucket)
-    page.get_by_label("Key prefix").fill(f"e2e/{name}")
-    page.get_by_label("Endpoint").fill(stack.seaweed.s3_endpoint)
-    page.get_by_label("Region").fill("us-east-1")
-    page.get_by_label("Path-style access").check()
-    page.get_by_label("Access key id").fill(keys.access_key_id)
-    page.get_by_label("Secret access key").fill(secret or keys.secret_access_key)
-
-
-def test_register_rename_archive_and_purge(page, sign_in, portal, stack):
+def test_register_rename_archive_and_purge(page, sign_in, portal, fill_warehouse_form):
     sign_in("alice")
     page.get_by_role("link", name="Warehouses").first.click()
     page.get_by_test_id("register-warehouse").click()
@@ -27,7 +15,7 @@ def test_register_rename_archive_and_purge(page, sign_in, portal, stack):
     page.get_by_label("Bucket").fill("Not_A_Bucket")
     expect(page.locator("#error-bucket")).to_contain_text("Not a valid bucket name")
 
-    fill_register_form(page, stack, "browser-lake", secret="this-is-the-wrong-secret")
+    fill_warehouse_form("browser-lake", secret="this-is-the-wrong-secret")
     page.get_by_test_id("test-connection").click()
     expect(page.get_by_test_id("probe-result")).to_contain_text("Connection failed.")
     expect(page.get_by_test_id("check-write")).to_contain_text("failed")

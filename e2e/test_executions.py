@@ -1,0 +1,179 @@
+"""A workflow run as a person does it, in a real browser: from an uploaded CSV to the results
+and logs of its execution on a real local compute unit (Ray + Spark)."""
+import csv
+import re
+import uuid
+
+import pytest
+from playwright.sync_api import expect
+
+CITIES = ("Lisbon", "Oslo", "Quito", "Hanoi", "Perth")
+ROWS = 150  # three pages at the default page size of 50
+
+# Step 1 reads the upload; step 2 (the output) derives a column, orders the rows and prints a
+# line that should show up in the execution's logs.
+FILTER_STEP = "SELECT id, city, amount FROM datasets.{table} WHERE amount > 0"
+DERIVE_STEP = """\
+from pyspark.sql import functions as F
+
+def run(spark, priced):
+    print(f"derive saw {priced.count()} priced orders")
+    return priced.withColumn("amount_cents", F.round(F.col("amount") * 100).cast("long")).orderBy("id")"""
+
+
+def expected_row(number: int) -> list[str]:
+    """Row `number` (from 1) of the output, as text: id, city, amount, amount_cents."""
+    return [str(number), CITIES[number % len(CITIES)], f"{number}.5", str(number * 100 + 50)]
+
+
+@pytest.fixture
+def units_to_terminate(page, portal):
+    """Names of compute units that are terminated through the UI at the end, whatever happened in
+    the test (in a page of their own, so a failure's screenshot shows where it failed)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        cleanup = page.context.new_page()
+        try:
+            cleanup.goto(portal + "/compute-units/")
+            link = cleanup.get_by_role("link", name=name, exact=True)
+            if link.count() == 0:  # it was never created
+                continue
+            link.click()
+            state = cleanup.get_by_test_id("cu-state")
+            if state.inner_text() not in ("TERMINATED", "FAILED"):
+                cleanup.once("dialog", lambda dialog: dialog.accept())
+                cleanup.get_by_test_id("terminate").click()
+                expect(state).to_have_text(re.compile("TERMINATED|FAILED"), timeout=90_000)
+        finally:
+            cleanup.close()
+
+
+def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results(
+        page, sign_in, portal, fill_warehouse_form, units_to_terminate, tmp_path):
+    suffix = uuid.uuid4().hex[:8]
+    warehouse, unit, workflow, table = f"runs-{suffix}", f"runner-{suffix}", f"city orders {suffix}", f"orders_{suffix}"
+    csv_file = tmp_path / "orders.csv"
+    with csv_file.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "city", "amount"])
+        writer.writerows([number, CITIES[number % len(CITIES)], number + 0.5] for number in range(1, ROWS + 1))
+
+    sign_in("alice")
+
+    # A warehouse of her own, in her SeaweedFS bucket.
+    page.get_by_role("link", name="Warehouses").first.click()
+    page.get_by_test_id("register-warehouse").click()
+    fill_warehouse_form(warehouse)
+    page.get_by_test_id("create-warehouse").click()
+    expect(page.get_by_test_id("warehouse-name")).to_have_text(warehouse, timeout=30_000)
+
+    # A compute unit: it comes up while she writes the workflow.
+    page.get_by_role("link", name="Compute units").first.click()
+    page.get_by_test_id("new-compute-unit").click()
+    page.get_by_label("Name").fill(unit)
+    page.get_by_label("CPUs per node").fill("2")
+    page.get_by_label("Memory per node (GiB)").fill("3")
+    page.get_by_label("Worker nodes").fill("0")
+    units_to_terminate.append(unit)
+    page.get_by_test_id("start-compute-unit").click()
+    expect(page.get_by_test_id("cu-name")).to_have_text(unit)
+    unit_url = page.url
+
+    # The workflow: a SQL step reading the upload, then a PySpark step that is the output.
+    page.get_by_role("link", name="Workflows").first.click()
+    page.get_by_test_id("new-workflow").click()
+    page.get_by_label("Name").fill(workflow)
+    page.get_by_test_id("create-workflow").click()
+    first = page.get_by_test_id("step-editor").nth(0)
+    first.get_by_label("Name").fill("priced")
+    first.get_by_label("Code").fill(FILTER_STEP.format(table=table))
+    page.get_by_test_id("add-python-step").click()
+    expect(page.get_by_test_id("step-editor")).to_have_count(2)
+    second = page.get_by_test_id("step-editor").nth(1)
+    expect(second.get_by_label("Kind")).to_have_value("python")
+    second.get_by_label("Name").fill("derive")
+    second.get_by_label("Code").fill(DERIVE_STEP)
+    second.get_by_label("Output").check()
+    page.get_by_test_id("save-workflow").click()
+    expect(page.get_by_text(f"Saved {workflow} as version 1.")).to_be_visible()
+    expect(page.get_by_test_id("step-view")).to_have_count(2)
+
+    # The data it reads: the CSV, uploaded into the warehouse.
+    page.get_by_role("link", name="Workflows").first.click()
+    page.get_by_test_id("data-sources").click()
+    upload = page.get_by_test_id("upload-form")
+    upload.get_by_label("Warehouse").select_option(label=warehouse)
+    upload.get_by_label("Table").fill(table)
+    upload.get_by_label("File").set_input_files(csv_file)
+    page.get_by_test_id("upload").click()
+    expect(page.get_by_test_id("upload-result")).to_contain_text(
+        f"Imported {ROWS} rows (CSV, 3 columns: id, city, amount) as datasets.{table}", timeout=60_000)
+
+    # The unit is up (its page polls itself)...
+    page.goto(unit_url)
+    expect(page.get_by_test_id("cu-state")).to_have_text("RUNNING", timeout=120_000)
+
+    # ... so the run dialog offers it.
+    page.get_by_role("link", name="Workflows").first.click()
+    page.get_by_role("link", name=workflow).click()
+    page.get_by_test_id("run-workflow").click()
+    unit_select = page.get_by_label("Compute unit")
+    unit_select.select_option(unit_select.locator("option", has_text=unit).get_attribute("value"))
+    page.get_by_label("Warehouse to write into").select_option(label=warehouse)
+    page.get_by_test_id("run").click()
+    expect(page).to_have_url(re.compile(r"/executions/\d+$"))
+    execution_id = int(page.url.rsplit("/", 1)[1])
+    expect(page.get_by_test_id("execution-title")).to_have_text(f"Execution #{execution_id}")
+
+    # She watches it: the page updates itself until the execution completes (no reload). The
+    # first execution on a unit also starts Spark there.
+    page.evaluate("window.stillTheSamePage = true")
+    state = page.get_by_test_id("execution-state")
+    expect(state).to_have_text(re.compile("COMPLETED|FAILED|CANCELLED"), timeout=240_000)
+    assert state.inner_text() == "COMPLETED", page.get_by_test_id("execution-live").inner_text()
+    assert page.evaluate("window.stillTheSamePage === true"), "the page was reloaded"
+    for step in ("priced", "derive"):
+        expect(page.locator(f'[data-testid="step-progress"][data-step="{step}"]')).to_contain_text("done")
+    # Only an output step is counted (the others are not materialised).
+    expect(page.locator('[data-testid="step-progress"][data-step="derive"]')).to_contain_text(f"{ROWS} rows")
+
+    # The output's results, 50 rows a page: page 2 holds rows 51 to 100.
+    output_link = page.get_by_test_id("output-link")
+    expect(output_link).to_have_count(1)
+    expect(output_link).to_have_text("derive")
+    output_link.click()
+    expect(page.get_by_test_id("results-title")).to_have_text("derive")
+    expect(page.get_by_test_id("page-summary")).to_contain_text(f"Rows 1–50 of {ROWS}")
+    results = page.get_by_test_id("result-table")
+    expect(results.locator("thead th")).to_have_text(["id", "city", "amount", "amount_cents"])
+    page.get_by_test_id("next-page").click()
+    expect(page.get_by_test_id("page-summary")).to_contain_text(f"Rows 51–100 of {ROWS} · page 2 of 3")
+    expect(page.get_by_test_id("page-number")).to_have_value("2")
+    body = results.locator("tbody tr")
+    expect(body).to_have_count(50)
+    expect(body.first.locator("td")).to_have_text(expected_row(51))
+    expect(body.last.locator("td")).to_have_text(expected_row(100))
+    assert [int(text) for text in results.locator("tbody tr td:first-child").all_inner_texts()] == list(range(51, 101))
+
+    # The whole output as CSV.
+    with page.expect_download() as download_info:
+        page.get_by_test_id("download-csv").click()
+    download = download_info.value
+    assert download.suggested_filename == f"results-e{execution_id}_derive.csv"
+    saved = tmp_path / download.suggested_filename
+    download.save_as(saved)
+    with saved.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == ["id", "city", "amount", "amount_cents"]
+    assert len(rows) - 1 == ROWS
+    # Every row, in the order the pages show them.
+    assert rows[1:] == [expected_row(number) for number in range(1, ROWS + 1)]
+
+    # The logs, with what the PySpark step printed.
+    page.get_by_role("link", name=f"#{execution_id}", exact=True).click()
+    page.get_by_test_id("logs-link").click()
+    expect(page.get_by_role("heading", name=f"Logs of execution #{execution_id}")).to_be_visible()
+    printed = page.get_by_test_id("result-table").locator("tbody tr", has_text=f"derive saw {ROWS} priced orders")
+    expect(printed).to_have_count(1, timeout=30_000)
+    expect(printed.locator("td")).to_contain_text(["INFO", "derive"])
