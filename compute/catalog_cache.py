@@ -9,14 +9,11 @@ a new catalog name (`wh_<warehouse>_v<n>`); executions that hold the old binding
 since each execution applies its binding to its own Spark session. Looking up and adding a
 binding happen under one lock, so concurrent executions for one warehouse share one binding.
 
-Known limit: Hadoop caches one S3A file system per bucket and JVM, created with the
-credentials of whoever asked first, and Iceberg's HadoopFileIO does not let a catalog
-bypass that cache without leaking a file system per file it opens. Replacing a binding
-therefore does not replace the storage credentials the driver and executors already use
-for that warehouse's bucket; once those expire (the catalog's vended-credential lifetime,
-1 h on the dev catalog), that warehouse's executions on this compute unit fail until the
-unit restarts. Lifting it needs a file system keyed by credentials (a small Java class)
-or Iceberg's S3FileIO (AWS SDK v2, not installable here).
+Storage credentials: each binding's S3A settings are the ones its reads and writes use, because
+the unit's Spark sessions route s3:// through Lakeport's CredentialKeyedS3AFileSystem
+(compute/java/), which shares S3A file systems per bucket and credentials. Hadoop's own cache,
+one per bucket and JVM, would keep the first credentials for good: a renewed binding would
+still use expired keys.
 """
 from __future__ import annotations
 

@@ -9,13 +9,18 @@ PyPI packages that happen to carry them (verified in shared/STACK.md):
   `sagemaker-pyspark==1.4.5`. That package pins pyspark 3.3.0, so it is only ever
   downloaded with `--no-deps` and unpacked, never installed.
 
+One more jar is built here from `compute/java/` with the JDK's `javac`: Lakeport's S3A
+file system keyed by credentials (see CredentialKeyedS3AFileSystem.java for why).
+
 The jars live in one directory (default `<project>/.cache/jars`, or `$LAKEPORT_JARS_DIR`)
 that must hold the same files at the same path on every Ray node of a compute unit,
 because Spark's executors get them through `raydp.executor.extraClassPath`.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -47,6 +52,11 @@ AWS_SDK_BUNDLE = JarSource("aws-java-sdk-bundle-1.11.901.jar", "sagemaker-pyspar
 REQUIRED_JARS = (ICEBERG_SPARK_RUNTIME, HADOOP_AWS, AWS_SDK_BUNDLE)
 
 
+JAVA_SOURCES = PROJECT_ROOT / "compute" / "java"
+# S3A settings that route s3:// and s3a:// through it (see spark_session.spark_conf).
+CREDENTIAL_KEYED_S3A = "io.lakeport.s3.CredentialKeyedS3AFileSystem"
+
+
 class MissingJarsError(RuntimeError):
     """Spark was asked for before its jars were fetched."""
 
@@ -62,7 +72,7 @@ def _is_complete(path: Path) -> bool:
 def jar_paths(directory: Path | None = None) -> list[Path]:
     """Absolute paths of all required jars; raises MissingJarsError naming what is missing."""
     directory = (directory or jars_dir()).resolve()
-    paths = [directory / source.file_name for source in REQUIRED_JARS]
+    paths = [directory / source.file_name for source in REQUIRED_JARS] + [directory / lakeport_jar_name()]
     missing = [path.name for path in paths if not _is_complete(path)]
     if missing:
         raise MissingJarsError(
@@ -89,7 +99,49 @@ def fetch_jars(directory: Path | None = None, log: Callable[[str], None] = print
                 target = directory / source.file_name
                 _extract(archive, source.file_name, target)
                 log(f"extracted {target} ({target.stat().st_size // 1024} KiB)")
+    build_lakeport_jar(directory, log)
     return jar_paths(directory)
+
+
+def _java_sources() -> list[Path]:
+    return sorted(JAVA_SOURCES.rglob("*.java"))
+
+
+def lakeport_jar_name() -> str:
+    """Named by a digest of its sources, so a changed source means a new jar."""
+    digest = hashlib.sha256()
+    for source in _java_sources():
+        digest.update(source.relative_to(JAVA_SOURCES).as_posix().encode() + b"\0" + source.read_bytes())
+    return f"lakeport-s3-{digest.hexdigest()[:12]}.jar"
+
+
+def build_lakeport_jar(directory: Path, log: Callable[[str], None] = print) -> Path:
+    """Compile compute/java against Spark's Hadoop and hadoop-aws; idempotent."""
+    target = directory / lakeport_jar_name()
+    if _is_complete(target):
+        log(f"present: {target}")
+        return target
+    javac = shutil.which("javac")
+    if javac is None:
+        raise MissingJarsError("javac (a JDK, 17 or newer) is needed to build " + target.name)
+    import pyspark
+
+    classpath = [*sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")),
+                 directory / HADOOP_AWS.file_name]
+    with tempfile.TemporaryDirectory(prefix="lakeport-javac-") as classes:
+        subprocess.run([javac, "--release", "11", "-nowarn", "-d", classes,
+                        "-cp", os.pathsep.join(map(str, classpath)), *map(str, _java_sources())], check=True)
+        partial = target.with_suffix(".partial")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: Lakeport\n")
+            for compiled in sorted(Path(classes).rglob("*.class")):
+                jar.write(compiled, compiled.relative_to(classes).as_posix())
+        partial.replace(target)
+    for stale in directory.glob("lakeport-s3-*.jar"):
+        if stale != target:
+            stale.unlink()
+    log(f"built {target}")
+    return target
 
 
 def _pip_download(requirement: str, sdist: bool, dest: Path) -> Path:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compute.jars import jar_paths
+from compute.jars import CREDENTIAL_KEYED_S3A, jar_paths
 
 _JDK17_OPENS = (
     "java.lang", "java.lang.invoke", "java.io", "java.net", "java.nio", "java.math", "java.text",
@@ -43,7 +43,12 @@ def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None =
         "spark.driver.extraClassPath": classpath,
         "raydp.executor.extraClassPath": classpath,
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
-        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        # S3A shared per bucket and credentials, not per bucket alone: each catalog binding's
+        # storage credentials are the ones its reads and writes use, renewed ones included.
+        "spark.hadoop.fs.s3.impl": CREDENTIAL_KEYED_S3A,
+        "spark.hadoop.fs.s3a.impl": CREDENTIAL_KEYED_S3A,
+        "spark.hadoop.fs.s3.impl.disable.cache": "true",
+        "spark.hadoop.fs.s3a.impl.disable.cache": "true",
         "spark.hadoop.fs.s3a.directory.marker.retention": "keep",
         # RayDP's app master would otherwise hold a whole CPU that executors need.
         "spark.ray.raydp_spark_master.actor.resource.CPU": "0",

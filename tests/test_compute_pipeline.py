@@ -2,6 +2,7 @@
 through the dev catalog into real SeaweedFS; results checked with an independent pyiceberg client."""
 from __future__ import annotations
 
+import re
 import secrets
 import statistics
 import threading
@@ -327,6 +328,52 @@ def test_a_missing_warehouse_or_an_unreachable_catalog_fails_with_the_reason(hos
     assert run["state"] == "FAILED" and run["error"].startswith("warehouse not found: u1-no-such-warehouse")
     assert unreachable["state"] == "FAILED"
     assert unreachable["error"].startswith("the catalog (Lakekeeper) is unreachable at http://127.0.0.1:")
+
+
+# Spark code run on the host: writes and reads a bucket with keys given per request, as each
+# catalog binding gives its own; which of them S3A really used shows in what the store allows.
+KEYED_S3A_CODE = """
+def attempt(action, secret, name):
+    options = {"fs.s3a.endpoint": args["endpoint"], "fs.s3a.path.style.access": "true",
+               "fs.s3a.connection.ssl.enabled": "false",
+               "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+               "fs.s3a.access.key": args["access_key"], "fs.s3a.secret.key": secret}
+    location = args["base"] + "/" + name
+    try:
+        if action == "write":
+            spark.range(5).write.mode("overwrite").options(**options).parquet(location)
+        else:
+            assert spark.read.options(**options).parquet(location).count() == 5
+        return "ok"
+    except Exception as error:
+        return "refused: " + str(error)[:400]
+
+result = {
+    "write": attempt("write", args["secret"], "first"),
+    "write_with_a_wrong_secret": attempt("write", "wrong" + args["secret"], "second"),
+    "read": attempt("read", args["secret"], "first"),
+    "open": spark.sparkContext._jvm.io.lakeport.s3.CredentialKeyedS3AFileSystem.openFileSystems(),
+}
+"""
+
+
+def test_each_set_of_storage_credentials_is_the_one_its_reads_and_writes_use(host, lakehouse):
+    """Hadoop alone caches one S3A file system per bucket, made with the first caller's keys,
+    which would keep vended credentials that expired, or lend one warehouse's credentials to
+    another in the same bucket. Here a wrong secret after a right one is refused (with Hadoop's
+    cache it would have written with the right one), and the right one still works."""
+    keys = TEST_USER_KEYS["alice"]
+    run = host.submit(KEYED_S3A_CODE, {
+        "endpoint": lakehouse.s3_endpoint, "access_key": keys.access_key_id, "secret": keys.secret_access_key,
+        "base": f"s3://{keys.bucket}/tests/keyed-s3a-{secrets.token_hex(3)}"})
+    result = host.wait(run["run_id"], timeout_s=120)
+    assert result["state"] == "COMPLETED", result["error"]
+    outcome = result["result"]
+    assert outcome["write"] == outcome["read"] == "ok"
+    refused = outcome["write_with_a_wrong_secret"]
+    assert refused.startswith("refused: ") and re.search(r"403|Forbidden|AccessDenied", refused), refused
+    assert keys.secret_access_key not in str(outcome)
+    assert outcome["open"] >= 2  # the right keys' file system and the wrong ones'
 
 
 def test_warm_overhead_of_a_one_row_pipeline(host, lakehouse, warehouses, capsys):

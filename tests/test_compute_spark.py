@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -29,8 +30,24 @@ def test_fetch_jars_keeps_jars_already_present(monkeypatch):
 
     paths = jars.fetch_jars(log=said.append)
 
-    assert [path.name for path in paths] == [source.file_name for source in jars.REQUIRED_JARS]
+    assert [path.name for path in paths] == [source.file_name for source in jars.REQUIRED_JARS] + [
+        jars.lakeport_jar_name()]
     assert said == [f"present: {path}" for path in paths]
+
+
+def test_lakeports_own_jar_is_built_from_its_sources_and_renamed_when_they_change(tmp_path, monkeypatch):
+    (tmp_path / jars.HADOOP_AWS.file_name).symlink_to(jars.jars_dir() / jars.HADOOP_AWS.file_name)
+    built = jars.build_lakeport_jar(tmp_path, log=lambda _line: None)
+    with zipfile.ZipFile(built) as jar:
+        assert "io/lakeport/s3/CredentialKeyedS3AFileSystem.class" in jar.namelist()
+    sources = tmp_path / "java"
+    (sources / "io/lakeport/s3").mkdir(parents=True)
+    (sources / "io/lakeport/s3/Extra.java").write_text("package io.lakeport.s3; class Extra {}")
+    monkeypatch.setattr(jars, "JAVA_SOURCES", sources)
+    rebuilt = jars.build_lakeport_jar(tmp_path, log=lambda _line: None)
+    assert rebuilt.name != built.name and not built.exists()  # the stale jar is gone
+    with zipfile.ZipFile(rebuilt) as jar:
+        assert "io/lakeport/s3/Extra.class" in jar.namelist()
 
 
 def test_missing_jars_are_named_with_the_fix(tmp_path):

@@ -1,0 +1,164 @@
+package io.lakeport.s3;
+
+import java.io.IOException;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayDeque;
+import java.util.Deque;
+import java.util.HashMap;
+import java.util.Map;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.ContentSummary;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FilterFileSystem;
+import org.apache.hadoop.fs.LocatedFileStatus;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.RemoteIterator;
+import org.apache.hadoop.fs.StorageStatistics;
+import org.apache.hadoop.fs.permission.FsPermission;
+import org.apache.hadoop.fs.s3a.S3AFileSystem;
+import org.apache.hadoop.util.Progressable;
+
+/**
+ * S3A, shared per bucket <em>and credentials</em> rather than per bucket alone.
+ *
+ * <p>Hadoop caches one file system per scheme, bucket and user, made with the configuration of
+ * whoever asked first. A compute unit serves executions whose Iceberg catalogs carry storage
+ * credentials that the catalog vended for a limited time; with Hadoop's cache the first
+ * credentials for a bucket would be used by the whole JVM forever, so executions would fail
+ * once they expire, and two warehouses in one bucket would share one warehouse's credentials.
+ *
+ * <p>Configured with {@code fs.s3.impl} (and {@code fs.s3a.impl}) plus
+ * {@code fs.s3.impl.disable.cache=true}: Hadoop then makes a new instance of this light wrapper
+ * for every request, and the wrapper hands it the S3AFileSystem kept for the bucket and the
+ * credentials in that request's configuration, making it once. When a bucket gets a fourth set
+ * of credentials, the oldest set's file system is closed: credentials are only replaced when
+ * they are about to expire, so the set three renewals back has expired.
+ */
+public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
+
+  static final int KEPT_PER_BUCKET = 3;
+
+  private static final String[] CREDENTIAL_OPTIONS = {
+    "access.key", "secret.key", "session.token", "aws.credentials.provider", "endpoint", "path.style.access",
+  };
+
+  private static final Map<String, S3AFileSystem> SHARED = new HashMap<>();
+  private static final Map<String, Deque<String>> KEYS_BY_BUCKET = new HashMap<>();
+
+  public CredentialKeyedS3AFileSystem() {
+    super();
+  }
+
+  @Override
+  public void initialize(URI name, Configuration conf) throws IOException {
+    fs = shared(name, conf);
+    super.initialize(name, conf); // does not initialize `fs` again: it has its configuration
+  }
+
+  /** Instances are throwaway wrappers: closing one must not close the shared file system. */
+  @Override
+  public void close() throws IOException {
+  }
+
+  // FilterFileSystem leaves these to FileSystem's generic versions, which either refuse
+  // (getScheme, createNonRecursive) or walk the store call by call where S3A has its own.
+
+  @Override
+  public String getScheme() {
+    return fs.getScheme();
+  }
+
+  @Override
+  public FSDataOutputStream createNonRecursive(Path path, FsPermission permission, boolean overwrite,
+      int bufferSize, short replication, long blockSize, Progressable progress) throws IOException {
+    return fs.createNonRecursive(path, permission, overwrite, bufferSize, replication, blockSize, progress);
+  }
+
+  @Override
+  public boolean exists(Path path) throws IOException {
+    return fs.exists(path);
+  }
+
+  @Override
+  public boolean isDirectory(Path path) throws IOException {
+    return fs.isDirectory(path);
+  }
+
+  @Override
+  public boolean isFile(Path path) throws IOException {
+    return fs.isFile(path);
+  }
+
+  @Override
+  public RemoteIterator<LocatedFileStatus> listFiles(Path path, boolean recursive) throws IOException {
+    return fs.listFiles(path, recursive);
+  }
+
+  @Override
+  public ContentSummary getContentSummary(Path path) throws IOException {
+    return fs.getContentSummary(path);
+  }
+
+  @Override
+  public StorageStatistics getStorageStatistics() {
+    return fs.getStorageStatistics();
+  }
+
+  @Override
+  public String getCanonicalServiceName() {
+    return fs.getCanonicalServiceName();
+  }
+
+  /** How many S3A file systems are open now (for tests). */
+  public static synchronized int openFileSystems() {
+    return SHARED.size();
+  }
+
+  private static synchronized S3AFileSystem shared(URI name, Configuration conf) throws IOException {
+    String bucket = name.getScheme() + "://" + name.getAuthority();
+    String host = name.getHost() != null ? name.getHost() : name.getAuthority();
+    String key = bucket + "#" + fingerprint(host, conf);
+    S3AFileSystem existing = SHARED.get(key);
+    if (existing != null) {
+      return existing;
+    }
+    S3AFileSystem created = new S3AFileSystem();
+    created.initialize(name, conf);
+    SHARED.put(key, created);
+    Deque<String> keys = KEYS_BY_BUCKET.computeIfAbsent(bucket, b -> new ArrayDeque<>());
+    keys.addLast(key);
+    while (keys.size() > KEPT_PER_BUCKET) {
+      S3AFileSystem expired = SHARED.remove(keys.removeFirst());
+      if (expired != null) {
+        expired.close();
+      }
+    }
+    return created;
+  }
+
+  /** A digest of the settings that decide how S3A authenticates to this bucket (bucket-specific
+   * settings first, as S3A reads them), so secrets are not kept as map keys. */
+  private static String fingerprint(String bucket, Configuration conf) {
+    try {
+      MessageDigest digest = MessageDigest.getInstance("SHA-256");
+      for (String option : CREDENTIAL_OPTIONS) {
+        String value = conf.get("fs.s3a.bucket." + bucket + "." + option, conf.get("fs.s3a." + option, ""));
+        digest.update(option.getBytes(StandardCharsets.UTF_8));
+        digest.update((byte) 0);
+        digest.update(value.getBytes(StandardCharsets.UTF_8));
+        digest.update((byte) 0);
+      }
+      StringBuilder hex = new StringBuilder();
+      for (byte b : digest.digest()) {
+        hex.append(String.format("%02x", b));
+      }
+      return hex.toString();
+    } catch (NoSuchAlgorithmException impossible) {
+      throw new IllegalStateException(impossible);
+    }
+  }
+}
