@@ -85,6 +85,10 @@ SETTINGS: dict[str, Setting] = {
     "CU_START_TIMEOUT_SECONDS": Setting(
         "LAKEPORT_CU_START_TIMEOUT_SECONDS", 60.0, cast=float,
         help="A compute unit that is not healthy this long after its start is marked FAILED."),
+    "CU_WARM_SPARK_ON_START": Setting(
+        "LAKEPORT_CU_WARM_SPARK_ON_START", True, cast=bool,
+        help="Start a compute unit's Spark session as soon as the unit is running, so the first execution "
+             "does not wait for it (it holds the unit's Spark memory from then on)."),
     "CU_KINDS": Setting(
         "LAKEPORT_CU_KINDS", "local,existing",
         help="Kinds of compute unit users may create: `local` (Ray on this machine), `existing` (attach to a "
@@ -142,6 +146,7 @@ class Config:
     CU_MAX_WORKERS: int = SETTINGS["CU_MAX_WORKERS"].default
     CU_IDLE_MINUTES: float = SETTINGS["CU_IDLE_MINUTES"].default
     CU_START_TIMEOUT_SECONDS: float = SETTINGS["CU_START_TIMEOUT_SECONDS"].default
+    CU_WARM_SPARK_ON_START: bool = SETTINGS["CU_WARM_SPARK_ON_START"].default
     CU_KINDS: str = SETTINGS["CU_KINDS"].default
     CU_WORK_DIR: str = SETTINGS["CU_WORK_DIR"].default
     RAY_DASHBOARD: bool = SETTINGS["RAY_DASHBOARD"].default

@@ -77,6 +77,9 @@ def portal_config(database_url, oidc_provider) -> Config:
         OIDC_ISSUER=oidc_provider.issuer,
         OIDC_CLIENT_SECRET=oidc_provider.portal_client_secret,
         LAKEKEEPER_CLIENT_SECRET=oidc_provider.service_client_secret,
+        # Most tests' units never run Spark: they would only load the two cores. Tests that
+        # run executions turn it on.
+        CU_WARM_SPARK_ON_START=False,
         TESTING=True,
     )
 

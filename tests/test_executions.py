@@ -32,6 +32,7 @@ from app.executions import runner
 from app.extensions import lakekeeper
 from app.models import (
     ComputeUnit,
+    ComputeUnitEvent,
     Execution,
     User,
     Warehouse,
@@ -42,6 +43,7 @@ from app.ray_clusters.local import cluster_pids
 from app.ray_clusters.spark_host_client import SparkHostClient
 from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS
+from tests.processes import process_running
 
 ONE_SQL_STEP = [{"name": "doubled", "kind": "sql", "code": "SELECT id, id * 2 AS twice FROM range(0, 130)",
                  "output": True}]
@@ -467,20 +469,13 @@ def wait_for(client, db_engine, execution_id: int, states: tuple[str, ...], time
 def e2e(portal_config, lakehouse, db_engine):
     """A newcomer with a real local compute unit and a real warehouse, both made through the portal."""
     app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2,
-                             CU_MAX_MEMORY_GB=4.0, CU_MAX_WORKERS=1))
+                             CU_MAX_MEMORY_GB=4.0, CU_MAX_WORKERS=1, CU_WARM_SPARK_ON_START=True))
     client = app.test_client()
     user = make_user(db_engine)
     sign_in_as(client, user)
     warehouse_id = register_warehouse(client, lakehouse, "e2e")
-    started = client.post("/compute-units/", data={"name": "e2e", "kind": "local", "cpus": "2", "memory_gb": "3",
-                                                   "worker_nodes": "0", "csrf_token": csrf(client)})
-    assert started.status_code == 302, text(started)
-    cu_id = int(started.headers["Location"].rstrip("/").rsplit("/", 1)[1])
-    deadline = time.monotonic() + 120
-    while (cu := reload(db_engine, ComputeUnit, cu_id)).state not in ("RUNNING", "FAILED"):
-        assert time.monotonic() < deadline, "the compute unit did not start"
-        time.sleep(0.5)
-    assert cu.state == "RUNNING", cu.reason
+    cu = start_unit(client, db_engine, "e2e")
+    cu_id = cu.id
     with app.app_context():
         pids = cluster_pids(lifecycle.handle_of(cu))
     yield app, client, user, cu_id, warehouse_id
@@ -489,6 +484,75 @@ def e2e(portal_config, lakehouse, db_engine):
     deadline = time.monotonic() + 60
     while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.5)
+
+
+def start_unit(client, db_engine, name: str) -> ComputeUnit:
+    """A local unit (2 CPUs, 3 GiB, head only) started through the portal, once RUNNING."""
+    started = client.post("/compute-units/", data={"name": name, "kind": "local", "cpus": "2", "memory_gb": "3",
+                                                   "worker_nodes": "0", "csrf_token": csrf(client)})
+    assert started.status_code == 302, text(started)
+    cu_id = int(started.headers["Location"].rstrip("/").rsplit("/", 1)[1])
+    deadline = time.monotonic() + 120
+    while (cu := reload(db_engine, ComputeUnit, cu_id)).state not in ("RUNNING", "FAILED"):
+        assert time.monotonic() < deadline, "the compute unit did not start"
+        time.sleep(0.5)
+    assert cu.state == "RUNNING", cu.reason
+    return cu
+
+
+def is_java(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "java"
+    except OSError:
+        return False
+
+
+def unit_events(db_engine, cu_id: int) -> list[str]:
+    with Session(db_engine) as db:
+        return [event.message for event in db.exec(select(ComputeUnitEvent).where(
+            ComputeUnitEvent.compute_unit_id == cu_id).order_by(ComputeUnitEvent.id))]
+
+
+def test_a_running_unit_starts_its_spark_session_before_any_execution_asks(e2e, db_engine):
+    """First in this module: the unit's first execution then finds Spark warm."""
+    app, client, user, cu_id, _ = e2e
+    deadline = time.monotonic() + 180
+    while not any(event.startswith("Spark session ready after") for event in unit_events(db_engine, cu_id)):
+        assert time.monotonic() < deadline, unit_events(db_engine, cu_id)
+        time.sleep(1)
+    assert "starting its Spark session" in unit_events(db_engine, cu_id)
+    with Session(db_engine) as db:
+        assert db.exec(select(Execution.id).where(Execution.compute_unit_id == cu_id)).first() is None
+    with app.app_context(), SparkHostClient(lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))) as host:
+        assert host.info()["state"] == "ready"
+    detail = text(client.get(f"/compute-units/{cu_id}"))
+    assert "Spark session ready after" in detail
+
+
+def test_terminating_a_unit_while_its_spark_session_starts_leaves_nothing_behind(e2e, db_engine):
+    app, client, user, _, _ = e2e
+    cu = start_unit(client, db_engine, "short-lived")
+    with app.app_context():
+        pids = cluster_pids(lifecycle.handle_of(cu))
+    deadline = time.monotonic() + 60
+    # Wait until Spark's JVMs are coming up, then pull the plug.
+    while not any(is_java(pid) for pid in pids):
+        assert time.monotonic() < deadline, "no JVM started"
+        time.sleep(0.5)
+        with app.app_context():
+            pids = cluster_pids(lifecycle.handle_of(reload(db_engine, ComputeUnit, cu.id)))
+    terminated = client.post(f"/compute-units/{cu.id}/terminate", headers={"X-CSRFToken": csrf(client)})
+    assert terminated.status_code in (200, 302), text(terminated)
+    deadline = time.monotonic() + 60
+    while (latest := reload(db_engine, ComputeUnit, cu.id)).state != "TERMINATED":
+        assert time.monotonic() < deadline and latest.state != "FAILED", (latest.state, latest.reason)
+        time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while alive := [pid for pid in pids if process_running(pid)]:
+        assert time.monotonic() < deadline, f"left running: {alive}"
+        time.sleep(0.5)
+    time.sleep(2)  # the warm-up thread notices, and must not report a failure of a unit it was told to stop
+    assert not any("did not start" in event for event in unit_events(db_engine, cu.id))
 
 
 def test_run_a_one_step_workflow_into_a_warehouse_and_page_its_results(e2e, db_engine, lakehouse):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 from flask import Flask, current_app
@@ -24,6 +25,7 @@ from app.models import (
     User,
     utcnow,
 )
+from app.compute_units import spark_warmup
 from app.compute_units.backends import backend_for
 from app.ray_clusters.base import ClusterHandle, ClusterSpec, ClusterStartError, ClusterState, ClusterStatus
 
@@ -155,11 +157,30 @@ def _start(cu_id: int) -> None:
     latest = _update(cu_id, handle=handle.to_json())
     if latest is not None and latest.state == State.STARTING:
         now = utcnow()
-        _update(cu_id, state=State.RUNNING, progress_step="", started_at=now, last_activity_at=now,
-                event="running")
+        running = _update(cu_id, state=State.RUNNING, progress_step="", started_at=now, last_activity_at=now,
+                          event="running")
+        if current_app.config["CU_WARM_SPARK_ON_START"]:
+            _warm_up_spark(running, handle)
     else:
         # Terminated while starting: stop what was started.
         _backend(cu).terminate(handle)
+
+
+def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
+    """Start the unit's Spark session now rather than at its first execution (which waits for
+    this one if it comes meanwhile). A failure here is only noted: that execution tries again."""
+    _update(cu.id, event="starting its Spark session")
+    began = time.monotonic()
+    try:
+        spark_warmup.ensure_warm(cu, handle)
+    except spark_warmup.SparkHostUnavailable as error:
+        with Session(engine()) as db:
+            still_running = (latest := db.get(ComputeUnit, cu.id)) is not None and latest.state == State.RUNNING
+        if still_running:  # otherwise it was terminated or failed meanwhile, which says enough
+            current_app.logger.warning("compute unit %s: %s", cu.id, error)
+            _update(cu.id, event=f"its Spark session did not start; the first execution will try again: {error}")
+        return
+    _update(cu.id, event=f"Spark session ready after {time.monotonic() - began:.0f} s")
 
 
 def terminate(cu: ComputeUnit, reason: str = "") -> None:

@@ -26,7 +26,7 @@ from flask import Flask, current_app
 from sqlalchemy import update
 from sqlmodel import Session, select
 
-from app.compute_units import lifecycle
+from app.compute_units import lifecycle, spark_warmup
 from app.db import engine, get_db
 from app.executions.history import progress_of
 from app.extensions import lakekeeper
@@ -50,8 +50,7 @@ from compute.spark_host import RunState
 State = ExecutionState
 
 POLL_SECONDS = 0.25
-HOST_CALL_TIMEOUT_SECONDS = 5.0
-BOOTSTRAP_TIMEOUT_SECONDS = 180.0
+HOST_CALL_TIMEOUT_SECONDS = spark_warmup.HOST_CALL_TIMEOUT_SECONDS
 # A host that does not answer for this long, on a unit that still looks alive, fails the run.
 HOST_SILENCE_SECONDS = 30.0
 # How often a running execution tells its unit it is busy (the idle timeout is in minutes).
@@ -59,7 +58,7 @@ ACTIVITY_EVERY_SECONDS = 10.0
 # How often the watcher looks at the unit's row (terminated by its owner, failed by the supervisor).
 UNIT_CHECK_EVERY_SECONDS = 2.0
 # An execution not submitted this long after its creation was abandoned by a portal process.
-INITIALIZE_GRACE_SECONDS = BOOTSTRAP_TIMEOUT_SECONDS + 60.0
+INITIALIZE_GRACE_SECONDS = spark_warmup.BOOTSTRAP_TIMEOUT_SECONDS + 60.0
 
 # What the Spark host runs: the pipeline entry of compute/pipeline.py with the ExecutionSpec as `args`.
 SUBMIT_CODE = "from compute.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)\n"
@@ -84,8 +83,6 @@ class ExecutionFailed(Exception):
 # Executions that a thread of this process is initializing or watching.
 _active: set[int] = set()
 _active_lock = threading.Lock()
-# One bootstrap at a time per compute unit (id → lock).
-_host_locks: dict[int, threading.Lock] = {}
 
 
 # --- Starting and cancelling (request side) -------------------------------------------------
@@ -348,38 +345,13 @@ def _running_unit(cu_id: int | None) -> tuple[ComputeUnit, ClusterHandle]:
     return cu, handle
 
 
-def spark_host_size(cu: ComputeUnit) -> dict:
-    """Spark on the whole unit: one executor per node with all its CPUs and half its memory
-    (the rest is Ray's object store, the Spark driver on the head and the JVMs' overhead)."""
-    memory_mb = max(512, int(cu.memory_gb * 1024 / 2) // 128 * 128)
-    return {"executors": cu.worker_nodes + 1, "executor_cores": cu.cpus, "executor_memory": f"{memory_mb}m"}
-
-
 def _ensure_spark_host(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallback) -> None:
-    """The unit's Spark host answers and its session is warm; bootstrap it if it is not there
-    (the first execution on a unit waits for that, and `progress` says so)."""
-    with _active_lock:
-        lock = _host_locks.setdefault(cu.id, threading.Lock())
-    with lock, SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-        try:
-            info = client.info()
-        except SparkHostError:
-            try:
-                info = client.bootstrap(**spark_host_size(cu), timeout_s=BOOTSTRAP_TIMEOUT_SECONDS,
-                                        progress=progress)
-            except Exception as error:  # Ray's Jobs API raises its own errors too
-                raise ExecutionFailed(_unit_failure(cu.id)
-                                      or f"the compute unit's Spark host did not start: {error}") from None
-        deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
-        try:
-            while info["state"] == "warming" and time.monotonic() < deadline:
-                time.sleep(1.0)
-                info = client.info()
-        except SparkHostError as error:
-            reason = _unit_failure(cu.id) or f"the compute unit's Spark host stopped answering: {error}"
-            raise ExecutionFailed(reason) from None
-    if info["state"] != "ready":
-        raise ExecutionFailed(f"the compute unit's Spark session is not usable ({info['state']}): {info.get('error')}")
+    """The unit's Spark session is warm (the first execution on a unit may wait for it to start,
+    and `progress` says so)."""
+    try:
+        spark_warmup.ensure_warm(cu, handle, progress)
+    except spark_warmup.SparkHostUnavailable as error:
+        raise ExecutionFailed(_unit_failure(cu.id) or str(error)) from None
 
 
 def _execution_token(warehouse: Warehouse) -> str:
