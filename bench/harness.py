@@ -19,9 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import httpx
 from sqlmodel import Session, select
 
 from app import create_app, datasets
@@ -33,7 +31,7 @@ from app.iceberg_reader import catalog_for
 from app.models import ComputeUnit, ComputeUnitState, Execution, ExecutionState, User, Warehouse, WorkflowVersion
 from app.ray_clusters.spark_host_client import SparkHostClient
 from devstack.database import drop_postgres_database, fresh_postgres_database
-from devstack.oidc_provider import TEST_USERS, login_via_form
+from devstack.oidc_provider import TEST_USERS, sign_in_portal_client
 from devstack.seaweedfs import TEST_USER_KEYS
 from devstack.stack import LocalStack, StackPorts
 
@@ -223,15 +221,11 @@ class Bench:
 
     # ------------------------------------------------------------ the signed-in portal
     def _sign_in(self, username: str) -> None:
-        """Sign-in as a browser does it (see tests/conftest.py AuthActions): the portal sends us
-        to the provider, we log in on its form, the provider sends us back with a code."""
-        start = self.client.get("/auth/login/start")
-        if start.status_code != 302:
-            raise BenchError(f"sign-in did not start: HTTP {start.status_code}")
-        with httpx.Client(timeout=10) as browser:
-            landing = login_via_form(browser, start.headers["Location"], username, TEST_USERS[username].password)
-        back = urlsplit(landing.headers["Location"])
-        callback = self.client.get(f"{back.path}?{back.query}")
+        """Sign-in as a browser does it, through the provider's real login form."""
+        try:
+            callback = sign_in_portal_client(self.client, username, TEST_USERS[username].password)
+        except RuntimeError as error:
+            raise BenchError(str(error)) from None
         if callback.status_code != 302:
             raise BenchError(f"sign-in failed: HTTP {callback.status_code}")
 

@@ -215,6 +215,21 @@ def login_via_form(client: httpx.Client, authorize_url: str, username: str, pass
     return _submit(client, page, form, {**form.fields, "username": username, "password": password})
 
 
+def sign_in_portal_client(portal, username: str, password: str, next_path: str | None = None):
+    """Sign a Flask test client of the portal in as a browser does: the portal sends it to this
+    provider, it logs in on the provider's form, and the provider sends it back with a code.
+    Returns the portal's answer to that callback (302 to the page asked for, when it worked)."""
+    start = portal.get("/auth/login/start", query_string={"next": next_path} if next_path else {})
+    if start.status_code != 302:
+        raise RuntimeError(f"sign-in did not start: HTTP {start.status_code}")
+    with httpx.Client(timeout=10) as browser:
+        landing = login_via_form(browser, start.headers["Location"], username, password)
+    if "Location" not in landing.headers:
+        raise RuntimeError(f"the provider refused {username}'s sign-in")
+    back = urlsplit(landing.headers["Location"])
+    return portal.get(f"{back.path}?{back.query}")
+
+
 def cancel_login_via_form(client: httpx.Client, authorize_url: str) -> httpx.Response:
     """Open `authorize_url` and press Cancel on the login page; returns the redirect back to the
     client, whose Location carries `error=access_denied`."""

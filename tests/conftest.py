@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from app import create_app
-from devstack.oidc_provider import TEST_USERS, login_via_form
+from devstack.oidc_provider import TEST_USERS, login_via_form, sign_in_portal_client
 
 
 @pytest.fixture
@@ -44,9 +44,7 @@ class AuthActions:
         return self.client.get(f"{parts.path}?{parts.query}")
 
     def login(self, username: str = "alice", next_path: str | None = None):
-        authorize_url = self.start(next_path)
-        landing = self.provider_login(authorize_url, username, self.passwords[username])
-        return self.callback(str(landing.headers["Location"]))
+        return sign_in_portal_client(self.client, username, self.passwords[username], next_path)
 
     def logout(self):
         return self.client.post("/auth/logout", data={"csrf_token": self.csrf_token()})
