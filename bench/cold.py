@@ -24,7 +24,8 @@ def run(bench: Bench, options) -> Summary:
 
     host = bench.spark_host_info(cu_id)
     unit_s = running_at - started
-    # The runner starts the Spark host, then submits: the submit marks the host warm.
+    # The unit starts its Spark host once RUNNING (the runner waits for it), then the runner
+    # submits: the submit marks the host warm.
     host_s = first.submitted_at - running_at
     execution_s = total - unit_s - host_s
     met = total <= TARGET_S

@@ -34,6 +34,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 from typing import Any
 
 import ray
@@ -46,6 +47,8 @@ LOG_LINES_SHOWN = 200
 # A cancelled run's job group is cancelled again every CANCEL_REPEAT_SECONDS until it stops.
 CANCEL_REPEAT_SECONDS = 0.5
 CANCEL_PERSIST_SECONDS = 120.0
+# Longest a status request may wait for its run to end (`GET /runs/<id>?wait_s=`).
+MAX_STATUS_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class Run:
     error: str | None = None
     result: Any = None
     progress: RunProgress = field(default_factory=RunProgress)
+    finished: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def cancel_requested(self) -> bool:
@@ -141,6 +145,10 @@ class Run:
             "submitted_at": self.submitted_at, "started_at": self.started_at, "finished_at": self.finished_at,
             "error": self.error, "result": self.result, "progress": self.progress.public(),
         }
+
+
+def _import_pipeline() -> None:
+    import compute.pipeline  # noqa: F401
 
 
 @ray.remote(num_cpus=0, max_concurrency=4)
@@ -161,6 +169,9 @@ class SparkHost:
     def _warm_up(self) -> None:
         from compute.spark_session import start_spark_session
 
+        # The pipeline runner's imports (pyiceberg, pyarrow: seconds) overlap with the JVMs' start.
+        importing = threading.Thread(target=_import_pipeline, name="import-pipeline", daemon=True)
+        importing.start()
         started = time.monotonic()
         try:
             self._spark = start_spark_session(
@@ -174,8 +185,7 @@ class SparkHost:
             # The first job starts executors' Python workers and loads classes; an execution should not pay for it.
             started = time.monotonic()
             self._spark.sparkContext.parallelize(range(self.settings.executors), self.settings.executors).count()
-            # Nor for the first import of the pipeline runner (pyiceberg, pyarrow): seconds.
-            import compute.pipeline  # noqa: F401
+            importing.join()
             self._first_job_s = round(time.monotonic() - started, 2)
             self._state = "ready"
         except Exception as error:  # reported through info(); the actor stays up to say so
@@ -213,9 +223,15 @@ class SparkHost:
         InheritableThread(target=self._execute, args=(run,), name=f"run-{run.run_id}", daemon=True).start()
         return run.public()
 
-    def run_status(self, run_id: str) -> dict | None:
+    def run_status(self, run_id: str, wait_s: float = 0.0) -> dict | None:
+        """The run's record; with `wait_s`, once it has ended or after that long, whichever
+        comes first (a watcher learns of the end at once instead of at its next poll)."""
         run = self._runs.get(run_id)
-        return run.public() if run else None
+        if run is None:
+            return None
+        if wait_s > 0:
+            run.finished.wait(min(wait_s, MAX_STATUS_WAIT_SECONDS))
+        return run.public()
 
     def cancel(self, run_id: str) -> dict | None:
         run = self._runs.get(run_id)
@@ -269,6 +285,7 @@ class SparkHost:
         # The state goes last: a poller that sees a final state must see the rest with it.
         run.error, run.result, run.finished_at = error, result, time.time()
         run.state = state
+        run.finished.set()
 
     def _forget_old_runs(self) -> None:
         finished = [run for run in self._runs.values() if run.state in RunState.FINAL]
@@ -316,7 +333,8 @@ def _serve(host: SparkHost, bind_host: str, port: int) -> ThreadingHTTPServer:
         def _dispatch(self, method: str) -> None:
             if not _token_ok(self.headers.get("Authorization", "")):
                 return self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong cluster token"})
-            parts = self.path.removeprefix(API).strip("/").split("/")
+            path, _, query = self.path.partition("?")
+            parts = path.removeprefix(API).strip("/").split("/")
             try:
                 if method == "GET" and parts == ["host"]:
                     return self._reply(HTTPStatus.OK, host.info())
@@ -327,7 +345,12 @@ def _serve(host: SparkHost, bind_host: str, port: int) -> ThreadingHTTPServer:
                     run = host.submit(body["code"], body.get("args"), body.get("name", ""))
                     return self._reply(HTTPStatus.ACCEPTED, run)
                 if len(parts) == 2 and parts[0] == "runs" and method == "GET":
-                    return self._found(host.run_status(parts[1]))
+                    wait = parse_qs(query).get("wait_s", ["0"])[0]
+                    try:
+                        wait_s = float(wait)
+                    except ValueError:
+                        return self._reply(HTTPStatus.BAD_REQUEST, {"error": "`wait_s` must be a number"})
+                    return self._found(host.run_status(parts[1], wait_s))
                 if len(parts) == 3 and parts[0] == "runs" and parts[2] == "cancel" and method == "POST":
                     return self._found(host.cancel(parts[1]))
                 return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no route {method} {self.path}"})

@@ -13,7 +13,7 @@ import pytest
 from tests.processes import process_running, rss_bytes
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
-from app.ray_clusters.spark_host_client import SparkHostClient
+from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 from compute import jars
 from compute.spark_session import (
     JDK17_JAVA_OPTIONS,
@@ -263,6 +263,40 @@ def test_cancel_stops_a_running_execution(host):
     assert time.monotonic() - cancelled_at < 20
     # The executors are free again: a new execution runs to completion.
     assert client.wait(client.submit("result = spark.range(10).count()")["run_id"])["result"] == 10
+
+
+def test_a_cancel_that_comes_before_the_runs_next_job_stops_that_job_too(host):
+    """Spark cancels only the jobs running at that moment; the host keeps cancelling the run's
+    job group until the run has stopped."""
+    client, _ = host
+    code = ("import time\ntime.sleep(2)\n"
+            "spark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(120)).count()")
+    run_id = client.submit(code, name="late job")["run_id"]
+    deadline = time.monotonic() + 30
+    while client.run(run_id)["state"] != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+    cancelled_at = time.monotonic()
+    client.cancel(run_id)  # while the run sleeps, before it submits its job
+    run = client.wait(run_id, timeout_s=60)
+
+    assert run["state"] == "CANCELLED"
+    assert time.monotonic() - cancelled_at < 20
+
+
+def test_a_status_request_may_wait_for_the_run_to_end(host):
+    client, _ = host
+    run_id = client.submit("import time\ntime.sleep(1.5)\nresult = 'slept'")["run_id"]
+
+    early = client.run(run_id, wait_s=0.3)  # not over yet: answered after the wait
+    assert early["state"] in ("QUEUED", "RUNNING")
+    asked = time.monotonic()
+    ended = client.run(run_id, wait_s=30)  # answered when the run ends, long before 30 s
+    assert ended["state"] == "COMPLETED" and ended["result"] == "slept"
+    assert time.monotonic() - asked < 10
+    with pytest.raises(SparkHostError, match="400"):
+        client._call("GET", f"/runs/{run_id}", params={"wait_s": "soon"})
 
 
 def test_the_host_api_demands_the_cluster_token(cluster, host):

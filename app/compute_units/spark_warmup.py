@@ -51,7 +51,7 @@ def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallba
         deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
         try:
             while info["state"] == "warming" and time.monotonic() < deadline:
-                time.sleep(1.0)
+                time.sleep(0.25)
                 info = client.info()
         except SparkHostError as error:
             raise SparkHostUnavailable(f"the compute unit's Spark host stopped answering: {error}") from None

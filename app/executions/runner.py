@@ -5,8 +5,9 @@
 2. makes sure the unit's Spark host is up: bootstrapped once per unit, sized from the unit;
 3. mints a catalog token scoped to this one warehouse, builds the ExecutionSpec (the contract
    with `compute/pipeline.py`) and submits it to the host;
-4. watches the run (RUNNING) every POLL_SECONDS, copying its progress to the row and keeping
-   the unit from being stopped as idle;
+4. watches the run (RUNNING) with status requests the host answers as soon as the run ends
+   (or after WATCH_WAIT_SECONDS), copying its progress to the row and keeping the unit from
+   being stopped as idle;
 5. records the final state, with the outputs or the reason.
 
 Nothing waits without a deadline: host calls time out, bootstrapping has a limit, and a run
@@ -50,6 +51,8 @@ from compute.spark_host import RunState
 State = ExecutionState
 
 POLL_SECONDS = 0.25
+# A watcher's status request waits this long for the run to end (progress is copied as often).
+WATCH_WAIT_SECONDS = 1.0
 HOST_CALL_TIMEOUT_SECONDS = spark_warmup.HOST_CALL_TIMEOUT_SECONDS
 # A host that does not answer for this long, on a unit that still looks alive, fails the run.
 HOST_SILENCE_SECONDS = 30.0
@@ -394,14 +397,17 @@ def _watch(execution_id: int) -> None:
     next_activity = next_unit_check = 0.0
     with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
         while True:
-            now = time.monotonic()
+            asked = time.monotonic()
             try:
-                run = client.run(run_id)
+                # Answered as soon as the run ends: the end is recorded without a poll's delay.
+                run = client.run(run_id, wait_s=WATCH_WAIT_SECONDS)
             except SparkHostError as error:
-                _check_silence(client, cu_id, error, silent_for=now - last_heard)
+                _check_silence(client, cu_id, error, silent_for=time.monotonic() - last_heard)
                 time.sleep(POLL_SECONDS)
                 continue
-            last_heard = now
+            now = last_heard = time.monotonic()
+            if run["state"] not in RunState.FINAL and now - asked < WATCH_WAIT_SECONDS / 2:
+                time.sleep(POLL_SECONDS)  # a host that does not wait (an older one): poll
             progress = _merged_progress(json.loads(last_progress), run.get("progress") or {})
             if run["state"] in RunState.FINAL:
                 _record_end(execution_id, run, progress)
@@ -416,7 +422,6 @@ def _watch(execution_id: int) -> None:
                 if _stopped_elsewhere(execution_id, cu_id, client, run_id):
                     return
                 next_unit_check = now + UNIT_CHECK_EVERY_SECONDS
-            time.sleep(POLL_SECONDS)
 
 
 def _merged_progress(previous: dict, reported: dict) -> str:

@@ -16,6 +16,7 @@ from app.ray_clusters.base import ClusterHandle, ProgressCallback, no_progress
 from compute.spark_host import API, RunState, SparkHostSettings
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+BOOTSTRAP_POLL_SECONDS = 0.2
 
 
 class SparkHostError(RuntimeError):
@@ -83,17 +84,29 @@ class SparkHostClient:
             submission_id=f"lakeport-spark-host-{uuid.uuid4().hex[:12]}",
         )
         deadline = time.monotonic() + timeout_s + 30
-        while (status := jobs.get_job_status(job_id)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED,
-                                                               JobStatus.STOPPED):
+        next_job_check = 0.0
+        while True:
+            # The host itself says first when it is ready: the job ends a while later.
+            try:
+                if (info := self.info())["state"] == "ready":
+                    break
+            except SparkHostError:
+                pass  # not listening yet
+            if time.monotonic() >= next_job_check:
+                status = jobs.get_job_status(job_id)
+                if status == JobStatus.SUCCEEDED:
+                    info = self.info()
+                    break
+                if status in (JobStatus.FAILED, JobStatus.STOPPED):
+                    tail = "\n".join(jobs.get_job_logs(job_id).strip().splitlines()[-5:])
+                    raise SparkHostError(f"the Spark host did not start ({status.value}): {tail}")
+                next_job_check = time.monotonic() + 1.0
             if time.monotonic() > deadline:
                 jobs.stop_job(job_id)
                 raise SparkHostError(f"the Spark host was not warm within {timeout_s:.0f} s")
-            time.sleep(0.5)
-        if status != JobStatus.SUCCEEDED:
-            tail = "\n".join(jobs.get_job_logs(job_id).strip().splitlines()[-5:])
-            raise SparkHostError(f"the Spark host did not start ({status.value}): {tail}")
+            time.sleep(BOOTSTRAP_POLL_SECONDS)
         progress("Spark host ready")
-        return self.info()
+        return info
 
     def _call(self, method: str, path: str, **kwargs) -> dict:
         try:
@@ -111,8 +124,14 @@ class SparkHostClient:
         """Queue an execution; returns its record (with `run_id`) right away."""
         return self._call("POST", "/runs", json={"code": code, "args": args or {}, "name": name})
 
-    def run(self, run_id: str) -> dict:
-        return self._call("GET", f"/runs/{run_id}")
+    def run(self, run_id: str, wait_s: float = 0.0) -> dict:
+        """The run's record; with `wait_s`, the host answers as soon as the run ends, or after
+        `wait_s` seconds if it has not."""
+        if wait_s <= 0:
+            return self._call("GET", f"/runs/{run_id}")
+        timeout = self._http.timeout.read or 0.0
+        return self._call("GET", f"/runs/{run_id}", params={"wait_s": f"{wait_s:g}"},
+                          timeout=httpx.Timeout(self._http.timeout.connect, read=timeout + wait_s))
 
     def cancel(self, run_id: str) -> dict:
         return self._call("POST", f"/runs/{run_id}/cancel")
