@@ -242,6 +242,11 @@ class Cancelled(Exception):
     pass
 
 
+def _mark_complete(table) -> None:
+    with table.transaction() as transaction:
+        transaction.set_properties({"lakeport.status": "complete"})
+
+
 @dataclass
 class StepStats:
     step: Step
@@ -273,7 +278,6 @@ class Pipeline:
         try:
             self._open_session()
             self._run_steps(programs)
-            self._mark_results_complete()
             status, reason = "complete", None
         except Cancelled:
             status, reason = "cancelled", "cancelled"
@@ -284,9 +288,11 @@ class Pipeline:
             status, reason = "failed", f"the execution's outputs could not be written: {_describe(error)}"
         finally:
             self._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+        if status == "complete" and (failure := self._complete()):
+            status, reason = "failed", failure
         if status != "complete":
             self._drop_results()
-        self._record(status)
+            self._record(status, replace=True)
         if reason:
             raise RunFailed(reason)
         return {
@@ -327,12 +333,21 @@ class Pipeline:
             self.iceberg = RestCatalog(f"execution-{self.spec.execution_id}", uri=catalog["uri"],
                                        warehouse=warehouse, token=catalog["token"],
                                        **{"header.X-Iceberg-Access-Delegation": ACCESS_DELEGATION})
-            for namespace in (RESULTS, RUNTIME_STATS, CONSOLE_LOGS):
-                self.iceberg.create_namespace_if_not_exists(namespace)
-            self.console_logs = self._create_table(CONSOLE_LOGS, _console_logs_schema(), "running")
+            # Side by side: each is a round trip to the catalog.
+            with ThreadPoolExecutor(3, thread_name_prefix="bind") as pool:
+                namespaces = [pool.submit(self.iceberg.create_namespace_if_not_exists, namespace)
+                              for namespace in (RESULTS, RUNTIME_STATS)]
+                console_logs = pool.submit(self._create_console_logs)
+                for made in namespaces:
+                    made.result()
+                self.console_logs = console_logs.result()
         except Exception as error:
             raise RunFailed(f"the catalog failed to prepare the execution's tables: {_describe(error)}") from None
         self.log("INFO", None, f"bound to warehouse {warehouse} through {catalog['uri']}")
+
+    def _create_console_logs(self):
+        self.iceberg.create_namespace_if_not_exists(CONSOLE_LOGS)
+        return self._create_table(CONSOLE_LOGS, _console_logs_schema(), "running")
 
     def _open_session(self) -> None:
         """This execution's Spark session, whose one catalog is the warehouse's binding."""
@@ -380,7 +395,8 @@ class Pipeline:
                 with _captured(self.log, step.name):
                     frame = self._evaluate(step, programs.get(step.name), frames)
                     if step.output:
-                        frame = self._write_result(step, frame, stats)
+                        later_steps = position + 1 < len(self.spec.steps)
+                        frame = self._write_result(step, frame, stats, read_back=later_steps)
                 frame.createOrReplaceTempView(step.name)
                 frames[step.name] = frame
             except Exception as error:
@@ -427,8 +443,8 @@ class Pipeline:
             raise TypeError(f"run() returned {type(frame).__name__}, not a Spark DataFrame")
         return frame
 
-    def _write_result(self, step: Step, frame, stats: StepStats):
-        """Write the step's rows to its result table; later steps read that table."""
+    def _write_result(self, step: Step, frame, stats: StepStats, read_back: bool):
+        """Write the step's rows to its result table; later steps (if `read_back`) read that table."""
         name = f"{self.binding.catalog_name}.{self.spec.table(RESULTS, step)}"
         writer = frame.writeTo(name).using("iceberg")
         for key, value in self.spec.properties("incomplete", step).items():
@@ -439,13 +455,22 @@ class Pipeline:
         summary = table.current_snapshot().summary if table.current_snapshot() else {}
         stats.rows_out = int(summary.get("added-records") or 0)
         stats.bytes_out = int(summary.get("added-files-size") or 0)
-        return self.session.table(name)
+        return self.session.table(name) if read_back else frame
 
     # ------------------------------------------------------------ the end
-    def _mark_results_complete(self) -> None:
-        for table in self.written.values():
-            with table.transaction() as transaction:
-                transaction.set_properties({"lakeport.status": "complete"})
+    def _complete(self) -> str | None:
+        """Mark the result tables complete and record the run, side by side (each is a commit).
+        Returns why the run fails after all if either could not be done, else None."""
+        with ThreadPoolExecutor(len(self.written) + 1, thread_name_prefix="complete") as pool:
+            marks = [pool.submit(_mark_complete, table) for table in self.written.values()]
+            recorded = pool.submit(self._record, "complete")
+            errors = [error for mark in marks if (error := mark.exception()) is not None]
+            record_error = recorded.exception()
+        if errors:
+            return f"the result tables could not be marked complete: {_describe(errors[0])}"
+        if record_error is not None:
+            return str(record_error)
+        return None
 
     def _drop_results(self) -> None:
         for step_name in list(self.written):
@@ -458,14 +483,14 @@ class Pipeline:
                 self.log("ERROR", step_name, f"could not drop the unfinished result table {identifier}: "
                                              f"{_describe(error)}")
 
-    def _record(self, status: str) -> None:
+    def _record(self, status: str, replace: bool = False) -> None:
         """Write runtime_stats and console_logs (side by side: each is a file and a commit);
-        a run whose record fails is FAILED."""
+        `replace` replaces a record written before. A run whose record fails is FAILED."""
         try:
             stats_rows, log_rows = self._stats_rows(), _log_rows(self.log.entries)
             with ThreadPoolExecutor(2, thread_name_prefix="record") as pool:
                 writes = [pool.submit(self._write_runtime_stats, stats_rows, status),
-                          pool.submit(self._write_console_logs, log_rows, status)]
+                          pool.submit(self._write_console_logs, log_rows, status, replace)]
             for write in writes:
                 write.result()
         except Exception as error:
@@ -482,11 +507,18 @@ class Pipeline:
                                                    properties=self.spec.properties(status)) as transaction:
             transaction.append(pa.Table.from_pylist(rows, schema=_runtime_stats_schema()))
 
-    def _write_console_logs(self, rows: list[dict], status: str) -> None:
+    def _write_console_logs(self, rows: list[dict], status: str, replace: bool = False) -> None:
         import pyarrow as pa
 
-        with self.console_logs.transaction() as transaction:
-            transaction.append(pa.Table.from_pylist(rows, schema=_console_logs_schema()))
+        table = self.console_logs
+        if replace:
+            table.refresh()
+        with table.transaction() as transaction:
+            logs = pa.Table.from_pylist(rows, schema=_console_logs_schema())
+            if replace and table.current_snapshot() is not None:
+                transaction.overwrite(logs)
+            else:
+                transaction.append(logs)
             transaction.set_properties({"lakeport.status": status})
 
     # ------------------------------------------------------------ helpers
