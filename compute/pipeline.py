@@ -328,11 +328,15 @@ class Pipeline:
         from pyiceberg.catalog.rest import RestCatalog
 
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
-        self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
         try:
             self.iceberg = RestCatalog(f"execution-{self.spec.execution_id}", uri=catalog["uri"],
                                        warehouse=warehouse, token=catalog["token"],
                                        **{"header.X-Iceberg-Access-Delegation": ACCESS_DELEGATION})
+        except Exception as error:
+            # Find out precisely what is wrong (unreachable, no such warehouse, refused).
+            self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
+            raise RunFailed(f"the catalog refused warehouse {warehouse}: {_describe(error)}") from None
+        try:
             # Side by side: each is a round trip to the catalog.
             with ThreadPoolExecutor(3, thread_name_prefix="bind") as pool:
                 namespaces = [pool.submit(self.iceberg.create_namespace_if_not_exists, namespace)

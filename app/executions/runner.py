@@ -21,6 +21,7 @@ import json
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta, timezone
 
 from flask import Flask, current_app
@@ -286,10 +287,19 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle]:
         workflow = db.get(Workflow, execution.workflow_id)
         version = db.get(WorkflowVersion, execution.workflow_version_id)
         owner = db.get(User, execution.owner_id)
-    _check_warehouse(execution, warehouse)
-    cu, handle = _running_unit(execution.compute_unit_id)
-    _ensure_spark_host(cu, handle, progress=lambda phase: _note(execution_id, phase))
-    token = _execution_token(warehouse)
+    app = current_app._get_current_object()
+
+    def mint_token() -> str:
+        with app.app_context():
+            return _execution_token(warehouse)
+
+    # Two round trips to the catalog's side, side by side: the warehouse check and the token.
+    with ThreadPoolExecutor(1, thread_name_prefix=f"execution-{execution_id}-token") as pool:
+        token = pool.submit(mint_token) if warehouse is not None else None
+        _check_warehouse(execution, warehouse)
+        cu, handle = _running_unit(execution.compute_unit_id)
+        _ensure_spark_host(cu, handle, progress=lambda phase: _note(execution_id, phase))
+        token = token.result()
     return execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle
 
 
@@ -339,9 +349,16 @@ def _unit_failure(cu_id: int | None) -> str | None:
 
 
 def _running_unit(cu_id: int | None) -> tuple[ComputeUnit, ClusterHandle]:
-    if reason := _unit_failure(cu_id):
-        raise ExecutionFailed(reason)
-    cu = get_db().get(ComputeUnit, cu_id)
+    """The unit as its row says, if RUNNING. Its cluster is not asked here (that costs a call to
+    Ray's dashboard): a dead unit shows when its Spark host does not answer, and then
+    `_unit_failure` finds out why."""
+    db = get_db()
+    db.expire_all()
+    cu = db.get(ComputeUnit, cu_id) if cu_id is not None else None
+    if cu is None:
+        raise ExecutionFailed("the compute unit stopped: it was deleted")
+    if cu.state != ComputeUnitState.RUNNING:
+        raise ExecutionFailed(f"the compute unit stopped: {cu.reason or cu.state.lower()}")
     handle = lifecycle.handle_of(cu)
     if handle is None or not handle.spark_host_url:
         raise ExecutionFailed("the compute unit has no Spark host address")
