@@ -277,12 +277,12 @@ class Bench:
             return db.exec(statement).first()
 
     def wait_for_row(self, model, row_id: int, done: Callable[[object], bool], timeout_s: float,
-                     what: str) -> object:
+                     what: str, poll_s: float = ROW_POLL_S) -> object:
         deadline = time.monotonic() + timeout_s
         while not done(row := self.row(model, row_id)):
             if time.monotonic() > deadline:
                 raise BenchError(f"{what} did not finish within {timeout_s:.0f} s")
-            time.sleep(ROW_POLL_S)
+            time.sleep(poll_s)
         return row
 
     # ------------------------------------------------------------ compute units
@@ -342,6 +342,14 @@ class Bench:
         if response.status_code != 302:
             raise BenchError(f"the run dialog refused: {_page_errors(response.get_data(as_text=True))}")
         execution_id = self.created_id(response, "executions")
+        # Polling the row every ROW_POLL_S for the whole run would take CPU from Spark (two cores
+        # here): poll until it is submitted, wait for the run's end on the host, then poll the
+        # row closely to see when the portal records it.
+        submitted = self.wait_for_row(Execution, execution_id, lambda row: bool(row.run_id) or row.state in
+                                      ExecutionState.FINAL, timeout_s, f"execution {execution_id}", poll_s=0.1)
+        if submitted.run_id:
+            with self.spark_host(cu_id) as host:
+                host.wait(submitted.run_id, timeout_s=timeout_s)
         execution = self.wait_for_row(Execution, execution_id, lambda row: row.state in ExecutionState.FINAL,
                                       timeout_s, f"execution {execution_id}")
         ended = time.time()

@@ -383,7 +383,7 @@ def test_warm_overhead_of_a_one_row_pipeline(host, lakehouse, warehouses, capsys
     for attempt in range(6):  # the first one warms the JVM's Iceberg and S3A classes and is not counted
         started = time.perf_counter()
         run_id, spec = submit(host, lakehouse, warehouse, [step("one", "SELECT 1 AS n", output=True)])
-        run = host.wait(run_id, timeout_s=60, poll_s=0.02)
+        run = host.wait(run_id, timeout_s=60)
         wall = time.perf_counter() - started
         assert run["state"] == "COMPLETED", run["error"]
         (one,) = run["progress"]["steps"]

@@ -136,11 +136,12 @@ class SparkHostClient:
     def cancel(self, run_id: str) -> dict:
         return self._call("POST", f"/runs/{run_id}/cancel")
 
-    def wait(self, run_id: str, timeout_s: float = 600.0, poll_s: float = 0.05) -> dict:
-        """Poll until the execution finishes; returns its final record."""
+    def wait(self, run_id: str, timeout_s: float = 600.0) -> dict:
+        """Wait until the execution finishes (status requests that the host answers when it
+        does); returns its final record."""
         deadline = time.monotonic() + timeout_s
-        while (run := self.run(run_id))["state"] not in RunState.FINAL:
+        while (run := self.run(run_id, wait_s=min(5.0, max(0.1, deadline - time.monotonic()))))["state"] \
+                not in RunState.FINAL:
             if time.monotonic() > deadline:
                 raise SparkHostError(f"execution {run_id} still {run['state']} after {timeout_s:.0f} s")
-            time.sleep(poll_s)
         return run
