@@ -61,6 +61,9 @@ HOST_SILENCE_SECONDS = 30.0
 ACTIVITY_EVERY_SECONDS = 10.0
 # How often the watcher looks at the unit's row (terminated by its owner, failed by the supervisor).
 UNIT_CHECK_EVERY_SECONDS = 2.0
+# A token minted longer ago than this before the submit (while Spark started) is minted again:
+# the run gets its token's whole lifetime.
+FRESH_TOKEN_SECONDS = 30.0
 # An execution not submitted this long after its creation was abandoned by a portal process.
 INITIALIZE_GRACE_SECONDS = spark_warmup.BOOTSTRAP_TIMEOUT_SECONDS + 60.0
 
@@ -294,12 +297,15 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle]:
             return _execution_token(warehouse)
 
     # Two round trips to the catalog's side, side by side: the warehouse check and the token.
+    minted_at = time.monotonic()
     with ThreadPoolExecutor(1, thread_name_prefix=f"execution-{execution_id}-token") as pool:
         token = pool.submit(mint_token) if warehouse is not None else None
         _check_warehouse(execution, warehouse)
         cu, handle = _running_unit(execution.compute_unit_id)
         _ensure_spark_host(cu, handle, progress=lambda phase: _note(execution_id, phase))
         token = token.result()
+    if time.monotonic() - minted_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
+        token = mint_token()
     return execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle
 
 
