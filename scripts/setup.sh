@@ -13,7 +13,7 @@ step() { printf '\n== %s\n' "$*"; }
 # --- system packages -------------------------------------------------------
 need_apt=()
 command -v chromium >/dev/null || need_apt+=(chromium)
-command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)  # javac builds compute/java
 command -v node >/dev/null || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   step "installing system packages: ${need_apt[*]}"
