@@ -159,7 +159,7 @@ def _start(cu_id: int) -> None:
         now = utcnow()
         running = _update(cu_id, state=State.RUNNING, progress_step="", started_at=now, last_activity_at=now,
                           event="running")
-        if current_app.config["CU_WARM_SPARK_ON_START"]:
+        if running is not None and current_app.config["CU_WARM_SPARK_ON_START"]:
             _warm_up_spark(running, handle)
     else:
         # Terminated while starting: stop what was started.
