@@ -129,7 +129,7 @@ def build_lakeport_jar(directory: Path, log: Callable[[str], None] = print) -> P
     classpath = [*sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")),
                  directory / HADOOP_AWS.file_name]
     with tempfile.TemporaryDirectory(prefix="lakeport-javac-") as classes:
-        subprocess.run([javac, "--release", "11", "-nowarn", "-d", classes,
+        subprocess.run([javac, "--release", "11", "-nowarn", "-XDsuppressNotes", "-d", classes,
                         "-cp", os.pathsep.join(map(str, classpath)), *map(str, _java_sources())], check=True)
         partial = target.with_suffix(".partial")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:

@@ -376,6 +376,44 @@ def test_each_set_of_storage_credentials_is_the_one_its_reads_and_writes_use(hos
     assert outcome["open"] >= 2  # the right keys' file system and the wrong ones'
 
 
+# On the host: renew every binding at once (as when its credentials near their end), or undo that;
+# report the warehouse's binding version and how many S3A file systems the driver has made.
+RENEWAL_CODE = """
+from compute.pipeline import CATALOGS
+if args.get("min_remaining_s") is not None:
+    CATALOGS.min_remaining_s = args["min_remaining_s"]
+result = {"version": CATALOGS._versions.get(args["warehouse_id"], 0),
+          "file_systems": spark.sparkContext._jvm.io.lakeport.s3.CredentialKeyedS3AFileSystem.createdFileSystems()}
+"""
+
+
+def test_renewed_storage_credentials_are_the_ones_the_next_execution_uses(host, lakehouse, warehouses):
+    """Each execution here finds its warehouse's binding too close to its end, so it binds anew
+    with the credentials the catalog just vended; Spark then writes with those (a file system of
+    their own), not with the first ones."""
+    warehouse = warehouses[1]
+
+    def on_host(**args):
+        run = host.wait(host.submit(RENEWAL_CODE, {"warehouse_id": warehouse["lakekeeper_id"], **args})["run_id"])
+        assert run["state"] == "COMPLETED", run["error"]
+        return run["result"]
+
+    usual = CatalogCache().min_remaining_s
+    before = on_host(min_remaining_s=10 ** 9)
+    try:
+        for number in (1, 2):
+            run_id, spec = submit(host, lakehouse, warehouse, [step("again", f"SELECT {number} AS n", output=True)])
+            run = host.wait(run_id, timeout_s=180)
+            assert run["state"] == "COMPLETED", run["error"]
+            rows = reader(lakehouse, warehouse).load_table(f"results.e{spec['execution_id']}_again").scan().to_arrow()
+            assert rows.to_pylist() == [{"n": number}]
+    finally:
+        after = on_host(min_remaining_s=usual)
+    assert after["version"] == before["version"] + 2
+    # The driver made one S3A file system for each of the two new sets of credentials.
+    assert after["file_systems"] == before["file_systems"] + 2
+
+
 def test_warm_overhead_of_a_one_row_pipeline(host, lakehouse, warehouses, capsys):
     """Submit → COMPLETED minus the step's own Spark work (its SQL and Iceberg write), on a warm host."""
     warehouse = warehouses[1]

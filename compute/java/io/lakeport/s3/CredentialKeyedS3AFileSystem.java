@@ -48,6 +48,7 @@ public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
 
   private static final Map<String, S3AFileSystem> SHARED = new HashMap<>();
   private static final Map<String, Deque<String>> KEYS_BY_BUCKET = new HashMap<>();
+  private static long created;
 
   public CredentialKeyedS3AFileSystem() {
     super();
@@ -118,6 +119,11 @@ public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
     return SHARED.size();
   }
 
+  /** How many S3A file systems were made so far: one per bucket and set of credentials (for tests). */
+  public static synchronized long createdFileSystems() {
+    return created;
+  }
+
   private static synchronized S3AFileSystem shared(URI name, Configuration conf) throws IOException {
     String bucket = name.getScheme() + "://" + name.getAuthority();
     String host = name.getHost() != null ? name.getHost() : name.getAuthority();
@@ -126,9 +132,10 @@ public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
     if (existing != null) {
       return existing;
     }
-    S3AFileSystem created = new S3AFileSystem();
-    created.initialize(name, conf);
-    SHARED.put(key, created);
+    S3AFileSystem fresh = new S3AFileSystem();
+    fresh.initialize(name, conf);
+    created++;
+    SHARED.put(key, fresh);
     Deque<String> keys = KEYS_BY_BUCKET.computeIfAbsent(bucket, b -> new ArrayDeque<>());
     keys.addLast(key);
     while (keys.size() > KEPT_PER_BUCKET) {
@@ -137,7 +144,7 @@ public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
         expired.close();
       }
     }
-    return created;
+    return fresh;
   }
 
   /** A digest of the settings that decide how S3A authenticates to this bucket (bucket-specific
