@@ -1,7 +1,7 @@
-"""WSGI entry point: `gunicorn wsgi:app`. Configuration comes from the environment (see app/config.py)."""
+"""WSGI entry point: `gunicorn wsgi:app`. Configuration comes from the environment (see app/config.py).
+
+The web processes start no background work: `flask --app wsgi lakeport worker` does it (app/worker.py).
+"""
 from app import create_app
-from app.compute_units.lifecycle import start_supervisor
 
 app = create_app()
-# The serving process watches running compute units for death and idleness.
-start_supervisor(app)

@@ -40,6 +40,7 @@ def create_app(config: Config | None = None) -> Flask:
     from app.warehouses import bp as warehouses_bp
     from app.workflows import bp as workflows_bp
     from app.executions import bp as executions_bp
+    from app.usage import bp as usage_bp
 
     app.register_blueprint(auth_bp)
     app.register_blueprint(main_bp)
@@ -47,30 +48,12 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(compute_units_bp)
     app.register_blueprint(workflows_bp)
     app.register_blueprint(executions_bp)
-
-    adopt_running_work(app)
+    app.register_blueprint(usage_bp)
 
     register_error_pages(app)
     app.context_processor(navigation)
     register_commands(app)
     return app
-
-
-def adopt_running_work(app: Flask) -> None:
-    """Clusters, and the executions on them, outlive portal restarts: keep the live ones, mark
-    the dead ones FAILED. Units first: an execution's fate depends on its unit's."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from app.compute_units.lifecycle import adopt_all as adopt_compute_units
-    from app.executions.runner import adopt_all as adopt_executions
-
-    with app.app_context():
-        try:
-            adopt_compute_units()
-            adopt_executions()
-        except SQLAlchemyError as error:
-            # E.g. `flask db upgrade` on an empty database builds the app before the tables exist.
-            app.logger.warning("running work not adopted (database not ready: %s)", error.__class__.__name__)
 
 
 def register_commands(app: Flask) -> None:
@@ -88,6 +71,18 @@ def register_commands(app: Flask) -> None:
         upgrade_database(app.config["DATABASE_URL"])
         click.echo("database is at the newest migration")
 
+    @app.cli.group("lakeport")
+    def lakeport_group():
+        """Lakeport's processes besides the web server."""
+
+    @lakeport_group.command("worker")
+    def worker_command():
+        """Do the background work (compute units, executions, sample data, the supervisor) until
+        SIGTERM or Ctrl-C. Web processes only record what is to be done; run one of these beside them."""
+        from app.worker import run_worker
+
+        run_worker(app)
+
 
 # The page frame's navigation: (label, endpoint), shown for the features this app serves.
 NAVIGATION = [
@@ -95,6 +90,7 @@ NAVIGATION = [
     ("Compute units", "compute_units.index"),
     ("Workflows", "workflows.index"),
     ("Executions", "executions.index"),
+    ("Usage", "usage.index"),
 ]
 
 

@@ -3,6 +3,7 @@ forbids (presentation attributes, no inline style)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from markupsafe import Markup, escape
 
@@ -37,7 +38,11 @@ def _short(name: str, limit: int = 22) -> str:
 
 
 def _seconds(value: float) -> str:
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+    """"1.5 s", "120 ms", and for steps of a few milliseconds "0.4 ms" (so the axis does not
+    read "0 ms" at every tick)."""
+    if value >= 1:
+        return f"{value:.1f} s"
+    return f"{value * 1000:.1f} ms" if value < 0.01 else f"{value * 1000:.0f} ms"
 
 
 def step_timeline_svg(steps: list[StepTiming]) -> Markup:
@@ -77,5 +82,56 @@ def step_timeline_svg(steps: list[StepTiming]) -> Markup:
                      f'stroke-opacity="0.4"/>'
                      f'<text x="{x:.1f}" y="{axis_y + 18}" text-anchor="middle" fill="currentColor" '
                      f'fill-opacity="0.7">{_seconds(seconds)}</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+CHART_HEIGHT = 180
+AXIS_WIDTH = 80
+
+
+def human_bytes(value: float) -> str:
+    """1536 → "1.5 KiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def storage_history_svg(points: list[tuple[datetime, int]]) -> Markup:
+    """A warehouse's live bytes over time: one point per sample, joined by a line over a shaded
+    area; a byte axis on the left, the first and last sample's time below."""
+    first, last = points[0][0], points[-1][0]
+    span = (last - first).total_seconds() or 1.0
+    top = max(value for _, value in points) or 1
+    plot_width = WIDTH - AXIS_WIDTH - 10
+    height = CHART_HEIGHT + AXIS_HEIGHT
+
+    def xy(at: datetime, value: int) -> tuple[float, float]:
+        return (AXIS_WIDTH + (at - first).total_seconds() / span * plot_width,
+                10 + (1 - value / top) * (CHART_HEIGHT - 10))
+
+    coordinates = [xy(at, value) for at, value in points]
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in coordinates)
+    area = f"{AXIS_WIDTH},{CHART_HEIGHT} {line} {coordinates[-1][0]:.1f},{CHART_HEIGHT}"
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="100%" role="img" '
+        f'aria-label="Live storage over time" data-testid="storage-chart" font-family="sans-serif" font-size="12">',
+        f'<polygon points="{area}" fill="{OTHER_COLOR}" fill-opacity="0.15"/>',
+        f'<polyline points="{line}" fill="none" stroke="{OTHER_COLOR}" stroke-width="2"/>',
+    ]
+    for tick in range(TICKS + 1):
+        value = top * tick / TICKS
+        _, y = xy(first, value)
+        parts.append(f'<line x1="{AXIS_WIDTH}" y1="{y:.1f}" x2="{WIDTH - 10}" y2="{y:.1f}" stroke="currentColor" '
+                     f'stroke-opacity="0.1"/><text x="{AXIS_WIDTH - 6}" y="{y + 4:.1f}" text-anchor="end" '
+                     f'fill="currentColor" fill-opacity="0.7">{escape(human_bytes(value))}</text>')
+    for (at, value), (x, y) in zip(points, coordinates):
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{OTHER_COLOR}">'
+                     f'<title>{at:%Y-%m-%d %H:%M}: {escape(human_bytes(value))}</title></circle>')
+    for at, anchor, x in ((first, "start", AXIS_WIDTH), (last, "end", WIDTH - 10)):
+        parts.append(f'<text x="{x}" y="{CHART_HEIGHT + 20}" text-anchor="{anchor}" fill="currentColor" '
+                     f'fill-opacity="0.7">{at:%Y-%m-%d %H:%M}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

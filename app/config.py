@@ -92,7 +92,7 @@ SETTINGS: dict[str, Setting] = {
     "CU_KINDS": Setting(
         "LAKEPORT_CU_KINDS", "local,existing",
         help="Kinds of compute unit users may create: `local` (Ray on this machine), `existing` (attach to a "
-             "Ray cluster by address), `kuberay` (a RayCluster on Kubernetes)."),
+             "Ray cluster listed in `LAKEPORT_RAY_CLUSTERS`), `kuberay` (a RayCluster on Kubernetes)."),
     "CU_WORK_DIR": Setting(
         "LAKEPORT_CU_WORK_DIR", "",
         help="Where local compute units keep their temp dirs and logs; empty means `<system temp>/lakeport-cu` "
@@ -100,17 +100,22 @@ SETTINGS: dict[str, Setting] = {
     "RAY_DASHBOARD": Setting(
         "LAKEPORT_RAY_DASHBOARD", True, cast=bool,
         help="Run the Ray dashboard on local compute units (needed for Ray Jobs) and link to it."),
-    "RAY_CLUSTER_TOKEN": Setting(
-        "LAKEPORT_RAY_CLUSTER_TOKEN", "", secret=True,
-        help="Ray token of existing clusters users attach to (Ray's token authentication); empty if they have none."),
+    "RAY_CLUSTERS": Setting(
+        "LAKEPORT_RAY_CLUSTERS", "", secret=True,
+        help="Ray clusters `existing` compute units may attach to, as a JSON list: "
+             "`[{\"name\": \"shared\", \"address\": \"http://ray-head:8265\", \"token_file\": \"/run/secrets/ray\", "
+             "\"spark_host_ports\": \"8290-8299\", \"users\": [\"alice@example.org\"]}]` "
+             "(`token` instead of `token_file`, or neither without Ray token auth; `users` optional, default "
+             "everyone). Each unit's Spark host takes one port of the range, opened on the head for the portal."),
     "KUBERAY_API_URL": Setting(
         "LAKEPORT_KUBERAY_API_URL", "https://kubernetes.default.svc",
         help="Kubernetes API server for `kuberay` compute units."),
     "KUBERAY_NAMESPACE": Setting(
         "LAKEPORT_KUBERAY_NAMESPACE", "lakeport", help="Namespace the RayCluster resources are created in."),
     "KUBERAY_IMAGE": Setting(
-        "LAKEPORT_KUBERAY_IMAGE", "rayproject/ray:2.60.0-py311",
-        help="Container image of `kuberay` compute units (must carry Lakeport's `compute/` package and Spark)."),
+        "LAKEPORT_KUBERAY_IMAGE", "lakeport/compute:0.1.0",
+        help="Container image of `kuberay` compute units: `compute/Dockerfile` built and pushed to a registry "
+             "the cluster pulls from."),
     "KUBERAY_TOKEN_FILE": Setting(
         "LAKEPORT_KUBERAY_TOKEN_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/token",
         help="Service-account token the portal uses for the Kubernetes API."),
@@ -118,6 +123,42 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_KUBERAY_CA_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
         help="CA bundle that signs the Kubernetes API's certificate."),
     "LOG_LEVEL": Setting("LAKEPORT_LOG_LEVEL", "INFO", help="Python log level of the portal."),
+    "OUTBOUND_ALLOW_LOOPBACK": Setting(
+        "LAKEPORT_OUTBOUND_ALLOW_LOOPBACK", False, cast=bool,
+        help="Let hosts users name (storage endpoints) be loopback addresses (127.0.0.0/8, ::1). Off in "
+             "production; the local stack turns it on for its loopback SeaweedFS."),
+    "OUTBOUND_ALLOW_PRIVATE": Setting(
+        "LAKEPORT_OUTBOUND_ALLOW_PRIVATE", False, cast=bool,
+        help="Let hosts users name be private or other non-public addresses (10/8, 172.16/12, 192.168/16, "
+             "fc00::/7, 100.64/10). Link-local and cloud metadata addresses are refused regardless."),
+    "EXECUTION_TOKEN_WAREHOUSE_SCOPE": Setting(
+        "LAKEPORT_EXECUTION_TOKEN_WAREHOUSE_SCOPE", True, cast=bool,
+        help="Ask the identity provider to narrow an execution's token (exchanged for its user) to the "
+             "warehouse with a `warehouse:<id>` scope, which the dev catalog enforces on top of grants. "
+             "Turn off for providers without such dynamic scopes (Keycloak); Lakekeeper ignores the scope."),
+    "WORKER_POLL_SECONDS": Setting(
+        "LAKEPORT_WORKER_POLL_SECONDS", 0.25, cast=float,
+        help="How often the worker (`flask --app wsgi lakeport worker`) looks in the database for new work."),
+    "WORKER_LEASE_SECONDS": Setting(
+        "LAKEPORT_WORKER_LEASE_SECONDS", 30.0, cast=float,
+        help="How long a worker's claim on a piece of work lasts without renewal; after that another worker "
+             "takes the work over (a worker that died)."),
+    "WORKER_SUPERVISOR_SECONDS": Setting(
+        "LAKEPORT_WORKER_SUPERVISOR_SECONDS", 15.0, cast=float,
+        help="How often the worker checks running compute units for death and idleness."),
+    "USAGE_SAMPLE_SECONDS": Setting(
+        "LAKEPORT_USAGE_SAMPLE_SECONDS", 900.0, cast=float,
+        help="How often the worker measures each warehouse's live storage (from table metadata) and what "
+             "finished executions wrote; pages show these stored samples."),
+    "CU_ALLOWED_ENDPOINTS": Setting(
+        "LAKEPORT_CU_ALLOWED_ENDPOINTS", "",
+        help="Comma-separated `host:port` endpoints that code on local compute units may connect to besides "
+             "the catalog (`LAKEPORT_LAKEKEEPER_URL`), e.g. the S3 endpoint of users' buckets. Nothing else is "
+             "reachable from a local unit's sandbox."),
+    "DEV_STORAGE_HINT": Setting(
+        "LAKEPORT_DEV_STORAGE_HINT", "",
+        help="Development only, set by the local stack: JSON (no secrets) naming its S3 endpoint, region and "
+             "each test user's bucket, so the register page can offer them. Empty in production."),
 }
 
 
@@ -150,13 +191,22 @@ class Config:
     CU_KINDS: str = SETTINGS["CU_KINDS"].default
     CU_WORK_DIR: str = SETTINGS["CU_WORK_DIR"].default
     RAY_DASHBOARD: bool = SETTINGS["RAY_DASHBOARD"].default
-    RAY_CLUSTER_TOKEN: str = SETTINGS["RAY_CLUSTER_TOKEN"].default
+    RAY_CLUSTERS: str = SETTINGS["RAY_CLUSTERS"].default
     KUBERAY_API_URL: str = SETTINGS["KUBERAY_API_URL"].default
     KUBERAY_NAMESPACE: str = SETTINGS["KUBERAY_NAMESPACE"].default
     KUBERAY_IMAGE: str = SETTINGS["KUBERAY_IMAGE"].default
     KUBERAY_TOKEN_FILE: str = SETTINGS["KUBERAY_TOKEN_FILE"].default
     KUBERAY_CA_FILE: str = SETTINGS["KUBERAY_CA_FILE"].default
     LOG_LEVEL: str = SETTINGS["LOG_LEVEL"].default
+    OUTBOUND_ALLOW_LOOPBACK: bool = SETTINGS["OUTBOUND_ALLOW_LOOPBACK"].default
+    OUTBOUND_ALLOW_PRIVATE: bool = SETTINGS["OUTBOUND_ALLOW_PRIVATE"].default
+    EXECUTION_TOKEN_WAREHOUSE_SCOPE: bool = SETTINGS["EXECUTION_TOKEN_WAREHOUSE_SCOPE"].default
+    WORKER_POLL_SECONDS: float = SETTINGS["WORKER_POLL_SECONDS"].default
+    WORKER_LEASE_SECONDS: float = SETTINGS["WORKER_LEASE_SECONDS"].default
+    WORKER_SUPERVISOR_SECONDS: float = SETTINGS["WORKER_SUPERVISOR_SECONDS"].default
+    USAGE_SAMPLE_SECONDS: float = SETTINGS["USAGE_SAMPLE_SECONDS"].default
+    CU_ALLOWED_ENDPOINTS: str = SETTINGS["CU_ALLOWED_ENDPOINTS"].default
+    DEV_STORAGE_HINT: str = SETTINGS["DEV_STORAGE_HINT"].default
     TESTING: bool = False
     # Anything else a test or deployment wants to hand to Flask as-is.
     extra: dict[str, Any] = field(default_factory=dict)
@@ -186,6 +236,12 @@ class Config:
         missing = [SETTINGS[n].env for n in ("SECRET_KEY", "OIDC_CLIENT_SECRET") if not getattr(self, n)]
         if missing:
             raise ValueError("Lakeport needs these settings: " + ", ".join(missing))
+        from app.ray_clusters.listed import parse_listed_clusters
+
+        try:
+            parse_listed_clusters(self.RAY_CLUSTERS)
+        except ValueError as error:
+            raise ValueError(f"{SETTINGS['RAY_CLUSTERS'].env}: {error}") from None
 
     def flask_mapping(self) -> dict[str, Any]:
         """The settings as Flask config keys, plus the cookie and CSRF policy derived from them."""

@@ -10,9 +10,14 @@ from flask import Flask, abort, current_app, g
 from flask_login import current_user
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlmodel import Session, SQLModel, create_engine
 
 from app.config import PROJECT_ROOT
+
+# What the database raises while it cannot be reached (down, restarting, refusing connections):
+# background work waits and retries on these rather than recording a failure it cannot write.
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
 def make_engine(database_url: str) -> Engine:
@@ -26,6 +31,9 @@ def make_engine(database_url: str) -> Engine:
         def _sqlite_foreign_keys(dbapi_connection, _record):
             # SQLite ignores foreign keys unless asked, per connection.
             dbapi_connection.execute("PRAGMA foreign_keys=ON")
+            # The web workers and the worker process share the file: with a write-ahead log,
+            # readers do not wait for a writer (writers still take turns).
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
 
         return engine
     return create_engine(url, pool_pre_ping=True)

@@ -16,6 +16,8 @@ def init_app(app: Flask) -> None:
         client_id=config["LAKEKEEPER_CLIENT_ID"],
         client_secret=config["LAKEKEEPER_CLIENT_SECRET"] or "",
         issuer=config["OIDC_ISSUER"],
+        audience=config["LAKEKEEPER_AUDIENCE"],
+        narrow_to_warehouse=config["EXECUTION_TOKEN_WAREHOUSE_SCOPE"],
         timeout=config["OIDC_TIMEOUT_SECONDS"],
     )
     app.extensions["lakekeeper"] = LakekeeperClient(

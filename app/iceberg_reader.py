@@ -22,6 +22,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -43,25 +44,32 @@ from pyiceberg.exceptions import (
     UnauthorizedError,
 )
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
 
 from app.extensions import lakekeeper
 from app.lakekeeper import TokenSource
+from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
 
 logger = logging.getLogger(__name__)
 
-ACCESS_DELEGATION_HEADER = "header.X-Iceberg-Access-Delegation"
 # Rows decoded per step while skipping to a page inside a row group.
 SKIP_BATCH_ROWS = 65_536
 # Rows per chunk of a CSV download.
 CSV_BATCH_ROWS = 10_000
+# Rows of a table read whole to be filtered (console logs are far smaller).
+WHOLE_TABLE_MAX_ROWS = 200_000
 _PARQUET_FIELD_ID = b"PARQUET:field_id"
+_NUMERIC_TYPES = ("int", "long", "float", "double", "decimal")
 
 
 class ResultReadError(Exception):
     """A table could not be read; the message is for the portal's users."""
+
+
+class TableMissing(ResultReadError):
+    """The table (or its namespace) does not exist in the warehouse."""
 
 
 # --- Catalogs ----------------------------------------------------------------------------
@@ -141,7 +149,7 @@ class WarehouseCatalogs:
                   "custom": {"token_source": self._token_source}},
             **{
                 "header.x-project-id": self._project_id,
-                ACCESS_DELEGATION_HEADER: "vended-credentials",
+                f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION,
                 "lakeport.timeout": str(self._timeout),
                 "s3.connect-timeout": str(self._timeout),
                 "s3.request-timeout": str(self._timeout),
@@ -166,7 +174,7 @@ def _guarded(call: Callable[[], Any]) -> Any:
     try:
         return call()
     except (NoSuchTableError, NoSuchNamespaceError) as error:
-        raise ResultReadError("This table does not exist in the warehouse (any more).") from error
+        raise TableMissing("This table does not exist in the warehouse (any more).") from error
     except (ForbiddenError, UnauthorizedError, OAuthError) as error:
         raise ResultReadError("The catalog refused the portal access to this warehouse.") from error
     except (requests.ConnectionError, requests.Timeout, ServerError) as error:
@@ -196,6 +204,12 @@ class Page:
     total_rows: int
     page: int
     size: int
+    types: tuple[str, ...] = ()  # Iceberg type of each column, e.g. "long", "decimal(10, 2)"
+
+    @property
+    def numeric_columns(self) -> set[int]:
+        """Indexes of the columns that hold numbers (shown right-aligned)."""
+        return {index for index, type_ in enumerate(self.types) if type_.startswith(_NUMERIC_TYPES)}
 
     @property
     def pages(self) -> int:
@@ -215,7 +229,8 @@ def read_page(catalog: RestCatalog, table_name: str, page: int, size: int) -> Pa
 
     def read() -> Page:
         table = catalog.load_table(table_name)
-        columns = [field.name for field in table.schema().fields]
+        fields = table.schema().fields
+        columns = [field.name for field in fields]
         total = _total_rows(table, _ordered_tasks(table))
         # A page past the end (a stale link, a typed number) shows the last page.
         page_number = min(page, max(1, -(-total // size)))
@@ -226,13 +241,136 @@ def read_page(catalog: RestCatalog, table_name: str, page: int, size: int) -> Pa
                 rows.extend(zip(*(column.to_pylist() for column in taken.columns)))
                 if len(rows) >= size:
                     break
-        return Page(rows=rows, columns=columns, total_rows=total, page=page_number, size=size)
+        return Page(rows=rows, columns=columns, total_rows=total, page=page_number, size=size,
+                    types=tuple(str(field.field_type) for field in fields))
+
+    return _guarded(read)
+
+
+@dataclass(frozen=True)
+class WholeTable:
+    """A small table read whole (an execution's console logs), to filter before paging."""
+
+    rows: pa.Table
+    types: tuple[str, ...]
+
+    def page(self, page: int, size: int) -> Page:
+        """Page `page` of `rows` (a page past the end reads as the last one)."""
+        total = self.rows.num_rows
+        page_number = min(max(1, page), max(1, -(-total // size)))
+        sliced = self.rows.slice((page_number - 1) * size, size)
+        return Page(rows=list(zip(*(column.to_pylist() for column in sliced.columns))),
+                    columns=list(self.rows.column_names), total_rows=total, page=page_number, size=size,
+                    types=self.types)
+
+
+def read_whole(catalog: RestCatalog, table_name: str, max_rows: int = WHOLE_TABLE_MAX_ROWS) -> WholeTable:
+    """The table's current snapshot in page order, up to `max_rows` rows; cached per snapshot
+    (snapshots are immutable)."""
+
+    def read() -> WholeTable:
+        table = catalog.load_table(table_name)
+        types = tuple(str(field.field_type) for field in table.schema().fields)
+        snapshot = table.current_snapshot()
+        key = (str(table.metadata.table_uuid), snapshot.snapshot_id if snapshot else None)
+        rows = _whole_tables.get(key)
+        if rows is None:
+            batches, taken = [], 0
+            with closing(_batches_from(table, 0)) as source:
+                for batch in source:
+                    batches.append(batch.slice(0, max_rows - taken))
+                    taken += batches[-1].num_rows
+                    if taken >= max_rows:
+                        break
+            # Files written at different times may differ in string widths: promote to one schema.
+            rows = pa.concat_tables([pa.Table.from_batches([batch]) for batch in batches],
+                                    promote_options="permissive") if batches else \
+                schema_to_pyarrow(table.schema(), include_field_ids=False).empty_table()
+            _whole_tables.put(key, rows)
+        return WholeTable(rows=rows, types=types)
+
+    return _guarded(read)
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """A table's columns (name → type) and row count, from its metadata alone."""
+
+    columns: dict[str, str]
+    total_rows: int
+
+
+def table_shape(catalog: RestCatalog, table_name: str) -> TableShape:
+    def read() -> TableShape:
+        table = catalog.load_table(table_name)
+        return TableShape(columns={field.name: str(field.field_type) for field in table.schema().fields},
+                          total_rows=_total_rows(table, _ordered_tasks(table)))
 
     return _guarded(read)
 
 
 def table_properties(catalog: RestCatalog, table_name: str) -> dict[str, str]:
     return _guarded(lambda: dict(catalog.load_table(table_name).properties))
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    required: bool
+    doc: str | None
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    snapshot_id: int
+    committed_at_ms: int
+    operation: str
+    added_records: int | None
+    added_bytes: int | None
+
+
+@dataclass(frozen=True)
+class TableOverview:
+    """What a table page shows: schema, properties, snapshots (newest first) and current size."""
+
+    name: str
+    location: str
+    columns: list[Column]
+    properties: dict[str, str]
+    snapshots: list[SnapshotInfo]
+    total_records: int | None
+    total_bytes: int | None
+    total_data_files: int | None
+
+
+def table_overview(catalog: RestCatalog, table_name: str) -> TableOverview:
+    def read() -> TableOverview:
+        table = catalog.load_table(table_name)
+        metadata = table.metadata
+
+        def count(summary, key: str) -> int | None:
+            value = summary.get(key) if summary is not None else None
+            return int(value) if value not in (None, "") else None
+
+        snapshots = [
+            SnapshotInfo(snapshot.snapshot_id, snapshot.timestamp_ms,
+                         snapshot.summary.operation.value if snapshot.summary else "",
+                         count(snapshot.summary, "added-records"), count(snapshot.summary, "added-files-size"))
+            for snapshot in sorted(metadata.snapshots, key=lambda s: s.timestamp_ms, reverse=True)
+        ]
+        current = table.current_snapshot()
+        summary = current.summary if current else None
+        return TableOverview(
+            name=table_name, location=metadata.location,
+            columns=[Column(field.name, str(field.field_type), field.required, field.doc)
+                     for field in table.schema().fields],
+            properties=dict(metadata.properties), snapshots=snapshots,
+            total_records=count(summary, "total-records"), total_bytes=count(summary, "total-files-size"),
+            total_data_files=count(summary, "total-data-files"),
+        )
+
+    return _guarded(read)
 
 
 def stream_csv(catalog: RestCatalog, table_name: str) -> Iterator[bytes]:
@@ -309,6 +447,8 @@ class _LruCache:
 # (table uuid, snapshot id) → the snapshot's scan tasks in page order; file path → Parquet footer.
 _file_plans = _LruCache(64)
 _footers = _LruCache(1024)
+# (table uuid, snapshot id) → the snapshot read whole (read_whole).
+_whole_tables = _LruCache(16)
 
 
 def _ordered_tasks(table: Table) -> list[FileScanTask]:
@@ -394,3 +534,83 @@ def _batches_applying_deletes(table: Table, tasks: list[FileScanTask], start: in
                 continue
             yield batch.slice(skip)
             skip = 0
+
+
+# --- Storage figures from snapshot summaries --------------------------------------------
+
+
+@dataclass(frozen=True)
+class StorageFigure:
+    """Bytes and files, as Iceberg's snapshot summaries count them (data and delete files)."""
+
+    bytes: int = 0
+    files: int = 0
+    tables: int = 0
+
+    def __add__(self, other: "StorageFigure") -> "StorageFigure":
+        return StorageFigure(self.bytes + other.bytes, self.files + other.files, self.tables + other.tables)
+
+
+def _summary_int(summary, key: str) -> int:
+    value = summary.get(key) if summary is not None else None
+    return int(value) if value is not None else 0
+
+
+def live_storage(table: Table) -> StorageFigure:
+    """What the table's current snapshot references: `total-files-size`, data + delete files."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return StorageFigure(tables=1)
+    summary = snapshot.summary
+    return StorageFigure(_summary_int(summary, "total-files-size"),
+                         _summary_int(summary, "total-data-files") + _summary_int(summary, "total-delete-files"), 1)
+
+
+def written_storage(table: Table) -> StorageFigure:
+    """What was ever written into the table: `added-files-size` over all its snapshots (files a
+    later snapshot replaced count too: they were written)."""
+    added = StorageFigure(tables=1)
+    for snapshot in table.snapshots():
+        summary = snapshot.summary
+        added += StorageFigure(_summary_int(summary, "added-files-size"),
+                               _summary_int(summary, "added-data-files") + _summary_int(summary, "added-delete-files"))
+    return added
+
+
+def namespace_storage(catalog: RestCatalog, namespace: str, workers: int = 4) -> StorageFigure:
+    """The live storage of every table in `namespace` (one catalog call per table, a few at once)."""
+    def measure(name: str) -> StorageFigure:
+        try:
+            return live_storage(_guarded(lambda: catalog.load_table(name)))
+        except ResultReadError as error:
+            if isinstance(error.__cause__, NoSuchTableError):
+                return StorageFigure()  # dropped since it was listed
+            raise
+
+    total = StorageFigure()
+    with ThreadPoolExecutor(workers, thread_name_prefix="measure") as pool:
+        for figure in pool.map(measure, table_names(catalog, namespace)):
+            total += figure
+    return total
+
+
+def table_names(catalog: RestCatalog, namespace: str) -> list[str]:
+    """The tables of a namespace, as `namespace.table`."""
+    return [".".join(identifier) for identifier in _guarded(lambda: catalog.list_tables(namespace))]
+
+
+def list_namespaces(catalog: RestCatalog) -> list[str]:
+    """The warehouse's top-level namespaces, dotted."""
+    return [".".join(namespace) for namespace in _guarded(catalog.list_namespaces)]
+
+
+def tables_written(catalog: RestCatalog, table_names: list[str]) -> StorageFigure:
+    """What was written into these tables; a table that no longer exists counts nothing."""
+    total = StorageFigure()
+    for name in table_names:
+        try:
+            total += written_storage(_guarded(lambda: catalog.load_table(name)))
+        except ResultReadError as error:
+            if not isinstance(error.__cause__, (NoSuchTableError, NoSuchNamespaceError)):
+                raise
+    return total

@@ -5,22 +5,25 @@ Requests and responses follow Lakekeeper's published OpenAPI documents
 (`management-open-api.yaml`, `rest-catalog-open-api.yaml`); the tests check every request
 this module sends against them.
 
-Identity: the portal calls Lakekeeper as one service client (OAuth2 client-credentials
-grant, `ClientCredentialsTokenSource`), never with the signed-in user's token, because
-- Lakekeeper's default authorization backend is allow-all: any authenticated caller may
-  touch any warehouse, so ownership is enforced by the portal either way;
-- a user's access token can expire in the middle of a long purge, and background work
-  would force the portal to store user tokens.
-An execution gets a token of its own instead (`LakekeeperClient.warehouse_token`): minted
-fresh for it by the service client, scoped to one warehouse (`warehouse:<id>`), never cached
-or reused.
+Identity: the portal manages Lakekeeper as one service client (OAuth2 client-credentials
+grant, `ClientCredentialsTokenSource`), never with the signed-in user's token: a user's
+access token can expire in the middle of a long purge, and background work would force the
+portal to store user tokens. With Lakekeeper's OpenFGA authorizer that service identity is a
+project admin: it creates warehouses and manages their grants, and gives `ownership` of each
+warehouse to its Lakeport owner's Lakekeeper identity (`lakekeeper_user_id`, `oidc~<subject>`)
+and to nobody else (`grant_sole_ownership`).
+An execution acts as its user instead (`LakekeeperClient.user_token`): the service client
+exchanges its own token at the identity provider (OAuth 2.0 Token Exchange, RFC 8693) for a
+short-lived token whose subject is the executing user, optionally narrowed further by a
+`warehouse:<id>` scope. It is minted fresh for each run, never cached or reused.
 
 Errors: every failure is a `LakekeeperError` whose `user_message` can be shown to users;
 `str(error)` is the technical account for logs. Neither ever contains a secret.
 
 Retries: only calls that are safe to repeat are retried (GETs, DELETEs, and POSTs that
-set an absolute state: rename, credential rotation, (de)activation, delete profile), on
-connection failures, timeouts and 502/503/504. Creating a warehouse is never retried.
+set an absolute state: rename, credential rotation, (de)activation, delete profile, grant
+changes, a user's registration), on connection failures, timeouts and 502/503/504.
+Creating a warehouse is never retried.
 """
 from __future__ import annotations
 
@@ -42,8 +45,19 @@ T = TypeVar("T")
 DEFAULT_PROJECT_ID = "00000000-0000-0000-0000-000000000000"
 # Separates the parts of a multi-level namespace in Iceberg REST paths and queries.
 NAMESPACE_SEPARATOR = "\x1f"
-# Scope of a token that may reach only one warehouse: `warehouse:<Lakekeeper warehouse id>`.
+# Scope of a token that may reach only one warehouse: `warehouse:<Lakekeeper warehouse id>`. A
+# second narrowing layer that Lakeport's dev catalog enforces; Lakekeeper ignores it (its
+# OpenFGA grants decide).
 WAREHOUSE_SCOPE_PREFIX = "warehouse:"
+# OAuth 2.0 Token Exchange (RFC 8693): the grant, and the token type asked for and presented.
+TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+# Lakekeeper names a user `<identity provider id>~<subject>`; its primary OpenID provider is `oidc`.
+LAKEKEEPER_OIDC_PROVIDER_ID = "oidc"
+# Relations of a warehouse (management-open-api.yaml, WarehouseRelation).
+WAREHOUSE_RELATIONS = frozenset({
+    "ownership", "pass_grants", "manage_grants", "describe", "select", "create", "modify", "manage_tags",
+})
 
 _RETRY_STATUSES = frozenset({502, 503, 504})
 # Lakekeeper's error types for a storage location it could not write, read and delete with
@@ -101,6 +115,11 @@ class LakekeeperError(Exception):
     def __str__(self) -> str:
         status = f"HTTP {self.status} " if self.status is not None else ""
         return f"{self.operation or 'Lakekeeper call'}: {status}{self.type}: {self.message}"
+
+    @property
+    def is_storage_refusal(self) -> bool:
+        """Lakekeeper could not use the storage (bucket, keys, endpoint...) it was given."""
+        return self.type in _STORAGE_VALIDATION_TYPES
 
     @property
     def user_message(self) -> str:
@@ -165,10 +184,10 @@ class ServiceTokenError(LakekeeperError):
                 "The portal could not sign in to the catalog because the identity provider is unreachable. "
                 "Try again in a moment."
             )
-        if self.operation == "warehouse_token":
+        if self.operation == "user_token":
             return (
-                "The identity provider refused the portal a catalog token limited to one warehouse. "
-                "Contact the operators."
+                "The identity provider refused the portal a catalog token acting as this user for one "
+                "warehouse. Contact the operators."
             )
         return "The identity provider refused the portal's catalog credentials. Contact the operators."
 
@@ -366,6 +385,44 @@ class PurgeResult:
     namespaces_dropped: int
 
 
+@dataclass(frozen=True)
+class WarehouseAssignment:
+    """One grant on a warehouse (OpenFGA authorizer): `relation` (one of WAREHOUSE_RELATIONS)
+    held by a user (Lakekeeper's user id, e.g. `oidc~<sub>`) or a role (its UUID), never both."""
+
+    relation: str
+    user: str | None = None
+    role: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.relation not in WAREHOUSE_RELATIONS:
+            raise ValueError(f"unknown warehouse relation {self.relation!r}")
+        if (self.user is None) == (self.role is None):
+            raise ValueError("a warehouse assignment names exactly one of user and role")
+
+    def to_api(self) -> dict[str, str]:
+        holder = {"user": self.user} if self.user is not None else {"role": self.role}
+        return {"type": self.relation, **holder}
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> "WarehouseAssignment":
+        return cls(data["type"], user=data.get("user"), role=data.get("role"))
+
+
+@dataclass(frozen=True)
+class CatalogUser:
+    """A user as Lakekeeper knows it (`id` is `<idp>~<subject>`)."""
+
+    id: str
+    name: str
+    user_type: str  # "human" or "application"
+    email: str | None = None
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> "CatalogUser":
+        return cls(id=data["id"], name=data["name"], user_type=data["user-type"], email=data.get("email"))
+
+
 # --- Tokens ---------------------------------------------------------------------------
 
 
@@ -384,6 +441,14 @@ def warehouse_scope(warehouse_id: str) -> str:
     return f"{WAREHOUSE_SCOPE_PREFIX}{uuid.UUID(warehouse_id)}"
 
 
+def lakekeeper_user_id(subject: str) -> str:
+    """The id Lakekeeper gives the user whose tokens carry `sub` = `subject` (from its primary
+    OpenID provider, `LAKEKEEPER__OPENID_SUBJECT_CLAIM=sub`): `oidc~<subject>`."""
+    if not subject or subject != subject.strip():
+        raise ValueError("a subject is a non-empty string without surrounding spaces")
+    return f"{LAKEKEEPER_OIDC_PROVIDER_ID}~{subject}"
+
+
 class TokenSource(Protocol):
     def token(self) -> str:
         """A bearer token valid for at least the next few seconds."""
@@ -391,8 +456,8 @@ class TokenSource(Protocol):
     def invalidate(self) -> None:
         """Forget the cached token (Lakekeeper refused it)."""
 
-    def warehouse_token(self, warehouse_id: str) -> ScopedToken:
-        """A new token that reaches only this warehouse (Lakekeeper's id)."""
+    def user_token(self, subject: str, warehouse_id: str | None = None) -> ScopedToken:
+        """A new token acting as the user `subject`, for one warehouse (Lakekeeper's id) when given."""
 
 
 class ClientCredentialsTokenSource:
@@ -400,8 +465,10 @@ class ClientCredentialsTokenSource:
 
     Give `token_url`, or `issuer` to discover it from the OpenID Connect discovery document.
     `scope` and `resource` (RFC 8707) select the audience the token is issued for, as the
-    identity provider requires. Safe to share between threads: concurrent callers wait for
-    one token request.
+    identity provider requires. `audience` is what user tokens are exchanged for (RFC 8693
+    `audience`: Lakekeeper's client at the provider); `narrow_to_warehouse` asks for the
+    `warehouse:<id>` scope on them too (off for providers without dynamic scopes, e.g. Keycloak).
+    Safe to share between threads: concurrent callers wait for one token request.
     """
 
     def __init__(
@@ -413,6 +480,8 @@ class ClientCredentialsTokenSource:
         issuer: str | None = None,
         scope: str | None = None,
         resource: str | None = None,
+        audience: str = "lakekeeper",
+        narrow_to_warehouse: bool = True,
         auth_method: str = "client_secret_post",
         timeout: float = 10.0,
         refresh_margin: float = 60.0,
@@ -429,6 +498,8 @@ class ClientCredentialsTokenSource:
         self.issuer = issuer
         self.scope = scope
         self.resource = resource
+        self.audience = audience
+        self.narrow_to_warehouse = narrow_to_warehouse
         self.auth_method = auth_method
         self.refresh_margin = refresh_margin
         self._clock = clock
@@ -454,20 +525,34 @@ class ClientCredentialsTokenSource:
         with self._lock:
             self._token = None
 
-    def warehouse_token(self, warehouse_id: str) -> ScopedToken:
-        """A new token that reaches only the warehouse `warehouse_id` (Lakekeeper's id), e.g.
-        for one execution: neither cached nor shared, valid as long as the identity provider
-        says (`expires_in`). Asks for this source's `scope` plus `warehouse:<id>`; raises
-        ServiceTokenError if the provider refuses, or grants a token without that scope (a
-        token that reaches every warehouse is never handed out in its place)."""
-        scope = warehouse_scope(warehouse_id)
-        payload = self._request_token(" ".join(filter(None, (self.scope, scope))), "warehouse_token")
+    def user_token(self, subject: str, warehouse_id: str | None = None) -> ScopedToken:
+        """A new token whose subject is the user `subject` (their `sub` at this identity
+        provider), for Lakekeeper (`audience`), e.g. for one execution: neither cached nor
+        shared, valid as long as the provider says (`expires_in`).
+
+        OAuth 2.0 Token Exchange (RFC 8693): this client presents its own access token as
+        `subject_token` and names the user in `requested_subject` (Keycloak's impersonation
+        parameter; the provider must allow this client to impersonate). With `warehouse_id`
+        and `narrow_to_warehouse`, also asks for `warehouse:<id>` and refuses a token granted
+        without it. Raises ServiceTokenError if the provider refuses."""
+        narrowing = warehouse_scope(warehouse_id) if warehouse_id and self.narrow_to_warehouse else None
+        form = {
+            "grant_type": TOKEN_EXCHANGE_GRANT,
+            "subject_token": self.token(),
+            "subject_token_type": ACCESS_TOKEN_TYPE,
+            "requested_token_type": ACCESS_TOKEN_TYPE,
+            "requested_subject": subject,
+            "audience": self.audience,
+        }
+        if narrowing:
+            form["scope"] = narrowing
+        payload = self._request_token(form, "user_token")
         granted = str(payload.get("scope") or "")
-        if scope not in granted.split():
+        if narrowing and narrowing not in granted.split():
             raise ServiceTokenError(
                 200, "ScopeNotGranted",
-                f"the identity provider did not grant scope {scope} (granted: {granted or 'none'})",
-                "warehouse_token",
+                f"the identity provider did not grant scope {narrowing} (granted: {granted or 'none'})",
+                "user_token",
             )
         return ScopedToken(payload["access_token"], granted, float(payload.get("expires_in") or 300))
 
@@ -482,20 +567,21 @@ class ClientCredentialsTokenSource:
 
     def _fetch(self) -> None:
         started = self._clock()
-        payload = self._request_token(self.scope, "service_token")
+        form = {"grant_type": "client_credentials"}
+        if self.scope:
+            form["scope"] = self.scope
+        if self.resource:
+            form["resource"] = self.resource
+        payload = self._request_token(form, "service_token")
         lifetime = float(payload.get("expires_in") or 300)
         # Renew early, but never so early that a short-lived token is not reused at all.
         self._token = payload["access_token"]
         self._refresh_at = started + lifetime - min(self.refresh_margin, lifetime / 2)
         logger.debug("Service token for %s obtained, valid %.0f s", self.client_id, lifetime)
 
-    def _request_token(self, scope: str | None, operation: str) -> dict[str, Any]:
-        """The token endpoint's answer to a client-credentials request for `scope`."""
-        form = {"grant_type": "client_credentials"}
-        if scope:
-            form["scope"] = scope
-        if self.resource:
-            form["resource"] = self.resource
+    def _request_token(self, form: dict[str, str], operation: str) -> dict[str, Any]:
+        """The token endpoint's answer to `form`, sent with this client's authentication."""
+        form = dict(form)
         auth = None
         if self.auth_method == "client_secret_basic":
             auth = httpx.BasicAuth(self.client_id, self._client_secret)
@@ -574,11 +660,10 @@ class LakekeeperClient:
         """Where this client's bearer tokens come from (the portal's Iceberg reads share it)."""
         return self._token_source
 
-    def warehouse_token(self, warehouse_id: str) -> ScopedToken:
-        """A fresh catalog token for one execution that reaches only the warehouse `warehouse_id`
-        (Lakekeeper's id), minted for the client's service identity; see
-        `ClientCredentialsTokenSource.warehouse_token`."""
-        return self._token_source.warehouse_token(warehouse_id)
+    def user_token(self, subject: str, warehouse_id: str | None = None) -> ScopedToken:
+        """A fresh catalog token acting as the user `subject`, for one execution in the
+        warehouse `warehouse_id` (Lakekeeper's id); see `ClientCredentialsTokenSource.user_token`."""
+        return self._token_source.user_token(subject, warehouse_id)
 
     def close(self) -> None:
         self._http.close()
@@ -661,6 +746,50 @@ class LakekeeperClient:
         """Delete an empty warehouse. While purges of its dropped tables still run, Lakekeeper
         answers `WarehouseHasUnfinishedTasks`; call again later."""
         self._call("delete_warehouse", "DELETE", _warehouse_path(warehouse_id))
+
+    # --- Management API: users and warehouse grants (OpenFGA authorizer) ---
+
+    def whoami(self, token: str | None = None) -> CatalogUser:
+        """Who Lakekeeper takes the caller to be: the service identity, or the holder of `token`."""
+        return self._call("whoami", "GET", "/management/v1/whoami", token=token, parse=CatalogUser.from_api)
+
+    def provision_user(self, user_token: str) -> CatalogUser:
+        """Register (or refresh) the holder of `user_token` in Lakekeeper, name and email taken
+        from the token. Self-provisioning: Lakekeeper lets every user register themself, while
+        registering others needs a server-level right the portal's project-admin identity lacks.
+        Setting the user's details is idempotent."""
+        return self._call(
+            "provision_user", "POST", "/management/v1/user", json={"update-if-exists": True}, token=user_token,
+            parse=CatalogUser.from_api,
+        )
+
+    def warehouse_assignments(self, warehouse_id: str) -> list[WarehouseAssignment]:
+        return self._call(
+            "warehouse_assignments", "GET", _permissions_path(warehouse_id),
+            parse=lambda body: [WarehouseAssignment.from_api(item) for item in body["assignments"]],
+        )
+
+    def update_warehouse_assignments(
+        self, warehouse_id: str, writes: list[WarehouseAssignment] = (), deletes: list[WarehouseAssignment] = (),
+    ) -> None:
+        """Add `writes` and remove `deletes` in one call (an absolute change: safe to repeat)."""
+        self._call(
+            "update_warehouse_assignments", "POST", _permissions_path(warehouse_id),
+            json={"writes": [a.to_api() for a in writes], "deletes": [a.to_api() for a in deletes]},
+        )
+
+    def set_warehouse_assignments(self, warehouse_id: str, wanted: list[WarehouseAssignment]) -> None:
+        """Make `wanted` the warehouse's only grants: write what is missing, delete the rest
+        (e.g. the ownership Lakekeeper gives the creator, here the portal's service identity)."""
+        current = set(self.warehouse_assignments(warehouse_id))
+        writes = [a for a in wanted if a not in current]
+        deletes = [a for a in current if a not in set(wanted)]
+        if writes or deletes:
+            self.update_warehouse_assignments(warehouse_id, writes, deletes)
+
+    def grant_sole_ownership(self, warehouse_id: str, user_id: str) -> None:
+        """`ownership` of the warehouse for `user_id`, and no grant for anyone else."""
+        self.set_warehouse_assignments(warehouse_id, [WarehouseAssignment("ownership", user=user_id)])
 
     # --- Iceberg REST catalog ---
 
@@ -758,11 +887,13 @@ class LakekeeperClient:
         json: Any = None,
         idempotent: bool = True,
         secrets: tuple[str, ...] = (),
+        token: str | None = None,
         parse: Callable[[Any], T] | None = None,
     ) -> T | None:
         """Send one logical request, retrying where that is safe, and return `parse` of the
-        JSON answer (None without `parse`). Every failure raises LakekeeperError."""
-        response = self._send(operation, method, path, params, json, idempotent, secrets)
+        JSON answer (None without `parse`). `token` replaces the service identity's bearer
+        token (a user's). Every failure raises LakekeeperError."""
+        response = self._send(operation, method, path, params, json, idempotent, secrets, token)
         if parse is None or response is None:
             return None
         try:
@@ -775,7 +906,7 @@ class LakekeeperClient:
 
     def _send(
         self, operation: str, method: str, path: str, params: Any, json: Any, idempotent: bool,
-        secrets: tuple[str, ...],
+        secrets: tuple[str, ...], token: str | None = None,
     ) -> httpx.Response | None:
         """The successful response, or None for a DELETE that an earlier attempt whose
         answer was lost had already carried out."""
@@ -787,7 +918,8 @@ class LakekeeperClient:
             attempt += 1
             started = time.monotonic()
             try:
-                response = self._http.request(method, path, params=params, json=json, headers=self._headers(operation))
+                headers = self._headers(operation, token)
+                response = self._http.request(method, path, params=params, json=json, headers=headers)
             except httpx.TransportError as error:
                 # A refused connection never reached Lakekeeper; anything later may have.
                 reached = not isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout))
@@ -802,7 +934,7 @@ class LakekeeperClient:
                 "Lakekeeper %s %s -> %s in %.0f ms", method, path, response.status_code,
                 (time.monotonic() - started) * 1000,
             )
-            if response.status_code == 401 and not token_renewed:
+            if response.status_code == 401 and not token_renewed and token is None:
                 # The token may have been revoked or have expired early: one more try with a
                 # fresh one, not counted as an attempt. Lakekeeper did nothing on a 401.
                 self._token_source.invalidate()
@@ -819,9 +951,9 @@ class LakekeeperClient:
                 raise _error_from(response, operation, secrets)
             return response
 
-    def _headers(self, operation: str) -> dict[str, str]:
+    def _headers(self, operation: str, token: str | None = None) -> dict[str, str]:
         try:
-            token = self._token_source.token()
+            token = token or self._token_source.token()
         except ServiceTokenError as error:
             error.operation = operation
             raise
@@ -861,6 +993,10 @@ def _segment(value: str) -> str:
 def _warehouse_path(warehouse_id: str, action: str | None = None) -> str:
     path = f"/management/v1/warehouse/{_segment(warehouse_id)}"
     return f"{path}/{action}" if action else path
+
+
+def _permissions_path(warehouse_id: str) -> str:
+    return f"/management/v1/permissions/warehouse/{_segment(warehouse_id)}/assignments"
 
 
 def _namespace_path(prefix: str, namespace: tuple[str, ...]) -> str:

@@ -1,10 +1,12 @@
 """Lakeport's tables. Every change here comes with an Alembic migration in `migrations/versions/`."""
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
+from enum import StrEnum, nonmember
 
 from flask_login import UserMixin
-from sqlalchemy import UniqueConstraint
+from sqlalchemy import BigInteger, Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -31,13 +33,14 @@ class User(UserMixin, SQLModel, table=True):
         return self.name or self.email or self.subject
 
 
-class WarehouseStatus:
+# State vocabularies are string enums: a member is its stored value ("active" == WarehouseStatus.ACTIVE).
+class WarehouseStatus(StrEnum):
     """A warehouse's life in Lakeport. Purged warehouses have no row."""
 
     ACTIVE = "active"        # can be chosen for new executions
     INACTIVE = "inactive"    # deactivated in Lakekeeper; can be activated again
     ARCHIVED = "archived"    # no new executions; everything written stays readable
-    ALL = (ACTIVE, INACTIVE, ARCHIVED)
+    ALL = nonmember((ACTIVE, INACTIVE, ARCHIVED))
 
 
 class Warehouse(SQLModel, table=True):
@@ -68,21 +71,28 @@ class Warehouse(SQLModel, table=True):
         return f"s3://{self.bucket}/{self.key_prefix}".rstrip("/")
 
 
-class ComputeUnitState:
+class ComputeUnitState(StrEnum):
     PENDING = "PENDING"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
     TERMINATING = "TERMINATING"
     TERMINATED = "TERMINATED"
     FAILED = "FAILED"
-    FINAL = (TERMINATED, FAILED)
-    LIVE = (PENDING, STARTING, RUNNING, TERMINATING)
+    FINAL = nonmember((TERMINATED, FAILED))
+    LIVE = nonmember((PENDING, STARTING, RUNNING, TERMINATING))
+
+
+LIVE_STATES_SQL = "state IN ({})".format(", ".join(f"'{state}'" for state in ComputeUnitState.LIVE))
 
 
 class ComputeUnit(SQLModel, table=True):
     """A Ray cluster that runs a user's executions (Spark on Ray through RayDP)."""
 
     __tablename__ = "compute_units"
+    # Two live units never share a Spark host port on one listed Ray cluster, even when created
+    # at the same moment by two portal processes (the second insert fails and picks again).
+    __table_args__ = (Index("uq_compute_units_live_spark_host_port", "ray_cluster", "spark_host_port", unique=True,
+                            sqlite_where=text(LIVE_STATES_SQL), postgresql_where=text(LIVE_STATES_SQL)),)
 
     id: int | None = Field(default=None, primary_key=True)
     owner_id: int = Field(foreign_key="users.id", index=True)
@@ -91,7 +101,8 @@ class ComputeUnit(SQLModel, table=True):
     cpus: int = 1                # per node
     memory_gb: float = 2.0       # per node
     worker_nodes: int = 0
-    address: str = Field(default="", max_length=512)  # existing clusters only
+    ray_cluster: str = Field(default="", max_length=64)  # existing units: the operator-listed cluster's name
+    spark_host_port: int | None = None  # existing units: the unit's port of that cluster's Spark host range
     state: str = Field(default=ComputeUnitState.PENDING, max_length=16, index=True)
     reason: str = Field(default="", max_length=1000)
     progress_step: str = Field(default="", max_length=200)
@@ -101,6 +112,8 @@ class ComputeUnit(SQLModel, table=True):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     last_activity_at: datetime = Field(default_factory=utcnow)
+    # An ended unit its owner cleared from the list; the row stays (executions refer to it).
+    cleared_at: datetime | None = None
 
 
 class ComputeUnitEvent(SQLModel, table=True):
@@ -145,15 +158,15 @@ class WorkflowVersion(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
-class ExecutionState:
+class ExecutionState(StrEnum):
     QUEUED = "QUEUED"
     INITIALIZING = "INITIALIZING"
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
-    FINAL = (COMPLETED, FAILED, CANCELLED)
-    ALL = (QUEUED, INITIALIZING, RUNNING, COMPLETED, FAILED, CANCELLED)
+    FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
+    ALL = nonmember((QUEUED, INITIALIZING, RUNNING, COMPLETED, FAILED, CANCELLED))
 
 
 class Execution(SQLModel, table=True):
@@ -186,3 +199,168 @@ class Execution(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    # The owner asked to cancel the RUNNING run; its watcher (the worker) asks the compute unit.
+    cancel_requested_at: datetime | None = None
+    # When retention dropped its result tables / its runtime_stats and console_logs (the row stays).
+    outputs_expired_at: datetime | None = None
+    stats_expired_at: datetime | None = None
+    # What the run read and wrote (JSON, compute/contract.py Lineage), once it COMPLETED.
+    lineage: str = Field(default="{}")
+    # A re-run on the same inputs: {"execution_id": <the run re-run>, "tables": {table: snapshot id}}.
+    pinned_to: str = Field(default="{}")
+
+
+class WorkLease(SQLModel, table=True):
+    """Which worker process does a piece of background work right now (see app/leases.py).
+
+    `name` says what (`execution:42`, `unit-start:7`, `supervisor`); a lease not renewed before
+    `expires_at` is free for another worker to take over."""
+
+    __tablename__ = "work_leases"
+
+    name: str = Field(primary_key=True, max_length=128)
+    holder: str = Field(max_length=128)
+    expires_at: datetime
+
+
+class SampleDataJobState:
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    LIVE = (QUEUED, RUNNING)
+
+
+class SampleDataJob(SQLModel, table=True):
+    """One generation of TPC-H tables into a warehouse, done by the worker; pages read this row.
+
+    At most one live job per warehouse: a partial unique index (PostgreSQL and SQLite)."""
+
+    __tablename__ = "sample_data_jobs"
+    __table_args__ = (
+        Index("uq_sample_data_jobs_live_warehouse", "warehouse_id", unique=True,
+              postgresql_where=text("state IN ('queued', 'running')"),
+              sqlite_where=text("state IN ('queued', 'running')")),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    warehouse_id: int = Field(foreign_key="warehouses.id", ondelete="CASCADE")
+    scale_factor: float
+    state: str = Field(default=SampleDataJobState.QUEUED, max_length=16)
+    step: str = Field(default="waiting for the worker", max_length=200)
+    # Rows written so far, by table (JSON).
+    table_rows: str = Field(default="{}")
+    error: str = Field(default="", max_length=1000)
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state in SampleDataJobState.LIVE
+
+    @property
+    def tables(self) -> dict[str, int]:
+        return json.loads(self.table_rows or "{}")
+
+
+class ExecutionUsage(SQLModel, table=True):
+    """What one execution wrote, from the snapshot summaries of its tables (measured by the worker
+    once the run ended): `results_*` its result tables, `logs_*` its runtime_stats and console_logs."""
+
+    __tablename__ = "execution_usage"
+
+    execution_id: int = Field(primary_key=True, foreign_key="executions.id", ondelete="CASCADE")
+    results_bytes: int = Field(default=0, sa_type=BigInteger)
+    results_files: int = 0
+    logs_bytes: int = Field(default=0, sa_type=BigInteger)
+    logs_files: int = 0
+    measured_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def bytes_written(self) -> int:
+        return self.results_bytes + self.logs_bytes
+
+    @property
+    def files_written(self) -> int:
+        return self.results_files + self.logs_files
+
+
+class StorageSample(SQLModel, table=True):
+    """Live bytes and files of one namespace of a warehouse at one time (the worker measures)."""
+
+    __tablename__ = "storage_samples"
+    __table_args__ = (Index("ix_storage_samples_warehouse_measured", "warehouse_id", "measured_at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    warehouse_id: int = Field(foreign_key="warehouses.id", ondelete="CASCADE")
+    namespace: str = Field(max_length=255)
+    tables: int = 0
+    files: int = 0
+    bytes: int = Field(default=0, sa_type=BigInteger)
+    measured_at: datetime = Field(default_factory=utcnow)
+
+
+class RetentionPolicy(SQLModel, table=True):
+    """How long a warehouse keeps what executions write; set by its owner.
+
+    Results: `results_mode` "days" keeps result tables `results_value` days after their run
+    ended, "last" keeps those of the last `results_value` executions of each workflow.
+    runtime_stats and console_logs: `logs_days` days, or forever (None). Datasets: snapshots
+    beyond the last `snapshots_retain_last` are expired on demand (None: not offered)."""
+
+    __tablename__ = "retention_policies"
+
+    warehouse_id: int = Field(primary_key=True, foreign_key="warehouses.id", ondelete="CASCADE")
+    results_mode: str = Field(default="days", max_length=8)
+    results_value: int = 30
+    logs_days: int | None = None
+    snapshots_retain_last: int | None = None
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class RetentionLogEntry(SQLModel, table=True):
+    """One enforcement of a warehouse's retention, for its owner to read on the warehouse page."""
+
+    __tablename__ = "retention_log"
+
+    id: int | None = Field(default=None, primary_key=True)
+    warehouse_id: int = Field(foreign_key="warehouses.id", index=True, ondelete="CASCADE")
+    at: datetime = Field(default_factory=utcnow)
+    kind: str = Field(max_length=16)  # expiry | snapshots
+    tables: int = 0
+    bytes: int = Field(default=0, sa_type=BigInteger)
+    message: str = Field(default="", max_length=4000)
+
+
+class MaintenanceJobState:
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    LIVE = (QUEUED, RUNNING)
+
+
+class MaintenanceJob(SQLModel, table=True):
+    """Snapshot expiry and orphan-file clean-up of a warehouse's datasets, run by the worker on one
+    of the owner's running compute units (compute/maintenance.py)."""
+
+    __tablename__ = "maintenance_jobs"
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    warehouse_id: int = Field(foreign_key="warehouses.id", index=True, ondelete="CASCADE")
+    compute_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", ondelete="SET NULL")
+    retain_last: int
+    remove_orphans: bool = False
+    state: str = Field(default=MaintenanceJobState.QUEUED, max_length=16)
+    # Per table: snapshots and files removed, or the error (JSON).
+    result: str = Field(default="{}")
+    error: str = Field(default="", max_length=2000)
+    created_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state in MaintenanceJobState.LIVE

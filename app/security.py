@@ -7,9 +7,10 @@ end up.
 """
 from __future__ import annotations
 
+import secrets
 from urllib.parse import urlsplit
 
-from flask import Flask, redirect, render_template, request, url_for
+from flask import Flask, g, redirect, render_template, request, url_for
 from flask_login import LoginManager, current_user
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
@@ -30,6 +31,7 @@ def init_app(app: Flask) -> None:
     app.before_request(require_sign_in)
     app.after_request(lambda response: add_security_headers(app, response))
     app.register_error_handler(CSRFError, csrf_error)
+    app.jinja_env.globals["csp_nonce"] = csp_nonce
 
 
 def require_sign_in():
@@ -42,13 +44,22 @@ def require_sign_in():
     return redirect(login_url)
 
 
+def csp_nonce() -> str:
+    """This response's style nonce, for a script that must add a <style> element (the code
+    editor's). Only pages that ask for it allow nonced styles; others stay at 'self'."""
+    if "csp_nonce" not in g:
+        g.csp_nonce = secrets.token_urlsafe(16)
+    return g.csp_nonce
+
+
 def content_security_policy(app: Flask) -> str:
     issuer = urlsplit(app.config["OIDC_ISSUER"])
     provider_origin = f"{issuer.scheme}://{issuer.netloc}"
+    nonce = g.get("csp_nonce")
     return "; ".join([
         "default-src 'self'",
         "script-src 'self'",
-        "style-src 'self'",
+        f"style-src 'self' 'nonce-{nonce}'" if nonce else "style-src 'self'",
         "img-src 'self' data:",
         "object-src 'none'",
         "base-uri 'self'",

@@ -8,23 +8,21 @@ person can act on ("Bucket not found", "Endpoint unreachable", ...). The portal 
 on its "Test connection" button; the Lakekeeper-compatible dev catalog runs the same checks
 when a warehouse is created or its credential rotated.
 
-Why httpx with a small AWS Signature Version 4 signer rather than a ready-made client: the
-venv has no botocore, and pyarrow's S3FileSystem (the other S3 client at hand) does more
-than asked — it starts multipart uploads for a plain write, creates directory-marker objects
-after deletes — and reports errors as free text. Four plain S3 calls (PutObject, GetObject,
-ListObjectsV2, DeleteObject) keep the probe exact, its errors are S3's own error codes, and
-httpx gives hard connect/read timeouts. The signer (`SigV4Auth`) is an httpx auth hook for
-any AWS-style service; the dev catalog also uses it for SeaweedFS's S3 Tables API.
+Four plain S3 calls (PutObject, GetObject, ListObjectsV2, DeleteObject) keep the probe exact
+and its errors S3's own error codes; pyarrow's S3FileSystem would do more than asked (multipart
+uploads, directory markers) and report free text. botocore signs them (`SigV4Auth`, an httpx
+auth hook for any AWS-style service; the dev catalog also uses it for SeaweedFS's S3 Tables and
+STS APIs) and httpx sends them, with hard timeouts, through the portal's network policy
+(`app/network_policy.py`): the endpoint is a user's choice, so every request is checked and
+pinned to the address that was checked.
 
 Secrets stay in memory: `S3Credentials` hides the secret from its repr, nothing here logs,
 and no message includes a key, a secret or a signature.
 """
 from __future__ import annotations
 
-import datetime
 import enum
-import hashlib
-import hmac
+import logging
 import uuid
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Generator
@@ -32,9 +30,19 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit
 
 import httpx
+from botocore.auth import S3SigV4Auth
+from botocore.auth import SigV4Auth as BotocoreSigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from app.network_policy import NetworkPolicy, OutboundRefused
 
 PROBE_CONTENT = b"Lakeport storage probe: safe to delete.\n"
-_UNSIGNED_HEADERS = {"authorization", "content-length", "user-agent", "accept", "accept-encoding", "connection"}
+# What the request says beyond these is httpx's business (user agent, accept, connection):
+# signing it would only tie the signature to httpx's defaults.
+_SIGNED_HEADERS = {"host", "content-type", "content-md5"}
+# botocore logs each canonical request, session token included, at DEBUG.
+logging.getLogger("botocore.auth").setLevel(logging.INFO)
 
 
 @dataclass(frozen=True)
@@ -74,55 +82,31 @@ class S3Location:
 
 
 class SigV4Auth(httpx.Auth):
-    """Signs each request with AWS Signature Version 4 (header form, signed payload)."""
+    """Signs each request with AWS Signature Version 4 (botocore's signer; header form, signed payload)."""
 
     requires_request_body = True
 
     def __init__(self, credentials: S3Credentials, region: str, service: str = "s3") -> None:
-        self.credentials = credentials
-        self.region = region
-        self.service = service
+        aws_credentials = Credentials(credentials.access_key_id, credentials.secret_access_key,
+                                      credentials.session_token)
+        # S3 signs the path as sent; other services normalize and encode it once more.
+        signer = S3SigV4Auth if service == "s3" else BotocoreSigV4Auth
+        self._signer = signer(aws_credentials, service, region)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        now = datetime.datetime.now(datetime.timezone.utc)
-        amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-        scope = f"{now:%Y%m%d}/{self.region}/{self.service}/aws4_request"
-        payload_hash = hashlib.sha256(request.content).hexdigest()
-        request.headers["x-amz-date"] = amz_date
-        request.headers["x-amz-content-sha256"] = payload_hash
-        if self.credentials.session_token:
-            request.headers["x-amz-security-token"] = self.credentials.session_token
-
-        headers = {
-            name.lower(): " ".join(value.split())
-            for name, value in request.headers.items()
-            if name.lower() not in _UNSIGNED_HEADERS
-        }
-        signed_headers = ";".join(sorted(headers))
-        canonical_request = "\n".join([
-            request.method,
-            request.url.raw_path.split(b"?")[0].decode("ascii") or "/",
-            "&".join(sorted(f"{_encode(k)}={_encode(v)}" for k, v in request.url.params.multi_items())),
-            "".join(f"{name}:{headers[name]}\n" for name in sorted(headers)),
-            signed_headers,
-            payload_hash,
-        ])
-        string_to_sign = "\n".join([
-            "AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical_request.encode()).hexdigest(),
-        ])
-        key = ("AWS4" + self.credentials.secret_access_key).encode()
-        for part in scope.split("/"):
-            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-        signature = hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
-        request.headers["authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={self.credentials.access_key_id}/{scope}, "
-            f"SignedHeaders={signed_headers}, Signature={signature}"
+        url = request.url
+        signed = AWSRequest(
+            method=request.method,
+            url=str(url.copy_with(query=None)),
+            params=url.params.multi_items(),
+            headers={name: value for name, value in request.headers.items() if name.lower() in _SIGNED_HEADERS
+                     or name.lower().startswith("x-amz-")},
+            data=request.content,
         )
+        self._signer.add_auth(signed)
+        for name, value in signed.headers.items():
+            request.headers[name] = value
         yield request
-
-
-def _encode(text: str) -> str:
-    return quote(text, safe="-_.~")
 
 
 class Outcome(str, enum.Enum):
@@ -198,14 +182,16 @@ def _s3_failure(response: httpx.Response) -> str:
 
 def _call(client: httpx.Client, method: str, url: str, **kwargs) -> httpx.Response:
     """One S3 call; raises _CheckFailed with a human message unless it answers 2xx."""
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise _CheckFailed("Invalid endpoint URL (it must start with http:// or https://)")
     try:
         response = client.request(method, url, **kwargs)
+    except OutboundRefused as refusal:
+        raise _CheckFailed(refusal.message) from None
     except httpx.ConnectTimeout:
         raise _CheckFailed("Endpoint unreachable (connection timed out)") from None
     except httpx.TimeoutException:
         raise _CheckFailed("Endpoint did not answer in time") from None
-    except httpx.UnsupportedProtocol:
-        raise _CheckFailed("Invalid endpoint URL (it must start with http:// or https://)") from None
     except httpx.TransportError:
         raise _CheckFailed("Endpoint unreachable") from None
     if not response.is_success:
@@ -214,12 +200,14 @@ def _call(client: httpx.Client, method: str, url: str, **kwargs) -> httpx.Respon
 
 
 def probe_storage(
-    location: S3Location, credentials: S3Credentials, *, timeout: float = 5.0,
+    location: S3Location, credentials: S3Credentials, *, policy: NetworkPolicy, timeout: float = 5.0,
 ) -> ProbeReport:
     """Write, read back, list and delete a probe object under `location`; one result per check.
 
     If the write fails the other checks are skipped; once the object is written, read, list
-    and delete all run, so the probe object is cleaned up. Never raises for storage problems.
+    and delete all run, so the probe object is cleaned up. Every request goes through `policy`
+    (a refused endpoint fails the write with the policy's message, before any connection).
+    Never raises for storage problems.
     """
     key = "/".join(part for part in (location.prefix, f".lakeport-probe-{uuid.uuid4().hex}") if part)
     bucket_url = location.bucket_url()
@@ -233,10 +221,9 @@ def probe_storage(
             results[name] = CheckResult(name, Outcome.FAILED, failure.message)
         return results[name].passed
 
-    with httpx.Client(
+    with policy.client(
         auth=SigV4Auth(credentials, location.region),
         timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0)),
-        follow_redirects=False,
     ) as client:
 
         def write() -> str:

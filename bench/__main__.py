@@ -1,7 +1,7 @@
-"""`python -m bench [warm throughput cold paging] [--scale-factor F] [--rows N]`: run the
-benchmarks on a local stack of their own, print each one's figures against its baseline, then
-a summary. Exit status 1 if a benchmark could not be measured (a missed target is a figure, not
-an error)."""
+"""`python -m bench [paging cold warm idle-memory throughput portal-load] [--scale-factor F]
+[--rows N] [--cold-runs N]`: run the benchmarks on a local stack of their own, print each one's
+figures against its baseline, then a summary. Exit status 1 if a benchmark could not be measured
+(a missed target is a figure, not an error). `warm` also measures `first-run`."""
 from __future__ import annotations
 
 import argparse
@@ -10,25 +10,42 @@ import time
 import traceback
 from datetime import datetime, timezone
 
-from bench import cold, paging, throughput, warm
+from bench import cold, idle_memory, paging, portal_load, throughput, warm
+from app.config import SETTINGS
 from bench.harness import CU_CPUS, CU_MEMORY_GB, Bench, machine_summary, other_test_runs
 
-# Run order: paging before any compute unit exists (its figures are the portal's alone), then
-# cold start, whose fresh unit then serves warm and throughput.
-BENCHMARKS = {module.NAME: module for module in (paging, cold, warm, throughput)}
+# Run order: paging before any compute unit exists (its figures are the portal's alone); cold
+# start on fresh units it terminates; then one unit for the rest: warm (its first run, once the
+# unit is ready, is the first-run figure), its idle memory while warm, throughput, and the
+# portal's load while it runs an execution.
+BENCHMARKS = {module.NAME: module for module in (paging, cold, warm, idle_memory, throughput, portal_load)}
+ALIASES = {warm.FIRST_RUN: warm.NAME}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("benchmarks", nargs="*", metavar="BENCHMARK",
-                        help=f"any of {', '.join(BENCHMARKS)} (default: all)")
+                        help=f"any of {', '.join([*BENCHMARKS, *ALIASES])} (default: all)")
     parser.add_argument("--scale-factor", type=float, default=1.0,
                         help="TPC-H scale factor of the throughput benchmark (default 1; 0.01 to 1)")
-    parser.add_argument("--rows", type=int, default=10_000_000,
-                        help="rows of the paging benchmark's result table (default 10,000,000)")
+    parser.add_argument("--rows", type=int, default=paging.ROWS,
+                        help=f"rows of the paging benchmark's result table (default {paging.ROWS:,})")
+    parser.add_argument("--cold-runs", type=int, default=3, help="fresh units the cold benchmark starts (default 3)")
+    parser.add_argument("--setting", action="append", default=[], metavar="LAKEPORT_NAME=VALUE",
+                        help="a portal setting for this run, e.g. LAKEPORT_RAY_DASHBOARD=false (to measure a lever)")
     options = parser.parse_args(argv)
+    options.benchmarks = [ALIASES.get(name, name) for name in options.benchmarks]
     if unknown := sorted(set(options.benchmarks) - set(BENCHMARKS)):
-        parser.error(f"no benchmark named {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+        parser.error(f"no benchmark named {', '.join(unknown)}; choose from {', '.join([*BENCHMARKS, *ALIASES])}")
+    if options.cold_runs < 1:
+        parser.error("--cold-runs must be at least 1")
+    known = {setting.env for setting in SETTINGS.values()}
+    options.settings = {}
+    for item in options.setting:
+        name, _, value = item.partition("=")
+        if name not in known or not _:
+            parser.error(f"--setting {item!r}: expected LAKEPORT_NAME=VALUE with a setting of app/config.py")
+        options.settings[name] = value
     if options.rows < 2 * paging.PAGE_SIZE:
         parser.error(f"--rows must be at least {2 * paging.PAGE_SIZE}")
     return options
@@ -50,19 +67,22 @@ def main(argv: list[str]) -> int:
     warn_about_other_test_runs("at the start")
     started = time.monotonic()
     summaries, failed = [], []
-    with Bench() as bench:
+    if options.settings:
+        print(f"settings: {', '.join(f'{name}={value}' for name, value in options.settings.items())}")
+    with Bench(settings=options.settings) as bench:
         for name in chosen:
             try:
-                summaries.append(BENCHMARKS[name].run(bench, options))
+                result = BENCHMARKS[name].run(bench, options)
+                summaries += result if isinstance(result, list) else [result]
             except Exception:
                 traceback.print_exc()
                 failed.append(name)
             warn_about_other_test_runs(f"at the end of {name}")
     print(f"\n== summary ({(time.monotonic() - started) / 60:.1f} min)")
     for summary in summaries:
-        print(f"  {summary.name:<11} {'met   ' if summary.met else 'MISSED'}  {summary.headline}")
+        print(f"  {summary.name:<12} {'met   ' if summary.met else 'MISSED'}  {summary.headline}")
     for name in failed:
-        print(f"  {name:<11} FAILED  (see the error above)")
+        print(f"  {name:<12} FAILED  (see the error above)")
     return 1 if failed else 0
 
 

@@ -24,12 +24,16 @@ from sqlmodel import Session, select
 
 from app import create_app, datasets
 from app.compute_units import lifecycle
+from app.compute_units.spark_warmup import spark_host_size
+from app.worker import Worker
 from app.config import Config
 from app.db import make_engine
 from app.extensions import lakekeeper
 from app.iceberg_reader import catalog_for
-from app.models import ComputeUnit, ComputeUnitState, Execution, ExecutionState, User, Warehouse, WorkflowVersion
+from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT
+from app.models import ComputeUnit, ComputeUnitEvent, ComputeUnitState, Execution, ExecutionState, User, Warehouse, WorkflowVersion
 from app.ray_clusters.spark_host_client import SparkHostClient
+from bench.local_pyspark import LocalPySpark
 from devstack.database import drop_postgres_database, fresh_postgres_database
 from devstack.oidc_provider import TEST_USERS, sign_in_portal_client
 from devstack.seaweedfs import TEST_USER_KEYS
@@ -50,12 +54,13 @@ ROW_POLL_S = 0.02
 PLAIN_PYSPARK_CODE = '''
 import time
 from pyiceberg.catalog.rest import RestCatalog
-from compute.catalog_cache import ACCESS_DELEGATION, CatalogAccess, CatalogCache
+from compute.catalog_cache import CatalogAccess, CatalogCache
+from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
 from compute.pipeline import vended_keys
 
 catalog = args["catalog"]
 vended = RestCatalog("plain-pyspark", uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"],
-                     **{"header.X-Iceberg-Access-Delegation": ACCESS_DELEGATION}).load_table(args["vended_from"])
+                     **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION}).load_table(args["vended_from"])
 keys, keys_expire_at = vended_keys(vended.io.properties)
 binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess(
     uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"], keys=keys,
@@ -161,8 +166,10 @@ class Bench:
     first use; the cold-start benchmark starts it itself and hands it over (`adopt_compute_unit`).
     """
 
-    def __init__(self, say: Callable[[str], None] = print) -> None:
+    def __init__(self, say: Callable[[str], None] = print, settings: dict[str, str] | None = None) -> None:
         self.say = say
+        # LAKEPORT_* settings that override the stack's for this run (to measure a lever).
+        self.settings = settings or {}
         self.var_dir = Path(tempfile.mkdtemp(prefix="lakeport-bench-"))
         self.stack: LocalStack | None = None
         self.database_name: str | None = None
@@ -186,12 +193,16 @@ class Bench:
 
     def _start(self) -> None:
         self.database_name, database_url = fresh_postgres_database("lakeport_bench")
-        self.stack = LocalStack(self.var_dir, StackPorts.free(), database_url=database_url)
+        self.stack = LocalStack(self.var_dir, StackPorts.free(), database_url=database_url,
+                                portal_settings=self.settings)
         self.stack.start(with_portal=False, say=lambda message: self.say(f"  setup: {message}"))
         self.engine = make_engine(database_url)
-        config = Config.from_env(self.stack.portal_environment(), LOG_LEVEL="WARNING",
-                                 CU_MAX_CPUS=CU_CPUS, CU_MAX_MEMORY_GB=CU_MEMORY_GB, CU_MAX_WORKERS=0)
+        config = Config.from_env({**self.stack.portal_environment(), **self.settings}, LOG_LEVEL="WARNING",
+                                 CU_MAX_CPUS=CU_CPUS, CU_MAX_MEMORY_GB=CU_MEMORY_GB, CU_MAX_WORKERS=0,
+                                 WORKER_POLL_SECONDS=0.1)
         self.app = create_app(config)
+        # The background work (units, executions, sample data), in this process.
+        self.worker = Worker(self.app).start()
         self.client = self.app.test_client()
         self._sign_in(USER)
         self.warehouse_id = self._register_warehouse()
@@ -200,6 +211,7 @@ class Bench:
     def close(self, keep_files: bool = False) -> None:
         """Stop everything that was started; keep the stack's files (and logs) after a failure."""
         if self.app is not None:
+            self.worker.stop()
             with self.app.app_context():
                 stopped = lifecycle.terminate_all_local("the benchmark is over")
             if stopped:
@@ -298,11 +310,33 @@ class Bench:
             raise BenchError(f"compute unit {name} is {cu.state}: {cu.reason}")
         return cu_id, running_at
 
-    def adopt_compute_unit(self, cu_id: int) -> None:
-        self._cu_id = cu_id
+    def wait_until_spark_ready(self, cu_id: int, timeout_s: float = CU_START_TIMEOUT_S) -> float:
+        """Wait for the unit's "Spark session ready" event (its page leaves WARMING then);
+        returns the epoch seconds at which it was seen."""
+        ready = select(ComputeUnitEvent).where(ComputeUnitEvent.compute_unit_id == cu_id,
+                                               ComputeUnitEvent.message.startswith(SPARK_READY_EVENT))
+        failed = select(ComputeUnitEvent).where(ComputeUnitEvent.compute_unit_id == cu_id,
+                                                ComputeUnitEvent.message.startswith(SPARK_FAILED_EVENT))
+        deadline = time.monotonic() + timeout_s
+        while self.first(ready) is None:
+            if (event := self.first(failed)) is not None:
+                raise BenchError(f"compute unit {cu_id}: {event.message}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"compute unit {cu_id}'s Spark session was not ready within {timeout_s:.0f} s")
+            time.sleep(ROW_POLL_S)
+        return time.time()
+
+    def terminate_compute_unit(self, cu_id: int) -> None:
+        """Terminate through the portal's route and wait until the unit is gone."""
+        self.post(f"/compute-units/{cu_id}/terminate", {})
+        self.wait_for_row(ComputeUnit, cu_id, lambda row: row.state in (
+            ComputeUnitState.TERMINATED, ComputeUnitState.FAILED), CU_START_TIMEOUT_S, f"terminating unit {cu_id}",
+            poll_s=0.2)
+        if self._cu_id == cu_id:
+            self._cu_id = None
 
     def compute_unit_id(self) -> int:
-        """The benchmarks' compute unit, started on first use; its Spark host starts with its first run."""
+        """The benchmarks' compute unit, started on first use and left to warm its Spark session."""
         if self._cu_id is None:
             self.say(f"  setup: starting a compute unit ({CU_CPUS} CPUs, {CU_MEMORY_GB:g} GiB, no workers)")
             self._cu_id, _ = self.create_compute_unit("bench")
@@ -333,15 +367,30 @@ class Bench:
         self.post(f"/workflows/{workflow_id}/edit", form)
         return workflow_id
 
-    def run(self, workflow_id: int, cu_id: int, timeout_s: float = 1800.0) -> RunTiming:
-        """Run the workflow through the run route and wait for COMPLETED in the Execution row."""
+    def submit(self, workflow_id: int, cu_id: int) -> int:
+        """Run the workflow on the unit through the run dialog's route; the new execution's id."""
         data = {"compute_unit_id": str(cu_id), "warehouse_id": str(self.warehouse_id),
                 "csrf_token": self.csrf_token()}
-        started = time.time()
         response = self.client.post(f"/executions/new?workflow_id={workflow_id}", data=data)
         if response.status_code != 302:
             raise BenchError(f"the run dialog refused: {_page_errors(response.get_data(as_text=True))}")
-        execution_id = self.created_id(response, "executions")
+        return self.created_id(response, "executions")
+
+    def cancel_execution(self, execution_id: int) -> None:
+        self.post(f"/executions/{execution_id}/cancel", {})
+        self.wait_for_row(Execution, execution_id, lambda row: row.state in ExecutionState.FINAL, 120,
+                          f"cancelling execution {execution_id}", poll_s=0.2)
+
+    def start_web_portal(self) -> str:
+        """The portal's web workers under gunicorn as shipped, on this stack (same database and
+        secret key as the in-process portal, so alice's session cookie holds); its base URL."""
+        self.stack.start_web_portal()
+        return self.stack.portal_url
+
+    def run(self, workflow_id: int, cu_id: int, timeout_s: float = 1800.0) -> RunTiming:
+        """Run the workflow through the run route and wait for COMPLETED in the Execution row."""
+        started = time.time()
+        execution_id = self.submit(workflow_id, cu_id)
         # Polling the row every ROW_POLL_S for the whole run would take CPU from Spark (two cores
         # here): poll until it is submitted, wait for the run's end on the host, then poll the
         # row closely to see when the portal records it.
@@ -369,12 +418,7 @@ class Bench:
         """Seconds per repetition of `sql` written to `table` in a plain PySpark session on the
         unit's Spark host (PLAIN_PYSPARK_CODE), after `warmups` untimed ones; `vended_from` is a
         table of the warehouse whose loading makes the catalog vend storage keys."""
-        warehouse = self.warehouse()
-        with self.app.app_context():
-            token = lakekeeper().warehouse_token(warehouse.lakekeeper_id).access_token
-            uri = f"{self.app.config['LAKEKEEPER_URL'].rstrip('/')}/catalog"
-        args = {"catalog": {"uri": uri, "warehouse": warehouse.lakekeeper_name, "token": token},
-                "warehouse_id": warehouse.lakekeeper_id, "sql": sql, "table": table, "vended_from": vended_from,
+        args = {**self._catalog_args(), "sql": sql, "table": table, "vended_from": vended_from,
                 "warmups": warmups, "repeats": repeats}
         with self.spark_host(cu_id) as host:
             run_id = host.submit(PLAIN_PYSPARK_CODE, args, name="bench-plain-pyspark")["run_id"]
@@ -382,6 +426,22 @@ class Bench:
         if run["state"] != "COMPLETED":
             raise BenchError(f"the plain PySpark run ended {run['state']}: {run['error']}")
         return run["result"]["seconds"]
+
+    def local_pyspark(self, vended_from: str) -> LocalPySpark:
+        """Plain PySpark `local[CU_CPUS]` (no Ray) in a process of its own, bound to the
+        warehouse's catalog like an execution; enter it to start its session."""
+        return LocalPySpark(cores=CU_CPUS, memory=spark_host_size(self.row(ComputeUnit, self.compute_unit_id()))[
+            "executor_memory"], **self._catalog_args(), vended_from=vended_from,
+            log_path=self.var_dir / "local-pyspark.log")
+
+    def _catalog_args(self) -> dict:
+        """How an execution of alice's reaches her warehouse's catalog: its URL, name and a token."""
+        warehouse = self.warehouse()
+        with self.app.app_context():
+            token = lakekeeper().user_token(self.owner().subject, warehouse.lakekeeper_id).access_token
+            uri = f"{self.app.config['LAKEKEEPER_URL'].rstrip('/')}/catalog"
+        return {"catalog": {"uri": uri, "warehouse": warehouse.lakekeeper_name, "token": token},
+                "warehouse_id": warehouse.lakekeeper_id}
 
     # ------------------------------------------------------------ data
     def generate_tpch(self, scale_factor: float, timeout_s: float = 1800.0) -> float:

@@ -24,9 +24,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from compute.contract import ACCESS_DELEGATION
 from compute.spark_session import S3Keys, catalog_s3a_conf, iceberg_catalog_conf
-
-ACCESS_DELEGATION = "vended-credentials"
 
 
 @dataclass(frozen=True)

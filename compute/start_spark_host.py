@@ -1,9 +1,11 @@
 """Ray Job entrypoint: `python -m compute.start_spark_host '<SparkHostSettings JSON>'`.
 
-Creates the compute unit's Spark host on the node this job's driver runs on (the head
-node, where Ray runs job drivers), or finds the one already there; waits until its Spark
-session is warm; prints the host's info as one JSON line; exits 0 when it is ready. A
-host whose session failed is removed, so the next attempt starts afresh.
+Creates the compute unit's Spark host (in the unit's own Ray namespace) on the node this
+job's driver runs on (the head node, where Ray runs job drivers), or finds the one already
+there; waits until its Spark session is warm; prints the host's info as one JSON line;
+exits 0 when it is ready. A host whose session failed is removed, so the next attempt
+starts afresh. The settings carry only the SHA-256 of the host's secret: this command line
+is visible to any code on the cluster (`ray job list`).
 """
 from __future__ import annotations
 
@@ -14,12 +16,12 @@ from dataclasses import asdict
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from compute.spark_host import ACTOR_NAME, NAMESPACE, SparkHost, SparkHostSettings
+from compute.spark_host import ACTOR_NAME, SparkHost, SparkHostSettings
 
 
 def main(argv: list[str]) -> int:
     settings = SparkHostSettings.from_json(argv[0])
-    ray.init(namespace=NAMESPACE, log_to_driver=False)
+    ray.init(namespace=settings.namespace, log_to_driver=False)
     host = SparkHost.options(
         name=ACTOR_NAME,
         lifetime="detached",

@@ -1,6 +1,8 @@
 """The local stack's database: PostgreSQL when one answers on loopback, else SQLite."""
 from __future__ import annotations
 
+import hashlib
+import re
 import secrets
 from pathlib import Path
 
@@ -43,8 +45,17 @@ def fresh_postgres_database(prefix: str = "lakeport_test", admin_url: str = POST
     return name, ensure_postgres_database(name, admin_url)
 
 
-def local_database_url(var_dir: Path, name: str = "lakeport_dev") -> str:
-    """PostgreSQL on loopback if it answers, otherwise a SQLite file under `var_dir`."""
+def stack_database_name(var_dir: Path) -> str:
+    """The PostgreSQL database of the local stack living in `var_dir`: one per var dir, so two
+    stacks side by side never share rows (nor poll, nor stop, each other's compute units).
+    E.g. `lakeport_dev_devstack_1a2b3c4d` (the dir's name, and a hash of its whole path)."""
+    path = str(Path(var_dir).resolve())
+    slug = re.sub(r"[^a-z0-9]+", "_", Path(path).name.lower()).strip("_")[:24] or "stack"
+    return f"lakeport_dev_{slug}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+
+
+def local_database_url(var_dir: Path) -> str:
+    """PostgreSQL on loopback if it answers (the stack's own database), otherwise a SQLite file under `var_dir`."""
     if postgres_reachable():
-        return ensure_postgres_database(name)
+        return ensure_postgres_database(stack_database_name(var_dir))
     return f"sqlite:///{(var_dir / 'lakeport.db').resolve()}"

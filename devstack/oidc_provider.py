@@ -2,10 +2,12 @@
 
 It signs in the test users with a real password form, serves the portal's authorization-code
 flow (PKCE S256) and the service client's client-credentials grant, and issues JWT access
-tokens whose audience is the catalog's (default `lakekeeper`). The service client may also ask
-for warehouse-scoped tokens, one per execution: scope `warehouse:<lakekeeper warehouse uuid>`
-(several allowed, `lakekeeper` optional), carried in the JWT's `scope` claim and valid
-`warehouse_token_ttl` seconds; the dev catalog lets such a token reach only those warehouses.
+tokens whose audience is the catalog's (default `lakekeeper`). The service client may also
+exchange its own token for one acting as a user (OAuth 2.0 Token Exchange, RFC 8693:
+`subject_token` = its client-credentials token, `requested_subject` = the user's `sub`,
+`audience` = the catalog's), one per execution: `sub` is the user's, `act.sub` the service
+client's, valid `user_token_ttl` seconds, optionally narrowed by one `warehouse:<uuid>` scope
+that the dev catalog enforces on top of the user's grants. Unknown subjects are refused.
 The helpers at the end drive its pages with httpx, the way a browser would, for tests that need
 a signed-in user.
 """
@@ -27,6 +29,7 @@ SERVER_SCRIPT = Path(__file__).parent / "oidc" / "server.mjs"
 
 PORTAL_CLIENT_ID = "lakeport-portal"
 SERVICE_CLIENT_ID = "lakeport-service"
+TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 # The OpenID scopes the portal may ask for; the catalog's `lakekeeper` scope is a resource
 # scope, which client metadata does not list.
 PORTAL_SCOPES = "openid profile email"
@@ -73,8 +76,11 @@ class OidcProviderConfig:
     portal_client_secret: str
     service_client_secret: str
     audience: str = "lakekeeper"
-    # Lifetime of warehouse-scoped tokens (other tokens live an hour).
-    warehouse_token_ttl: int = 3600
+    # Lifetime of tokens exchanged for a user (other tokens live an hour).
+    user_token_ttl: int = 3600
+    # Subjects of users who cannot sign in (no password) but exist for token exchange: tests
+    # that create users straight in the database run executions as them.
+    passwordless_subjects: list[str] = field(default_factory=list)
     # Signs the provider's cookies; fresh per run since its sessions live in memory anyway.
     cookie_keys: list[str] = field(default_factory=lambda: [secrets.token_urlsafe(32)])
 
@@ -103,7 +109,7 @@ class OidcProviderConfig:
             "client_id": SERVICE_CLIENT_ID,
             "client_secret": self.service_client_secret,
             "client_name": "Lakeport services",
-            "grant_types": ["client_credentials"],
+            "grant_types": ["client_credentials", TOKEN_EXCHANGE_GRANT],
             "response_types": [],
             "redirect_uris": [],
             # Iceberg's REST clients (Spark, pyiceberg) send the secret in the form body.
@@ -112,12 +118,16 @@ class OidcProviderConfig:
         users = [
             {"sub": u.sub, "username": u.username, "password": u.password, "name": u.name, "email": u.email}
             for u in TEST_USERS.values()
+        ] + [
+            {"sub": sub, "username": sub, "password": None, "name": sub, "email": f"{sub}@example.test"}
+            for sub in self.passwordless_subjects
         ]
         return {
             "port": self.port,
             "issuer": self.issuer,
             "audience": self.audience,
-            "warehouse_token_ttl": self.warehouse_token_ttl,
+            "user_token_ttl": self.user_token_ttl,
+            "token_exchange_clients": [SERVICE_CLIENT_ID],
             "cookie_keys": self.cookie_keys,
             "clients": [portal, service],
             "users": users,

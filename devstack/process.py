@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -16,22 +15,11 @@ from pathlib import Path
 
 import httpx
 
+from app.ports import free_port, port_is_open  # noqa: F401  (re-exported for the stack and tests)
+
 
 class ServiceStartError(RuntimeError):
     """A service did not become ready; the message carries the tail of its log."""
-
-
-def free_port() -> int:
-    """A TCP port on loopback that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def port_is_open(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex((host, port)) == 0
 
 
 def http_ok(url: str, expect: Callable[[httpx.Response], bool] | None = None) -> Callable[[], bool]:

@@ -3,18 +3,21 @@
     SeaweedFS (S3 + its Iceberg REST catalog)
     the OpenID Connect provider (npm oidc-provider) with test users alice and bob
     the Lakekeeper-compatible dev catalog (a development stand-in for Lakekeeper)
-    PostgreSQL when reachable, else SQLite
-    the portal (gunicorn serving wsgi:app)
+    PostgreSQL when reachable (a database of this stack's own), else SQLite
+    the portal (gunicorn serving wsgi:app, several web workers as shipped)
+    the worker (`flask --app wsgi lakeport worker`: every piece of background work)
 
 `LocalStack` is used by `python -m devstack` and by the browser tests, which run a
 second stack on free ports beside a developer's.
 """
 from __future__ import annotations
 
+import json
 import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from cryptography.fernet import Fernet
 
@@ -70,9 +73,12 @@ class StackSecrets:
 
 
 class LocalStack:
-    def __init__(self, var_dir: Path, ports: StackPorts, database_url: str | None = None) -> None:
+    def __init__(self, var_dir: Path, ports: StackPorts, database_url: str | None = None,
+                 portal_settings: dict[str, str] | None = None) -> None:
         self.var_dir = Path(var_dir)
         self.ports = ports
+        # More LAKEPORT_* settings for the portal and the worker (e.g. the browser tests' timings).
+        self.portal_settings = portal_settings or {}
         self.secrets = StackSecrets()
         self.database_url = database_url
         self.log_dir = self.var_dir / "logs"
@@ -112,6 +118,19 @@ class LocalStack:
             "LAKEPORT_OIDC_CLIENT_SECRET": self.secrets.portal_client_secret,
             "LAKEPORT_LAKEKEEPER_URL": self.catalog_url,
             "LAKEPORT_LAKEKEEPER_CLIENT_SECRET": self.secrets.service_client_secret,
+            # The stack's SeaweedFS is on loopback.
+            "LAKEPORT_OUTBOUND_ALLOW_LOOPBACK": "true",
+            # Local compute units reach the catalog and, through this, SeaweedFS's S3; nothing else.
+            "LAKEPORT_CU_ALLOWED_ENDPOINTS": urlsplit(self.seaweed.s3_endpoint).netloc,
+            "LAKEPORT_DEV_STORAGE_HINT": json.dumps(self.storage_hint()),
+            **self.portal_settings,
+        }
+
+    def storage_hint(self) -> dict:
+        """Where the register page points new users: this stack's S3, no secrets."""
+        return {
+            "endpoint": self.seaweed.s3_endpoint, "region": self.seaweed.region, "path_style": True,
+            "buckets": {TEST_USERS[keys.user].email: keys.bucket for keys in TEST_USER_KEYS.values()},
         }
 
     def _run(self, process: ManagedProcess, timeout: float = 30.0) -> None:
@@ -132,18 +151,27 @@ class LocalStack:
             say(f"migrating the database ({self.database_url.split('://')[0]})")
             upgrade_database(self.database_url)
             if with_portal:
-                say(f"starting the portal on {self.portal_url}")
-                self._run(self.portal_process())
+                say(f"starting the portal on {self.portal_url} and its worker")
+                self._run(self.worker_process())
+                self.start_web_portal()
         except BaseException:
             self.stop()
             raise
         return self
 
+    def start_web_portal(self) -> None:
+        """The portal's web workers under gunicorn, without a worker process (e.g. beside an
+        in-process one)."""
+        self._run(self.portal_process())
+
     def portal_process(self) -> ManagedProcess:
         return ManagedProcess(
             "portal",
-            [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.ports.portal}",
-             "--workers", "1", "--threads", "8", "--access-logfile", "-",
+            # As shipped (gunicorn.conf.py: web workers, threads), on this stack's loopback port.
+            [sys.executable, "-m", "gunicorn", "--config", str(PROJECT_ROOT / "gunicorn.conf.py"),
+             "--bind", f"127.0.0.1:{self.ports.portal}",
+             # The access log names the web worker (pid) that answered each request.
+             "--access-logformat", '%(h)s pid=%(p)s "%(r)s" %(s)s %(b)s %(M)sms',
              # gunicorn's control socket is one path per user: two stacks side by side would share it.
              "--no-control-socket", "wsgi:app"],
             log_dir=self.log_dir,
@@ -152,15 +180,32 @@ class LocalStack:
             ready=http_ok(f"{self.portal_url}/auth/login"),
         )
 
+    def worker_process(self) -> ManagedProcess:
+        """The process that does the background work; local compute units are its children."""
+        return ManagedProcess(
+            "worker", [sys.executable, "-m", "flask", "--app", "wsgi", "lakeport", "worker"],
+            log_dir=self.log_dir, cwd=PROJECT_ROOT, env=self.portal_environment(),
+            # Time to finish a step of a unit's start before it is killed; what it leaves is taken over.
+            stop_timeout=20.0,
+        )
+
+    def process(self, name: str) -> ManagedProcess | None:
+        return next((process for process in self.processes if process.name == name), None)
+
     def stop(self) -> None:
-        if any(process.name == "portal" for process in self.processes):
+        worker = self.process("worker")
+        if worker is not None:
+            # The worker first, so that it starts nothing more; then this stack's own units
+            # (its own database holds only those), then the rest.
+            worker.stop()
             self.stop_compute_units()
         for process in reversed(self.processes):
             process.stop()
         self.processes.clear()
 
     def stop_compute_units(self) -> None:
-        """Local compute units are Ray clusters the portal started; they go down with the stack."""
+        """Local compute units are Ray clusters this stack's worker started; they go down with the stack
+        (only this stack's: its database holds no other)."""
         from app import create_app
         from app.compute_units.lifecycle import terminate_all_local
         from app.config import Config

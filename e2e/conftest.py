@@ -1,14 +1,18 @@
 """Browser tests: Debian's Chromium driven by Playwright against a whole local stack.
 
 The stack here is a second one on free ports with its own fresh database, so it runs
-beside a developer's `make run`. Screenshots of failures land in test-artifacts/.
+beside a developer's `make run`. Its portal has the production shape: gunicorn with four web
+workers (any of which answers any request) and the worker process doing the background work.
+Screenshots of failures land in test-artifacts/.
 """
 from __future__ import annotations
 
 import shutil
 
 import pytest
+from playwright.sync_api import expect
 
+from app.config import PROJECT_ROOT
 from devstack.stack import LocalStack, StackPorts
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -28,7 +32,7 @@ def browser_type_launch_args(browser_type_launch_args):
 
 @pytest.fixture(scope="session")
 def stack(run_dir, database_url):
-    stack = LocalStack(run_dir / "e2e-stack", StackPorts.free(), database_url=database_url)
+    stack = LocalStack(run_dir / "e2e-stack", StackPorts.free(), database_url=database_url, web_workers=4)
     stack.start(say=lambda _message: None)
     yield stack
     stack.stop()
@@ -72,3 +76,119 @@ def fill_warehouse_form(page, stack):
         page.get_by_label("Secret access key").fill(secret or keys.secret_access_key)
 
     return fill
+
+
+FORM_REFUSED = "Failed to load resource: the server responded with a status of 422"
+
+
+@pytest.fixture(autouse=True)
+def console_errors(page, portal):
+    """Every browser test fails on a console error, an uncaught exception or a CSP violation
+    (Chromium reports those on the console) in the portal's pages. The identity provider's own
+    pages stand in for an outside service and are not checked."""
+    errors: list[str] = []
+
+    def on_console(message):
+        # A 422 is the portal's answer to a form that needs fixing, which the tests check
+        # themselves; Chromium still reports its status on the console.
+        if message.text.startswith(FORM_REFUSED):
+            return
+        if message.type == "error" and page.url.startswith(portal):
+            errors.append(f"console error: {message.text} at {message.location.get('url')} on {page.url}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: page.url.startswith(portal) and errors.append(f"uncaught: {error}"))
+    yield errors
+    assert not errors, "\n".join(errors)
+
+
+AXE = PROJECT_ROOT / "node_modules" / "axe-core" / "axe.min.js"
+SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
+PHONE = {"width": 390, "height": 844}
+
+
+# The elements that reach past the viewport's right edge and are not inside a scrolling (or
+# clipping) box: what makes a page scroll sideways.
+WIDER_THAN_THE_VIEWPORT = """() => {
+  const past = e => e.getBoundingClientRect().right > window.innerWidth + 0.5;
+  const clipped = e => { for (let a = e.parentElement; a; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== "visible") return a !== document.documentElement && a !== document.body; }
+    return false; };
+  return [...document.querySelectorAll("body *")].filter(e => past(e) && !clipped(e))
+    .slice(-5).map(e => `${e.tagName.toLowerCase()}${e.id ? "#" + e.id : ""}${[...e.classList].map(c => "." + c).join("")}`
+                        + ` (right ${Math.round(e.getBoundingClientRect().right)})`);
+}"""
+
+
+@pytest.fixture
+def check_page(page):
+    """The checks every main-flow page passes: axe-core finds no serious or critical accessibility
+    violation, and at 390 px the page needs no horizontal scrolling. `name` also saves desktop
+    and 390 px screenshots under test-artifacts/screenshots/."""
+
+    def check(name: str):
+        page.wait_for_load_state("networkidle")
+        # Not add_script_tag: it inserts an inline <script>, which the portal's CSP blocks (and
+        # the console-error check would report). Evaluated through DevTools, CSP does not apply.
+        page.evaluate(AXE.read_text())
+        results = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+        serious = [f"{v['id']} ({v['impact']}): {v['help']} — {[n['target'] for n in v['nodes']][:3]}"
+                   for v in results["violations"] if v["impact"] in ("serious", "critical")]
+        assert not serious, f"{name}: " + "\n".join(serious)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}-desktop.png"), full_page=True)
+        desktop = page.viewport_size
+        page.set_viewport_size(PHONE)
+        try:
+            widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+            page.screenshot(path=str(SCREENSHOTS / f"{name}-390px.png"), full_page=True)
+            assert widths[0] <= widths[1], (f"{name} scrolls sideways at 390 px: {widths[0]} > {widths[1]}; "
+                                            f"too wide: {page.evaluate(WIDER_THAN_THE_VIEWPORT)}")
+        finally:
+            page.set_viewport_size(desktop)
+
+    return check
+
+
+@pytest.fixture
+def confirm(page, console_errors):
+    """Accept the page's in-page confirmation dialog (never the browser's confirm())."""
+    def accept(expected_text: str | None = None):
+        dialog = page.locator("#confirm-dialog")
+        expect(dialog).to_be_visible()
+        if expected_text:
+            expect(dialog).to_contain_text(expected_text)
+        dialog.get_by_test_id("confirm-accept").click()
+        expect(dialog).to_be_hidden()
+
+    def native_dialog(native):
+        console_errors.append(f"a native dialog appeared: {native.message}")
+        native.dismiss()
+
+    page.on("dialog", native_dialog)
+    return accept
+
+
+PASTE = """(content, text) => {
+  const data = new DataTransfer();
+  data.setData("text/plain", text);
+  content.dispatchEvent(new ClipboardEvent("paste", {clipboardData: data, bubbles: true, cancelable: true}));
+}"""
+
+
+@pytest.fixture
+def write_code():
+    """Replace a step's code in its code editor as a person pasting it does. (Playwright's fill()
+    edits a contenteditable through the browser's editing commands, which add inline style
+    attributes that the CSP refuses; CodeMirror takes a paste itself.)"""
+
+    def write(step, code: str):
+        # Once the page's script has put the editor over the textarea.
+        expect(step.locator(".cm-editor")).to_be_visible()
+        content = step.get_by_label("Code")
+        content.click()
+        content.press("Control+A")
+        content.evaluate(PASTE, code)
+        expect(step.locator("textarea[name$='-code']")).to_have_value(code)
+
+    return write

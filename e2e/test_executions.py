@@ -42,15 +42,15 @@ def units_to_terminate(page, portal):
             link.click()
             state = cleanup.get_by_test_id("cu-state")
             if state.inner_text() not in ("TERMINATED", "FAILED"):
-                cleanup.once("dialog", lambda dialog: dialog.accept())
                 cleanup.get_by_test_id("terminate").click()
+                cleanup.get_by_test_id("confirm-accept").click()
                 expect(state).to_have_text(re.compile("TERMINATED|FAILED"), timeout=90_000)
         finally:
             cleanup.close()
 
 
 def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results(
-        page, sign_in, portal, fill_warehouse_form, units_to_terminate, tmp_path):
+        page, sign_in, portal, fill_warehouse_form, units_to_terminate, tmp_path, check_page, write_code):
     suffix = uuid.uuid4().hex[:8]
     warehouse, unit, workflow, table = f"runs-{suffix}", f"runner-{suffix}", f"city orders {suffix}", f"orders_{suffix}"
     csv_file = tmp_path / "orders.csv"
@@ -87,14 +87,15 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     page.get_by_test_id("create-workflow").click()
     first = page.get_by_test_id("step-editor").nth(0)
     first.get_by_label("Name").fill("priced")
-    first.get_by_label("Code").fill(FILTER_STEP.format(table=table))
+    write_code(first, FILTER_STEP.format(table=table))
     page.get_by_test_id("add-python-step").click()
     expect(page.get_by_test_id("step-editor")).to_have_count(2)
     second = page.get_by_test_id("step-editor").nth(1)
     expect(second.get_by_label("Kind")).to_have_value("python")
     second.get_by_label("Name").fill("derive")
-    second.get_by_label("Code").fill(DERIVE_STEP)
+    write_code(second, DERIVE_STEP)
     second.get_by_label("Output").check()
+    check_page("editor")
     page.get_by_test_id("save-workflow").click()
     expect(page.get_by_text(f"Saved {workflow} as version 1.")).to_be_visible()
     expect(page.get_by_test_id("step-view")).to_have_count(2)
@@ -110,9 +111,9 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     expect(page.get_by_test_id("upload-result")).to_contain_text(
         f"Imported {ROWS} rows (CSV, 3 columns: id, city, amount) as datasets.{table}", timeout=60_000)
 
-    # The unit is up (its page polls itself)...
+    # The unit is up (its page polls itself; WARMING while its Spark session starts)...
     page.goto(unit_url)
-    expect(page.get_by_test_id("cu-state")).to_have_text("RUNNING", timeout=120_000)
+    expect(page.get_by_test_id("cu-state")).to_have_text(re.compile("WARMING|RUNNING"), timeout=120_000)
 
     # ... so the run dialog offers it.
     page.get_by_role("link", name="Workflows").first.click()
@@ -132,6 +133,7 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     state = page.get_by_test_id("execution-state")
     expect(state).to_have_text(re.compile("COMPLETED|FAILED|CANCELLED"), timeout=240_000)
     assert state.inner_text() == "COMPLETED", page.get_by_test_id("execution-live").inner_text()
+    check_page("execution")
     assert page.evaluate("window.stillTheSamePage === true"), "the page was reloaded"
     for step in ("priced", "derive"):
         expect(page.locator(f'[data-testid="step-progress"][data-step="{step}"]')).to_contain_text("done")
@@ -146,7 +148,7 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     expect(page.get_by_test_id("results-title")).to_have_text("derive")
     expect(page.get_by_test_id("page-summary")).to_contain_text(f"Rows 1–50 of {ROWS}")
     results = page.get_by_test_id("result-table")
-    expect(results.locator("thead th")).to_have_text(["id", "city", "amount", "amount_cents"])
+    expect(results.locator("thead th")).to_have_text(["id long", "city string", "amount double", "amount_cents long"])  # name, then type
     page.get_by_test_id("next-page").click()
     expect(page.get_by_test_id("page-summary")).to_contain_text(f"Rows 51–100 of {ROWS} · page 2 of 3")
     expect(page.get_by_test_id("page-number")).to_have_value("2")
@@ -170,6 +172,15 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     # Every row, in the order the pages show them.
     assert rows[1:] == [expected_row(number) for number in range(1, ROWS + 1)]
 
+    # The output in the warehouse's table explorer: its page links back to this execution.
+    page.goto(portal + "/warehouses/")
+    page.get_by_role("link", name=warehouse).click()
+    page.locator('[data-namespace="results"]').get_by_role("link", name=f"e{execution_id}_derive").click()
+    expect(page.get_by_test_id("table-title")).to_have_text(f"results.e{execution_id}_derive")
+    expect(page.get_by_test_id("made-by")).to_contain_text(f"execution #{execution_id}")
+    check_page("table")
+    page.goto(portal + f"/executions/{execution_id}/results/derive")
+
     # The logs, with what the PySpark step printed.
     page.get_by_role("link", name=f"#{execution_id}", exact=True).click()
     page.get_by_test_id("logs-link").click()
@@ -177,3 +188,83 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     printed = page.get_by_test_id("result-table").locator("tbody tr", has_text=f"derive saw {ROWS} priced orders")
     expect(printed).to_have_count(1, timeout=30_000)
     expect(printed.locator("td")).to_contain_text(["INFO", "derive"])
+    # Its time in her time zone (the page's script turns the UTC time into local time).
+    expect(printed.locator("time[data-local]")).not_to_contain_text("UTC")
+    # She narrows the logs to the step, then searches them: the server filters, the URL keeps it.
+    page.get_by_test_id("log-step").select_option("derive")
+    expect(page).to_have_url(re.compile(r"/logs\?page=1&size=50&step=derive$"))
+    steps = page.get_by_test_id("result-table").locator("tbody tr td:nth-child(3)")
+    expect(steps.first).to_have_text("derive")
+    assert set(steps.all_inner_texts()) == {"derive"}
+    page.get_by_test_id("log-search").fill("PRICED ORDERS")
+    expect(page).to_have_url(re.compile(r"/logs\?page=1&size=50&step=derive&q=PRICED\+ORDERS$"))
+    expect(page.get_by_test_id("result-table").locator("tbody tr")).to_have_count(1)
+    expect(page.get_by_test_id("result-table")).to_contain_text(f"derive saw {ROWS} priced orders")
+    check_page("logs")
+    page.reload()  # a shared link shows the same lines, with the filters filled in
+    expect(page.get_by_test_id("log-search")).to_have_value("PRICED ORDERS")
+    expect(page.get_by_test_id("log-step")).to_have_value("derive")
+    expect(page.get_by_test_id("result-table").locator("tbody tr")).to_have_count(1)
+
+    # What it read and wrote: the upload at its snapshot, the output's commit.
+    page.get_by_role("link", name=f"#{execution_id}", exact=True).click()
+    read = page.get_by_test_id("lineage-read").locator(f'tr[data-table="datasets.{table}"]')
+    expect(read).to_have_count(1)
+    read_snapshot = read.get_by_test_id("snapshot-id").inner_text()
+    expect(read.locator("td").nth(3)).to_have_text(str(ROWS))
+    expect(page.get_by_test_id("lineage-wrote").locator("tr", has_text=f"results.e{execution_id}_derive")
+           .locator("td").nth(3)).to_have_text(str(ROWS))
+
+    # She runs it again on the same inputs (confirmed in the page): pinned to that snapshot.
+    page.get_by_test_id("rerun").locator("summary").click()
+    page.get_by_test_id("rerun-confirm").click()
+    expect(page.get_by_test_id("pinned-to")).to_contain_text(f"datasets.{table} at snapshot {read_snapshot}")
+    rerun_id = int(page.url.rsplit("/", 1)[1])
+    expect(state).to_have_text(re.compile("COMPLETED|FAILED|CANCELLED"), timeout=240_000)
+    assert state.inner_text() == "COMPLETED", page.get_by_test_id("execution-live").inner_text()
+
+    # And compares the two runs: same counts, same schema, no row in one and not the other.
+    page.get_by_test_id("compare-form").get_by_label("Compare with").select_option(str(execution_id))
+    page.get_by_test_id("compare-form").get_by_role("button", name="Compare").click()
+    expect(page).to_have_url(re.compile(rf"/executions/compare\?a={rerun_id}&b={execution_id}$"))
+    output = page.get_by_test_id("compare-outputs").locator('tr[data-output="derive"]')
+    expect(output.get_by_test_id("rows-a")).to_have_text(str(ROWS))
+    expect(output.get_by_test_id("rows-b")).to_have_text(str(ROWS))
+    expect(output.get_by_test_id("schema")).to_have_text("same")
+    expect(page.get_by_test_id("only-in-a-count")).to_have_attribute("data-count", "0", timeout=120_000)
+    expect(page.get_by_test_id("only-in-b-count")).to_have_attribute("data-count", "0")
+    # Everything a first run takes is done: the dashboard drops its checklist and shows the run.
+    page.get_by_role("link", name="Lakeport").click()
+    expect(page.get_by_test_id("getting-started")).to_have_count(0)
+    recent = page.get_by_test_id("dashboard-executions").locator(f"#execution-row-{execution_id}")
+    expect(recent).to_contain_text("COMPLETED")
+    expect(recent).to_contain_text(workflow)
+    expect(recent.get_by_test_id("execution-duration")).to_have_text(re.compile(r"^\d+ (s|min \d\d s)$"))
+    check_page("dashboard-after-a-run")
+
+    # A run that fails says why first, and takes her to the step that failed.
+    page.get_by_role("link", name="Workflows").first.click()
+    page.get_by_test_id("new-workflow").click()
+    page.get_by_label("Name").fill(f"broken {suffix}")
+    page.get_by_test_id("create-workflow").click()
+    step = page.get_by_test_id("step-editor").nth(0)
+    step.get_by_label("Name").fill("broken")
+    step.get_by_label("Kind").select_option("python")
+    write_code(step, "def run(spark):\n    raise ValueError('no good')")
+    step.get_by_label("Output").check()
+    page.get_by_test_id("save-workflow").click()
+    expect(page.get_by_test_id("step-view")).to_have_count(1)
+    page.get_by_test_id("run-workflow").click()
+    unit_select = page.get_by_label("Compute unit")
+    unit_select.select_option(unit_select.locator("option", has_text=unit).get_attribute("value"))
+    page.get_by_label("Warehouse to write into").select_option(label=warehouse)
+    page.get_by_test_id("run").click()
+    expect(state).to_have_text(re.compile("COMPLETED|FAILED|CANCELLED"), timeout=240_000)
+    failure = page.get_by_test_id("failure-box")
+    expect(failure).to_have_attribute("role", "alert")
+    expect(failure).to_contain_text("step 'broken' failed: ValueError: no good")
+    expect(page.get_by_test_id("runtime-stats")).not_to_contain_text("does not exist")
+    check_page("execution-failed")
+    failure.get_by_test_id("failing-step-link").click()
+    expect(page).to_have_url(re.compile(r"/edit#step-broken$"))
+    expect(page.locator("#step-broken")).to_be_in_viewport()

@@ -6,7 +6,7 @@ from playwright.sync_api import expect
 from devstack.seaweedfs import TEST_USER_KEYS
 
 
-def test_register_rename_archive_and_purge(page, sign_in, portal, fill_warehouse_form):
+def test_register_rename_archive_and_purge(page, sign_in, portal, fill_warehouse_form, confirm):
     sign_in("alice")
     page.get_by_role("link", name="Warehouses").first.click()
     page.get_by_test_id("register-warehouse").click()
@@ -41,16 +41,34 @@ def test_register_rename_archive_and_purge(page, sign_in, portal, fill_warehouse
     page.get_by_test_id("rename").click()
     expect(page.get_by_test_id("warehouse-name")).to_have_text("renamed-lake")
 
-    page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_test_id("archive").click()
+    confirm("Archive renamed-lake?")
     expect(page.get_by_test_id("warehouse-status")).to_have_text("archived")
     expect(page.locator("#purge-form")).to_contain_text("cannot be undone")
+    expect(page.locator("#purge-form")).to_be_in_viewport()  # right under the title, no scrolling
 
     page.get_by_label(re.compile("to confirm")).fill("renamed-lak")
     page.get_by_test_id("purge").click()
     expect(page.locator("#purge-form")).to_contain_text("Type the warehouse's name exactly")
+    expect(page.get_by_label(re.compile("to confirm"))).to_have_value("renamed-lak")  # kept, to correct
     page.get_by_label(re.compile("to confirm")).fill("renamed-lake")
     page.get_by_test_id("purge").click()
     expect(page).to_have_url(portal + "/warehouses/")
     expect(page.get_by_text("Warehouse renamed-lake is purged")).to_be_visible()
     expect(page.get_by_role("link", name="renamed-lake")).to_have_count(0)
+
+
+def test_an_endpoint_the_network_policy_refuses_is_marked_on_its_field(page, sign_in, portal, fill_warehouse_form):
+    sign_in("alice")
+    page.goto(portal + "/warehouses/new")
+    fill_warehouse_form("metadata-lake")
+    page.get_by_label("Endpoint").fill("http://169.254.169.254")
+    refused = "169.254.169.254 is not allowed by this portal's network policy."
+
+    page.get_by_test_id("test-connection").click()
+    expect(page.get_by_test_id("probe-result")).to_contain_text("Fix the highlighted fields first: endpoint.")
+    expect(page.locator("#error-endpoint")).to_have_text(refused)
+
+    page.get_by_test_id("create-warehouse").click()
+    expect(page.locator("#error-endpoint")).to_have_text(refused)
+    expect(page.get_by_label("Endpoint")).to_have_attribute("aria-invalid", "true")

@@ -15,6 +15,8 @@ need_apt=()
 command -v chromium >/dev/null || need_apt+=(chromium)
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)  # javac builds compute/java
 command -v node >/dev/null || need_apt+=(nodejs npm)
+command -v bwrap >/dev/null || need_apt+=(bubblewrap)  # local compute units run sandboxed
+command -v socat >/dev/null || need_apt+=(socat)       # ... and are reached through socat bridges
 if [ ${#need_apt[@]} -gt 0 ]; then
   step "installing system packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -48,6 +50,8 @@ fi
 mkdir -p app/static/vendor
 cp node_modules/htmx.org/dist/htmx.min.js app/static/vendor/htmx.min.js
 cp node_modules/@picocss/pico/css/pico.min.css app/static/vendor/pico.min.css
+# The workflow editor (CodeMirror 6), bundled by esbuild from assets/editor.js.
+npm run --silent build
 
 # --- Spark jars (Iceberg runtime, S3A) -------------------------------------
 if [ -f scripts/fetch_jars.py ]; then

@@ -21,6 +21,17 @@ def client(app):
     return app.test_client()
 
 
+@pytest.fixture
+def worker(app):
+    """The background work (app/worker.py: unit starts and stops, executions, sample data, the
+    supervisor), run in this process for the tests that need it; web requests start none."""
+    from app.worker import Worker
+
+    running = Worker(app).start()
+    yield running
+    running.stop()
+
+
 @dataclass
 class AuthActions:
     """Signs users in and out of the in-process portal through the real provider."""

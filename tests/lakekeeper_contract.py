@@ -51,8 +51,8 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from werkzeug.datastructures import ImmutableMultiDict
 
-# The specs live in ../shared beside the checkout (as in CI); LAKEKEEPER_SPEC_DIR overrides.
-SPEC_DIR = Path(os.environ.get("LAKEKEEPER_SPEC_DIR", Path(__file__).resolve().parents[2] / "shared" / "lakekeeper"))
+# Vendored in the repository (tests/specs/lakekeeper, with their licence); LAKEKEEPER_SPEC_DIR overrides.
+SPEC_DIR = Path(os.environ.get("LAKEKEEPER_SPEC_DIR", Path(__file__).resolve().parent / "specs" / "lakekeeper"))
 
 # Where Lakekeeper serves each document, and the file that describes it.
 _APIS = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -17,15 +18,29 @@ from cryptography.fernet import Fernet
 
 from app.config import PROJECT_ROOT, Config
 from app.db import make_engine, upgrade_database
+from app.network_policy import NetworkPolicy
 from devstack.database import drop_postgres_database, fresh_postgres_database
 from devstack.devcatalog import DevCatalogConfig, devcatalog_process
 from devstack.oidc_provider import SERVICE_CLIENT_ID, OidcProviderConfig, oidc_provider_process
 from devstack.seaweedfs import SeaweedConfig, seaweedfs_process
 from devstack.process import free_port
 
+# Users that tests create straight in the database (no sign-in) still need a subject the identity
+# provider knows: registering a warehouse and running an execution exchange a token for them.
+TEST_SUBJECTS = [f"tester-{number:03d}" for number in range(400)]
+_unused_test_subjects = iter(TEST_SUBJECTS)
+
+
+def known_test_subject() -> str:
+    """A subject of the session's identity provider that no other user of this run has."""
+    return next(_unused_test_subjects)
+
+
 # The in-process portal (Flask test client) pretends to live here; the provider
 # redirects there, and the tests hand the redirect to the test client.
 IN_PROCESS_PORTAL_URL = "http://127.0.0.1:5999"
+# The tests' storage (SeaweedFS) is on loopback.
+LOOPBACK_ALLOWED = NetworkPolicy(allow_loopback=True)
 
 
 @pytest.fixture(scope="session")
@@ -62,6 +77,7 @@ def oidc_provider(run_dir):
         portal_base_urls=[IN_PROCESS_PORTAL_URL],
         portal_client_secret=secrets.token_urlsafe(24),
         service_client_secret=secrets.token_urlsafe(24),
+        passwordless_subjects=TEST_SUBJECTS,
     )
     process = oidc_provider_process(config, run_dir / "logs").start()
     yield config
@@ -80,6 +96,10 @@ def portal_config(database_url, oidc_provider) -> Config:
         # Most tests' units never run Spark: they would only load the two cores. Tests that
         # run executions turn it on.
         CU_WARM_SPARK_ON_START=False,
+        OUTBOUND_ALLOW_LOOPBACK=True,
+        # The in-process worker (the `worker` fixture) reacts fast; a dead one's work is taken over soon.
+        WORKER_POLL_SECONDS=0.2,
+        WORKER_LEASE_SECONDS=10.0,
         TESTING=True,
     )
 
@@ -122,6 +142,11 @@ class Lakehouse:
     @property
     def s3_endpoint(self) -> str:
         return self.seaweed.s3_endpoint
+
+    @property
+    def cu_allowed_endpoints(self) -> str:
+        """`LAKEPORT_CU_ALLOWED_ENDPOINTS` for this lakehouse: local units must reach its S3."""
+        return urlsplit(self.s3_endpoint).netloc
 
     def service_token(self) -> str:
         """A client-credentials token (audience lakekeeper) for an independent catalog client."""

@@ -14,10 +14,11 @@ from pyiceberg.catalog import load_catalog
 
 from app.lakekeeper import ClientCredentialsTokenSource, LakekeeperClient, S3AccessKeyCredential, S3StorageProfile
 from app.ray_clusters.base import ClusterSpec
-from app.ray_clusters.local import LocalClusterBackend
-from app.ray_clusters.spark_host_client import SparkHostClient
+from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
+from app.ray_clusters.spark_host_client import SparkHostClient, with_spark_host_secret
 from compute.catalog_cache import CatalogAccess, CatalogCache, token_expiry
-from compute.pipeline import PIPELINE_CODE, ExecutionSpec
+from compute.contract import SUBMIT_CODE
+from compute.pipeline import ExecutionSpec
 from compute.spark_host import RunFailed
 from compute.spark_session import S3Keys
 from devstack.oidc_provider import SERVICE_CLIENT_ID
@@ -103,12 +104,12 @@ def test_a_spec_with_bad_steps_is_refused_with_the_reason():
 
 # ------------------------------------------------------------------ on a compute unit
 @pytest.fixture(scope="module")
-def host():
-    backend = LocalClusterBackend()
+def host(lakehouse):
+    backend = LocalClusterBackend(endpoints=allowed_endpoints(lakehouse.catalog_url, lakehouse.cu_allowed_endpoints))
     handle = backend.start(
         ClusterSpec(cu_id="test-pipeline", name="pipeline", cpus_per_node=1, memory_gb_per_node=3, worker_nodes=1)
     )
-    client = SparkHostClient(handle, timeout=30)
+    client = SparkHostClient(with_spark_host_secret(handle, "test-portal-key"), timeout=30)
     try:
         info = client.bootstrap(executors=2, executor_cores=1, executor_memory="1g")
         assert info["state"] == "ready", info["error"]
@@ -175,7 +176,7 @@ def spec_for(warehouse: dict, token: str, steps: list[dict], catalog_uri: str, e
 
 def submit(host, lakehouse, warehouse: dict, steps: list[dict], **overrides) -> tuple[str, dict]:
     spec = {**spec_for(warehouse, lakehouse.service_token(), steps, f"{lakehouse.catalog_url}/catalog"), **overrides}
-    return host.submit(PIPELINE_CODE, spec, name=f"execution-{spec['execution_id']}")["run_id"], spec
+    return host.submit(SUBMIT_CODE, spec, name=f"execution-{spec['execution_id']}")["run_id"], spec
 
 
 def table_names(catalog, namespace: str) -> set[str]:
@@ -277,6 +278,87 @@ def test_cancel_mid_run_drops_results_and_records_what_happened(host, lakehouse,
     assert {row["step"]: row["status"] for row in stats.scan().to_arrow().to_pylist()} == {
         "first": "done", "slow": "cancelled", "never": "cancelled"}
     assert catalog.load_table(f"console_logs.e{execution}").properties["lakeport.status"] == "cancelled"
+
+
+def wait_for_step(host, run_id: str, position: int, timeout_s: float = 120.0) -> None:
+    """Until the run's step at `position` is running (or the run has ended)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = host.run(run_id)
+        states = [s["state"] for s in run["progress"]["steps"]]
+        if states[position:position + 1] == ["running"] or run["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
+            return
+        assert time.monotonic() < deadline, run
+        time.sleep(0.02)
+
+
+def statuses(catalog, execution: int) -> dict[str, str]:
+    """`lakeport.status` of every table the execution left, by table."""
+    found = {}
+    for namespace in ("results", "runtime_stats", "console_logs"):
+        for name in table_names(catalog, namespace):
+            if name == f"e{execution}" or name.startswith(f"e{execution}_"):
+                found[f"{namespace}.{name}"] = catalog.load_table(f"{namespace}.{name}").properties["lakeport.status"]
+    return found
+
+
+LAST_STEP_WRITES = [
+    step("first", "SELECT id FROM range(3)", output=True),
+    step("last", "def run(spark, first):\n    return first.selectExpr('id * 2 AS twice')", kind="python",
+         output=True),
+]
+
+
+def test_a_cancel_during_the_last_step_never_leaves_a_table_marked_complete(host, lakehouse, warehouses):
+    """Cancels land at ten moments of the last step (its write, its end, the marking): whichever
+    wins, the run's final state and its tables agree, every time."""
+    warehouse, ends = warehouses[1], []
+    catalog = reader(lakehouse, warehouse)
+    for attempt in range(10):
+        run_id, spec = submit(host, lakehouse, warehouse, LAST_STEP_WRITES)
+        execution = spec["execution_id"]
+        wait_for_step(host, run_id, 1)
+        time.sleep(attempt * 0.12)
+        host.cancel(run_id)
+        run = host.wait(run_id, timeout_s=60)
+        ends.append(run["state"])
+        left = statuses(catalog, execution)
+        if run["state"] == "COMPLETED":
+            assert left == {f"results.e{execution}_first": "complete", f"results.e{execution}_last": "complete",
+                            f"runtime_stats.e{execution}": "complete", f"console_logs.e{execution}": "complete"}
+        else:
+            assert run["state"] == "CANCELLED", (attempt, run["error"])
+            assert left == {f"runtime_stats.e{execution}": "cancelled", f"console_logs.e{execution}": "cancelled"}, \
+                attempt
+    print(f"\ncancel during the last step on the unit, 10 runs: {ends}")
+    assert "CANCELLED" in ends, ends  # the cancels did land during the run
+
+
+@pytest.mark.parametrize("code", [
+    "import time\n\ndef run(spark):\n    time.sleep(60)\n    return spark.range(1)",
+    # Pure Python that swallows every Exception: only an interruption it cannot catch stops it.
+    "def run(spark):\n    n = 0\n    while True:\n        try:\n            n += 1\n"
+    "        except Exception:\n            pass",
+], ids=["sleep", "loop"])
+def test_cancel_interrupts_a_python_step_within_seconds(host, lakehouse, warehouses, code):
+    warehouse = warehouses[1]
+    run_id, spec = submit(host, lakehouse, warehouse, [step("first", "SELECT 1 AS n", output=True),
+                                                       step("busy", code, kind="python", output=True)])
+    wait_for_step(host, run_id, 1)
+    time.sleep(1)
+    cancelled_at = time.monotonic()
+    host.cancel(run_id)
+    run = host.wait(run_id, timeout_s=60)
+
+    assert run["state"] == "CANCELLED", run["error"]
+    assert time.monotonic() - cancelled_at < 5
+    assert [s["state"] for s in run["progress"]["steps"]] == ["done", "cancelled"]
+    # The clean-up ran: no result kept, the record says cancelled.
+    assert statuses(reader(lakehouse, warehouse), spec["execution_id"]) == {
+        f"runtime_stats.e{spec['execution_id']}": "cancelled", f"console_logs.e{spec['execution_id']}": "cancelled"}
+    # The host's Spark session still serves the next run.
+    after, _ = submit(host, lakehouse, warehouse, [step("after", "SELECT 2 AS n", output=True)])
+    assert host.wait(after, timeout_s=60)["state"] == "COMPLETED"
 
 
 def test_a_step_that_raises_fails_the_execution_with_its_reason(host, lakehouse, warehouses):

@@ -13,7 +13,7 @@ import pytest
 from tests.processes import process_running, rss_bytes
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError, with_spark_host_secret
 from compute import jars
 from compute.spark_session import (
     JDK17_JAVA_OPTIONS,
@@ -129,7 +129,7 @@ def cluster():
     handle = backend.start(
         ClusterSpec(cu_id="test-spark", name="spark", cpus_per_node=1, memory_gb_per_node=3, worker_nodes=1)
     )
-    yield backend, handle
+    yield backend, with_spark_host_secret(handle, "test-portal-key")
     pids = cluster_pids(handle)
     backend.terminate(handle)
     assert cluster_pids(handle) == []
@@ -223,17 +223,20 @@ apply_conf(spark, iceberg_catalog_conf("local", warehouse={(tmp_path / "warehous
 spark.sql("CREATE NAMESPACE IF NOT EXISTS local.demo")
 spark.sql("CREATE TABLE local.demo.numbers (id BIGINT, square BIGINT) USING iceberg")
 spark.range(1, 6).selectExpr("id", "id * id AS square").writeTo("local.demo.numbers").append()
+import pathlib
 result = {{
     "rows": [list(row) for row in spark.table("local.demo.numbers").orderBy("id").collect()],
     "snapshots": spark.table("local.demo.numbers.snapshots").count(),
+    # Seen from the unit (a local unit's sandbox has a /tmp of its own).
+    "metadata_files": len(list(pathlib.Path({str(tmp_path / "warehouse" / "demo" / "numbers" / "metadata")!r}).glob("*.metadata.json"))),
 }}
 '''
     run = client.wait(client.submit(code, name="iceberg")["run_id"], timeout_s=180)
 
     assert run["state"] == "COMPLETED", run["error"]
-    assert run["result"] == {"rows": [[i, i * i] for i in range(1, 6)], "snapshots": 1}
-    metadata = list((tmp_path / "warehouse" / "demo" / "numbers" / "metadata").glob("*.metadata.json"))
-    assert metadata, "the table's metadata should be on disk where the catalog says"
+    rows, snapshots, metadata_files = (run["result"][key] for key in ("rows", "snapshots", "metadata_files"))
+    assert (rows, snapshots) == ([[i, i * i] for i in range(1, 6)], 1)
+    assert metadata_files >= 1, "the table's metadata should be on disk where the catalog says"
 
 
 def test_a_failing_execution_reports_its_error(host):
@@ -299,11 +302,32 @@ def test_a_status_request_may_wait_for_the_run_to_end(host):
         client._call("GET", f"/runs/{run_id}", params={"wait_s": "soon"})
 
 
-def test_the_host_api_demands_the_cluster_token(cluster, host):
+def test_the_host_api_demands_the_hosts_own_secret(cluster, host):
     _, handle = cluster
+    url = f"{handle.spark_host_url}/v1/host"
 
-    assert httpx.get(f"{handle.spark_host_url}/v1/host").status_code == 401
-    assert httpx.get(f"{handle.spark_host_url}/v1/host", headers={"Authorization": "Bearer nope"}).status_code == 401
-    assert httpx.get(f"{handle.spark_host_url}/v1/host", headers=handle.auth_headers()).status_code == 200
+    assert httpx.get(url).status_code == 401
+    assert httpx.get(url, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert httpx.get(url, headers=handle.auth_headers()).status_code == 401  # the Ray token opens nothing here
+    assert httpx.post(f"{handle.spark_host_url}/v1/runs", json={"code": "result = 1"}).status_code == 401
+    assert httpx.get(url, headers={"Authorization": f"Bearer {handle.spark_host_secret}"}).status_code == 200
 
 
+def test_the_host_is_started_without_its_secret_on_any_command_line(cluster, host):
+    """The Jobs API entrypoint is visible to any code on the cluster: it carries a digest only."""
+    from ray.job_submission import JobSubmissionClient
+
+    _, handle = cluster
+    jobs = JobSubmissionClient(handle.dashboard_url, headers=handle.auth_headers()).list_jobs()
+    entrypoints = [job.entrypoint for job in jobs if "start_spark_host" in job.entrypoint]
+
+    assert entrypoints and all(handle.spark_host_secret not in entrypoint for entrypoint in entrypoints)
+    assert all(handle.spark_host_namespace in entrypoint for entrypoint in entrypoints)
+
+
+def test_the_host_process_is_not_dumpable(host):
+    """Other same-user processes cannot ptrace it or read its /proc/<pid>/mem and environ."""
+    client, _ = host
+    code = "import ctypes\nresult = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)"  # PR_GET_DUMPABLE
+
+    assert client.wait(client.submit(code)["run_id"])["result"] == 0

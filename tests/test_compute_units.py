@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from dataclasses import replace
@@ -13,7 +15,8 @@ from sqlmodel import Session, select
 from tests.processes import process_running
 from app import create_app
 from app.compute_units import lifecycle
-from app.models import ComputeUnit, Execution, User, Workflow, WorkflowVersion
+from app.models import ComputeUnit, ComputeUnitEvent, Execution, User, WorkLease, Workflow, WorkflowVersion
+from app.ray_clusters.base import ClusterHandle, ClusterState, ClusterStatus
 from app.ray_clusters.local import cluster_pids
 from devstack.process import port_is_open
 
@@ -58,7 +61,7 @@ def cluster_pids_and_ports(app, cu: ComputeUnit) -> tuple[list[int], list[int]]:
     return cluster_pids(handle), list(handle.details["ports"].values())
 
 
-def test_create_run_terminate_leaves_nothing_behind(app, client, auth, db_engine):
+def test_create_run_terminate_leaves_nothing_behind(app, client, auth, db_engine, worker):
     auth.login("alice")
     cu_id = cu_id_from(start_unit(client, auth, "lifecycle", worker_nodes="1"))
     running = wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED"))
@@ -80,7 +83,7 @@ def test_create_run_terminate_leaves_nothing_behind(app, client, auth, db_engine
     assert "starting head node" in events and "terminated" in events
 
 
-def test_killed_head_is_failed_with_a_reason_at_the_next_check(app, client, auth, db_engine):
+def test_killed_head_is_failed_with_a_reason_at_the_next_check(app, client, auth, db_engine, worker):
     auth.login("alice")
     cu_id = cu_id_from(start_unit(client, auth, "doomed"))
     running = wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED"))
@@ -100,40 +103,39 @@ def test_killed_head_is_failed_with_a_reason_at_the_next_check(app, client, auth
     assert not [pid for pid in pids if process_running(pid)]
 
 
-def test_portal_restart_adopts_a_live_unit_and_fails_a_dead_one(client, auth, db_engine, portal_config):
+def test_a_worker_takes_over_the_starts_a_dead_worker_left(app, client, auth, db_engine, worker):
+    """A unit whose starting worker died (its lease expired) is taken over: one that never got a
+    cluster fails with that reason; one whose start another live worker still holds is left alone."""
     auth.login("alice")
     cu_id = cu_id_from(start_unit(client, auth, "survivor"))
     assert wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED")).state == "RUNNING"
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
     with Session(db_engine) as db:
-        long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
-        ghost = ComputeUnit(owner_id=unit(db_engine, cu_id).owner_id, name="ghost", kind="local", state="STARTING",
-                            created_at=long_ago)
-        # Another worker's start in progress: too young to be called lost.
-        young = ComputeUnit(owner_id=ghost.owner_id, name="young", kind="local", state="STARTING")
-        db.add_all([ghost, young])
+        owner_id = unit(db_engine, cu_id).owner_id
+        ghost = ComputeUnit(owner_id=owner_id, name="ghost", kind="local", state="STARTING", created_at=long_ago)
+        held = ComputeUnit(owner_id=owner_id, name="held", kind="local", state="STARTING")
+        db.add_all([ghost, held])
+        db.flush()
+        db.add_all([WorkLease(name=f"unit-start:{ghost.id}", holder="dead-worker", expires_at=long_ago),
+                    WorkLease(name=f"unit-start:{held.id}", holder="live-worker",
+                              expires_at=datetime.now(timezone.utc) + timedelta(minutes=5))])
         db.commit()
-        ghost_id, young_id = ghost.id, young.id
-
-    restarted = create_app(portal_config)  # a new portal process would do the same at start
+        ghost_id, held_id = ghost.id, held.id
+    failed = wait_for_state(client, db_engine, ghost_id, ("FAILED",), timeout=20)
+    assert failed.reason == "the worker starting this unit stopped before the cluster was up"
+    time.sleep(1)
+    assert unit(db_engine, held_id).state == "STARTING"
     assert unit(db_engine, cu_id).state == "RUNNING"
-    ghost = unit(db_engine, ghost_id)
-    assert ghost.state == "FAILED" and "restarted" in ghost.reason
-    assert unit(db_engine, young_id).state == "STARTING"
     with Session(db_engine) as db:
-        db.delete(db.get(ComputeUnit, young_id))
+        db.delete(db.get(ComputeUnit, held_id))
+        db.delete(db.get(WorkLease, f"unit-start:{held_id}"))
         db.commit()
-
-    with restarted.test_request_context():
-        from flask_login import login_user
-
-        from app.db import get_db
-
-        login_user(get_db().get(User, unit(db_engine, cu_id).owner_id))
-        lifecycle.terminate(get_db().get(ComputeUnit, cu_id))
-    wait_for_state(client, db_engine, cu_id, ("TERMINATED",))
+    response = client.post(f"/compute-units/{cu_id}/terminate", headers={"X-CSRFToken": auth.csrf_token()})
+    assert response.status_code == 302
+    assert wait_for_state(client, db_engine, cu_id, ("TERMINATED", "FAILED")).state == "TERMINATED"
 
 
-def test_limits_are_enforced_with_clear_form_errors(app, client, auth, db_engine):
+def test_limits_are_enforced_with_clear_form_errors(app, client, auth, db_engine, worker):
     auth.login("bob")
     too_big = start_unit(client, auth, "too-big", cpus="64", memory_gb="999", worker_nodes="9")
     assert too_big.status_code == 422
@@ -162,7 +164,7 @@ def test_limits_are_enforced_with_clear_form_errors(app, client, auth, db_engine
     assert not [pid for pid in pids if process_running(pid)]
 
 
-def test_idle_unit_is_terminated_with_the_reason_shown(app, client, auth, db_engine):
+def test_idle_unit_is_terminated_with_the_reason_shown(app, client, auth, db_engine, worker):
     auth.login("alice")
     cu_id = cu_id_from(start_unit(client, auth, "idler"))
     assert wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED")).state == "RUNNING"
@@ -212,3 +214,207 @@ def test_detail_lists_the_units_running_executions(client, auth, db_engine):
     panel = panel.split("</article>")[0]
     assert f"#{running_id}" in panel and "RUNNING" in panel
     assert f"#{done_id}" not in panel
+
+
+def test_ended_units_are_cleared_from_the_list_and_still_named_by_their_executions(client, db_engine):
+    owner = newcomer(db_engine)
+    with client.session_transaction() as session:
+        session["_user_id"], session["_fresh"] = str(owner.id), True
+    terminated, failed, running, other = (unit_row(db_engine, owner, state=state)
+                                          for state in ("TERMINATED", "FAILED", "RUNNING", "TERMINATED"))
+    with Session(db_engine) as db:
+        names = {cu.id: cu.name for cu in db.exec(select(ComputeUnit).where(ComputeUnit.owner_id == owner.id))}
+    execution_on(db_engine, owner, terminated, "COMPLETED")
+    token = client.get("/").get_data(as_text=True).split('"X-CSRFToken": "', 1)[1].split('"', 1)[0]
+    listing = client.get("/compute-units/").get_data(as_text=True)
+    assert 'data-testid="clear-ended"' in listing
+    # Only ended units offer Clear.
+    assert listing.count('data-testid="clear-unit"') == 3
+    assert f'/compute-units/{running}/clear' not in listing
+
+    # One row, through htmx: the answer is empty (the row goes); the unit's row stays in the database.
+    cleared = client.post(f"/compute-units/{terminated}/clear", headers={"X-CSRFToken": token, "HX-Request": "true"})
+    assert cleared.status_code == 200 and cleared.get_data(as_text=True) == ""
+    listing = client.get("/compute-units/").get_data(as_text=True)
+    assert names[terminated] not in listing and names[failed] in listing
+    assert unit(db_engine, terminated).cleared_at is not None
+    assert names[terminated] in client.get("/executions/").get_data(as_text=True)
+    assert client.get(f"/compute-units/{terminated}").status_code == 200  # its page is still there
+
+    # A running unit is never cleared.
+    kept = client.post(f"/compute-units/{running}/clear", headers={"X-CSRFToken": token, "HX-Request": "true"})
+    assert f'id="cu-row-{running}"' in kept.get_data(as_text=True)
+    assert unit(db_engine, running).cleared_at is None
+
+    # Clear ended units: every ended one goes, the running one stays.
+    response = client.post("/compute-units/clear", data={"csrf_token": token})
+    assert response.status_code == 302
+    listing = client.get("/compute-units/").get_data(as_text=True)
+    assert "Cleared 2 ended compute units from the list." in listing
+    assert names[failed] not in listing and names[other] not in listing and names[running] in listing
+    assert 'data-testid="clear-ended"' not in listing
+
+    # Nobody clears another user's unit.
+    stranger_unit = unit_row(db_engine, newcomer(db_engine), state="TERMINATED")
+    refused = client.post(f"/compute-units/{stranger_unit}/clear", headers={"X-CSRFToken": token})
+    assert refused.status_code == 404 and unit(db_engine, stranger_unit).cleared_at is None
+
+
+# --------------------------------------------------------------------------- coordination through the database
+def newcomer(db_engine) -> User:
+    subject = f"cu-{secrets.token_hex(4)}"
+    with Session(db_engine, expire_on_commit=False) as db:
+        user = User(issuer="https://tests.invalid", subject=subject, email=f"{subject}@example.test")
+        db.add(user)
+        db.commit()
+    return user
+
+
+def unit_row(db_engine, owner: User, **fields) -> int:
+    with Session(db_engine) as db:
+        cu = ComputeUnit(owner_id=owner.id, name=f"u-{secrets.token_hex(3)}", kind="local", **fields)
+        db.add(cu)
+        db.commit()
+        return cu.id
+
+
+def execution_on(db_engine, owner: User, cu_id: int, state: str) -> None:
+    """An execution of a new one-version workflow of `owner`, on unit `cu_id`, in `state`."""
+    with Session(db_engine) as db:
+        workflow = Workflow(owner_id=owner.id, name=f"wf-{secrets.token_hex(3)}", latest_version=1)
+        db.add(workflow)
+        db.flush()
+        version = WorkflowVersion(workflow_id=workflow.id, version=1)
+        db.add(version)
+        db.flush()
+        db.add(Execution(owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version.id,
+                         workflow_version=1, compute_unit_id=cu_id, warehouse_name="w", state=state))
+        db.commit()
+
+
+def events_of(db_engine, cu_id: int) -> list[str]:
+    with Session(db_engine) as db:
+        return list(db.exec(select(ComputeUnitEvent.message).where(ComputeUnitEvent.compute_unit_id == cu_id)))
+
+
+def test_two_supervisors_stopping_one_idle_unit_stop_it_once(app, db_engine):
+    owner = newcomer(db_engine)
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=2)
+    idle = unit_row(db_engine, owner, state="RUNNING", last_activity_at=long_ago)
+    busy = unit_row(db_engine, owner, state="RUNNING", last_activity_at=long_ago)
+    execution_on(db_engine, owner, busy, "RUNNING")  # a live execution keeps its unit from being idle
+    stopped: list[list[int]] = []
+    barrier = threading.Barrier(2)
+
+    def supervisor() -> None:
+        with app.app_context():
+            barrier.wait()
+            stopped.append([cu_id for cu_id in lifecycle.stop_idle(60) if cu_id in (idle, busy)])
+
+    threads = [threading.Thread(target=supervisor) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(stopped) == [[], [idle]]  # one of them won
+    assert unit(db_engine, idle).state == "TERMINATING"
+    assert sum(message.startswith("terminating: idle") for message in events_of(db_engine, idle)) == 1
+    assert unit(db_engine, busy).state == "RUNNING"
+    with Session(db_engine) as db:
+        for cu_id in (idle, busy):
+            db.get(ComputeUnit, cu_id).state = "TERMINATED"
+        db.commit()
+
+
+def test_a_failure_never_overwrites_a_final_state(app, db_engine):
+    owner = newcomer(db_engine)
+    terminated = unit_row(db_engine, owner, state="TERMINATED", reason="terminated by its owner")
+    stopping = unit_row(db_engine, owner, state="TERMINATING")
+    with app.app_context():
+        assert not lifecycle.fail(terminated, "the cluster stopped")
+        assert not lifecycle.fail(stopping, "the cluster stopped")  # only a RUNNING unit fails so
+        lifecycle.run_stop(stopping)  # no cluster to stop: TERMINATED
+        assert not lifecycle.fail(stopping, "the cluster stopped", from_states=("RUNNING", "TERMINATING"))
+    assert (unit(db_engine, terminated).state, unit(db_engine, terminated).reason) == (
+        "TERMINATED", "terminated by its owner")
+    assert unit(db_engine, stopping).state == "TERMINATED"
+
+
+def test_parallel_creates_never_exceed_the_per_user_limit(app, db_engine):
+    """Eight requests at once for a user allowed two units: two are recorded, six refused."""
+    owner = newcomer(db_engine)
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def create(number: int) -> None:
+        with app.test_request_context():
+            values = {"name": f"racer-{number}", "kind": "local", "cpus": 1, "memory_gb": 1.0, "worker_nodes": 0}
+            barrier.wait()
+            try:
+                lifecycle.create(owner, values)
+                outcomes.append("created")
+            except lifecycle.ComputeUnitError as error:
+                outcomes.append(error.message)
+
+    threads = [threading.Thread(target=create, args=(number,)) for number in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count("created") == 2, outcomes
+    assert all("at most 2 compute units" in outcome for outcome in outcomes if outcome != "created")
+    with Session(db_engine) as db:
+        units = list(db.exec(select(ComputeUnit).where(ComputeUnit.owner_id == owner.id)))
+        assert len(units) == 2
+        for cu in units:
+            cu.state = "TERMINATED"
+        db.commit()
+
+
+def test_a_reason_longer_than_its_column_is_cut_and_logged_whole(app, db_engine, caplog):
+    owner = newcomer(db_engine)
+    cu_id = unit_row(db_engine, owner, state="STARTING")
+    log_tail = "\n".join(f"line {number}: " + "x" * 80 for number in range(30))  # ~2,700 characters
+    with app.app_context(), caplog.at_level("WARNING", logger="app.compute_units.lifecycle"):
+        assert lifecycle.fail(cu_id, f"head node did not start:\n{log_tail}", from_states=("STARTING",))
+    failed = unit(db_engine, cu_id)
+    assert failed.state == "FAILED"
+    assert len(failed.reason) == 1000 and failed.reason.startswith("head node did not start:\nline 0:")
+    assert failed.reason.endswith("…")
+    assert "line 29: " in caplog.text  # the whole text is in the log
+    assert all(len(message) <= 1000 for message in events_of(db_engine, cu_id))
+
+
+class CountingBackend:
+    """A cluster backend whose every status check is counted; it answers `state`."""
+
+    def __init__(self):
+        self.checks, self.state = 0, ClusterState.RUNNING
+
+    def restore_token(self, handle):
+        return handle
+
+    def status(self, handle):
+        self.checks += 1
+        return ClusterStatus(self.state, reason="" if self.state == ClusterState.RUNNING else "head died")
+
+
+def test_polled_pages_share_one_cluster_check_per_interval(app, client, auth, db_engine, monkeypatch):
+    auth.login("alice")
+    with Session(db_engine) as db:
+        alice = db.exec(select(User).where(User.email == "alice@example.test")).one()
+    handle = ClusterHandle(backend="local", cu_id="0", spark_host_url="http://127.0.0.1:9", spark_host_nonce="n")
+    cu_id = unit_row(db_engine, alice, state="RUNNING", handle=handle.to_json())
+    backend = CountingBackend()
+    monkeypatch.setattr(lifecycle, "_backend", lambda cu: backend)
+    for _ in range(5):  # five browsers polling the row and the page within the interval
+        assert client.get(f"/compute-units/{cu_id}/row").status_code == 200
+        assert client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).status_code == 200
+    assert backend.checks == 1
+    lifecycle._recent_checks[cu_id] = (time.monotonic() - 10, lifecycle._recent_checks[cu_id][1])  # interval over
+    backend.state = ClusterState.FAILED
+    assert client.get(f"/compute-units/{cu_id}/row").status_code == 200
+    assert backend.checks == 2
+    with Session(db_engine) as db:
+        failed = db.get(ComputeUnit, cu_id)
+    assert (failed.state, failed.reason) == ("FAILED", "head died")

@@ -14,6 +14,7 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 from app import create_app
+from app.worker import Worker
 from devstack.oidc_provider import TEST_USERS
 from devstack.process import free_port
 from tests.conftest import AuthActions
@@ -77,6 +78,33 @@ def test_csv_upload_becomes_an_iceberg_table_and_replaces_it_on_upload_again(cli
     replaced = independent_catalog(lakehouse, warehouse).load_table("datasets.orders")
     assert replaced.schema().column_names == ["sku", "price"]
     assert sorted(replaced.scan().to_arrow()["sku"].to_pylist()) == ["A-1", "B-2"]
+
+
+def test_an_upload_with_the_same_columns_replaces_rows_in_place_and_keeps_the_history(
+        client, auth, lakehouse, db_engine):
+    """Same schema: one new snapshot of the same table, so runs pinned to the first upload's
+    snapshot can still read it. Other columns: a new table, without that history."""
+    auth.login("alice")
+    warehouse = registered_warehouse(client, auth, lakehouse, db_engine, "reuploads")
+    assert upload(client, auth, warehouse.id, "prices", b"sku,price\nA-1,3\nB-2,4\n").status_code == 200
+    catalog = independent_catalog(lakehouse, warehouse)
+    first = catalog.load_table("datasets.prices")
+    first_snapshot = first.current_snapshot().snapshot_id
+
+    response = upload(client, auth, warehouse.id, "prices", b"sku,price\nC-3,5\n", filename="new.csv")
+    assert response.status_code == 200 and "Imported 1 rows" in response.get_data(as_text=True)
+    again = catalog.load_table("datasets.prices")
+    assert again.metadata.table_uuid == first.metadata.table_uuid  # the same table
+    assert again.current_snapshot().snapshot_id != first_snapshot
+    assert again.scan().to_arrow()["sku"].to_pylist() == ["C-3"]
+    assert sorted(again.scan(snapshot_id=first_snapshot).to_arrow()["sku"].to_pylist()) == ["A-1", "B-2"]
+    assert again.properties["lakeport.source-file"] == "new.csv"
+
+    assert upload(client, auth, warehouse.id, "prices", b"sku,price,currency\nD-4,6,EUR\n").status_code == 200
+    changed = catalog.load_table("datasets.prices")
+    assert changed.metadata.table_uuid != first.metadata.table_uuid
+    assert changed.schema().column_names == ["sku", "price", "currency"]
+    assert changed.scan().to_arrow()["sku"].to_pylist() == ["D-4"]
 
 
 def test_parquet_upload_with_types_iceberg_needs_converted(client, auth, lakehouse, db_engine):
@@ -178,7 +206,7 @@ def wait_for_sample_data(client, warehouse_id: int, timeout: float = 180) -> str
     raise AssertionError(f"sample data still running after {timeout} s: {text}")
 
 
-def test_tpch_sample_data_writes_the_eight_tables(client, auth, lakehouse, db_engine):
+def test_tpch_sample_data_writes_the_eight_tables(app, client, auth, lakehouse, db_engine, portal_config):
     auth.login("alice")
     warehouse = registered_warehouse(client, auth, lakehouse, db_engine, "tpch")
     headers = {"X-CSRFToken": auth.csrf_token(), "HX-Request": "true"}
@@ -195,7 +223,17 @@ def test_tpch_sample_data_writes_the_eight_tables(client, auth, lakehouse, db_en
                         data={"warehouse_id": warehouse.id, "scale_factor": "0.01"})
     assert twice.status_code == 422 and "already being written" in twice.get_data(as_text=True)
 
-    final = wait_for_sample_data(client, warehouse.id)
+    # The job is a row: another web process (another app, as another gunicorn worker is) follows
+    # it while the worker generates it.
+    other_client = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url)).test_client()
+    AuthActions(other_client, {name: user.password for name, user in TEST_USERS.items()}).login("alice")
+    waiting = other_client.get(f"/workflows/datasets/sample/{warehouse.id}", headers={"HX-Request": "true"})
+    assert waiting.status_code == 200 and "waiting for the worker" in waiting.get_data(as_text=True)
+    background = Worker(app).start()
+    try:
+        final = wait_for_sample_data(other_client, warehouse.id)
+    finally:
+        background.stop()
     assert "done" in final and "tpch.lineitem" in final and "60,175" in final
 
     catalog = independent_catalog(lakehouse, warehouse)

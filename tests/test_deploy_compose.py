@@ -21,7 +21,7 @@ COMPOSE_VARIABLE = re.compile(r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:?[?-])(?P<arg>[
 # Keycloak's realm-import placeholders: ${VAR} or ${VAR:default}.
 KEYCLOAK_PLACEHOLDER = re.compile(r"\$\{(?P<name>\w+)(?::(?P<default>[^}]*))?\}")
 HEALTH_CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
-SECRET_NAME = re.compile(r"SECRET|PASSWORD|ENCRYPTION_KEY")
+SECRET_NAME = re.compile(r"SECRET|PASSWORD|ENCRYPTION_KEY|PRESHARED_KEY|API_KEY")
 
 
 def read_env_example() -> dict[str, str]:
@@ -79,6 +79,9 @@ COMPOSE = interpolate(RAW, FILLED_ENV)
 SERVICES = COMPOSE["services"]
 PORTAL_ENV = environment(SERVICES["portal"])
 LAKEKEEPER_ENV = environment(SERVICES["lakekeeper"])
+OPENFGA_ENV = environment(SERVICES["openfga"])
+BOOTSTRAP = SERVICES["lakekeeper-bootstrap"]
+BOOTSTRAP_SCRIPT = BOOTSTRAP["command"][0]
 
 
 def realm_as_imported() -> dict:
@@ -214,15 +217,15 @@ def test_service_client_matches_the_portal_and_the_bootstrap():
     client = CLIENTS[PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"]]
     assert client["serviceAccountsEnabled"] is True and client["standardFlowEnabled"] is False
     assert client["secret"] == PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_SECRET"]
-    bootstrap = SERVICES["lakekeeper-bootstrap"]
-    assert environment(bootstrap)["SERVICE_CLIENT_SECRET"] == client["secret"]
-    assert f"client_id={client['clientId']}" in bootstrap["command"][0]
+    assert environment(BOOTSTRAP)["SERVICE_CLIENT_SECRET"] == client["secret"]
+    assert f'token_of {client["clientId"]} "$SERVICE_CLIENT_SECRET"' in BOOTSTRAP_SCRIPT
 
 
 def test_audience_mapper_gives_lakekeeper_its_audience():
     audience = LAKEKEEPER_ENV["LAKEKEEPER__OPENID_AUDIENCE"]
     assert PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"] == audience
-    for client_id in (PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"], PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"]):
+    for client_id in (PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"], PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"],
+                      "lakekeeper-admin"):
         audiences = {
             mapper["config"]["included.custom.audience"]
             for mapper in CLIENTS[client_id].get("protocolMappers", [])
@@ -236,3 +239,110 @@ def test_test_users_keep_their_subject_across_reimports():
     assert {"alice", "bob"} <= set(users)
     # Lakeport keys users by issuer + subject; a fixed id keeps it when Keycloak re-imports the realm.
     assert all(user.get("id") for user in users.values())
+
+
+# --- Lakekeeper with OpenFGA, and executions acting as their user ----------------------------
+
+
+def test_lakekeeper_authorizes_with_openfga_as_its_docs_configure_it():
+    migrate = environment(SERVICES["lakekeeper-migrate"])
+    for env in (LAKEKEEPER_ENV, migrate):  # migrate writes the authorization model, serve checks against it
+        assert env["LAKEKEEPER__AUTHZ_BACKEND"] == "openfga"
+        endpoint = urlparse(env["LAKEKEEPER__OPENFGA__ENDPOINT"])
+        assert (endpoint.hostname, endpoint.port) == ("openfga", 8081)  # OpenFGA's gRPC port
+        assert env["LAKEKEEPER__OPENFGA__API_KEY"] == OPENFGA_ENV["OPENFGA_AUTHN_PRESHARED_KEYS"]
+        assert env["LAKEKEEPER__OPENFGA__STORE_NAME"]
+    assert OPENFGA_ENV["OPENFGA_AUTHN_METHOD"] == "preshared"
+    for name in ("LAKEKEEPER__OPENID_PROVIDER_URI", "LAKEKEEPER__OPENID_AUDIENCE", "LAKEKEEPER__BASE_URI",
+                 "LAKEKEEPER__PG_ENCRYPTION_KEY", "LAKEKEEPER__PG_DATABASE_URL_READ", "LAKEKEEPER__PG_DATABASE_URL_WRITE"):
+        assert LAKEKEEPER_ENV.get(name), name
+    # Lakeport grants each warehouse to `oidc~<sub>`: Lakekeeper must name users after `sub`.
+    assert LAKEKEEPER_ENV["LAKEKEEPER__OPENID_SUBJECT_CLAIM"] == "sub"
+    assert depends_on(SERVICES["lakekeeper"])["openfga"] == "service_healthy"
+    assert depends_on(SERVICES["lakekeeper-migrate"])["openfga"] == "service_healthy"
+
+
+def test_openfga_migrates_its_own_database_then_serves():
+    migrate, server, database = SERVICES["openfga-migrate"], SERVICES["openfga"], SERVICES["openfga-db"]
+    assert re.fullmatch(r"openfga/openfga:v1\.(1[1-9]|[2-9]\d)(\.\d+)?", server["image"])  # Lakekeeper needs >= 1.11
+    assert migrate["image"] == server["image"]
+    assert migrate["command"] == ["migrate"] and server["command"] == ["run"]
+    assert depends_on(server)["openfga-migrate"] == "service_completed_successfully"
+    uri = urlparse(OPENFGA_ENV["OPENFGA_DATASTORE_URI"])
+    assert OPENFGA_ENV["OPENFGA_DATASTORE_ENGINE"] == "postgres" and uri.hostname == "openfga-db"
+    db_env = environment(database)
+    assert (uri.username, uri.password, uri.path.lstrip("/")) == (
+        db_env["POSTGRES_USER"], db_env["POSTGRES_PASSWORD"], db_env["POSTGRES_DB"])
+    assert environment(migrate).items() <= OPENFGA_ENV.items()
+    assert "ports" not in server  # only Lakekeeper talks to OpenFGA
+
+
+def test_every_client_the_stack_uses_exists_in_the_realm():
+    used = {PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"], PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"],
+            PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"]}
+    used |= set(re.findall(r"token_of ([\w-]+) ", BOOTSTRAP_SCRIPT))
+    assert used == {"lakeport-portal", "lakeport-service", "lakekeeper", "lakekeeper-admin"}
+    assert used <= set(CLIENTS), f"missing from the realm: {sorted(used - set(CLIENTS))}"
+    for client_id in used:
+        assert CLIENTS[client_id]["enabled"] is True, client_id
+    # The audience the service client exchanges tokens for is a client: Keycloak's `audience` names one.
+    assert CLIENTS[LAKEKEEPER_ENV["LAKEKEEPER__OPENID_AUDIENCE"]]["bearerOnly"] is True
+    admin = CLIENTS["lakekeeper-admin"]
+    assert admin["serviceAccountsEnabled"] is True
+    assert admin["secret"] == environment(BOOTSTRAP)["ADMIN_CLIENT_SECRET"]
+    service_accounts = {user.get("serviceAccountClientId") for user in REALM["users"]}
+    assert {"lakeport-service", "lakekeeper-admin"} <= service_accounts
+
+
+def test_keycloak_lets_only_the_service_client_exchange_tokens_as_a_user():
+    features = environment(SERVICES["keycloak"])["KC_FEATURES"].split(",")
+    # Impersonation (requested_subject) is legacy token exchange (V1) with fine-grained permissions V1.
+    assert {feature.split(":")[0] for feature in features} >= {"token-exchange", "admin-fine-grained-authz"}
+    assert not any(feature.endswith(":v2") for feature in features)
+
+    authz = CLIENTS["realm-management"]["authorizationSettings"]
+    policies = {policy["name"]: policy for policy in authz["policies"]}
+
+    def clients_allowed(resource: str, scope: str) -> set[str]:
+        allowed = set()
+        for permission in policies.values():
+            config = permission.get("config", {})
+            if permission["type"] != "scope" or json.loads(config.get("resources", "[]")) != [resource]:
+                continue
+            if scope in json.loads(config["scopes"]):
+                for name in json.loads(config["applyPolicies"]):
+                    applied = policies[name]
+                    assert applied["type"] == "client" and applied["logic"] == "POSITIVE"
+                    allowed |= set(json.loads(applied["config"]["clients"]))
+        return allowed
+
+    service = PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"]
+    audience_client = CLIENTS[PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"]]
+    resources = {resource["name"] for resource in authz["resources"]}
+    assert {"Users", f"client.resource.{audience_client['id']}"} <= resources
+    assert clients_allowed("Users", "impersonate") == {service}
+    assert clients_allowed(f"client.resource.{audience_client['id']}", "token-exchange") == {service}
+    # Exchanged tokens live an hour (the target client's lifespan), not the realm's five minutes.
+    assert audience_client["attributes"]["access.token.lifespan"] == "3600"
+
+
+def test_portal_asks_keycloak_for_no_warehouse_scope():
+    # Keycloak knows no `warehouse:<id>` scopes; grants in OpenFGA confine the exchanged token.
+    assert Config.from_env(PORTAL_ENV).EXECUTION_TOKEN_WAREHOUSE_SCOPE is False
+
+
+def test_bootstrap_makes_the_service_identity_project_admin_and_nothing_more():
+    assert "is-operator" not in BOOTSTRAP_SCRIPT  # the service identity is no server operator or admin
+    bootstrap_call = re.search(r'Bearer \$(\w+)"[^\n]*\n[^\n]*accept-terms-of-use', BOOTSTRAP_SCRIPT)
+    assert bootstrap_call and bootstrap_call.group(1) == "admin"
+    assert re.search(r'"type\\": \\"project_admin\\", \\"user\\": \\"\$service_id', BOOTSTRAP_SCRIPT)
+    assert "/management/v1/permissions/project/assignments" in BOOTSTRAP_SCRIPT
+    assert re.search(r'Bearer \$service"[^\n]*\n[^\n]*update-if-exists', BOOTSTRAP_SCRIPT)
+    assert BOOTSTRAP_SCRIPT.count("project_admin") == 2  # the grant, and the message saying so
+def test_the_worker_runs_the_portals_image_and_settings_with_the_worker_command():
+    worker = SERVICES["worker"]
+    assert worker["build"] == SERVICES["portal"]["build"]
+    assert worker["command"] == ["flask", "--app", "wsgi", "lakeport", "worker"]
+    assert environment(worker) == PORTAL_ENV  # the same settings, so both see one database and one catalog
+    assert "ports" not in worker and worker["healthcheck"] == {"disable": True}
+    assert "portal" in worker["depends_on"]  # the portal migrates the database

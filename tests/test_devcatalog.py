@@ -1,8 +1,8 @@
 """The Lakekeeper-compatible dev catalog, run as the stack runs it (the session's `devcatalog`
 fixture, tests/services.py): gunicorn in front of a real SeaweedFS, tokens from the real OpenID
 Connect provider, every management exchange checked against Lakekeeper's OpenAPI documents, and
-pyiceberg as the Iceberg client. Execution tokens (scoped to one warehouse) come from the portal's
-own client, `ClientCredentialsTokenSource.warehouse_token`.
+pyiceberg as the Iceberg client. User and execution tokens come from the portal's own client,
+`ClientCredentialsTokenSource.user_token` (a token exchange at the provider).
 
 The tests work in a project of their own, so other tests' warehouses in the shared catalog
 (names, overlapping locations) cannot meet theirs."""
@@ -27,14 +27,18 @@ from app.lakekeeper import (
     LakekeeperClient,
     S3AccessKeyCredential,
     S3StorageProfile,
+    WarehouseAssignment,
     WarehouseInfo,
+    lakekeeper_user_id,
 )
 from app.storage_probe import S3Credentials, SigV4Auth, probe_storage
-from devstack.oidc_provider import SERVICE_CLIENT_ID
+from devstack.oidc_provider import SERVICE_CLIENT_ID, TEST_USERS
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.lakekeeper_contract import ContractCheckingTransport
+from tests.services import LOOPBACK_ALLOWED
 
 ALICE, BOB = TEST_USER_KEYS["alice"], TEST_USER_KEYS["bob"]
+ALICE_USER, BOB_USER = TEST_USERS["alice"], TEST_USERS["bob"]
 PROJECT, OTHER_PROJECT = str(uuid.uuid4()), str(uuid.uuid4())
 
 
@@ -294,7 +298,7 @@ def test_pyiceberg_round_trip_with_vended_credentials(api, warehouse, devcatalog
 
     # The vended session reaches the warehouse's table bucket only: not the warehouse's own bucket.
     session = vended_session(vended)
-    assert probe_storage(seaweedfs.s3_location(ALICE.bucket, "iceberg"), session).first_failure.name == "write"
+    assert probe_storage(seaweedfs.s3_location(ALICE.bucket, "iceberg"), session, policy=LOOPBACK_ALLOWED).first_failure.name == "write"
 
     warehouse_path = f"/management/v1/warehouse/{warehouse['warehouse-id']}"
     assert error_of(api.delete(warehouse_path)) == (409, "WarehouseNotEmpty")
@@ -341,45 +345,138 @@ def test_vending_does_not_depend_on_sts_enabled_and_clients_may_bring_their_own_
     assert api.delete(f"/management/v1/warehouse/{warehouse['warehouse-id']}").status_code == 204
 
 
-# --- Execution tokens: scoped to one warehouse ------------------------------------------
+# --- Users, grants and execution tokens ------------------------------------------------
 
 
 @dataclass
 class Execution:
-    """Two of alice's warehouses, and an execution token that may reach only the first."""
+    """Alice owns two warehouses, Bob one (the portal's grants); `token` is what an execution in
+    alice's first warehouse gets (exchanged for alice, narrowed to that warehouse), `alice_token`
+    what Lakekeeper would see without the narrowing scope (grants alone decide)."""
 
     own: WarehouseInfo
     other: WarehouseInfo
+    bobs: WarehouseInfo
     token: str
+    alice_token: str
+    bob_token: str
+
+
+def checked_portal(devcatalog, tokens) -> LakekeeperClient:
+    """The portal's client in this module's project, every exchange checked against the documents."""
+    return LakekeeperClient(devcatalog.url, tokens, project_id=PROJECT,
+                            transport=ContractCheckingTransport(httpx.HTTPTransport()))
 
 
 @pytest.fixture(scope="module")
-def execution(devcatalog, seaweedfs, oidc_provider):
-    tokens = ClientCredentialsTokenSource(
+def portal_tokens(oidc_provider):
+    with ClientCredentialsTokenSource(
         client_id=SERVICE_CLIENT_ID, client_secret=oidc_provider.service_client_secret, issuer=oidc_provider.issuer,
-    )
-    portal = LakekeeperClient(devcatalog.url, tokens, project_id=PROJECT)
+    ) as tokens:
+        yield tokens
+
+
+@pytest.fixture(scope="module")
+def execution(devcatalog, seaweedfs, portal_tokens):
+    portal = checked_portal(devcatalog, portal_tokens)
     keys = S3AccessKeyCredential(ALICE.access_key_id, ALICE.secret_access_key)
-    own, other = (
+    own, other, bobs = (
         portal.create_warehouse(name, S3StorageProfile(
             bucket=ALICE.bucket, region=seaweedfs.region, key_prefix=name, endpoint=seaweedfs.s3_endpoint,
             path_style_access=True, flavor="s3-compat",
         ), keys)
-        for name in ("exec-own", "exec-other")
+        for name in ("exec-own", "exec-other", "exec-bobs")
     )
-    yield Execution(own, other, portal.warehouse_token(own.id).access_token)
-    for warehouse in (own, other):
+    for warehouse, user in ((own, ALICE_USER), (other, ALICE_USER), (bobs, BOB_USER)):
+        portal.grant_sole_ownership(warehouse.id, lakekeeper_user_id(user.sub))
+    yield Execution(
+        own, other, bobs, portal.user_token(ALICE_USER.sub, own.id).access_token,
+        portal.user_token(ALICE_USER.sub).access_token, portal.user_token(BOB_USER.sub).access_token,
+    )
+    for warehouse in (own, other, bobs):
         portal.purge_warehouse_contents(warehouse.name)
         portal.delete_warehouse(warehouse.id)
     portal.close()
-    tokens.close()
+
+
+def test_the_portal_is_project_admin_and_makes_the_user_the_only_grantee(execution, devcatalog, portal_tokens):
+    with checked_portal(devcatalog, portal_tokens) as portal:
+        assert portal.whoami().id == f"oidc~{SERVICE_CLIENT_ID}"
+        for warehouse, user in ((execution.own, ALICE_USER), (execution.bobs, BOB_USER)):
+            # The creator's ownership (the portal's) is gone; the portal keeps its project-admin role.
+            assert portal.warehouse_assignments(warehouse.id) == [
+                WarehouseAssignment("ownership", user=f"oidc~{user.sub}")]
+            assert portal.get_warehouse(warehouse.id).name == warehouse.name
+
+
+def test_a_user_provisions_itself_and_no_one_else(execution, devcatalog, portal_tokens):
+    with checked_portal(devcatalog, portal_tokens) as portal:
+        alice = portal.provision_user(execution.alice_token)
+        assert (alice.id, alice.name, alice.email, alice.user_type) == (
+            f"oidc~{ALICE_USER.sub}", ALICE_USER.name, ALICE_USER.email, "human")
+        assert portal.provision_user(execution.alice_token) == alice  # idempotent
+        assert portal.whoami(execution.token).id == alice.id  # an execution acts as its user
+    with checked_client(devcatalog, execution.alice_token) as as_alice:
+        other = as_alice.post("/management/v1/user", json={"id": f"oidc~{BOB_USER.sub}", "name": "Mallory"})
+        assert other.status_code == 403
+
+
+def test_grants_confine_a_users_token_to_the_users_own_warehouses(execution, devcatalog, seaweedfs):
+    """What Lakekeeper with OpenFGA decides: no scope, only the grants."""
+    own, other, bobs = execution.own.id, execution.other.id, execution.bobs.id
+    with checked_client(devcatalog, execution.alice_token) as alice:
+        assert warehouse_names(alice, "active", "inactive") == {"exec-own", "exec-other"}
+        for mine in (own, other):
+            assert alice.get(f"/management/v1/warehouse/{mine}").status_code == 200
+            assert alice.get(f"/catalog/v1/{mine}/namespaces").status_code == 200
+        for elsewhere in (bobs, uuid.uuid4()):
+            assert error_of(alice.get(f"/management/v1/warehouse/{elsewhere}")) == (403, "WarehouseActionForbidden")
+            assert error_of(alice.get(f"/catalog/v1/{elsewhere}/namespaces")) == (403, "WarehouseActionForbidden")
+            assert error_of(alice.get(f"/management/v1/permissions/warehouse/{elsewhere}/assignments")) == (
+                403, "WarehouseActionForbidden")
+        assert error_of(alice.get("/catalog/v1/config", params={"warehouse": "exec-bobs"})) == (
+            403, "WarehouseActionForbidden")
+        intruder = alice.post(f"/management/v1/permissions/warehouse/{bobs}/assignments",
+                              json={"writes": [{"type": "select", "user": f"oidc~{ALICE_USER.sub}"}]})
+        assert error_of(intruder) == (403, "WarehouseActionForbidden")
+        assert error_of(create_warehouse(alice, seaweedfs, "alices-own", "alices-own")) == (
+            403, "ProjectActionForbidden")
+    with checked_client(devcatalog, execution.bob_token) as bob:
+        assert warehouse_names(bob, "active", "inactive") == {"exec-bobs"}
+        assert error_of(bob.get(f"/management/v1/warehouse/{own}")) == (403, "WarehouseActionForbidden")
+
+
+def test_read_grants_read_and_no_grants_reach_nothing(devcatalog, seaweedfs, portal_tokens, oidc_provider):
+    """Archiving leaves the owner `describe` and `select`; purging revokes every grant."""
+    alice_id = f"oidc~{ALICE_USER.sub}"
+    with checked_portal(devcatalog, portal_tokens) as portal:
+        warehouse = portal.create_warehouse("exec-archived", S3StorageProfile(
+            bucket=ALICE.bucket, region=seaweedfs.region, key_prefix="exec-archived", endpoint=seaweedfs.s3_endpoint,
+            path_style_access=True, flavor="s3-compat"), S3AccessKeyCredential(ALICE.access_key_id,
+                                                                               ALICE.secret_access_key))
+        portal.set_warehouse_assignments(warehouse.id, [
+            WarehouseAssignment("describe", user=alice_id), WarehouseAssignment("select", user=alice_id)])
+        token = portal.user_token(ALICE_USER.sub, warehouse.id).access_token
+        try:
+            with checked_client(devcatalog, token) as alice:
+                assert alice.get(f"/catalog/v1/{warehouse.id}/namespaces").status_code == 200
+                created = alice.post(f"/catalog/v1/{warehouse.id}/namespaces", json={"namespace": ["late"]})
+                assert error_of(created) == (403, "WarehouseActionForbidden")
+                portal.set_warehouse_assignments(warehouse.id, [])
+                assert portal.warehouse_assignments(warehouse.id) == []
+                assert error_of(alice.get(f"/catalog/v1/{warehouse.id}/namespaces")) == (
+                    403, "WarehouseActionForbidden")
+                assert warehouse_names(alice, "active", "inactive") == set()
+        finally:
+            portal.delete_warehouse(warehouse.id)
 
 
 def test_an_execution_token_sees_only_its_warehouse_and_changes_nothing(execution, devcatalog, seaweedfs, api):
     own, other = execution.own.id, execution.other.id
     with checked_client(devcatalog, execution.token) as scoped:
         assert scoped.get(f"/management/v1/warehouse/{own}").raise_for_status().json()["name"] == "exec-own"
-        for elsewhere in (other, uuid.uuid4()):
+        # The narrowing scope, second layer: even the user's other warehouse is out of reach.
+        for elsewhere in (other, execution.bobs.id, uuid.uuid4()):
             assert error_of(scoped.get(f"/management/v1/warehouse/{elsewhere}")) == (403, "WarehouseActionForbidden")
         assert warehouse_names(scoped, "active", "inactive") == {"exec-own"}
 
@@ -389,11 +486,14 @@ def test_an_execution_token_sees_only_its_warehouse_and_changes_nothing(executio
         assert error_of(scoped.post(f"/management/v1/warehouse/{own}/rename", json={"new-name": "x"})) == (
             403, "WarehouseActionForbidden")
         assert error_of(scoped.delete(f"/management/v1/warehouse/{own}")) == (403, "WarehouseActionForbidden")
+        revoke = scoped.post(f"/management/v1/permissions/warehouse/{own}/assignments",
+                             json={"deletes": [{"type": "ownership", "user": f"oidc~{ALICE_USER.sub}"}]})
+        assert error_of(revoke) == (403, "WarehouseActionForbidden")
         assert error_of(create_warehouse(scoped, seaweedfs, "exec-new", "exec-new")) == (
             403, "ProjectActionForbidden")
 
-    # The portal's own (unscoped) token is unchanged.
-    assert {"exec-own", "exec-other"} <= warehouse_names(api)
+    # The portal's own token is unchanged.
+    assert {"exec-own", "exec-other", "exec-bobs"} <= warehouse_names(api)
     assert api.get(f"/management/v1/warehouse/{other}").json()["status"] == "active"
     assert "exec-new" not in warehouse_names(api, "active", "inactive")
 
@@ -404,14 +504,15 @@ def test_an_execution_token_reaches_only_its_warehouse_in_the_catalog(execution,
         config = scoped.get("/catalog/v1/config", params={"warehouse": "exec-own"}).raise_for_status().json()
         assert config["defaults"]["prefix"] == own
         # Names outside the scope are refused alike, existing or not.
-        for name in ("exec-other", f"{PROJECT}/exec-other", "nowhere"):
+        for name in ("exec-other", f"{PROJECT}/exec-other", "exec-bobs", "nowhere"):
             forbidden = scoped.get("/catalog/v1/config", params={"warehouse": name})
             assert error_of(forbidden) == (403, "WarehouseActionForbidden"), name
 
         assert scoped.get(f"/catalog/v1/{own}/namespaces").status_code == 200
-        assert error_of(scoped.get(f"/catalog/v1/{other}/namespaces")) == (403, "WarehouseActionForbidden")
-        created = scoped.post(f"/catalog/v1/{other}/namespaces", json={"namespace": ["intruder"]})
-        assert error_of(created) == (403, "WarehouseActionForbidden")
+        for elsewhere in (other, execution.bobs.id):
+            assert error_of(scoped.get(f"/catalog/v1/{elsewhere}/namespaces")) == (403, "WarehouseActionForbidden")
+            created = scoped.post(f"/catalog/v1/{elsewhere}/namespaces", json={"namespace": ["intruder"]})
+            assert error_of(created) == (403, "WarehouseActionForbidden")
 
     with pytest.raises(ForbiddenError):
         iceberg_catalog(devcatalog, "exec-other", token=execution.token)
@@ -474,4 +575,4 @@ def test_vended_credentials_cannot_reach_another_warehouse(execution, devcatalog
         assert intruder.delete(f"/{other_bucket}{data_key}").status_code == 403
         assert owner.get(f"/{other_bucket}{data_key}").status_code == 200  # still there
     # Nor the warehouses' own bucket.
-    assert probe_storage(seaweedfs.s3_location(ALICE.bucket, "exec-own"), own_session).first_failure.name == "write"
+    assert probe_storage(seaweedfs.s3_location(ALICE.bucket, "exec-own"), own_session, policy=LOOPBACK_ALLOWED).first_failure.name == "write"

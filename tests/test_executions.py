@@ -20,14 +20,18 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import httpx
+import jwt
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
+from ray.job_submission import JobSubmissionClient, JobType
 from sqlmodel import Session, select
 
 from app import create_app
 from app.charts import StepTiming, step_timeline_svg
 from app.compute_units import lifecycle
+from app.executions import logs as logs_view
 from app.executions import runner
 from app.extensions import lakekeeper
 from app.models import (
@@ -36,14 +40,19 @@ from app.models import (
     Execution,
     User,
     Warehouse,
+    WorkLease,
     Workflow,
     WorkflowVersion,
 )
-from app.ray_clusters.local import cluster_pids
-from app.ray_clusters.spark_host_client import SparkHostClient
+from app.ray_clusters.local import SPARK_HOST_LAUNCHER, cluster_pids
+from app.worker import Worker
+from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from devstack.oidc_provider import SERVICE_CLIENT_ID
+from compute.contract import SUBMIT_CODE
 from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.processes import process_running
+from tests.services import known_test_subject
 
 ONE_SQL_STEP = [{"name": "doubled", "kind": "sql", "code": "SELECT id, id * 2 AS twice FROM range(0, 130)",
                  "output": True}]
@@ -52,6 +61,7 @@ ONE_SQL_STEP = [{"name": "doubled", "kind": "sql", "code": "SELECT id, id * 2 AS
 @pytest.fixture
 def app(portal_config, lakehouse):
     return create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2,
+                              CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints,
                               CU_MAX_MEMORY_GB=4.0, CU_MAX_WORKERS=1))
 
 
@@ -72,7 +82,7 @@ def reload(db_engine, model, row_id):
 
 
 def make_user(db_engine) -> User:
-    subject = f"newcomer-{secrets.token_hex(4)}"
+    subject = known_test_subject()
     return add(db_engine, User(issuer="https://tests.invalid", subject=subject, name=subject,
                                email=f"{subject}@example.test"))
 
@@ -244,6 +254,23 @@ def test_lists_filter_by_state_warehouse_and_compute_unit(client, newcomer, db_e
     assert set(map(int, re.findall(r'id="execution-row-(\d+)"', history))) == {done.id, failed.id}
 
 
+def test_the_list_shows_durations_and_links_each_workflow(client, newcomer, db_engine):
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    began = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    ran = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="COMPLETED", started_at=began,
+                        ended_at=began + timedelta(minutes=1, seconds=5))
+    queued = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="QUEUED")
+    listing = text(client.get("/executions/"))
+    assert "<th class=\"num\">Duration</th>" in listing
+
+    def row(execution):
+        return listing.split(f'id="execution-row-{execution.id}"', 1)[1].split("</tr>", 1)[0]
+
+    assert re.search(r'data-testid="execution-duration">1 min 05 s<', row(ran))
+    assert re.search(r'data-testid="execution-duration">—<', row(queued))  # not started yet
+    assert f'<a href="/workflows/{workflow.id}">{workflow.name}</a>' in row(ran)
+
+
 def test_the_live_part_polls_until_a_final_state(client, newcomer, db_engine):
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     progress = {"steps": [{"name": "load", "state": "done", "rows_out": 1234},
@@ -280,6 +307,10 @@ def test_the_runtime_chart_draws_each_step_where_and_as_long_as_it_ran():
     assert float(tiny_width) > 0 and load_color != join_color
     assert "2.0 s · 1,000 rows" in chart and "&lt;b&gt;" in chart and "<b>" not in chart
     assert "<script" not in chart and "style=" not in chart
+    # A step of a millisecond: the axis counts tenths of milliseconds, not "0 ms" at every tick.
+    quick = step_timeline_svg([StepTiming("broken", "failed", 0.0, 0.001)])
+    ticks = re.findall(r'text-anchor="middle"[^>]*>([^<]+)</text>', quick)
+    assert len(ticks) == 5 and len(set(ticks)) == 5 and ticks[0] == "0.0 ms", ticks
 
 
 def test_every_execution_route_answers_404_to_another_user(client, newcomer, db_engine):
@@ -329,6 +360,37 @@ def independent_catalog(lakehouse, warehouse: Warehouse):
                         **{"header.X-Iceberg-Access-Delegation": "vended-credentials"})
 
 
+def test_the_token_a_unit_receives_acts_as_the_executing_user_for_one_warehouse(portal_config, lakehouse, db_engine):
+    """The catalog token of an execution, as `runner` puts it into the ExecutionSpec, used the way
+    the unit's code could use it: through the API a real Lakekeeper offers."""
+    app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url))
+    owner_client, stranger_client = app.test_client(), app.test_client()
+    owner, stranger = make_user(db_engine), make_user(db_engine)
+    sign_in_as(owner_client, owner)
+    sign_in_as(stranger_client, stranger)
+    own, second = (reload(db_engine, Warehouse, register_warehouse(owner_client, lakehouse, name))
+                   for name in ("mine", "second"))
+    theirs = reload(db_engine, Warehouse, register_warehouse(stranger_client, lakehouse, "theirs"))
+
+    with app.app_context():
+        token = runner.execution_token(own, owner)
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert claims["sub"] == owner.subject != SERVICE_CLIENT_ID  # the user, never the portal's service identity
+    assert claims["act"] == {"sub": SERVICE_CLIENT_ID}
+    assert claims["scope"] == f"warehouse:{own.lakekeeper_id}"
+    assert claims["exp"] - claims["iat"] == lakehouse.oidc.user_token_ttl
+
+    with httpx.Client(base_url=lakehouse.catalog_url, headers={"Authorization": f"Bearer {token}"}) as catalog:
+        assert catalog.get("/management/v1/whoami").json()["id"] == f"oidc~{owner.subject}"
+        listed = catalog.get("/management/v1/warehouse").raise_for_status().json()["warehouses"]
+        assert [w["name"] for w in listed] == [own.lakekeeper_name]
+        assert catalog.get("/catalog/v1/config", params={"warehouse": own.lakekeeper_name}).status_code == 200
+        for elsewhere in (second, theirs):  # the user's other warehouse, another user's warehouse
+            assert catalog.get(f"/management/v1/warehouse/{elsewhere.lakekeeper_id}").status_code == 403
+            assert catalog.get("/catalog/v1/config", params={"warehouse": elsewhere.lakekeeper_name}).status_code == 403
+            assert catalog.get(f"/catalog/v1/{elsewhere.lakekeeper_id}/namespaces").status_code == 403
+
+
 def test_results_logs_and_stats_of_a_completed_execution_are_read_from_its_warehouse(
         client, newcomer, db_engine, lakehouse):
     """The tables a run leaves (written here with pyiceberg, as compute/pipeline.py lays them out)
@@ -365,7 +427,7 @@ def test_results_logs_and_stats_of_a_completed_execution_are_read_from_its_wareh
     jumped = text(client.get(f"{base}?page=3&size=25", headers={"HX-Request": "true"}))
     assert jumped.lstrip().startswith('<div id="table-page"') and "<html" not in jumped
     assert "Rows 51–75 of" in jumped and "page 3 of 6" in jumped
-    assert len(re.findall(r"<tr><td>\d+</td><td>\d+</td></tr>", jumped)) == 25
+    assert len(re.findall(r"<tr><td class=\"num\">\d+</td><td class=\"num\">\d+</td></tr>", jumped)) == 25
     assert 'hx-get="%s?page=4&amp;size=25"' % base in jumped
     last = text(client.get(f"{base}?page=99&size=100", headers={"HX-Request": "true"}))
     assert "Rows 101–130 of" in last and "page 2 of 2" in last
@@ -388,9 +450,122 @@ def test_results_logs_and_stats_of_a_completed_execution_are_read_from_its_wareh
     assert client.get(f"{base}/csv").status_code == 502
 
 
+LOG_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("level", pa.string()), ("step", pa.string()),
+                        ("message", pa.string())])
+
+
+def test_log_filters_keep_lines_matching_level_step_and_text_in_time_order():
+    began = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    rows = pa.table({"ts": [began + timedelta(seconds=s) for s in (3, 1, 2, 0)],
+                     "level": ["ERROR", "INFO", "INFO", None], "step": ["load", "load", "sum", None],
+                     "message": ["Load failed", "loading ROWS", "summing rows", "starting"]}, schema=LOG_SCHEMA)
+    messages = lambda table: table["message"].to_pylist()  # noqa: E731
+    assert messages(logs_view.filtered(rows, logs_view.LogFilters())) == [
+        "starting", "loading ROWS", "summing rows", "Load failed"]  # by time, not as written
+    assert messages(logs_view.filtered(rows, logs_view.LogFilters(level="INFO"))) == ["loading ROWS", "summing rows"]
+    assert messages(logs_view.filtered(rows, logs_view.LogFilters(step="load"))) == ["loading ROWS", "Load failed"]
+    assert messages(logs_view.filtered(rows, logs_view.LogFilters(text="rows"))) == ["loading ROWS", "summing rows"]
+    assert messages(logs_view.filtered(rows, logs_view.LogFilters(level="INFO", step="load", text="LOAD"))) == [
+        "loading ROWS"]
+    assert logs_view.filtered(rows, logs_view.LogFilters(level="DEBUG")).num_rows == 0
+    assert logs_view.LogFilters.from_args({"level": "INFO", "step": "", "q": "  x "}).params == {
+        "level": "INFO", "q": "x"}
+
+
+def test_the_logs_viewer_filters_on_the_server_and_keeps_its_filters_in_the_url(
+        client, newcomer, db_engine, lakehouse):
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "logs"))
+    workflow, cu = workflow_for(db_engine, newcomer), unit_row(db_engine, newcomer, state="TERMINATED")
+    execution = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="COMPLETED", run_id="r")
+    catalog = independent_catalog(lakehouse, warehouse)
+    catalog.create_namespace("console_logs")
+    began = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    lines = ([("INFO", None, "run started"), ("WARN", "load", "Slow storage answer"), ("ERROR", "load", "retrying")]
+             + [("INFO", "bulk", f"bulk line {number}") for number in range(60)])
+    catalog.create_table(f"console_logs.e{execution.id}", schema=LOG_SCHEMA).append(pa.table({
+        "ts": [began + timedelta(seconds=number) for number in range(len(lines))],
+        "level": [line[0] for line in lines], "step": [line[1] for line in lines],
+        "message": [line[2] for line in lines]}, schema=LOG_SCHEMA))
+    base = f"/executions/{execution.id}/logs"
+
+    page = text(client.get(base))
+    assert 'data-testid="log-filters"' in page
+    assert select_options(page, "level") == {"", "ERROR", "INFO", "WARN"}
+    assert select_options(page, "step") == {"", "bulk", "load"}
+    # Times travel in UTC for the page's script to show in the viewer's time zone.
+    assert '<time datetime="2026-01-01T12:00:01+00:00" data-local>2026-01-01 12:00:01 UTC</time>' in page
+    assert "Rows 1–50 of" in page and 'data-testid="total-rows">63<' in page
+
+    warned = client.get(f"{base}?level=WARN", headers={"HX-Request": "true"})
+    partial = text(warned)
+    assert partial.lstrip().startswith('<div id="table-page"') and "<html" not in partial
+    assert "Slow storage answer" in partial and "retrying" not in partial and "bulk line" not in partial
+    assert warned.headers["HX-Push-Url"] == f"{base}?page=1&size=50&level=WARN"
+
+    searched = text(client.get(f"{base}?step=load&q=SLOW", headers={"HX-Request": "true"}))
+    assert "Slow storage answer" in searched and "retrying" not in searched
+
+    # The pager keeps the filters: its links, its forms and the address bar.
+    bulk = client.get(f"{base}?step=bulk&size=25&page=2", headers={"HX-Request": "true"})
+    paged = text(bulk)
+    assert "Rows 26–50 of" in paged and "page 2 of 3" in paged and "bulk line 25" in paged
+    assert 'hx-get="%s?page=3&amp;size=25&amp;step=bulk"' % base in paged
+    assert '<input type="hidden" name="step" value="bulk">' in paged
+    assert bulk.headers["HX-Push-Url"] == f"{base}?page=2&size=25&step=bulk"
+    # Without htmx the same address shows the whole page with the filters filled in.
+    full = text(client.get(f"{base}?step=bulk&q=line 1"))
+    assert "<html" in full and 'value="line 1"' in full and '<option value="bulk" selected>' in full
+    assert "bulk line 17" in full and "bulk line 20" not in full
+    nothing = text(client.get(f"{base}?q=no such words", headers={"HX-Request": "true"}))
+    assert 'data-testid="total-rows">0<' in nothing
+
+
+def test_a_failed_execution_says_why_first_and_links_to_its_step_with_the_stats_it_has(
+        client, newcomer, db_engine, lakehouse):
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "failed"))
+    workflow = workflow_for(db_engine, newcomer, [
+        {"name": "numbers", "kind": "sql", "code": "SELECT 1 AS id", "output": False},
+        {"name": "broken", "kind": "python", "code": "def run(spark, numbers):\n    raise ValueError('no')",
+         "output": True}])
+    cu = unit_row(db_engine, newcomer, state="TERMINATED")
+    began = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc).timestamp()
+    progress = {"steps": [
+        {"name": "numbers", "state": "done", "rows_out": None, "started_at": began, "ended_at": began + 2},
+        {"name": "broken", "state": "failed", "rows_out": None, "started_at": began + 2, "ended_at": began + 3},
+        {"name": "never", "state": "pending", "rows_out": None, "started_at": None, "ended_at": None}], "logs": []}
+    reason = "step 'broken' failed: ValueError: no"
+    # Its runtime_stats table was never written (e.g. it failed while recording).
+    execution = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="FAILED", run_id="r",
+                              reason=reason, progress=json.dumps(progress))
+
+    page = text(client.get(f"/executions/{execution.id}"))
+    box = page.split('data-testid="failure-box"', 1)[1].split("</article>", 1)[0]
+    assert 'role="alert"' in page.split('data-testid="failure-box"', 1)[0].rsplit("<article", 1)[1]
+    assert reason in box
+    assert f'href="/workflows/{workflow.id}/edit#step-broken"' in box
+    assert 'data-testid="execution-reason"' not in page  # said once, in the box
+    editor = text(client.get(f"/workflows/{workflow.id}/edit"))
+    assert '<legend id="step-broken">' in editor
+
+    stats = text(client.get(f"/executions/{execution.id}/stats", headers={"HX-Request": "true"}))
+    assert "does not exist" not in stats
+    assert 'data-testid="stats-from-progress"' in stats
+    assert 'data-step="numbers"' in stats and 'data-step="broken"' in stats and 'data-step="never"' not in stats
+
+    # A failure outside any step has the box, without a step to open.
+    unbound = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="FAILED", run_id="r2",
+                            reason="the compute unit stopped: it was deleted", progress=json.dumps({"steps": []}))
+    page = text(client.get(f"/executions/{unbound.id}"))
+    assert 'data-testid="failure-box"' in page and "the compute unit stopped: it was deleted" in page
+    assert 'data-testid="failing-step-link"' not in page
+    stats = text(client.get(f"/executions/{unbound.id}/stats", headers={"HX-Request": "true"}))
+    assert "does not exist" not in stats and 'data-testid="no-stats"' in stats
+
+
 def test_an_unreachable_catalog_fails_the_execution_with_that_reason(portal_config, db_engine):
     app = create_app(replace(portal_config, LAKEKEEPER_URL=f"http://127.0.0.1:{free_port()}",
                              LAKEKEEPER_TIMEOUT_SECONDS=2.0))
+    background = Worker(app).start()
     client = app.test_client()
     owner = make_user(db_engine)
     sign_in_as(client, owner)
@@ -403,9 +578,11 @@ def test_an_unreachable_catalog_fails_the_execution_with_that_reason(portal_conf
     assert execution.workflow_version == 1 and execution.compute_unit_id == cu.id
     assert execution.warehouse_id == warehouse.id and execution.owner_id == owner.id
     assert reload(db_engine, ComputeUnit, cu.id).state == "RUNNING"
+    background.stop()
 
 
-def test_a_warehouse_gone_from_the_catalog_fails_the_execution_at_submit(app, client, newcomer, db_engine, lakehouse):
+def test_a_warehouse_gone_from_the_catalog_fails_the_execution_at_submit(app, client, newcomer, db_engine, lakehouse,
+                                                                         worker):
     warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "vanishing"))
     with app.app_context():
         lakekeeper().delete_warehouse(warehouse.lakekeeper_id)  # behind Lakeport's back
@@ -418,16 +595,29 @@ def test_a_warehouse_gone_from_the_catalog_fails_the_execution_at_submit(app, cl
     assert execution.run_id == ""
 
 
-def test_a_restarted_portal_fails_what_it_abandoned_before_submitting(portal_config, lakehouse, newcomer, db_engine):
+def test_a_worker_takes_over_an_execution_whose_worker_died_and_prepares_it_again(
+        app, newcomer, db_engine, worker):
+    """Its lease expired: the execution is prepared again from its row (here its warehouse is not in
+    the catalog, so it fails saying so); one whose lease a live worker holds is left to that worker."""
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
     abandoned = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="INITIALIZING", created_at=long_ago)
-    create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url))  # a portal (re)start adopts
-    deadline = time.monotonic() + 10
+    held = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="INITIALIZING")
+    add(db_engine, WorkLease(name=f"execution:{abandoned.id}", holder="dead-worker", expires_at=long_ago),
+        WorkLease(name=f"execution:{held.id}", holder="live-worker",
+                  expires_at=datetime.now(timezone.utc) + timedelta(minutes=5)))
+    deadline = time.monotonic() + 30
     while (execution := reload(db_engine, Execution, abandoned.id)).state == "INITIALIZING":
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    assert (execution.state, execution.reason) == ("FAILED", "the portal restarted before this execution was submitted")
+    assert execution.state == "FAILED", execution.reason
+    # Prepared again from the start: the warehouse is checked first (this one is Lakeport's row only).
+    assert execution.reason == f"the warehouse {warehouse.name} no longer exists in the catalog"
+    assert reload(db_engine, Execution, held.id).state == "INITIALIZING"
+    with Session(db_engine) as db:
+        db.delete(db.get(WorkLease, f"execution:{held.id}"))
+        db.get(Execution, held.id).state = "CANCELLED"
+        db.commit()
 
 
 def test_archiving_or_deactivating_a_warehouse_stops_the_executions_waiting_to_write_into_it(
@@ -469,7 +659,9 @@ def wait_for(client, db_engine, execution_id: int, states: tuple[str, ...], time
 def e2e(portal_config, lakehouse, db_engine):
     """A newcomer with a real local compute unit and a real warehouse, both made through the portal."""
     app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2,
+                             CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints,
                              CU_MAX_MEMORY_GB=4.0, CU_MAX_WORKERS=1, CU_WARM_SPARK_ON_START=True))
+    background = Worker(app).start()
     client = app.test_client()
     user = make_user(db_engine)
     sign_in_as(client, user)
@@ -484,6 +676,7 @@ def e2e(portal_config, lakehouse, db_engine):
     deadline = time.monotonic() + 60
     while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.5)
+    background.stop()
 
 
 def start_unit(client, db_engine, name: str) -> ComputeUnit:
@@ -523,8 +716,22 @@ def test_a_running_unit_starts_its_spark_session_before_any_execution_asks(e2e, 
     assert "starting its Spark session" in unit_events(db_engine, cu_id)
     with Session(db_engine) as db:
         assert db.exec(select(Execution.id).where(Execution.compute_unit_id == cu_id)).first() is None
-    with app.app_context(), SparkHostClient(lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))) as host:
-        assert host.info()["state"] == "ready"
+    with app.app_context():
+        handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
+        with SparkHostClient(handle) as host:
+            info = host.info()
+        assert info["state"] == "ready"
+        # The host was started with the cluster by the unit's init, not by a Ray Job afterwards;
+        # its launcher ends once the host is ready.
+        backend = lifecycle._backend(reload(db_engine, ComputeUnit, cu_id))
+        deadline = time.monotonic() + 30
+        while backend.spark_host_launch(handle) != "ENDED":
+            assert time.monotonic() < deadline, "the Spark host's launcher did not end"
+            time.sleep(0.5)
+        jobs = JobSubmissionClient(handle.dashboard_url, headers=handle.auth_headers()).list_jobs()
+        assert [job for job in jobs if job.type == JobType.SUBMISSION] == []  # drivers only: the launcher's
+    launcher = json.loads((Path(handle.details["cluster_dir"]) / "nodes" / f"{SPARK_HOST_LAUNCHER}.json").read_text())
+    assert launcher["returncode"] == 0
     detail = text(client.get(f"/compute-units/{cu_id}"))
     assert "Spark session ready after" in detail
 
@@ -582,7 +789,7 @@ def test_run_a_one_step_workflow_into_a_warehouse_and_page_its_results(e2e, db_e
     second = text(client.get(f"/executions/{execution_id}/results/doubled?page=2&size=25",
                              headers={"HX-Request": "true"}))
     assert second.lstrip().startswith('<div id="table-page"')
-    cells = re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td></tr>", second)
+    cells = re.findall(r"<tr><td class=\"num\">(\d+)</td><td class=\"num\">(\d+)</td></tr>", second)
     assert len(cells) == 25 and all(int(twice) == 2 * int(number) for number, twice in cells)
     assert "Rows 26–50 of" in second
 
@@ -645,31 +852,62 @@ def test_a_step_that_raises_fails_the_execution_with_the_step_and_its_error(e2e,
     assert 'data-testid="execution-outputs"' not in page  # a failed run offers no results
 
 
-def test_a_restarted_portal_watches_again_the_runs_its_unit_still_knows(e2e, portal_config, lakehouse, db_engine):
-    """A run submitted by a portal process that then died is followed to its end by the next one;
-    a run the unit does not know fails."""
+def test_the_worker_watches_runs_no_worker_watches_that_their_unit_still_knows(e2e, db_engine):
+    """A run submitted by a worker that then died (no lease) is followed to its end by the running
+    worker; a run the unit does not know fails."""
     app, client, user, cu_id, warehouse_id = e2e
     workflow = workflow_for(db_engine, user)
     cu, warehouse = reload(db_engine, ComputeUnit, cu_id), reload(db_engine, Warehouse, warehouse_id)
-    orphan = execution_row(db_engine, user, workflow, warehouse, cu, state="RUNNING")
+    # Made final so that no worker drives it before it looks like a dead worker's run: RUNNING with
+    # the run id of a run on its unit, set below in one write.
+    orphan = execution_row(db_engine, user, workflow, warehouse, cu, state="FAILED")
     unknown = execution_row(db_engine, user, workflow, warehouse, cu, state="RUNNING", run_id="no-such-run")
+    no_run = execution_row(db_engine, user, workflow, warehouse, cu, state="RUNNING")
     with app.app_context(), SparkHostClient(lifecycle.handle_of(cu)) as host:
         with Session(db_engine) as db:
             version = db.get(WorkflowVersion, orphan.workflow_version_id)
             owner = db.get(User, user.id)
-        token = lakekeeper().warehouse_token(warehouse.lakekeeper_id).access_token
+        token = lakekeeper().user_token(owner.subject, warehouse.lakekeeper_id).access_token
         spec = runner.execution_spec(orphan, workflow, version, owner, cu, warehouse, token)
-        run_id = host.submit(runner.SUBMIT_CODE, spec, name="left by a dead portal")["run_id"]
+        run_id = host.submit(SUBMIT_CODE, spec, name="left by a dead portal")["run_id"]
     with Session(db_engine) as db:
-        db.get(Execution, orphan.id).run_id = run_id
+        row = db.get(Execution, orphan.id)
+        row.state, row.run_id = "RUNNING", run_id
         db.commit()
 
-    create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2, CU_MAX_MEMORY_GB=4.0))
     adopted = wait_for(client, db_engine, orphan.id, ("COMPLETED", "FAILED", "CANCELLED"), timeout=120)
     assert adopted.state == "COMPLETED", adopted.reason
     assert json.loads(adopted.outputs)["outputs"] == {"doubled": f"results.e{orphan.id}_doubled"}
     lost = wait_for(client, db_engine, unknown.id, ("FAILED", "COMPLETED"), timeout=30)
     assert lost.reason.startswith("the compute unit's Spark host no longer knows this run")
+    never_submitted = wait_for(client, db_engine, no_run.id, ("FAILED", "COMPLETED"), timeout=30)
+    assert never_submitted.reason == "it is marked running but no run on its compute unit is recorded"
+
+
+class AnsweringHost:
+    """A Spark host client whose info call answers (the host is up)."""
+
+    def info(self) -> dict:
+        return {"state": "ready"}
+
+
+@pytest.mark.parametrize("silent_for, fails", [(1.0, False), (runner.HOST_SILENCE_SECONDS + 1, True)])
+def test_a_broken_connection_to_a_host_that_answers_is_a_hiccup_not_a_forgotten_run(monkeypatch, silent_for, fails):
+    """Only a 404 for the run means the host lost it; a dropped connection is waited out."""
+    monkeypatch.setattr(runner, "_unit_failure", lambda cu_id: None)
+    dropped = SparkHostError("Spark host at http://127.0.0.1:1 not reachable: Server disconnected")
+    if not fails:
+        runner._check_silence(AnsweringHost(), 1, dropped, silent_for=silent_for)
+        return
+    with pytest.raises(runner.ExecutionFailed, match="stopped answering: Spark host at"):
+        runner._check_silence(AnsweringHost(), 1, dropped, silent_for=silent_for)
+
+
+def test_a_host_that_answers_404_for_the_run_lost_it(monkeypatch):
+    monkeypatch.setattr(runner, "_unit_failure", lambda cu_id: None)
+    unknown = SparkHostError('Spark host answered 404: {"error": "no such run"}', 404)
+    with pytest.raises(runner.ExecutionFailed, match="no longer knows this run"):
+        runner._check_silence(AnsweringHost(), 1, unknown, silent_for=0.5)
 
 
 TWO_OUTPUTS = [
@@ -742,6 +980,97 @@ def test_archiving_a_warehouse_mid_run_fails_the_execution_and_leaves_no_result(
     assert not independent_catalog(lakehouse, warehouse).table_exists(f"results.e{execution_id}_slow")
     assert reload(db_engine, ComputeUnit, cu_id).state == "RUNNING"
     assert reload(db_engine, Execution, execution_id).state == "FAILED"  # the watcher left it so
+
+
+LAST_STEP_WRITES = [
+    {"name": "first", "kind": "sql", "code": "SELECT id FROM range(3)", "output": True},
+    {"name": "last", "kind": "python", "output": True,
+     "code": "def run(spark, first):\n    return first.selectExpr('id * 2 AS twice')"},
+]
+
+
+def left_statuses(catalog, execution_id: int) -> dict[str, str]:
+    """`lakeport.status` of every table the execution left in the warehouse."""
+    found = {}
+    for namespace, names in (("results", ("first", "last")), ("runtime_stats", ()), ("console_logs", ())):
+        for table in [f"{namespace}.e{execution_id}_{name}" for name in names] or [f"{namespace}.e{execution_id}"]:
+            if catalog.table_exists(table):
+                found[table] = catalog.load_table(table).properties["lakeport.status"]
+    return found
+
+
+@pytest.mark.parametrize("stop", ["cancel", "archive"])
+def test_stopping_a_run_during_its_last_step_never_leaves_a_table_marked_complete(e2e, db_engine, lakehouse, stop):
+    """Ten runs, each stopped at another moment of its last step (its write, its end, the
+    marking): the execution's final state and its tables agree every time. Only a COMPLETED
+    execution has tables marked complete; the tables of any other were dropped."""
+    app, client, user, cu_id, shared_warehouse_id = e2e
+    workflow = workflow_for(db_engine, user, LAST_STEP_WRITES)
+    with app.app_context():
+        handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
+    ends = []
+    with SparkHostClient(handle) as host:
+        for attempt in range(10):
+            warehouse_id = (register_warehouse(client, lakehouse, f"stopped-{attempt}") if stop == "archive"
+                            else shared_warehouse_id)
+            execution_id = int(run(client, workflow, cu_id, warehouse_id).headers["Location"].rsplit("/", 1)[1])
+            deadline = time.monotonic() + 60
+            while not (run_id := reload(db_engine, Execution, execution_id).run_id):
+                assert time.monotonic() < deadline, "the execution was not submitted"
+                time.sleep(0.05)
+            while (unit_run := host.run(run_id))["state"] not in ("COMPLETED", "FAILED", "CANCELLED") and \
+                    [step["state"] for step in unit_run["progress"]["steps"]][1:] != ["running"]:
+                assert time.monotonic() < deadline, unit_run
+                time.sleep(0.02)
+            time.sleep(attempt * 0.12)
+            if stop == "cancel":
+                client.post(f"/executions/{execution_id}/cancel", headers={"X-CSRFToken": csrf(client),
+                                                                           "HX-Request": "true"})
+            else:
+                client.post(f"/warehouses/{warehouse_id}/archive", data={"csrf_token": csrf(client)})
+            execution = wait_for(client, db_engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+            unit_state = host.wait(run_id, timeout_s=60)["state"]
+            assert (unit_state == "COMPLETED") == (execution.state == "COMPLETED"), (attempt, unit_state)
+            ends.append(execution.state)
+            left = left_statuses(independent_catalog(lakehouse, reload(db_engine, Warehouse, warehouse_id)),
+                                 execution_id)
+            if execution.state == "COMPLETED":
+                assert set(left.values()) == {"complete"} and len(left) == 4, (attempt, left)
+                assert execution.reason == ""
+            else:
+                # Its result tables are dropped; its stats and logs stay, never marked complete.
+                assert set(left) == {f"runtime_stats.e{execution_id}", f"console_logs.e{execution_id}"} \
+                    and "complete" not in left.values(), (attempt, execution.state, unit_state, left)
+                assert (execution.state, execution.reason) == (
+                    ("CANCELLED", "cancelled by its owner") if stop == "cancel"
+                    else ("FAILED", f"the warehouse stopped-{attempt} was archived")), attempt
+                assert 'data-testid="outputs-dropped"' in text(client.get(f"/executions/{execution_id}"))
+    print(f"\n{stop} during the last step, 10 runs: {ends}")
+    assert set(ends) - {"COMPLETED"}, ends  # the stops did land during the runs
+
+
+def test_a_python_step_sleeping_60_s_is_cancelled_within_seconds(e2e, db_engine, lakehouse):
+    app, client, user, cu_id, warehouse_id = e2e
+    workflow = workflow_for(db_engine, user, [{
+        "name": "nap", "kind": "python", "output": True,
+        "code": "import time\n\ndef run(spark):\n    time.sleep(60)\n    return spark.range(1)"}])
+    execution_id = int(run(client, workflow, cu_id, warehouse_id).headers["Location"].rsplit("/", 1)[1])
+    deadline = time.monotonic() + 120
+    while json.loads(reload(db_engine, Execution, execution_id).progress)["steps"][0].get("state") != "running":
+        assert time.monotonic() < deadline, "the step did not start"
+        time.sleep(0.2)
+    time.sleep(1)
+    cancelled_at = time.monotonic()
+    client.post(f"/executions/{execution_id}/cancel", headers={"X-CSRFToken": csrf(client), "HX-Request": "true"})
+    execution = wait_for(client, db_engine, execution_id, ("CANCELLED", "FAILED", "COMPLETED"), timeout=30)
+    took = time.monotonic() - cancelled_at
+    print(f"\na 60 s Python sleep: CANCELLED {took:.1f} s after the cancel")
+    assert execution.state == "CANCELLED", execution.reason
+    assert took < 6
+    assert [step["state"] for step in json.loads(execution.progress)["steps"]] == ["cancelled"]
+    catalog = independent_catalog(lakehouse, reload(db_engine, Warehouse, warehouse_id))
+    assert not catalog.table_exists(f"results.e{execution_id}_nap")
+    assert catalog.load_table(f"console_logs.e{execution_id}").properties["lakeport.status"] == "cancelled"
 
 
 def test_a_compute_unit_that_dies_mid_run_fails_the_execution_with_that_reason(e2e, db_engine):

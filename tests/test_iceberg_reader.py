@@ -194,3 +194,15 @@ def test_an_unreachable_catalog_fails_fast_with_a_clear_message(token_source):
                              timeout=2)
     with pytest.raises(ResultReadError, match="unreachable"):
         dead.catalog("00000000-0000-0000-0000-00000000abcd", "nowhere")
+
+
+def test_a_table_read_whole_pages_like_any_other():
+    whole = iceberg_reader.WholeTable(pa.table({"n": list(range(1, 8)), "s": list("abcdefg")}), ("long", "string"))
+    second = whole.page(2, 3)
+    assert (second.rows, second.columns, second.total_rows, second.pages) == (
+        [(4, "d"), (5, "e"), (6, "f")], ["n", "s"], 7, 3)
+    assert second.first_row == 4 and second.numeric_columns == {0}
+    past_the_end = whole.page(9, 3)  # a stale link reads as the last page
+    assert past_the_end.page == 3 and past_the_end.rows == [(7, "g")]
+    empty = iceberg_reader.WholeTable(pa.table({"n": pa.array([], pa.int64())}), ("long",)).page(1, 50)
+    assert (empty.rows, empty.total_rows, empty.page, empty.first_row) == ([], 0, 1, 0)

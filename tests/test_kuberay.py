@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from app.ray_clusters.base import ClusterHandle, ClusterSpec, ClusterStartError, ClusterState
+from app.ray_clusters.base import ClusterBackend, ClusterHandle, ClusterSpec, ClusterStartError, ClusterState
 from app.ray_clusters.kuberay import (
     LABEL_COMPUTE_UNIT,
     LABEL_OWNER,
@@ -26,7 +26,7 @@ from app.ray_clusters.kuberay import (
     status_from_raycluster,
 )
 
-CRD_PATH = Path(__file__).resolve().parent.parent.parent / "shared" / "kuberay" / "ray.io_rayclusters.yaml"
+CRD_PATH = Path(__file__).resolve().parent / "specs" / "kuberay" / "ray.io_rayclusters.yaml"
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 IMAGE = "registry.example/lakeport-cu:1"
@@ -362,33 +362,65 @@ def test_in_cluster_connection_reads_the_service_account(tmp_path):
 
 # --------------------------------------------------------------- deploy/kubernetes
 DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
-_VERBS = {"POST": "create", "DELETE": "delete"}
+_VERBS = {"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}
 
 
-def _permission(method: str, path: str) -> tuple[str, str, str]:
+def _permission(request: httpx.Request) -> tuple[str, str, str]:
     """(apiGroup, resource, verb) of one API call, e.g. GET .../rayclusters/x -> ("ray.io", "rayclusters", "get")."""
-    parts = path.strip("/").split("/")
+    parts = request.url.path.strip("/").split("/")
     group = parts[1] if parts[0] == "apis" else ""
     after_namespace = parts[parts.index("namespaces") + 2:]
     resource = after_namespace[0]
-    verb = _VERBS.get(method) or ("get" if len(after_namespace) > 1 else "list")
-    return group, resource, verb
+    if request.method in _VERBS:
+        return group, resource, _VERBS[request.method]
+    if len(after_namespace) > 1:
+        return group, resource, "get"
+    return group, resource, "watch" if request.url.params.get("watch") in ("1", "true") else "list"
+
+
+class RecordingApiServer(FakeApiServer):
+    """The fake API server, noting the RBAC permission each request needs."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.permissions: set[tuple[str, str, str]] = set()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.permissions.add(_permission(request))
+        return super().__call__(request)
+
+
+def _public_methods(cls) -> set[str]:
+    return {name for name, value in vars(cls).items() if callable(value) and not name.startswith("_")}
 
 
 def test_the_portal_role_allows_every_call_the_backend_makes(validator):
+    """Every method of the backend interface, run against the fake API server: the Role must
+    grant each (resource, verb) those requests need, and on Secrets (the clusters' Ray tokens)
+    nothing more."""
     role = yaml.safe_load((DEPLOY_DIR / "role.yaml").read_text())
     allowed = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
                for resource in rule["resources"] for verb in rule["verbs"]}
-    started = FakeApiServer(validator, [PROVISIONING, READY])
+    started = RecordingApiServer(validator, [PROVISIONING, READY])
     backend = backend_on(started)
-    backend.terminate(backend.start(spec()))
-    never_ready = FakeApiServer(validator, [PROVISIONING])
+    handle = backend.start(spec())
+    backend.status(handle)
+    stored = ClusterHandle.from_json(handle.to_json())  # as the database keeps it: without the token
+    backend.restore_token(stored)
+    backend.adopt(ClusterHandle.from_json(handle.to_json()))  # a restarted portal: the token from the Secret
+    backend.terminate(handle)
+    never_ready = RecordingApiServer(validator, [PROVISIONING])
     with pytest.raises(ClusterStartError):
         backend_on(never_ready).start(spec(start_timeout_s=0))  # also lists pods to explain why
+    exercised = {"start", "status", "restore_token", "adopt", "terminate"}
+    # A new method on the interface must be exercised here too.
+    assert _public_methods(ClusterBackend) | _public_methods(KubeRayBackend) == exercised
 
-    needed = {_permission(method, path) for method, path in started.calls + never_ready.calls}
-    assert ("", "pods", "list") in needed
-    assert needed <= allowed, needed - allowed
+    needed = started.permissions | never_ready.permissions
+    assert {("", "pods", "list"), ("", "secrets", "get"), ("", "secrets", "create")} <= needed
+    assert needed <= allowed, f"the Role lacks {sorted(needed - allowed)}"
+    secrets_needed = {permission for permission in needed if permission[1] == "secrets"}
+    assert {permission for permission in allowed if permission[1] == "secrets"} == secrets_needed
 
 
 def test_the_deployment_runs_as_the_bound_service_account():

@@ -30,9 +30,11 @@ from app.lakekeeper import (
     S3StorageProfile,
     ServiceTokenError,
     TableIdentifier,
+    WarehouseAssignment,
+    lakekeeper_user_id,
     warehouse_scope,
 )
-from devstack.oidc_provider import SERVICE_CLIENT_ID
+from devstack.oidc_provider import SERVICE_CLIENT_ID, TEST_USERS
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.lakekeeper_contract import (
     ContractCheckingTransport,
@@ -600,53 +602,157 @@ def test_service_token_from_the_real_identity_provider(oidc_provider):
     assert (raised.value.status, raised.value.type) == (401, "invalid_client")
 
 
-def test_warehouse_tokens_are_fresh_and_scoped_to_one_warehouse(client, token_source, idp):
+ALICE_SUB = "8d7c54f0-1f0e-4d5a-9a51-6d2f1f7c9b10"
+
+
+def test_user_tokens_are_exchanged_fresh_for_the_user_and_one_warehouse(client, token_source, idp):
     service_token = token_source.token()
-    first = client.warehouse_token(WAREHOUSE_ID)
-    second = token_source.warehouse_token(WAREHOUSE_ID)
+    first = client.user_token(ALICE_SUB, WAREHOUSE_ID)
+    second = token_source.user_token(ALICE_SUB, WAREHOUSE_ID)
 
     assert (first.access_token, second.access_token) == ("token-2", "token-3")  # never cached or shared
-    assert first.scope == f"lakekeeper warehouse:{WAREHOUSE_ID}"
+    assert first.scope == f"warehouse:{WAREHOUSE_ID}"
     assert first.expires_in == 3600
-    assert parse_qs(idp.token_requests[1].content.decode())["scope"] == [f"lakekeeper warehouse:{WAREHOUSE_ID}"]
+    form = {key: values[0] for key, values in parse_qs(idp.token_requests[1].content.decode()).items()}
+    assert form == {
+        "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+        "subject_token": service_token,  # the service client's own token, as RFC 8693 asks
+        "subject_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        "requested_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        "requested_subject": ALICE_SUB,
+        "audience": "lakekeeper",
+        "scope": f"warehouse:{WAREHOUSE_ID}",
+        "client_id": "lakeport-service",
+        "client_secret": CLIENT_SECRET,
+    }
     assert token_source.token() == service_token  # the service token's cache is untouched
     assert "token-2" not in repr(first)
 
 
-def test_a_warehouse_token_is_never_handed_out_without_its_scope():
+def test_user_tokens_without_the_narrowing_scope_for_providers_without_dynamic_scopes(idp):
+    with ClientCredentialsTokenSource(
+        client_id="lakeport-service", client_secret=CLIENT_SECRET, token_url=TOKEN_URL, audience="lakekeeper-api",
+        narrow_to_warehouse=False, transport=httpx.MockTransport(idp),
+    ) as keycloak_like:
+        token = keycloak_like.user_token(ALICE_SUB, WAREHOUSE_ID)
+    form = parse_qs(idp.token_requests[-1].content.decode())
+    assert "scope" not in form and token.scope == ""
+    assert form["audience"] == ["lakekeeper-api"] and form["requested_subject"] == [ALICE_SUB]
+
+
+def test_a_narrowed_user_token_is_never_handed_out_without_its_scope():
     def ignoring_scopes(request):
         return httpx.Response(200, json={"access_token": "reaches-everything", "expires_in": 3600})
 
-    def refusing_scopes(request):
-        return httpx.Response(400, json={"error": "invalid_scope", "error_description": "unknown scope"})
+    def refusing(request):
+        if "token-exchange" in request.content.decode():
+            return httpx.Response(400, json={"error": "invalid_grant", "error_description": "unknown subject"})
+        return ignoring_scopes(request)
 
-    for provider, error_type in [(ignoring_scopes, "ScopeNotGranted"), (refusing_scopes, "invalid_scope")]:
+    for provider, error_type in [(ignoring_scopes, "ScopeNotGranted"), (refusing, "invalid_grant")]:
         with ClientCredentialsTokenSource(
             client_id="lakeport-service", client_secret=CLIENT_SECRET, token_url=TOKEN_URL,
             transport=httpx.MockTransport(provider),
         ) as source:
             with pytest.raises(ServiceTokenError) as raised:
-                source.warehouse_token(WAREHOUSE_ID)
-        assert (raised.value.type, raised.value.operation) == (error_type, "warehouse_token")
+                source.user_token(ALICE_SUB, WAREHOUSE_ID)
+        assert (raised.value.type, raised.value.operation) == (error_type, "user_token")
         assert "reaches-everything" not in str(raised.value)
-        assert "limited to one warehouse" in raised.value.user_message
+        assert "acting as this user for one warehouse" in raised.value.user_message
     with pytest.raises(ValueError):
         warehouse_scope("sales-lake")  # a name, not Lakekeeper's id
 
 
-def test_warehouse_token_from_the_real_identity_provider(oidc_provider):
+def test_user_token_from_the_real_identity_provider(oidc_provider):
+    alice = TEST_USERS["alice"]
     with ClientCredentialsTokenSource(
         client_id=SERVICE_CLIENT_ID, client_secret=oidc_provider.service_client_secret, issuer=oidc_provider.issuer,
     ) as source:
-        scoped = source.warehouse_token(WAREHOUSE_ID)
+        scoped = source.user_token(alice.sub, WAREHOUSE_ID)
+        with pytest.raises(ServiceTokenError) as unknown:
+            source.user_token("nobody-at-this-provider", WAREHOUSE_ID)
+    assert unknown.value.type == "invalid_grant"
 
     discovery = httpx.get(oidc_provider.discovery_url).json()
     signing_key = jwt.PyJWKClient(discovery["jwks_uri"]).get_signing_key_from_jwt(scoped.access_token)
     claims = jwt.decode(
         scoped.access_token, signing_key.key, algorithms=["RS256"], audience="lakekeeper", issuer=oidc_provider.issuer,
     )
+    assert claims["sub"] == alice.sub and claims["act"] == {"sub": SERVICE_CLIENT_ID}
     assert claims["scope"] == scoped.scope == f"warehouse:{WAREHOUSE_ID}"
-    assert claims["exp"] - claims["iat"] == scoped.expires_in == oidc_provider.warehouse_token_ttl
+    assert claims["exp"] - claims["iat"] == scoped.expires_in == oidc_provider.user_token_ttl
+
+
+# --- Users and grants (OpenFGA authorizer) ----------------------------------------------
+
+PERMISSIONS_PATH = f"/management/v1/permissions/warehouse/{WAREHOUSE_ID}/assignments"
+
+
+def user_json(user_id: str, name: str = "Alice Liddell") -> dict:
+    return {"id": user_id, "name": name, "email": "alice@example.test", "user-type": "human",
+            "last-updated-with": "create-endpoint", "created-at": "2026-01-01T00:00:00Z"}
+
+
+def test_lakekeeper_names_users_after_their_subject():
+    assert lakekeeper_user_id(ALICE_SUB) == f"oidc~{ALICE_SUB}"
+    for bad in ("", " padded "):
+        with pytest.raises(ValueError):
+            lakekeeper_user_id(bad)
+
+
+def test_users_provision_themselves_with_their_own_token(client, lakekeeper):
+    lakekeeper.on("POST", "/management/v1/user", (201, user_json(f"oidc~{ALICE_SUB}")))
+    lakekeeper.on("GET", "/management/v1/whoami", (200, {**user_json(f"oidc~{ALICE_SUB}"), "is-instance-admin": False}))
+
+    user = client.provision_user("alices-exchanged-token")
+    assert client.whoami("alices-exchanged-token") == user
+    assert (user.id, user.name, user.user_type) == (f"oidc~{ALICE_SUB}", "Alice Liddell", "human")
+    provision, whoami = lakekeeper.requests
+    assert json.loads(provision.content) == {"update-if-exists": True}  # no id: the token's holder
+    for request in (provision, whoami):
+        assert request.headers["authorization"] == "Bearer alices-exchanged-token"
+        assert request.headers["x-project-id"] == PROJECT_ID
+
+
+def test_a_refused_user_token_does_not_renew_the_service_token(client, lakekeeper, idp):
+    lakekeeper.on("GET", "/management/v1/whoami", (401, error_json(401, "UnauthorizedError")))
+    with pytest.raises(LakekeeperError) as raised:
+        client.whoami("expired-user-token")
+    assert raised.value.status == 401
+    assert len(lakekeeper.requests) == 1 and idp.token_requests == []
+
+
+def test_warehouse_assignments_are_read_and_changed_as_documented(client, lakekeeper):
+    alice, portal = f"oidc~{ALICE_SUB}", "oidc~lakeport-service"
+    lakekeeper.on("GET", PERMISSIONS_PATH, (200, {"assignments": [
+        {"type": "ownership", "user": portal}, {"type": "select", "role": "01968a3c-0000-7000-8000-000000000001"},
+    ]}))
+    lakekeeper.on("POST", PERMISSIONS_PATH, (204, None))
+
+    client.grant_sole_ownership(WAREHOUSE_ID, alice)
+
+    read, update = lakekeeper.requests
+    assert (read.method, update.method) == ("GET", "POST")
+    body = json.loads(update.content)
+    assert body["writes"] == [{"type": "ownership", "user": alice}]
+    # Nobody else keeps a grant: not the creator (the portal), not a role.
+    assert sorted(body["deletes"], key=json.dumps) == sorted([
+        {"type": "ownership", "user": portal}, {"type": "select", "role": "01968a3c-0000-7000-8000-000000000001"},
+    ], key=json.dumps)
+
+
+def test_grants_already_in_place_are_not_written_again(client, lakekeeper):
+    alice = f"oidc~{ALICE_SUB}"
+    lakekeeper.on("GET", PERMISSIONS_PATH, (200, {"assignments": [{"type": "ownership", "user": alice}]}))
+    client.grant_sole_ownership(WAREHOUSE_ID, alice)
+    assert [r.method for r in lakekeeper.requests] == ["GET"]
+
+
+def test_an_assignment_names_one_known_relation_and_one_holder():
+    for relation, holder in (("owner", {"user": "oidc~a"}), ("select", {}),
+                             ("select", {"user": "oidc~a", "role": "01968a3c-0000-7000-8000-000000000001"})):
+        with pytest.raises(ValueError):
+            WarehouseAssignment(relation, **holder)
 
 
 # --- Secrets ----------------------------------------------------------------------------
@@ -781,8 +887,13 @@ def test_warehouse_lifecycle_against_the_dev_catalog(live_client, devcatalog, se
         live_client.create_warehouse(name, dataclasses.replace(profile, key_prefix=f"other/{run}"), keys)
     assert "already exists" in taken.value.user_message
 
+    owner = [WarehouseAssignment("ownership", user=lakekeeper_user_id(TEST_USERS["alice"].sub))]
+    live_client.grant_sole_ownership(created.id, owner[0].user)
+    assert live_client.warehouse_assignments(created.id) == owner
+
     renamed = live_client.rename_warehouse(created.id, f"{name}-renamed")
     assert live_client.get_warehouse(created.id).name == renamed.name == f"{name}-renamed"
+    assert live_client.warehouse_assignments(created.id) == owner  # grants follow the id, not the name
     live_client.update_storage_credential(created.id, keys)
     live_client.set_delete_profile(created.id, DeleteProfile.hard())
 

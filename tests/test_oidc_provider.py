@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import secrets
 import uuid
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from devstack.oidc_provider import (
     PORTAL_CLIENT_ID,
     SERVICE_CLIENT_ID,
     TEST_USERS,
+    TOKEN_EXCHANGE_GRANT,
     OidcProviderConfig,
     cancel_login_via_form,
     login_via_form,
@@ -31,7 +33,8 @@ PORTAL_SECRET = "portal-secret-for-tests"
 SERVICE_SECRET = "service-secret-for-tests"
 PORTAL_BASE_URL = "http://127.0.0.1:5999"  # never contacted: the flows stop at the redirect to it
 REDIRECT_URI = portal_redirect_uri(PORTAL_BASE_URL)
-WAREHOUSE_TOKEN_TTL = 900  # not the default, to show it is configurable
+USER_TOKEN_TTL = 900  # not the default, to show it is configurable
+PASSWORDLESS_SUBJECT = "tester-without-password"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,8 @@ def config(tmp_path_factory) -> OidcProviderConfig:
         portal_base_urls=[PORTAL_BASE_URL],
         portal_client_secret=PORTAL_SECRET,
         service_client_secret=SERVICE_SECRET,
-        warehouse_token_ttl=WAREHOUSE_TOKEN_TTL,
+        user_token_ttl=USER_TOKEN_TTL,
+        passwordless_subjects=[PASSWORDLESS_SUBJECT],
     )
     provider = oidc_provider_process(config, tmp_path_factory.mktemp("oidc-logs"))
     provider.start(timeout=20)
@@ -126,6 +130,24 @@ def client_credentials(discovery: dict, secret: str = SERVICE_SECRET, **form: st
     })
 
 
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+
+
+def exchange(discovery: dict, subject_token: str, requested_subject: str, **form: str) -> httpx.Response:
+    """The service client's token exchange (RFC 8693) for a token acting as `requested_subject`."""
+    return httpx.post(discovery["token_endpoint"], data={
+        "grant_type": TOKEN_EXCHANGE_GRANT, "client_id": SERVICE_CLIENT_ID, "client_secret": SERVICE_SECRET,
+        "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN_TYPE,
+        "requested_token_type": ACCESS_TOKEN_TYPE, "requested_subject": requested_subject,
+        "audience": "lakekeeper", **form,
+    })
+
+
+@pytest.fixture(scope="module")
+def service_token(discovery) -> str:
+    return client_credentials(discovery).raise_for_status().json()["access_token"]
+
+
 def refresh(discovery: dict, refresh_token: str) -> httpx.Response:
     return httpx.post(
         discovery["token_endpoint"],
@@ -167,25 +189,86 @@ def test_client_credentials_with_a_wrong_secret_are_refused(discovery):
     assert response.json()["error"] == "invalid_client"
 
 
-def test_the_service_client_gets_tokens_scoped_to_warehouses(config, discovery, signing_keys):
-    first, second = uuid.uuid4(), uuid.uuid4()
-    for requested in (f"lakekeeper warehouse:{first}", f"warehouse:{first} warehouse:{second}"):
-        response = client_credentials(discovery, scope=requested)
-        assert response.status_code == 200, response.text
-        answer = response.json()
+@pytest.mark.parametrize("subject", [TEST_USERS["alice"].sub, PASSWORDLESS_SUBJECT])
+def test_the_service_client_exchanges_its_token_for_one_acting_as_a_user(
+        config, discovery, signing_keys, service_token, subject):
+    warehouse = uuid.uuid4()
+    response = exchange(discovery, service_token, subject, scope=f"warehouse:{warehouse}")
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["issued_token_type"] == ACCESS_TOKEN_TYPE and answer["token_type"] == "Bearer"
 
-        claims = verify(answer["access_token"], signing_keys, config, audience="lakekeeper")
-        assert claims["scope"] == answer["scope"] == requested
-        assert claims["sub"] == SERVICE_CLIENT_ID
-        assert answer["expires_in"] == claims["exp"] - claims["iat"] == WAREHOUSE_TOKEN_TTL
+    claims = verify(answer["access_token"], signing_keys, config, audience="lakekeeper")
+    assert claims["sub"] == subject != SERVICE_CLIENT_ID
+    assert claims["act"] == {"sub": SERVICE_CLIENT_ID} and claims["client_id"] == SERVICE_CLIENT_ID
+    assert claims["scope"] == answer["scope"] == f"warehouse:{warehouse}"
+    assert answer["expires_in"] == claims["exp"] - claims["iat"] == USER_TOKEN_TTL
+
+    unnarrowed = exchange(discovery, service_token, subject).raise_for_status().json()
+    assert "scope" not in verify(unnarrowed["access_token"], signing_keys, config, audience="lakekeeper")
 
 
-@pytest.mark.parametrize("scope", ["warehouse:not-a-uuid", f"lakekeeper warehouse:{uuid.uuid4()} warehouse:"])
-def test_a_malformed_warehouse_scope_is_refused_not_dropped(discovery, scope):
-    # Dropping it would issue a token that reaches every warehouse.
+def test_exchanged_tokens_carry_the_users_name_for_the_catalog(config, discovery, signing_keys, service_token):
+    alice = TEST_USERS["alice"]
+    token = exchange(discovery, service_token, alice.sub).raise_for_status().json()["access_token"]
+    claims = verify(token, signing_keys, config, audience="lakekeeper")
+    assert (claims["name"], claims["email"]) == (alice.name, alice.email)
+
+
+def test_a_forged_or_foreign_subject_token_is_refused(discovery, service_token, user_agent):
+    alice = TEST_USERS["alice"].sub
+    header, payload, signature = service_token.split(".")
+    claims = jwt.decode(service_token, options={"verify_signature": False})
+    extended = {**claims, "exp": claims["exp"] + 86400}  # a longer life, under the old signature
+    forged = base64.urlsafe_b64encode(json.dumps(extended).encode()).rstrip(b"=").decode()
+    request, code = sign_in(user_agent, discovery, "bob")
+    bobs_token = exchange_code(discovery, request, code).raise_for_status().json()["access_token"]
+    for subject_token in (f"{header}.{forged}.{signature}", "not-a-jwt", bobs_token):
+        response = exchange(discovery, subject_token, alice)
+        assert (response.status_code, response.json()["error"]) == (400, "invalid_grant")
+
+
+@pytest.mark.parametrize(("form", "error"), [
+    ({"requested_subject": "nobody-knows-me"}, "invalid_grant"),
+    ({"requested_subject": ""}, "invalid_request"),
+    ({"audience": "another-service"}, "invalid_target"),
+    ({"subject_token_type": "urn:ietf:params:oauth:token-type:id_token"}, "invalid_request"),
+    ({"requested_token_type": "urn:ietf:params:oauth:token-type:refresh_token"}, "invalid_request"),
+    ({"scope": f"warehouse:{uuid.uuid4()} warehouse:{uuid.uuid4()}"}, "invalid_scope"),
+    ({"scope": "warehouse:not-a-uuid"}, "invalid_scope"),
+    ({"scope": "openid profile"}, "invalid_scope"),
+], ids=["unknown-subject", "no-subject", "other-audience", "id-token", "refresh-token", "two-warehouses",
+        "malformed-warehouse", "other-scopes"])
+def test_a_token_exchange_is_refused_rather_than_widened(discovery, service_token, form, error):
+    response = exchange(discovery, service_token, **{"requested_subject": TEST_USERS["alice"].sub, **form})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == error
+
+
+def test_only_the_service_client_may_exchange_tokens(discovery, service_token):
+    response = httpx.post(discovery["token_endpoint"], auth=(PORTAL_CLIENT_ID, PORTAL_SECRET), data={
+        "grant_type": TOKEN_EXCHANGE_GRANT, "subject_token": service_token, "subject_token_type": ACCESS_TOKEN_TYPE,
+        "requested_subject": TEST_USERS["alice"].sub, "audience": "lakekeeper",
+    })
+    assert response.status_code == 400
+    assert "grant type is not allowed for this client" in response.json()["error_description"]
+    wrong_secret = exchange(discovery, service_token, TEST_USERS["alice"].sub, client_secret="wrong")
+    assert wrong_secret.status_code == 401
+
+
+@pytest.mark.parametrize("scope", [f"warehouse:{uuid.uuid4()}", "warehouse:not-a-uuid", "lakekeeper warehouse:"])
+def test_service_tokens_never_carry_warehouse_scopes(discovery, scope):
+    # Refused, not dropped: a warehouse scope belongs to a token acting as a user.
     response = client_credentials(discovery, scope=scope)
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_scope"
+
+
+def test_users_without_a_password_cannot_sign_in(discovery, user_agent):
+    request = authorization_request(discovery)
+    response = login_via_form(user_agent, request.url, PASSWORDLESS_SUBJECT, "")
+    assert not response.is_redirect
+    assert "Invalid username or password" in response.text
 
 
 def test_users_cannot_ask_for_warehouse_scopes_at_sign_in(discovery, user_agent):

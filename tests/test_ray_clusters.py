@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,8 +18,16 @@ import httpx
 import pytest
 
 from tests.processes import process_running, rss_bytes
-from app.ray_clusters.base import ClusterHandle, ClusterSpec, ClusterStartError, ClusterState
+from app.ray_clusters.base import (
+    ClusterHandle,
+    ClusterSpec,
+    ClusterStartError,
+    ClusterState,
+    SparkHostLaunch,
+    SparkHostLaunchState,
+)
 from app.ray_clusters.existing import ExistingClusterBackend
+from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from devstack.process import free_port, port_is_open
 
@@ -26,19 +35,20 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def listening_sockets(pids: list[int]) -> list[tuple[int, str, int]]:
-    """(pid, address, port) of every TCP socket these processes listen on, from /proc."""
-    listening: dict[str, tuple[str, int]] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A":  # LISTEN
-                address_hex, port_hex = fields[1].split(":")
-                listening[fields[9]] = (_decode_address(address_hex), int(port_hex, 16))
+    """(pid, address, port) of every TCP socket these processes listen on, from /proc (each
+    process's own network namespace: a local unit's nodes have one of their own)."""
     found = []
     for pid in pids:
+        listening: dict[str, tuple[str, int]] = {}
         try:
+            for table in ("tcp", "tcp6"):
+                for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A":  # LISTEN
+                        address_hex, port_hex = fields[1].split(":")
+                        listening[fields[9]] = (_decode_address(address_hex), int(port_hex, 16))
             links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
-        except (FileNotFoundError, PermissionError):
+        except (FileNotFoundError, PermissionError, ProcessLookupError):
             continue
         for link in links:
             inode = link.removeprefix("socket:[").removesuffix("]")
@@ -170,6 +180,64 @@ def test_two_clusters_side_by_side_do_not_collide_and_terminate_cleanly(backend,
     assert backend.status(cluster).state == ClusterState.RUNNING
 
 
+SANDBOX_FACTS = """
+import json, os, socket
+facts = {"uid": os.getuid(), "env": sorted(os.environ), "portal_visible": os.path.exists("/proc/PORTAL_PID"),
+         "pid1": open("/proc/1/cmdline").read().split(chr(0))[0],
+         "interfaces": [name for _, name in socket.if_nameindex()], "work": os.path.exists(PROJECT_ROOT)}
+try:
+    import app
+    facts["app"] = app.__file__
+except ImportError as error:
+    facts["app"] = None
+import compute.spark_host
+try:
+    socket.create_connection(("127.0.0.1", 5432), timeout=2).close()
+    facts["postgres"] = "connected"
+except OSError as error:
+    facts["postgres"] = str(error)
+print("FACTS " + json.dumps(facts))
+"""
+
+
+def test_code_on_the_cluster_runs_sandboxed(cluster):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    jobs = JobSubmissionClient(cluster.dashboard_url, headers=cluster.auth_headers())
+    script = SANDBOX_FACTS.replace("PROJECT_ROOT", repr(str(PROJECT_ROOT / "app"))).replace("PORTAL_PID", str(os.getpid()))
+    job_id = jobs.submit_job(entrypoint=f"python -c {shlex.quote(script)}")
+    deadline = time.monotonic() + 60
+    while jobs.get_job_status(job_id) not in (JobStatus.SUCCEEDED, JobStatus.FAILED) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    logs = jobs.get_job_logs(job_id)
+    facts = json.loads(next((line for line in logs.splitlines() if line.startswith("FACTS ")), f"{{}} {logs}")[6:])
+
+    assert facts["uid"] == cluster.details["uid"] >= 200000
+    assert facts["app"] is None and facts["work"] is False  # only compute/ of the checkout is there
+    assert facts["interfaces"] == ["lo"] and "connected" != facts["postgres"]
+    # Its own PID namespace (bwrap is its pid 1): only the unit's processes, not the machine's.
+    assert facts["pid1"] == "bwrap" and facts["portal_visible"] is False
+    assert not [name for name in facts["env"] if name.startswith("LAKEPORT_") and name != "LAKEPORT_JARS_DIR"]
+    assert Path(cluster.details["auth_token_file"]).stat().st_mode & 0o777 == 0o600
+    assert Path(cluster.details["cluster_dir"]).stat().st_uid == cluster.details["uid"]
+    assert Path(cluster.details["cluster_dir"]).parent.stat().st_mode & 0o777 == 0o711
+
+
+def test_without_a_sandbox_the_local_kind_refuses_to_start(backend, tmp_path, monkeypatch):
+    from app.ray_clusters import sandbox
+
+    before = set(Path(backend.base_dir).iterdir())
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap, no socat
+    sandbox.sandbox_problem.cache_clear()
+    try:
+        with pytest.raises(ClusterStartError, match="bwrap, socat.* is not installed"):
+            backend.start(ClusterSpec(cu_id="test-no-sandbox", name="no sandbox"))
+    finally:
+        monkeypatch.undo()
+        sandbox.sandbox_problem.cache_clear()
+    assert set(Path(backend.base_dir).iterdir()) == before
+
+
 def test_a_cluster_that_is_not_healthy_in_time_fails_and_leaves_nothing(backend):
     before = set(Path(backend.base_dir).iterdir())
 
@@ -179,35 +247,48 @@ def test_a_cluster_that_is_not_healthy_in_time_fails_and_leaves_nothing(backend)
     assert set(Path(backend.base_dir).iterdir()) == before
 
 
-def attach_spec(address: str) -> ClusterSpec:
-    return ClusterSpec(cu_id="test-attached", name="attached", address=address)
+def existing_backend(address: str, token: str | None) -> ExistingClusterBackend:
+    """The `existing` backend with one operator-listed cluster, "shared", at `address`."""
+    entry = {"name": "shared", "address": address, "spark_host_ports": "8290-8299"}
+    return ExistingClusterBackend(parse_listed_clusters(json.dumps([{**entry, "token": token} if token else entry])))
 
 
-def test_an_existing_cluster_is_attached_by_its_dashboard_address(backend, cluster):
-    existing = ExistingClusterBackend(token=cluster.auth_token)
+def attach_spec(cluster_name: str = "shared", port: int = 8290) -> ClusterSpec:
+    return ClusterSpec(cu_id="test-attached", name="attached", cluster_name=cluster_name, spark_host_port=port)
+
+
+def test_an_existing_cluster_is_attached_by_its_listed_name(backend, cluster):
+    existing = existing_backend(cluster.dashboard_url, cluster.auth_token)
     steps: list[str] = []
 
-    handle = existing.start(attach_spec(cluster.dashboard_url), progress=steps.append)
-    status = existing.status(existing.restore_token(ClusterHandle.from_json(handle.to_json())))
+    handle = existing.start(attach_spec(), progress=steps.append)
+    stored = handle.to_json()
+    status = existing.status(existing.restore_token(ClusterHandle.from_json(stored)))
 
-    assert steps == ["connecting to the Ray cluster", "cluster ready"]
+    assert cluster.auth_token not in stored  # the token stays in the operator's settings
+    assert steps == ["connecting to the Ray cluster shared", "cluster ready"]
+    assert handle.spark_host_url == "http://127.0.0.1:8290"
     assert (status.state, status.alive_nodes, status.cpus_total) == (ClusterState.RUNNING, 2, 2.0)
     existing.terminate(handle)
     assert backend.status(cluster).state == ClusterState.RUNNING  # detaching leaves it running
+    assert ExistingClusterBackend(()).status(handle).reason == "the Ray cluster 'shared' is no longer listed here"
 
 
 def test_attaching_fails_with_the_reason(cluster):
     with pytest.raises(ClusterStartError, match="refused the cluster token"):
-        ExistingClusterBackend(token="0" * 64).start(attach_spec(cluster.dashboard_url))
+        existing_backend(cluster.dashboard_url, "0" * 64).start(attach_spec())
     with pytest.raises(ClusterStartError, match="not reachable"):
-        ExistingClusterBackend().start(attach_spec(f"http://127.0.0.1:{free_port()}"))
-    with pytest.raises(ClusterStartError, match="not a Ray dashboard address"):
-        ExistingClusterBackend().start(attach_spec("127.0.0.1:6379"))
+        existing_backend(f"http://127.0.0.1:{free_port()}", None).start(attach_spec())
+    with pytest.raises(ClusterStartError, match="no Ray cluster named 'elsewhere' is listed here"):
+        existing_backend(cluster.dashboard_url, cluster.auth_token).start(attach_spec("elsewhere"))
+    with pytest.raises(ClusterStartError, match="port 9000 is not in cluster shared's Spark host ports 8290-8299"):
+        existing_backend(cluster.dashboard_url, cluster.auth_token).start(attach_spec(port=9000))
 
 
 def test_killing_the_head_fails_the_cluster_with_the_signal(backend, cluster):
     """Runs last in this module: it breaks the shared cluster."""
-    attached = ExistingClusterBackend(token=cluster.auth_token).start(attach_spec(cluster.dashboard_url))
+    existing = existing_backend(cluster.dashboard_url, cluster.auth_token)
+    attached = existing.start(attach_spec())
     head_pid = cluster.details["nodes"][0]["pid"]
     os.kill(head_pid, signal.SIGKILL)
 
@@ -217,10 +298,32 @@ def test_killing_the_head_fails_the_cluster_with_the_signal(backend, cluster):
     assert status.state == ClusterState.FAILED
     assert status.reason == f"head node process (pid {head_pid}) was killed by signal 9 (SIGKILL)"
 
+    # The unit's init recorded how the head ended, so a restarted portal knows it too.
     adopted = in_new_process(cluster)
     assert adopted["state"] == "FAILED"
-    assert f"head node process (pid {head_pid}) is gone" in adopted["reason"]
+    assert adopted["reason"] == status.reason
 
-    attached_status = ExistingClusterBackend().status(attached)
+    attached_status = existing.status(attached)
     assert attached_status.state == ClusterState.FAILED
     assert "not reachable" in attached_status.reason
+
+
+def test_a_spark_host_started_with_the_cluster_that_fails_says_why_and_the_cluster_lives_on(backend):
+    """The unit's init starts the Spark host once the head is up (no Ray Job); a host that cannot
+    start ends its launcher with the reason in its log."""
+    launch = SparkHostLaunch(nonce="a" * 32, secret_sha256="0" * 64, executors=1, executor_cores=1,
+                             executor_memory="not-a-size", warm_timeout_s=120)
+    handle = backend.start(ClusterSpec(cu_id="launch-fails", name="bad host", cpus_per_node=1, memory_gb_per_node=2,
+                                       spark_host=launch))
+    try:
+        assert handle.spark_host_nonce == launch.nonce  # the portal derives the host's secret from it
+        deadline = time.monotonic() + 120
+        while backend.spark_host_launch(handle) != SparkHostLaunchState.ENDED:
+            assert time.monotonic() < deadline, backend.spark_host_launch_log(handle)
+            time.sleep(0.5)
+        log = backend.spark_host_launch_log(handle)
+        assert '"state": "failed"' in log, log
+        assert backend.status(handle).state == ClusterState.RUNNING
+    finally:
+        backend.terminate(handle)
+    assert cluster_pids(handle) == []

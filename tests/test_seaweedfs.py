@@ -9,6 +9,7 @@ import httpx
 
 from app.storage_probe import SigV4Auth, probe_storage
 from devstack.seaweedfs import TEST_USER_KEYS, warehouse_table_bucket
+from tests.services import LOOPBACK_ALLOWED
 
 ALICE, BOB = TEST_USER_KEYS["alice"], TEST_USER_KEYS["bob"]
 
@@ -20,17 +21,17 @@ def test_unsigned_requests_are_refused(seaweedfs):
 
 
 def test_each_test_user_reaches_their_own_bucket_only(seaweedfs):
-    assert probe_storage(seaweedfs.s3_location(ALICE.bucket, "lake"), ALICE.credentials).ok
-    assert probe_storage(seaweedfs.s3_location(BOB.bucket, "lake"), BOB.credentials).ok
+    assert probe_storage(seaweedfs.s3_location(ALICE.bucket, "lake"), ALICE.credentials, policy=LOOPBACK_ALLOWED).ok
+    assert probe_storage(seaweedfs.s3_location(BOB.bucket, "lake"), BOB.credentials, policy=LOOPBACK_ALLOWED).ok
 
-    refused = probe_storage(seaweedfs.s3_location(BOB.bucket, "lake"), ALICE.credentials)
+    refused = probe_storage(seaweedfs.s3_location(BOB.bucket, "lake"), ALICE.credentials, policy=LOOPBACK_ALLOWED)
     assert refused.first_failure.name == "write"
     assert refused.first_failure.message.startswith("Access denied")
 
 
 def test_the_admin_identity_reaches_every_bucket(seaweedfs):
     for user in (ALICE, BOB):
-        assert probe_storage(seaweedfs.s3_location(user.bucket), seaweedfs.admin_credentials).ok
+        assert probe_storage(seaweedfs.s3_location(user.bucket), seaweedfs.admin_credentials, policy=LOOPBACK_ALLOWED).ok
 
 
 def test_a_users_keys_reach_the_table_buckets_of_their_warehouses(seaweedfs):
@@ -40,8 +41,8 @@ def test_a_users_keys_reach_the_table_buckets_of_their_warehouses(seaweedfs):
     created = httpx.put(bucket_url, auth=admin)
     assert created.status_code == 200, created.text
     try:
-        assert probe_storage(seaweedfs.s3_location(table_bucket), ALICE.credentials).ok
-        assert not probe_storage(seaweedfs.s3_location(table_bucket), BOB.credentials).ok
+        assert probe_storage(seaweedfs.s3_location(table_bucket), ALICE.credentials, policy=LOOPBACK_ALLOWED).ok
+        assert not probe_storage(seaweedfs.s3_location(table_bucket), BOB.credentials, policy=LOOPBACK_ALLOWED).ok
     finally:
         httpx.delete(bucket_url, auth=admin).raise_for_status()
 

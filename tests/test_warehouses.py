@@ -1,7 +1,9 @@
 """Warehouses end to end: the portal, the Lakekeeper-compatible dev catalog and real SeaweedFS."""
 from __future__ import annotations
 
+import html
 import logging
+import re
 import secrets
 from dataclasses import replace
 
@@ -12,8 +14,9 @@ from sqlalchemy import text
 from sqlmodel import Session, select
 
 from app import create_app
-from app.lakekeeper import LakekeeperError
+from app.lakekeeper import LakekeeperError, WarehouseAssignment, lakekeeper_user_id
 from app.models import User, Warehouse
+from devstack.oidc_provider import SERVICE_CLIENT_ID, TEST_USERS
 from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS
 
@@ -78,9 +81,29 @@ def test_wrong_secret_is_refused_with_no_row(client, auth, lakehouse, db_engine)
     response = register(client, auth, lakehouse, "wrongsecret", secret_access_key="definitely-not-the-secret")
     assert response.status_code == 422
     page = response.get_data(as_text=True)
-    assert "could not" in page.lower() or "credentials" in page.lower()
+    assert "the secret access key does not match" in page
     assert "definitely-not-the-secret" not in page
     assert warehouse_row(db_engine, "wrongsecret") is None
+
+
+@pytest.mark.parametrize(("override", "field", "diagnosis"), [
+    # Alice's keys are valid but reach only her bucket: S3 refuses access rather than say "no such bucket".
+    ({"bucket": "no-such-bucket-here"}, "bucket", "it does not exist, or the keys may not"),
+    ({"secret_access_key": "definitely-not-the-secret"}, "secret_access_key", "secret access key does not match"),
+    ({"access_key_id": "NOBODYKNOWSME"}, "access_key_id", "does not know this access key id"),
+    ({"endpoint": f"http://127.0.0.1:{free_port()}"}, "endpoint", "Endpoint unreachable"),
+])
+def test_a_storage_refusal_names_the_field_at_fault(client, auth, lakehouse, db_engine, override, field, diagnosis):
+    """Lakekeeper refuses bad storage with one generic error; the page says which field is wrong."""
+    auth.login("alice")
+    response = register(client, auth, lakehouse, "refused", **override)
+    assert response.status_code == 422
+    page = response.get_data(as_text=True)
+    error = re.search(rf'<small class="field-error" id="error-{field}"[^>]*>([^<]*)</small>', page)
+    assert error and diagnosis in error.group(1), page
+    assert re.search(rf'<input id="{field}"[^>]*aria-invalid="true"', page, re.S)
+    assert page.count('aria-invalid="true"') == 1
+    assert warehouse_row(db_engine, "refused") is None
 
 
 def test_test_connection_reports_each_check(client, auth, lakehouse):
@@ -190,6 +213,22 @@ def test_rename_deactivate_activate_and_rotate(app, client, auth, lakehouse, db_
     assert refused.status_code == 422
 
 
+def test_rotation_checks_the_endpoint_before_lakekeeper_sees_the_keys(app, client, auth, lakehouse, db_engine):
+    auth.login("alice")
+    register(client, auth, lakehouse, "rotate-policy")
+    row = warehouse_row(db_engine, "rotate-policy")
+    # The operator tightens the policy after registration: the loopback endpoint is now refused.
+    app.config["OUTBOUND_ALLOW_LOOPBACK"] = False
+    token = {"X-CSRFToken": auth.csrf_token(), "HX-Request": "true"}
+    refused = client.post(f"/warehouses/{row.id}/credentials", headers=token,
+                          data={"access_key_id": "SOMEKEY", "secret_access_key": "a-wrong-secret"})
+    assert refused.status_code == 422
+    page = html.unescape(refused.get_data(as_text=True))
+    # Lakekeeper would have refused these keys with its own message; the policy answered first.
+    assert "127.0.0.1 is not allowed by this portal's network policy." in page
+    assert "IO Operation" not in page and "Connection failed" not in page
+
+
 def test_archive_then_purge_removes_tables_and_warehouse(app, client, auth, lakehouse, db_engine):
     auth.login("alice")
     register(client, auth, lakehouse, "purge-me")
@@ -208,9 +247,13 @@ def test_archive_then_purge_removes_tables_and_warehouse(app, client, auth, lake
     assert warehouse_row(db_engine, "purge-me").status == "archived"
     page = client.get(f"/warehouses/{row.id}").get_data(as_text=True)
     assert "cannot be undone" in page and "results" in page
+    # The purge comes right under the title, not after the long sections.
+    assert page.index('id="purge-form"') < page.index("<strong>Storage</strong>") < page.index("Namespaces and tables")
 
     wrong = client.post(f"/warehouses/{row.id}/purge", data={"confirm_name": "purge-m"}, headers=token)
     assert wrong.status_code == 422
+    assert 'value="purge-m"' in wrong.get_data(as_text=True)  # what was typed stays, to correct
+    assert 'aria-describedby="purge-error"' in wrong.get_data(as_text=True)
     done = client.post(f"/warehouses/{row.id}/purge", data={"confirm_name": "purge-me"}, headers=token)
     assert done.status_code == 200 and done.headers["HX-Redirect"] == "/warehouses/"
     assert warehouse_row(db_engine, "purge-me") is None
@@ -288,3 +331,106 @@ def test_purge_waits_while_lakekeeper_drains_purge_tasks(app, client, auth, lake
     assert done.status_code == 200 and done.headers["HX-Redirect"] == "/warehouses/"
     assert calls == [row.lakekeeper_id] * 3
     assert warehouse_row(db_engine, "draining") is None
+
+
+def grants_of(app, warehouse: Warehouse) -> set[WarehouseAssignment]:
+    with app.app_context():
+        from app.extensions import lakekeeper
+
+        return set(lakekeeper().warehouse_assignments(warehouse.lakekeeper_id))
+
+
+def test_ownership_in_lakekeeper_follows_the_warehouse_through_its_life(app, client, auth, lakehouse, db_engine,
+                                                                        monkeypatch):
+    alice = lakekeeper_user_id(TEST_USERS["alice"].sub)
+    auth.login("alice")
+    register(client, auth, lakehouse, "granted")
+    row = warehouse_row(db_engine, "granted")
+    # Alice's Lakekeeper identity owns it, and nobody else holds a grant (not the portal that created it).
+    assert grants_of(app, row) == {WarehouseAssignment("ownership", user=alice)}
+    with app.app_context():
+        from app.extensions import lakekeeper
+
+        assert lakekeeper().whoami().id == f"oidc~{SERVICE_CLIENT_ID}"  # a project admin, owning nothing
+
+    token = {"X-CSRFToken": auth.csrf_token(), "HX-Request": "true"}
+    client.post(f"/warehouses/{row.id}/rename", data={"name": "still-granted"}, headers=token)
+    assert grants_of(app, row) == {WarehouseAssignment("ownership", user=alice)}
+
+    client.post(f"/warehouses/{row.id}/archive", headers=token)
+    assert warehouse_row(db_engine, "still-granted").status == "archived"
+    assert grants_of(app, row) == {WarehouseAssignment("describe", user=alice), WarehouseAssignment("select", user=alice)}
+
+    with app.app_context():
+        real_delete = lakekeeper().delete_warehouse
+    grants_at_delete = []
+
+    def delete_and_note_the_grants_left(self, warehouse_id):
+        grants_at_delete.append(self.warehouse_assignments(warehouse_id))
+        return real_delete(warehouse_id)
+
+    monkeypatch.setattr(type(real_delete.__self__), "delete_warehouse", delete_and_note_the_grants_left)
+    done = client.post(f"/warehouses/{row.id}/purge", data={"confirm_name": "still-granted"}, headers=token)
+    assert done.status_code == 200, done.get_data(as_text=True)
+    assert grants_at_delete == [[]]  # revoked before the warehouse went
+
+
+def test_a_warehouse_whose_owner_cannot_be_granted_it_is_not_created(app, client, lakehouse, db_engine):
+    """A user the identity provider does not know gets no token, so no grant: the create is undone."""
+    with Session(db_engine, expire_on_commit=False) as db:
+        stranger = User(issuer="https://elsewhere.invalid", subject=f"unknown-{secrets.token_hex(4)}")
+        db.add(stranger)
+        db.commit()
+    with client.session_transaction() as session:
+        session["_user_id"], session["_fresh"] = str(stranger.id), True
+    csrf = re.search(r'"X-CSRFToken": "([^"]+)"', client.get("/").get_data(as_text=True)).group(1)
+    response = client.post("/warehouses/", data={**register_form(lakehouse, "ungrantable"), "csrf_token": csrf})
+    assert response.status_code == 422
+    assert "acting as this user" in response.get_data(as_text=True)
+    with Session(db_engine) as db:
+        assert db.exec(select(Warehouse).where(Warehouse.owner_id == stranger.id)).first() is None
+    assert not any(name.endswith("-ungrantable") for name in lakekeeper_names(app))
+def test_table_explorer_shows_schema_snapshots_properties_and_first_rows(app, client, auth, lakehouse, db_engine):
+    auth.login("alice")
+    assert register(client, auth, lakehouse, "explored").status_code == 302
+    row = warehouse_row(db_engine, "explored")
+    catalog = load_catalog("independent", type="rest", uri=f"{lakehouse.catalog_url}/catalog",
+                           warehouse=row.lakekeeper_name, token=lakehouse.service_token(),
+                           **{"header.X-Iceberg-Access-Delegation": "vended-credentials"})
+    for namespace in ("results", "runtime_stats"):
+        catalog.create_namespace(namespace)
+    table = catalog.create_table("results.cities", schema=pa.schema([("id", pa.int64()), ("city", pa.string())]),
+                                 properties={"lakeport.execution-id": "999999", "lakeport.step": "cities"})
+    table.append(pa.table({"id": list(range(1, 61)), "city": [f"city {n}" for n in range(1, 61)]}))
+    table.append(pa.table({"id": [61], "city": ["last"]}))
+    catalog.create_table("runtime_stats.e1_stats", schema=pa.schema([("n", pa.int64())]))
+
+    contents = client.get(f"/warehouses/{row.id}/contents").get_data(as_text=True)
+    # Lakeport's bookkeeping namespaces are folded; results is open.
+    assert re.search(r'data-namespace="results"\s+open>', contents)
+    assert re.search(r'data-namespace="runtime_stats"\s+>', contents)
+    assert f'/warehouses/{row.id}/tables/results.cities' in contents
+
+    page = client.get(f"/warehouses/{row.id}/tables/results.cities?size=25&page=3").get_data(as_text=True)
+    schema = page.split('data-testid="table-schema"')[1].split("</table>")[0]
+    assert re.search(r"<code>id</code></td><td><code>long</code>", schema)
+    assert re.search(r"<code>city</code></td><td><code>string</code>", schema)
+    snapshots = page.split('data-testid="table-snapshots"')[1].split("</table>")[0]
+    assert snapshots.count("<tr>") == 3 and snapshots.count(">append<") == 2   # header + two appends
+    assert re.search(r'class="num">60</td>', snapshots) and re.search(r'class="num">1</td>', snapshots)
+    assert re.search(r'<p class="stat">61</p>', page)
+    # The preview is paged like any result: page 3 of 25 rows holds rows 51 to 61.
+    assert "Rows 51–61 of" in page and ">61</strong>" in page
+    assert re.search(r'<td class="num">51</td><td>city 51</td>', page)
+    # Tags of executions that are not hers are not linked.
+    assert "lakeport.step" in page and 'href="/executions/999999"' not in page
+
+    # The pager's partial keeps the address bar in step; a new size keeps the first row in view.
+    partial = client.get(f"/warehouses/{row.id}/tables/results.cities?size=50&row=51",
+                         headers={"HX-Request": "true"})
+    assert partial.headers["HX-Push-Url"] == f"/warehouses/{row.id}/tables/results.cities?page=2&size=50"
+    assert "Rows 51–61 of" in partial.get_data(as_text=True)
+
+    assert client.get(f"/warehouses/{row.id}/tables/no-dots").status_code == 404
+    missing = client.get(f"/warehouses/{row.id}/tables/results.nothing").get_data(as_text=True)
+    assert "does not exist" in missing

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 import pytest
 from sqlmodel import Session, select
@@ -231,6 +232,16 @@ def test_syntax_errors_are_shown_per_step_and_nothing_is_saved(client, auth, db_
     ("SELECT * FROM me", "reads itself"),
     ("WITH report AS (SELECT 1) SELECT * FROM report", None),  # a CTE shadows the later step
     ("SELECT * FROM datasets.report", None),  # a table, not the step
+    # Spark's grammar (sqlglot, Spark dialect), pointing at line and column.
+    ("SELECT id, TRANSFORM(tags, t -> upper(t)) FROM orders LATERAL VIEW explode(tags) x AS tag", None),
+    ("SELECT amount\nFROM orders\nWHERE", "Line 3, column 5: WHERE is incomplete"),
+    ("SELECT *\nFROM orders\nWHERE amount = = 1", "Line 3, column 16: = is incomplete"),
+    ("SELECT a b c FROM orders", "Line 1, column 12: Invalid expression / Unexpected token"),
+    # An empty item in a list, which sqlglot lets through and Spark refuses.
+    ("SELECT region,, amount FROM orders", "Line 1, column 14: nothing between “,” and “,”"),
+    ("SELECT id,\n  amount,\nFROM orders", "Line 2, column 9: nothing between “,” and “FROM”"),
+    ("SELECT coalesce(a, ) FROM orders", "nothing between “,” and “)”"),
+    ("SELECT `a,`, ',' AS comma FROM orders", None),
 ])
 def test_sql_checks(code, problem):
     errors = check_sql(code, "me", earlier=["orders"], later=["report"])
@@ -339,3 +350,21 @@ def test_bob_gets_404_on_every_route_of_alices_workflow(client, auth, db_engine)
     with Session(db_engine) as db:
         bob = db.exec(select(User).where(User.email == "bob@example.test")).one()
         assert not db.exec(select(Workflow).where(Workflow.owner_id == bob.id)).all()
+
+
+def test_the_editor_page_allows_its_code_editor_style_by_a_nonce_of_its_own(client, auth):
+    auth.login("alice")
+    workflow_id = create_workflow(client, auth, name=f"nonce-{uuid.uuid4().hex[:6]}")
+    nonces = []
+    for _ in range(2):
+        page = client.get(f"/workflows/{workflow_id}/edit")
+        policy = page.headers["Content-Security-Policy"]
+        nonce = re.search(r"style-src 'self' 'nonce-([\w-]+)'", policy).group(1)
+        html = page.get_data(as_text=True)
+        # The editor's script is given the nonce; scripts stay 'self' only.
+        assert f'src="/static/vendor/editor.js" defer data-style-nonce="{nonce}"' in html
+        assert "script-src 'self';" in policy
+        nonces.append(nonce)
+    assert nonces[0] != nonces[1]  # one per response
+    # Pages without the code editor allow no inline style at all.
+    assert "style-src 'self';" in client.get(f"/workflows/{workflow_id}").headers["Content-Security-Policy"]

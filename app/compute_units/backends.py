@@ -4,11 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.ray_clusters import ClusterBackend, ExistingClusterBackend, KubeRayBackend, KubernetesConnection
-from app.ray_clusters.local import LocalClusterBackend
+from app.ray_clusters.listed import ListedCluster, clusters_for, parse_listed_clusters
+from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
 
 KIND_LABELS = {
     "local": "Local Ray cluster on this machine",
-    "existing": "Existing Ray cluster (attach by address)",
+    "existing": "Existing Ray cluster (one listed here)",
     "kuberay": "Kubernetes (KubeRay RayCluster)",
 }
 
@@ -17,11 +18,22 @@ def enabled_kinds(config) -> list[str]:
     return [kind.strip() for kind in config["CU_KINDS"].split(",") if kind.strip() in KIND_LABELS]
 
 
+def ray_clusters_for(config, email: str) -> list[ListedCluster]:
+    """The operator-listed Ray clusters this user may attach units to."""
+    return clusters_for(config["RAY_CLUSTERS"], email)
+
+
+def offered_kinds(config, clusters: list[str]) -> list[str]:
+    """The enabled kinds, without `existing` for a user who may attach to no listed cluster."""
+    return [kind for kind in enabled_kinds(config) if kind != "existing" or clusters]
+
+
 def backend_for(kind: str, config) -> ClusterBackend:
     if kind == "local":
-        return LocalClusterBackend(Path(config["CU_WORK_DIR"]) if config["CU_WORK_DIR"] else None)
+        return LocalClusterBackend(Path(config["CU_WORK_DIR"]) if config["CU_WORK_DIR"] else None,
+                                   endpoints=allowed_endpoints(config["LAKEKEEPER_URL"], config["CU_ALLOWED_ENDPOINTS"]))
     if kind == "existing":
-        return ExistingClusterBackend(token=config["RAY_CLUSTER_TOKEN"] or None)
+        return ExistingClusterBackend(parse_listed_clusters(config["RAY_CLUSTERS"]))
     if kind == "kuberay":
         connection = KubernetesConnection(
             api_url=config["KUBERAY_API_URL"], namespace=config["KUBERAY_NAMESPACE"],

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{1,46}[a-z0-9]$")
 
@@ -12,9 +11,9 @@ def limits(config) -> dict:
             "workers": config["CU_MAX_WORKERS"], "running": config["CU_MAX_RUNNING_PER_USER"]}
 
 
-def defaults(kinds: list[str]) -> dict:
+def defaults(kinds: list[str], clusters: list[str]) -> dict:
     return {"name": "", "kind": kinds[0] if kinds else "local", "cpus": "1", "memory_gb": "2",
-            "worker_nodes": "0", "address": ""}
+            "worker_nodes": "0", "ray_cluster": clusters[0] if clusters else ""}
 
 
 def _number(raw: str, cast, label: str, low, high) -> tuple[float | int | None, str | None]:
@@ -27,12 +26,13 @@ def _number(raw: str, cast, label: str, low, high) -> tuple[float | int | None, 
     return value, None
 
 
-def parse(data, config, kinds: list[str]) -> tuple[dict, dict[str, str]]:
-    """(values for a ComputeUnit row, field → error message)."""
+def parse(data, config, kinds: list[str], clusters: list[str]) -> tuple[dict, dict[str, str]]:
+    """(values for a ComputeUnit row, field → error message). `clusters`: the names of the
+    listed Ray clusters this user may attach to; any other name is refused like a missing one."""
     caps = limits(config)
-    raw = {key: (data.get(key) or "").strip() for key in defaults(kinds)}
+    raw = {key: (data.get(key) or "").strip() for key in defaults(kinds, clusters)}
     errors: dict[str, str] = {}
-    values: dict = {"name": raw["name"], "kind": raw["kind"], "address": ""}
+    values: dict = {"name": raw["name"], "kind": raw["kind"], "ray_cluster": ""}
     if not NAME_RE.match(raw["name"]):
         errors["name"] = "3–48 characters: lowercase letters, digits and hyphens, starting with a letter."
     if raw["kind"] not in kinds:
@@ -46,8 +46,7 @@ def parse(data, config, kinds: list[str]) -> tuple[dict, dict[str, str]]:
         if message:
             errors[field] = message
     if raw["kind"] == "existing":
-        parts = urlsplit(raw["address"])
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            errors["address"] = "The cluster's dashboard (Jobs API) URL, e.g. http://ray-head.example:8265."
-        values["address"] = raw["address"]
+        if raw["ray_cluster"] not in clusters:
+            errors["ray_cluster"] = "Choose one of the Ray clusters offered here."
+        values["ray_cluster"] = raw["ray_cluster"]
     return values, errors

@@ -1,21 +1,30 @@
 """The life of a compute unit: PENDING → STARTING → RUNNING → TERMINATING → TERMINATED, or FAILED.
 
-Starting and terminating take seconds, so they run in a background thread that writes
-each step to the row; pages poll the row. Liveness is checked against the cluster
-itself (`refresh`) on every status poll, at portal start (`adopt_all`) and by the
-supervisor thread, so a dead cluster always shows as FAILED with its reason.
+Web requests only record intent in the row: a new unit is PENDING, a terminate request makes it
+TERMINATING. The worker process (app/worker.py) does the work those states ask for: `run_start`,
+`run_stop` and `run_clean_up` write each step to the row, and pages poll the row. Liveness is
+checked against the cluster itself (`refresh`) on every status poll and by the worker's
+supervisor pass (`supervise`), so a dead cluster always shows as FAILED with its reason.
+
+Every state change is compare-and-set (`_transition`): an UPDATE that names the states it may
+leave, so two processes racing (two supervisors stopping one idle unit, a failure noticed while a
+terminate finishes) change the row once, and a final state is never overwritten.
 """
 from __future__ import annotations
 
 import json
-import threading
+import logging
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterable
+from datetime import timedelta
 
-from flask import Flask, current_app
+from flask import current_app
+from sqlalchemy import exists, update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, func, select
 
-from app.db import engine, get_db
+from app.db import DATABASE_UNAVAILABLE, engine, get_db
+from app.errors import UserFacingError
 from app.models import (
     ComputeUnit,
     ComputeUnitEvent,
@@ -26,25 +35,43 @@ from app.models import (
     utcnow,
 )
 from app.compute_units import spark_warmup
+from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT, SPARK_WARMING_EVENT
 from app.compute_units.backends import backend_for
-from app.ray_clusters.base import ClusterHandle, ClusterSpec, ClusterStartError, ClusterState, ClusterStatus
+from app.ray_clusters.base import (
+    ClusterHandle,
+    ClusterSpec,
+    ClusterStartError,
+    ClusterState,
+    ClusterStatus,
+    SparkHostLaunch,
+)
+from app.ray_clusters.listed import listed_cluster
+from app.ray_clusters.spark_host_client import new_spark_host_nonce, spark_host_secret, with_spark_host_secret
+from compute.spark_host import secret_digest
 
 State = ComputeUnitState
+logger = logging.getLogger(__name__)
+# Set on a FAILED unit whose cluster's remains the worker still has to stop.
+CLEANING_UP = "cleaning up"
 
 
-class ComputeUnitError(Exception):
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.message, self.field = message, field
+class ComputeUnitError(UserFacingError):
+    """A compute-unit action was refused (a limit, a listed cluster, a state)."""
 
 
-def _as_utc(moment: datetime) -> datetime:
-    # SQLite hands datetimes back without their zone; they are stored in UTC.
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+def fit_column(text: str, column, what: str) -> str:
+    """`text` cut to fit `column` (a VARCHAR's length); the whole text goes to the log first, so a
+    long reason (a start failure's log tail) is never lost, and the write never fails for its length."""
+    limit = column.type.length
+    if len(text) <= limit:
+        return text
+    logger.warning("%s, in full (cut to %d characters in the database):\n%s", what, limit, text)
+    return text[:limit - 1] + "…"
 
 
 def record_event(db: Session, cu: ComputeUnit, message: str) -> None:
-    db.add(ComputeUnitEvent(compute_unit_id=cu.id, message=message[:1000]))
+    message = fit_column(message, ComputeUnitEvent.__table__.c.message, f"compute unit {cu.id} event")
+    db.add(ComputeUnitEvent(compute_unit_id=cu.id, message=message))
 
 
 def recent_events(cu: ComputeUnit, limit: int = 20) -> list[ComputeUnitEvent]:
@@ -61,8 +88,25 @@ def running_executions(cu: ComputeUnit) -> list[Execution]:
 
 
 def user_compute_units(owner: User) -> list[ComputeUnit]:
-    statement = select(ComputeUnit).where(ComputeUnit.owner_id == owner.id).order_by(ComputeUnit.created_at.desc())
+    """The owner's units for the list: all but the ended ones they cleared."""
+    statement = (select(ComputeUnit).where(ComputeUnit.owner_id == owner.id, ComputeUnit.cleared_at.is_(None))
+                 .order_by(ComputeUnit.created_at.desc()))
     return list(get_db().exec(statement))
+
+
+def clear(owner: User, cu_id: int | None = None) -> int:
+    """Clear the owner's ended units (or only unit `cu_id`) from the list: their rows stay, as the
+    executions that ran on them refer to them. A live unit is never cleared. Returns how many."""
+    statement = (update(ComputeUnit)
+                 .where(ComputeUnit.owner_id == owner.id, ComputeUnit.state.in_(State.FINAL),
+                        ComputeUnit.cleared_at.is_(None))
+                 .values(cleared_at=utcnow()))
+    if cu_id is not None:
+        statement = statement.where(ComputeUnit.id == cu_id)
+    db = get_db()
+    cleared = db.exec(statement).rowcount
+    db.commit()
+    return cleared
 
 
 def live_count(owner: User) -> int:
@@ -71,13 +115,31 @@ def live_count(owner: User) -> int:
     return get_db().exec(statement).one()
 
 
+def _lock_user(db: Session, owner_id: int) -> None:
+    """Serialise this user's unit creations until the transaction ends: a no-op write to the
+    user's row takes its row lock on PostgreSQL and the write lock on SQLite, so the count that
+    follows cannot be overtaken by a parallel request's insert."""
+    db.exec(update(User).where(User.id == owner_id).values(last_login_at=User.last_login_at))
+
+
 def _spec(cu: ComputeUnit) -> ClusterSpec:
     return ClusterSpec(
         cu_id=str(cu.id), name=cu.name, cpus_per_node=cu.cpus, memory_gb_per_node=cu.memory_gb,
-        worker_nodes=cu.worker_nodes, owner=str(cu.owner_id), address=cu.address,
+        worker_nodes=cu.worker_nodes, owner=str(cu.owner_id), cluster_name=cu.ray_cluster,
+        spark_host_port=cu.spark_host_port,
         include_dashboard=current_app.config["RAY_DASHBOARD"],
+        spark_host=_spark_host_launch(cu) if current_app.config["CU_WARM_SPARK_ON_START"] else None,
         start_timeout_s=current_app.config["CU_START_TIMEOUT_SECONDS"],
     )
+
+
+def _spark_host_launch(cu: ComputeUnit) -> SparkHostLaunch:
+    """The unit's Spark host, for backends that start it with the cluster (the nonce becomes
+    the handle's: the secret derived from it is the one the portal's calls carry)."""
+    nonce = new_spark_host_nonce()
+    secret = spark_host_secret(current_app.config["SECRET_KEY"], str(cu.id), nonce)
+    return SparkHostLaunch(nonce=nonce, secret_sha256=secret_digest(secret), **spark_warmup.spark_host_size(cu),
+                           warm_timeout_s=spark_warmup.BOOTSTRAP_TIMEOUT_SECONDS)
 
 
 def _backend(cu: ComputeUnit):
@@ -85,42 +147,69 @@ def _backend(cu: ComputeUnit):
 
 
 def handle_of(cu: ComputeUnit) -> ClusterHandle | None:
-    """The cluster's handle, with its token restored from where the cluster keeps it."""
+    """The cluster's handle, with its token restored from where the cluster keeps it and the
+    unit's Spark host secret derived again."""
     data = json.loads(cu.handle or "{}")
-    return _backend(cu).restore_token(ClusterHandle(**data)) if data else None
+    return _with_secrets(cu, ClusterHandle(**data)) if data else None
+
+
+def _with_secrets(cu: ComputeUnit, handle: ClusterHandle) -> ClusterHandle:
+    return with_spark_host_secret(_backend(cu).restore_token(handle), current_app.config["SECRET_KEY"])
 
 
 def create(owner: User, values: dict) -> ComputeUnit:
-    """Record a PENDING compute unit within the user's limits and start it in the background."""
+    """Record a PENDING compute unit within the user's limits (atomically: parallel requests
+    cannot exceed them); the worker starts it."""
     limit = current_app.config["CU_MAX_RUNNING_PER_USER"]
+    db = get_db()
+    db.commit()  # the lock below is held by a transaction of its own
+    _lock_user(db, owner.id)
     if live_count(owner) >= limit:
+        db.rollback()
         raise ComputeUnitError(f"You can have at most {limit} compute units running at once. "
                                "Terminate one first.")
-    db = get_db()
-    cu = ComputeUnit(owner_id=owner.id, **values)
-    db.add(cu)
-    db.flush()
+    try:
+        cu = _insert_with_port(db, owner, values) if values["kind"] == "existing" else _insert(db, owner, values)
+    except ComputeUnitError:
+        db.rollback()  # releases the user's row
+        raise
     record_event(db, cu, f"requested: {cu.kind}, {cu.cpus} CPU and {cu.memory_gb:g} GiB per node, "
-                         f"{cu.worker_nodes} worker node(s)")
+                         f"{cu.worker_nodes} worker node(s)" + (f", on {cu.ray_cluster}" if cu.ray_cluster else ""))
     db.commit()
-    _in_background(_start, cu.id)
     return cu
 
 
-def _in_background(target, cu_id: int) -> None:
-    app = current_app._get_current_object()
-    thread = threading.Thread(target=_with_app, args=(app, target, cu_id), name=f"cu-{cu_id}-{target.__name__}",
-                              daemon=True)
-    thread.start()
+def _insert(db: Session, owner: User, values: dict, **more) -> ComputeUnit:
+    cu = ComputeUnit(owner_id=owner.id, **values, **more)
+    db.add(cu)
+    db.flush()
+    return cu
 
 
-def _with_app(app: Flask, target, cu_id: int) -> None:
-    with app.app_context():
-        target(cu_id)
+def _insert_with_port(db: Session, owner: User, values: dict) -> ComputeUnit:
+    """Insert a unit on a listed Ray cluster with a Spark host port of that cluster's range that
+    no live unit holds. Two creates at once may pick the same port: the database's unique index
+    refuses the second insert, which then picks again."""
+    cluster = listed_cluster(current_app.config["RAY_CLUSTERS"], values["ray_cluster"])
+    if cluster is None:
+        raise ComputeUnitError("Choose one of the Ray clusters offered here.", "ray_cluster")
+    for _ in cluster.ports():  # each failed attempt means another unit took a port meanwhile
+        taken = set(db.exec(select(ComputeUnit.spark_host_port).where(
+            ComputeUnit.ray_cluster == cluster.name, ComputeUnit.state.in_(State.LIVE))))
+        port = next((port for port in cluster.ports() if port not in taken), None)
+        if port is None:
+            break
+        try:
+            with db.begin_nested():
+                return _insert(db, owner, values, spark_host_port=port)
+        except IntegrityError:
+            continue  # taken meanwhile by a unit created at the same moment
+    raise ComputeUnitError(f"All {len(cluster.ports())} Spark host ports of the Ray cluster {cluster.name} "
+                           "are held by running units. Try again once one has ended.", "ray_cluster")
 
 
 def _update(cu_id: int, **changes) -> ComputeUnit | None:
-    """Write to a row from a background thread, in its own short session."""
+    """Write fields other than the state (progress, handle, an event), in a short session of its own."""
     event = changes.pop("event", None)
     with Session(engine(), expire_on_commit=False) as db:
         cu = db.get(ComputeUnit, cu_id)
@@ -135,41 +224,128 @@ def _update(cu_id: int, **changes) -> ComputeUnit | None:
         return cu
 
 
-def _start(cu_id: int) -> None:
-    cu = _update(cu_id, state=State.STARTING, progress_step="preparing", event="starting")
-    if cu is None:
+def _transition(cu_id: int, from_states: Iterable[str], event: str | None = None, where=None,
+                **changes) -> ComputeUnit | None:
+    """Compare-and-set: apply `changes` (and record `event`) only if the unit is still in one of
+    `from_states` (and matches `where`). Returns the changed unit, or None when another change
+    came first."""
+    if "reason" in changes:
+        changes["reason"] = fit_column(changes["reason"], ComputeUnit.__table__.c.reason,
+                                       f"compute unit {cu_id}'s reason")
+    with Session(engine(), expire_on_commit=False) as db:
+        statement = update(ComputeUnit).where(ComputeUnit.id == cu_id, ComputeUnit.state.in_(tuple(from_states)))
+        if where is not None:
+            statement = statement.where(where)
+        changed = db.exec(statement.values(**changes))
+        if changed.rowcount != 1:
+            db.rollback()
+            return None
+        cu = db.get(ComputeUnit, cu_id)
+        if event:
+            record_event(db, cu, event)
+        db.commit()
+        return cu
+
+
+def _end(cu_id: int, from_states: Iterable[str], state: str, reason: str | None = None,
+         event: str | None = None, where=None, progress_step: str = "") -> ComputeUnit | None:
+    """A final state, compare-and-set from `from_states`."""
+    changes = {"reason": reason} if reason is not None else {}
+    return _transition(cu_id, from_states, event=event, where=where, state=state, ended_at=utcnow(),
+                       progress_step=progress_step, **changes)
+
+
+def fail(cu_id: int, reason: str, from_states: Iterable[str] = (State.RUNNING,),
+         event: str | None = None) -> bool:
+    """Mark the unit FAILED with `reason` if it is still in `from_states` (never over a final
+    state); the worker then stops what is left of its cluster."""
+    return _end(cu_id, from_states, State.FAILED, reason=reason, progress_step=CLEANING_UP,
+                event=event or f"failed: {reason}") is not None
+
+
+def run_start(cu_id: int) -> None:
+    """The worker's part of a PENDING unit: start its cluster, then its Spark session. A STARTING
+    unit found here was being started by a worker that stopped (its lease ran out)."""
+    with Session(engine(), expire_on_commit=False) as db:
+        cu = db.get(ComputeUnit, cu_id)
+    if cu is None or cu.state not in (State.PENDING, State.STARTING):
         return
+    if cu.state == State.STARTING:
+        _resume_start(cu)
+        return
+    cu = _transition(cu_id, (State.PENDING,), event="starting", state=State.STARTING, progress_step="preparing")
+    if cu is None:
+        return  # terminated while pending
 
     def progress(step: str) -> None:
-        _update(cu_id, progress_step=step, event=step)
+        try:
+            _update(cu_id, progress_step=step, event=step)
+        except DATABASE_UNAVAILABLE:  # only the page's progress: the start goes on
+            logger.warning("compute unit %s: progress not recorded (database unavailable): %s", cu_id, step)
 
     try:
         handle = _backend(cu).start(_spec(cu), progress)
     except ClusterStartError as error:
-        _update(cu_id, state=State.FAILED, reason=str(error), progress_step="", ended_at=utcnow(),
-                event=f"failed to start: {error}")
+        fail(cu_id, str(error), from_states=(State.STARTING,), event=f"failed to start: {error}")
         return
+    except DATABASE_UNAVAILABLE:
+        raise
     except Exception as error:  # a bug or an environment problem: still never a stuck STARTING
-        current_app.logger.exception("compute unit %s failed to start", cu_id)
-        _update(cu_id, state=State.FAILED, reason=f"could not start: {error}", progress_step="",
-                ended_at=utcnow(), event="failed to start")
+        logger.exception("compute unit %s failed to start", cu_id)
+        fail(cu_id, f"could not start: {error}", from_states=(State.STARTING,), event="failed to start")
         return
-    latest = _update(cu_id, handle=handle.to_json())
-    if latest is not None and latest.state == State.STARTING:
-        now = utcnow()
-        running = _update(cu_id, state=State.RUNNING, progress_step="", started_at=now, last_activity_at=now,
-                          event="running")
-        if running is not None and current_app.config["CU_WARM_SPARK_ON_START"]:
-            _warm_up_spark(running, handle)
-    else:
+    handle = _with_secrets(cu, handle)  # makes the handle's Spark host nonce
+    _record_handle(cu_id, handle)
+    now = utcnow()
+    running = _transition(cu_id, (State.STARTING,), event="running", state=State.RUNNING, progress_step="",
+                          started_at=now, last_activity_at=now)
+    if running is None:
         # Terminated while starting: stop what was started.
         _backend(cu).terminate(handle)
+    elif current_app.config["CU_WARM_SPARK_ON_START"]:
+        _warm_up_spark(running, handle)
+
+
+def _record_handle(cu_id: int, handle: ClusterHandle, patience_s: float = 300.0) -> None:
+    """The handle is how anyone finds the new cluster again: while the database is away, keep
+    trying (with growing pauses) rather than leave a cluster nobody can stop."""
+    deadline, pause = time.monotonic() + patience_s, 0.5
+    while True:
+        try:
+            _update(cu_id, handle=handle.to_json())
+            return
+        except DATABASE_UNAVAILABLE:
+            if time.monotonic() > deadline:
+                raise
+            logger.warning("compute unit %s: its handle could not be recorded yet (database unavailable)", cu_id)
+            time.sleep(pause)
+            pause = min(pause * 2, 15.0)
+
+
+def _resume_start(cu: ComputeUnit) -> None:
+    """A start another worker left unfinished: a cluster that got its handle is checked and kept if
+    alive; one without a handle cannot be found again."""
+    handle = handle_of(cu)
+    if handle is None:
+        fail(cu.id, "the worker starting this unit stopped before the cluster was up",
+             from_states=(State.STARTING,))
+        return
+    try:
+        status = _backend(cu).adopt(handle)
+    except Exception as error:
+        status = ClusterStatus(ClusterState.FAILED, reason=f"could not be checked: {error}")
+    if status.state == ClusterState.FAILED:
+        fail(cu.id, status.reason or "the cluster was gone", from_states=(State.STARTING,))
+        return
+    now = utcnow()
+    _transition(cu.id, (State.STARTING,), event="running (its start was taken over by another worker)",
+                state=State.RUNNING, progress_step="", started_at=now, last_activity_at=now)
 
 
 def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
     """Start the unit's Spark session now rather than at its first execution (which waits for
     this one if it comes meanwhile). A failure here is only noted: that execution tries again."""
-    _update(cu.id, event="starting its Spark session")
+    _update(cu.id, event=SPARK_WARMING_EVENT)
     began = time.monotonic()
     try:
         spark_warmup.ensure_warm(cu, handle)
@@ -178,22 +354,24 @@ def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
             still_running = (latest := db.get(ComputeUnit, cu.id)) is not None and latest.state == State.RUNNING
         if still_running:  # otherwise it was terminated or failed meanwhile, which says enough
             current_app.logger.warning("compute unit %s: %s", cu.id, error)
-            _update(cu.id, event=f"its Spark session did not start; the first execution will try again: {error}")
+            _update(cu.id, event=f"{SPARK_FAILED_EVENT}; the first execution will try again: {error}")
         return
-    _update(cu.id, event=f"Spark session ready after {time.monotonic() - began:.0f} s")
+    _update(cu.id, event=f"{SPARK_READY_EVENT} after {time.monotonic() - began:.0f} s")
 
 
 def terminate(cu: ComputeUnit, reason: str = "") -> None:
+    """Ask for the unit to be stopped (the worker stops it); `cu` is refreshed to what happened."""
     if cu.state in State.FINAL:
         return
-    if cu.state in (State.PENDING, State.STARTING) and not handle_of(cu):
-        # The starting thread sees the state change and stops what it started.
-        _update(cu.id, state=State.TERMINATED, reason=reason, ended_at=utcnow(), progress_step="",
-                event="terminated while starting")
-        return
-    _update(cu.id, state=State.TERMINATING, reason=reason, progress_step="stopping",
-            event=f"terminating{': ' + reason if reason else ''}")
-    _in_background(_terminate, cu.id)
+    # A unit still starting without a cluster ends at once: its starting worker sees the state
+    # change and stops what it started.
+    if not _end(cu.id, (State.PENDING, State.STARTING), State.TERMINATED, reason=reason,
+                event="terminated while starting", where=ComputeUnit.handle == "{}"):
+        _transition(cu.id, (State.STARTING, State.RUNNING), state=State.TERMINATING, reason=reason,
+                    progress_step="stopping", event=f"terminating{': ' + reason if reason else ''}")
+    db = get_db()
+    if cu in db:
+        db.refresh(cu)
 
 
 def _stop_cluster(cu_id: int) -> None:
@@ -205,82 +383,87 @@ def _stop_cluster(cu_id: int) -> None:
         _backend(cu).terminate(handle)
 
 
-def _terminate(cu_id: int) -> None:
+def run_stop(cu_id: int) -> None:
+    """The worker's part of a TERMINATING unit: stop its cluster, then record TERMINATED (or FAILED
+    when it could not be stopped cleanly)."""
+    with Session(engine()) as db:
+        cu = db.get(ComputeUnit, cu_id)
+        if cu is None or cu.state != State.TERMINATING:
+            return
     try:
         _stop_cluster(cu_id)
+    except DATABASE_UNAVAILABLE:
+        raise
     except Exception as error:
-        current_app.logger.exception("terminating compute unit %s failed", cu_id)
-        _update(cu_id, state=State.FAILED, reason=f"could not be stopped cleanly: {error}", ended_at=utcnow(),
-                progress_step="", event="terminate failed")
+        logger.exception("terminating compute unit %s failed", cu_id)
+        _end(cu_id, (State.TERMINATING,), State.FAILED, reason=f"could not be stopped cleanly: {error}",
+             event="terminate failed")
         return
-    _update(cu_id, state=State.TERMINATED, ended_at=utcnow(), progress_step="", event="terminated")
+    _end(cu_id, (State.TERMINATING,), State.TERMINATED, event="terminated")
 
 
-def refresh(cu: ComputeUnit) -> ClusterStatus | None:
-    """Check a RUNNING unit against its cluster: a dead one becomes FAILED with the reason;
-    an idle one is terminated. Returns the cluster's status for display."""
+def run_clean_up(cu_id: int) -> None:
+    """The worker's part of a unit that FAILED: stop what survived of its cluster (other nodes, the
+    head's helpers), so nothing is left running."""
+    try:
+        _stop_cluster(cu_id)
+    except DATABASE_UNAVAILABLE:
+        raise
+    except Exception:
+        logger.exception("cleaning up failed compute unit %s", cu_id)
+    _update(cu_id, progress_step="")
+
+
+def refresh(cu: ComputeUnit, max_age_s: float = 0.0) -> ClusterStatus | None:
+    """Check a RUNNING unit against its cluster; a dead one becomes FAILED with the reason (the
+    worker stops its remains). Returns the cluster's status for display. With `max_age_s`, a
+    check this process made at most that long ago stands: pages that poll a unit (each open
+    browser every few seconds) then cost the cluster one check per interval, not one each."""
     if cu.state != State.RUNNING:
         return None
+    if max_age_s > 0 and (recent := _recent_checks.get(cu.id)) is not None \
+            and time.monotonic() - recent[0] <= max_age_s:
+        return recent[1]
     handle = handle_of(cu)
     if handle is None:
-        _fail(cu, "the portal lost track of this cluster (no handle)")
+        _fail_and_reload(cu, "Lakeport lost track of this cluster (no handle)")
         return None
     status = _backend(cu).status(handle)
     if status.state == ClusterState.FAILED:
-        _fail(cu, status.reason or "the cluster stopped")
-        return status
-    idle_minutes = current_app.config["CU_IDLE_MINUTES"]
-    if idle_minutes and utcnow() - _as_utc(cu.last_activity_at) > timedelta(minutes=idle_minutes):
-        terminate(cu, reason=f"idle for {idle_minutes:g} minutes without executions")
+        _fail_and_reload(cu, status.reason or "the cluster stopped")
+        _recent_checks.pop(cu.id, None)
+    else:
+        _recent_checks[cu.id] = (time.monotonic(), status)
     return status
 
 
-def _fail(cu: ComputeUnit, reason: str) -> None:
-    _update(cu.id, state=State.FAILED, reason=reason, ended_at=utcnow(), progress_step="",
-            event=f"failed: {reason}")
-    get_db().refresh(cu)
-    # What survived of the cluster (other nodes, the head's helpers) is stopped: no zombies.
-    _in_background(_clean_up, cu.id)
+# Unit id → (when, status) of this process's last check of a RUNNING unit (see `refresh`).
+_recent_checks: dict[int, tuple[float, ClusterStatus]] = {}
 
 
-def _clean_up(cu_id: int) -> None:
-    try:
-        _stop_cluster(cu_id)
-    except Exception:
-        current_app.logger.exception("cleaning up failed compute unit %s", cu_id)
-
-
-def _start_deadline_passed(cu: ComputeUnit) -> bool:
-    # Another portal process (a second gunicorn worker, say) may be starting this unit right
-    # now; only once its start timeout has passed is a unit without a handle really lost.
-    grace = timedelta(seconds=current_app.config["CU_START_TIMEOUT_SECONDS"] + 30)
-    return utcnow() - _as_utc(cu.created_at) > grace
-
-
-def adopt_all() -> None:
-    """At portal start: keep live clusters, mark dead or abandoned ones FAILED."""
+def _fail_and_reload(cu: ComputeUnit, reason: str) -> None:
+    fail(cu.id, reason)
     with Session(engine(), expire_on_commit=False) as db:
-        units = list(db.exec(select(ComputeUnit).where(ComputeUnit.state.in_(State.LIVE))))
-    for cu in units:
-        handle = handle_of(cu)
-        if handle is None:
-            if _start_deadline_passed(cu):
-                _update(cu.id, state=State.FAILED, reason="the portal restarted while this unit was starting",
-                        ended_at=utcnow(), progress_step="", event="failed: portal restarted while starting")
-            continue
-        try:
-            status = _backend(cu).adopt(handle)
-        except Exception as error:
-            status = ClusterStatus(ClusterState.FAILED, reason=f"could not be checked: {error}")
-        if status.state == ClusterState.FAILED:
-            _update(cu.id, state=State.FAILED, reason=status.reason or "the cluster was gone after a portal restart",
-                    ended_at=utcnow(), progress_step="", event=f"failed: {status.reason}")
-        elif cu.state == State.TERMINATING:
-            _in_background(_terminate, cu.id)
-        elif cu.state != State.RUNNING:
-            _update(cu.id, state=State.RUNNING, progress_step="", event="adopted after portal restart")
-        else:
-            _update(cu.id, event="adopted after portal restart")
+        latest = db.get(ComputeUnit, cu.id)
+    for name in ("state", "reason", "ended_at", "progress_step"):
+        setattr(cu, name, getattr(latest, name))
+
+
+def stop_idle(idle_minutes: float) -> list[int]:
+    """Ask every RUNNING unit without an execution for `idle_minutes` to stop (compare-and-set:
+    two supervisors stop a unit once). A unit with a live execution is never idle, even when
+    the execution could not report activity (the database was away). Returns their ids."""
+    cutoff = utcnow() - timedelta(minutes=idle_minutes)
+    reason = f"idle for {idle_minutes:g} minutes without executions"
+    busy = exists().where(Execution.compute_unit_id == ComputeUnit.id,
+                          Execution.state.not_in(ExecutionState.FINAL))
+    with Session(engine()) as db:
+        candidates = list(db.exec(select(ComputeUnit.id).where(
+            ComputeUnit.state == State.RUNNING, ComputeUnit.last_activity_at < cutoff, ~busy)))
+    return [cu_id for cu_id in candidates
+            if _transition(cu_id, (State.RUNNING,), event=f"terminating: {reason}",
+                           where=(ComputeUnit.last_activity_at < cutoff) & ~busy,
+                           state=State.TERMINATING, reason=reason, progress_step="stopping")]
 
 
 def terminate_all_local(reason: str) -> int:
@@ -289,40 +472,40 @@ def terminate_all_local(reason: str) -> int:
         units = list(db.exec(select(ComputeUnit).where(ComputeUnit.kind == "local",
                                                        ComputeUnit.state.in_(State.LIVE))))
     for cu in units:
-        _update(cu.id, state=State.TERMINATING, reason=reason, event=f"terminating: {reason}")
-        _terminate(cu.id)
+        _transition(cu.id, State.LIVE, state=State.TERMINATING, reason=reason, event=f"terminating: {reason}")
+        run_stop(cu.id)
     return len(units)
 
 
-def check_all_running() -> None:
-    """One supervisor pass: every RUNNING unit is checked for death and idleness, and a unit
-    whose start was abandoned (its portal process died) is marked FAILED."""
+def supervise() -> None:
+    """One supervisor pass (the worker's): idle units are asked to stop, every other RUNNING unit is
+    checked for death, and a unit whose start nobody finishes is marked FAILED."""
+    idle_minutes = current_app.config["CU_IDLE_MINUTES"]
+    if idle_minutes:
+        stop_idle(idle_minutes)
     with Session(engine(), expire_on_commit=False) as db:
-        ids = list(db.exec(select(ComputeUnit.id).where(ComputeUnit.state == State.RUNNING)))
-        stuck = list(db.exec(select(ComputeUnit).where(ComputeUnit.state.in_((State.PENDING, State.STARTING)))))
-    timeout = current_app.config["CU_START_TIMEOUT_SECONDS"]
-    for cu in stuck:
-        if not cu.handle or cu.handle == "{}":
-            if _start_deadline_passed(cu):
-                _update(cu.id, state=State.FAILED, reason=f"did not become healthy within {timeout:g} s",
-                        ended_at=utcnow(), progress_step="", event="failed: start abandoned")
-    for cu_id in ids:
-        cu = get_db().get(ComputeUnit, cu_id)
-        if cu is not None:
+        running = list(db.exec(select(ComputeUnit).where(ComputeUnit.state == State.RUNNING)))
+    for cu in running:
+        try:
             refresh(cu)
+        except DATABASE_UNAVAILABLE:
+            raise
+        except Exception:
+            logger.exception("checking compute unit %s failed", cu.id)
 
 
-def start_supervisor(app: Flask, interval_s: float = 30.0) -> threading.Thread:
-    """A daemon thread that runs `check_all_running` every `interval_s` (the serving process only)."""
-    def loop() -> None:
-        stop = threading.Event()
-        while not stop.wait(interval_s):
-            with app.app_context():
-                try:
-                    check_all_running()
-                except Exception:
-                    app.logger.exception("compute-unit supervisor pass failed")
-
-    thread = threading.Thread(target=loop, name="cu-supervisor", daemon=True)
-    thread.start()
-    return thread
+def pending_work() -> list[tuple[str, object, int]]:
+    """What the units ask the worker to do: (lease name, function, unit id)."""
+    with Session(engine()) as db:
+        rows = db.exec(select(ComputeUnit.id, ComputeUnit.state).where(
+            ComputeUnit.state.in_((State.PENDING, State.STARTING, State.TERMINATING))
+            | ((ComputeUnit.state == State.FAILED) & (ComputeUnit.progress_step == CLEANING_UP)))).all()
+    work = []
+    for cu_id, state in rows:
+        if state in (State.PENDING, State.STARTING):
+            work.append((f"unit-start:{cu_id}", run_start, cu_id))
+        elif state == State.TERMINATING:
+            work.append((f"unit-stop:{cu_id}", run_stop, cu_id))
+        else:
+            work.append((f"unit-clean-up:{cu_id}", run_clean_up, cu_id))
+    return work

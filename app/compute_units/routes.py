@@ -5,16 +5,34 @@ from flask_login import current_user
 from htmx_flask import make_response
 
 from app.compute_units import bp, forms, lifecycle
-from app.compute_units.backends import KIND_LABELS, enabled_kinds
+from app.compute_units.backends import KIND_LABELS, offered_kinds, ray_clusters_for
 from app.compute_units.lifecycle import ComputeUnitError
+from app.compute_units.phase import Phase, phase_of
 from app.db import get_owned_or_404
 from app.models import ComputeUnit
+
+# A unit's row and page poll every few seconds in each open browser: a cluster check this web
+# process made this recently stands for all of them (the worker's supervisor checks units too).
+POLLED_CHECK_MAX_AGE_SECONDS = 3.0
+
+
+def _choices() -> tuple[list[str], list[str]]:
+    """(kinds, names of the listed Ray clusters) the signed-in user may choose from."""
+    clusters = [cluster.name for cluster in ray_clusters_for(current_app.config, current_user.email)]
+    return offered_kinds(current_app.config, clusters), clusters
 
 
 @bp.context_processor
 def form_choices() -> dict:
-    kinds = enabled_kinds(current_app.config)
-    return {"kinds": {kind: KIND_LABELS[kind] for kind in kinds}, "limits": forms.limits(current_app.config)}
+    kinds, clusters = _choices()
+    return {"kinds": {kind: KIND_LABELS[kind] for kind in kinds}, "ray_clusters": clusters,
+            "limits": forms.limits(current_app.config)}
+
+
+@bp.app_template_global()
+def unit_phase(cu: ComputeUnit) -> Phase:
+    """The unit's state as its pages show it: WARMING while its Spark session starts."""
+    return phase_of(cu, lifecycle.recent_events(cu))
 
 
 def _unit(cu_id: int) -> ComputeUnit:
@@ -29,21 +47,19 @@ def index():
 
 @bp.get("/new")
 def new():
-    kinds = enabled_kinds(current_app.config)
-    return render_template("compute_units/new.html", values=forms.defaults(kinds), errors={})
+    return render_template("compute_units/new.html", values=forms.defaults(*_choices()), errors={})
 
 
 @bp.post("/")
 def create():
-    kinds = enabled_kinds(current_app.config)
-    values, errors = forms.parse(request.form, current_app.config, kinds)
+    values, errors = forms.parse(request.form, current_app.config, *_choices())
     if not errors:
         try:
             cu = lifecycle.create(current_user, values)
         except ComputeUnitError as error:
             errors[error.field or "form"] = error.message
         else:
-            flash(f"Compute unit {cu.name} is starting.", "success")
+            flash(f"Requested compute unit {cu.name}.", "success")
             return redirect(url_for("compute_units.detail", cu_id=cu.id))
     return render_template("compute_units/new.html", values=request.form, errors=errors), 422
 
@@ -51,7 +67,7 @@ def create():
 @bp.get("/<int:cu_id>")
 def detail(cu_id: int):
     cu = _unit(cu_id)
-    status = lifecycle.refresh(cu)
+    status = lifecycle.refresh(cu, max_age_s=POLLED_CHECK_MAX_AGE_SECONDS)
     template = "compute_units/_detail_status.html" if request.htmx else "compute_units/detail.html"
     return render_template(template, cu=cu, status=status, events=lifecycle.recent_events(cu),
                            executions=lifecycle.running_executions(cu), handle=lifecycle.handle_of(cu))
@@ -60,7 +76,7 @@ def detail(cu_id: int):
 @bp.get("/<int:cu_id>/row")
 def row(cu_id: int):
     cu = _unit(cu_id)
-    lifecycle.refresh(cu)
+    lifecycle.refresh(cu, max_age_s=POLLED_CHECK_MAX_AGE_SECONDS)
     return render_template("compute_units/_row.html", cu=cu)
 
 
@@ -68,6 +84,29 @@ def row(cu_id: int):
 def terminate(cu_id: int):
     cu = _unit(cu_id)
     lifecycle.terminate(cu, reason="terminated by its owner")
-    flash(f"Compute unit {cu.name} is terminating.", "info")
+    flash(f"Requested the termination of {cu.name}.", "info")
     url = url_for("compute_units.detail", cu_id=cu.id)
+    return make_response("", redirect=url) if request.htmx else redirect(url)
+
+
+@bp.post("/<int:cu_id>/clear")
+def clear(cu_id: int):
+    """Clear an ended unit from the list (its row, and its executions' link to it, stay)."""
+    cu = _unit(cu_id)
+    cleared = lifecycle.clear(current_user, cu.id)
+    if request.htmx:
+        # The list's row goes away; a unit still running keeps its row.
+        return "" if cleared else render_template("compute_units/_row.html", cu=cu)
+    if cleared:
+        flash(f"Cleared {cu.name} from the list.", "info")
+    else:
+        flash(f"{cu.name} is {cu.state}: only ended units can be cleared.", "error")
+    return redirect(url_for("compute_units.index"))
+
+
+@bp.post("/clear")
+def clear_ended():
+    cleared = lifecycle.clear(current_user)
+    flash(f"Cleared {cleared} ended compute unit{'' if cleared == 1 else 's'} from the list.", "info")
+    url = url_for("compute_units.index")
     return make_response("", redirect=url) if request.htmx else redirect(url)

@@ -4,23 +4,36 @@ Each unit hosts one long-lived Spark session (compute/spark_host.py) that execut
 Starting it (a JVM driver and executor JVMs through RayDP) takes most of a cold start, so the
 portal starts it as soon as a unit is RUNNING (`warm_up`, when CU_WARM_SPARK_ON_START is on),
 while its owner is still choosing what to run; an execution that finds no warm session starts
-it itself (`ensure_warm`). Either way there is one bootstrap at a time per unit.
+it itself (`ensure_warm`). A local unit starts its host even earlier, with the cluster, as soon
+as the head's GCS answers (`ClusterSpec.spark_host`): then this waits for that host instead. Either way there is one bootstrap at a time per unit: a lock among
+this process's threads, and a lease (`spark-host:<unit id>`) among worker processes.
 """
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 import threading
 import time
 
+from flask import current_app
+
+from app import leases
+from app.compute_units.backends import backend_for
 from app.models import ComputeUnit
-from app.ray_clusters.base import ClusterHandle, ProgressCallback
+from app.ray_clusters.base import ClusterBackend, ClusterHandle, ProgressCallback, SparkHostLaunchState
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 
 HOST_CALL_TIMEOUT_SECONDS = 5.0
 BOOTSTRAP_TIMEOUT_SECONDS = 180.0
+# A bootstrap lease outlives the longest bootstrap, so it needs no renewal.
+_LEASE_SECONDS = BOOTSTRAP_TIMEOUT_SECONDS + 30.0
 
 # One bootstrap at a time per compute unit (id → lock).
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
+# This process, as the holder of bootstrap leases.
+_HOLDER = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 class SparkHostUnavailable(Exception):
@@ -39,10 +52,29 @@ def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallba
     or wait for the bootstrap under way. Returns the host's info; raises SparkHostUnavailable."""
     with _locks_guard:
         lock = _locks.setdefault(cu.id, threading.Lock())
-    with lock, SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+    with lock:
+        lease = f"spark-host:{cu.id}"
+        deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
+        while not leases.claim(lease, _HOLDER, _LEASE_SECONDS):
+            if time.monotonic() > deadline:  # another worker's bootstrap takes too long
+                raise SparkHostUnavailable("the compute unit's Spark host is being started elsewhere for too long")
+            time.sleep(0.5)
         try:
-            info = client.info()
+            return _ensure_warm(cu, handle, progress)
+        finally:
+            leases.release([lease], _HOLDER)
+
+
+def _ensure_warm(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallback) -> dict:
+    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+        backend = backend_for(cu.kind, current_app.config)
+        try:
+            info = _started_with_the_unit(backend, handle, client)
         except SparkHostError:
+            if backend.spark_host_launch(handle) == SparkHostLaunchState.ENDED and not handle.dashboard_url:
+                # Started with the unit, and it failed; Ray Jobs (a second try) need the dashboard.
+                raise SparkHostUnavailable("the compute unit's Spark host did not start: "
+                                           f"{backend.spark_host_launch_log(handle) or 'no output'}") from None
             try:
                 info = client.bootstrap(**spark_host_size(cu), timeout_s=BOOTSTRAP_TIMEOUT_SECONDS,
                                         progress=progress)
@@ -59,3 +91,16 @@ def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallba
         raise SparkHostUnavailable(
             f"the compute unit's Spark session is not usable ({info['state']}): {info.get('error')}")
     return info
+
+
+def _started_with_the_unit(backend: ClusterBackend, handle: ClusterHandle, client: SparkHostClient) -> dict:
+    """The host's info, waiting for one the unit's backend started with the cluster to answer.
+    Raises SparkHostError when there is no host to wait for: then it is bootstrapped."""
+    deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
+    while True:
+        try:
+            return client.info()
+        except SparkHostError:
+            if backend.spark_host_launch(handle) != SparkHostLaunchState.STARTING or time.monotonic() > deadline:
+                raise
+        time.sleep(0.25)

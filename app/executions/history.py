@@ -3,6 +3,7 @@ finished execution recorded (its progress, its output tables)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from sqlmodel import select
@@ -18,6 +19,7 @@ from app.models import (
     WarehouseStatus,
     Workflow,
 )
+from compute.contract import CONSOLE_LOGS, RUNTIME_STATS, table_name
 
 HISTORY_LIMIT = 200
 
@@ -113,6 +115,21 @@ def progress_of(execution: Execution) -> dict:
             "phase": progress.get("phase") or ""}
 
 
+_FAILED_STEP = re.compile(r"^step '([a-z][a-z0-9_]*)' failed")
+
+
+def failed_step(execution: Execution) -> str | None:
+    """The step a FAILED execution failed in: the one its progress marks failed, or the one its
+    reason names ("step 'x' failed: ..."); None when it failed outside any step."""
+    if execution.state != ExecutionState.FAILED:
+        return None
+    for step in progress_of(execution)["steps"]:
+        if step.get("state") == "failed" and step.get("name"):
+            return str(step["name"])
+    named = _FAILED_STEP.match(execution.reason or "")
+    return named.group(1) if named else None
+
+
 def output_tables(execution: Execution) -> dict[str, str]:
     """Output step → its table (`results.e42_big`), once the execution COMPLETED."""
     if execution.state != ExecutionState.COMPLETED or execution.outputs_purged:
@@ -121,8 +138,28 @@ def output_tables(execution: Execution) -> dict[str, str]:
 
 
 def runtime_stats_table(execution: Execution) -> str:
-    return f"runtime_stats.e{execution.id}"
+    return table_name(RUNTIME_STATS, execution.id)
 
 
 def console_logs_table(execution: Execution) -> str:
-    return f"console_logs.e{execution.id}"
+    return table_name(CONSOLE_LOGS, execution.id)
+
+
+def lineage_of(execution: Execution) -> dict:
+    """What the run read and wrote ({"read": [...], "wrote": [...]}: compute/contract.py Lineage)."""
+    lineage = json.loads(execution.lineage or "{}")
+    return {"read": lineage.get("read") or [], "wrote": lineage.get("wrote") or []}
+
+
+def pinned_of(execution: Execution) -> dict:
+    """For a re-run on the same inputs: {"execution_id": the run re-run, "tables": {table: snapshot id}}."""
+    return json.loads(execution.pinned_to or "{}")
+
+
+def completed_runs_of(owner: User, workflow_id: int, but: int) -> list[Execution]:
+    """The owner's other COMPLETED executions of a workflow, newest first (to compare with)."""
+    statement = (select(Execution)
+                 .where(Execution.owner_id == owner.id, Execution.workflow_id == workflow_id,
+                        Execution.state == ExecutionState.COMPLETED, Execution.id != but)
+                 .order_by(Execution.id.desc()).limit(100))
+    return list(get_db().exec(statement).all())

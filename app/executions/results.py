@@ -19,7 +19,7 @@ def warehouse_of(execution: Execution) -> Warehouse | None:
     return get_db().get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
 
 
-def _catalog(execution: Execution):
+def catalog_of(execution: Execution):
     warehouse = warehouse_of(execution)
     if warehouse is None or execution.outputs_purged:
         raise ResultReadError(f"The warehouse {execution.warehouse_name} was purged: its tables are gone.")
@@ -27,11 +27,11 @@ def _catalog(execution: Execution):
 
 
 def page(execution: Execution, table: str, page_number: int, size: int) -> Page:
-    return iceberg_reader.read_page(_catalog(execution), table, page_number, size)
+    return iceberg_reader.read_page(catalog_of(execution), table, page_number, size)
 
 
 def csv_chunks(execution: Execution, table: str) -> Iterator[bytes]:
-    return iceberg_reader.stream_csv(_catalog(execution), table)
+    return iceberg_reader.stream_csv(catalog_of(execution), table)
 
 
 def ran_on_the_unit(execution: Execution) -> bool:
@@ -44,14 +44,31 @@ def step_timings(execution: Execution) -> list[StepTiming]:
     (step, status, rows_out, started_at, duration_ms, ...: compute/pipeline.py writes it)."""
     stats = page(execution, history.runtime_stats_table(execution), 1, RUNTIME_STATS_ROWS)
     rows = [dict(zip(stats.columns, row)) for row in stats.rows]
-    origin = min((row["started_at"] for row in rows if row.get("started_at")), default=None)
+    return _timeline([(str(row["step"]), str(row.get("status") or ""), row.get("started_at"),
+                       (row.get("duration_ms") or 0) / 1000, row.get("rows_out")) for row in rows])
+
+
+def progress_timings(execution: Execution) -> list[StepTiming]:
+    """The steps that started, as the run reported them while it went (its progress): what a run
+    that ended before recording its runtime stats still has."""
+    rows = []
+    for step in history.progress_of(execution)["steps"]:
+        started, ended = as_datetime(step.get("started_at")), as_datetime(step.get("ended_at"))
+        if started is None:
+            continue
+        rows.append((str(step.get("name")), str(step.get("state") or ""), started,
+                     max(0.0, (ended - started).total_seconds()) if ended else 0.0, step.get("rows_out")))
+    return _timeline(rows)
+
+
+def _timeline(rows: list[tuple[str, str, datetime | None, float, int | None]]) -> list[StepTiming]:
+    """(step, status, started at, seconds, rows out) → timings relative to the first start."""
+    origin = min((started for _, _, started, _, _ in rows if started), default=None)
     timings, cursor = [], 0.0
-    for row in rows:
-        duration = (row.get("duration_ms") or 0) / 1000
+    for name, status, started, duration, rows_out in rows:
         # A step that never started is drawn, empty, after the one before it.
-        offset = (row["started_at"] - origin).total_seconds() if row.get("started_at") else cursor
-        timings.append(StepTiming(name=str(row["step"]), status=str(row.get("status") or ""), start_s=offset,
-                                  duration_s=duration, rows_out=row.get("rows_out")))
+        offset = (started - origin).total_seconds() if started else cursor
+        timings.append(StepTiming(name=name, status=status, start_s=offset, duration_s=duration, rows_out=rows_out))
         cursor = offset + duration
     return timings
 

@@ -1,16 +1,21 @@
 from __future__ import annotations
 
-from flask import Response, abort, flash, redirect, render_template, request, url_for
+from datetime import datetime, timezone
+
+from flask import Response, current_app, abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from htmx_flask import make_response
+from werkzeug.routing import BuildError
 
 from app.charts import step_timeline_svg
 from app.db import get_db, get_owned_or_404
-from app.executions import bp, forms, history, results, runner
+from app.executions import bp, comparison, forms, history, results, runner
+from app.executions import logs as logs_view
 from app.executions.history import Filters
 from app.executions.runner import RunRefused
-from app.iceberg_reader import ResultReadError
+from app.iceberg_reader import ResultReadError, TableMissing
 from app.models import ComputeUnit, Execution, ExecutionState, Warehouse, Workflow
+from app.table_pages import canonical_page_url, table_page_context
 from app.workflows.service import latest_version
 
 
@@ -19,6 +24,33 @@ def log_time(value) -> str:
     """A log line's time (epoch seconds from the compute unit, or a datetime) as HH:MM:SS."""
     moment = results.as_datetime(value)
     return moment.strftime("%H:%M:%S") if moment else ""
+
+
+@bp.app_template_filter("log_iso")
+def log_iso(value) -> str:
+    """A log line's time in ISO 8601 (for <time datetime=… data-local>)."""
+    moment = results.as_datetime(value)
+    return moment.isoformat() if moment else ""
+
+
+@bp.app_template_filter("ms_time")
+def ms_time(value) -> str:
+    """A snapshot's time (epoch milliseconds) as YYYY-MM-DD HH:MM:SS UTC."""
+    if value is None:
+        return ""
+    return datetime.fromtimestamp(value / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@bp.app_template_global()
+def warehouse_table_url(warehouse_id: int | None, table: str) -> str | None:
+    """The warehouse's page of `table` (namespace.table), where the portal has one."""
+    if warehouse_id is None or "warehouses.table" not in current_app.view_functions:
+        return None
+    namespace, _, name = table.rpartition(".")
+    try:
+        return url_for("warehouses.table", warehouse_id=warehouse_id, namespace=namespace, table=name)
+    except BuildError:
+        return None
 
 
 def _execution(execution_id: int) -> Execution:
@@ -63,7 +95,7 @@ def new():
             except RunRefused as refusal:
                 errors[refusal.field or "form"] = refusal.message
             else:
-                flash(f"Execution #{execution.id} of {workflow.name} is queued.", "success")
+                flash(f"You started execution #{execution.id} of {workflow.name}.", "success")
                 url = url_for("executions.detail", execution_id=execution.id)
                 return make_response("", redirect=url) if request.htmx else redirect(url)
     page = render_template("executions/new.html", workflow=workflow, version=version, values=values, errors=errors,
@@ -75,13 +107,65 @@ def new():
 @bp.get("/<int:execution_id>")
 def detail(execution_id: int):
     execution = _execution(execution_id)
+    completed = execution.state == ExecutionState.COMPLETED
     context = {"execution": execution, "progress": history.progress_of(execution),
-               "outputs": history.output_tables(execution)}
+               "outputs": history.output_tables(execution), "lineage": history.lineage_of(execution),
+               "failed_step": history.failed_step(execution),
+               "others": history.completed_runs_of(current_user, execution.workflow_id, execution.id)
+               if completed else []}
     if request.htmx:
         return render_template("executions/_live.html", **context)
     workflow = get_db().get(Workflow, execution.workflow_id)
     cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-    return render_template("executions/detail.html", workflow=workflow, cu=cu, **context)
+    return render_template("executions/detail.html", workflow=workflow, cu=cu, pinned=history.pinned_of(execution),
+                           **context)
+
+
+@bp.post("/<int:execution_id>/rerun")
+def rerun(execution_id: int):
+    """Run the execution's workflow version again with every input pinned to the snapshot it read."""
+    execution = _execution(execution_id)
+    try:
+        again = runner.rerun_pinned(current_user, execution)
+    except RunRefused as refusal:
+        flash(refusal.message, "error")
+        url = url_for("executions.detail", execution_id=execution.id)
+    else:
+        flash(f"Execution #{again.id} re-runs #{execution.id} on the same inputs.", "success")
+        url = url_for("executions.detail", execution_id=again.id)
+    return make_response("", redirect=url) if request.htmx else redirect(url)
+
+
+def _pair() -> tuple[Execution, Execution]:
+    a, b = request.args.get("a", type=int), request.args.get("b", type=int)
+    if a is None or b is None:
+        abort(404)
+    return _execution(a), _execution(b)
+
+
+@bp.get("/compare")
+def compare():
+    a, b = _pair()
+    workflow = get_db().get(Workflow, a.workflow_id)
+    if b.workflow_id != a.workflow_id:
+        return render_template("error.html", title="Not comparable",
+                               message=f"Executions #{a.id} and #{b.id} run different workflows."), 422
+    return render_template("executions/compare.html", a=a, b=b, workflow=workflow,
+                           outputs=comparison.outputs(a, b))
+
+
+@bp.get("/compare/rows")
+def compare_rows():
+    a, b = _pair()
+    if b.workflow_id != a.workflow_id:
+        abort(404)
+    rows, error = {}, None
+    try:
+        rows = comparison.differing_rows(current_user, a, b)
+    except comparison.RowsUnavailable as unavailable:
+        error = unavailable.args[0]
+    return render_template("executions/_compare_rows.html", a=a, b=b, rows=rows, error=error,
+                           sample=comparison.SAMPLE_ROWS)
 
 
 @bp.get("/<int:execution_id>/row")
@@ -101,7 +185,7 @@ def cancel(execution_id: int):
     except RunRefused as refusal:
         flash(refusal.message, "error")
     else:
-        flash(f"Execution #{execution.id} is being cancelled.", "info")
+        flash(f"Requested the cancellation of execution #{execution.id}.", "info")
     url = url_for("executions.detail", execution_id=execution.id)
     return make_response("", redirect=url) if request.htmx else redirect(url)
 
@@ -109,14 +193,18 @@ def cancel(execution_id: int):
 @bp.get("/<int:execution_id>/stats")
 def stats(execution_id: int):
     execution = _execution(execution_id)
-    chart, error = None, None
+    timings, error, from_progress = [], None, False
     if results.ran_on_the_unit(execution):
         try:
             timings = results.step_timings(execution)
-            chart = step_timeline_svg(timings) if timings else None
+        except TableMissing:
+            # It ended before recording them: what it reported as it ran is what it has.
+            timings, from_progress = results.progress_timings(execution), True
         except ResultReadError as failure:
             error = failure.args[0]
-    return render_template("executions/_stats.html", execution=execution, chart=chart, error=error)
+    chart = step_timeline_svg(timings) if timings else None
+    return render_template("executions/_stats.html", execution=execution, chart=chart, error=error,
+                           from_progress=from_progress)
 
 
 def _output_table(execution: Execution, step: str) -> str:
@@ -127,13 +215,14 @@ def _output_table(execution: Execution, step: str) -> str:
 
 
 def _table_page(execution: Execution, table: str, endpoint: str, **route_args):
-    page_number, size = forms.parse_paging(request.args)
-    try:
-        page, error = results.page(execution, table, page_number, size), None
-    except ResultReadError as failure:
-        page, error = None, failure.args[0]
-    return {"page": page, "error": error, "table": table, "size": size, "page_sizes": forms.PAGE_SIZES,
-            "pager_url": url_for(endpoint, execution_id=execution.id, **route_args)}
+    return table_page_context(lambda page, size: results.page(execution, table, page, size), table,
+                              url_for(endpoint, execution_id=execution.id, **route_args))
+
+
+def _table_partial(context: dict):
+    """The pager's partial; the address bar follows the page shown."""
+    return make_response(render_template("executions/_table_page.html", **context),
+                         push_url=canonical_page_url(context))
 
 
 @bp.get("/<int:execution_id>/results/<step>")
@@ -141,7 +230,7 @@ def results_page(execution_id: int, step: str):
     execution = _execution(execution_id)
     context = _table_page(execution, _output_table(execution, step), "executions.results_page", step=step)
     if request.htmx:
-        return render_template("executions/_table_page.html", **context)
+        return _table_partial(context)
     return render_template("executions/results.html", execution=execution, step=step,
                            warehouse=results.warehouse_of(execution), outputs=history.output_tables(execution),
                            **context)
@@ -169,7 +258,8 @@ def logs(execution_id: int):
         template = "executions/_log_tail.html" if request.htmx else "executions/logs.html"
         return render_template(template, execution=execution, progress=history.progress_of(execution),
                                tail=True)
-    context = _table_page(execution, history.console_logs_table(execution), "executions.logs")
+    context = logs_view.page_context(execution, logs_view.LogFilters.from_args(request.args),
+                                     url_for("executions.logs", execution_id=execution.id))
     if request.htmx:
-        return render_template("executions/_table_page.html", **context)
+        return _table_partial(context)
     return render_template("executions/logs.html", execution=execution, tail=False, **context)

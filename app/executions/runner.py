@@ -1,6 +1,7 @@
 """Running an execution: QUEUED → INITIALIZING → RUNNING → COMPLETED | FAILED(reason) | CANCELLED.
 
-`start` records the execution (QUEUED) and hands it to a background thread, which
+`start` records the execution (QUEUED); the worker process (app/worker.py) then drives it
+(`drive`, under the lease `execution:<id>`):
 1. checks the warehouse (Lakeport's row, then Lakekeeper) and the compute unit (INITIALIZING);
 2. makes sure the unit's Spark host is up: bootstrapped once per unit, sized from the unit;
 3. mints a catalog token scoped to this one warehouse, builds the ExecutionSpec (the contract
@@ -12,24 +13,32 @@
 
 Nothing waits without a deadline: host calls time out, bootstrapping has a limit, and a run
 whose host stops answering fails once the unit is found dead or the silence lasts too long.
-The owner's cancel races with the thread, so state changes are compare-and-set updates of
+The owner's cancel races with the worker, so state changes are compare-and-set updates of
 the row: whichever comes first wins, and a final state is never overwritten.
+
+When the database goes away mid-run, the worker's thread stops without recording anything
+(it could not); the run goes on on its unit, and once the database is back the worker drives
+the execution again from its row: a RUNNING one is watched again (the host keeps finished runs),
+an INITIALIZING one is prepared again. A worker that died is replaced the same way, by whichever
+worker takes its lease over.
 """
 from __future__ import annotations
 
 import json
-import threading
+import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta, timezone
+from http import HTTPStatus
 
-from flask import Flask, current_app
+from flask import current_app
 from sqlalchemy import update
 from sqlmodel import Session, select
 
+from app import worker
 from app.compute_units import lifecycle, spark_warmup
-from app.db import engine, get_db
+from app.db import DATABASE_UNAVAILABLE, engine, get_db
+from app.errors import UserFacingError
 from app.executions.history import progress_of
 from app.extensions import lakekeeper
 from app.lakekeeper import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
@@ -47,9 +56,11 @@ from app.models import (
 )
 from app.ray_clusters.base import ClusterHandle, ProgressCallback
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from compute.contract import ACCESS_DELEGATION, PINNED, SUBMIT_CODE
 from compute.spark_host import RunState
 
 State = ExecutionState
+logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
 # A watcher's status request waits this long for the run to end (progress is copied as often).
@@ -61,35 +72,23 @@ HOST_SILENCE_SECONDS = 30.0
 ACTIVITY_EVERY_SECONDS = 10.0
 # How often the watcher looks at the unit's row (terminated by its owner, failed by the supervisor).
 UNIT_CHECK_EVERY_SECONDS = 2.0
+# How long stopping a warehouse's executions waits for their runs to clean up on their units.
+STOP_WAIT_SECONDS = 30.0
 # A token minted longer ago than this before the submit (while Spark started) is minted again:
 # the run gets its token's whole lifetime.
 FRESH_TOKEN_SECONDS = 30.0
-# An execution not submitted this long after its creation was abandoned by a portal process.
-INITIALIZE_GRACE_SECONDS = spark_warmup.BOOTSTRAP_TIMEOUT_SECONDS + 60.0
-
-# What the Spark host runs: the pipeline entry of compute/pipeline.py with the ExecutionSpec as `args`.
-SUBMIT_CODE = "from compute.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)\n"
 
 
-class RunRefused(Exception):
+class RunRefused(UserFacingError):
     """A run or a cancel was refused; `message` is for the user, `field` the form field at fault."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.message, self.field = message, field
 
 
 class ExecutionFailed(Exception):
-    """Ends the background thread's work with FAILED and this reason."""
+    """Ends the worker's work on an execution with FAILED and this reason."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
-
-
-# Executions that a thread of this process is initializing or watching.
-_active: set[int] = set()
-_active_lock = threading.Lock()
 
 
 # --- Starting and cancelling (request side) -------------------------------------------------
@@ -112,8 +111,9 @@ def check_runnable(owner: User, cu: ComputeUnit | None, warehouse: Warehouse | N
 
 
 def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: ComputeUnit | None,
-          warehouse: Warehouse | None) -> Execution:
-    """Record a QUEUED execution of `version` and run it in the background."""
+          warehouse: Warehouse | None, pinned_to: dict | None = None) -> Execution:
+    """Record a QUEUED execution of `version`; the worker runs it (reading its inputs at the
+    snapshots of `pinned_to`, see `rerun_pinned`)."""
     if version is None or not json.loads(version.steps or "[]"):
         raise RunRefused("This workflow has no steps yet. Add steps in the editor and save first.")
     errors = check_runnable(owner, cu, warehouse)
@@ -126,6 +126,7 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
         owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version.id,
         workflow_version=version.version, compute_unit_id=cu.id, warehouse_id=warehouse.id,
         warehouse_name=warehouse.name, progress=json.dumps({"steps": steps, "logs": []}),
+        pinned_to=json.dumps(pinned_to or {}),
     )
     db.add(execution)
     # A unit idle for long would be stopped at the next check, under this execution.
@@ -134,55 +135,95 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
     db.commit()
     current_app.logger.info("user %s started execution %s of workflow %s v%s on compute unit %s into warehouse %s",
                             owner.id, execution.id, workflow.id, version.version, cu.id, warehouse.id)
-    _in_background(_run, execution.id)
     return execution
 
 
+def rerun_pinned(owner: User, execution: Execution) -> Execution:
+    """Run `execution`'s workflow version again, on its unit into its warehouse, with every table
+    it read pinned to the snapshot it read (Iceberg time travel on the unit)."""
+    if execution.state != State.COMPLETED:
+        raise RunRefused("Only a completed execution can be run again on the same inputs.")
+    lineage = json.loads(execution.lineage or "{}")
+    if "read" not in lineage:
+        raise RunRefused("This execution recorded no lineage (it ran before Lakeport kept it): there is "
+                         "nothing to pin a re-run to.")
+    db = get_db()
+    read = lineage["read"]
+    tables = {entry["table"]: entry["snapshot_id"] for entry in read if entry.get("snapshot_id") is not None}
+    return start(owner, db.get(Workflow, execution.workflow_id), db.get(WorkflowVersion, execution.workflow_version_id),
+                 db.get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None,
+                 db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None,
+                 pinned_to={"execution_id": execution.id, "tables": tables})
+
+
 def cancel(execution: Execution) -> None:
-    """Cancel a QUEUED or INITIALIZING execution at once, or ask the compute unit to stop a
-    RUNNING one (its watcher records CANCELLED when the run has stopped)."""
+    """Cancel a QUEUED or INITIALIZING execution at once, or record the cancel request of a
+    RUNNING one: its watcher asks the compute unit, and records CANCELLED when the run has stopped."""
     if execution.state in State.FINAL:
         raise RunRefused("This execution has already finished.")
-    if _transition(execution.id, (State.QUEUED, State.INITIALIZING), state=State.CANCELLED,
-                   reason="cancelled by its owner before it ran", ended_at=utcnow()):
-        get_db().refresh(execution)
-        return
+    if not _transition(execution.id, (State.QUEUED, State.INITIALIZING), state=State.CANCELLED,
+                       reason="cancelled by its owner before it ran", ended_at=utcnow()):
+        _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow())
     get_db().refresh(execution)
-    if execution.state != State.RUNNING:
-        return
-    try:
-        _cancel_on_unit(execution)
-    except LookupError:
-        raise RunRefused("The compute unit of this execution is gone; the execution will be marked failed.") from None
-    except SparkHostError as error:
-        current_app.logger.warning("cancelling execution %s: %s", execution.id, error)
-        raise RunRefused("The compute unit did not answer the cancel request. Try again in a moment.") from None
 
 
 def stop_in_warehouse(warehouse: Warehouse, why: str) -> int:
     """Fail every live execution writing into `warehouse` with the reason "the warehouse <name>
     <why>" (archived, deactivated, about to be purged). Queued and initializing ones end at once;
-    running ones end now too and are cancelled on their unit, which drops their partial outputs.
-    Returns how many were stopped."""
+    running ones are cancelled on their unit first, which drops their partial outputs, and end
+    FAILED; one that has begun to complete there (a cancel is then refused) completes, because
+    its tables say so. Returns once the cancelled runs have stopped on their units (or after
+    STOP_WAIT_SECONDS): their clean-up still needs the warehouse, so the caller takes the
+    warehouse's access away only then. Returns how many were stopped."""
     live = (State.QUEUED, State.INITIALIZING, State.RUNNING)
     stopped = 0
+    cancelled: list[Execution] = []
     for execution in get_db().exec(select(Execution).where(Execution.warehouse_id == warehouse.id,
                                                            Execution.state.in_(live))).all():
         reason = f"the warehouse {warehouse.name} {why}"
+        asked_unit = execution.state == State.RUNNING and bool(execution.run_id)
+        if asked_unit:
+            # The reason first: a watcher that sees the run end cancelled records FAILED with it.
+            _transition(execution.id, (State.RUNNING,), reason=reason)
+            try:
+                answer = _cancel_on_unit(execution)
+                cancelled.append(execution)
+                if answer.get("completing"):
+                    current_app.logger.info("execution %s completes: it had begun to before %s", execution.id, reason)
+                    continue
+            except (LookupError, SparkHostError) as error:
+                current_app.logger.warning("cancelling execution %s on its unit: %s", execution.id, error)
         if not _finish(execution.id, State.FAILED, reason=reason, progress=_stopped_progress(execution)):
             continue  # it ended on its own meanwhile
         stopped += 1
         current_app.logger.info("execution %s stopped: %s", execution.id, reason)
         execution = _load(execution.id)  # it may have been submitted since the query
-        if execution.run_id:
+        if execution.run_id and not asked_unit:
             try:
                 _cancel_on_unit(execution)
+                cancelled.append(execution)
             except (LookupError, SparkHostError) as error:
                 # The row is final already; the run on the unit ends without marking anything complete.
                 current_app.logger.warning("cancelling execution %s on its unit: %s", execution.id, error)
         # A thread still initializing it sees the final state before it submits, or cancels what
         # it submitted (see _run); a watcher cancels the run when it finds the row final.
+    _wait_on_units(cancelled, STOP_WAIT_SECONDS)
     return stopped
+
+
+def _wait_on_units(executions: list[Execution], timeout_s: float) -> None:
+    """Wait (at most `timeout_s` in all) until these executions' runs have ended on their units."""
+    deadline = time.monotonic() + timeout_s
+    for execution in executions:
+        cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
+        handle = lifecycle.handle_of(cu) if cu is not None else None
+        if handle is None or (left := deadline - time.monotonic()) <= 0:
+            continue
+        try:
+            with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+                client.wait(execution.run_id, timeout_s=left)
+        except SparkHostError as error:
+            current_app.logger.warning("waiting for execution %s to stop on its unit: %s", execution.id, error)
 
 
 def _stopped_progress(execution: Execution) -> str:
@@ -194,22 +235,22 @@ def _stopped_progress(execution: Execution) -> str:
     return json.dumps({"steps": progress["steps"], "logs": progress["logs"]})
 
 
-def _cancel_on_unit(execution: Execution) -> None:
-    """Ask the execution's unit to cancel its run. Raises LookupError when the unit is gone and
-    SparkHostError when it does not answer."""
+def _cancel_on_unit(execution: Execution) -> dict:
+    """Ask the execution's unit to cancel its run; returns the run as the unit answers. Raises
+    LookupError when the unit is gone and SparkHostError when it does not answer."""
     cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
     handle = lifecycle.handle_of(cu) if cu is not None else None
     if handle is None:
         raise LookupError("the compute unit is gone")
     with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-        client.cancel(execution.run_id)
+        return client.cancel(execution.run_id)
 
 
-# --- Rows, from background threads ------------------------------------------------------------
+# --- Rows, from the worker's threads ------------------------------------------------------------
 
 
 def _update(execution_id: int, **changes) -> None:
-    """Write to the row from a background thread, in its own short session."""
+    """Write to the row from a worker thread, in its own short session."""
     with Session(engine()) as db:
         db.exec(update(Execution).where(Execution.id == execution_id).values(**changes))
         db.commit()
@@ -236,37 +277,42 @@ def _load(execution_id: int) -> Execution | None:
         return db.get(Execution, execution_id)
 
 
-def _in_background(target, execution_id: int) -> None:
-    with _active_lock:
-        if execution_id in _active:
-            return
-        _active.add(execution_id)
-    app = current_app._get_current_object()
-    threading.Thread(target=_with_app, args=(app, target, execution_id),
-                     name=f"execution-{execution_id}-{target.__name__}", daemon=True).start()
+# --- The worker's part ------------------------------------------------------------------------
 
 
-def _with_app(app: Flask, target, execution_id: int) -> None:
+def pending_work() -> list[tuple[str, object, int]]:
+    """What the executions ask the worker to do: (lease name, function, execution id)."""
+    with Session(engine()) as db:
+        ids = db.exec(select(Execution.id).where(Execution.state.not_in(State.FINAL))).all()
+    return [(f"execution:{execution_id}", drive, execution_id) for execution_id in ids]
+
+
+def drive(execution_id: int) -> None:
+    """Take an execution from where its row says it is to its end: prepare and submit a QUEUED or
+    INITIALIZING one, watch a RUNNING one. The database going away ends this call without
+    recording anything (the worker calls it again once the database is back); anything else ends
+    the execution, FAILED with the reason if need be."""
     try:
-        with app.app_context():
-            try:
-                target(execution_id)
-            except ExecutionFailed as failure:
-                _finish(execution_id, State.FAILED, reason=failure.reason[:2000])
-            except Exception as error:  # a bug or an environment problem: still never a stuck execution
-                app.logger.exception("execution %s failed in the portal", execution_id)
-                _finish(execution_id, State.FAILED, reason=f"the portal could not run it: {error}"[:2000])
-    finally:
-        with _active_lock:
-            _active.discard(execution_id)
+        execution = _load(execution_id)
+        if execution is None or execution.state in State.FINAL:
+            return
+        if execution.state == State.RUNNING:
+            _watch(execution_id)
+            return
+        if execution.state == State.QUEUED and not _transition(
+                execution_id, (State.QUEUED,), state=State.INITIALIZING, started_at=utcnow()):
+            return  # cancelled while queued
+        _submit_and_watch(execution_id)
+    except DATABASE_UNAVAILABLE:
+        raise
+    except ExecutionFailed as failure:
+        _finish(execution_id, State.FAILED, reason=failure.reason[:2000])
+    except Exception as error:  # a bug or an environment problem: still never a stuck execution
+        logger.exception("execution %s failed in the worker", execution_id)
+        _finish(execution_id, State.FAILED, reason=f"the portal could not run it: {error}"[:2000])
 
 
-# --- The background thread ------------------------------------------------------------------
-
-
-def _run(execution_id: int) -> None:
-    if not _transition(execution_id, (State.QUEUED,), state=State.INITIALIZING, started_at=utcnow()):
-        return  # cancelled while queued
+def _submit_and_watch(execution_id: int) -> None:
     args, handle = _prepare(execution_id)
     if _load(execution_id).state != State.INITIALIZING:
         return  # cancelled while initializing: nothing was submitted
@@ -294,7 +340,7 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle]:
 
     def mint_token() -> str:
         with app.app_context():
-            return _execution_token(warehouse)
+            return execution_token(warehouse, owner)
 
     # Two round trips to the catalog's side, side by side: the warehouse check and the token.
     minted_at = time.monotonic()
@@ -380,10 +426,12 @@ def _ensure_spark_host(cu: ComputeUnit, handle: ClusterHandle, progress: Progres
         raise ExecutionFailed(_unit_failure(cu.id) or str(error)) from None
 
 
-def _execution_token(warehouse: Warehouse) -> str:
-    """A short-lived catalog token that reaches this one warehouse only."""
+def execution_token(warehouse: Warehouse, owner: User) -> str:
+    """A short-lived catalog token acting as the executing user, for this one warehouse: the
+    catalog attributes the run's calls to that user and allows what their grants allow (the
+    warehouse they own), never the portal's service identity."""
     try:
-        return lakekeeper().warehouse_token(warehouse.lakekeeper_id).access_token
+        return lakekeeper().user_token(owner.subject, warehouse.lakekeeper_id).access_token
     except LakekeeperError as error:
         raise ExecutionFailed(f"no catalog token for the execution: {error.user_message}") from None
 
@@ -391,22 +439,28 @@ def _execution_token(warehouse: Warehouse) -> str:
 def execution_spec(execution: Execution, workflow: Workflow, version: WorkflowVersion, owner: User,
                    cu: ComputeUnit, warehouse: Warehouse, token: str) -> dict:
     """The ExecutionSpec: everything the compute unit needs to run this execution, and no more."""
-    config = current_app.config
-    project_id = config["LAKEKEEPER_PROJECT_ID"]
     return {
         "execution_id": execution.id,
         "workflow": {"id": workflow.id, "name": workflow.name, "version": version.version},
         "user": {"id": owner.id, "email": owner.email},
         "compute_unit": {"id": cu.id, "name": cu.name},
         "warehouse": {"id": warehouse.id, "name": warehouse.name, "lakekeeper_id": warehouse.lakekeeper_id},
-        "catalog": {
-            "uri": f"{config['LAKEKEEPER_URL'].rstrip('/')}/catalog",
-            # Lakekeeper resolves `<project>/<name>` in a project other than its default one.
-            "warehouse": f"{project_id}/{warehouse.lakekeeper_name}" if project_id else warehouse.lakekeeper_name,
-            "token": token,
-            "access_delegation": "vended-credentials",
-        },
+        "catalog": catalog_spec(warehouse, token),
         "steps": json.loads(version.steps),
+        PINNED: json.loads(execution.pinned_to or "{}").get("tables") or {},
+    }
+
+
+def catalog_spec(warehouse: Warehouse, token: str) -> dict:
+    """How a unit reaches `warehouse` through the catalog with `token` (see execution_token)."""
+    config = current_app.config
+    project_id = config["LAKEKEEPER_PROJECT_ID"]
+    return {
+        "uri": f"{config['LAKEKEEPER_URL'].rstrip('/')}/catalog",
+        # Lakekeeper resolves `<project>/<name>` in a project other than its default one.
+        "warehouse": f"{project_id}/{warehouse.lakekeeper_name}" if project_id else warehouse.lakekeeper_name,
+        "token": token,
+        "access_delegation": ACCESS_DELEGATION,
     }
 
 
@@ -414,12 +468,14 @@ def _watch(execution_id: int) -> None:
     """Follow a submitted run until it ends, whatever ends it."""
     execution = _load(execution_id)
     cu_id, run_id = execution.compute_unit_id, execution.run_id
+    if not run_id:  # RUNNING is only ever written with the run's id: a row edited by hand
+        raise ExecutionFailed("it is marked running but no run on its compute unit is recorded")
     _, handle = _running_unit(cu_id)
     last_progress = execution.progress
     last_heard = time.monotonic()
     next_activity = next_unit_check = 0.0
     with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-        while True:
+        while worker.still_held():  # else another worker took this execution over
             asked = time.monotonic()
             try:
                 # Answered as soon as the run ends: the end is recorded without a poll's delay.
@@ -463,8 +519,15 @@ def _touch_unit(cu_id: int) -> None:
 
 def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, run_id: str) -> bool:
     """The row says the execution ended (another watcher) or its unit stopped (terminated,
-    failed at a supervisor check): stop watching, failing the execution in the second case."""
+    failed at a supervisor check): stop watching, failing the execution in the second case.
+    A cancel its owner asked for is passed on to the unit here (again at each check, until the
+    run has stopped: a cancel can reach the host before the run's Spark job)."""
     execution = _load(execution_id)
+    if execution.cancel_requested_at is not None and execution.state == State.RUNNING:
+        try:
+            client.cancel(run_id)
+        except SparkHostError as error:
+            logger.warning("cancelling execution %s on its unit: %s", execution_id, error)
     if execution.state in State.FINAL:
         if execution.state != State.COMPLETED:
             try:
@@ -490,22 +553,33 @@ def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, s
     run, or this is a hiccup to wait out (up to HOST_SILENCE_SECONDS)."""
     if reason := _unit_failure(cu_id):
         raise ExecutionFailed(reason)
-    try:
-        client.info()
-    except SparkHostError:
-        if silent_for > HOST_SILENCE_SECONDS:
-            raise ExecutionFailed(f"the compute unit's Spark host stopped answering: {error}") from None
-        return
-    # The host answers but not about this run: it was restarted and lost it.
-    raise ExecutionFailed(f"the compute unit's Spark host no longer knows this run (it was restarted): {error}")
+    if error.status_code == HTTPStatus.NOT_FOUND:
+        try:
+            client.info()
+        except SparkHostError:
+            pass
+        else:  # the host answers, and says it has no such run: it was restarted and lost it
+            raise ExecutionFailed(
+                f"the compute unit's Spark host no longer knows this run (it was restarted): {error}")
+    # No answer, a broken connection or another error: a hiccup, until it lasts too long.
+    if silent_for > HOST_SILENCE_SECONDS:
+        raise ExecutionFailed(f"the compute unit's Spark host stopped answering: {error}") from None
 
 
 def _record_end(execution_id: int, run: dict, progress: str) -> None:
+    """The row follows the unit, whose run marks its tables complete if and only if it COMPLETED."""
     state = run["state"]
     if state == RunState.COMPLETED:
-        _finish(execution_id, State.COMPLETED, progress=progress, outputs=json.dumps(run.get("result") or {}))
+        # A stop asked for after the run had begun to complete was refused on the unit: no reason.
+        result = run.get("result") or {}
+        _finish(execution_id, State.COMPLETED, progress=progress,
+                outputs=json.dumps({key: value for key, value in result.items() if key != "lineage"}),
+                lineage=json.dumps(result.get("lineage") or {}), reason="")
     elif state == RunState.CANCELLED:
-        _finish(execution_id, State.CANCELLED, progress=progress, reason="cancelled by its owner")
+        # A reason on the row is stop_in_warehouse's, written before it cancelled the run.
+        stopped_because = _load(execution_id).reason
+        _finish(execution_id, State.FAILED if stopped_because else State.CANCELLED, progress=progress,
+                reason=stopped_because or "cancelled by its owner")
     else:
         _finish(execution_id, State.FAILED, progress=progress, reason=failure_reason(run.get("error")))
 
@@ -517,31 +591,3 @@ def failure_reason(error: str | None) -> str:
     if error.startswith("Traceback"):
         error = error.splitlines()[-1]
     return (error or "the run failed without saying why")[:2000]
-
-
-# --- Portal start -------------------------------------------------------------------------------
-
-
-def adopt_all() -> None:
-    """At portal start: watch again the runs a previous portal process was watching; fail the
-    executions it was preparing and abandoned."""
-    with Session(engine(), expire_on_commit=False) as db:
-        live = list(db.exec(select(Execution).where(
-            Execution.state.in_((State.QUEUED, State.INITIALIZING, State.RUNNING)))))
-    for execution in live:
-        if execution.state == State.RUNNING and execution.run_id:
-            _in_background(_watch, execution.id)
-        else:
-            # Another portal process may be preparing it right now: it is abandoned only once
-            # its preparation would have timed out.
-            _in_background(_fail_if_abandoned, execution.id)
-
-
-def _fail_if_abandoned(execution_id: int) -> None:
-    created_at = _load(execution_id).created_at
-    # SQLite hands datetimes back without their zone; they are stored in UTC.
-    created_at = created_at if created_at.tzinfo else created_at.replace(tzinfo=timezone.utc)
-    deadline = created_at + timedelta(seconds=INITIALIZE_GRACE_SECONDS)
-    time.sleep(max(0.0, (deadline - utcnow()).total_seconds()))
-    _transition(execution_id, (State.QUEUED, State.INITIALIZING), state=State.FAILED, ended_at=utcnow(),
-                reason="the portal restarted before this execution was submitted")

@@ -3,4 +3,4 @@ from flask import Blueprint
 
 bp = Blueprint("main", __name__)
 
-from app.main import routes  # noqa: E402,F401
+from app.main import display, routes  # noqa: E402,F401

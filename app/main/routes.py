@@ -7,11 +7,12 @@ from sqlalchemy import text
 from app.auth.oidc import provider_reachable
 from app.db import get_db
 from app.main import bp
+from app.main.overview import overview_of
 
 
 @bp.get("/")
 def dashboard():
-    return render_template("main/dashboard.html", user=current_user)
+    return render_template("main/dashboard.html", user=current_user, overview=overview_of(current_user))
 
 
 def _database_reachable() -> bool:

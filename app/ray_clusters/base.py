@@ -37,6 +37,27 @@ class ClusterState(str, Enum):
 
 
 @dataclass(frozen=True)
+class SparkHostLaunch:
+    """Start the unit's Spark host together with its cluster rather than after it (local
+    clusters: the host's JVMs then start while the head's dashboard still comes up). What the
+    backend decides itself (the host's port and address) is not here; the namespace follows
+    from `nonce` (see `ClusterHandle.spark_host_namespace`)."""
+
+    nonce: str
+    secret_sha256: str
+    executors: int
+    executor_cores: int
+    executor_memory: str
+    warm_timeout_s: float
+
+
+class SparkHostLaunchState(str, Enum):
+    NONE = "NONE"          # the backend starts no host with the cluster: bootstrap it (Ray Jobs)
+    STARTING = "STARTING"  # started with the cluster, not ready yet
+    ENDED = "ENDED"        # its launcher is done: the host answers, or it failed (then bootstrap)
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     """What the user asked for. Sizes are per node; the head node counts as a node."""
 
@@ -46,8 +67,13 @@ class ClusterSpec:
     memory_gb_per_node: float = 2.0
     worker_nodes: int = 0
     owner: str = ""                 # the owning user, for labels on Kubernetes objects
-    address: str = ""               # existing clusters only: the Ray dashboard / Jobs URL
+    cluster_name: str = ""          # existing clusters only: the operator-listed cluster to attach to
+    spark_host_port: int | None = None  # existing clusters only: this unit's port of the cluster's range
+    # Local clusters only: more of the cluster's loopback ports the portal must reach (bridged out of
+    # its sandbox), e.g. the Spark host ports of a local cluster listed as a shared cluster.
+    extra_ports: tuple[int, ...] = ()
     include_dashboard: bool = True  # local clusters only: Ray Jobs and resource figures need it
+    spark_host: SparkHostLaunch | None = None  # backends that cannot start it with the cluster ignore it
     start_timeout_s: float = 120.0
 
     @property
@@ -73,7 +99,10 @@ class ClusterHandle:
     `auth_token` is the Ray cluster's token (Ray's token authentication): a secret that
     grants running code on the cluster. It is never part of the JSON: it stays where the
     cluster keeps it (a 0600 file, a Kubernetes Secret, the portal's configuration) and
-    `ClusterBackend.restore_token` puts it back. `details` holds what only its backend reads.
+    `ClusterBackend.restore_token` puts it back. `spark_host_secret` (the unit's own Spark
+    host's secret) is never part of it either: the portal derives it again from its own key
+    and `spark_host_nonce` (see `spark_host_client.with_spark_host_secret`).
+    `details` holds what only its backend reads.
     """
 
     backend: str
@@ -81,13 +110,21 @@ class ClusterHandle:
     dashboard_url: str | None = None
     auth_token: str | None = None
     spark_host_url: str | None = None
+    spark_host_nonce: str | None = None
+    spark_host_secret: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
 
+    @property
+    def spark_host_namespace(self) -> str:
+        """The Ray namespace of this unit's Spark host actor: one per unit, even on a shared cluster
+        (the nonce keeps units of two portal databases with equal ids apart)."""
+        return f"lakeport-cu-{self.cu_id}-{(self.spark_host_nonce or '')[:8]}"
+
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "auth_token": None}, sort_keys=True)
+        return json.dumps({**asdict(self), "auth_token": None, "spark_host_secret": None}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ClusterHandle:
@@ -144,6 +181,14 @@ class ClusterBackend(ABC):
     @abstractmethod
     def terminate(self, handle: ClusterHandle) -> None:
         """Stop the cluster (or detach from it) and free what it held. Idempotent."""
+
+    def spark_host_launch(self, handle: ClusterHandle) -> SparkHostLaunchState:
+        """Whether the unit's Spark host was started with the cluster, and how far that got."""
+        return SparkHostLaunchState.NONE
+
+    def spark_host_launch_log(self, handle: ClusterHandle) -> str:
+        """The last lines its launcher wrote, to say why a host started with the cluster failed."""
+        return ""
 
     def restore_token(self, handle: ClusterHandle) -> ClusterHandle:
         """Put the cluster's token back into a handle read from JSON (see `ClusterHandle`)."""

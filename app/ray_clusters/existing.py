@@ -1,13 +1,16 @@
-"""Compute units on a Ray cluster that runs elsewhere, attached by its dashboard address.
+"""Compute units on a Ray cluster that runs elsewhere, one the operator lists (see listed.py).
 
-The address is the Ray dashboard / Jobs API URL (e.g. http://ray-head:8265). Health and
-resources come from Ray itself over HTTP (see ray_dashboard.py), with the cluster's token
-if it uses token authentication. The portal does not own such a cluster: `terminate`
-only detaches, and the cluster keeps running.
+Users pick a listed cluster by name; its address (the Ray dashboard / Jobs API URL, e.g.
+http://ray-head:8265) and Ray token come from the listing only, so the operator's token never
+goes to an address a user typed. Health and resources come from Ray itself over HTTP (see
+ray_dashboard.py). The portal does not own such a cluster: `terminate` stops only the unit's
+own Spark host, and the cluster keeps running.
 
-The Spark host is started on it like on any compute unit (through the Jobs API), so the
-cluster's nodes need this project's `compute` package, Ray, RayDP, pyspark and the jars,
-and the portal must reach the head node on the Spark host port.
+Several units, of several users, may attach to one cluster: each gets its own Spark host
+(its own actor in its own Ray namespace, its own secret) on its own port of the cluster's
+`spark_host_ports` range, which the portal allocates (`ClusterSpec.spark_host_port`). The
+cluster's nodes need this project's `compute` package, Ray, RayDP, pyspark and the jars, and
+the portal must reach the head node on those ports.
 """
 from __future__ import annotations
 
@@ -25,37 +28,42 @@ from app.ray_clusters.base import (
     ProgressCallback,
     no_progress,
 )
+from app.ray_clusters.listed import ListedCluster
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
-
-SPARK_HOST_PORT = 8290
+from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 
 
 class ExistingClusterBackend(ClusterBackend):
     kind = "existing"
 
-    def __init__(self, *, token: str | None = None, spark_host_port: int = SPARK_HOST_PORT,
+    def __init__(self, clusters: tuple[ListedCluster, ...] | list[ListedCluster], *,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.token = token
-        self.spark_host_port = spark_host_port
+        self.clusters = {cluster.name: cluster for cluster in clusters}
         self._transport = transport
 
     def restore_token(self, handle: ClusterHandle) -> ClusterHandle:
-        if handle.auth_token is None:
-            handle.auth_token = self.token
+        cluster = self.clusters.get(handle.details.get("cluster", ""))
+        if handle.auth_token is None and cluster is not None:
+            handle.auth_token = cluster.read_token()
         return handle
 
     def start(self, spec: ClusterSpec, progress: ProgressCallback = no_progress) -> ClusterHandle:
-        address = urlsplit(spec.address)
-        if address.scheme not in ("http", "https") or not address.hostname:
-            raise ClusterStartError(f"not a Ray dashboard address: {spec.address!r} (expected http://host:8265)")
+        cluster = self.clusters.get(spec.cluster_name)
+        if cluster is None:
+            raise ClusterStartError(f"no Ray cluster named {spec.cluster_name!r} is listed here")
+        if spec.spark_host_port not in cluster.ports():
+            raise ClusterStartError(f"port {spec.spark_host_port} is not in cluster {cluster.name}'s Spark host "
+                                    f"ports {cluster.ports().start}-{cluster.ports().stop - 1}")
+        address = urlsplit(cluster.address)
         handle = ClusterHandle(
             backend=self.kind,
             cu_id=spec.cu_id,
-            dashboard_url=spec.address.rstrip("/"),
-            auth_token=self.token,
-            spark_host_url=f"{address.scheme}://{address.hostname}:{self.spark_host_port}",
+            dashboard_url=cluster.address,
+            auth_token=cluster.read_token(),
+            spark_host_url=f"{address.scheme}://{address.hostname}:{spec.spark_host_port}",
+            details={"cluster": cluster.name},
         )
-        progress("connecting to the Ray cluster")
+        progress(f"connecting to the Ray cluster {cluster.name}")
         status = self.status(handle)
         if status.state != ClusterState.RUNNING:
             raise ClusterStartError(status.reason)
@@ -64,6 +72,9 @@ class ExistingClusterBackend(ClusterBackend):
 
     def status(self, handle: ClusterHandle) -> ClusterStatus:
         self._check_handle(handle)
+        name = handle.details.get("cluster", "")
+        if name not in self.clusters:
+            return ClusterStatus(ClusterState.FAILED, reason=f"the Ray cluster {name!r} is no longer listed here")
         try:
             with RayDashboard(handle.dashboard_url, handle.auth_headers(), transport=self._transport) as dashboard:
                 return dashboard.cluster_status()
@@ -71,5 +82,13 @@ class ExistingClusterBackend(ClusterBackend):
             return ClusterStatus(ClusterState.FAILED, reason=str(error))
 
     def terminate(self, handle: ClusterHandle) -> None:
-        """Detach only: the cluster is not the portal's to stop."""
+        """Stop the unit's Spark host (its session holds the cluster's resources) and detach; the
+        cluster is not the portal's to stop. A host that is not there is fine."""
         self._check_handle(handle)
+        if not handle.spark_host_secret:
+            return
+        try:
+            with SparkHostClient(handle, timeout=5.0, transport=self._transport) as host:
+                host.stop()
+        except SparkHostError:
+            pass

@@ -11,7 +11,7 @@ exposes the dashboard (Jobs API) and the Spark host port, both checked against t
 
 UNTESTED AGAINST A LIVE CLUSTER: no Kubernetes cluster runs on the project's machines.
 The tests validate every rendered manifest against the RayCluster CRD's openAPIV3Schema
-(shared/kuberay), map recorded `.status` objects to compute-unit states, and check the
+(vendored in tests/specs/kuberay), map recorded `.status` objects to compute-unit states, and check the
 HTTP calls against a mock transport. The image must carry this project's `compute`
 package, its venv (Ray, RayDP, pyspark) and the jars (LAKEPORT_JARS_DIR), as on a local node.
 """

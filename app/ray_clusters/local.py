@@ -1,25 +1,32 @@
-"""Local compute units: an isolated Ray cluster made of subprocesses on this machine.
+"""Local compute units: an isolated Ray cluster made of processes on this machine, sandboxed.
 
 Each node (a head and N workers) is one `ray start --block` process, run through
-`compute.ray_node` so every Ray server listens on 127.0.0.1 only. Each node process
-leads its own session, and everything the node starts stays in that session (Ray's
-workers get process groups of their own, but not sessions). `terminate` stops the node
-processes and then kills whatever is left in exactly these sessions; never `ray stop`,
-which would stop every Ray cluster of the user, including other compute units.
+`compute.ray_node` so every Ray server listens on 127.0.0.1 only. All nodes of a unit run
+in ONE bubblewrap sandbox (`sandbox.py`: own PID and network namespaces, own uid as root,
+a read-only view of the runtime and `compute/` only, an environment from an allow-list),
+started with `compute.unit_init` as its first process: it starts the head, then the
+workers, and records how each node ended, which only a parent can learn. The portal
+reaches the unit's dashboard and Spark host through socat bridges on reserved loopback
+ports, and the unit reaches only the allowed endpoints (the catalog, the operator's list)
+through bridges the other way. Users' PySpark steps run in these nodes: nothing of the
+portal's environment, files or network is theirs to read.
 
 Isolation between compute units on one machine:
 - ports: every port Ray would otherwise default (GCS, dashboard, client server, node and
   object managers, agents, metrics, the worker port range) is chosen explicitly and free,
-  and reserved within this process so two clusters started side by side never share one;
+  and reserved within this process; the bridged ones are the portal's loopback ports;
 - files: each cluster has its own directory (Ray temp dirs, logs, Spark scratch space),
-  removed on terminate;
+  0700 and owned by its own uid, in a 0711 base dir, removed on terminate;
 - access: each cluster has its own Ray auth token, which also guards its dashboard.
 
 The handle records pids (with their kernel start times, so a reused pid is not mistaken
-for a node), ports and paths, so a restarted portal can check liveness and terminate.
+for a node), the sandbox's PID namespace, ports and paths, so a restarted portal can check
+liveness and terminate. `terminate` stops the node processes, then kills whatever is left
+in the unit's PID namespace and the outside processes' sessions; never `ray stop`.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -27,17 +34,22 @@ import secrets
 import shutil
 import signal
 import socket
-import sys
+import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from app.ports import free_port
+from app.ray_clusters import sandbox
 from app.ray_clusters.base import (
     ClusterBackend,
     ClusterHandle,
     ClusterSpec,
+    SparkHostLaunch,
+    SparkHostLaunchState,
     ClusterStartError,
     ClusterState,
     ClusterStatus,
@@ -45,7 +57,8 @@ from app.ray_clusters.base import (
     no_progress,
 )
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
-from devstack.process import ManagedProcess, ServiceStartError, free_port, port_is_open
+from compute.jars import jars_dir
+from compute.spark_host import SparkHostSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_BASE_DIR = Path(tempfile.gettempdir()) / "lakeport-cu"
@@ -58,31 +71,52 @@ _SOCKET_PATH_MAX = 107
 # connections never occupy them.
 _WORKER_PORT_AREA = (20000, 32000)
 WORKER_PORTS_PER_NODE = 100
+# Ports the portal reaches inside a unit, through ingress bridges.
+_INGRESS_PORTS = ("dashboard", "spark_host")
+# The record name of the process that starts a unit's Spark host with the unit (compute/unit_init.py).
+SPARK_HOST_LAUNCHER = "spark-host-launcher"
 _lock = threading.Lock()
 _reserved_ports: set[int] = set()
-# Node processes this portal process started, by pid: only a parent learns an exit code.
-_children: dict[int, ManagedProcess] = {}
+# Outside processes (bwrap, socat bridges) this portal process started, by pid, to reap them.
+_children: dict[int, subprocess.Popen] = {}
+
+
+def allowed_endpoints(catalog_url: str, operator_endpoints: str) -> list[sandbox.Endpoint]:
+    """What local units may connect to: the catalog, and the operator's `host:port` list."""
+    catalog = urlsplit(catalog_url)
+    if not catalog.hostname:
+        raise ValueError(f"catalog URL {catalog_url!r} has no host")
+    endpoints = [sandbox.Endpoint(catalog.hostname, catalog.port or (443 if catalog.scheme == "https" else 80))]
+    return endpoints + [sandbox.Endpoint.parse(item) for item in operator_endpoints.split(",") if item.strip()]
 
 
 class LocalClusterBackend(ClusterBackend):
     kind = "local"
 
-    def __init__(self, base_dir: Path | None = None, *, stop_grace_s: float = 5.0) -> None:
+    def __init__(self, base_dir: Path | None = None, *, stop_grace_s: float = 5.0,
+                 endpoints: Sequence[sandbox.Endpoint] = ()) -> None:
         self.base_dir = Path(base_dir or DEFAULT_BASE_DIR).resolve()
         # <base>/<8 hex>/<node dir>/ + Ray's session and socket names
         if len(str(self.base_dir)) + 14 + _RAY_SOCKET_SUFFIX_LEN > _SOCKET_PATH_MAX:
             raise ValueError(f"base_dir {self.base_dir} is too long for Ray's Unix socket paths")
         self.stop_grace_s = stop_grace_s
+        self.endpoints = list(endpoints)
+        sandbox.egress_routes(self.endpoints, self.base_dir)  # refuses endpoints a sandbox cannot reach
 
     # ------------------------------------------------------------------ start
     def start(self, spec: ClusterSpec, progress: ProgressCallback = no_progress) -> ClusterHandle:
         deadline = time.monotonic() + spec.start_timeout_s
-        cluster_dir = self.base_dir / secrets.token_hex(4)
-        cluster_dir.mkdir(parents=True)
+        try:
+            sandbox.require_sandbox()
+            cluster_dir, uid = sandbox.make_unit_dir(self.base_dir)
+        except sandbox.SandboxUnavailable as error:
+            raise ClusterStartError(str(error)) from None
         token = secrets.token_hex(32)
         token_path = cluster_dir / "auth_token"
         token_path.touch(mode=0o600)
         token_path.write_text(token)
+        if uid is not None:
+            os.chown(token_path, uid, uid)  # Ray in the unit reads it; the portal, as root, still can
 
         ports = {name: _reserve_port() for name in ("gcs", "dashboard", "client_server",
                                                     "autoscaler_metrics", "dashboard_metrics", "spark_host")}
@@ -92,27 +126,32 @@ class LocalClusterBackend(ClusterBackend):
             dashboard_url=f"http://127.0.0.1:{ports['dashboard']}" if spec.include_dashboard else None,
             auth_token=token,
             spark_host_url=f"http://127.0.0.1:{ports['spark_host']}",
+            spark_host_nonce=spec.spark_host.nonce if spec.spark_host else None,
             details={
                 "cluster_dir": str(cluster_dir),
                 "auth_token_file": str(token_path),
                 "gcs_address": f"127.0.0.1:{ports['gcs']}",
                 "ports": ports,
                 "expected_nodes": spec.node_count,
+                "uid": uid,
                 "nodes": [],
+                "processes": [],  # outside the sandbox: bwrap and the socat bridges
+                "sandbox": {},
             },
         )
-        env = self._node_env(cluster_dir, token_path, ports)
         dashboard = (RayDashboard(handle.dashboard_url, handle.auth_headers(), timeout=2.0)
                      if handle.dashboard_url else None)
         try:
+            for role in ["head"] + [f"worker-{index}" for index in range(1, spec.worker_nodes + 1)]:
+                self._plan_node(handle, spec, role)
             progress("starting head node")
-            head_ready = dashboard.healthy if dashboard else lambda: port_is_open(ports["gcs"])
-            self._start_node(handle, spec, env, role="head", ready=head_ready, deadline=deadline)
+            self._launch(handle, spec)
+            head = handle.details["nodes"][0]
+            while not (dashboard.healthy() if dashboard else (_node_record(handle, head) or {}).get("ready")):
+                self._check_start(handle, spec, deadline, "the head node was not ready")
+                time.sleep(0.2)
             if spec.worker_nodes:
                 progress(f"starting {spec.worker_nodes} worker node(s)")
-            for index in range(1, spec.worker_nodes + 1):
-                # Workers are awaited together below, through the head's view of the cluster.
-                self._start_node(handle, spec, env, role=f"worker-{index}", ready=None, deadline=deadline)
             self._wait_for_nodes(handle, spec, dashboard, deadline, progress)
         except ClusterStartError:
             self.terminate(handle)
@@ -127,34 +166,47 @@ class LocalClusterBackend(ClusterBackend):
         return handle
 
     def _node_env(self, cluster_dir: Path, token_path: Path, ports: dict[str, int]) -> dict[str, str]:
-        # Nothing of an outer Ray setup (RAY_ADDRESS, another token) may leak into this cluster.
-        env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
-        env.update({
+        """The whole environment of the unit's processes: an allow-list, nothing of the portal's."""
+        compute_package = (PROJECT_ROOT / "compute").resolve()
+        env = {
+            "PATH": os.pathsep.join([str(Path(sandbox.sandbox_python()).parent), "/usr/local/bin", "/usr/bin",
+                                     "/bin"]),
+            "HOME": str(cluster_dir),
+            "TMPDIR": "/tmp",
+            "LANG": os.environ.get("LANG") or "C.UTF-8",
+            # Only `compute/` is visible there, so `import app` fails inside the sandbox.
+            "PYTHONPATH": str(compute_package.parent),
+            "PYSPARK_PYTHON": sandbox.sandbox_python(),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "LAKEPORT_JARS_DIR": str(jars_dir().resolve()),
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": str(token_path),
             "RAY_USAGE_STATS_ENABLED": "0",
             # Fixed defaults in Ray (44217, 44227): two clusters would fight over them.
             "AUTOSCALER_METRIC_PORT": str(ports["autoscaler_metrics"]),
             "DASHBOARD_METRIC_PORT": str(ports["dashboard_metrics"]),
-            # Job entrypoints say `python`; it must be this venv's, which has ray, raydp, pyspark.
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
-        })
+        }
+        if os.environ.get("JAVA_HOME"):
+            env["JAVA_HOME"] = os.environ["JAVA_HOME"]
         return env
 
-    def _start_node(self, handle: ClusterHandle, spec: ClusterSpec, env: dict[str, str], *,
-                    role: str, ready: Callable[[], bool] | None, deadline: float) -> None:
+    def _read_only_paths(self) -> list[Path]:
+        paths = [*sandbox.runtime_paths(), jars_dir().resolve(), (PROJECT_ROOT / "compute").resolve()]
+        if os.environ.get("JAVA_HOME"):
+            paths.append(Path(os.environ["JAVA_HOME"]).resolve())
+        return paths
+
+    def _plan_node(self, handle: ClusterHandle, spec: ClusterSpec, role: str) -> None:
         cluster_dir = Path(handle.details["cluster_dir"])
         node_dir = cluster_dir / ("h" if role == "head" else f"w{role.split('-')[1]}")
-        (node_dir / "spark").mkdir(parents=True)
         ports = {name: _reserve_port() for name in ("node_manager", "object_manager", "agent_http",
                                                     "agent_grpc", "runtime_env_agent", "metrics_export")}
-        node = {"role": role, "ports": ports}
+        node = {"role": role, "ports": ports, "dir": str(node_dir), "log": str(cluster_dir / f"{role}.log")}
         handle.details["nodes"].append(node)  # from here on, terminate releases what the node holds
         worker_ports = _reserve_port_block(WORKER_PORTS_PER_NODE)
         node["worker_ports"] = [worker_ports[0], worker_ports[-1]]
         argv = [
-            sys.executable, "-m", "compute.ray_node", "--block",
+            sandbox.sandbox_python(), "-m", "compute.ray_node", "--block",
             "--node-ip-address=127.0.0.1",
             f"--temp-dir={node_dir}",
             f"--num-cpus={spec.cpus_per_node}",
@@ -182,47 +234,144 @@ class LocalClusterBackend(ClusterBackend):
             ]
         else:
             argv.append(f"--address={handle.details['gcs_address']}")
-        process = ManagedProcess(role, argv, log_dir=cluster_dir, cwd=cluster_dir, ready=ready,
-                                 stop_timeout=self.stop_grace_s)
-        # Replaces (not extends) the inherited environment, which must lose any outer RAY_* variable.
-        # Spark's scratch space stays inside the cluster directory, which terminate removes.
-        process.env = {**env, "SPARK_LOCAL_DIRS": str(node_dir / "spark")}
-        node["log"] = str(process.log_path)
+        node["plan"] = {
+            "role": role, "argv": argv, "log": node["log"], "dir": str(node_dir / "spark"),
+            # Spark's scratch space stays inside the cluster directory, which terminate removes.
+            "env": {"SPARK_LOCAL_DIRS": str(node_dir / "spark")},
+            "ready_port": cluster_ports["gcs"] if role == "head" else ports["node_manager"],
+        }
+
+    def _launch(self, handle: ClusterHandle, spec: ClusterSpec) -> None:
+        """Starts the sandbox (with the nodes' init inside) and the bridges outside it."""
+        cluster_dir = Path(handle.details["cluster_dir"])
+        uid = handle.details["uid"]
+        socket_dir = cluster_dir / "sock"
+        socket_dir.mkdir()
+        if uid is not None:
+            os.chown(socket_dir, uid, uid)
+        routes = sandbox.egress_routes(self.endpoints, socket_dir)
+        generated = {"/etc/hosts": sandbox.hosts_file_text(routes)}
+        if uid is not None:
+            generated.update(sandbox.account_files(uid, cluster_dir))
+        etc_files = {}
+        for target, text in generated.items():
+            etc_files[target] = cluster_dir / Path(target).name
+            etc_files[target].write_text(text)
+        egress = [sandbox.egress_forwarders(route) for route in routes]
+        ingress_names = [name for name in _INGRESS_PORTS if name != "dashboard" or spec.include_dashboard]
+        ingress = [sandbox.ingress_forwarders(handle.details["ports"][name], socket_dir / name)
+                   for name in ingress_names]
+        ingress += [sandbox.ingress_forwarders(port, socket_dir / f"port-{port}") for port in spec.extra_ports]
+        plan_path = cluster_dir / "plan.json"
+        plan_path.write_text(json.dumps({
+            "records_dir": str(cluster_dir / "nodes"),
+            "forwarders_log": str(cluster_dir / "forwarders.log"),
+            "forwarders": [inside for _, inside in egress + ingress],
+            "nodes": [node.pop("plan") for node in handle.details["nodes"]],
+            "after_head": [self._spark_host_launcher(handle, spec.spark_host)] if spec.spark_host else [],
+        }))
+        handle.details["spark_host_launched"] = spec.spark_host is not None
+        env = self._node_env(cluster_dir, Path(handle.details["auth_token_file"]), handle.details["ports"])
+        bwrap = sandbox.bwrap_argv(unit_dir=cluster_dir, uid=uid, read_only=self._read_only_paths(),
+                                   etc_files=etc_files,
+                                   command=[sandbox.sandbox_python(), "-m", "compute.unit_init", str(plan_path)])
+        bridge_env = {"PATH": "/usr/bin:/bin"}
+        for outside, _ in egress:
+            self._spawn(handle, "egress bridge", sandbox.as_unit_user(uid, outside), bridge_env)
+        handle.details["sandbox"] = {"pid": self._spawn(handle, "sandbox", bwrap, env)}
+        for outside, _ in ingress:
+            self._spawn(handle, "ingress bridge", sandbox.as_unit_user(uid, outside), bridge_env)
+        self._find_namespace(handle)
+
+    @staticmethod
+    def _spark_host_launcher(handle: ClusterHandle, launch: SparkHostLaunch) -> dict:
+        """The unit's init starts the Spark host as soon as the head's GCS answers: the same
+        entrypoint as the Ray Job a bootstrap submits, as a plain driver of the cluster."""
+        settings = SparkHostSettings(
+            port=handle.details["ports"]["spark_host"], namespace=handle.spark_host_namespace,
+            secret_sha256=launch.secret_sha256, bind_loopback=True, executors=launch.executors,
+            executor_cores=launch.executor_cores, executor_memory=launch.executor_memory,
+            warm_timeout_s=launch.warm_timeout_s)
+        cluster_dir = Path(handle.details["cluster_dir"])
+        return {"role": SPARK_HOST_LAUNCHER, "argv": [sandbox.sandbox_python(), "-m", "compute.start_spark_host",
+                                                      settings.to_json()],
+                "env": {"RAY_ADDRESS": handle.details["gcs_address"]}, "dir": str(cluster_dir / "h"),
+                "log": str(cluster_dir / f"{SPARK_HOST_LAUNCHER}.log"),
+                "ready_port": handle.details["ports"]["spark_host"]}
+
+    def spark_host_launch(self, handle: ClusterHandle) -> SparkHostLaunchState:
+        if not handle.details.get("spark_host_launched"):
+            return SparkHostLaunchState.NONE
+        record = _node_record(handle, {"role": SPARK_HOST_LAUNCHER})
+        # No record yet: the head's GCS is not up, so the launcher has not started.
+        return SparkHostLaunchState.STARTING if record is None or record["returncode"] is None \
+            else SparkHostLaunchState.ENDED
+
+    def spark_host_launch_log(self, handle: ClusterHandle) -> str:
+        path = Path(handle.details["cluster_dir"]) / f"{SPARK_HOST_LAUNCHER}.log"
         try:
-            process.start(timeout=max(deadline - time.monotonic(), 1.0))
-        except ServiceStartError:
-            _remember(node, process)
-            if time.monotonic() >= deadline:
-                raise ClusterStartError(
-                    f"did not become healthy within {spec.start_timeout_s:.0f} s: the {role} node was not ready"
-                ) from None
-            raise ClusterStartError(f"{role} node {_death_reason(node)}") from None
-        _remember(node, process)
+            lines = path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-5:])[-1000:]
+
+    def _spawn(self, handle: ClusterHandle, name: str, argv: list[str], env: dict[str, str]) -> int:
+        cluster_dir = Path(handle.details["cluster_dir"])
+        with open(cluster_dir / "outside.log", "ab") as log:
+            # Its own session, which terminate kills as a whole.
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       env=env, cwd=cluster_dir, start_new_session=True)
+        with _lock:
+            _children[process.pid] = process
+        handle.details["processes"].append({"name": name, "pid": process.pid,
+                                            "start_time": _start_time(process.pid)})
+        return process.pid
+
+    def _find_namespace(self, handle: ClusterHandle) -> None:
+        """The sandbox's PID namespace, through its first process (bwrap's child, pid 1 inside)."""
+        box = handle.details["sandbox"]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for pid in _all_pids():
+                fields = _proc_stat(pid)
+                if fields and int(fields[1]) == box["pid"] and (namespace := _pid_namespace(pid)):
+                    box.update(init_pid=pid, init_start_time=int(fields[19]), pid_namespace=namespace)
+                    return
+            if (child := _children.get(box["pid"])) is not None and child.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise ClusterStartError(f"the sandbox did not start: {_log_tail(handle, 'outside.log')}")
+
+    def _check_start(self, handle: ClusterHandle, spec: ClusterSpec, deadline: float, late: str) -> None:
+        """Raises if a node died, the sandbox ended or time is up; learns nodes' pids on the way."""
+        for node in handle.details["nodes"]:
+            _learn_pid(handle, node)
+            if (reason := _death_reason(handle, node)) is not None:
+                raise ClusterStartError(f"{node['role']} node {reason}")
+        if not _sandbox_running(handle):
+            raise ClusterStartError(f"the sandbox ended: {_log_tail(handle, 'outside.log')}")
+        if time.monotonic() > deadline:
+            raise ClusterStartError(f"did not become healthy within {spec.start_timeout_s:.0f} s: {late}")
 
     def _wait_for_nodes(self, handle: ClusterHandle, spec: ClusterSpec, dashboard: RayDashboard | None,
                         deadline: float, progress: ProgressCallback) -> None:
         expected = handle.details["expected_nodes"]
         joined = -1
         while True:
-            for node in handle.details["nodes"]:
-                if (reason := _death_reason(node)) is not None:
-                    raise ClusterStartError(f"{node['role']} node {reason}")
+            nodes = handle.details["nodes"]
             if dashboard is not None:
                 try:
                     now_joined = sum(node.alive for node in dashboard.nodes())
                 except RayApiError:
                     now_joined = 0
             else:
-                now_joined = sum(port_is_open(node["ports"]["node_manager"]) for node in handle.details["nodes"])
+                now_joined = sum(bool((_node_record(handle, node) or {}).get("ready")) for node in nodes)
             if now_joined != joined:
                 joined = now_joined
                 progress(f"waiting for nodes: {joined} of {expected} joined")
-            if joined >= expected:
+            self._check_start(handle, spec, deadline, f"{joined} of {expected} nodes joined")
+            if joined >= expected and all("pid" in node for node in nodes):
                 return
-            if time.monotonic() > deadline:
-                raise ClusterStartError(
-                    f"did not become healthy within {spec.start_timeout_s:.0f} s: {joined} of {expected} nodes joined"
-                )
             time.sleep(0.3)
 
     def restore_token(self, handle: ClusterHandle) -> ClusterHandle:
@@ -237,7 +386,7 @@ class LocalClusterBackend(ClusterBackend):
         if not handle.details.get("nodes"):
             return ClusterStatus(ClusterState.TERMINATED)
         for node in handle.details["nodes"]:
-            if (reason := _death_reason(node)) is not None:
+            if (reason := _death_reason(handle, node)) is not None:
                 return ClusterStatus(ClusterState.FAILED, reason=f"{node['role']} node {reason}")
         if handle.dashboard_url is None:
             return ClusterStatus(ClusterState.RUNNING)
@@ -264,28 +413,24 @@ class LocalClusterBackend(ClusterBackend):
         self._check_handle(handle)
         nodes = handle.details.get("nodes", [])
         for node in nodes:
-            if "pid" in node and _death_reason(node) is None:
+            if "pid" in node and _is_same_live_process(node["pid"], node.get("start_time")):
                 _kill(node["pid"], signal.SIGTERM)  # `ray start --block` stops its node gracefully
-        if not _wait_gone(handle, self.stop_grace_s):
-            for pid in cluster_pids(handle):
-                _kill(pid, signal.SIGKILL)
-            if not _wait_gone(handle, 5.0):
-                raise RuntimeError(f"processes {cluster_pids(handle)} of compute unit {handle.cu_id} survived SIGKILL")
+        _wait_gone(handle, self.stop_grace_s, sandbox_only=True)
+        for pid in cluster_pids(handle):  # the bridges, and whatever did not stop in time
+            _kill(pid, signal.SIGKILL)
+        if not _wait_gone(handle, 5.0):
+            raise RuntimeError(f"processes {cluster_pids(handle)} of compute unit {handle.cu_id} survived SIGKILL")
         with _lock:
             _reserved_ports.difference_update(_handle_ports(handle))
-            for node in nodes:
-                _children.pop(node.get("pid"), None)
+            for process in handle.details.get("processes", []):
+                _children.pop(process["pid"], None)
         shutil.rmtree(handle.details.get("cluster_dir", ""), ignore_errors=True)
         handle.details["nodes"] = []
 
 
 # ---------------------------------------------------------------- processes
-def _remember(node: dict, process: ManagedProcess) -> None:
-    assert process.process is not None
-    node["pid"] = process.process.pid
-    node["start_time"] = _start_time(process.process.pid)
-    with _lock:
-        _children[node["pid"]] = process
+def _all_pids() -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -307,24 +452,74 @@ def _is_same_live_process(pid: int, start_time: int | None) -> bool:
     return fields is not None and fields[0] != "Z" and int(fields[19]) == start_time
 
 
-def _death_reason(node: dict) -> str | None:
-    """None while the node's process runs; otherwise how it ended, as precisely as knowable."""
-    if "pid" not in node:
-        return "was never started"
-    pid = node["pid"]
-    child = _children.get(pid)
-    if child is not None:
-        assert child.process is not None
-        returncode = child.process.poll()
-        if returncode is None:
-            return None
-        how = _describe_returncode(returncode)
-    elif _is_same_live_process(pid, node.get("start_time")):
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
+
+
+def _sandbox_namespace(handle: ClusterHandle) -> str | None:
+    """The unit's PID namespace while its first process lives (when it ends, so does every
+    process in it; a namespace id can be reused afterwards)."""
+    box = handle.details.get("sandbox", {})
+    if "pid_namespace" in box and _is_same_live_process(box["init_pid"], box["init_start_time"]):
+        return box["pid_namespace"]
+    return None
+
+
+def _sandbox_running(handle: ClusterHandle) -> bool:
+    return _sandbox_namespace(handle) is not None
+
+
+def _node_record(handle: ClusterHandle, node: dict) -> dict | None:
+    """What the unit's init reports of a node (`compute/unit_init.py`). The file is in the unit's
+    writable dir, so it is checked for shape and never trusted over a live process."""
+    path = Path(handle.details["cluster_dir"]) / "nodes" / f"{node['role']}.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(record, dict) and isinstance(record.get("pid"), int)
+            and isinstance(record.get("returncode"), (int, type(None)))):
+        return None
+    return record
+
+
+def _learn_pid(handle: ClusterHandle, node: dict) -> None:
+    """The host's pid of a node, from its pid inside the sandbox (NSpid in /proc/<pid>/status)."""
+    namespace = _sandbox_namespace(handle)
+    if "pid" in node or namespace is None or (record := _node_record(handle, node)) is None:
+        return
+    for pid in _all_pids():
+        if _pid_namespace(pid) != namespace:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        nspids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        if nspids and int(nspids[-1]) == record["pid"]:
+            node.update(pid=pid, start_time=_start_time(pid))
+            return
+
+
+def _death_reason(handle: ClusterHandle, node: dict) -> str | None:
+    """None while the node's process runs; otherwise how it ended, as precisely as knowable."""
+    if "pid" in node and _is_same_live_process(node["pid"], node.get("start_time")):
+        return None
+    record = _node_record(handle, node)
+    if record is not None and record["returncode"] is not None:
+        how = _describe_returncode(record["returncode"])
+    elif _sandbox_running(handle):
+        return None  # not started yet, or ended a moment ago: the init records it
+    elif "pid" not in node:
+        return "was never started (the unit's sandbox ended)"
     else:
-        how = "is gone (exit status unknown: it was started by an earlier portal process)"
+        how = "is gone (exit status unknown: the unit's sandbox ended)"
+    who = f"process (pid {node['pid']})" if "pid" in node else "process"
     reported = _ray_exit_report(Path(node["log"]))
-    return f"process (pid {pid}) {how}" + (f"; Ray reported: {reported}" if reported else "")
+    return f"{who} {how}" + (f"; Ray reported: {reported}" if reported else "")
 
 
 def _describe_returncode(returncode: int) -> str:
@@ -349,28 +544,39 @@ def _ray_exit_report(log_path: Path) -> str:
     return ", ".join(line.strip() for line in lines if _RAY_EXIT_LINE.match(line))
 
 
-def _node_sessions(handle: ClusterHandle) -> set[int]:
-    """Each node leads its own session (its pid is the session id), and everything it starts
-    stays in it, Ray workers included (they get process groups of their own, not sessions).
-    A session whose leader pid now belongs to another process's session is not ours."""
+def _log_tail(handle: ClusterHandle, name: str, lines: int = 10) -> str:
+    try:
+        text = (Path(handle.details["cluster_dir"]) / name).read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+def _outside_sessions(handle: ClusterHandle) -> set[int]:
+    """Each outside process (bwrap, a bridge) leads its own session. A session whose leader
+    pid now belongs to another process's session is not ours."""
     sessions = set()
-    for node in handle.details.get("nodes", []):
-        if "pid" not in node:
-            continue
-        fields = _proc_stat(node["pid"])
-        if fields is None or int(fields[19]) == node.get("start_time") or int(fields[3]) != node["pid"]:
-            sessions.add(node["pid"])
+    for process in handle.details.get("processes", []):
+        fields = _proc_stat(process["pid"])
+        if fields is None or int(fields[19]) == process["start_time"] or int(fields[3]) != process["pid"]:
+            sessions.add(process["pid"])
     return sessions
 
 
-def cluster_pids(handle: ClusterHandle) -> list[int]:
-    """Live processes of a local cluster: its node processes and all they started."""
-    sessions = _node_sessions(handle)
+def cluster_pids(handle: ClusterHandle, *, sandbox_only: bool = False) -> list[int]:
+    """Live processes of a local cluster: everything in its sandbox, and (unless
+    `sandbox_only`) the outside processes and what they started."""
+    sessions = set() if sandbox_only else _outside_sessions(handle)
+    namespace = _sandbox_namespace(handle)
+    box_pid = handle.details.get("sandbox", {}).get("pid")
     pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _proc_stat(int(entry.name))):
-            if int(fields[3]) in sessions and fields[0] != "Z":
-                pids.append(int(entry.name))
+    for pid in _all_pids():
+        fields = _proc_stat(pid)
+        if fields is None or fields[0] == "Z":
+            continue
+        if (int(fields[3]) in sessions or (sandbox_only and pid == box_pid and int(fields[3]) == pid)
+                or (namespace is not None and _pid_namespace(pid) == namespace)):
+            pids.append(pid)
     return pids
 
 
@@ -381,14 +587,13 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def _wait_gone(handle: ClusterHandle, timeout: float) -> bool:
+def _wait_gone(handle: ClusterHandle, timeout: float, *, sandbox_only: bool = False) -> bool:
     deadline = time.monotonic() + timeout
     while True:
-        for node in handle.details.get("nodes", []):
-            child = _children.get(node.get("pid"))
-            if child is not None and child.process is not None:
-                child.process.poll()  # reap the node process, or it lingers as a zombie
-        if not cluster_pids(handle):
+        for process in handle.details.get("processes", []):
+            if (child := _children.get(process["pid"])) is not None:
+                child.poll()  # reap it, or it lingers as a zombie
+        if not cluster_pids(handle, sandbox_only=sandbox_only):
             return True
         if time.monotonic() > deadline:
             return False

@@ -1,10 +1,17 @@
 """The portal's side of a compute unit's Spark host (design: compute/spark_host.py).
 
-`bootstrap` starts the host through Ray's Jobs API once the cluster is RUNNING; the other
-calls go to the host's own HTTP API. Both use the cluster's token from the handle.
+`bootstrap` starts the host through Ray's Jobs API (with the cluster's Ray token) once the
+cluster is RUNNING; the other calls go to the host's own HTTP API, with the host's own secret.
+
+That secret is one per compute unit: an HMAC of the portal's secret key, the unit's id and a
+random nonce kept in the unit's handle (`with_spark_host_secret`), so nothing secret is stored
+and a unit's secret opens no other unit's host. The host is given only its SHA-256.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import shlex
 import time
 import uuid
@@ -13,14 +20,42 @@ from urllib.parse import urlsplit
 import httpx
 
 from app.ray_clusters.base import ClusterHandle, ProgressCallback, no_progress
-from compute.spark_host import API, RunState, SparkHostSettings
+from compute.spark_host import API, RunState, SparkHostSettings, secret_digest
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 BOOTSTRAP_POLL_SECONDS = 0.2
 
 
 class SparkHostError(RuntimeError):
-    """The Spark host could not be started or did not answer as expected."""
+    """The Spark host could not be started or did not answer as expected. `status_code` is the
+    host's HTTP answer when it gave one (None: not reached, or the connection broke)."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def with_spark_host_secret(handle: ClusterHandle, key: str) -> ClusterHandle:
+    """Put the unit's Spark host secret into the handle, making the handle's nonce on first use."""
+    if not key:
+        raise ValueError("a key is needed to derive the Spark host's secret")
+    if handle.spark_host_nonce is None:
+        handle.spark_host_nonce = new_spark_host_nonce()
+    handle.spark_host_secret = spark_host_secret(key, handle.cu_id, handle.spark_host_nonce)
+    return handle
+
+
+def new_spark_host_nonce() -> str:
+    return secrets.token_hex(16)
+
+
+def spark_host_secret(key: str, cu_id: str, nonce: str) -> str:
+    """The secret of unit `cu_id`'s Spark host: an HMAC of the unit and its nonce under the
+    portal's key, so it can be derived again and is never stored."""
+    if not key:
+        raise ValueError("a key is needed to derive the Spark host's secret")
+    message = f"lakeport-spark-host:{cu_id}:{nonce}".encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
 
 
 class SparkHostClient:
@@ -33,10 +68,12 @@ class SparkHostClient:
     ) -> None:
         if not handle.spark_host_url:
             raise ValueError(f"compute unit {handle.cu_id} has no Spark host address")
+        if not handle.spark_host_secret:
+            raise ValueError(f"compute unit {handle.cu_id}'s handle has no Spark host secret")
         self.handle = handle
         self._http = httpx.Client(
             base_url=handle.spark_host_url.rstrip("/") + API,
-            headers=handle.auth_headers(),
+            headers={"Authorization": f"Bearer {handle.spark_host_secret}"},
             timeout=timeout,
             transport=transport,
         )
@@ -68,9 +105,11 @@ class SparkHostClient:
         address = urlsplit(self.handle.spark_host_url)
         settings = SparkHostSettings(
             port=address.port or 80,
-            # On loopback clusters the host stays on loopback; elsewhere (a pod) the portal
-            # reaches it from outside the head, through its Service.
-            bind_host="127.0.0.1" if address.hostname in _LOOPBACK else "0.0.0.0",
+            namespace=self.handle.spark_host_namespace,
+            secret_sha256=secret_digest(self.handle.spark_host_secret),
+            # On loopback clusters the host stays on loopback; elsewhere (a pod, a shared cluster's
+            # head) it listens on the head's address, which the portal reaches.
+            bind_loopback=address.hostname in _LOOPBACK,
             executors=executors,
             executor_cores=executor_cores,
             executor_memory=executor_memory,
@@ -114,11 +153,16 @@ class SparkHostClient:
         except httpx.HTTPError as error:
             raise SparkHostError(f"Spark host at {self.handle.spark_host_url} not reachable: {error}") from error
         if not response.is_success:
-            raise SparkHostError(f"Spark host answered {response.status_code}: {response.text[:300]}")
+            raise SparkHostError(f"Spark host answered {response.status_code}: {response.text[:300]}",
+                                 response.status_code)
         return response.json()
 
     def info(self) -> dict:
         return self._call("GET", "/host")
+
+    def stop(self) -> None:
+        """End the host and its Spark session (a unit detaching from a cluster it does not own)."""
+        self._call("POST", "/host/stop")
 
     def submit(self, code: str, args: dict | None = None, name: str = "") -> dict:
         """Queue an execution; returns its record (with `run_id`) right away."""

@@ -133,6 +133,13 @@ def read_form(data) -> dict:
     return values
 
 
+def initial_values() -> dict:
+    """An empty form; path-style addressing is on, as S3-compatible stores (the default flavor) need it."""
+    values = read_form({})
+    values["path_style_access"] = values["flavor"] == "s3-compat"
+    return values
+
+
 def validate(values: dict, fields=CHECKS) -> dict[str, str]:
     """Field name → message for every field that fails its check."""
     errors = {}

@@ -5,8 +5,10 @@ from flask_login import current_user
 from htmx_flask import make_response
 
 from app.db import get_owned_or_404
+from app.iceberg_reader import ResultReadError
 from app.models import Warehouse
-from app.warehouses import bp, forms, service
+from app.table_pages import canonical_page_url, table_page_context
+from app.warehouses import bp, forms, local_stack, service, tables
 from app.warehouses.service import WarehouseActionError
 
 
@@ -32,9 +34,15 @@ def index():
     return render_template("warehouses/index.html", warehouses=service.user_warehouses(current_user))
 
 
+def _register_page(values: dict, errors: dict, status: int = 200):
+    return render_template("warehouses/new.html", values=values, errors=errors,
+                           storage_hint=local_stack.storage_hint(current_user),
+                           development_keys=local_stack.development_keys(current_user)), status
+
+
 @bp.get("/new")
 def new():
-    return render_template("warehouses/new.html", values=forms.read_form({}), errors={})
+    return _register_page(forms.initial_values(), {})
 
 
 @bp.post("/validate/<field>")
@@ -53,7 +61,11 @@ def test_connection():
         return render_template("warehouses/_probe_result.html", report=None, errors=errors), 422
     if not storage.key_prefix:
         storage.key_prefix = service.default_key_prefix(current_user, storage.name or "warehouse")
-    return render_template("warehouses/_probe_result.html", report=service.test_connection(storage), errors={})
+    try:
+        report = service.test_connection(storage)
+    except WarehouseActionError as error:
+        return render_template("warehouses/_probe_result.html", report=None, errors={error.field: error.message}), 422
+    return render_template("warehouses/_probe_result.html", report=report, errors={})
 
 
 @bp.post("/")
@@ -72,7 +84,7 @@ def create():
             return redirect(url_for("warehouses.detail", warehouse_id=warehouse.id))
     # Re-render without the secret: it is never sent back to the browser.
     values = {**forms.read_form(request.form), "secret_access_key": ""}
-    return render_template("warehouses/new.html", values=values, errors=errors), 422
+    return _register_page(values, errors, 422)
 
 
 @bp.get("/<int:warehouse_id>")
@@ -87,7 +99,28 @@ def contents(warehouse_id: int):
         namespaces, error = service.browse(warehouse), None
     except WarehouseActionError as failure:
         namespaces, error = [], failure.message
-    return render_template("warehouses/_contents.html", warehouse=warehouse, namespaces=namespaces, error=error)
+    return render_template("warehouses/_contents.html", warehouse=warehouse, namespaces=namespaces, error=error,
+                           is_internal=tables.is_internal)
+
+
+@bp.get("/<int:warehouse_id>/tables/<name>")
+def table(warehouse_id: int, name: str):
+    """A table's page: schema, properties, snapshots, size, and its first rows (paged)."""
+    warehouse = _warehouse(warehouse_id)
+    if not tables.valid_table_name(name):
+        abort(404)
+    context = table_page_context(lambda page, size: tables.preview(warehouse, name, page, size), name,
+                                 url_for("warehouses.table", warehouse_id=warehouse.id, name=name))
+    if request.htmx:
+        return make_response(render_template("executions/_table_page.html", **context),
+                             push_url=canonical_page_url(context))
+    try:
+        overview, error = tables.overview(warehouse, name), None
+    except ResultReadError as failure:
+        overview, error = None, failure.args[0]
+    links = tables.property_links(overview.properties, current_user) if overview else {}
+    return render_template("warehouses/table.html", warehouse=warehouse, name=name, overview=overview,
+                           overview_error=error, links=links, **context)
 
 
 def _action(warehouse_id: int, action, success: str):
@@ -158,7 +191,9 @@ def purge(warehouse_id: int):
     try:
         outcome = service.purge(warehouse, request.form.get("confirm_name", ""))
     except WarehouseActionError as error:
-        return render_template("warehouses/_purge.html", warehouse=warehouse, error=error.message), 422
+        # What was typed stays, so a near miss can be corrected rather than retyped.
+        return render_template("warehouses/_purge.html", warehouse=warehouse, error=error.message,
+                               typed=request.form.get("confirm_name", "")), 422
     flash(f"Warehouse {name} is purged: {outcome.tables_dropped} tables and "
           f"{outcome.namespaces_dropped} namespaces were removed.", "success")
     url = url_for("warehouses.index")

@@ -7,31 +7,32 @@ accepted, the Lakekeeper side is undone (compensating delete).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flask import current_app
 from sqlmodel import select
 
 from app.db import get_db
-from app.executions import runner
+from app.errors import UserFacingError
 from app.extensions import lakekeeper
 from app.lakekeeper import (
     LakekeeperError,
     S3AccessKeyCredential,
     S3StorageProfile,
     TableSummary,
+    WarehouseAssignment,
+    lakekeeper_user_id,
 )
 from app.models import Execution, User, Warehouse, WarehouseStatus, utcnow
+from app.network_policy import OutboundRefused, portal_policy
+from app.signals import close_warehouse
 from app.storage_probe import ProbeReport, S3Credentials, S3Location, probe_storage
+from app.warehouses.diagnosis import field_errors
 from app.warehouses.forms import StorageForm
 
 
-class WarehouseActionError(Exception):
+class WarehouseActionError(UserFacingError):
     """An action was refused; `message` is for the user."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.message, self.field = message, field
 
 
 def lakekeeper_name(owner: User, name: str) -> str:
@@ -50,9 +51,25 @@ def location_of(form: StorageForm) -> S3Location:
     )
 
 
+def check_endpoint(location: S3Location) -> None:
+    """Refuse storage the portal's network policy does not allow, before anything is sent there
+    or to Lakekeeper (which would contact it). Only user-named endpoints: AWS's are Amazon's."""
+    if location.endpoint is None:
+        return
+    policy = portal_policy()
+    try:
+        for url in dict.fromkeys((location.endpoint, location.bucket_url())):
+            policy.check_url(url)
+    except OutboundRefused as refusal:
+        raise WarehouseActionError(refusal.message, field="endpoint") from None
+
+
 def test_connection(form: StorageForm) -> ProbeReport:
     """Write, read, list and delete a probe object with the given keys, held in memory only."""
-    return probe_storage(location_of(form), S3Credentials(form.access_key_id, form.secret_access_key))
+    location = location_of(form)
+    check_endpoint(location)
+    return probe_storage(location, S3Credentials(form.access_key_id, form.secret_access_key),
+                         policy=portal_policy())
 
 
 def user_warehouses(owner: User) -> list[Warehouse]:
@@ -69,6 +86,7 @@ def register(owner: User, form: StorageForm) -> Warehouse:
     """Create the warehouse in Lakekeeper, then save Lakeport's row (undoing the create if that fails)."""
     if name_taken(owner, form.name):
         raise WarehouseActionError("You already have a warehouse with this name.", field="name")
+    check_endpoint(location_of(form))
     key_prefix = form.key_prefix or default_key_prefix(owner, form.name)
     profile = S3StorageProfile(
         bucket=form.bucket, region=form.region, key_prefix=key_prefix,
@@ -78,6 +96,17 @@ def register(owner: User, form: StorageForm) -> Warehouse:
     try:
         created = lakekeeper().create_warehouse(lakekeeper_name(owner, form.name), profile, credential)
     except LakekeeperError as error:
+        if error.is_storage_refusal:
+            # Lakekeeper's refusal is generic: the probe tells which field is at fault.
+            diagnosis = field_errors(test_connection(replace(form, key_prefix=key_prefix)))
+            field, message = next(iter(diagnosis.items()), ("form", error.user_message))
+            raise WarehouseActionError(message, field=None if field == "form" else field) from error
+        raise WarehouseActionError(error.user_message) from error
+    try:
+        _give_to_owner(owner, created.id)
+    except LakekeeperError as error:
+        current_app.logger.warning("granting warehouse %s to user %s failed: %s", created.id, owner.id, error)
+        _compensate_create(created.id)
         raise WarehouseActionError(error.user_message) from error
 
     warehouse = Warehouse(
@@ -96,6 +125,23 @@ def register(owner: User, form: StorageForm) -> Warehouse:
         raise WarehouseActionError("Lakeport could not save the warehouse, so it was not created. Please try again.")
     current_app.logger.info("user %s registered warehouse %s (%s)", owner.id, warehouse.id, created.id)
     return warehouse
+
+
+def _give_to_owner(owner: User, lakekeeper_id: str) -> None:
+    """Ownership in Lakekeeper mirrors ownership in Lakeport: the owner's Lakekeeper identity
+    (`oidc~<subject>`) becomes the warehouse's only grantee; the service identity that created
+    it keeps only what its project-admin role gives. The owner registers in Lakekeeper through a
+    token exchanged for them (self-provisioning needs no right the portal lacks)."""
+    client = lakekeeper()
+    provisioned = client.provision_user(client.user_token(owner.subject, lakekeeper_id).access_token)
+    expected = lakekeeper_user_id(owner.subject)
+    if provisioned.id != expected:
+        raise LakekeeperError(
+            None, "UnexpectedUserId",
+            f"Lakekeeper names the user {provisioned.id!r}, not {expected!r}: its subject claim must be `sub`",
+            "provision_user",
+        )
+    client.grant_sole_ownership(lakekeeper_id, expected)
 
 
 def _compensate_create(lakekeeper_id: str) -> None:
@@ -122,25 +168,35 @@ def rename(warehouse: Warehouse, new_name: str) -> None:
 
 def rotate_credentials(warehouse: Warehouse, access_key_id: str, secret_access_key: str) -> ProbeReport:
     """Send the new keys straight to Lakekeeper (which validates them), then re-test the connection."""
+    location = S3Location(bucket=warehouse.bucket, region=warehouse.region, key_prefix=warehouse.key_prefix,
+                          endpoint=warehouse.endpoint or None, path_style=warehouse.path_style_access)
+    # The endpoint was allowed at registration; its name may resolve elsewhere now.
+    check_endpoint(location)
     credential = S3AccessKeyCredential(access_key_id, secret_access_key)
     try:
         lakekeeper().update_storage_credential(warehouse.lakekeeper_id, credential)
     except LakekeeperError as error:
         raise WarehouseActionError(error.user_message) from error
     _save(warehouse)
-    location = S3Location(bucket=warehouse.bucket, region=warehouse.region, key_prefix=warehouse.key_prefix,
-                          endpoint=warehouse.endpoint or None, path_style=warehouse.path_style_access)
-    return probe_storage(location, S3Credentials(access_key_id, secret_access_key))
+    return probe_storage(location, S3Credentials(access_key_id, secret_access_key), policy=portal_policy())
 
 
 def deactivate(warehouse: Warehouse) -> int:
     """Lakekeeper refuses all access to a deactivated warehouse: executions writing into it are
     stopped (returns how many)."""
     _require(warehouse, WarehouseStatus.ACTIVE, "Only an active warehouse can be deactivated.")
-    _call(lambda: lakekeeper().deactivate_warehouse(warehouse.lakekeeper_id))
+    # The row first (no new executions), then the runs stop: their clean-up (dropping partial
+    # results) still needs the warehouse, which Lakekeeper closes last.
     warehouse.status = WarehouseStatus.INACTIVE
     _save(warehouse)
-    return runner.stop_in_warehouse(warehouse, "was deactivated")
+    stopped = close_warehouse(warehouse, "was deactivated")
+    try:
+        _call(lambda: lakekeeper().deactivate_warehouse(warehouse.lakekeeper_id))
+    except WarehouseActionError:
+        warehouse.status = WarehouseStatus.ACTIVE
+        _save(warehouse)
+        raise
+    return stopped
 
 
 def activate(warehouse: Warehouse) -> None:
@@ -155,13 +211,27 @@ def archive(warehouse: Warehouse) -> int:
     (returns how many); what was written stays readable (Lakeport-side only)."""
     if warehouse.status == WarehouseStatus.ARCHIVED:
         return 0
-    if warehouse.status == WarehouseStatus.INACTIVE:
+    previous = warehouse.status
+    if previous == WarehouseStatus.INACTIVE:
         # Reads need an active warehouse in Lakekeeper; archived data stays readable.
         _call(lambda: lakekeeper().activate_warehouse(warehouse.lakekeeper_id))
+    # The row first (no new executions), then the runs stop: their clean-up (dropping partial
+    # results) still needs write access, which goes last.
     warehouse.status = WarehouseStatus.ARCHIVED
     warehouse.archived_at = utcnow()
     _save(warehouse)
-    return runner.stop_in_warehouse(warehouse, "was archived")
+    stopped = close_warehouse(warehouse, "was archived")
+    # The owner keeps reading (describe, select) but may no longer write, grant or delete:
+    # a token minted before the archive cannot add to a warehouse on its way out.
+    owner_id = lakekeeper_user_id(get_db().get(User, warehouse.owner_id).subject)
+    try:
+        _call(lambda: lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id, [
+            WarehouseAssignment("describe", user=owner_id), WarehouseAssignment("select", user=owner_id)]))
+    except WarehouseActionError:
+        warehouse.status, warehouse.archived_at = previous, None
+        _save(warehouse)
+        raise
+    return stopped
 
 
 @dataclass
@@ -180,7 +250,7 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
     _require(warehouse, WarehouseStatus.ARCHIVED, "Archive the warehouse before purging it.")
     if typed_name.strip() != warehouse.name:
         raise WarehouseActionError("Type the warehouse's name exactly to confirm the purge.", field="confirm_name")
-    runner.stop_in_warehouse(warehouse, "was purged")  # none, unless one slipped past the archive
+    close_warehouse(warehouse, "was purged")  # none, unless one slipped past the archive
     client = lakekeeper()
     try:
         contents = client.purge_warehouse_contents(warehouse.lakekeeper_name)
@@ -188,6 +258,12 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
         if error.status != 404:
             raise WarehouseActionError(error.user_message) from error
         contents = None
+    try:
+        # Lakekeeper drops a deleted warehouse's grants only on a best-effort basis: revoke them first.
+        client.set_warehouse_assignments(warehouse.lakekeeper_id, [])
+    except LakekeeperError as error:
+        if error.status != 404:
+            raise WarehouseActionError(error.user_message) from error
     for attempt in range(PURGE_DELETE_ATTEMPTS):
         try:
             client.delete_warehouse(warehouse.lakekeeper_id)

@@ -10,17 +10,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import select
 
 from app.db import get_db
+from app.errors import UserFacingError
 from app.models import Execution, User, Workflow, WorkflowVersion, utcnow
 from app.workflows import steps as step_model
 from app.workflows.steps import Step
 
 
-class WorkflowActionError(Exception):
+class WorkflowActionError(UserFacingError):
     """An action was refused; `message` is for the user."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.message, self.field = message, field
 
 
 def user_workflows(owner: User) -> list[Workflow]:

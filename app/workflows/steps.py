@@ -5,7 +5,8 @@ A step is Spark SQL or a PySpark function. SQL steps see earlier steps as views 
 them; a Python step defines `run(spark, <earlier steps it needs>)` and returns a DataFrame.
 The checks here need no Spark: Python code is compiled and its `run` signature inspected;
 SQL gets a lexical check (one query, balanced quotes and parentheses, no reference to a
-later step). Spark has the final word when the workflow runs.
+later step), then sqlglot's Spark-dialect parser, which points at the line and column of a
+grammar error. Spark has the final word when the workflow runs.
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import json
 import keyword
 import re
 from dataclasses import asdict, dataclass, replace
+
+import sqlglot
+from sqlglot.errors import ParseError
 
 KINDS = {"sql": "Spark SQL", "python": "PySpark function"}
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -217,7 +221,50 @@ def check_sql(code: str, own_name: str, earlier: list[str], later: list[str]) ->
     first = tokens[0]
     if first.kind != "word" or first.text.upper() not in SQL_QUERY_STARTS:
         return ["A SQL step is one query: start it with SELECT or WITH."]
+    grammar_error = _sql_grammar_error(code) or _sql_empty_item_error(code)
+    if grammar_error:
+        return [grammar_error]
     return _sql_reference_errors(tokens, own_name, earlier, later)
+
+
+# sqlglot names a clause left incomplete by its expression class ("… missing for <class '…Where'>").
+_MISSING_PART = re.compile(r"^Required keyword: '\w+' missing for <class '(?:[\w.]+\.)?(\w+)'>")
+_CLAUSE_WORDS = {"EQ": "=", "NEQ": "<>", "GT": ">", "LT": "<", "GTE": ">=", "LTE": "<=", "Add": "+", "Sub": "-",
+                 "Mul": "*", "Div": "/", "And": "AND", "Or": "OR"}
+
+
+def _sql_grammar_error(code: str) -> str | None:
+    """Spark SQL's grammar, as sqlglot parses it: 'Line 3, column 7: …' for the first error."""
+    try:
+        sqlglot.parse_one(code, dialect="spark")
+    except ParseError as error:
+        detail = error.errors[0] if error.errors else {}
+        description = detail.get("description") or str(error)
+        missing = _MISSING_PART.match(description)
+        if missing:
+            part = missing.group(1)
+            description = f"{_CLAUSE_WORDS.get(part, part.upper())} is incomplete: something is missing here"
+        line, column = detail.get("line"), detail.get("col")
+        where = f"Line {line}, column {column}: " if line else ""
+        return f"{where}{description}."
+    return None
+
+
+# What cannot follow a comma in a list (sqlglot accepts `SELECT a,, b` and `SELECT a, FROM t`; Spark does not).
+_AFTER_A_COMMA_NOTHING = {"COMMA", "R_PAREN", "FROM", "WHERE", "GROUP_BY", "ORDER_BY", "HAVING", "LIMIT"}
+
+
+def _sql_empty_item_error(code: str) -> str | None:
+    """'Line 1, column 11: nothing between “,” and “,”.' for an empty item in a list."""
+    try:
+        tokens = sqlglot.tokenize(code, dialect="spark")
+    except sqlglot.errors.TokenError:
+        return None
+    for comma, following in zip(tokens, tokens[1:]):
+        if comma.token_type.name == "COMMA" and following.token_type.name in _AFTER_A_COMMA_NOTHING:
+            return (f"Line {comma.line}, column {comma.col}: nothing between “,” and “{following.text}”; "
+                    "remove the comma or add what goes there.")
+    return None
 
 
 def _sql_reference_errors(tokens: list[_Token], own_name: str, earlier: list[str], later: list[str]) -> list[str]:

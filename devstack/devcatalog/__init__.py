@@ -11,10 +11,14 @@ the Iceberg clients (pyiceberg, Spark) use, following Lakekeeper's OpenAPI docum
   SQLite store and never returned.
 - Iceberg REST catalog (`/catalog/v1`): the config answer (`defaults.prefix` = warehouse id),
   then every namespace and table call is forwarded to SeaweedFS's own Iceberg REST catalog.
-- Bearer JWTs from the OpenID Connect provider, checked against its JWKS and the audience.
-  A token whose `scope` names warehouses (`warehouse:<uuid>`, the local provider's execution
-  tokens) reaches only those, read-only on the Management API; other warehouses answer 403
-  `WarehouseActionForbidden` (see `auth`).
+- Users (`POST /user` self-provisioning, `GET /whoami`) and warehouse grants
+  (`/permissions/warehouse/{id}/assignments`), see `permissions`.
+- Bearer JWTs from the OpenID Connect provider, checked against its JWKS and the audience; the
+  caller is the user `oidc~<sub>`. Access is decided like Lakekeeper's OpenFGA authorizer does:
+  project admins (the portal's service identity) do everything, anyone else reaches only the
+  warehouses they hold grants on, others answer 403 `WarehouseActionForbidden`. A token whose
+  `scope` names warehouses (`warehouse:<uuid>`, the local provider's narrowing of an
+  execution's token) reaches only those, read-only on the Management API (see `auth`).
 
 Where table data lives — a stand-in limitation: SeaweedFS's catalog keeps each warehouse's
 tables in an S3 Tables *table bucket* (one per warehouse, created with the warehouse and

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from flask import Flask, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from devstack.devcatalog.auth import TokenScope, TokenVerifier, require_warehouse
+from devstack.devcatalog.auth import Caller, TokenVerifier, require_warehouse
 from devstack.devcatalog.catalog import catalog
 from devstack.devcatalog.config import ENVIRONMENT_VARIABLE, DevCatalogConfig
 from devstack.devcatalog.errors import CatalogError
 from devstack.devcatalog.management import management
+from devstack.devcatalog.permissions import permissions
 from devstack.devcatalog.seaweed import SeaweedCatalog
 from devstack.devcatalog.store import WarehouseStore
 
@@ -25,6 +26,17 @@ class Services:
     store: WarehouseStore
     seaweed: SeaweedCatalog
     tokens: TokenVerifier
+    project_admins: frozenset[str]
+
+
+def _warehouse_action() -> str:
+    """What the current request does to the warehouse its path names (see auth.WAREHOUSE_ACTIONS)."""
+    reads = request.method in ("GET", "HEAD")
+    if request.blueprint == "permissions":
+        return "manage_grants"
+    if request.blueprint == "catalog":
+        return "read" if reads else "write"
+    return "describe" if reads else "manage"
 
 
 def create_app(config: DevCatalogConfig | None = None) -> Flask:
@@ -36,8 +48,10 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
         store=WarehouseStore(config.store_path, config.encryption_key),
         seaweed=SeaweedCatalog(config),
         tokens=TokenVerifier(config.oidc_issuer, config.audience),
+        project_admins=frozenset(config.project_admins),
     )
     app.register_blueprint(management)
+    app.register_blueprint(permissions)
     app.register_blueprint(catalog)
 
     @app.get("/health")
@@ -48,12 +62,13 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
     def require_bearer_token():
         if request.path == "/health":
             return
-        claims = app.extensions["devcatalog"].tokens.verify(request.headers.get("Authorization"))
-        g.token_scope = TokenScope.of(claims)
+        services = app.extensions["devcatalog"]
+        claims = services.tokens.verify(request.headers.get("Authorization"))
+        g.caller = Caller.of(claims, services.project_admins)
         # Every management and catalog route that names a warehouse calls it `warehouse_id`.
         warehouse_id = (request.view_args or {}).get("warehouse_id")
         if warehouse_id is not None:
-            require_warehouse(warehouse_id)
+            require_warehouse(warehouse_id, _warehouse_action(), services.store.relations(warehouse_id, g.caller.user_id))
 
     @app.errorhandler(CatalogError)
     def catalog_error(error: CatalogError):
@@ -68,7 +83,7 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded call is noise
     log.info(
-        "%s on %s: tokens from %s (audience %s); tables in SeaweedFS at %s",
-        LABEL, config.url, config.oidc_issuer, config.audience, config.iceberg_url,
+        "%s on %s: tokens from %s (audience %s); project admins %s; tables in SeaweedFS at %s",
+        LABEL, config.url, config.oidc_issuer, config.audience, ", ".join(config.project_admins), config.iceberg_url,
     )
     return app

@@ -1,12 +1,19 @@
 """Bearer JWTs checked as Lakekeeper checks them: signed by a key from the issuer's JWKS
 (found through OpenID discovery), issued by the configured issuer, for the configured audience.
 
-Authorization, a stand-in's own: a token whose `scope` claim names warehouses
-(`warehouse:<uuid>`, as the local identity provider issues them for one execution) reaches
-only those warehouses, and may read but not change them through the Management API; any other
-valid token may do anything, like Lakekeeper's default allow-all authorizer (ownership is then
-the portal's business). Lakekeeper itself knows no such scopes: with its OpenFGA authorizer the
-equivalent is an identity per user with grants on that user's warehouses.
+Authorization follows Lakekeeper's OpenFGA authorizer, reduced to what Lakeport uses:
+- the caller is the user `oidc~<sub>` (Lakekeeper's id for a subject of its primary provider);
+- project admins (`DevCatalogConfig.project_admins`: the portal's service identity) may do
+  everything in the project: create warehouses, manage them and their grants, read and write
+  their tables;
+- anyone else reaches a warehouse only through their grants on it (`WAREHOUSE_ACTIONS`): its
+  owner may use and manage it; `describe` and `select` read; `create` and `modify` write.
+  Another warehouse answers 403, and the warehouse list shows only warehouses the caller holds
+  a grant on.
+Second layer, a stand-in's own: a token whose `scope` claim names warehouses
+(`warehouse:<uuid>`, as the local identity provider narrows an execution's exchanged token)
+reaches only those warehouses, whatever its holder's grants, and may read but not change them
+through the Management API. Lakekeeper ignores such scopes; there the grants alone decide.
 """
 from __future__ import annotations
 
@@ -18,8 +25,19 @@ import httpx
 import jwt
 from flask import g
 
-from app.lakekeeper import WAREHOUSE_SCOPE_PREFIX
+from app.lakekeeper import WAREHOUSE_SCOPE_PREFIX, lakekeeper_user_id
 from devstack.devcatalog.errors import CatalogError, warehouse_forbidden
+
+# Which warehouse grants allow what, as Lakekeeper's OpenFGA model (authz/openfga, warehouse.fga)
+# derives them: `describe` is implied by `select`, `create` and `modify`, `select` by `modify`;
+# renaming, (de)activating, rotating and deleting need `modify`; ownership implies them all.
+WAREHOUSE_ACTIONS = {
+    "describe": frozenset({"ownership", "describe", "select", "create", "modify"}),
+    "read": frozenset({"ownership", "select", "modify"}),
+    "write": frozenset({"ownership", "create", "modify"}),
+    "manage": frozenset({"ownership", "modify"}),
+    "manage_grants": frozenset({"ownership", "manage_grants"}),
+}
 
 # Asymmetric algorithms only: a token signed with a shared secret cannot be checked against a JWKS.
 _ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
@@ -101,12 +119,47 @@ class TokenScope:
         return self.warehouses is None or warehouse_id in self.warehouses
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: Lakekeeper's user id, whether a project admin, the token's scope and claims."""
+
+    user_id: str
+    project_admin: bool
+    scope: TokenScope
+    claims: dict
+
+    @classmethod
+    def of(cls, claims: dict, project_admins: frozenset[str]) -> "Caller":
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject.strip():
+            raise unauthorized("The bearer token names no subject (`sub`)")
+        user_id = lakekeeper_user_id(subject)
+        return cls(user_id, user_id in project_admins, TokenScope.of(claims), claims)
+
+    def may(self, action: str, relations: set[str]) -> bool:
+        """Whether grants `relations` on a warehouse allow `action` (one of WAREHOUSE_ACTIONS)."""
+        return self.project_admin or bool(relations & WAREHOUSE_ACTIONS[action])
+
+
+def caller() -> Caller:
+    """The current request's caller (set once the token is verified)."""
+    return g.caller
+
+
 def token_scope() -> TokenScope:
-    """The scope of the current request's token (set once the token is verified)."""
-    return g.token_scope
+    """The scope of the current request's token."""
+    return caller().scope
 
 
-def require_warehouse(warehouse_id: uuid.UUID) -> None:
-    """Refuse, as Lakekeeper's authorizer would, a warehouse outside the token's scope."""
+def may_reach(warehouse_id: uuid.UUID, action: str, relations: set[str]) -> bool:
+    """Both layers: the token's warehouse scope, and the caller's grants (`relations`)."""
+    return token_scope().allows(warehouse_id) and caller().may(action, relations)
+
+
+def require_warehouse(warehouse_id: uuid.UUID, action: str, relations: set[str]) -> None:
+    """Refuse, as Lakekeeper's authorizer would, a warehouse outside the token's scope or the
+    caller's grants. Unknown warehouses are refused alike to callers who are not admins."""
     if not token_scope().allows(warehouse_id):
         raise warehouse_forbidden(f"Warehouse '{warehouse_id}' is outside the scope of this token")
+    if not caller().may(action, relations):
+        raise warehouse_forbidden(f"{caller().user_id} may not {action} warehouse '{warehouse_id}'")

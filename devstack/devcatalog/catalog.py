@@ -3,8 +3,10 @@
 `GET /catalog/v1/config?warehouse=NAME` answers as Lakekeeper does: `defaults.prefix` is the
 warehouse id and `overrides.uri` this catalog. Every call under `/catalog/v1/<warehouse id>/`
 goes to SeaweedFS's Iceberg REST catalog under the warehouse's table bucket, unchanged but for
-the prefix and the credentials (SeaweedFS accepts only its own tokens). A warehouse-scoped
-token (see `auth`) reaches only its warehouses, config lookups by name included.
+the prefix and the credentials (SeaweedFS accepts only its own tokens). A caller reaches only
+the warehouses its grants allow (reads need `select`, `modify` or ownership; writes `create`,
+`modify` or ownership), and a warehouse-scoped token (see `auth`) only its warehouses, config
+lookups by name included.
 
 Vended credentials: when a client sends `X-Iceberg-Access-Delegation: vended-credentials`,
 every LoadTableResult (create, load, register) carries credentials this catalog vends itself
@@ -28,7 +30,7 @@ from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
 
-from devstack.devcatalog.auth import token_scope
+from devstack.devcatalog.auth import caller, may_reach
 from devstack.devcatalog.errors import bad_request, warehouse_forbidden, warehouse_not_found
 from devstack.devcatalog.management import DEFAULT_PROJECT_ID
 from devstack.devcatalog.store import Warehouse
@@ -64,11 +66,13 @@ def get_config():
             "GetConfigNoWarehouseProvided",
         )
     project_id, name = _project_and_name(argument)
-    warehouse = current_app.extensions["devcatalog"].store.find_by_name(project_id, name)
-    scope = token_scope()
-    # Names outside the scope are refused whether they exist or not, so they reveal nothing.
-    if scope.restricted and (warehouse is None or not scope.allows(warehouse.id)):
-        raise warehouse_forbidden(f"Warehouse '{name}' is outside the scope of this token")
+    store = current_app.extensions["devcatalog"].store
+    warehouse = store.find_by_name(project_id, name)
+    # Names the caller may not reach are refused whether they exist or not, so they reveal nothing.
+    restricted = caller().scope.restricted or not caller().project_admin
+    if restricted and (warehouse is None or not may_reach(
+            warehouse.id, "describe", store.relations(warehouse.id, caller().user_id))):
+        raise warehouse_forbidden(f"Warehouse '{name}' is outside what {caller().user_id} may reach")
     if warehouse is None or warehouse.status != "active":
         raise warehouse_not_found(name)
     return {

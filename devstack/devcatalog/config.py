@@ -5,6 +5,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from app.lakekeeper import lakekeeper_user_id
+from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.seaweedfs import SeaweedConfig
 
 # The launcher hands the settings to the server process in this variable, as JSON, so that
@@ -30,6 +32,9 @@ class DevCatalogConfig:
     audience: str = "lakekeeper"
     s3_region: str = "us-east-1"
     storage_check_timeout: float = 5.0
+    # Lakekeeper user ids (`oidc~<sub>`) with the project_admin role in every project: the
+    # portal's service identity, as deploy/compose.yaml's bootstrap makes it in Lakekeeper.
+    project_admins: list[str] = field(default_factory=lambda: [lakekeeper_user_id(SERVICE_CLIENT_ID)])
 
     @classmethod
     def for_seaweedfs(

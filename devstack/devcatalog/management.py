@@ -5,8 +5,9 @@ Requests and answers follow Lakekeeper's management-open-api.yaml; so do the err
 `WarehouseNotFound`, `WarehouseNotEmpty`, ...). Projects are implicit: any UUID in
 `x-project-id` names one, the nil UUID is the default project. Lakekeeper's 409
 `WarehouseHasUnfinishedTasks` never comes up: SeaweedFS purges a dropped table at once, so
-there are no background tasks to wait for. A warehouse-scoped token (see `auth`) sees only its
-warehouses and may not change anything here.
+there are no background tasks to wait for. Only project admins create warehouses; other callers
+see and manage only the warehouses their grants allow, and a warehouse-scoped token (see `auth`)
+sees only its warehouses and may not change anything here.
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import uuid
 
 from flask import Blueprint, current_app, request
 
+from app.network_policy import NetworkPolicy
 from app.storage_probe import S3Credentials, S3Location, probe_storage
-from devstack.devcatalog.auth import token_scope
+from devstack.devcatalog.auth import caller, may_reach, token_scope
 from devstack.devcatalog.errors import (
     CatalogError,
     bad_request,
@@ -30,6 +32,9 @@ from devstack.seaweedfs import warehouse_table_bucket
 
 DEFAULT_PROJECT_ID = "00000000-0000-0000-0000-000000000000"
 SERVER_ID = "5eed0000-0000-4000-8000-00000000dc01"
+# Lakekeeper contacts whatever storage it is given (the portal checks endpoints before it asks);
+# the stand-in's SeaweedFS is on loopback. Link-local and metadata addresses stay refused.
+STORAGE_POLICY = NetworkPolicy(allow_loopback=True, allow_private=True)
 DEV_CATALOG_VERSION = "0.13.0+lakeport-dev-catalog"
 # The S3 profile fields Lakekeeper defines (management-open-api.yaml, S3Profile).
 _S3_PROFILE_FIELDS = {
@@ -129,7 +134,7 @@ def _delete_profile(raw: object) -> dict:
 
 def _validate_storage(location: S3Location, credentials: S3Credentials) -> None:
     """Lakekeeper's storage validation: write, read, list and delete a probe object."""
-    report = probe_storage(location, credentials, timeout=current_app.config["STORAGE_CHECK_TIMEOUT"])
+    report = probe_storage(location, credentials, policy=STORAGE_POLICY, timeout=current_app.config["STORAGE_CHECK_TIMEOUT"])
     if not report.ok:
         raise CatalogError(
             400, "IoOperationFailed", f"IO Operation failed during Validation: {report.summary()}",
@@ -157,7 +162,8 @@ def server_info():
         "bootstrapped": True,
         "server-id": SERVER_ID,
         "default-project-id": DEFAULT_PROJECT_ID,
-        "authz-backend": "allow-all",
+        # Decides like Lakekeeper's OpenFGA authorizer for what Lakeport uses (see `auth`).
+        "authz-backend": "openfga",
         "aws-system-identities-enabled": False,
         "azure-system-identities-enabled": False,
         "gcp-system-identities-enabled": False,
@@ -168,6 +174,8 @@ def server_info():
 
 @management.post("/warehouse")
 def create_warehouse():
+    if not caller().project_admin:
+        raise project_forbidden(f"{caller().user_id} may not create warehouses: project admins do")
     body = _json_object()
     project_id = _project_id()
     name = _validated_name(body.get("warehouse-name"))
@@ -194,7 +202,7 @@ def create_warehouse():
 
     arn = seaweed.create_table_bucket(draft.table_bucket)
     try:
-        created = store.add(dataclasses.replace(draft, table_bucket_arn=arn), credentials)
+        created = store.add(dataclasses.replace(draft, table_bucket_arn=arn), credentials, caller().user_id)
     except CatalogError:
         seaweed.delete_table_bucket(draft.table_bucket, arn)
         raise
@@ -207,8 +215,9 @@ def list_warehouses():
     if not set(statuses) <= {"active", "inactive"}:
         raise bad_request("warehouseStatus must be 'active' or 'inactive'")
     project_id = request.args.get("projectId") or _project_id()
-    scope = token_scope()
-    return {"warehouses": [w.as_api() for w in _services().store.list(project_id, statuses) if scope.allows(w.id)]}
+    store, user_id = _services().store, caller().user_id
+    visible = [w for w in store.list(project_id, statuses) if may_reach(w.id, "describe", store.relations(w.id, user_id))]
+    return {"warehouses": [w.as_api() for w in visible]}
 
 
 @management.get("/warehouse/<uuid:warehouse_id>")

@@ -1,4 +1,5 @@
-"""The dev catalog's own store: warehouses and their storage credentials in one SQLite file.
+"""The dev catalog's own store: warehouses and their storage credentials, users and warehouse
+grants, in one SQLite file.
 
 Credentials sit in their own table, encrypted with Fernet. The dev catalog keeps them as
 Lakekeeper does but never reads them back: its tables live in SeaweedFS table buckets that it
@@ -36,6 +37,22 @@ CREATE TABLE IF NOT EXISTS warehouse (
 CREATE TABLE IF NOT EXISTS storage_secret (
     warehouse_id TEXT PRIMARY KEY REFERENCES warehouse (id) ON DELETE CASCADE,
     ciphertext BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS catalog_user (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    email TEXT,
+    user_type TEXT NOT NULL,
+    last_updated_with TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT
+);
+-- Grants name users by id as given: like OpenFGA, a grant may precede the user's registration.
+CREATE TABLE IF NOT EXISTS warehouse_grant (
+    warehouse_id TEXT NOT NULL REFERENCES warehouse (id) ON DELETE CASCADE,
+    relation TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    PRIMARY KEY (warehouse_id, relation, user_id)
 );
 """
 ALL_FORMAT_VERSIONS = [1, 2, 3]
@@ -122,7 +139,8 @@ class WarehouseStore:
         plain = {"access-key-id": credentials.access_key_id, "secret-access-key": credentials.secret_access_key}
         return self.fernet.encrypt(json.dumps(plain).encode())
 
-    def add(self, warehouse: Warehouse, credentials: S3Credentials) -> Warehouse:
+    def add(self, warehouse: Warehouse, credentials: S3Credentials, owner_id: str) -> Warehouse:
+        """Store a new warehouse; its creator `owner_id` owns it, as in Lakekeeper."""
         try:
             with self._connect() as connection:
                 connection.execute(
@@ -133,6 +151,9 @@ class WarehouseStore:
                 )
                 connection.execute(
                     "INSERT INTO storage_secret VALUES (?, ?)", (str(warehouse.id), self._encrypt(credentials)),
+                )
+                connection.execute(
+                    "INSERT INTO warehouse_grant VALUES (?, 'ownership', ?)", (str(warehouse.id), owner_id),
                 )
         except sqlite3.IntegrityError:
             raise name_taken(warehouse.name, warehouse.project_id) from None
@@ -189,6 +210,67 @@ class WarehouseStore:
     def delete(self, warehouse_id: uuid.UUID) -> None:
         with self._connect() as connection:
             connection.execute("DELETE FROM warehouse WHERE id = ?", (str(warehouse_id),))
+
+
+    # --- Users and grants ---
+
+    def user(self, user_id: str) -> dict | None:
+        """The user as Lakekeeper's `User`, or None."""
+        with self._connect() as connection:
+            row = connection.execute("SELECT * FROM catalog_user WHERE id = ?", (user_id,)).fetchone()
+        if row is None:
+            return None
+        return {
+            "id": row["id"], "name": row["name"], "email": row["email"], "user-type": row["user_type"],
+            "last-updated-with": row["last_updated_with"], "created-at": row["created_at"],
+            "updated-at": row["updated_at"],
+        }
+
+    def save_user(self, user_id: str, name: str, email: str | None, user_type: str, how: str) -> bool:
+        """Create the user, or update the one with that id; True if it was created."""
+        now = _now()
+        with self._connect() as connection:
+            updated = connection.execute(
+                "UPDATE catalog_user SET name = ?, email = ?, user_type = ?, last_updated_with = ?, updated_at = ? "
+                "WHERE id = ?", (name, email, user_type, how, now, user_id),
+            ).rowcount
+            if not updated:
+                connection.execute(
+                    "INSERT INTO catalog_user VALUES (?, ?, ?, ?, ?, ?, NULL)", (user_id, name, email, user_type, how, now),
+                )
+        return not updated
+
+    def grants(self, warehouse_id: uuid.UUID) -> list[tuple[str, str]]:
+        """The warehouse's grants as (relation, user id) pairs."""
+        with self._connect() as connection:
+            rows = connection.execute(
+                "SELECT relation, user_id FROM warehouse_grant WHERE warehouse_id = ? ORDER BY relation, user_id",
+                (str(warehouse_id),),
+            ).fetchall()
+        return [(row["relation"], row["user_id"]) for row in rows]
+
+    def relations(self, warehouse_id: uuid.UUID, user_id: str) -> set[str]:
+        """What `user_id` holds on the warehouse."""
+        with self._connect() as connection:
+            rows = connection.execute(
+                "SELECT relation FROM warehouse_grant WHERE warehouse_id = ? AND user_id = ?",
+                (str(warehouse_id), user_id),
+            ).fetchall()
+        return {row["relation"] for row in rows}
+
+    def update_grants(
+        self, warehouse_id: uuid.UUID, writes: list[tuple[str, str]], deletes: list[tuple[str, str]],
+    ) -> None:
+        """Remove `deletes` and add `writes` in one transaction (both idempotent)."""
+        with self._connect() as connection:
+            connection.executemany(
+                "DELETE FROM warehouse_grant WHERE warehouse_id = ? AND relation = ? AND user_id = ?",
+                [(str(warehouse_id), relation, user_id) for relation, user_id in deletes],
+            )
+            connection.executemany(
+                "INSERT OR IGNORE INTO warehouse_grant VALUES (?, ?, ?)",
+                [(str(warehouse_id), relation, user_id) for relation, user_id in writes],
+            )
 
 
 def name_taken(name: str, project_id: str) -> CatalogError:

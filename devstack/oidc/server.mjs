@@ -3,8 +3,8 @@
 //
 // Configuration comes from the Python launcher (devstack/oidc_provider.py) as one JSON
 // document in LAKEPORT_OIDC_CONFIG:
-// { port, issuer, audience, warehouse_token_ttl, cookie_keys, clients, users }.
-import { createHash, generateKeyPairSync, timingSafeEqual } from 'node:crypto';
+// { port, issuer, audience, user_token_ttl, token_exchange_clients, cookie_keys, clients, users }.
+import { createHash, generateKeyPairSync, timingSafeEqual, verify } from 'node:crypto';
 
 import { errors, Provider } from 'oidc-provider';
 
@@ -16,8 +16,15 @@ const usersByName = new Map(config.users.map((user) => [user.username, user]));
 // Resource indicators must be absolute URIs; the audience ("lakekeeper") is not one.
 const catalogResource = `urn:lakeport:${config.audience}`;
 const catalogScope = 'lakekeeper';
-// A catalog token for one execution names the warehouses it may reach: `warehouse:<uuid>`
-// scopes, dynamic (any warehouse id), which the catalog enforces.
+// OAuth 2.0 Token Exchange (RFC 8693): a client allowed to (token_exchange_clients, the portal's
+// service client) trades its own access token for a token acting as one of the users, e.g. for one
+// execution. Such a token may be narrowed to one warehouse with a `warehouse:<uuid>` scope (dynamic,
+// any warehouse id), a second layer the dev catalog enforces on top of the user's grants.
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token';
+const TOKEN_EXCHANGE_PARAMETERS = [
+  'audience', 'requested_subject', 'requested_token_type', 'scope', 'subject_token', 'subject_token_type',
+];
 const WAREHOUSE_SCOPE = /^warehouse:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function log(message) {
@@ -44,25 +51,104 @@ function checkCredentials(username, password) {
   const user = usersByName.get(username);
   // Compare even for unknown names so both failures take the same time.
   const matches = passwordMatches(user?.password ?? '', password);
-  return user && matches ? user : undefined;
+  // Users without a password (test identities) cannot sign in, only be acted for.
+  return user?.password && matches ? user : undefined;
 }
 
-// The warehouse scopes a request asks for. Refused outright when malformed or outside the
-// client-credentials grant: silently dropping one would issue a token that reaches every warehouse.
-function requestedWarehouseScopes(ctx) {
+// Warehouse scopes belong to exchanged user tokens only: a service token never carries one.
+function refuseWarehouseScopes(ctx) {
   const requested = String(ctx.oidc.params?.scope ?? '').split(' ')
-    .filter((scope) => scope.startsWith('warehouse:'));
-  if (!requested.length) {
-    return [];
+    .find((scope) => scope.startsWith('warehouse:'));
+  if (requested) {
+    throw new errors.InvalidScope('warehouse scopes are issued with a token exchange only', requested);
   }
-  if (ctx.oidc.params.grant_type !== 'client_credentials') {
-    throw new errors.InvalidScope('warehouse scopes are issued to the client credentials grant only', requested[0]);
+}
+
+// The one warehouse scope an exchange may ask for, if any; anything else is refused, not dropped.
+function exchangeScope(scope) {
+  const words = String(scope ?? '').split(' ').filter(Boolean);
+  const unknown = words.find((word) => !WAREHOUSE_SCOPE.test(word));
+  if (unknown) {
+    throw new errors.InvalidScope('an exchanged token takes one scope at most: warehouse:<warehouse uuid>', unknown);
   }
-  const malformed = requested.find((scope) => !WAREHOUSE_SCOPE.test(scope));
-  if (malformed) {
-    throw new errors.InvalidScope('a warehouse scope is warehouse:<warehouse uuid>', malformed);
+  if (words.length > 1) {
+    throw new errors.InvalidScope('an exchanged token is for one warehouse at most', words.join(' '));
   }
-  return requested;
+  return words[0];
+}
+
+function base64urlJson(part) {
+  return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
+}
+
+// The subject token must be an access token this provider issued to the exchanging client itself
+// (its client-credentials token): proof that the client holds it now, not a token of someone else.
+function verifyOwnServiceToken(token, clientId) {
+  const parts = String(token).split('.');
+  let claims;
+  try {
+    if (parts.length !== 3 || base64urlJson(parts[0]).alg !== 'RS256'
+        || !verify('RSA-SHA256', Buffer.from(`${parts[0]}.${parts[1]}`), keyPair.publicKey,
+          Buffer.from(parts[2], 'base64url'))) {
+      throw new Error('bad signature');
+    }
+    claims = base64urlJson(parts[1]);
+  } catch {
+    throw new errors.InvalidGrant('subject_token is not an access token of this provider');
+  }
+  if (claims.iss !== config.issuer || !(claims.exp > Date.now() / 1000)) {
+    throw new errors.InvalidGrant('subject_token is expired or from another issuer');
+  }
+  if (claims.client_id !== clientId || claims.sub !== clientId) {
+    throw new errors.InvalidGrant("subject_token must be the exchanging client's own token");
+  }
+}
+
+async function tokenExchangeHandler(ctx) {
+  const { client, params } = ctx.oidc;
+  if (!config.token_exchange_clients.includes(client.clientId)) {
+    throw new errors.UnauthorizedClient('this client may not exchange tokens');
+  }
+  for (const name of ['subject_token', 'subject_token_type', 'requested_subject', 'audience']) {
+    if (!params[name]) {
+      throw new errors.InvalidRequest(`missing required parameter '${name}'`);
+    }
+  }
+  if (params.subject_token_type !== ACCESS_TOKEN_TYPE
+      || (params.requested_token_type && params.requested_token_type !== ACCESS_TOKEN_TYPE)) {
+    throw new errors.InvalidRequest(`only ${ACCESS_TOKEN_TYPE} is exchanged, and for one`);
+  }
+  if (params.audience !== config.audience) {
+    throw new errors.InvalidTarget(`tokens are exchanged for the audience ${config.audience} only`);
+  }
+  verifyOwnServiceToken(params.subject_token, client.clientId);
+  const user = usersBySub.get(params.requested_subject);
+  if (!user) {
+    throw new errors.InvalidGrant('requested_subject is not a user of this provider');
+  }
+  const scope = exchangeScope(params.scope);
+
+  const token = new ctx.oidc.provider.AccessToken({
+    accountId: user.sub, client, scope, gty: 'token_exchange',
+  });
+  token.resourceServer = {
+    audience: config.audience,
+    scope: scope ?? '',
+    accessTokenFormat: 'jwt',
+    accessTokenTTL: config.user_token_ttl,
+    identifier: () => catalogResource,
+    get scopes() { return new Set(this.scope.split(' ')); },
+  };
+  ctx.oidc.entity('AccessToken', token);
+  const value = await token.save();
+  log(`token exchange: ${client.clientId} acts as ${user.sub}${scope ? ` (${scope})` : ''}`);
+  ctx.body = {
+    access_token: value,
+    issued_token_type: ACCESS_TOKEN_TYPE,
+    token_type: 'Bearer',
+    expires_in: token.expiration,
+    ...(scope ? { scope } : {}),
+  };
 }
 
 function account(user) {
@@ -173,10 +259,15 @@ const provider = new Provider(config.issuer, {
   },
   // Access tokens are for the catalog, which /userinfo refuses; the id_token carries the profile.
   conformIdTokenClaims: false,
-  // Lakekeeper names the users it sees after these access-token claims.
+  // Lakekeeper names the users it sees after these access-token claims. An exchanged token
+  // names the client acting for the user (RFC 8693 `act`).
   extraTokenClaims(ctx, token) {
     const user = token.accountId && usersBySub.get(token.accountId);
-    return user ? { name: user.name, email: user.email, preferred_username: user.username } : undefined;
+    if (!user) {
+      return undefined;
+    }
+    const actor = token.gty === 'token_exchange' ? { act: { sub: token.clientId } } : {};
+    return { name: user.name, email: user.email, preferred_username: user.username, ...actor };
   },
   loadExistingGrant,
   // offline_access needs prompt=consent (OpenID Connect Core), a screen this provider never
@@ -195,7 +286,7 @@ const provider = new Provider(config.issuer, {
     },
   },
   ttl: {
-    AccessToken: 60 * 60,
+    AccessToken: (ctx, token) => token.resourceServer?.accessTokenTTL ?? 60 * 60,
     AuthorizationCode: 60,
     ClientCredentials: (ctx, token) => token.resourceServer?.accessTokenTTL ?? 60 * 60,
     IdToken: 60 * 60,
@@ -215,12 +306,12 @@ const provider = new Provider(config.issuer, {
         if (indicator !== catalogResource) {
           throw new errors.InvalidTarget();
         }
-        const warehouseScopes = requestedWarehouseScopes(ctx);
+        refuseWarehouseScopes(ctx);
         return {
-          scope: [catalogScope, ...warehouseScopes].join(' '),
+          scope: catalogScope,
           audience: config.audience,
           accessTokenFormat: 'jwt',
-          accessTokenTTL: warehouseScopes.length ? config.warehouse_token_ttl : 60 * 60,
+          accessTokenTTL: 60 * 60,
         };
       },
     },
@@ -247,6 +338,8 @@ ${confirmation}
 <p><code>${out.error}</code></p>`);
   },
 });
+
+provider.registerGrantType(TOKEN_EXCHANGE, tokenExchangeHandler, TOKEN_EXCHANGE_PARAMETERS);
 
 provider.on('server_error', (ctx, err) => log(`server error: ${err.stack}`));
 provider.on('grant.error', (ctx, err) => log(`token request refused: ${err.error} (${err.error_detail ?? err.error_description})`));

@@ -1,0 +1,73 @@
+// Lakeport's page behaviour: small progressive enhancements, loaded as a file (the CSP allows no
+// inline script). Everything here also works without it, only less conveniently.
+(function () {
+  "use strict";
+
+  // Buttons with data-fill='{"field": value, ...}' fill the form named by data-fill-form, then
+  // let each field's inline validation run again.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-fill-form]");
+    if (!button) return;
+    var form = document.getElementById(button.dataset.fillForm);
+    var values = JSON.parse(button.dataset.fill);
+    Object.keys(values).forEach(function (name) {
+      var field = form.elements[name];
+      if (!field) return;
+      if (field.type === "checkbox") field.checked = Boolean(values[name]);
+      else field.value = values[name];
+      field.removeAttribute("aria-invalid");
+      field.dispatchEvent(new Event("input", { bubbles: true }));
+      field.dispatchEvent(new Event("change", { bubbles: true }));
+    });
+  });
+
+  // An inline error swapped in (or cleared) marks its field invalid (or valid) again.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var error = event.detail.target;
+    if (!error || !error.id || error.id.indexOf("error-") !== 0) return;
+    var message = document.getElementById(error.id);
+    var field = document.getElementById(error.id.slice("error-".length));
+    if (!field || !message) return;
+    if (message.textContent.trim()) field.setAttribute("aria-invalid", "true");
+    else field.removeAttribute("aria-invalid");
+  });
+
+  // hx-confirm asks in an in-page <dialog> rather than the browser's confirm().
+  function confirmDialog(question, onConfirm) {
+    var dialog = document.getElementById("confirm-dialog");
+    dialog.querySelector("[data-confirm-question]").textContent = question;
+    var accept = dialog.querySelector("[data-confirm-accept]");
+    var fresh = accept.cloneNode(true);  // drops the previous question's listener
+    accept.replaceWith(fresh);
+    fresh.addEventListener("click", function () { dialog.close(); onConfirm(); });
+    dialog.showModal();
+    fresh.focus();
+  }
+
+  document.addEventListener("htmx:confirm", function (event) {
+    if (!event.detail.question) return;
+    event.preventDefault();
+    confirmDialog(event.detail.question, function () { event.detail.issueRequest(true); });
+  });
+
+  document.addEventListener("click", function (event) {
+    if (event.target.closest("[data-confirm-cancel]")) {
+      event.target.closest("dialog").close();
+    }
+  });
+
+  // Times in the viewer's own time zone: <time datetime="ISO" data-local>.
+  function localiseTimes(root) {
+    root.querySelectorAll("time[data-local]").forEach(function (element) {
+      var when = new Date(element.getAttribute("datetime"));
+      if (isNaN(when)) return;
+      // data-local="time": the time of day only (log lines); otherwise the date and time.
+      var clock = { hour: "2-digit", minute: "2-digit", second: "2-digit" };
+      element.textContent = element.dataset.local === "time" ? when.toLocaleTimeString(undefined, clock)
+        : when.toLocaleString(undefined, Object.assign({ year: "numeric", month: "2-digit", day: "2-digit" }, clock));
+      element.title = when.toISOString();
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { localiseTimes(document); });
+  document.addEventListener("htmx:load", function (event) { localiseTimes(event.detail.elt); });
+})();

@@ -1,0 +1,159 @@
+"""Snapshot expiry and orphan-file clean-up of a warehouse's datasets, on one of its owner's
+running compute units (the portal never runs Spark itself).
+
+The owner asks (a `MaintenanceJob` row, only while one of their units runs); the worker takes
+the job (lease `maintenance:<id>`), mints a catalog token acting as the owner for this one
+warehouse as it does for an execution, lists the warehouse's dataset tables, submits
+`MAINTENANCE_CODE` to the unit's Spark host and records what it reports, and a log entry.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+from sqlalchemy import update
+from sqlmodel import Session, select
+
+from app import iceberg_reader
+from app.compute_units import lifecycle, spark_warmup
+from app.datasets import DATASETS_NAMESPACE, TPCH_NAMESPACE
+from app.db import engine
+from app.errors import UserFacingError
+from app.executions.runner import catalog_spec
+from app.extensions import lakekeeper
+from app.iceberg_reader import ResultReadError
+from app.lakekeeper import LakekeeperError
+from app.models import (
+    ComputeUnit,
+    ComputeUnitState,
+    MaintenanceJob,
+    MaintenanceJobState,
+    User,
+    Warehouse,
+    WarehouseStatus,
+    utcnow,
+)
+from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from app.usage.retention import write_log
+from compute.contract import MAINTENANCE_CODE
+from compute.spark_host import RunState
+
+logger = logging.getLogger(__name__)
+
+DATASET_NAMESPACES = (DATASETS_NAMESPACE, TPCH_NAMESPACE)
+RUN_TIMEOUT_SECONDS = 1800.0
+
+
+class MaintenanceRefused(UserFacingError):
+    """A maintenance run was refused or failed on the unit."""
+
+
+def running_unit(owner_id: int) -> ComputeUnit | None:
+    """One of the owner's RUNNING units (the most recently started), or None."""
+    with Session(engine()) as db:
+        return db.exec(select(ComputeUnit).where(ComputeUnit.owner_id == owner_id,
+                                                 ComputeUnit.state == ComputeUnitState.RUNNING)
+                       .order_by(ComputeUnit.started_at.desc(), ComputeUnit.id.desc())).first()
+
+
+def latest_job(warehouse: Warehouse) -> MaintenanceJob | None:
+    with Session(engine()) as db:
+        return db.exec(select(MaintenanceJob).where(MaintenanceJob.warehouse_id == warehouse.id)
+                       .order_by(MaintenanceJob.id.desc())).first()
+
+
+def request(warehouse: Warehouse, retain_last: int | None, remove_orphans: bool) -> MaintenanceJob:
+    """Queue a maintenance job for the worker; refused without a policy, a running unit, or
+    while one is under way."""
+    if retain_last is None:
+        raise MaintenanceRefused("Set how many snapshots datasets keep in the retention policy first.")
+    if warehouse.status != WarehouseStatus.ACTIVE:
+        raise MaintenanceRefused("Only an active warehouse can be maintained.")
+    unit = running_unit(warehouse.owner_id)
+    if unit is None:
+        raise MaintenanceRefused("None of your compute units is running: start one, then expire snapshots.")
+    latest = latest_job(warehouse)
+    if latest is not None and latest.running:
+        raise MaintenanceRefused("A maintenance of this warehouse is under way.")
+    with Session(engine(), expire_on_commit=False) as db:
+        job = MaintenanceJob(owner_id=warehouse.owner_id, warehouse_id=warehouse.id, compute_unit_id=unit.id,
+                             retain_last=retain_last, remove_orphans=remove_orphans)
+        db.add(job)
+        db.commit()
+        return job
+
+
+def pending_work() -> list[tuple[str, object, int]]:
+    with Session(engine()) as db:
+        ids = db.exec(select(MaintenanceJob.id).where(MaintenanceJob.state.in_(MaintenanceJobState.LIVE))).all()
+    return [(f"maintenance:{job_id}", run_job, job_id) for job_id in ids]
+
+
+def _update(job_id: int, **changes) -> None:
+    with Session(engine()) as db:
+        db.exec(update(MaintenanceJob).where(MaintenanceJob.id == job_id).values(**changes))
+        db.commit()
+
+
+def run_job(job_id: int) -> None:
+    """The worker's part: run the job on its unit, record the outcome (a job taken over after a
+    worker died is run again: expiring twice is harmless)."""
+    with Session(engine(), expire_on_commit=False) as db:
+        job = db.get(MaintenanceJob, job_id)
+        warehouse = db.get(Warehouse, job.warehouse_id) if job else None
+        owner = db.get(User, job.owner_id) if job else None
+        unit = db.get(ComputeUnit, job.compute_unit_id) if job and job.compute_unit_id else None
+    if job is None or not job.running:
+        return
+    _update(job_id, state=MaintenanceJobState.RUNNING)
+    try:
+        outcome = _run(job, warehouse, owner, unit)
+    except MaintenanceRefused as refusal:
+        _update(job_id, state=MaintenanceJobState.FAILED, error=refusal.message[:2000], ended_at=utcnow())
+        write_log(warehouse.id, "snapshots", f"Snapshot expiry did not run: {refusal.message}")
+        return
+    failed = {name: result["error"] for name, result in outcome.items() if "error" in result}
+    expired = sum(max(0, r["snapshots_before"] - r["snapshots_after"]) for r in outcome.values() if "error" not in r)
+    files = sum(r.get("deleted_files", 0) + r.get("orphan_files_removed", 0) for r in outcome.values())
+    message = (f"Snapshot expiry (keep the last {job.retain_last}) on {len(outcome)} dataset tables: "
+               f"{expired} snapshots expired, {files} files deleted")
+    if failed:
+        message += "; failed: " + "; ".join(f"{name}: {error}" for name, error in failed.items())
+    _update(job_id, state=MaintenanceJobState.FAILED if failed else MaintenanceJobState.DONE,
+            result=json.dumps(outcome), error="; ".join(failed.values())[:2000], ended_at=utcnow())
+    write_log(warehouse.id, "snapshots", message, tables=len(outcome))
+
+
+def _run(job: MaintenanceJob, warehouse: Warehouse, owner: User, unit: ComputeUnit | None) -> dict:
+    if unit is None or unit.state != ComputeUnitState.RUNNING:
+        raise MaintenanceRefused("the compute unit it was to run on is no longer running")
+    handle = lifecycle.handle_of(unit)
+    if handle is None or not handle.spark_host_url:
+        raise MaintenanceRefused("the compute unit has no Spark host address")
+    try:
+        catalog = iceberg_reader.catalog_for(warehouse)
+        tables = [name for namespace in iceberg_reader.list_namespaces(catalog) if namespace in DATASET_NAMESPACES
+                  for name in iceberg_reader.table_names(catalog, namespace)]
+    except ResultReadError as error:
+        raise MaintenanceRefused(str(error)) from None
+    if not tables:
+        return {}
+    try:
+        spark_warmup.ensure_warm(unit, handle)
+        token = lakekeeper().user_token(owner.subject, warehouse.lakekeeper_id).access_token
+    except spark_warmup.SparkHostUnavailable as error:
+        raise MaintenanceRefused(str(error)) from None
+    except LakekeeperError as error:
+        raise MaintenanceRefused(f"no catalog token: {error.user_message}") from None
+    args = {"warehouse": {"id": warehouse.id, "lakekeeper_id": warehouse.lakekeeper_id},
+            "catalog": catalog_spec(warehouse, token),
+            "tables": tables, "retain_last": job.retain_last, "remove_orphans": job.remove_orphans}
+    try:
+        with SparkHostClient(handle, timeout=spark_warmup.HOST_CALL_TIMEOUT_SECONDS) as client:
+            run_id = client.submit(MAINTENANCE_CODE, args, name=f"maintenance-{job.id}")["run_id"]
+            run = client.wait(run_id, timeout_s=RUN_TIMEOUT_SECONDS)
+    except SparkHostError as error:
+        raise MaintenanceRefused(f"the compute unit did not run it: {error}") from None
+    if run["state"] != RunState.COMPLETED:
+        raise MaintenanceRefused(run.get("error") or run["state"].lower())
+    return run.get("result") or {}

@@ -1,0 +1,248 @@
+"""The worker: the one process that does Lakeport's background work (`flask --app wsgi lakeport worker`).
+
+Web requests only record intent in the database: a PENDING or TERMINATING compute unit, a QUEUED
+execution, a cancel request, a queued sample-data job. The worker looks for such rows every
+WORKER_POLL_SECONDS and does the work each asks for in a thread of its own: starting and
+stopping units (and stopping what a failed unit left), preparing, submitting and watching
+executions, generating sample data, maintaining datasets on a unit; and, every
+WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units become FAILED, idle ones are stopped),
+and every USAGE_SAMPLE_SECONDS the usage pass (app/usage/accounting.py: storage measured from
+table metadata, stored as samples that pages read).
+
+Each piece of work is claimed through a lease (app/leases.py) named after it, renewed while the
+work runs. Two workers never do the same work at once; a worker that dies stops renewing, and
+after WORKER_LEASE_SECONDS another worker (or the same one restarted) takes its work over from
+what the rows say. Adoption after a restart is nothing else: a RUNNING execution is watched again,
+a STARTING unit checked, a TERMINATING one stopped.
+
+The database going away never leaves a dead thread behind a live row: a work thread that hits
+the outage ends without recording anything, the loop retries with growing pauses, and once the
+database answers again the work is claimed and resumed from its row.
+
+Local compute units started here are the worker's child processes (each leads its own session,
+so they outlive a restart of the worker, which adopts them).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from flask import Flask
+
+from app import leases
+from app.db import DATABASE_UNAVAILABLE
+
+logger = logging.getLogger(__name__)
+
+SUPERVISOR_LEASE = "supervisor"
+# Pauses between attempts while the database is unavailable: doubling up to this.
+MAX_BACKOFF_SECONDS = 15.0
+# How long a stopping worker waits for unit starts and stops under way (its stop timeout is longer).
+STOP_GRACE_SECONDS = 15.0
+
+_current = threading.local()
+
+
+def still_held() -> bool:
+    """False once another worker took over the work this thread does (its lease was lost)."""
+    work = getattr(_current, "work", None)
+    return work is None or not work.lost.is_set()
+
+
+@dataclass
+class _Work:
+    name: str
+    thread: threading.Thread
+    lost: threading.Event = field(default_factory=threading.Event)
+
+
+def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
+    from app import datasets
+    from app.compute_units import lifecycle
+    from app.executions import runner
+    from app.usage import maintenance
+
+    # Units first: an execution's fate depends on its unit's.
+    return lifecycle.pending_work() + runner.pending_work() + datasets.pending_work() + maintenance.pending_work()
+
+
+class Worker:
+    """Claims and runs the background work of one app (one database)."""
+
+    def __init__(self, app: Flask, worker_id: str | None = None) -> None:
+        self.app = app
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.poll_seconds = app.config["WORKER_POLL_SECONDS"]
+        self.lease_seconds = app.config["WORKER_LEASE_SECONDS"]
+        self.supervisor_seconds = app.config["WORKER_SUPERVISOR_SECONDS"]
+        self.usage_seconds = app.config["USAGE_SAMPLE_SECONDS"]
+        self.stopping = threading.Event()
+        self._work: dict[str, _Work] = {}
+        self._lock = threading.Lock()
+        self._loop: threading.Thread | None = None
+        self._last_renewal = 0.0
+        # The first pass comes one interval after the start: a unit found dead sooner shows on its
+        # page, and a restarted worker has its work back under way first.
+        self._next_supervision = time.monotonic() + self.supervisor_seconds
+        # The first usage pass comes soon after the start: a restart must not delay it by a period.
+        self._next_usage = time.monotonic() + min(self.usage_seconds, self.supervisor_seconds)
+
+    # --- running ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The loop, until `stop()`: one pass per WORKER_POLL_SECONDS, waiting out database outages."""
+        logger.info("worker %s started", self.id)
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                with self.app.app_context():
+                    self.tick()
+                if failures:
+                    logger.warning("worker %s: the database answers again; resuming the work", self.id)
+                failures = 0
+                pause = self.poll_seconds
+            except DATABASE_UNAVAILABLE as error:
+                failures += 1
+                pause = min(MAX_BACKOFF_SECONDS, self.poll_seconds * 2 ** failures)
+                logger.warning("worker %s: database unavailable (%s); trying again in %.1f s", self.id,
+                               str(error).splitlines()[0][:200], pause)
+            except Exception:  # e.g. the schema is not migrated yet: the same patience
+                failures += 1
+                pause = min(MAX_BACKOFF_SECONDS, self.poll_seconds * 2 ** failures)
+                logger.exception("worker %s: pass failed; trying again in %.1f s", self.id, pause)
+            self.stopping.wait(pause)
+        self._let_unit_steps_finish()
+        self._release_finished(everything=True)
+        logger.info("worker %s stopped", self.id)
+
+    def start(self) -> "Worker":
+        """Run the loop in a thread of this process (tests; the CLI runs it in the main thread)."""
+        self._loop = threading.Thread(target=self.run, name=f"worker-{self.id}", daemon=True)
+        self._loop.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stopping.set()
+        if self._loop is not None:
+            self._loop.join(timeout)
+
+    def tick(self) -> None:
+        """One pass: renew held leases, release finished work, claim and start new work, and the
+        supervisor pass when it is due."""
+        self._renew()
+        self._release_finished()
+        for name, function, subject in _pending_work():
+            if self.stopping.is_set():
+                return
+            with self._lock:
+                if name in self._work:
+                    continue
+            if leases.claim(name, self.id, self.lease_seconds):
+                self._begin(name, function, subject)
+        if time.monotonic() >= self._next_supervision:
+            self._supervise()
+        if time.monotonic() >= self._next_usage:
+            self._measure_usage()
+
+    # --- inside ---------------------------------------------------------------------------------
+
+    def _begin(self, name: str, function: Callable[[int], None], subject: int) -> None:
+        thread = threading.Thread(target=self._perform, args=(name, function, subject), name=f"work-{name}",
+                                  daemon=True)
+        with self._lock:
+            self._work[name] = _Work(name, thread)
+        thread.start()
+
+    def _perform(self, name: str, function: Callable[[int], None], subject: int) -> None:
+        with self._lock:
+            _current.work = self._work[name]
+        try:
+            with self.app.app_context():
+                function(subject)
+        except DATABASE_UNAVAILABLE as error:
+            # Nothing could be recorded: the work is picked up again once the database answers.
+            logger.warning("worker %s: %s paused, the database is unavailable (%s)", self.id, name,
+                           str(error).splitlines()[0][:200])
+        except Exception:
+            logger.exception("worker %s: %s failed", self.id, name)
+
+    def _let_unit_steps_finish(self) -> None:
+        """On stop, give unit starts and stops a moment to finish: one cut short may leave a
+        cluster that nobody has the handle of yet. Watches are simply taken over later."""
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        with self._lock:
+            steps = [work.thread for name, work in self._work.items() if name.startswith("unit-")]
+        for thread in steps:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _renew(self) -> None:
+        if time.monotonic() - self._last_renewal < self.lease_seconds / 3:
+            return
+        with self._lock:
+            names = [name for name, work in self._work.items() if work.thread.is_alive()]
+        lost = leases.renew(names, self.id, self.lease_seconds)
+        self._last_renewal = time.monotonic()
+        with self._lock:
+            for name in lost & self._work.keys():
+                logger.warning("worker %s: %s was taken over by another worker", self.id, name)
+                self._work[name].lost.set()
+
+    def _release_finished(self, everything: bool = False) -> None:
+        with self._lock:
+            finished = [name for name, work in self._work.items() if everything or not work.thread.is_alive()]
+            if everything:  # what still runs stops where it can (a watch) and is taken over
+                for work in self._work.values():
+                    work.lost.set()
+        if not finished:
+            return
+        try:
+            with self.app.app_context():
+                leases.release(finished, self.id)
+        except DATABASE_UNAVAILABLE:
+            return  # released next time, or they expire
+        with self._lock:
+            for name in finished:
+                if name in self._work and (everything or not self._work[name].thread.is_alive()):
+                    del self._work[name]
+
+    def _supervise(self) -> None:
+        """Start the supervisor pass in a thread of its own (it asks every unit's cluster, which
+        can be slow) unless the last one still runs; one worker at a time does it (a lease)."""
+        from app.compute_units import lifecycle
+
+        self._next_supervision = time.monotonic() + self.supervisor_seconds
+        self._begin_periodic(SUPERVISOR_LEASE, lifecycle.supervise)
+
+    def _measure_usage(self) -> None:
+        """The usage pass (catalog calls per table: a thread of its own), one worker at a time."""
+        from app.usage import accounting
+
+        self._next_usage = time.monotonic() + self.usage_seconds
+        self._begin_periodic(accounting.USAGE_LEASE, accounting.measure)
+
+    def _begin_periodic(self, lease: str, function: Callable[[], None]) -> None:
+        """Start periodic work under its lease unless the last pass still runs."""
+        with self._lock:
+            if lease in self._work:
+                return
+        if leases.claim(lease, self.id, self.lease_seconds):
+            self._begin(lease, lambda _nothing: function(), 0)
+
+
+def run_worker(app: Flask) -> None:
+    """The `lakeport worker` command: the loop in this process until SIGTERM or Ctrl-C."""
+    worker = Worker(app)
+
+    def stop(_signum, _frame) -> None:
+        worker.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    worker.run()

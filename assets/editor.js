@@ -1,0 +1,72 @@
+// The workflow editor's code fields: CodeMirror 6 over each step's <textarea class="code">.
+// Progressive enhancement: the textarea stays in the form (hidden) and receives every edit,
+// so the form posts it and the inline checks (htmx, on the textarea's input event) still run.
+// Bundled by esbuild at setup (`npm run build`) into app/static/vendor/editor.js.
+import { EditorView, basicSetup } from "codemirror";
+import { Compartment } from "@codemirror/state";
+import { syntaxHighlighting } from "@codemirror/language";
+import { classHighlighter } from "@lezer/highlight";
+import { sql, SQLDialect } from "@codemirror/lang-sql";
+import { python } from "@codemirror/lang-python";
+
+// CodeMirror adds its styles in a <style> element: the page's CSP allows it by the nonce the
+// page gives this script (<script data-style-nonce>), which the response's CSP header names.
+const styleNonce = (document.currentScript && document.currentScript.dataset.styleNonce) || "";
+
+// Spark SQL quotes identifiers with backticks.
+const sparkSql = SQLDialect.define({ identifierQuotes: "`" });
+
+function languageFor(kind) {
+  return kind === "python" ? python() : sql({ dialect: sparkSql });
+}
+
+function enhance(textarea) {
+  if (textarea.dataset.enhanced) return;
+  textarea.dataset.enhanced = "true";
+  const step = textarea.closest("fieldset");
+  const kindSelect = step && step.querySelector("select[name$='-kind']");
+  const label = textarea.closest("label");
+  const language = new Compartment();
+
+  const view = new EditorView({
+    doc: textarea.value,
+    extensions: [
+      basicSetup,
+      EditorView.cspNonce.of(styleNonce),
+      // Tokens get tok-* classes, coloured by app.css (light and dark, with enough contrast)
+      // instead of CodeMirror's default colours, some of which are too faint.
+      syntaxHighlighting(classHighlighter),
+      language.of(languageFor(kindSelect ? kindSelect.value : "sql")),
+      EditorView.lineWrapping,
+      EditorView.contentAttributes.of({
+        "aria-label": label ? label.firstChild.textContent.trim() : "Code",
+        "data-testid": "code-editor",
+      }),
+      EditorView.updateListener.of((update) => {
+        if (!update.docChanged) return;
+        textarea.value = update.state.doc.toString();
+        textarea.dispatchEvent(new Event("input", { bubbles: true }));
+      }),
+    ],
+  });
+  // The label now names the editor; the textarea leaves it so it is not a second "Code" field.
+  textarea.hidden = true;
+  if (label) label.after(textarea);
+  (label || textarea).after(view.dom);
+  if (label) label.classList.add("editor-label");
+  view.dom.classList.add("code-editor");
+  if (textarea.getAttribute("aria-invalid")) view.dom.setAttribute("aria-invalid", "true");
+
+  if (kindSelect) {
+    kindSelect.addEventListener("change", () => {
+      view.dispatch({ effects: language.reconfigure(languageFor(kindSelect.value)) });
+    });
+  }
+}
+
+function enhanceAll(root) {
+  root.querySelectorAll("textarea.code[name$='-code']").forEach(enhance);
+}
+
+document.addEventListener("DOMContentLoaded", () => enhanceAll(document));
+document.addEventListener("htmx:load", (event) => enhanceAll(event.detail.elt));

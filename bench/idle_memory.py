@@ -1,0 +1,87 @@
+"""Idle memory: what a warm compute unit holds while it runs nothing. The resident set size
+(RSS) summed over every process of the unit (its sandbox: Ray's head processes, the Spark
+host, RayDP's master and the executor JVMs, Python workers), measured after the warm benchmark
+and a short settle. Target ≤ 2.5 GiB.
+
+RSS counts pages shared between processes once per process (shared libraries, Ray's object
+store), so the sum of the proportional set size (PSS) is printed beside it: that is what the
+unit costs the machine. Per-process figures show where the memory goes.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from app.compute_units import lifecycle
+from app.models import ComputeUnit
+from app.ray_clusters.local import cluster_pids
+from bench.harness import Bench, Summary, verdict
+
+NAME = "idle-memory"
+TARGET_GIB = 2.5
+SETTLE_S = 10.0
+GIB = 2**30
+
+
+def run(bench: Bench, options) -> Summary:
+    print(f"\n== idle-memory: RSS of a warm, idle compute unit, summed over its processes (after {SETTLE_S:g} s idle)")
+    cu_id = bench.compute_unit_id()
+    bench.wait_until_spark_ready(cu_id)
+    time.sleep(SETTLE_S)
+    with bench.app.app_context():
+        handle = lifecycle.handle_of(bench.row(ComputeUnit, cu_id))
+    processes = [process for pid in cluster_pids(handle) if (process := _memory_of(pid)) is not None]
+    rss = sum(process["rss"] for process in processes)
+    pss = sum(process["pss"] for process in processes)
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for process in processes:
+        by_kind[process["kind"]].append(process)
+    print(f"  {len(processes)} processes: RSS {rss / GIB:.2f} GiB, PSS {pss / GIB:.2f} GiB")
+    for kind, members in sorted(by_kind.items(), key=lambda item: -sum(p["rss"] for p in item[1])):
+        print(f"    {kind:<34} ×{len(members):<2} RSS {sum(p['rss'] for p in members) / 2**20:7.0f} MiB"
+              f"  PSS {sum(p['pss'] for p in members) / 2**20:7.0f} MiB")
+    met = rss / GIB <= TARGET_GIB
+    print(f"  RSS {rss / GIB:.2f} GiB (target ≤ {TARGET_GIB} GiB, {rss / GIB / TARGET_GIB:.2f}× the target): "
+          f"{verdict(met)}")
+    return Summary(NAME, f"RSS {rss / GIB:.2f} GiB over {len(processes)} processes (PSS {pss / GIB:.2f} GiB; "
+                         f"target ≤ {TARGET_GIB} GiB)", met)
+
+
+def _memory_of(pid: int) -> dict | None:
+    """RSS and PSS in bytes and what kind of process it is; None if it is gone."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        status = dict(line.split(":", 1) for line in (proc / "status").read_text().splitlines() if ":" in line)
+        argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        try:
+            rollup = (proc / "smaps_rollup").read_text()
+            pss = next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")) * 1024
+        except (OSError, StopIteration):
+            pss = 0
+    except OSError:
+        return None
+    rss = int(status.get("VmRSS", "0 kB").split()[0]) * 1024
+    return {"pid": pid, "rss": rss, "pss": pss, "kind": _kind(status.get("Name", "").strip(), argv)}
+
+
+def _kind(name: str, argv: list[str]) -> str:
+    """A short label: the program, and for Java and Python the part of the unit it is."""
+    line = " ".join(argv)
+    if name == "java" or argv[0].endswith("java"):
+        if "CoarseGrainedExecutorBackend" in line or "RayDPExecutor" in line or "executor" in line.lower():
+            return "java: Spark executor"
+        if "AppMasterEntryPoint" in line or "appmaster" in line.lower():
+            return "java: RayDP app master"
+        return "java: Spark driver / other"
+    if name.startswith(("python", "ray::")) or "python" in argv[0]:
+        for marker, label in (("ray::SparkHost", "python: Spark host actor"), ("ray::", "python: Ray worker"),
+                              ("pyspark.daemon", "python: PySpark worker"), ("pyspark.worker", "python: PySpark worker"),
+                              ("dashboard", "python: Ray dashboard"), ("log_monitor", "python: Ray log monitor"),
+                              ("runtime_env", "python: Ray runtime env agent"), ("default_worker", "python: Ray worker"),
+                              ("ray start", "python: ray start"), ("ray/scripts", "python: ray start"),
+                              ("monitor.py", "python: Ray monitor")):
+            if marker in line:
+                return label
+        return f"python: {Path(argv[1]).name if len(argv) > 1 else 'other'}"
+    return name or Path(argv[0]).name

@@ -1,0 +1,89 @@
+"""Comparing two runs' outputs on a compute unit: for each output, a bounded sample of the rows
+present in one table and not the other (multiset difference, `EXCEPT ALL`), with their counts.
+
+Submitted by the portal as `COMPARE_CODE` (compute/contract.py, which documents `args` and the
+result). It reaches the warehouse like an execution does: the user's catalog token, storage
+credentials vended by the catalog, a Spark session of its own holding only that catalog.
+Only the columns both tables have (by name) are compared; the portal shows schema differences.
+"""
+from __future__ import annotations
+
+import datetime
+import decimal
+
+from compute.catalog_cache import CatalogAccess
+from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER, COMPARE_LIMIT_MAX
+from compute.pipeline import CATALOGS, _describe, vended_keys, warehouse_session
+from compute.spark_host import RunFailed
+
+
+def run_comparison(spark, args: dict, progress) -> dict:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    try:
+        catalog, pairs = dict(args["catalog"]), [dict(pair) for pair in args["pairs"]]
+        lakekeeper_id = str(args["warehouse"]["lakekeeper_id"])
+        limit = max(1, min(int(args.get("limit", 50)), COMPARE_LIMIT_MAX))
+    except (KeyError, TypeError, ValueError) as error:
+        raise RunFailed(f"invalid comparison: {type(error).__name__}: {error}") from None
+    if not pairs:
+        return {}
+    iceberg = RestCatalog("comparison", uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"],
+                          **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION})
+    tables = {}
+    for pair in pairs:
+        for side in ("a", "b"):
+            try:
+                tables[pair[side]] = iceberg.load_table(pair[side])
+            except Exception as error:
+                tables[pair[side]] = error
+    loaded = [table for table in tables.values() if not isinstance(table, Exception)]
+    keys = vended_keys(loaded[0].io.properties) if loaded else None
+    if keys is None:
+        raise RunFailed("the catalog vended no storage credentials for the compared tables")
+    binding = CATALOGS.binding(lakekeeper_id, CatalogAccess(uri=catalog["uri"], warehouse=catalog["warehouse"],
+                                                            token=catalog["token"], keys=keys[0],
+                                                            keys_expire_at=keys[1]))
+    try:
+        session = warehouse_session(spark, binding)
+        result = {}
+        for pair in pairs:
+            missing = [pair[side] for side in ("a", "b") if isinstance(tables[pair[side]], Exception)]
+            if missing:
+                result[pair["output"]] = {"error": f"{missing[0]} cannot be read: {_describe(tables[missing[0]])}"}
+                continue
+            with progress.interruptible():
+                result[pair["output"]] = _difference(session, binding.catalog_name, pair["a"], pair["b"], limit)
+        return result
+    finally:
+        spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+
+
+def _difference(session, catalog_name: str, a: str, b: str, limit: int) -> dict:
+    first, second = session.table(f"{catalog_name}.{a}"), session.table(f"{catalog_name}.{b}")
+    theirs = set(second.columns)
+    columns = [column for column in first.columns if column in theirs]
+    if not columns:
+        return {"error": "the two tables have no column in common", "columns": []}
+    first, second = first.select(*columns), second.select(*columns)
+    only_a, only_b = first.exceptAll(second), second.exceptAll(first)
+    return {
+        "columns": columns,
+        "only_in_a_count": only_a.count(), "only_in_b_count": only_b.count(),
+        "only_in_a": [_row(row) for row in only_a.limit(limit).collect()],
+        "only_in_b": [_row(row) for row in only_b.limit(limit).collect()],
+    }
+
+
+def _row(row) -> dict:
+    return {key: _plain(value) for key, value in row.asDict().items()}
+
+
+def _plain(value):
+    if isinstance(value, (datetime.date, datetime.datetime, decimal.Decimal, bytes, bytearray)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return value
