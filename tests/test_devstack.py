@@ -2,11 +2,15 @@
 workers, and stopping one touches only its own compute units."""
 from __future__ import annotations
 
+import socket
+
 from sqlmodel import Session, select
 
 from app.db import make_engine
+from app.ports import port_is_open
 from app.models import ComputeUnit, ComputeUnitEvent, User
 from devstack.database import drop_postgres_database, stack_database_name
+from devstack.seaweedfs import SeaweedConfig, start_seaweedfs_on_free_ports
 from devstack.stack import LocalStack, StackPorts
 
 
@@ -68,3 +72,27 @@ def test_two_local_stacks_have_their_own_databases_and_stop_independently(tmp_pa
                 stack.stop()
         for name in names:
             drop_postgres_database(name)
+
+
+def test_seaweedfs_starts_again_on_new_ports_when_a_picked_port_is_taken_first(tmp_path, monkeypatch):
+    """A port picked free can be bound by another program before SeaweedFS binds it."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    first_config = SeaweedConfig.on_free_ports(tmp_path / "seaweedfs")
+    first_config.iceberg_port = taken.getsockname()[1]
+    configs = iter([first_config])
+    real_pick = SeaweedConfig.on_free_ports.__func__
+    monkeypatch.setattr(SeaweedConfig, "on_free_ports",
+                        classmethod(lambda cls, data_dir: next(configs, None) or real_pick(cls, data_dir)))
+    try:
+        config, process = start_seaweedfs_on_free_ports(tmp_path / "seaweedfs", tmp_path / "logs")
+        try:
+            assert config is not first_config
+            assert config.iceberg_port != taken.getsockname()[1]
+            assert f"port {taken.getsockname()[1]}" in (tmp_path / "logs" / "seaweedfs.log").read_text()
+            assert port_is_open(config.iceberg_port)  # started returns once it answers
+        finally:
+            process.stop()
+    finally:
+        taken.close()

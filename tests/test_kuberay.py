@@ -13,7 +13,9 @@ import jsonschema
 import pytest
 import yaml
 
-from app.ray_clusters.base import ClusterBackend, ClusterHandle, ClusterSpec, ClusterStartError, ClusterState
+from app.ray_clusters.base import (
+    ClusterBackend, ClusterHandle, ClusterSpec, ClusterStartError, ClusterState, SparkHostLaunchState,
+)
 from app.ray_clusters.kuberay import (
     LABEL_COMPUTE_UNIT,
     LABEL_OWNER,
@@ -405,6 +407,9 @@ def test_the_portal_role_allows_every_call_the_backend_makes(validator):
     backend = backend_on(started)
     handle = backend.start(spec())
     backend.status(handle)
+    # KubeRay clusters do not start a Spark host with the cluster: nothing to ask the API server.
+    assert backend.spark_host_launch(handle) is SparkHostLaunchState.NONE
+    assert backend.spark_host_launch_log(handle) == ""
     stored = ClusterHandle.from_json(handle.to_json())  # as the database keeps it: without the token
     backend.restore_token(stored)
     backend.adopt(ClusterHandle.from_json(handle.to_json()))  # a restarted portal: the token from the Secret
@@ -412,7 +417,7 @@ def test_the_portal_role_allows_every_call_the_backend_makes(validator):
     never_ready = RecordingApiServer(validator, [PROVISIONING])
     with pytest.raises(ClusterStartError):
         backend_on(never_ready).start(spec(start_timeout_s=0))  # also lists pods to explain why
-    exercised = {"start", "status", "restore_token", "adopt", "terminate"}
+    exercised = {"start", "status", "spark_host_launch", "spark_host_launch_log", "restore_token", "adopt", "terminate"}
     # A new method on the interface must be exercised here too.
     assert _public_methods(ClusterBackend) | _public_methods(KubeRayBackend) == exercised
 
