@@ -56,15 +56,12 @@ import time
 from pyiceberg.catalog.rest import RestCatalog
 from compute.catalog_cache import CatalogAccess, CatalogCache
 from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
-from compute.pipeline import vended_keys
 
 catalog = args["catalog"]
 vended = RestCatalog("plain-pyspark", uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"],
                      **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION}).load_table(args["vended_from"])
-keys, keys_expire_at = vended_keys(vended.io.properties)
-binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess(
-    uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"], keys=keys,
-    keys_expire_at=keys_expire_at))
+binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess.vended(
+    catalog["uri"], catalog["warehouse"], catalog["token"], vended.io.properties))
 session = spark.newSession()
 for key, value in binding.conf.items():
     session.conf.set(key, value)

@@ -94,16 +94,13 @@ def _session(args: dict):
 
     from compute.catalog_cache import CatalogAccess, CatalogCache
     from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
-    from compute.pipeline import vended_keys
     from compute.spark_session import spark_conf
 
     catalog = args["catalog"]
     vended = RestCatalog("plain-pyspark", uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"],
                          **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION}).load_table(args["vended_from"])
-    keys, keys_expire_at = vended_keys(vended.io.properties)
-    binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess(
-        uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"], keys=keys,
-        keys_expire_at=keys_expire_at))
+    binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess.vended(
+        catalog["uri"], catalog["warehouse"], catalog["token"], vended.io.properties))
     builder = SparkSession.builder.master(f"local[{args['cores']}]").appName("plain-pyspark")
     # In local mode the driver is the executor: it gets the memory a unit's executor gets.
     for key, value in {**spark_conf(), "spark.driver.memory": args["memory"], **binding.conf}.items():

@@ -46,6 +46,23 @@ class CatalogAccess:
     keys: S3Keys
     keys_expire_at: float | None = None  # None: the keys do not expire
 
+    @classmethod
+    def vended(cls, uri: str, warehouse: str, token: str, io_properties: Mapping[str, str]) -> "CatalogAccess | None":
+        """The access made of the storage keys the catalog vended with a table it loaded (the
+        table's `io.properties`); None when it vended none."""
+        if not io_properties.get("s3.access-key-id") or not io_properties.get("s3.secret-access-key"):
+            return None
+        expires_ms = io_properties.get("s3.session-token-expires-at-ms")
+        keys = S3Keys(
+            endpoint=io_properties.get("s3.endpoint"),
+            access_key=io_properties["s3.access-key-id"],
+            secret_key=io_properties["s3.secret-access-key"],
+            session_token=io_properties.get("s3.session-token"),
+            path_style=str(io_properties.get("s3.path-style-access", "true")).lower() == "true",
+        )
+        return cls(uri=uri, warehouse=warehouse, token=token, keys=keys,
+                   keys_expire_at=int(expires_ms) / 1000 if expires_ms else None)
+
 
 class CatalogCache:
     def __init__(self, *, min_remaining_s: float = 900.0, clock: Callable[[], float] = time.time) -> None:

@@ -13,7 +13,7 @@ import decimal
 
 from compute.catalog_cache import CatalogAccess
 from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER, COMPARE_LIMIT_MAX
-from compute.pipeline import CATALOGS, _describe, vended_keys, warehouse_session
+from compute.pipeline import CATALOGS, _describe, warehouse_session
 from compute.spark_host import RunFailed
 
 
@@ -38,12 +38,11 @@ def run_comparison(spark, args: dict, progress) -> dict:
             except Exception as error:
                 tables[pair[side]] = error
     loaded = [table for table in tables.values() if not isinstance(table, Exception)]
-    keys = vended_keys(loaded[0].io.properties) if loaded else None
-    if keys is None:
+    access = CatalogAccess.vended(catalog["uri"], catalog["warehouse"], catalog["token"],
+                                  loaded[0].io.properties) if loaded else None
+    if access is None:
         raise RunFailed("the catalog vended no storage credentials for the compared tables")
-    binding = CATALOGS.binding(lakekeeper_id, CatalogAccess(uri=catalog["uri"], warehouse=catalog["warehouse"],
-                                                            token=catalog["token"], keys=keys[0],
-                                                            keys_expire_at=keys[1]))
+    binding = CATALOGS.binding(lakekeeper_id, access)
     try:
         session = warehouse_session(spark, binding)
         result = {}

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 from compute.catalog_cache import CatalogAccess
 from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
-from compute.pipeline import CATALOGS, vended_keys
+from compute.pipeline import CATALOGS
 from compute.pipeline import _describe as describe
 from compute.spark_host import RunFailed, RunProgress
 
@@ -49,11 +49,10 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
 
     iceberg = RestCatalog(f"maintenance-{warehouse_id}", uri=uri, warehouse=warehouse, token=token,
                           **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION})
-    keys = vended_keys(iceberg.load_table(tables[0]).io.properties)
-    if keys is None:
+    access = CatalogAccess.vended(uri, warehouse, token, iceberg.load_table(tables[0]).io.properties)
+    if access is None:
         raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
-    binding = CATALOGS.binding(warehouse_id, CatalogAccess(uri=uri, warehouse=warehouse, token=token,
-                                                           keys=keys[0], keys_expire_at=keys[1]))
+    binding = CATALOGS.binding(warehouse_id, access)
     session = spark.newSession()
     catalog_hadoop = f"spark.sql.catalog.{binding.catalog_name}.hadoop."
     for key, value in binding.conf.items():

@@ -65,7 +65,6 @@ from compute.contract import (
 )
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.spark_host import RunFailed, RunInterrupted, RunProgress
-from compute.spark_session import S3Keys
 
 STEP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # Bounds on what one execution's console log keeps in memory.
@@ -381,11 +380,10 @@ class Pipeline:
     def _open_session(self) -> None:
         """This execution's Spark session, whose one catalog is the warehouse's binding."""
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
-        keys = vended_keys(self.console_logs.io.properties)
-        if keys is None:
+        access = CatalogAccess.vended(catalog["uri"], warehouse, catalog["token"], self.console_logs.io.properties)
+        if access is None:
             raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
-        self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], CatalogAccess(
-            uri=catalog["uri"], warehouse=warehouse, token=catalog["token"], keys=keys[0], keys_expire_at=keys[1]))
+        self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], access)
         self.session = warehouse_session(self.spark, self.binding)
 
     def _probe_catalog(self, uri: str, warehouse: str, token: str) -> None:
@@ -737,19 +735,6 @@ def warehouse_session(spark, binding: CatalogBinding):
     spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
     session.catalog.setCurrentCatalog(binding.catalog_name)
     return session
-
-
-def vended_keys(properties: dict) -> tuple[S3Keys, float | None] | None:
-    if not properties.get("s3.access-key-id") or not properties.get("s3.secret-access-key"):
-        return None
-    expires_ms = properties.get("s3.session-token-expires-at-ms")
-    return S3Keys(
-        endpoint=properties.get("s3.endpoint"),
-        access_key=properties["s3.access-key-id"],
-        secret_key=properties["s3.secret-access-key"],
-        session_token=properties.get("s3.session-token"),
-        path_style=str(properties.get("s3.path-style-access", "true")).lower() == "true",
-    ), (int(expires_ms) / 1000 if expires_ms else None)
 
 
 def _timestamp(epoch: float | None):

@@ -87,6 +87,21 @@ def test_an_opaque_token_gets_a_binding_of_its_own():
     assert cache.binding("wh", _access("opaque")) is not cache.binding("wh", _access("opaque"))
 
 
+def test_catalog_access_takes_the_keys_a_catalog_vended_with_a_table():
+    vended = {"s3.access-key-id": "AK", "s3.secret-access-key": "SK", "s3.session-token": "ST",
+              "s3.endpoint": "http://s3", "s3.path-style-access": "false",
+              "s3.session-token-expires-at-ms": "1700000000500"}
+    access = CatalogAccess.vended("http://catalog/catalog", "u1-sales", "tok", vended)
+
+    assert access.keys == S3Keys(endpoint="http://s3", access_key="AK", secret_key="SK", session_token="ST",
+                                 path_style=False)
+    assert access.keys_expire_at == 1_700_000_000.5
+    assert (access.uri, access.warehouse, access.token) == ("http://catalog/catalog", "u1-sales", "tok")
+    assert CatalogAccess.vended("u", "w", "t", {"s3.access-key-id": "AK"}) is None  # no secret: nothing vended
+    assert CatalogAccess.vended("u", "w", "t", {k: vended[k] for k in ("s3.access-key-id", "s3.secret-access-key")}
+                                ).keys_expire_at is None
+
+
 def test_a_spec_with_bad_steps_is_refused_with_the_reason():
     base = spec_for({"lakekeeper_name": "w", "lakekeeper_id": "id"}, "tok", [step("a", "SELECT 1")], "http://c")
     assert ExecutionSpec.from_json(base).steps[0].name == "a"
