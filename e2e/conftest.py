@@ -32,7 +32,7 @@ def browser_type_launch_args(browser_type_launch_args):
 
 @pytest.fixture(scope="session")
 def stack(run_dir, database_url):
-    stack = LocalStack(run_dir / "e2e-stack", StackPorts.free(), database_url=database_url, web_workers=4)
+    stack = LocalStack(run_dir / "e2e-stack", StackPorts.free(), database_url=database_url)
     stack.start(say=lambda _message: None)
     yield stack
     stack.stop()
