@@ -8,6 +8,7 @@ what got through. Targets (all optional but `secrets_hint`):
     database_dsn: the portal's database (psycopg); sqlite_file: a SQLite database by path;
     private_paths: files or dirs of the portal's side (the stack's var dir, the checkout);
     other_token_file: another unit's Ray token; other_ports: another unit's loopback ports;
+    shared_code: files every unit's JVMs load (the jars, the class archive), never writable;
     other_warehouse: another user's warehouse, tried with this execution's catalog token.
 """
 from __future__ import annotations
@@ -42,6 +43,9 @@ def _attempts():
         yield f"read {path}", lambda path=path: os.listdir(path) if os.path.isdir(path) else open(path).read(200)
     if TARGETS.get("other_token_file"):
         yield "other unit's token", lambda: open(TARGETS["other_token_file"]).read()
+    for path in TARGETS.get("shared_code", []):
+        # Opened for appending, nothing written: a sandbox that failed would leave it unchanged.
+        yield f"open {path} for writing", lambda path=path: open(path, "ab").close()
     for port in TARGETS.get("other_ports", []):
         def call(port=port):
             import urllib.request

@@ -14,7 +14,7 @@ from tests.processes import process_running, rss_bytes
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError, with_spark_host_secret
-from compute import jars
+from compute import class_archive, jars
 from compute.spark_session import (
     JDK17_JAVA_OPTIONS,
     S3Access,
@@ -50,6 +50,27 @@ def test_lakeports_own_jar_is_built_from_its_sources_and_renamed_when_they_chang
         assert "io/lakeport/s3/Extra.class" in jar.namelist()
 
 
+def test_jvms_use_the_class_archive_only_where_setup_built_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(jars.JARS_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(class_archive, "raydp_class_path", lambda: "/j/a.jar:/j/b.jar")
+    assert class_archive.archive_java_options() == ""
+
+    archive = class_archive.archive_path()
+    archive.write_bytes(b"built at setup")
+    assert class_archive.archive_java_options() == f"-XX:SharedArchiveFile={archive} -Xshare:auto"
+    assert archive.parent == tmp_path
+    # Another class path (a jar added or updated) or another JDK: another archive.
+    assert class_archive.archive_path("/j/a.jar:/j/c.jar") != archive
+
+
+def test_the_class_archive_is_built_for_the_class_path_raydp_starts_its_jvms_with():
+    class_path = class_archive.raydp_class_path().split(":")
+    assert class_path[:len(jars.jar_paths())] == [str(path) for path in jars.jar_paths()]
+    assert any(entry.endswith("/pyspark/jars/*") for entry in class_path)
+    assert any("/raydp/jars/raydp-" in entry for entry in class_path)
+    assert class_archive.archive_path().is_file(), "setup builds it: python -m compute.class_archive"
+
+
 def test_missing_jars_are_named_with_the_fix(tmp_path):
     (tmp_path / jars.HADOOP_AWS.file_name).write_text("not a jar")
 
@@ -72,9 +93,9 @@ def test_session_settings_put_the_jars_and_jdk17_flags_everywhere():
     conf = spark_conf(jars=[Path("/j/a.jar"), Path("/j/b.jar")])
 
     assert conf["spark.driver.extraClassPath"] == conf["raydp.executor.extraClassPath"] == "/j/a.jar:/j/b.jar"
-    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions",
-                "spark.ray.raydp_app_master.extraJavaOptions"):
-        assert conf[key] == JDK17_JAVA_OPTIONS
+    assert conf["spark.executor.extraJavaOptions"] == JDK17_JAVA_OPTIONS
+    for key in ("spark.driver.extraJavaOptions", "spark.ray.raydp_app_master.extraJavaOptions"):
+        assert conf[key] == f"{JDK17_JAVA_OPTIONS} {class_archive.archive_java_options()}".strip()
     assert JDK17_JAVA_OPTIONS.count("--add-opens=java.base/") == 14
     assert "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED" in JDK17_JAVA_OPTIONS
     assert conf["spark.sql.extensions"] == "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -323,6 +344,23 @@ def test_the_host_is_started_without_its_secret_on_any_command_line(cluster, hos
 
     assert entrypoints and all(handle.spark_host_secret not in entrypoint for entrypoint in entrypoints)
     assert all(handle.spark_host_namespace in entrypoint for entrypoint in entrypoints)
+
+
+def test_the_hosts_driver_and_app_master_start_from_the_class_archive(cluster, host):
+    """Their JVMs map the archive setup built: they validated it (same class path, same jars)."""
+    _, handle = cluster
+    archive = str(class_archive.archive_path())
+    jvms = {}
+    for pid in cluster_pids(handle):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            if argv[0].endswith("java"):
+                jvms.setdefault(argv[-2] if argv[-1] == "" else argv[-1], []).append(
+                    archive in Path(f"/proc/{pid}/maps").read_text())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    assert jvms.get("org.apache.spark.deploy.raydp.AppMasterEntryPoint") == [True], jvms
+    assert jvms.get("pyspark-shell") == [True], jvms
 
 
 def test_the_host_process_is_not_dumpable(host):

@@ -23,6 +23,8 @@ from app.ports import free_port, port_is_open
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints, cluster_pids
 from app.worker import Worker
+from compute import class_archive
+from compute.jars import jar_paths
 from tests.processes import process_running
 from tests.tenant_attacks import attack_step, breaches
 from tests.test_executions import (
@@ -98,6 +100,7 @@ def attack_targets(portal_config, lakehouse, run_dir, other_ports, other_warehou
         "private_paths": [str(run_dir), str(PROJECT_ROOT / "app" / "config.py")],
         "other_ports": other_ports,
         "other_warehouse": other_warehouse,
+        "shared_code": [str(class_archive.archive_path()), str(jar_paths()[0])],
     }
     if other_token_file:
         targets["other_token_file"] = other_token_file
@@ -105,6 +108,7 @@ def attack_targets(portal_config, lakehouse, run_dir, other_ports, other_warehou
     assert targets["catalog_pid"] and Path(f"/proc/{targets['catalog_pid']}/environ").read_bytes()
     assert all(port_is_open(port) for port in other_ports)
     assert Path(targets["private_paths"][1]).is_file()
+    assert all(Path(path).is_file() for path in targets["shared_code"])
     return targets
 
 
@@ -166,7 +170,7 @@ def test_a_step_on_a_local_unit_reaches_nothing_but_its_own_warehouse(portal_con
     finally:
         stop_units(app, db_engine, [cu.id])
         worker.stop()
-    assert_all_failed(rows, portal_secrets + [other_unit.auth_token], expected_attempts=12)
+    assert_all_failed(rows, portal_secrets + [other_unit.auth_token], expected_attempts=14)
 
 
 @pytest.fixture(scope="module")
@@ -220,5 +224,5 @@ def test_a_step_on_a_shared_cluster_reaches_nothing_of_the_other_user(portal_con
     finally:
         stop_units(app, db_engine, [cu_id for _, _, _, cu_id in units.values()])
         worker.stop()
-    assert_all_failed(rows, portal_secrets, expected_attempts=10)
+    assert_all_failed(rows, portal_secrets, expected_attempts=12)
     assert "401" in {row["attempt"]: row for row in rows}[f"other unit's port {victim_cu.spark_host_port}"]["detail"]
