@@ -36,14 +36,14 @@ HADOOP_FILE_IO = "org.apache.iceberg.hadoop.HadoopFileIO"
 
 def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark configuration every session of a compute unit starts with."""
-    from compute.class_archive import archive_java_options
+    from compute.class_archive import archive_java_options, executor_java_options
 
     classpath = os.pathsep.join(str(path) for path in (jars if jars is not None else jar_paths()))
-    # The driver and RayDP's app master start on the class path the archive was built for.
+    # Every JVM starts from the class archive setup built, when there is one (class_archive.py).
     started_from_archive = f"{JDK17_JAVA_OPTIONS} {archive_java_options()}".strip()
     conf = {
         "spark.driver.extraJavaOptions": started_from_archive,
-        "spark.executor.extraJavaOptions": JDK17_JAVA_OPTIONS,
+        "spark.executor.extraJavaOptions": f"{JDK17_JAVA_OPTIONS} {executor_java_options()}".strip(),
         "spark.ray.raydp_app_master.extraJavaOptions": started_from_archive,
         "spark.driver.extraClassPath": classpath,
         "raydp.executor.extraClassPath": classpath,

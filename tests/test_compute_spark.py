@@ -53,11 +53,13 @@ def test_lakeports_own_jar_is_built_from_its_sources_and_renamed_when_they_chang
 def test_jvms_use_the_class_archive_only_where_setup_built_it(tmp_path, monkeypatch):
     monkeypatch.setenv(jars.JARS_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(class_archive, "raydp_class_path", lambda: "/j/a.jar:/j/b.jar")
-    assert class_archive.archive_java_options() == ""
+    assert class_archive.archive_java_options() == class_archive.executor_java_options() == ""
 
     archive = class_archive.archive_path()
     archive.write_bytes(b"built at setup")
     assert class_archive.archive_java_options() == f"-XX:SharedArchiveFile={archive} -Xshare:auto"
+    # Ray starts its Java workers on its own jars: the executors name the archive's class path.
+    assert class_archive.executor_java_options() == f"-cp /j/a.jar:/j/b.jar -XX:SharedArchiveFile={archive} -Xshare:auto"
     assert archive.parent == tmp_path
     # Another class path (a jar added or updated) or another JDK: another archive.
     assert class_archive.archive_path("/j/a.jar:/j/c.jar") != archive
@@ -93,9 +95,9 @@ def test_session_settings_put_the_jars_and_jdk17_flags_everywhere():
     conf = spark_conf(jars=[Path("/j/a.jar"), Path("/j/b.jar")])
 
     assert conf["spark.driver.extraClassPath"] == conf["raydp.executor.extraClassPath"] == "/j/a.jar:/j/b.jar"
-    assert conf["spark.executor.extraJavaOptions"] == JDK17_JAVA_OPTIONS
     for key in ("spark.driver.extraJavaOptions", "spark.ray.raydp_app_master.extraJavaOptions"):
         assert conf[key] == f"{JDK17_JAVA_OPTIONS} {class_archive.archive_java_options()}".strip()
+    assert conf["spark.executor.extraJavaOptions"] == f"{JDK17_JAVA_OPTIONS} {class_archive.executor_java_options()}".strip()
     assert JDK17_JAVA_OPTIONS.count("--add-opens=java.base/") == 14
     assert "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED" in JDK17_JAVA_OPTIONS
     assert conf["spark.sql.extensions"] == "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -346,21 +348,24 @@ def test_the_host_is_started_without_its_secret_on_any_command_line(cluster, hos
     assert all(handle.spark_host_namespace in entrypoint for entrypoint in entrypoints)
 
 
-def test_the_hosts_driver_and_app_master_start_from_the_class_archive(cluster, host):
-    """Their JVMs map the archive setup built: they validated it (same class path, same jars)."""
+def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
+    """Driver, app master and executors (Ray Java workers) map the archive setup built: they
+    validated it (same class path, same jars)."""
     _, handle = cluster
     archive = str(class_archive.archive_path())
-    jvms = {}
+    jvms = []
     for pid in cluster_pids(handle):
         try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-            if argv[0].endswith("java"):
-                jvms.setdefault(argv[-2] if argv[-1] == "" else argv[-1], []).append(
-                    archive in Path(f"/proc/{pid}/maps").read_text())
+            argv = [arg for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if arg]
+            if argv and argv[0].endswith("java"):
+                jvms.append((argv[-1], archive in Path(f"/proc/{pid}/maps").read_text()))
         except (FileNotFoundError, ProcessLookupError):
             continue
-    assert jvms.get("org.apache.spark.deploy.raydp.AppMasterEntryPoint") == [True], jvms
-    assert jvms.get("pyspark-shell") == [True], jvms
+    main_classes = [main for main, _ in jvms]
+    assert main_classes.count("org.apache.spark.deploy.raydp.AppMasterEntryPoint") == 1, jvms
+    assert main_classes.count("pyspark-shell") == 1, jvms
+    assert main_classes.count("io.ray.runtime.runner.worker.DefaultWorker") >= 2, jvms  # the two executors at least
+    assert all(mapped for _, mapped in jvms), jvms
 
 
 def test_the_host_process_is_not_dumpable(host):
