@@ -274,9 +274,11 @@ class SparkSessionHost:
                 placement_strategy=self.settings.placement_strategy,
             )
             self._session_init_s = round(time.monotonic() - started, 2)
-            # The first job starts executors' Python workers and loads classes; an execution should not pay for it.
+            # The first job waits for every executor and loads the classes a job needs; an execution
+            # should not pay for it. It runs in the JVMs only: SQL steps start no Python worker.
             started = time.monotonic()
-            self._spark.sparkContext.parallelize(range(self.settings.executors), self.settings.executors).count()
+            executors = self.settings.executors
+            self._spark.range(0, executors, 1, executors).selectExpr("sum(id)").collect()
             importing.join()
             self._first_job_s = round(time.monotonic() - started, 2)
             self._state = "ready"
