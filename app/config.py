@@ -138,7 +138,8 @@ SETTINGS: dict[str, Setting] = {
              "Turn off for providers without such dynamic scopes (Keycloak); Lakekeeper ignores the scope."),
     "WORKER_POLL_SECONDS": Setting(
         "LAKEPORT_WORKER_POLL_SECONDS", 0.25, cast=float,
-        help="How often the worker (`flask --app wsgi lakeport worker`) looks in the database for new work."),
+        help="How often the worker (`flask --app wsgi lakeport worker`) looks in the database for new work; "
+             "on PostgreSQL it also starts at once when new work is announced."),
     "WORKER_LEASE_SECONDS": Setting(
         "LAKEPORT_WORKER_LEASE_SECONDS", 30.0, cast=float,
         help="How long a worker's claim on a piece of work lasts without renewal; after that another worker "

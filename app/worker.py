@@ -2,7 +2,9 @@
 
 Web requests only record intent in the database: a PENDING or TERMINATING compute unit, a QUEUED
 execution, a cancel request, a queued sample-data job. The worker looks for such rows every
-WORKER_POLL_SECONDS and does the work each asks for in a thread of its own: starting and
+WORKER_POLL_SECONDS, and on PostgreSQL at once when a row is added or changes state (the
+database announces it: migration 0009, `WorkAnnouncements`), and does the work each asks for in
+a thread of its own: starting and
 stopping units (and stopping what a failed unit left), preparing, submitting and watching
 executions, generating sample data, maintaining datasets on a unit; and, every
 WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units become FAILED, idle ones are stopped),
@@ -34,7 +36,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import psycopg
 from flask import Flask
+from sqlalchemy.engine import make_url
 
 from app import leases
 from app.db import DATABASE_UNAVAILABLE
@@ -73,6 +77,44 @@ def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
     return lifecycle.pending_work() + runner.pending_work() + datasets.pending_work() + maintenance.pending_work()
 
 
+WORK_CHANNEL = "lakeport_work"  # what migration 0009's triggers notify
+
+
+class WorkAnnouncements:
+    """The pause between two passes, cut short when PostgreSQL announces work on WORK_CHANNEL.
+    On SQLite, or while PostgreSQL cannot be reached, it is a plain pause."""
+
+    def __init__(self, database_url: str, stopping: threading.Event) -> None:
+        url = make_url(database_url)
+        self._dsn = (url.set(drivername="postgresql").render_as_string(hide_password=False)
+                     if url.get_backend_name() == "postgresql" else None)
+        self._stopping = stopping
+        self._connection: psycopg.Connection | None = None
+
+    def wait(self, timeout: float) -> None:
+        if self._dsn is None or self._stopping.is_set():
+            self._stopping.wait(timeout)
+            return
+        try:
+            if self._connection is None:
+                self._connection = psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
+                self._connection.execute(f"LISTEN {WORK_CHANNEL}")
+            # Announcements made during the last pass are waiting here already: one more pass.
+            for _ in self._connection.notifies(timeout=timeout, stop_after=1):
+                pass
+        except psycopg.Error:
+            self.close()  # listened again at the next pause
+            self._stopping.wait(timeout)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            except psycopg.Error:
+                pass
+            self._connection = None
+
+
 class Worker:
     """Claims and runs the background work of one app (one database)."""
 
@@ -84,6 +126,7 @@ class Worker:
         self.supervisor_seconds = app.config["WORKER_SUPERVISOR_SECONDS"]
         self.usage_seconds = app.config["USAGE_SAMPLE_SECONDS"]
         self.stopping = threading.Event()
+        self.announcements = WorkAnnouncements(app.config["DATABASE_URL"], self.stopping)
         self._work: dict[str, _Work] = {}
         self._lock = threading.Lock()
         self._loop: threading.Thread | None = None
@@ -97,7 +140,8 @@ class Worker:
     # --- running ------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """The loop, until `stop()`: one pass per WORKER_POLL_SECONDS, waiting out database outages."""
+        """The loop, until `stop()`: one pass per WORKER_POLL_SECONDS or announcement, waiting out
+        database outages."""
         logger.info("worker %s started", self.id)
         failures = 0
         while not self.stopping.is_set():
@@ -117,7 +161,8 @@ class Worker:
                 failures += 1
                 pause = min(MAX_BACKOFF_SECONDS, self.poll_seconds * 2 ** failures)
                 logger.exception("worker %s: pass failed; trying again in %.1f s", self.id, pause)
-            self.stopping.wait(pause)
+            self.announcements.wait(pause)
+        self.announcements.close()
         self._let_unit_steps_finish()
         self._release_finished(everything=True)
         logger.info("worker %s stopped", self.id)

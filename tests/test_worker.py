@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import fields, replace
 from datetime import timedelta
@@ -19,13 +20,14 @@ from datetime import timedelta
 import psycopg
 import pytest
 from psycopg import sql
-from sqlmodel import Session
+from sqlmodel import Session, update
 
 from app import create_app, leases
 from app.compute_units import lifecycle
 from app.config import PROJECT_ROOT, SETTINGS, Config
 from app.db import make_engine, upgrade_database
-from app.models import ComputeUnit, Execution, WorkLease, utcnow
+from app.models import ComputeUnit, Execution, User, WorkLease, utcnow
+from app.worker import WorkAnnouncements
 from devstack.database import POSTGRES_ADMIN_URL, drop_postgres_database, fresh_postgres_database
 from tests.test_executions import (
     make_user,
@@ -51,6 +53,54 @@ def lease_app(request, tmp_path, portal_config):
     yield app
     app.extensions["db_engine"].dispose()
     drop_postgres_database(name)
+
+
+def test_postgresql_announces_new_work_and_state_changes_to_the_worker_at_once():
+    name, url = fresh_postgres_database("lakeport_announcements")
+    upgrade_database(url)
+    engine = make_engine(url)
+    announcements = WorkAnnouncements(url, threading.Event())
+    try:
+        announcements.wait(0)  # listening from here on
+        with Session(engine) as db:
+            user = User(issuer="https://tests.invalid", subject="announced", email="announced@example.test")
+            db.add(user)
+            db.flush()
+            db.add(ComputeUnit(owner_id=user.id, name="announced", kind="local"))
+            db.commit()
+        started = time.monotonic()
+        announcements.wait(30)
+        assert time.monotonic() - started < 5  # the new PENDING unit woke it
+
+        with Session(engine) as db:  # not a change of state: nothing to announce
+            db.exec(update(ComputeUnit).values(name="renamed"))
+            db.commit()
+        started = time.monotonic()
+        announcements.wait(1.0)
+        assert time.monotonic() - started >= 0.9
+
+        with Session(engine) as db:
+            db.exec(update(ComputeUnit).values(state="TERMINATING"))
+            db.commit()
+        started = time.monotonic()
+        announcements.wait(30)
+        assert time.monotonic() - started < 5
+    finally:
+        announcements.close()
+        engine.dispose()
+        drop_postgres_database(name)
+
+
+def test_without_postgresql_the_pause_is_a_plain_one_that_a_stop_cuts_short(tmp_path):
+    stopping = threading.Event()
+    announcements = WorkAnnouncements(f"sqlite:///{tmp_path / 'plain.db'}", stopping)
+    started = time.monotonic()
+    announcements.wait(0.3)
+    assert time.monotonic() - started >= 0.3
+    threading.Timer(0.2, stopping.set).start()
+    started = time.monotonic()
+    announcements.wait(30)
+    assert time.monotonic() - started < 5
 
 
 def test_a_lease_has_one_holder_until_it_expires_then_another_takes_it_over(lease_app):
