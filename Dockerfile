@@ -26,7 +26,7 @@ RUN pip install -e .
 COPY scripts/fetch_jars.py ./scripts/fetch_jars.py
 ENV LAKEPORT_JARS_DIR=/srv/lakeport/jars
 RUN python scripts/fetch_jars.py
-# The class archive the Spark driver and RayDP's app master start from (compute/class_archive.py).
+# The class archive the Spark JVMs (driver, RayDP app master, executors) start from (compute/class_archive.py).
 RUN python -m compute.class_archive
 COPY --from=assets /build/node_modules/htmx.org/dist/htmx.min.js ./app/static/vendor/htmx.min.js
 COPY --from=assets /build/node_modules/@picocss/pico/css/pico.min.css ./app/static/vendor/pico.min.css
