@@ -132,14 +132,20 @@ def equipped(db_engine, owner: User) -> tuple[Workflow, Warehouse, ComputeUnit]:
     return workflow_for(db_engine, owner), warehouse_row(db_engine, owner), unit_row(db_engine, owner)
 
 
+def new_execution(db: Session, owner: User, workflow: Workflow, warehouse: Warehouse, cu: ComputeUnit | None,
+                  **fields) -> Execution:
+    """An Execution of the workflow's first version, not yet added."""
+    version_id = db.exec(select(WorkflowVersion.id).where(WorkflowVersion.workflow_id == workflow.id)).first()
+    return Execution(owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version_id, workflow_version=1,
+                     compute_unit_id=cu.id if cu else None, warehouse_id=warehouse.id, warehouse_name=warehouse.name,
+                     **fields)
+
+
 def execution_row(db_engine, owner: User, workflow: Workflow, warehouse: Warehouse, cu: ComputeUnit | None,
                   **fields) -> Execution:
-    version = 1
     with Session(db_engine) as db:
-        version_id = db.exec(select(WorkflowVersion.id).where(WorkflowVersion.workflow_id == workflow.id)).first()
-    return add(db_engine, Execution(owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version_id,
-                                    workflow_version=version, compute_unit_id=cu.id if cu else None,
-                                    warehouse_id=warehouse.id, warehouse_name=warehouse.name, **fields))
+        execution = new_execution(db, owner, workflow, warehouse, cu, **fields)
+    return add(db_engine, execution)
 
 
 def execution_count(db_engine, owner: User) -> int:
@@ -601,11 +607,16 @@ def test_a_worker_takes_over_an_execution_whose_worker_died_and_prepares_it_agai
     the catalog, so it fails saying so); one whose lease a live worker holds is left to that worker."""
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
-    abandoned = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="INITIALIZING", created_at=long_ago)
-    held = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="INITIALIZING")
-    add(db_engine, WorkLease(name=f"execution:{abandoned.id}", holder="dead-worker", expires_at=long_ago),
-        WorkLease(name=f"execution:{held.id}", holder="live-worker",
-                  expires_at=datetime.now(timezone.utc) + timedelta(minutes=5)))
+    with Session(db_engine, expire_on_commit=False) as db:
+        abandoned = new_execution(db, newcomer, workflow, warehouse, cu, state="INITIALIZING", created_at=long_ago)
+        held = new_execution(db, newcomer, workflow, warehouse, cu, state="INITIALIZING")
+        db.add_all([abandoned, held])
+        db.flush()
+        # In the same transaction: the worker hears of new executions at once, and must find them leased.
+        db.add_all([WorkLease(name=f"execution:{abandoned.id}", holder="dead-worker", expires_at=long_ago),
+                    WorkLease(name=f"execution:{held.id}", holder="live-worker",
+                              expires_at=datetime.now(timezone.utc) + timedelta(minutes=5))])
+        db.commit()
     deadline = time.monotonic() + 30
     while (execution := reload(db_engine, Execution, abandoned.id)).state == "INITIALIZING":
         assert time.monotonic() < deadline
