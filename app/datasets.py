@@ -64,7 +64,7 @@ from app.errors import UserFacingError
 from app.iceberg_reader import ResultReadError, catalog_for
 from app.lakekeeper import LakekeeperError, LakekeeperUnavailable
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
-from app.models import SampleDataJob, SampleDataJobState, User, Warehouse, WarehouseStatus, utcnow
+from app.models import JobState, SampleDataJob, User, Warehouse, WarehouseStatus, utcnow
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -397,7 +397,7 @@ def start_sample_data(owner: User, warehouse: Warehouse, scale_factor: float) ->
 def pending_work() -> list[tuple[str, Callable[[int], None], int]]:
     """What the sample-data jobs ask the worker to do: (lease name, function, job id)."""
     with Session(engine()) as db:
-        ids = db.exec(select(SampleDataJob.id).where(SampleDataJob.state.in_(SampleDataJobState.LIVE))).all()
+        ids = db.exec(select(SampleDataJob.id).where(SampleDataJob.state.in_(JobState.LIVE))).all()
     return [(f"sample-data:{job_id}", run_sample_data_job, job_id) for job_id in ids]
 
 
@@ -409,7 +409,7 @@ def _update_job(job_id: int, **changes) -> None:
 
 def _end_job(job_id: int, state: str, error: str = "") -> None:
     _update_job(job_id, state=state, error=error[:1000], ended_at=utcnow(),
-                **({"step": "done"} if state == SampleDataJobState.DONE else {}))
+                **({"step": "done"} if state == JobState.DONE else {}))
 
 
 def run_sample_data_job(job_id: int) -> None:
@@ -417,29 +417,29 @@ def run_sample_data_job(job_id: int) -> None:
     with Session(engine(), expire_on_commit=False) as db:
         job = db.get(SampleDataJob, job_id)
         warehouse = db.get(Warehouse, job.warehouse_id) if job else None
-    if job is None or job.state not in SampleDataJobState.LIVE:
+    if job is None or job.state not in JobState.LIVE:
         return
-    if job.state == SampleDataJobState.RUNNING:
+    if job.state == JobState.RUNNING:
         logger.info("sample-data job %s was left by a worker that stopped: running it again", job_id)
-    _update_job(job_id, state=SampleDataJobState.RUNNING, started_at=utcnow(), table_rows="{}", step="starting")
+    _update_job(job_id, state=JobState.RUNNING, started_at=utcnow(), table_rows="{}", step="starting")
     try:
         if warehouse is None or warehouse.status != WarehouseStatus.ACTIVE:
             raise DatasetError("The warehouse is no longer active.")
         _generate_sample_data(job, _catalog(warehouse), tpchgen_binary())
-        _end_job(job_id, SampleDataJobState.DONE)
+        _end_job(job_id, JobState.DONE)
         logger.info("TPC-H at scale factor %g written into warehouse %s", job.scale_factor, job.warehouse_id)
     except DATABASE_UNAVAILABLE:
         raise
     except DatasetError as error:
-        _end_job(job_id, SampleDataJobState.FAILED, error.message)
+        _end_job(job_id, JobState.FAILED, error.message)
     except subprocess.CalledProcessError as error:
-        _end_job(job_id, SampleDataJobState.FAILED, f"tpchgen-cli failed: {(error.stderr or '').strip()[-500:]}")
+        _end_job(job_id, JobState.FAILED, f"tpchgen-cli failed: {(error.stderr or '').strip()[-500:]}")
     except subprocess.TimeoutExpired:
-        _end_job(job_id, SampleDataJobState.FAILED,
+        _end_job(job_id, JobState.FAILED,
                  f"Generating took longer than {TPCH_TIMEOUT_SECONDS} s and was stopped.")
     except Exception:
         logger.exception("TPC-H generation into warehouse %s failed", job.warehouse_id)
-        _end_job(job_id, SampleDataJobState.FAILED,
+        _end_job(job_id, JobState.FAILED,
                  "Generating the sample data failed unexpectedly; the portal's log has the details.")
 
 

@@ -223,7 +223,9 @@ class WorkLease(SQLModel, table=True):
     expires_at: datetime
 
 
-class SampleDataJobState:
+class JobState:
+    """The states of a job the worker runs once (sample data, dataset maintenance)."""
+
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
@@ -247,7 +249,7 @@ class SampleDataJob(SQLModel, table=True):
     owner_id: int = Field(foreign_key="users.id", index=True)
     warehouse_id: int = Field(foreign_key="warehouses.id", ondelete="CASCADE")
     scale_factor: float
-    state: str = Field(default=SampleDataJobState.QUEUED, max_length=16)
+    state: str = Field(default=JobState.QUEUED, max_length=16)
     step: str = Field(default="waiting for the worker", max_length=200)
     # Rows written so far, by table (JSON).
     table_rows: str = Field(default="{}")
@@ -258,7 +260,7 @@ class SampleDataJob(SQLModel, table=True):
 
     @property
     def running(self) -> bool:
-        return self.state in SampleDataJobState.LIVE
+        return self.state in JobState.LIVE
 
     @property
     def tables(self) -> dict[str, int]:
@@ -334,14 +336,6 @@ class RetentionLogEntry(SQLModel, table=True):
     message: str = Field(default="", max_length=4000)
 
 
-class MaintenanceJobState:
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    LIVE = (QUEUED, RUNNING)
-
-
 class MaintenanceJob(SQLModel, table=True):
     """Snapshot expiry and orphan-file clean-up of a warehouse's datasets, run by the worker on one
     of the owner's running compute units (compute/maintenance.py)."""
@@ -354,7 +348,7 @@ class MaintenanceJob(SQLModel, table=True):
     compute_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", ondelete="SET NULL")
     retain_last: int
     remove_orphans: bool = False
-    state: str = Field(default=MaintenanceJobState.QUEUED, max_length=16)
+    state: str = Field(default=JobState.QUEUED, max_length=16)
     # Per table: snapshots and files removed, or the error (JSON).
     result: str = Field(default="{}")
     error: str = Field(default="", max_length=2000)
@@ -363,4 +357,4 @@ class MaintenanceJob(SQLModel, table=True):
 
     @property
     def running(self) -> bool:
-        return self.state in MaintenanceJobState.LIVE
+        return self.state in JobState.LIVE

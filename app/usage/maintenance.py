@@ -26,8 +26,8 @@ from app.lakekeeper import LakekeeperError
 from app.models import (
     ComputeUnit,
     ComputeUnitState,
+    JobState,
     MaintenanceJob,
-    MaintenanceJobState,
     User,
     Warehouse,
     WarehouseStatus,
@@ -85,7 +85,7 @@ def request(warehouse: Warehouse, retain_last: int | None, remove_orphans: bool)
 
 def pending_work() -> list[tuple[str, object, int]]:
     with Session(engine()) as db:
-        ids = db.exec(select(MaintenanceJob.id).where(MaintenanceJob.state.in_(MaintenanceJobState.LIVE))).all()
+        ids = db.exec(select(MaintenanceJob.id).where(MaintenanceJob.state.in_(JobState.LIVE))).all()
     return [(f"maintenance:{job_id}", run_job, job_id) for job_id in ids]
 
 
@@ -105,11 +105,11 @@ def run_job(job_id: int) -> None:
         unit = db.get(ComputeUnit, job.compute_unit_id) if job and job.compute_unit_id else None
     if job is None or not job.running:
         return
-    _update(job_id, state=MaintenanceJobState.RUNNING)
+    _update(job_id, state=JobState.RUNNING)
     try:
         outcome = _run(job, warehouse, owner, unit)
     except MaintenanceRefused as refusal:
-        _update(job_id, state=MaintenanceJobState.FAILED, error=refusal.message[:2000], ended_at=utcnow())
+        _update(job_id, state=JobState.FAILED, error=refusal.message[:2000], ended_at=utcnow())
         write_log(warehouse.id, "snapshots", f"Snapshot expiry did not run: {refusal.message}")
         return
     failed = {name: result["error"] for name, result in outcome.items() if "error" in result}
@@ -119,7 +119,7 @@ def run_job(job_id: int) -> None:
                f"{expired} snapshots expired, {files} files deleted")
     if failed:
         message += "; failed: " + "; ".join(f"{name}: {error}" for name, error in failed.items())
-    _update(job_id, state=MaintenanceJobState.FAILED if failed else MaintenanceJobState.DONE,
+    _update(job_id, state=JobState.FAILED if failed else JobState.DONE,
             result=json.dumps(outcome), error="; ".join(failed.values())[:2000], ended_at=utcnow())
     write_log(warehouse.id, "snapshots", message, tables=len(outcome))
 
