@@ -53,13 +53,12 @@ ROW_POLL_S = 0.02
 # and over. Only the SQL and the Iceberg write are inside the timer.
 PLAIN_PYSPARK_CODE = '''
 import time
-from pyiceberg.catalog.rest import RestCatalog
 from compute.catalog_cache import CatalogAccess, CatalogCache
-from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
+from compute.iceberg_rest import rest_catalog
 
 catalog = args["catalog"]
-vended = RestCatalog("plain-pyspark", uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"],
-                     **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION}).load_table(args["vended_from"])
+vended = rest_catalog("plain-pyspark", catalog["uri"], catalog["warehouse"], catalog["token"]).load_table(
+    args["vended_from"])
 binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess.vended(
     catalog["uri"], catalog["warehouse"], catalog["token"], vended.io.properties))
 session = spark.newSession()
@@ -101,6 +100,8 @@ class RunTiming:
     noticed_s: float
     # Epoch seconds at which the host got the run.
     submitted_at: float
+    # The run on the host by phase (compute/pipeline.py): binding the catalog, the steps, completing.
+    phases_s: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -408,7 +409,8 @@ class Bench:
             execution_id=execution_id, total_s=ended - started, submitted_s=run["submitted_at"] - started,
             on_unit_s=run["finished_at"] - run["started_at"],
             steps_s=sum(step["ended_at"] - step["started_at"] for step in steps),
-            noticed_s=ended - run["finished_at"], submitted_at=run["submitted_at"])
+            noticed_s=ended - run["finished_at"], submitted_at=run["submitted_at"],
+            phases_s=dict((run.get("result") or {}).get("phases_s") or {}))
 
     def plain_pyspark(self, cu_id: int, sql: str, table: str, vended_from: str, *, warmups: int,
                       repeats: int) -> list[float]:

@@ -89,16 +89,15 @@ def _main() -> None:
 
 
 def _session(args: dict):
-    from pyiceberg.catalog.rest import RestCatalog
     from pyspark.sql import SparkSession
 
     from compute.catalog_cache import CatalogAccess, CatalogCache
-    from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
+    from compute.iceberg_rest import rest_catalog
     from compute.spark_session import spark_conf
 
     catalog = args["catalog"]
-    vended = RestCatalog("plain-pyspark", uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"],
-                         **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION}).load_table(args["vended_from"])
+    vended = rest_catalog("plain-pyspark", catalog["uri"], catalog["warehouse"], catalog["token"]).load_table(
+        args["vended_from"])
     binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess.vended(
         catalog["uri"], catalog["warehouse"], catalog["token"], vended.io.properties))
     builder = SparkSession.builder.master(f"local[{args['cores']}]").appName("plain-pyspark")

@@ -72,11 +72,15 @@ class CatalogCache:
         self._bindings: dict[str, CatalogBinding] = {}
         self._versions: dict[str, int] = {}
 
+    def current(self, warehouse_id: str) -> CatalogBinding | None:
+        """The warehouse's binding if there is one that stays valid long enough, else None."""
+        with self._lock:
+            return self._current(warehouse_id)
+
     def binding(self, warehouse_id: str, access: CatalogAccess) -> CatalogBinding:
         """The warehouse's binding, made from `access` if there is none that stays valid long enough."""
         with self._lock:
-            current = self._bindings.get(warehouse_id)
-            if current is not None and current.expires_at - self._clock() > self.min_remaining_s:
+            if (current := self._current(warehouse_id)) is not None:
                 return current
             version = self._versions.get(warehouse_id, 0) + 1
             name = f"wh_{warehouse_id.replace('-', '')}_v{version}"
@@ -94,6 +98,12 @@ class CatalogCache:
             self._bindings[warehouse_id] = binding
             self._versions[warehouse_id] = version
             return binding
+
+    def _current(self, warehouse_id: str) -> CatalogBinding | None:
+        current = self._bindings.get(warehouse_id)
+        if current is not None and current.expires_at - self._clock() > self.min_remaining_s:
+            return current
+        return None
 
 
 def token_expiry(token: str) -> float | None:

@@ -12,14 +12,13 @@ import datetime
 import decimal
 
 from compute.catalog_cache import CatalogAccess
-from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER, COMPARE_LIMIT_MAX
+from compute.contract import COMPARE_LIMIT_MAX
+from compute.iceberg_rest import rest_catalog
 from compute.pipeline import CATALOGS, _describe, warehouse_session
 from compute.spark_host import RunFailed
 
 
 def run_comparison(spark, args: dict, progress) -> dict:
-    from pyiceberg.catalog.rest import RestCatalog
-
     try:
         catalog, pairs = dict(args["catalog"]), [dict(pair) for pair in args["pairs"]]
         lakekeeper_id = str(args["warehouse"]["lakekeeper_id"])
@@ -28,8 +27,7 @@ def run_comparison(spark, args: dict, progress) -> dict:
         raise RunFailed(f"invalid comparison: {type(error).__name__}: {error}") from None
     if not pairs:
         return {}
-    iceberg = RestCatalog("comparison", uri=catalog["uri"], warehouse=catalog["warehouse"], token=catalog["token"],
-                          **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION})
+    iceberg = rest_catalog("comparison", catalog["uri"], catalog["warehouse"], catalog["token"])
     tables = {}
     for pair in pairs:
         for side in ("a", "b"):

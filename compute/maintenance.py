@@ -19,7 +19,7 @@ import re
 from datetime import datetime, timezone
 
 from compute.catalog_cache import CatalogAccess
-from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
+from compute.iceberg_rest import rest_catalog
 from compute.pipeline import CATALOGS
 from compute.pipeline import _describe as describe
 from compute.spark_host import RunFailed, RunProgress
@@ -45,10 +45,7 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
     if not tables:
         return {}
 
-    from pyiceberg.catalog.rest import RestCatalog
-
-    iceberg = RestCatalog(f"maintenance-{warehouse_id}", uri=uri, warehouse=warehouse, token=token,
-                          **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION})
+    iceberg = rest_catalog(f"maintenance-{warehouse_id}", uri, warehouse, token)
     access = CatalogAccess.vended(uri, warehouse, token, iceberg.load_table(tables[0]).io.properties)
     if access is None:
         raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")

@@ -6,9 +6,12 @@ the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
 1. Every step is checked before anything runs: Python steps are compiled, SQL steps parsed.
 2. The catalog is bound (`_bind_catalog`): the warehouse's catalog config is fetched with the
    execution's token (so an unreachable catalog or a missing warehouse fails the run with
-   that reason), the namespaces `results`, `runtime_stats` and `console_logs` are made, and
-   `console_logs.e<id>` is created, which makes the catalog vend storage credentials for the
-   warehouse. Those go into the warehouse's catalog binding (compute/catalog_cache.py).
+   that reason). Side by side, the namespaces `results`, `runtime_stats` and `console_logs`
+   are made and `runtime_stats.e<id>` and `console_logs.e<id>` are created (empty, status
+   running); creating a table makes the catalog vend storage credentials for the warehouse. Those go into the warehouse's catalog binding
+   (compute/catalog_cache.py). While the unit holds a binding of the warehouse that stays
+   valid, the run does not wait for them: its session opens meanwhile, the steps wait only
+   for `results`, and the end waits for the rest (`_prepared`).
 3. The execution gets its own Spark session (`spark.newSession()`: same SparkContext and
    executors, its own SQL settings, temporary views and current catalog), holding only its
    warehouse's catalog, made current. There is no other catalog to fall back to.
@@ -41,9 +44,9 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +55,6 @@ import httpx
 from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
 from compute.contract import (
     ACCESS_DELEGATION,
-    ACCESS_DELEGATION_HEADER,
     CONSOLE_LOGS,
     PINNED,
     RESULTS,
@@ -63,6 +65,7 @@ from compute.contract import (
     TableStatus,
     table_name,
 )
+from compute.iceberg_rest import rest_catalog
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.spark_host import RunFailed, RunInterrupted, RunProgress
 
@@ -72,7 +75,8 @@ LOG_LINES_KEPT = 20_000
 LOG_MESSAGE_CHARS = 20_000
 CATALOG_TIMEOUT_S = 10.0
 
-# One per Spark host process: executions for the same warehouse share its binding.
+# One per Spark host process: executions for the same warehouse share its binding, and each
+# takes a session made ahead for it.
 CATALOGS = CatalogCache()
 
 
@@ -282,22 +286,52 @@ class Pipeline:
         self.log = ExecutionLog(progress)
         self.stats = {step.name: StepStats(step) for step in spec.steps}
         self.iceberg = None  # pyiceberg catalog, once bound
-        self.console_logs = None  # its console_logs table (pyiceberg), once bound
+        # The catalog calls that make the execution's namespaces and console_logs table, made
+        # side by side by `preparing` (see _bind_catalog); _prepared() waits for one.
+        self.preparing: ThreadPoolExecutor | None = None
+        self.prepared: dict[str, Future] = {}
         self.session = None  # this execution's Spark session, once bound
         self.binding: CatalogBinding | None = None
         self.written: dict[str, Any] = {}  # step name -> its result table (pyiceberg)
         self.lineage_seconds = 0.0  # spent finding what the steps read (see _lineage)
+        # Seconds spent in each phase of the run on the host (check, bind, session, steps,
+        # complete), for the benchmarks' breakdown of where a run's time goes.
+        self.phases: dict[str, float] = {}
         self.job_group = spark.sparkContext.getLocalProperty("spark.jobGroup.id")
 
     def run(self) -> dict:
         self.progress.set_steps([{"name": step.name, "state": "pending", "rows_out": None,
                                   "started_at": None, "ended_at": None} for step in self.spec.steps])
-        programs = self._check_steps()
-        self._bind_catalog()
+        with self._phase("check"):
+            programs = self._check_steps()
+        with self._phase("bind"):
+            self._bind_catalog()
         try:
-            self._open_session()
-            self._check_pins()
-            self._run_steps(programs)
+            status, reason = self._run_bound(programs)
+        finally:  # nothing made for this run touches the catalog once it has ended
+            self.preparing.shutdown(wait=True, cancel_futures=True)
+        if self.binding is not None and CATALOGS.current(self.binding.warehouse_id) is self.binding:
+            SESSIONS.make_ahead(self.spark, self.binding)
+        if reason:
+            raise RunFailed(reason)
+        return {
+            "outputs": {name: self.spec.table(RESULTS, self.stats[name].step) for name in self.written},
+            "rows": {name: self.stats[name].rows_out for name in self.written},
+            "lineage": self._lineage(),
+            "runtime_stats": self.spec.table(RUNTIME_STATS),
+            "console_logs": self.spec.table(CONSOLE_LOGS),
+            "phases_s": {phase: round(seconds, 4) for phase, seconds in self.phases.items()},
+        }
+
+    def _run_bound(self, programs: dict[str, Any]) -> tuple[TableStatus, str | None]:
+        """The run once its catalog is bound: its status and, unless it completed, why."""
+        try:
+            with self._phase("session"):
+                self._open_session()
+                self._check_pins()
+                self._prepared(RESULTS)
+            with self._phase("steps"):
+                self._run_steps(programs)
             # The one decision: from here a cancel is refused; a cancel that came first wins.
             if not self.progress.begin_completion():
                 self._cancel_from(len(self.spec.steps))
@@ -311,20 +345,16 @@ class Pipeline:
             status, reason = TableStatus.FAILED, f"the execution's outputs could not be written: {_describe(error)}"
         finally:
             self._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
-        if status == TableStatus.COMPLETE and (failure := self._complete()):
-            status, reason = TableStatus.FAILED, failure
+        with self._phase("complete"):
+            if status == TableStatus.COMPLETE and (failure := self._complete()):
+                status, reason = TableStatus.FAILED, failure
         if status != TableStatus.COMPLETE:
             self._drop_results()
-            self._record(status, replace=True)
-        if reason:
-            raise RunFailed(reason)
-        return {
-            "outputs": {name: self.spec.table(RESULTS, self.stats[name].step) for name in self.written},
-            "rows": {name: self.stats[name].rows_out for name in self.written},
-            "lineage": self._lineage(),
-            "runtime_stats": self.spec.table(RUNTIME_STATS),
-            "console_logs": self.spec.table(CONSOLE_LOGS),
-        }
+            try:
+                self._record(status, replace=True)
+            except RunFailed as failure:  # both reasons: why the run failed, and why it left no record
+                reason = f"{reason}; {failure}"
+        return status, reason
 
     # ------------------------------------------------------------ before running
     def _check_steps(self) -> dict[str, Any]:
@@ -348,43 +378,52 @@ class Pipeline:
 
     def _bind_catalog(self) -> None:
         """Reach the warehouse through the catalog with the execution's token, and nothing else;
-        make the execution's namespaces and its console_logs table."""
-        from pyiceberg.catalog.rest import RestCatalog
-
+        start making the execution's namespaces and its console_logs table (each a round trip
+        to the catalog, side by side)."""
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
         try:
-            self.iceberg = RestCatalog(f"execution-{self.spec.execution_id}", uri=catalog["uri"],
-                                       warehouse=warehouse, token=catalog["token"],
-                                       **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION})
+            self.iceberg = rest_catalog(f"execution-{self.spec.execution_id}", catalog["uri"], warehouse,
+                                        catalog["token"])
         except Exception as error:
             # Find out precisely what is wrong (unreachable, no such warehouse, refused).
             self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
             raise RunFailed(f"the catalog refused warehouse {warehouse}: {_describe(error)}") from None
-        try:
-            # Side by side: each is a round trip to the catalog.
-            with ThreadPoolExecutor(3, thread_name_prefix="bind") as pool:
-                namespaces = [pool.submit(self.iceberg.create_namespace_if_not_exists, namespace)
-                              for namespace in (RESULTS, RUNTIME_STATS)]
-                console_logs = pool.submit(self._create_console_logs)
-                for made in namespaces:
-                    made.result()
-                self.console_logs = console_logs.result()
-        except Exception as error:
-            raise RunFailed(f"the catalog failed to prepare the execution's tables: {_describe(error)}") from None
+        self.preparing = ThreadPoolExecutor(3, thread_name_prefix="prepare")
+        self.prepared = {RESULTS: self.preparing.submit(self.iceberg.create_namespace_if_not_exists, RESULTS)}
+        for namespace, schema in ((RUNTIME_STATS, _runtime_stats_schema()), (CONSOLE_LOGS, _console_logs_schema())):
+            self.prepared[namespace] = self.preparing.submit(self._create_record_table, namespace, schema)
         self.log("INFO", None, f"bound to warehouse {warehouse} through {catalog['uri']}")
 
-    def _create_console_logs(self):
-        self.iceberg.create_namespace_if_not_exists(CONSOLE_LOGS)
-        return self._create_table(CONSOLE_LOGS, _console_logs_schema(), TableStatus.RUNNING)
+    def _prepared(self, name: str):
+        """What making `name` gave: RESULTS a namespace, RUNTIME_STATS and CONSOLE_LOGS their
+        table (pyiceberg)."""
+        try:
+            return self.prepared[name].result()
+        except Exception as error:
+            raise RunFailed(f"the catalog failed to prepare the execution's tables: {_describe(error)}") from None
+
+    def _create_record_table(self, namespace: str, schema):
+        """The execution's empty runtime_stats or console_logs table, status running."""
+        from pyiceberg.exceptions import NoSuchNamespaceError
+
+        try:  # the namespace is there but for a warehouse's first run: one round trip, not two
+            return self._create_table(namespace, schema, TableStatus.RUNNING)
+        except NoSuchNamespaceError:
+            self.iceberg.create_namespace_if_not_exists(namespace)
+            return self._create_table(namespace, schema, TableStatus.RUNNING)
 
     def _open_session(self) -> None:
-        """This execution's Spark session, whose one catalog is the warehouse's binding."""
+        """This execution's Spark session, whose one catalog is the warehouse's binding: the one
+        the unit holds, or one made of the keys the catalog vends with the console_logs table."""
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
-        access = CatalogAccess.vended(catalog["uri"], warehouse, catalog["token"], self.console_logs.io.properties)
-        if access is None:
-            raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
-        self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], access)
-        self.session = warehouse_session(self.spark, self.binding)
+        self.binding = CATALOGS.current(self.spec.warehouse["lakekeeper_id"])
+        if self.binding is None:
+            access = CatalogAccess.vended(catalog["uri"], warehouse, catalog["token"],
+                                          self._prepared(RUNTIME_STATS).io.properties)
+            if access is None:
+                raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
+            self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], access)
+        self.session = SESSIONS.take(self.spark, self.binding)
 
     def _probe_catalog(self, uri: str, warehouse: str, token: str) -> None:
         try:
@@ -531,11 +570,14 @@ class Pipeline:
     def _complete(self) -> str | None:
         """Mark the result tables complete and record the run, side by side (each is a commit).
         Returns why the run fails after all if either could not be done, else None."""
-        with ThreadPoolExecutor(len(self.written) + 1, thread_name_prefix="complete") as pool:
+        record_error = None
+        with ThreadPoolExecutor(len(self.written) + 2, thread_name_prefix="complete") as pool:
             marks = [pool.submit(_mark_complete, table) for table in self.written.values()]
-            recorded = pool.submit(self._record, TableStatus.COMPLETE)
+            try:
+                self._record(TableStatus.COMPLETE, pool=pool)
+            except RunFailed as error:
+                record_error = error
             errors = [error for mark in marks if (error := mark.exception()) is not None]
-            record_error = recorded.exception()
         if errors:
             return f"the result tables could not be marked complete: {_describe(errors[0])}"
         if record_error is not None:
@@ -560,45 +602,52 @@ class Pipeline:
                 self.log("ERROR", step.name, f"could not drop the unfinished result table {identifier}: "
                                              f"{_describe(error)}")
 
-    def _record(self, status: TableStatus, replace: bool = False) -> None:
-        """Write runtime_stats and console_logs (side by side: each is a file and a commit);
-        `replace` replaces a record written before. A run whose record fails is FAILED."""
+    def _record(self, status: TableStatus, replace: bool = False, pool: ThreadPoolExecutor | None = None) -> None:
+        """Write runtime_stats and console_logs (side by side, in `pool` or a pool of their own:
+        each is a file and a commit); `replace` replaces a record written before. A run whose
+        record fails is FAILED."""
         try:
+            # In this thread: the stats are read from the JVM, whose gateway a new thread connects to anew.
             stats_rows, log_rows = self._stats_rows(), _log_rows(self.log.entries)
-            with ThreadPoolExecutor(2, thread_name_prefix="record") as pool:
-                writes = [pool.submit(self._write_runtime_stats, stats_rows, status),
-                          pool.submit(self._write_console_logs, log_rows, status, replace)]
-            for write in writes:
-                write.result()
+            with ExitStack() as stack:
+                if pool is None:
+                    pool = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="record"))
+                writes = [pool.submit(self._write_record, RUNTIME_STATS, _runtime_stats_schema(), stats_rows,
+                                      status, replace),
+                          pool.submit(self._write_record, CONSOLE_LOGS, _console_logs_schema(), log_rows,
+                                      status, replace)]
+                for write in writes:
+                    write.result()
         except Exception as error:
             raise RunFailed(f"the execution ended {status} but its runtime stats and console logs "
                             f"could not be written: {_describe(error)}") from None
 
-    def _write_runtime_stats(self, rows: list[dict], status: TableStatus) -> None:
+    def _write_record(self, namespace: str, schema, rows: list[dict], status: TableStatus,
+                      replace: bool = False) -> None:
+        """Append `rows` to the execution's runtime_stats or console_logs table and set its
+        status, in one commit; `replace` overwrites what a record written before left."""
         import pyarrow as pa
 
-        identifier = self.spec.table(RUNTIME_STATS)
-        if self.iceberg.table_exists(identifier):  # from an earlier attempt
-            self.iceberg.purge_table(identifier)
-        with self.iceberg.create_table_transaction(identifier, schema=_runtime_stats_schema(),
-                                                   properties=self.spec.properties(status)) as transaction:
-            transaction.append(pa.Table.from_pylist(rows, schema=_runtime_stats_schema()))
-
-    def _write_console_logs(self, rows: list[dict], status: TableStatus, replace: bool = False) -> None:
-        import pyarrow as pa
-
-        table = self.console_logs
+        table = self._prepared(namespace)
         if replace:
             table.refresh()
         with table.transaction() as transaction:
-            logs = pa.Table.from_pylist(rows, schema=_console_logs_schema())
+            rows = pa.Table.from_pylist(rows, schema=schema)
             if replace and table.current_snapshot() is not None:
-                transaction.overwrite(logs)
+                transaction.overwrite(rows)
             else:
-                transaction.append(logs)
+                transaction.append(rows)
             transaction.set_properties({TableProperty.STATUS.value: status.value})
 
     # ------------------------------------------------------------ helpers
+    @contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[f"{name}_s"] = time.perf_counter() - began
+
     @property
     def _jvm(self):
         return self.spark.sparkContext._jvm
@@ -724,6 +773,39 @@ def _catalog_message(response: httpx.Response) -> str:
         return response.text[:200]
 
 
+class SpareSessions:
+    """One warehouse session made ahead per warehouse, so that an execution does not wait for
+    `warehouse_session` (a new session, its settings, the catalog's start: 30-60 ms of a warm
+    run). Each session serves one execution only, so the temporary views and settings a run
+    makes never reach another: a run takes the spare, and once it has ended the next spare is
+    made in the background (not while the run competes for the unit's CPUs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spares: dict[str, tuple[str, Future]] = {}  # warehouse id -> (catalog name, session)
+        self._maker = ThreadPoolExecutor(1, thread_name_prefix="spare-session")
+
+    def take(self, spark, binding: CatalogBinding):
+        """A session bound to `binding`, made current and the thread's active session."""
+        with self._lock:
+            catalog_name, spare = self._spares.pop(binding.warehouse_id, (None, None))
+        if catalog_name == binding.catalog_name and spare.done() and spare.exception() is None:
+            session = spare.result()
+            spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+            return session
+        return warehouse_session(spark, binding)
+
+    def make_ahead(self, spark, binding: CatalogBinding) -> None:
+        with self._lock:
+            self._spares[binding.warehouse_id] = (binding.catalog_name, self._maker.submit(_spare, spark, binding))
+
+
+def _spare(spark, binding: CatalogBinding):
+    session = warehouse_session(spark, binding)
+    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()  # of this maker thread
+    return session
+
+
 def warehouse_session(spark, binding: CatalogBinding):
     """A Spark session of its own (same SparkContext) whose one catalog is `binding`, made current
     and the thread's active session (clear it when done)."""
@@ -735,6 +817,9 @@ def warehouse_session(spark, binding: CatalogBinding):
     spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
     session.catalog.setCurrentCatalog(binding.catalog_name)
     return session
+
+
+SESSIONS = SpareSessions()
 
 
 def _timestamp(epoch: float | None):

@@ -48,7 +48,9 @@ def _access(token: str, keys_expire_at: float | None = None) -> CatalogAccess:
 def test_a_warehouse_binding_is_reused_until_its_time_runs_short():
     now = [1_000_000.0]
     cache = CatalogCache(min_remaining_s=600, clock=lambda: now[0])
+    assert cache.current("3f2a-11") is None
     first = cache.binding("3f2a-11", _access(_jwt(now[0] + 3600), keys_expire_at=now[0] + 1800))
+    assert cache.current("3f2a-11") is first  # a run that finds it needs no fresh keys
 
     assert first.catalog_name == "wh_3f2a11_v1"
     assert first.conf["spark.sql.catalog.wh_3f2a11_v1.type"] == "rest"
@@ -59,6 +61,7 @@ def test_a_warehouse_binding_is_reused_until_its_time_runs_short():
     assert cache.binding("other", _access(_jwt(now[0] + 3600))).catalog_name == "wh_other_v1"
 
     now[0] += 1300  # 500 s left: a new execution gets a new version; the old binding is unchanged
+    assert cache.current("3f2a-11") is None
     second = cache.binding("3f2a-11", _access(_jwt(now[0] + 3600)))
     assert second.catalog_name == "wh_3f2a11_v2"
     assert first.conf["spark.sql.catalog.wh_3f2a11_v1.token"] != second.conf["spark.sql.catalog.wh_3f2a11_v2.token"]
@@ -244,6 +247,32 @@ def test_a_two_step_pipeline_writes_results_stats_and_logs(host, lakehouse, ware
     messages = logs.scan().to_arrow().to_pylist()
     assert {"level": "INFO", "step": "big", "message": "keeping big orders"} in [
         {key: line[key] for key in ("level", "step", "message")} for line in messages]
+
+
+def test_what_a_run_leaves_in_its_session_never_reaches_the_next_run(host, lakehouse, warehouses):
+    """Each run gets a session of its own (one made ahead after the run before): a temporary
+    view, a setting and the current namespace a run leaves behind are not the next run's."""
+    leaving = [step("left", "def run(spark):\n    spark.sql('CREATE TEMPORARY VIEW leftover AS SELECT 1 AS x')\n"
+                            "    spark.conf.set('spark.sql.shuffle.partitions', '3')\n"
+                            "    spark.sql('USE datasets')\n    return spark.range(1)", kind="python", output=True)]
+    looking = [step("seen", "def run(spark):\n"
+                            "    return spark.createDataFrame([(str(spark.catalog.tableExists('leftover')), "
+                            "spark.conf.get('spark.sql.shuffle.partitions'), spark.catalog.currentDatabase())], "
+                            "'leftover string, partitions string, database string')",
+                    kind="python", output=True)]
+    for steps in (leaving, looking, looking):  # the third takes a spare made after a run like itself
+        run_id, spec = submit(host, lakehouse, warehouses[0], steps)
+        run = host.wait(run_id, timeout_s=180)
+        assert run["state"] == "COMPLETED", run["error"]
+    seen = reader(lakehouse, warehouses[0]).load_table(f"results.e{spec['execution_id']}_seen").scan().to_arrow()
+    assert seen.to_pylist() == [{"leftover": "False", "partitions": host_partitions(host),
+                                 "database": seen["database"][0].as_py()}]
+    assert seen["database"][0].as_py() != "datasets"
+
+
+def host_partitions(host) -> str:
+    run_id = host.submit("result = spark.conf.get('spark.sql.shuffle.partitions')", {}, name="partitions")["run_id"]
+    return host.wait(run_id, timeout_s=60)["result"]
 
 
 def test_two_executions_at_once_land_each_in_its_own_warehouse(host, lakehouse, warehouses):
@@ -531,3 +560,21 @@ def test_warm_overhead_of_a_one_row_pipeline(host, lakehouse, warehouses, capsys
               f"{statistics.median(walls) * 1000:.0f} ms, of which outside the step's Spark work median "
               f"{statistics.median(overheads) * 1000:.0f} ms (each: {', '.join(f'{o * 1000:.0f}' for o in overheads)})")
     assert statistics.median(overheads) < 1.5
+
+
+def test_the_units_pyiceberg_catalogs_write_a_small_file_in_one_request():
+    """pyarrow sends a file under one part as a single PutObject only with delayed open; the
+    rest of the S3 settings are pyiceberg's own mapping of the vended properties."""
+    from pyiceberg.io import load_file_io
+
+    from compute.iceberg_rest import FILE_IO_PROPERTY, SmallWritesFileIO
+
+    vended = {"s3.endpoint": "http://127.0.0.1:9", "s3.access-key-id": "AK", "s3.secret-access-key": "SK",
+              "s3.session-token": "ST", "s3.region": "eu-west-1",
+              FILE_IO_PROPERTY: "compute.iceberg_rest.SmallWritesFileIO"}
+    io = load_file_io(vended, "s3://bucket/ns/table")
+    assert isinstance(io, SmallWritesFileIO)
+    _, (options,) = io.fs_by_scheme("s3", "bucket").__reduce__()
+    assert options["allow_delayed_open"] is True
+    assert (options["endpoint_override"], options["access_key"], options["session_token"], options["region"]) == (
+        "http://127.0.0.1:9", "AK", "ST", "eu-west-1")

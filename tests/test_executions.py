@@ -1084,6 +1084,56 @@ def test_a_python_step_sleeping_60_s_is_cancelled_within_seconds(e2e, db_engine,
     assert catalog.load_table(f"console_logs.e{execution_id}").properties["lakeport.status"] == "cancelled"
 
 
+def test_after_the_units_spark_host_dies_the_next_execution_runs_on_a_new_one(e2e, db_engine):
+    """The worker submits to a host it found ready before without asking it first; when that
+    host is gone, the execution starts (or waits for) a new one and runs there."""
+    app, client, user, cu_id, warehouse_id = e2e
+    workflow = workflow_for(db_engine, user)
+    first = wait_for(client, db_engine, int(run(client, workflow, cu_id, warehouse_id).headers["Location"]
+                                            .rsplit("/", 1)[1]), ("COMPLETED", "FAILED", "CANCELLED"))
+    assert first.state == "COMPLETED", first.reason
+    with app.app_context():
+        handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
+    with SparkHostClient(handle, timeout=10.0) as host:
+        old_app = host.info()["app_id"]
+        host.submit("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", {}, name="kill the host")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                host.info()
+            except SparkHostError:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the Spark host did not die")
+
+    second = wait_for(client, db_engine, int(run(client, workflow, cu_id, warehouse_id).headers["Location"]
+                                             .rsplit("/", 1)[1]), ("COMPLETED", "FAILED", "CANCELLED"))
+    assert second.state == "COMPLETED", second.reason
+    with SparkHostClient(handle, timeout=10.0) as host:
+        assert host.info()["app_id"] != old_app
+    assert reload(db_engine, ComputeUnit, cu_id).state == "RUNNING"
+
+
+def test_a_host_seen_ready_that_refuses_a_run_but_is_still_there_gets_no_second_submit(monkeypatch):
+    """It may have taken the run before the connection broke: submitting again could run it twice."""
+    submits, prepared = [], []
+    monkeypatch.setattr(runner, "_prepare", lambda execution_id: prepared.append(execution_id) or (
+        {"compute_unit": {"id": 7}}, "handle", "app-1" if len(prepared) == 1 else None))
+    monkeypatch.setattr(runner, "_load", lambda execution_id: Execution(id=execution_id, state="INITIALIZING"))
+    monkeypatch.setattr(runner, "_unit_failure", lambda cu_id: None)
+
+    def refuse(handle, args, execution_id):
+        submits.append(execution_id)
+        raise SparkHostError("Spark host at http://127.0.0.1:1 not reachable: Server disconnected")
+
+    monkeypatch.setattr(runner, "_submit", refuse)
+    monkeypatch.setattr(runner.spark_warmup, "ready_app", lambda cu_id, handle: "app-1")  # the same host answers
+    with pytest.raises(runner.ExecutionFailed, match="the compute unit did not take the run: Spark host at"):
+        runner._submit_and_watch(41)
+    assert submits == [41] and prepared == [41, 41]
+
+
 def test_a_compute_unit_that_dies_mid_run_fails_the_execution_with_that_reason(e2e, db_engine):
     """Last in this module: it kills the unit."""
     app, client, user, cu_id, warehouse_id = e2e

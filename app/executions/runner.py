@@ -313,23 +313,42 @@ def drive(execution_id: int) -> None:
 
 
 def _submit_and_watch(execution_id: int) -> None:
-    args, handle = _prepare(execution_id)
+    args, handle, seen_app = _prepare(execution_id)
     if _load(execution_id).state != State.INITIALIZING:
         return  # cancelled while initializing: nothing was submitted
-    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+    cu_id = args["compute_unit"]["id"]
+    try:
+        run_id = _submit(handle, args, execution_id)
+    except SparkHostError as error:
+        if seen_app is None:
+            raise ExecutionFailed(_unit_failure(cu_id) or f"the compute unit did not take the run: {error}") from None
+        # Submitted without asking the host first, and it did not take the run. If the unit
+        # has a new host now (the old one died), the run goes there; if the old one is still
+        # there it may hold the run, which must not run twice.
+        spark_warmup.forget_ready(cu_id)
+        args, handle, _ = _prepare(execution_id)
+        if spark_warmup.ready_app(cu_id, handle) == seen_app:
+            raise ExecutionFailed(_unit_failure(cu_id) or f"the compute unit did not take the run: {error}") from None
         try:
-            run_id = client.submit(SUBMIT_CODE, args, name=f"execution-{execution_id}")["run_id"]
+            run_id = _submit(handle, args, execution_id)
         except SparkHostError as error:
-            raise ExecutionFailed(_unit_failure(args["compute_unit"]["id"])
-                                  or f"the compute unit did not take the run: {error}") from None
-        if not _transition(execution_id, (State.INITIALIZING,), state=State.RUNNING, run_id=run_id):
+            raise ExecutionFailed(_unit_failure(cu_id) or f"the compute unit did not take the run: {error}") from None
+    if not _transition(execution_id, (State.INITIALIZING,), state=State.RUNNING, run_id=run_id):
+        with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
             client.cancel(run_id)  # cancelled between the check above and the submit
-            return
+        return
     _watch(execution_id)
 
 
-def _prepare(execution_id: int) -> tuple[dict, ClusterHandle]:
-    """Check everything the run needs; return the ExecutionSpec and the unit's cluster handle."""
+def _submit(handle: ClusterHandle, args: dict, execution_id: int) -> str:
+    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+        return client.submit(SUBMIT_CODE, args, name=f"execution-{execution_id}")["run_id"]
+
+
+def _prepare(execution_id: int) -> tuple[dict, ClusterHandle, str | None]:
+    """Check everything the run needs; return the ExecutionSpec, the unit's cluster handle and,
+    if its Spark host was not asked because this process found it ready before, that host's
+    Spark application id."""
     with Session(engine(), expire_on_commit=False) as db:
         execution = db.get(Execution, execution_id)
         warehouse = db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
@@ -348,11 +367,12 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle]:
         token = pool.submit(mint_token) if warehouse is not None else None
         _check_warehouse(execution, warehouse)
         cu, handle = _running_unit(execution.compute_unit_id)
-        _ensure_spark_host(cu, handle, progress=lambda phase: _note(execution_id, phase))
+        if (seen_app := spark_warmup.ready_app(cu.id, handle)) is None:
+            _ensure_spark_host(cu, handle, progress=lambda phase: _note(execution_id, phase))
         token = token.result()
     if time.monotonic() - minted_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
         token = mint_token()
-    return execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle
+    return execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle, seen_app
 
 
 def _note(execution_id: int, phase: str) -> None:
