@@ -1,4 +1,4 @@
-"""`python -m bench [paging cold warm idle-memory throughput portal-load] [--scale-factor F]
+"""`python -m bench [paging cold warm idle-memory sandbox throughput portal-load] [--scale-factor F]
 [--rows N] [--cold-runs N]`: run the benchmarks on a local stack of their own, print each one's
 figures against its baseline, then a summary. Exit status 1 if a benchmark could not be measured
 (a missed target is a figure, not an error). `warm` also measures `first-run`."""
@@ -10,15 +10,16 @@ import time
 import traceback
 from datetime import datetime, timezone
 
-from bench import cold, idle_memory, paging, portal_load, throughput, warm
+from bench import cold, idle_memory, paging, portal_load, sandbox, throughput, warm
 from app.config import SETTINGS
 from bench.harness import CU_CPUS, CU_MEMORY_GB, Bench, machine_summary, other_test_runs
 
 # Run order: paging before any compute unit exists (its figures are the portal's alone); cold
 # start on fresh units it terminates; then one unit for the rest: warm (its first run, once the
-# unit is ready, is the first-run figure), its idle memory while warm, throughput, and the
-# portal's load while it runs an execution.
-BENCHMARKS = {module.NAME: module for module in (paging, cold, warm, idle_memory, throughput, portal_load)}
+# unit is ready, is the first-run figure), its idle memory while warm, what its sandbox costs a
+# request, throughput, and the portal's load while it runs an execution.
+BENCHMARKS = {module.NAME: module for module in (paging, cold, warm, idle_memory, sandbox, throughput,
+                                                 portal_load)}
 ALIASES = {warm.FIRST_RUN: warm.NAME}
 
 

@@ -10,7 +10,7 @@ the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
    are made and `runtime_stats.e<id>` and `console_logs.e<id>` are created (empty, status
    running); creating a table makes the catalog vend storage credentials for the warehouse. Those go into the warehouse's catalog binding
    (compute/catalog_cache.py). While the unit holds a binding of the warehouse that stays
-   valid, the run does not wait for them: its session opens meanwhile, the steps wait only
+   valid, the run does not wait for them: its session opens meanwhile, the first write waits
    for `results`, and the end waits for the rest (`_prepared`).
 3. The execution gets its own Spark session (`spark.newSession()`: same SparkContext and
    executors, its own SQL settings, temporary views and current catalog), holding only its
@@ -329,7 +329,6 @@ class Pipeline:
             with self._phase("session"):
                 self._open_session()
                 self._check_pins()
-                self._prepared(RESULTS)
             with self._phase("steps"):
                 self._run_steps(programs)
             # The one decision: from here a cancel is refused; a cancel that came first wins.
@@ -509,6 +508,7 @@ class Pipeline:
 
     def _write_result(self, step: Step, frame, stats: StepStats, read_back: bool):
         """Write the step's rows to its result table; later steps (if `read_back`) read that table."""
+        self._prepared(RESULTS)  # made while the run's session opened and its step was planned
         name = f"{self.binding.catalog_name}.{self.spec.table(RESULTS, step)}"
         writer = frame.writeTo(name).using("iceberg")
         for key, value in self.spec.properties(TableStatus.INCOMPLETE, step).items():
