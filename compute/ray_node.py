@@ -8,6 +8,9 @@ though. This entry point runs `ray start` in loopback mode and lifts only that r
 the CLI module sees a copy of Ray's constants in which multi-node clusters are allowed,
 while address resolution (and every process the node spawns, through the environment)
 keeps the loopback setting.
+
+On a head node, Ray's dashboard starts only the modules a unit needs (`DASHBOARD_MODULES`):
+each other module is a process of its own, about 90 MiB, that nothing here uses.
 """
 from __future__ import annotations
 
@@ -16,12 +19,27 @@ import sys
 import types
 
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# StateHead: the State API, through which RayDP finds its actors and the portal lists nodes
+# (/api/v0/*); ReportHead: /api/cluster_status and /api/gcs_healthz; JobHead: the Jobs API,
+# which starts a unit's Spark host when it was not started with the cluster.
+DASHBOARD_MODULES = ("StateHead", "ReportHead", "JobHead")
 
 
 def main(argv: list[str]) -> None:
     os.environ.update(LOOPBACK_ENV)
     import ray._private.ray_constants as ray_constants
+    import ray._private.services as ray_services
     import ray.scripts.scripts as ray_cli
+
+    # `ray start` has no option for the dashboard's modules; its dashboard process has one.
+    start_ray_process = ray_services.start_ray_process
+
+    def start_with_fewer_dashboard_modules(command, process_type, *args, **kwargs):
+        if process_type == ray_constants.PROCESS_TYPE_DASHBOARD:
+            command = [*command, f"--modules-to-load={','.join(DASHBOARD_MODULES)}"]
+        return start_ray_process(command, process_type, *args, **kwargs)
+
+    ray_services.start_ray_process = start_with_fewer_dashboard_modules
 
     joinable = types.ModuleType(ray_constants.__name__)
     joinable.__dict__.update(vars(ray_constants))
