@@ -29,6 +29,7 @@ from app.ray_clusters.base import (
 from app.ray_clusters.existing import ExistingClusterBackend
 from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
+from compute.ray_node import DASHBOARD_MODULES
 from devstack.process import free_port, port_is_open
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -145,6 +146,26 @@ def test_the_dashboard_demands_the_cluster_token(cluster):
     assert httpx.get(nodes_url).status_code == 401
     assert httpx.get(nodes_url, headers={"Authorization": "Bearer " + "0" * 64}).status_code == 403
     assert httpx.get(nodes_url, headers=cluster.auth_headers()).status_code == 200
+
+
+def test_the_dashboard_runs_only_the_modules_a_unit_uses_and_they_answer(cluster):
+    """The State API (RayDP, node status), cluster status and health, and the Jobs API (a Spark
+    host's second way to start) answer; the other dashboard modules are not started."""
+    dashboard_lines = [" ".join(argv) for pid in cluster_pids(cluster)
+                       if "dashboard/dashboard.py" in " ".join(argv := process_argv(pid))]
+    assert len(dashboard_lines) == 1
+    assert f"--modules-to-load={','.join(DASHBOARD_MODULES)}" in dashboard_lines[0]
+    for path in ("/api/v0/nodes", "/api/v0/actors", "/api/cluster_status", "/api/gcs_healthz", "/api/jobs/"):
+        assert httpx.get(f"{cluster.dashboard_url}{path}", headers=cluster.auth_headers()).status_code == 200, path
+    assert httpx.get(f"{cluster.dashboard_url}/api/serve/applications/",
+                     headers=cluster.auth_headers()).status_code == 404  # ServeHead: not started
+
+
+def process_argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
 
 
 def test_a_restarted_portal_adopts_the_live_cluster(backend, cluster):
