@@ -21,8 +21,9 @@ import types
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 # StateHead: the State API, through which RayDP finds its actors and the portal lists nodes
 # (/api/v0/*); ReportHead: /api/cluster_status and /api/gcs_healthz; JobHead: the Jobs API,
-# which starts a unit's Spark host when it was not started with the cluster.
-DASHBOARD_MODULES = ("StateHead", "ReportHead", "JobHead")
+# which starts a unit's Spark host when it was not started with the cluster; NodeHead: it
+# records the head node's id, without which the Jobs API finds no agent to run a job.
+DASHBOARD_MODULES = ("StateHead", "ReportHead", "JobHead", "NodeHead")
 
 
 def main(argv: list[str]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ray.job_submission import JobStatus, JobSubmissionClient
 
 from tests.processes import process_running, rss_bytes
 from app.ray_clusters.base import (
@@ -159,6 +160,13 @@ def test_the_dashboard_runs_only_the_modules_a_unit_uses_and_they_answer(cluster
         assert httpx.get(f"{cluster.dashboard_url}{path}", headers=cluster.auth_headers()).status_code == 200, path
     assert httpx.get(f"{cluster.dashboard_url}/api/serve/applications/",
                      headers=cluster.auth_headers()).status_code == 404  # ServeHead: not started
+    jobs = JobSubmissionClient(cluster.dashboard_url, headers=cluster.auth_headers())
+    job_id = jobs.submit_job(entrypoint="python -c \"print('job ran')\"")
+    deadline = time.monotonic() + 60
+    while (status := jobs.get_job_status(job_id)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.5)
+    assert status == JobStatus.SUCCEEDED and "job ran" in jobs.get_job_logs(job_id)
 
 
 def process_argv(pid: int) -> list[str]:
