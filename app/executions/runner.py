@@ -158,12 +158,18 @@ def rerun_pinned(owner: User, execution: Execution) -> Execution:
 
 def cancel(execution: Execution) -> None:
     """Cancel a QUEUED or INITIALIZING execution at once, or record the cancel request of a
-    RUNNING one: its watcher asks the compute unit, and records CANCELLED when the run has stopped."""
+    RUNNING one and pass it to its compute unit right away: its watcher passes it on again at
+    its checks until the run has stopped, and records CANCELLED then."""
     if execution.state in State.FINAL:
         raise RunRefused("This execution has already finished.")
     if not _transition(execution.id, (State.QUEUED, State.INITIALIZING), state=State.CANCELLED,
                        reason="cancelled by its owner before it ran", ended_at=utcnow()):
-        _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow())
+        if _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow()):
+            get_db().refresh(execution)
+            try:  # at once, not at the watcher's next check (up to seconds later)
+                _cancel_on_unit(execution)
+            except (LookupError, SparkHostError) as error:
+                logger.warning("cancelling execution %s on its unit: %s", execution.id, error)
     get_db().refresh(execution)
 
 
