@@ -46,7 +46,8 @@ def config_on_a_kept_connection(i):
     kept.getresponse().read()
 
 def s3_put_3_kb(i):
-    with table.io.new_output(f"{table.metadata.location}/data/sandbox-probe-{time.time_ns()}").create(overwrite=True) as out:
+    path = f"{table.metadata.location}/data/sandbox-probe-{time.time_ns()}"
+    with table.io.new_output(path).create(overwrite=True) as out:
         out.write(payload)
 
 def s3_get_metadata(i):

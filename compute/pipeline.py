@@ -8,10 +8,11 @@ the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
    execution's token (so an unreachable catalog or a missing warehouse fails the run with
    that reason). Side by side, the namespaces `results`, `runtime_stats` and `console_logs`
    are made and `runtime_stats.e<id>` and `console_logs.e<id>` are created (empty, status
-   running); creating a table makes the catalog vend storage credentials for the warehouse. Those go into the warehouse's catalog binding
-   (compute/catalog_cache.py). While the unit holds a binding of the warehouse that stays
-   valid, the run does not wait for them: its session opens meanwhile, the first write waits
-   for `results`, and the end waits for the rest (`_prepared`).
+   running); creating a table makes the catalog vend storage credentials for the warehouse.
+   Those go into the warehouse's catalog binding (compute/catalog_cache.py). While the unit
+   holds a binding of the warehouse that stays valid, the run does not wait for them: its
+   session opens meanwhile, the first write waits for `results`, and the end waits for the
+   rest (`_prepared`).
 3. The execution gets its own Spark session (`spark.newSession()`: same SparkContext and
    executors, its own SQL settings, temporary views and current catalog), holding only its
    warehouse's catalog, made current. There is no other catalog to fall back to.
@@ -286,8 +287,9 @@ class Pipeline:
         self.log = ExecutionLog(progress)
         self.stats = {step.name: StepStats(step) for step in spec.steps}
         self.iceberg = None  # pyiceberg catalog, once bound
-        # The catalog calls that make the execution's namespaces and console_logs table, made
-        # side by side by `preparing` (see _bind_catalog); _prepared() waits for one.
+        # The catalog calls that make the execution's namespaces and its runtime_stats and
+        # console_logs tables, side by side in `preparing` (see _bind_catalog); _prepared()
+        # waits for one.
         self.preparing: ThreadPoolExecutor | None = None
         self.prepared: dict[str, Future] = {}
         self.session = None  # this execution's Spark session, once bound
@@ -377,8 +379,8 @@ class Pipeline:
 
     def _bind_catalog(self) -> None:
         """Reach the warehouse through the catalog with the execution's token, and nothing else;
-        start making the execution's namespaces and its console_logs table (each a round trip
-        to the catalog, side by side)."""
+        start making the execution's namespaces and its runtime_stats and console_logs tables
+        (each a round trip to the catalog, side by side)."""
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
         try:
             self.iceberg = rest_catalog(f"execution-{self.spec.execution_id}", catalog["uri"], warehouse,
@@ -413,7 +415,7 @@ class Pipeline:
 
     def _open_session(self) -> None:
         """This execution's Spark session, whose one catalog is the warehouse's binding: the one
-        the unit holds, or one made of the keys the catalog vends with the console_logs table."""
+        the unit holds, or one made of the keys the catalog vends with the runtime_stats table."""
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
         self.binding = CATALOGS.current(self.spec.warehouse["lakekeeper_id"])
         if self.binding is None:
