@@ -327,23 +327,28 @@ def _submit_and_watch(execution_id: int) -> None:
         run_id = _submit(handle, args, execution_id)
     except SparkHostError as error:
         if seen_app is None:
-            raise ExecutionFailed(_unit_failure(cu_id) or f"the compute unit did not take the run: {error}") from None
+            raise _not_taken(cu_id, error) from None
         # Submitted without asking the host first, and it did not take the run. If the unit
         # has a new host now (the old one died), the run goes there; if the old one is still
         # there it may hold the run, which must not run twice.
         spark_warmup.forget_ready(cu_id)
         args, handle, _ = _prepare(execution_id)
         if spark_warmup.ready_app(cu_id, handle) == seen_app:
-            raise ExecutionFailed(_unit_failure(cu_id) or f"the compute unit did not take the run: {error}") from None
+            raise _not_taken(cu_id, error) from None
         try:
             run_id = _submit(handle, args, execution_id)
         except SparkHostError as error:
-            raise ExecutionFailed(_unit_failure(cu_id) or f"the compute unit did not take the run: {error}") from None
+            raise _not_taken(cu_id, error) from None
     if not _transition(execution_id, (State.INITIALIZING,), state=State.RUNNING, run_id=run_id):
         with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
             client.cancel(run_id)  # cancelled between the check above and the submit
         return
     _watch(execution_id)
+
+
+def _not_taken(cu_id: int, error: SparkHostError) -> ExecutionFailed:
+    """Why the unit did not take the run: its own failure if it has one, else the host's answer."""
+    return ExecutionFailed(_unit_failure(cu_id) or f"the compute unit did not take the run: {error}")
 
 
 def _submit(handle: ClusterHandle, args: dict, execution_id: int) -> str:
