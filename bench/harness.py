@@ -55,6 +55,7 @@ PLAIN_PYSPARK_CODE = '''
 import time
 from compute.catalog_cache import CatalogAccess, CatalogCache
 from compute.iceberg_rest import rest_catalog
+from compute.pipeline import close_session_catalog
 
 catalog = args["catalog"]
 vended = rest_catalog("plain-pyspark", catalog["uri"], catalog["warehouse"], catalog["token"]).load_table(
@@ -76,6 +77,7 @@ try:
         seconds.append(time.perf_counter() - started)
 finally:
     active.clearActiveSession()
+    close_session_catalog(session, binding.catalog_name)  # as an execution's: the unit keeps no connection
 result = {"seconds": seconds[args["warmups"]:]}
 '''
 

@@ -312,6 +312,7 @@ class Pipeline:
             status, reason = self._run_bound(programs)
         finally:  # nothing made for this run touches the catalog once it has ended
             self.preparing.shutdown(wait=True, cancel_futures=True)
+            self._close_catalog_clients()
         if self.binding is not None and CATALOGS.current(self.binding.warehouse_id) is self.binding:
             SESSIONS.make_ahead(self.spark, self.binding)
         if reason:
@@ -425,6 +426,13 @@ class Pipeline:
                 raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
             self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], access)
         self.session = SESSIONS.take(self.spark, self.binding)
+
+    def _close_catalog_clients(self) -> None:
+        """Close the run's Spark session's catalog client: it keeps connections to the catalog
+        open, and the unit would hold more of them after every run. (pyiceberg's are closed when
+        the host collects the run's garbage, spark_host.SparkSessionHost._execute.)"""
+        if self.session is not None:
+            close_session_catalog(self.session, self.binding.catalog_name)
 
     def _probe_catalog(self, uri: str, warehouse: str, token: str) -> None:
         try:
@@ -791,10 +799,12 @@ class SpareSessions:
         """A session bound to `binding`, made current and the thread's active session."""
         with self._lock:
             catalog_name, spare = self._spares.pop(binding.warehouse_id, (None, None))
-        if catalog_name == binding.catalog_name and spare.done() and spare.exception() is None:
+        if spare is not None and spare.done() and spare.exception() is None:
             session = spare.result()
-            spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
-            return session
+            if catalog_name == binding.catalog_name:
+                spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+                return session
+            close_session_catalog(session, catalog_name)  # made for a binding since replaced
         return warehouse_session(spark, binding)
 
     def make_ahead(self, spark, binding: CatalogBinding) -> None:
@@ -819,6 +829,25 @@ def warehouse_session(spark, binding: CatalogBinding):
     spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
     session.catalog.setCurrentCatalog(binding.catalog_name)
     return session
+
+
+def close_session_catalog(session, catalog_name: str) -> None:
+    """Close the Iceberg REST client of a warehouse session's catalog, and with it the session's
+    connections to the catalog (Spark never closes a session's catalogs). Best effort: a client
+    that cannot be closed costs connections, not the run."""
+    try:
+        manager = session._jsparkSession.sessionState().catalogManager()
+        if not manager.isCatalogRegistered(catalog_name):
+            return  # never used, so never started
+        client = manager.catalog(catalog_name).icebergCatalog()
+        if client.getClass().getName() == "org.apache.iceberg.CachingCatalog":  # the REST catalog it wraps
+            wrapped = client.getClass().getDeclaredField("catalog")
+            wrapped.setAccessible(True)
+            client = wrapped.get(client)
+        if session.sparkContext._jvm.java.io.Closeable._java_lang_class.isInstance(client):
+            client.close()
+    except Exception as error:  # noqa: BLE001 - see above
+        print(f"could not close the catalog client of {catalog_name}: {_describe(error)}", file=sys.stderr)
 
 
 SESSIONS = SpareSessions()

@@ -19,15 +19,17 @@ import sys
 import types
 
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-# StateHead: the State API, through which RayDP finds its actors and the portal lists nodes
-# (/api/v0/*); ReportHead: /api/cluster_status and /api/gcs_healthz; JobHead: the Jobs API,
-# which starts a unit's Spark host when it was not started with the cluster; NodeHead: it
-# records the head node's id, without which the Jobs API finds no agent to run a job.
+# When a unit runs the dashboard (LAKEPORT_RAY_DASHBOARD): StateHead, the State API, through
+# which the portal lists nodes (/api/v0/*); ReportHead: /api/cluster_status and /api/gcs_healthz;
+# JobHead: the Jobs API, which starts a unit's Spark host when it was not started with the
+# cluster; NodeHead: it records the head node's id, without which the Jobs API finds no agent
+# to run a job.
 DASHBOARD_MODULES = ("StateHead", "ReportHead", "JobHead", "NodeHead")
 
 
 def main(argv: list[str]) -> None:
     os.environ.update(LOOPBACK_ENV)
+    import ray._private.node as ray_node
     import ray._private.ray_constants as ray_constants
     import ray._private.services as ray_services
     import ray.scripts.scripts as ray_cli
@@ -36,11 +38,27 @@ def main(argv: list[str]) -> None:
     start_ray_process = ray_services.start_ray_process
 
     def start_with_fewer_dashboard_modules(command, process_type, *args, **kwargs):
-        if process_type == ray_constants.PROCESS_TYPE_DASHBOARD:
+        # With `--include-dashboard=false` Ray names its own (one module, no subprocesses).
+        if process_type == ray_constants.PROCESS_TYPE_DASHBOARD and not any(
+                arg.startswith("--modules-to-load=") for arg in command):
             command = [*command, f"--modules-to-load={','.join(DASHBOARD_MODULES)}"]
         return start_ray_process(command, process_type, *args, **kwargs)
 
     ray_services.start_ray_process = start_with_fewer_dashboard_modules
+    # Nothing speaks Ray Client to a unit (the portal talks HTTP to its Spark host), and `ray
+    # start` cannot go without its server (a port of 0 is refused): it is never started.
+    ray_node.Node.start_ray_client_server = lambda _node: None
+    # Without the dashboard Ray still starts its API server, for usage stats alone (which units
+    # do not send): about 115 MiB that nothing reads.
+    start_api_server = ray_node.Node.start_api_server
+
+    def start_api_server_for_the_dashboard(node, *, include_dashboard, raise_on_failure):
+        if include_dashboard is False:
+            node._webui_url = None
+            return None
+        return start_api_server(node, include_dashboard=include_dashboard, raise_on_failure=raise_on_failure)
+
+    ray_node.Node.start_api_server = start_api_server_for_the_dashboard
 
     joinable = types.ModuleType(ray_constants.__name__)
     joinable.__dict__.update(vars(ray_constants))

@@ -4,7 +4,10 @@ The portal runs each local compute unit in one bubblewrap sandbox, so that all i
 nodes share one network namespace (see app/ray_clusters/sandbox.py). This process starts,
 inside it, the forwarders (socat bridges to the portal's side), then the head node, and
 once the head's GCS port answers, the workers and the `after_head` processes (the unit's
-Spark host launcher, which ends once the host is ready). Being the nodes' parent, it alone learns
+Spark host launcher, which ends once the host is ready). An `on_request` process is started
+(again) when the portal asks, by creating `<records_dir>/<role>.start`, and it is not running:
+the Spark host's launcher, when the unit's host was not started with it or has ended. Being
+the nodes' parent, it alone learns
 how each ended: it keeps `<records_dir>/<role>.json` up to date with the node's pid (in
 the sandbox's PID namespace), whether its ready port answers, and its exit status (as
 `subprocess` gives it: negative for a signal). The portal reads those records. It ends
@@ -13,7 +16,7 @@ when every node has ended.
 The plan (written by the portal before the sandbox starts):
     {"records_dir": str, "forwarders_log": str, "forwarders": [[argv...]],
      "nodes": [{"role": str, "argv": [...], "env": {...}, "dir": str, "log": str, "ready_port": int}],
-     "after_head": [same shape as a node]}
+     "after_head": [same shape as a node], "on_request": [same shape as a node]}
 """
 from __future__ import annotations
 
@@ -82,9 +85,17 @@ def main(argv: list[str]) -> int:
         for node in workers + helpers:
             node.start()
         running += workers
+    on_request = plan.get("on_request", []) if head.ready else []
     while running:  # the unit lives as long as its nodes; a helper ending ends nothing
         running = [node for node in running if node.check()]
         helpers = [helper for helper in helpers if helper.check()]
+        for spec in on_request:
+            request = records_dir / f"{spec['role']}.start"
+            if request.exists() and all(helper.spec["role"] != spec["role"] for helper in helpers):
+                helper = Node(spec, records_dir)
+                helper.start()  # its record says it runs before the request goes
+                helpers.append(helper)
+                request.unlink(missing_ok=True)
         time.sleep(0.2)
     for helper in helpers:
         helper.process.terminate()

@@ -16,7 +16,9 @@ from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError, with_spark_host_secret
 from compute import class_archive, jars
 from compute.spark_session import (
+    IDLE_HEAP_JAVA_OPTIONS,
     JDK17_JAVA_OPTIONS,
+    TRIM_NATIVE_JAVA_OPTIONS,
     S3Access,
     iceberg_catalog_conf,
     spark_conf,
@@ -57,9 +59,11 @@ def test_jvms_use_the_class_archive_only_where_setup_built_it(tmp_path, monkeypa
 
     archive = class_archive.archive_path()
     archive.write_bytes(b"built at setup")
-    assert class_archive.archive_java_options() == f"-XX:SharedArchiveFile={archive} -Xshare:auto"
+    uses_archive = (f"-XX:SharedArchiveFile={archive} -Xshare:auto "
+                    "-XX:+UnlockDiagnosticVMOptions -XX:ArchiveRelocationMode=0")
+    assert class_archive.archive_java_options() == uses_archive
     # Ray starts its Java workers on its own jars: the executors name the archive's class path.
-    assert class_archive.executor_java_options() == f"-cp /j/a.jar:/j/b.jar -XX:SharedArchiveFile={archive} -Xshare:auto"
+    assert class_archive.executor_java_options() == f"-cp /j/a.jar:/j/b.jar {uses_archive}"
     assert archive.parent == tmp_path
     # Another class path (a jar added or updated) or another JDK: another archive.
     assert class_archive.archive_path("/j/a.jar:/j/c.jar") != archive
@@ -71,6 +75,28 @@ def test_the_class_archive_is_built_for_the_class_path_raydp_starts_its_jvms_wit
     assert any(entry.endswith("/pyspark/jars/*") for entry in class_path)
     assert any("/raydp/jars/raydp-" in entry for entry in class_path)
     assert class_archive.archive_path().is_file(), "setup builds it: python -m compute.class_archive"
+
+
+def test_the_discarding_s3_endpoint_answers_a_new_objects_write_and_keeps_nothing():
+    import base64
+    import hashlib
+
+    from compute.discarding_s3 import DiscardingS3
+
+    body = b"parquet bytes" * 1000
+    md5 = hashlib.md5(body, usedforsecurity=False)
+    with DiscardingS3() as endpoint:
+        assert endpoint.startswith("http://127.0.0.1:")
+        with httpx.Client(base_url=endpoint) as s3:
+            assert s3.head("/bucket/data/f.parquet").status_code == 404
+            listing = s3.get("/bucket", params={"list-type": "2", "prefix": "data/f.parquet/"})
+            assert listing.status_code == 200 and "<KeyCount>0</KeyCount>" in listing.text
+            put = s3.put("/bucket/data/f.parquet", content=body,
+                         headers={"Content-MD5": base64.b64encode(md5.digest()).decode()})
+            assert put.status_code == 200 and put.headers["ETag"] == f'"{md5.hexdigest()}"'
+            assert s3.head("/bucket/data/f.parquet").status_code == 404  # nothing kept
+    with pytest.raises(httpx.ConnectError):
+        httpx.head(f"{endpoint}/bucket/data/f.parquet")  # and gone with its block
 
 
 def test_missing_jars_are_named_with_the_fix(tmp_path):
@@ -95,9 +121,12 @@ def test_session_settings_put_the_jars_and_jdk17_flags_everywhere():
     conf = spark_conf(jars=[Path("/j/a.jar"), Path("/j/b.jar")])
 
     assert conf["spark.driver.extraClassPath"] == conf["raydp.executor.extraClassPath"] == "/j/a.jar:/j/b.jar"
+    # The driver and RayDP's masters give idle heap back; executors cannot (their -Xms is their -Xmx).
     for key in ("spark.driver.extraJavaOptions", "spark.ray.raydp_app_master.extraJavaOptions"):
-        assert conf[key] == f"{JDK17_JAVA_OPTIONS} {class_archive.archive_java_options()}".strip()
-    assert conf["spark.executor.extraJavaOptions"] == f"{JDK17_JAVA_OPTIONS} {class_archive.executor_java_options()}".strip()
+        assert conf[key] == (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {IDLE_HEAP_JAVA_OPTIONS} "
+                             f"{class_archive.archive_java_options()}").strip()
+    assert conf["spark.executor.extraJavaOptions"] == (
+        f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {class_archive.executor_java_options()}").strip()
     assert JDK17_JAVA_OPTIONS.count("--add-opens=java.base/") == 14
     assert "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED" in JDK17_JAVA_OPTIONS
     assert conf["spark.sql.extensions"] == "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -219,6 +248,24 @@ started = time.perf_counter()
 total = spark.range(0, 1000, numPartitions=2).selectExpr("sum(id) AS s").first()["s"]
 result = {"total": total, "spark_s": time.perf_counter() - started}
 '''
+
+
+def test_the_write_path_warm_up_leaves_nothing_an_execution_could_see(host):
+    """The host's warm-up write (spark_session.warm_the_write_path) went to a catalog of its own
+    session, on scratch space it removed: the host's session has no such catalog, no scratch
+    directory is left, and its first job's time includes the write."""
+    client, info = host
+    run = client.wait(client.submit(
+        "import glob, tempfile\n"
+        "from compute.spark_session import WARM_UP_CATALOG\n"
+        "result = {'catalog': spark.conf.get('spark.sql.catalog.' + WARM_UP_CATALOG, None),\n"
+        "          'scratch': glob.glob(tempfile.gettempdir() + '/lakeport-warm-up-*')}\n")["run_id"])
+    assert run["state"] == "COMPLETED", run["error"]
+    assert run["result"] == {"catalog": None, "scratch": []}
+    assert info["first_job_s"] > 0
+    # Its data files went through S3A to the endpoint that keeps nothing (compute/discarding_s3.py),
+    # from the executors on both nodes (a local unit's nodes share one sandbox, and its loopback).
+    assert info["write_warm_up_error"] is None
 
 
 def test_a_warm_execution_adds_little_to_the_spark_work(host, capsys):
@@ -350,15 +397,20 @@ def test_the_host_is_started_without_its_secret_on_any_command_line(cluster, hos
 
 def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
     """Driver, app master and executors (Ray Java workers) map the archive setup built: they
-    validated it (same class path, same jars)."""
+    validated it (same class path, same jars). Each maps it where it was dumped, not relocated to
+    an address of its own (which would give each JVM a private copy of every page)."""
     _, handle = cluster
     archive = str(class_archive.archive_path())
-    jvms = []
+    jvms, mapped_at = [], set()
     for pid in cluster_pids(handle):
         try:
             argv = [arg for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if arg]
             if argv and argv[0].endswith("java"):
-                jvms.append((argv[-1], archive in Path(f"/proc/{pid}/maps").read_text()))
+                maps = [line for line in Path(f"/proc/{pid}/maps").read_text().splitlines() if line.endswith(archive)]
+                jvms.append((argv[-1], bool(maps)))
+                if maps:  # the archive's largest region (its classes; smaller ones hold objects in the heap)
+                    ranges = [[int(part, 16) for part in line.split()[0].split("-")] for line in maps]
+                    mapped_at.add(max(ranges, key=lambda span: span[1] - span[0])[0])
         except (FileNotFoundError, ProcessLookupError):
             continue
     main_classes = [main for main, _ in jvms]
@@ -366,6 +418,7 @@ def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
     assert main_classes.count("pyspark-shell") == 1, jvms
     assert main_classes.count("io.ray.runtime.runner.worker.DefaultWorker") >= 2, jvms  # the two executors at least
     assert all(mapped for _, mapped in jvms), jvms
+    assert len(mapped_at) == 1, mapped_at
 
 
 def test_the_host_process_is_not_dumpable(host):

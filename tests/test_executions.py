@@ -25,7 +25,6 @@ import jwt
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
-from ray.job_submission import JobSubmissionClient, JobType
 from sqlmodel import Session, select
 
 from app import create_app
@@ -761,8 +760,19 @@ def test_a_running_unit_starts_its_spark_session_before_any_execution_asks(e2e, 
         while backend.spark_host_launch(handle) != "ENDED":
             assert time.monotonic() < deadline, "the Spark host's launcher did not end"
             time.sleep(0.5)
-        jobs = JobSubmissionClient(handle.dashboard_url, headers=handle.auth_headers()).list_jobs()
-        assert [job for job in jobs if job.type == JobType.SUBMISSION] == []  # drivers only: the launcher's
+        # A unit runs no Ray dashboard, so no Jobs API either: nothing else can have started it.
+        assert handle.dashboard_url is None
+    # Nor what only the dashboard or Ray Client would use: a lean unit (idle memory, issue 14).
+    programs = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                for pid in cluster_pids(handle) if Path(f"/proc/{pid}").exists()]
+    for absent in ("dashboard/dashboard.py", "autoscaler/_private/monitor.py", "ray.util.client.server",
+                   "_private/log_monitor.py"):
+        assert not [program for program in programs if absent in program], absent
+    # Its page shows the unit's resources as its Spark host sees them in Ray: the executors hold CPUs.
+    page = client.get(f"/compute-units/{cu_id}").get_data(as_text=True)
+    assert page.count('data-testid="cu-node"') == 1
+    in_use = re.search(r"CPUs in use: ([\d.]+) of ([\d.]+)", page)
+    assert in_use and 0 < float(in_use.group(1)) <= float(in_use.group(2)), in_use
     launcher = json.loads((Path(handle.details["cluster_dir"]) / "nodes" / f"{SPARK_HOST_LAUNCHER}.json").read_text())
     assert launcher["returncode"] == 0
     detail = text(client.get(f"/compute-units/{cu_id}"))
@@ -842,6 +852,29 @@ SLEEPING_STEP = [{"name": "slow", "kind": "python", "output": True,
                   "code": "import time\n\ndef run(spark):\n"
                           "    spark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(300)).count()\n"
                           "    return spark.range(1)"}]
+
+
+def test_runs_leave_no_connections_open_on_their_unit(e2e, db_engine):
+    """Each run opens catalog clients of its own (pyiceberg's, its Spark session's Iceberg REST
+    client), which keep their connections alive. Once it has ended they are closed: the unit holds
+    no more connections after five more runs than after one, instead of a few more per run."""
+    app, client, user, cu_id, warehouse_id = e2e
+    workflow = workflow_for(db_engine, user)
+    with app.app_context():
+        handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
+
+    def connections_out() -> int:  # each connection out of the sandbox is relayed by socat processes
+        argvs = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in cluster_pids(handle)
+                 if Path(f"/proc/{pid}").exists()]
+        return sum(argv.startswith(b"socat") and b"egress-" in argv for argv in argvs)
+
+    counts = []
+    for _ in range(6):
+        execution_id = int(run(client, workflow, cu_id, warehouse_id).headers["Location"].rsplit("/", 1)[1])
+        assert wait_for(client, db_engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED")).state == "COMPLETED"
+        time.sleep(0.5)
+        counts.append(connections_out())
+    assert counts[-1] <= counts[0] + 2, counts
 
 
 def start_sleeping_step(client, db_engine, user, cu_id, warehouse_id) -> int:

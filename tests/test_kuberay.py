@@ -410,6 +410,7 @@ def test_the_portal_role_allows_every_call_the_backend_makes(validator):
     # KubeRay clusters do not start a Spark host with the cluster: nothing to ask the API server.
     assert backend.spark_host_launch(handle) is SparkHostLaunchState.NONE
     assert backend.spark_host_launch_log(handle) == ""
+    assert backend.launch_spark_host(handle) is False  # nor when asked: the host is a Ray Job there
     stored = ClusterHandle.from_json(handle.to_json())  # as the database keeps it: without the token
     backend.restore_token(stored)
     backend.adopt(ClusterHandle.from_json(handle.to_json()))  # a restarted portal: the token from the Secret
@@ -417,7 +418,8 @@ def test_the_portal_role_allows_every_call_the_backend_makes(validator):
     never_ready = RecordingApiServer(validator, [PROVISIONING])
     with pytest.raises(ClusterStartError):
         backend_on(never_ready).start(spec(start_timeout_s=0))  # also lists pods to explain why
-    exercised = {"start", "status", "spark_host_launch", "spark_host_launch_log", "restore_token", "adopt", "terminate"}
+    exercised = {"start", "status", "spark_host_launch", "spark_host_launch_log", "launch_spark_host", "restore_token",
+                 "adopt", "terminate"}
     # A new method on the interface must be exercised here too.
     assert _public_methods(ClusterBackend) | _public_methods(KubeRayBackend) == exercised
 

@@ -11,6 +11,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -356,3 +357,46 @@ def test_a_spark_host_started_with_the_cluster_that_fails_says_why_and_the_clust
     finally:
         backend.terminate(handle)
     assert cluster_pids(handle) == []
+
+
+@pytest.mark.parametrize("answer, used, reason", [
+    ({"resources_used": {"CPU": 2.0, "memory": 2147483648.0}}, (2.0, 2 << 30), ""),
+    ({"resources_used": {"CPU": "lots"}}, (0.0, 0), "the Spark host reported no resource figures"),
+    (None, (0.0, 0), "resources in use as the Spark host reports them"),
+])
+def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_reports_in_use(answer, used, reason):
+    """Nodes as the unit started them; use as its Spark host reports it (whatever the host's
+    code writes there is a figure or nothing); no host answering, nothing in use."""
+    import json
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Host(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = json.dumps({"state": "ready", **answer}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Host)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1] if answer is not None else free_port()
+    handle = ClusterHandle(backend="local", cu_id="t", spark_host_url=f"http://127.0.0.1:{port}",
+                           spark_host_secret="s" * 32, details={"nodes": [
+                               {"role": "head", "cpus": 2, "memory_bytes": 3 << 30},
+                               {"role": "worker-1", "cpus": 2, "memory_bytes": 3 << 30}]})
+    try:
+        status = LocalClusterBackend._status_from_the_spark_host(handle)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status.state == ClusterState.RUNNING
+    assert [(node.node_id, node.is_head, node.cpus) for node in status.nodes] == [
+        ("head", True, 2.0), ("worker-1", False, 2.0)]
+    assert (status.cpus_total, status.memory_total_bytes) == (4.0, 6 << 30)
+    assert (status.cpus_used, status.memory_used_bytes) == used
+    assert status.reason.startswith(reason)

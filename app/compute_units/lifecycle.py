@@ -128,18 +128,19 @@ def _spec(cu: ComputeUnit) -> ClusterSpec:
         worker_nodes=cu.worker_nodes, owner=str(cu.owner_id), cluster_name=cu.ray_cluster,
         spark_host_port=cu.spark_host_port,
         include_dashboard=current_app.config["RAY_DASHBOARD"],
-        spark_host=_spark_host_launch(cu) if current_app.config["CU_WARM_SPARK_ON_START"] else None,
+        spark_host=_spark_host_launch(cu, with_cluster=current_app.config["CU_WARM_SPARK_ON_START"]),
         start_timeout_s=current_app.config["CU_START_TIMEOUT_SECONDS"],
     )
 
 
-def _spark_host_launch(cu: ComputeUnit) -> SparkHostLaunch:
-    """The unit's Spark host, for backends that start it with the cluster (the nonce becomes
-    the handle's: the secret derived from it is the one the portal's calls carry)."""
+def _spark_host_launch(cu: ComputeUnit, *, with_cluster: bool) -> SparkHostLaunch:
+    """The unit's Spark host, for backends that start it themselves, with the cluster or when
+    asked (the nonce becomes the handle's: the secret derived from it is the one the portal's
+    calls carry)."""
     nonce = new_spark_host_nonce()
     secret = spark_host_secret(current_app.config["SECRET_KEY"], str(cu.id), nonce)
     return SparkHostLaunch(nonce=nonce, secret_sha256=secret_digest(secret), **spark_warmup.spark_host_size(cu),
-                           warm_timeout_s=spark_warmup.BOOTSTRAP_TIMEOUT_SECONDS)
+                           warm_timeout_s=spark_warmup.BOOTSTRAP_TIMEOUT_SECONDS, with_cluster=with_cluster)
 
 
 def _backend(cu: ComputeUnit):

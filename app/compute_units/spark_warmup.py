@@ -75,15 +75,15 @@ def _ensure_warm(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallb
         try:
             info = _started_with_the_unit(backend, handle, client)
         except SparkHostError:
-            if backend.spark_host_launch(handle) == SparkHostLaunchState.ENDED and not handle.dashboard_url:
-                # Started with the unit, and it failed; Ray Jobs (a second try) need the dashboard.
-                raise SparkHostUnavailable("the compute unit's Spark host did not start: "
-                                           f"{backend.spark_host_launch_log(handle) or 'no output'}") from None
-            try:
-                info = client.bootstrap(**spark_host_size(cu), timeout_s=BOOTSTRAP_TIMEOUT_SECONDS,
-                                        progress=progress)
-            except Exception as error:  # Ray's Jobs API raises its own errors too
-                raise SparkHostUnavailable(f"the compute unit's Spark host did not start: {error}") from None
+            if backend.launch_spark_host(handle):  # the unit starts it itself: no Ray Job
+                progress("starting the Spark host")
+                try:
+                    info = _started_with_the_unit(backend, handle, client)
+                except SparkHostError:
+                    raise SparkHostUnavailable("the compute unit's Spark host did not start: "
+                                               f"{backend.spark_host_launch_log(handle) or 'no output'}") from None
+            else:
+                info = _bootstrapped(cu, backend, handle, client, progress)
         deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
         try:
             while info["state"] == "warming" and time.monotonic() < deadline:
@@ -108,6 +108,19 @@ def ready_app(cu_id: int, handle: ClusterHandle) -> str | None:
 def forget_ready(cu_id: int) -> None:
     """The unit's host did not answer as a ready host does: the next execution asks it first."""
     _ready.pop(cu_id, None)
+
+
+def _bootstrapped(cu: ComputeUnit, backend: ClusterBackend, handle: ClusterHandle, client: SparkHostClient,
+                  progress: ProgressCallback) -> dict:
+    """The host started through Ray's Jobs API, for units whose cluster cannot start it itself."""
+    if backend.spark_host_launch(handle) == SparkHostLaunchState.ENDED and not handle.dashboard_url:
+        # Started with the unit, and it failed; Ray Jobs (a second try) need the dashboard.
+        raise SparkHostUnavailable("the compute unit's Spark host did not start: "
+                                   f"{backend.spark_host_launch_log(handle) or 'no output'}")
+    try:
+        return client.bootstrap(**spark_host_size(cu), timeout_s=BOOTSTRAP_TIMEOUT_SECONDS, progress=progress)
+    except Exception as error:  # Ray's Jobs API raises its own errors too
+        raise SparkHostUnavailable(f"the compute unit's Spark host did not start: {error}") from None
 
 
 def _started_with_the_unit(backend: ClusterBackend, handle: ClusterHandle, client: SparkHostClient) -> dict:

@@ -49,6 +49,7 @@ class SparkHostLaunch:
     executor_cores: int
     executor_memory: str
     warm_timeout_s: float
+    with_cluster: bool = True  # False: planned, but started only when asked (`launch_spark_host`)
 
 
 class SparkHostLaunchState(str, Enum):
@@ -72,7 +73,7 @@ class ClusterSpec:
     # Local clusters only: more of the cluster's loopback ports the portal must reach (bridged out of
     # its sandbox), e.g. the Spark host ports of a local cluster listed as a shared cluster.
     extra_ports: tuple[int, ...] = ()
-    include_dashboard: bool = True  # local clusters only: Ray Jobs and resource figures need it
+    include_dashboard: bool = True  # local clusters only (the portal's LAKEPORT_RAY_DASHBOARD): Ray Jobs need it
     spark_host: SparkHostLaunch | None = None  # backends that cannot start it with the cluster ignore it
     start_timeout_s: float = 120.0
 
@@ -185,6 +186,11 @@ class ClusterBackend(ABC):
     def spark_host_launch(self, handle: ClusterHandle) -> SparkHostLaunchState:
         """Whether the unit's Spark host was started with the cluster, and how far that got."""
         return SparkHostLaunchState.NONE
+
+    def launch_spark_host(self, handle: ClusterHandle) -> bool:
+        """Have the cluster start the unit's Spark host (again) itself, as it would have with the
+        cluster; False if this backend cannot (then the host is bootstrapped through Ray Jobs)."""
+        return False
 
     def spark_host_launch_log(self, handle: ClusterHandle) -> str:
         """The last lines its launcher wrote, to say why a host started with the cluster failed."""

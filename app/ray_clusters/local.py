@@ -12,7 +12,7 @@ through bridges the other way. Users' PySpark steps run in these nodes: nothing 
 portal's environment, files or network is theirs to read.
 
 Isolation between compute units on one machine:
-- ports: every port Ray would otherwise default (GCS, dashboard, client server, node and
+- ports: every port Ray would otherwise default (GCS, dashboard, node and
   object managers, agents, metrics, the worker port range) is chosen explicitly and free,
   and reserved within this process; the bridged ones are the portal's loopback ports;
 - files: each cluster has its own directory (Ray temp dirs, logs, Spark scratch space),
@@ -53,10 +53,12 @@ from app.ray_clusters.base import (
     ClusterStartError,
     ClusterState,
     ClusterStatus,
+    NodeStatus,
     ProgressCallback,
     no_progress,
 )
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
+from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 from compute.jars import jars_dir
 from compute.spark_host import SparkHostSettings
 
@@ -73,6 +75,7 @@ _WORKER_PORT_AREA = (20000, 32000)
 WORKER_PORTS_PER_NODE = 100
 # Ports the portal reaches inside a unit, through ingress bridges.
 _INGRESS_PORTS = ("dashboard", "spark_host")
+SPARK_HOST_STATUS_TIMEOUT_S = 2.0
 # The record name of the process that starts a unit's Spark host with the unit (compute/unit_init.py).
 SPARK_HOST_LAUNCHER = "spark-host-launcher"
 _lock = threading.Lock()
@@ -118,7 +121,7 @@ class LocalClusterBackend(ClusterBackend):
         if uid is not None:
             os.chown(token_path, uid, uid)  # Ray in the unit reads it; the portal, as root, still can
 
-        ports = {name: _reserve_port() for name in ("gcs", "dashboard", "client_server",
+        ports = {name: _reserve_port() for name in ("gcs", "dashboard",
                                                     "autoscaler_metrics", "dashboard_metrics", "spark_host")}
         handle = ClusterHandle(
             backend=self.kind,
@@ -201,7 +204,8 @@ class LocalClusterBackend(ClusterBackend):
         node_dir = cluster_dir / ("h" if role == "head" else f"w{role.split('-')[1]}")
         ports = {name: _reserve_port() for name in ("node_manager", "object_manager", "agent_http",
                                                     "agent_grpc", "runtime_env_agent", "metrics_export")}
-        node = {"role": role, "ports": ports, "dir": str(node_dir), "log": str(cluster_dir / f"{role}.log")}
+        node = {"role": role, "ports": ports, "dir": str(node_dir), "log": str(cluster_dir / f"{role}.log"),
+                "cpus": spec.cpus_per_node, "memory_bytes": spec.memory_bytes_per_node - spec.object_store_bytes}
         handle.details["nodes"].append(node)  # from here on, terminate releases what the node holds
         worker_ports = _reserve_port_block(WORKER_PORTS_PER_NODE)
         node["worker_ports"] = [worker_ports[0], worker_ports[-1]]
@@ -221,14 +225,18 @@ class LocalClusterBackend(ClusterBackend):
             f"--min-worker-port={worker_ports[0]}",
             f"--max-worker-port={worker_ports[-1]}",
             "--disable-usage-stats",
+            # It streams every worker's output to the drivers, where nothing reads it (the Spark
+            # host's own output is its launcher's log); the logs stay in the node's directory.
+            "--include-log-monitor=false",
         ]
         cluster_ports = handle.details["ports"]
         if role == "head":
             argv += [
                 "--head",
                 f"--port={cluster_ports['gcs']}",
-                f"--ray-client-server-port={cluster_ports['client_server']}",
                 f"--include-dashboard={'true' if spec.include_dashboard else 'false'}",
+                # The autoscaler's monitor reports to the dashboard's cluster status; a unit has a fixed size.
+                *([] if spec.include_dashboard else ["--no-monitor"]),
                 "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={cluster_ports['dashboard']}",
             ]
@@ -263,14 +271,17 @@ class LocalClusterBackend(ClusterBackend):
                    for name in ingress_names]
         ingress += [sandbox.ingress_forwarders(port, socket_dir / f"port-{port}") for port in spec.extra_ports]
         plan_path = cluster_dir / "plan.json"
+        launcher = self._spark_host_launcher(handle, spec.spark_host) if spec.spark_host else None
         plan_path.write_text(json.dumps({
             "records_dir": str(cluster_dir / "nodes"),
             "forwarders_log": str(cluster_dir / "forwarders.log"),
             "forwarders": [inside for _, inside in egress + ingress],
             "nodes": [node.pop("plan") for node in handle.details["nodes"]],
-            "after_head": [self._spark_host_launcher(handle, spec.spark_host)] if spec.spark_host else [],
+            "after_head": [launcher] if launcher and spec.spark_host.with_cluster else [],
+            "on_request": [launcher] if launcher else [],
         }))
-        handle.details["spark_host_launched"] = spec.spark_host is not None
+        handle.details["spark_host_launched"] = bool(launcher and spec.spark_host.with_cluster)
+        handle.details["spark_host_on_request"] = launcher is not None
         env = self._node_env(cluster_dir, Path(handle.details["auth_token_file"]), handle.details["ports"])
         bwrap = sandbox.bwrap_argv(unit_dir=cluster_dir, uid=uid, read_only=self._read_only_paths(),
                                    etc_files=etc_files,
@@ -300,12 +311,23 @@ class LocalClusterBackend(ClusterBackend):
                 "ready_port": handle.details["ports"]["spark_host"]}
 
     def spark_host_launch(self, handle: ClusterHandle) -> SparkHostLaunchState:
-        if not handle.details.get("spark_host_launched"):
-            return SparkHostLaunchState.NONE
+        if _launch_request(handle).exists():  # the unit's init starts the launcher, then takes the request
+            return SparkHostLaunchState.STARTING
         record = _node_record(handle, {"role": SPARK_HOST_LAUNCHER})
-        # No record yet: the head's GCS is not up, so the launcher has not started.
-        return SparkHostLaunchState.STARTING if record is None or record["returncode"] is None \
-            else SparkHostLaunchState.ENDED
+        if record is None:  # not started yet: with the cluster, once the head's GCS is up; or never
+            return SparkHostLaunchState.STARTING if handle.details.get("spark_host_launched") \
+                else SparkHostLaunchState.NONE
+        return SparkHostLaunchState.STARTING if record["returncode"] is None else SparkHostLaunchState.ENDED
+
+    def launch_spark_host(self, handle: ClusterHandle) -> bool:
+        """Ask the unit's init to start the Spark host's launcher (compute/unit_init.py): the
+        unit's first host when it was not started with the cluster, or a new one after its host
+        ended. No Ray Job, so no dashboard, is needed."""
+        if not handle.details.get("spark_host_on_request"):
+            return False  # a unit started before units could
+        if self.spark_host_launch(handle) != SparkHostLaunchState.STARTING:  # one launcher at a time
+            _launch_request(handle).write_text("")
+        return True
 
     def spark_host_launch_log(self, handle: ClusterHandle) -> str:
         path = Path(handle.details["cluster_dir"]) / f"{SPARK_HOST_LAUNCHER}.log"
@@ -389,7 +411,7 @@ class LocalClusterBackend(ClusterBackend):
             if (reason := _death_reason(handle, node)) is not None:
                 return ClusterStatus(ClusterState.FAILED, reason=f"{node['role']} node {reason}")
         if handle.dashboard_url is None:
-            return ClusterStatus(ClusterState.RUNNING)
+            return self._status_from_the_spark_host(handle)
         try:
             with RayDashboard(handle.dashboard_url, handle.auth_headers()) as dashboard:
                 status = dashboard.cluster_status()
@@ -400,6 +422,28 @@ class LocalClusterBackend(ClusterBackend):
         if status.alive_nodes < expected:
             status.state = ClusterState.FAILED
             status.reason = f"only {status.alive_nodes} of {expected} nodes alive"
+        return status
+
+    @staticmethod
+    def _status_from_the_spark_host(handle: ClusterHandle) -> ClusterStatus:
+        """A unit without a dashboard: its nodes as started (each node's process is alive), and
+        the resources in use as its Spark host sees them in Ray. Without a Spark host nothing
+        holds any: only the host and its Spark session take Ray resources on a unit."""
+        nodes = [NodeStatus(node_id=node["role"], is_head=node["role"] == "head", alive=True,
+                            cpus=float(node.get("cpus", 0)), memory_bytes=int(node.get("memory_bytes", 0)))
+                 for node in handle.details["nodes"]]
+        status = ClusterStatus(ClusterState.RUNNING, nodes=nodes, cpus_total=sum(node.cpus for node in nodes),
+                               memory_total_bytes=sum(node.memory_bytes for node in nodes))
+        try:
+            with SparkHostClient(handle, timeout=SPARK_HOST_STATUS_TIMEOUT_S) as host:
+                used = host.info().get("resources_used")
+        except SparkHostError as error:  # no host (yet), so nothing in use; or one that does not answer
+            status.reason = f"resources in use as the Spark host reports them: {error}"
+            return status
+        try:  # what runs in the host (a user's code, too) writes these: figures or nothing
+            status.cpus_used, status.memory_used_bytes = float(used["CPU"]), int(used["memory"])
+        except (KeyError, TypeError, ValueError):
+            status.reason = "the Spark host reported no resource figures"
         return status
 
     def adopt(self, handle: ClusterHandle) -> ClusterStatus:
@@ -470,6 +514,10 @@ def _sandbox_namespace(handle: ClusterHandle) -> str | None:
 
 def _sandbox_running(handle: ClusterHandle) -> bool:
     return _sandbox_namespace(handle) is not None
+
+
+def _launch_request(handle: ClusterHandle) -> Path:
+    return Path(handle.details["cluster_dir"]) / "nodes" / f"{SPARK_HOST_LAUNCHER}.start"
 
 
 def _node_record(handle: ClusterHandle, node: dict) -> dict | None:
