@@ -4,7 +4,9 @@ that each failed. Independent of the unit's kind, so the same step can run on an
 `attack_step(targets)` is a workflow step: `run(spark)` returns a DataFrame of
 (attempt, outcome, detail), outcome "failed" or "succeeded". `breaches(rows, secrets)` lists
 what got through. Targets (all optional but `secrets_hint`):
-    portal_pid, catalog_pid: host pids whose /proc/<pid>/environ must stay unreadable;
+    portal_pid, catalog_pid: host pids whose environment must stay unreadable. A unit has its own
+        pid namespace, where the same number may name one of the unit's own processes, so what
+        such a read returns is checked (see `target_environs`), not whether it returned;
     database_dsn: the portal's database (psycopg); sqlite_file: a SQLite database by path;
     private_paths: files or dirs of the portal's side (the stack's var dir, the checkout);
     other_token_file: another unit's Ray token; other_ports: another unit's loopback ports;
@@ -27,6 +29,17 @@ def _attempts():
     for label in ("portal_pid", "catalog_pid"):
         if TARGETS.get(label):
             yield f"environ of {label}", lambda pid=TARGETS[label]: open(f"/proc/{pid}/environ").read()
+
+    def every_environ():
+        environs = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                entries = open(f"/proc/{pid}/environ").read().split("\\0")
+            except OSError:
+                continue
+            environs[pid] = dict(entry.split("=", 1) for entry in entries if "=" in entry)
+        return json.dumps(environs)
+    yield "environ of every visible process", every_environ
     if TARGETS.get("database_dsn"):
         def database():
             import psycopg
@@ -80,8 +93,10 @@ def attack_step(targets: dict, name: str = "attacks") -> dict:
     return {"name": name, "kind": "python", "output": True, "code": _STEP % json.dumps(targets)}
 
 
-# Reading its own environment is allowed; what it holds is checked instead.
-ALLOWED_TO_SUCCEED = {"environment"}
+# Reading its own environment, and those of the processes it can see, is allowed; what they hold
+# is checked instead. So is what a pid-namespaced read of the portal's or catalog's pid returned.
+ALLOWED_TO_SUCCEED = {"environment", "environ of every visible process", "environ of portal_pid",
+                      "environ of catalog_pid"}
 # The only portal setting a unit's processes get (where the Spark jars are).
 ALLOWED_LAKEPORT_VARIABLES = {"LAKEPORT_JARS_DIR"}
 
@@ -93,8 +108,26 @@ def breaches(rows: list[dict], secrets: list[str]) -> list[str]:
         if row["outcome"] != "failed" and row["attempt"] not in ALLOWED_TO_SUCCEED:
             found.append(f"{row['attempt']} succeeded: {row['detail'][:300]}")
         found += [f"{row['attempt']} revealed a secret" for secret in secrets if secret and secret in row["detail"]]
+        if row["outcome"] != "succeeded":
+            continue
         if row["attempt"] == "environment":
-            names = set(json.loads(row["detail"])) if row["outcome"] == "succeeded" else set()
-            found += [f"environment has {name}" for name in sorted(names)
-                      if name.startswith("LAKEPORT_") and name not in ALLOWED_LAKEPORT_VARIABLES]
+            found += [f"environment has {name}" for name in _portal_variables(json.loads(row["detail"]))]
+        if row["attempt"] == "environ of every visible process":
+            for pid, environ in json.loads(row["detail"]).items():
+                found += [f"process {pid} has {name}" for name in _portal_variables(environ)]
     return found
+
+
+def _portal_variables(environ: dict) -> list[str]:
+    return sorted(name for name in environ if name.startswith("LAKEPORT_") and name not in ALLOWED_LAKEPORT_VARIABLES)
+
+
+def target_environs(targets: dict) -> list[str]:
+    """The environments of the targeted portal-side processes, as the portal's side reads them: a
+    step that read any of them whole has reached that process, so they count as secrets."""
+    environs = []
+    for label in ("portal_pid", "catalog_pid"):
+        if targets.get(label):
+            with open(f"/proc/{targets[label]}/environ") as environ:
+                environs.append(environ.read())
+    return environs

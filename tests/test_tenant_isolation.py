@@ -26,7 +26,7 @@ from app.worker import Worker
 from compute import class_archive
 from compute.jars import jar_paths
 from tests.processes import process_running
-from tests.tenant_attacks import attack_step, breaches
+from tests.tenant_attacks import attack_step, breaches, target_environs
 from tests.test_executions import (
     csrf,
     independent_catalog,
@@ -170,7 +170,7 @@ def test_a_step_on_a_local_unit_reaches_nothing_but_its_own_warehouse(portal_con
     finally:
         stop_units(app, db_engine, [cu.id])
         worker.stop()
-    assert_all_failed(rows, portal_secrets + [other_unit.auth_token], expected_attempts=14)
+    assert_all_failed(rows, portal_secrets + target_environs(targets) + [other_unit.auth_token], expected_attempts=15)
 
 
 @pytest.fixture(scope="module")
@@ -224,5 +224,5 @@ def test_a_step_on_a_shared_cluster_reaches_nothing_of_the_other_user(portal_con
     finally:
         stop_units(app, db_engine, [cu_id for _, _, _, cu_id in units.values()])
         worker.stop()
-    assert_all_failed(rows, portal_secrets, expected_attempts=12)
+    assert_all_failed(rows, portal_secrets + target_environs(targets), expected_attempts=13)
     assert "401" in {row["attempt"]: row for row in rows}[f"other unit's port {victim_cu.spark_host_port}"]["detail"]
