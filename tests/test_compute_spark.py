@@ -20,6 +20,7 @@ from compute.spark_session import (
     JDK17_JAVA_OPTIONS,
     TRIM_NATIVE_JAVA_OPTIONS,
     S3Access,
+    apply_conf,
     iceberg_catalog_conf,
     spark_conf,
 )
@@ -154,6 +155,26 @@ def test_rest_catalog_settings_for_one_warehouse():
         "spark.hadoop.fs.s3a.bucket.sales-bucket.aws.credentials.provider":
             "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
     }
+
+
+def test_settings_added_to_a_running_session_go_to_hadoop_or_sql_by_their_prefix():
+    class Recording(dict):
+        def set(self, key, value):
+            self[key] = value
+
+    hadoop, sql = Recording(), Recording()
+    context = type("Context", (), {"_jsc": type("Jsc", (), {"hadoopConfiguration": lambda self: hadoop})()})()
+    session = type("Session", (), {"sparkContext": context, "conf": sql})()
+
+    apply_conf(session, iceberg_catalog_conf(
+        "sales", uri="http://catalog/", warehouse="w",
+        s3=S3Access(endpoint="http://s3:9000", bucket="b", access_key="AK", secret_key="SK")))
+
+    assert hadoop["fs.s3a.bucket.b.endpoint"] == "http://s3:9000"
+    assert hadoop["fs.s3a.bucket.b.secret.key"] == "SK"
+    assert all(key.startswith("fs.s3a.bucket.b.") for key in hadoop)
+    assert sql["spark.sql.catalog.sales.uri"] == "http://catalog/"
+    assert not any(key.startswith("spark.hadoop.") for key in sql)
 
 
 def test_rest_catalog_with_a_client_credential_and_session_keys():
