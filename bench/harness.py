@@ -55,7 +55,7 @@ PLAIN_PYSPARK_CODE = '''
 import time
 from compute.catalog_cache import CatalogAccess, CatalogCache
 from compute.iceberg_rest import rest_catalog
-from compute.pipeline import close_session_catalog
+from compute.spark_session import close_session_catalog
 
 catalog = args["catalog"]
 vended = rest_catalog("plain-pyspark", catalog["uri"], catalog["warehouse"], catalog["token"]).load_table(

@@ -55,6 +55,9 @@ def run(bench: Bench, options) -> list[Summary]:
     if phases := [name for name in runs[0].phases_s if all(name in t.phases_s for t in runs)]:
         print("    on the host by phase (medians): " + " · ".join(
             f"{name.removesuffix('_s')} {median([t.phases_s[name] for t in runs]):.3f} s" for name in phases))
+        if fresh and all(name in warm_up.phases_s for name in phases):
+            print("    the first run on the host by phase: " + " · ".join(
+                f"{name.removesuffix('_s')} {warm_up.phases_s[name]:.3f} s" for name in phases))
     print(f"  plain PySpark, same catalog: {spread(baseline)}")
     lineage = [json.loads(bench.row(Execution, t.execution_id).lineage or "{}").get("collected_in_s") for t in runs]
     if None not in lineage:

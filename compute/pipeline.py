@@ -69,6 +69,7 @@ from compute.contract import (
 from compute.iceberg_rest import rest_catalog
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.spark_host import RunFailed, RunInterrupted, RunProgress
+from compute.spark_session import close_session_catalog
 
 STEP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # Bounds on what one execution's console log keeps in memory.
@@ -829,25 +830,6 @@ def warehouse_session(spark, binding: CatalogBinding):
     spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
     session.catalog.setCurrentCatalog(binding.catalog_name)
     return session
-
-
-def close_session_catalog(session, catalog_name: str) -> None:
-    """Close the Iceberg REST client of a warehouse session's catalog, and with it the session's
-    connections to the catalog (Spark never closes a session's catalogs). Best effort: a client
-    that cannot be closed costs connections, not the run."""
-    try:
-        manager = session._jsparkSession.sessionState().catalogManager()
-        if not manager.isCatalogRegistered(catalog_name):
-            return  # never used, so never started
-        client = manager.catalog(catalog_name).icebergCatalog()
-        if client.getClass().getName() == "org.apache.iceberg.CachingCatalog":  # the REST catalog it wraps
-            wrapped = client.getClass().getDeclaredField("catalog")
-            wrapped.setAccessible(True)
-            client = wrapped.get(client)
-        if session.sparkContext._jvm.java.io.Closeable._java_lang_class.isInstance(client):
-            client.close()
-    except Exception as error:  # noqa: BLE001 - see above
-        print(f"could not close the catalog client of {catalog_name}: {_describe(error)}", file=sys.stderr)
 
 
 SESSIONS = SpareSessions()

@@ -111,38 +111,57 @@ WARM_UP_CATALOG = "lakeport_warm_up"
 
 
 def warm_the_write_path(spark, partitions: int) -> None:
-    """Load and compile what an execution's first write runs, before any execution: an Iceberg
-    write (Spark's write plan and a commit on the driver, Parquet through S3A on the executors)
-    in a session of its own, to a throwaway Hadoop catalog on local disk whose data files go
-    to an S3 endpoint that keeps nothing (compute/discarding_s3.py); then, on the driver, S3A
-    and Iceberg's REST HTTP client set up as a first write does. Without it the first execution
-    on a unit took 1-2 s longer than the next ones; its first write job, 0.8 s against 0.13 s."""
-    import shutil
-    import tempfile
+    """Load and compile what an execution's first write runs, before any execution: the
+    write an execution makes (Spark's write plan, the driver's REST catalog calls, a staged
+    create-or-replace and its commit, Parquet and manifests through S3A) in a session of its
+    own, to a throwaway REST catalog on the unit's loopback (compute/warm_up_catalog.py) whose
+    files go to an S3 endpoint that holds them until the warm-up ends (compute/scratch_s3.py). Without it the
+    first execution on a unit took 1-2 s longer than the next ones."""
+    from compute.scratch_s3 import ScratchS3
+    from compute.warm_up_catalog import WarmUpCatalog
 
-    from compute.discarding_s3 import DiscardingS3
-
-    scratch = Path(tempfile.mkdtemp(prefix="lakeport-warm-up-"))
+    jvm = spark.sparkContext._jvm
     session = spark.newSession()
-    try:
-        with DiscardingS3() as endpoint:
-            keys = S3Keys(endpoint=endpoint, access_key="warm-up", secret_key="warm-up")
-            conf = {**iceberg_catalog_conf(WARM_UP_CATALOG, warehouse=scratch.as_uri()),
-                    **catalog_s3a_conf(WARM_UP_CATALOG, keys),
-                    # An executor on another node cannot reach this endpoint: fail at once, not after retries.
-                    f"spark.sql.catalog.{WARM_UP_CATALOG}.hadoop.fs.s3a.attempts.maximum": "1",
-                    f"spark.sql.catalog.{WARM_UP_CATALOG}.hadoop.fs.s3a.retry.limit": "0"}
-            for key, value in conf.items():
-                session.conf.set(key, value)
+    with ScratchS3() as endpoint, WarmUpCatalog("s3a://lakeport-warm-up/tables") as uri:
+        keys = S3Keys(endpoint=endpoint, access_key="warm-up", secret_key="warm-up")
+        conf = {**iceberg_catalog_conf(WARM_UP_CATALOG, uri=uri, warehouse="warm-up", token="warm-up"),
+                **catalog_s3a_conf(WARM_UP_CATALOG, keys),
+                # An executor on another node cannot reach this endpoint: fail at once, not after retries.
+                f"spark.sql.catalog.{WARM_UP_CATALOG}.hadoop.fs.s3a.attempts.maximum": "1",
+                f"spark.sql.catalog.{WARM_UP_CATALOG}.hadoop.fs.s3a.retry.limit": "0"}
+        for key, value in conf.items():
+            session.conf.set(key, value)
+        # As a run's session is used (pipeline.warehouse_session): current, and the thread's active one.
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+        try:
+            session.catalog.setCurrentCatalog(WARM_UP_CATALOG)
+            session.sql("CREATE NAMESPACE IF NOT EXISTS warm_up")
             session.range(0, 4 * partitions, 1, partitions) \
                 .selectExpr("id", "id % 7 AS k", "CAST(id AS STRING) AS s") \
-                .writeTo(f"{WARM_UP_CATALOG}.warm_up.t").using("iceberg") \
-                .tableProperty("write.data.path", "s3a://lakeport-warm-up/data").create()
-        jvm = spark.sparkContext._jvm
-        jvm.org.apache.iceberg.rest.HTTPClient.builder(jvm.java.util.HashMap()) \
-            .uri("http://127.0.0.1:9").build().close()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+                .writeTo(f"{WARM_UP_CATALOG}.warm_up.t").using("iceberg").createOrReplace()
+            session.sql(f"SHOW TABLES IN {WARM_UP_CATALOG}.warm_up").collect()
+        finally:
+            jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+            close_session_catalog(session, WARM_UP_CATALOG)
+
+
+def close_session_catalog(session, catalog_name: str) -> None:
+    """Close the Iceberg REST client of a session's catalog, and with it the session's
+    connections to the catalog (Spark never closes a session's catalogs). Best effort: a client
+    that cannot be closed costs connections, not the run."""
+    try:
+        manager = session._jsparkSession.sessionState().catalogManager()
+        if not manager.isCatalogRegistered(catalog_name):
+            return  # never used, so never started
+        client = manager.catalog(catalog_name).icebergCatalog()
+        if client.getClass().getName() == "org.apache.iceberg.CachingCatalog":  # the REST catalog it wraps
+            wrapped = client.getClass().getDeclaredField("catalog")
+            wrapped.setAccessible(True)
+            client = wrapped.get(client)
+        if session.sparkContext._jvm.java.io.Closeable._java_lang_class.isInstance(client):
+            client.close()
+    except Exception as error:  # noqa: BLE001 - see above
+        print(f"could not close the catalog client of {catalog_name}: {type(error).__name__}: {error}", file=sys.stderr)
 
 
 def stop_spark_session() -> None:

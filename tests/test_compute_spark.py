@@ -2,6 +2,7 @@
 two-node local cluster (RayDP executors on both nodes, Iceberg through the jars)."""
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import time
 import zipfile
@@ -78,26 +79,70 @@ def test_the_class_archive_is_built_for_the_class_path_raydp_starts_its_jvms_wit
     assert class_archive.archive_path().is_file(), "setup builds it: python -m compute.class_archive"
 
 
-def test_the_discarding_s3_endpoint_answers_a_new_objects_write_and_keeps_nothing():
-    import base64
-    import hashlib
-
-    from compute.discarding_s3 import DiscardingS3
+def test_the_scratch_s3_endpoint_serves_a_write_and_its_read_back_until_it_stops():
+    from compute.scratch_s3 import ScratchS3
 
     body = b"parquet bytes" * 1000
-    md5 = hashlib.md5(body, usedforsecurity=False)
-    with DiscardingS3() as endpoint:
+    chunked = b"".join([b"2710;chunk-signature=ab\r\n", body[:10000], b"\r\n",
+                        f"{len(body) - 10000:x};chunk-signature=cd\r\n".encode(), body[10000:], b"\r\n",
+                        b"0;chunk-signature=ef\r\n\r\n"])
+    with ScratchS3() as endpoint:
         assert endpoint.startswith("http://127.0.0.1:")
         with httpx.Client(base_url=endpoint) as s3:
             assert s3.head("/bucket/data/f.parquet").status_code == 404
             listing = s3.get("/bucket", params={"list-type": "2", "prefix": "data/f.parquet/"})
             assert listing.status_code == 200 and "<KeyCount>0</KeyCount>" in listing.text
-            put = s3.put("/bucket/data/f.parquet", content=body,
-                         headers={"Content-MD5": base64.b64encode(md5.digest()).decode()})
-            assert put.status_code == 200 and put.headers["ETag"] == f'"{md5.hexdigest()}"'
-            assert s3.head("/bucket/data/f.parquet").status_code == 404  # nothing kept
+            # As the AWS SDK sends it: in signed chunks.
+            put = s3.put("/bucket/data/f.parquet", content=chunked,
+                         headers={"x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"})
+            assert put.status_code == 200
+            assert put.headers["ETag"] == f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"'
+            head = s3.head("/bucket/data/f.parquet")
+            assert head.status_code == 200 and head.headers["Content-Length"] == str(len(body))
+            assert s3.get("/bucket/data/f.parquet").content == body
+            tail = s3.get("/bucket/data/f.parquet", headers={"Range": f"bytes={len(body) - 8}-"})
+            assert tail.status_code == 206 and tail.content == body[-8:]
+            assert tail.headers["Content-Range"] == f"bytes {len(body) - 8}-{len(body) - 1}/{len(body)}"
+            assert s3.put("/bucket/plain", content=b"abc").status_code == 200
+            assert s3.get("/bucket/plain", headers={"Range": "bytes=1-1"}).content == b"b"
+            assert s3.delete("/bucket/plain").status_code == 204
+            assert s3.get("/bucket/plain").status_code == 404
     with pytest.raises(httpx.ConnectError):
-        httpx.head(f"{endpoint}/bucket/data/f.parquet")  # and gone with its block
+        httpx.head(f"{endpoint}/bucket/data/f.parquet")  # gone with its block, and its objects with it
+
+
+def test_the_warm_up_catalog_serves_a_write_as_a_rest_catalog_does_and_keeps_it_in_memory():
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from compute.warm_up_catalog import WarmUpCatalog
+
+    with WarmUpCatalog("s3a://lakeport-warm-up/tables/") as uri:
+        catalog = load_catalog("warm-up", type="rest", uri=uri)
+        catalog.create_namespace("warm_up")
+        assert catalog.list_namespaces() == [("warm_up",)]
+        with pytest.raises(NoSuchTableError):
+            catalog.load_table("warm_up.t")
+        table = catalog.create_table("warm_up.t", Schema(NestedField(1, "id", LongType(), required=False)))
+        assert table.location() == "s3a://lakeport-warm-up/tables/warm_up/t"
+        with table.transaction() as transaction:  # a commit: the catalog applies its updates
+            transaction.set_properties(kind="warm-up")
+        loaded = catalog.load_table("warm_up.t")
+        assert loaded.properties["kind"] == "warm-up"
+        assert loaded.metadata_location.endswith("/00001.metadata.json")
+        stale = httpx.post(f"{uri}/v1/namespaces/warm_up/tables/t", json={
+            "requirements": [{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}],
+            "updates": [{"action": "set-properties", "updates": {"kind": "stale"}}]})
+        assert stale.status_code == 409 and stale.json()["error"]["type"] == "CommitFailedException"
+        with pytest.raises(TableAlreadyExistsError):
+            catalog.create_table("warm_up.t", Schema(NestedField(1, "id", LongType(), required=False)))
+        assert catalog.list_tables("warm_up") == [("warm_up", "t")]
+        catalog.drop_table("warm_up.t")
+        assert not catalog.table_exists("warm_up.t")
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{uri}/v1/config")  # gone with its block, and its tables with it
 
 
 def test_missing_jars_are_named_with_the_fix(tmp_path):
@@ -273,19 +318,21 @@ result = {"total": total, "spark_s": time.perf_counter() - started}
 
 def test_the_write_path_warm_up_leaves_nothing_an_execution_could_see(host):
     """The host's warm-up write (spark_session.warm_the_write_path) went to a catalog of its own
-    session, on scratch space it removed: the host's session has no such catalog, no scratch
-    directory is left, and its first job's time includes the write."""
+    session, served in memory by the host itself and stopped after it: the host's session has
+    no such catalog, and neither the catalog nor its S3 endpoint still runs."""
     client, info = host
     run = client.wait(client.submit(
-        "import glob, tempfile\n"
+        "import threading\n"
         "from compute.spark_session import WARM_UP_CATALOG\n"
         "result = {'catalog': spark.conf.get('spark.sql.catalog.' + WARM_UP_CATALOG, None),\n"
-        "          'scratch': glob.glob(tempfile.gettempdir() + '/lakeport-warm-up-*')}\n")["run_id"])
+        "          'servers': sorted({thread.name for thread in threading.enumerate()}\n"
+        "                            & {'warm-up-catalog', 'scratch-s3'})}\n")["run_id"])
     assert run["state"] == "COMPLETED", run["error"]
-    assert run["result"] == {"catalog": None, "scratch": []}
+    assert run["result"] == {"catalog": None, "servers": []}
     assert info["first_job_s"] > 0
-    # Its data files went through S3A to the endpoint that keeps nothing (compute/discarding_s3.py),
-    # from the executors on both nodes (a local unit's nodes share one sandbox, and its loopback).
+    # The write succeeded: its files went through S3A to the scratch endpoint from the executors on
+    # both nodes (a local unit's nodes share one sandbox, and its loopback), and the catalog
+    # served the driver's staged create and commit.
     assert info["write_warm_up_error"] is None
 
 
