@@ -259,6 +259,7 @@ class SparkSessionHost:
         self._session_init_s: float | None = None
         self._first_job_s: float | None = None
         self._warm_up_error: str | None = None  # why warming the write path failed, if it did
+        self._write_warm_up_s: float | None = None  # of the first job's time
         self._ready = threading.Event()
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
@@ -286,10 +287,12 @@ class SparkSessionHost:
             started = time.monotonic()
             executors = self.settings.executors
             self._spark.range(0, executors, 1, executors).selectExpr("sum(id)").collect()
+            writing = time.monotonic()
             try:
                 warm_the_write_path(self._spark, executors)
             except Exception as error:  # noqa: BLE001 - only the first execution is slower for it
                 self._warm_up_error = f"{type(error).__name__}: {str(error)[:500]}"
+            self._write_warm_up_s = round(time.monotonic() - writing, 2)
             importing.join()
             self._first_job_s = round(time.monotonic() - started, 2)
             self._state = "ready"
@@ -312,6 +315,7 @@ class SparkSessionHost:
             "error": self._error,
             "session_init_s": self._session_init_s,
             "first_job_s": self._first_job_s,
+            "write_warm_up_s": self._write_warm_up_s,
             "write_warm_up_error": self._warm_up_error,
             "app_id": self._spark.sparkContext.applicationId if self._spark else None,
             "executors": self._executors() if self._state == "ready" else [],
