@@ -21,6 +21,7 @@ _EMPTY_LISTING = (b'<?xml version="1.0" encoding="UTF-8"?>'
                   b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
                   b"<KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>"
                   b"</ListBucketResult>")
+MAX_OBJECT_BYTES = 16 << 20
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 
 
@@ -53,6 +54,10 @@ class _ScratchS3Handler(BaseHTTPRequestHandler):
                      {**self._object_headers(body), "Content-Range": f"bytes {first}-{last}/{len(body)}"})
 
     def do_PUT(self) -> None:  # noqa: N802
+        if int(self.headers.get("Content-Length") or 0) > MAX_OBJECT_BYTES:  # the warm-up's are a few KB
+            self.close_connection = True
+            self._answer(413)
+            return
         body = self._read_body()
         self.objects[self._key()] = body
         self._answer(200, headers={"ETag": f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"'})

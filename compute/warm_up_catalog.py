@@ -17,6 +17,7 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+MAX_REQUEST_BYTES = 1 << 20
 _TABLE_PATH = re.compile(r"^/v1/namespaces/([^/]+)/tables/([^/]+)$")
 _TABLES_PATH = re.compile(r"^/v1/namespaces/([^/]+)/tables$")
 _NAMESPACE_PATH = re.compile(r"^/v1/namespaces/([^/]+)$")
@@ -48,6 +49,10 @@ class _WarmUpCatalogHandler(BaseHTTPRequestHandler):
 
     def _dispatch(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_REQUEST_BYTES:  # the warm-up's requests are a few KB; nothing else is served
+            self.close_connection = True
+            self._answer(413, _error(413, "BadRequestException", "request too large for the warm-up catalog"))
+            return
         body = json.loads(self.rfile.read(length)) if length else {}
         path = self.path.split("?", 1)[0]
         from pyiceberg.exceptions import CommitFailedException

@@ -106,6 +106,7 @@ def test_the_scratch_s3_endpoint_serves_a_write_and_its_read_back_until_it_stops
             assert s3.put("/bucket/plain", content=b"abc").status_code == 200
             assert s3.get("/bucket/plain", headers={"Range": "bytes=1-1"}).content == b"b"
             assert s3.delete("/bucket/plain").status_code == 204
+            assert s3.put("/bucket/big", content=b"x" * (16 << 20 | 1)).status_code == 413  # held in memory: bounded
             assert s3.get("/bucket/plain").status_code == 404
     with pytest.raises(httpx.ConnectError):
         httpx.head(f"{endpoint}/bucket/data/f.parquet")  # gone with its block, and its objects with it
@@ -140,6 +141,7 @@ def test_the_warm_up_catalog_serves_a_write_as_a_rest_catalog_does_and_keeps_it_
             catalog.create_table("warm_up.t", Schema(NestedField(1, "id", LongType(), required=False)))
         assert catalog.list_tables("warm_up") == [("warm_up", "t")]
         catalog.drop_table("warm_up.t")
+        assert httpx.post(f"{uri}/v1/namespaces", content=b" " * (1 << 20 | 1)).status_code == 413
         assert not catalog.table_exists("warm_up.t")
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{uri}/v1/config")  # gone with its block, and its tables with it
