@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from compute.loopback_server import LoopbackServer
 
 _EMPTY_LISTING = (b'<?xml version="1.0" encoding="UTF-8"?>'
                   b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
@@ -103,17 +104,9 @@ class _ScratchS3Handler(BaseHTTPRequestHandler):
         pass
 
 
-class ScratchS3:
+class ScratchS3(LoopbackServer):
     """`with ScratchS3() as endpoint:` an http://127.0.0.1:<port> S3 endpoint whose objects
     last until the block ends."""
 
-    def __enter__(self) -> str:
-        handler = type("Handler", (_ScratchS3Handler,), {"objects": {}})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="scratch-s3", daemon=True).start()
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __exit__(self, *_exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def __init__(self) -> None:
+        super().__init__(type("Handler", (_ScratchS3Handler,), {"objects": {}}), "scratch-s3")

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from compute.loopback_server import LoopbackServer
 
 MAX_REQUEST_BYTES = 1 << 20
 _TABLE_PATH = re.compile(r"^/v1/namespaces/([^/]+)/tables/([^/]+)$")
@@ -169,20 +171,10 @@ def _error(code: int, kind: str, message: str) -> dict:
     return {"error": {"message": message, "type": kind, "code": code}}
 
 
-class WarmUpCatalog:
+class WarmUpCatalog(LoopbackServer):
     """`with WarmUpCatalog(location) as uri:` an Iceberg REST catalog at http://127.0.0.1:<port>
     whose tables are placed under `location`, until the block ends."""
 
     def __init__(self, location: str) -> None:
-        self._location = location.rstrip("/")
-
-    def __enter__(self) -> str:
-        handler = type("Handler", (_WarmUpCatalogHandler,), {"state": _State(self._location)})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="warm-up-catalog", daemon=True).start()
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __exit__(self, *_exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(type("Handler", (_WarmUpCatalogHandler,), {"state": _State(location.rstrip("/"))}),
+                         "warm-up-catalog")

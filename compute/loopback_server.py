@@ -1,0 +1,25 @@
+"""A throwaway HTTP server on the unit's loopback, on a thread of its own, for as long as a
+`with` block lasts: the Spark host's warm-up serves its scratch S3 endpoint and Iceberg REST
+catalog this way (compute/scratch_s3.py, compute/warm_up_catalog.py)."""
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class LoopbackServer:
+    """`with LoopbackServer(handler, name) as url:` serves `handler` at http://127.0.0.1:<port>."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str) -> None:
+        self._handler = handler
+        self._name = name
+
+    def __enter__(self) -> str:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name=self._name, daemon=True).start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __exit__(self, *_exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
