@@ -115,8 +115,8 @@ def warm_the_write_path(spark, partitions: int) -> None:
     write an execution makes (Spark's write plan, the driver's REST catalog calls, a staged
     create-or-replace and its commit, Parquet and manifests through S3A) in a session of its
     own, to a throwaway REST catalog on the unit's loopback (compute/warm_up_catalog.py) whose
-    files go to an S3 endpoint that holds them until the warm-up ends (compute/scratch_s3.py). Without it the
-    first execution on a unit took 1-2 s longer than the next ones."""
+    files go to an S3 endpoint that holds them until the warm-up ends (compute/scratch_s3.py).
+    Without it the first execution on a unit took 1-2 s longer than the next ones."""
     from compute.scratch_s3 import ScratchS3
     from compute.warm_up_catalog import WarmUpCatalog
 
