@@ -97,6 +97,23 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_CU_WORK_DIR", "",
         help="Where local compute units keep their temp dirs and logs; empty means `<system temp>/lakeport-cu` "
              "(Ray's socket paths must stay short)."),
+    "CU_TASKS_PER_NODE": Setting(
+        "LAKEPORT_CU_TASKS_PER_NODE", 4096, cast=int,
+        help="Most processes and threads a local compute unit may have per node (a kernel limit, with its "
+             "memory and CPUs; an idle node with its Spark JVMs has about 600)."),
+    "CU_DISK_GB": Setting(
+        "LAKEPORT_CU_DISK_GB", 10.0, cast=float,
+        help="Disk (GiB) of a local compute unit's directory, a filesystem of its own: logs, Spark's scratch "
+             "space and whatever its users' code writes there."),
+    "CU_CGROUP_PARENT": Setting(
+        "LAKEPORT_CU_CGROUP_PARENT", "lakeport",
+        help="The control group (relative to the cgroup mount) under which local compute units get theirs. "
+             "On cgroup v2 it must be one the portal may manage (delegated to it)."),
+    "CU_ALLOW_UNLIMITED_UNITS": Setting(
+        "LAKEPORT_CU_ALLOW_UNLIMITED_UNITS", False, cast=bool,
+        help="Start local compute units WITHOUT kernel limits when this machine cannot give them (no root, no "
+             "cgroups, no loop mounts). Off: such units refuse to start. On, one user's step can take the "
+             "machine's memory, CPU, processes and disk."),
     "RAY_DASHBOARD": Setting(
         "LAKEPORT_RAY_DASHBOARD", False, cast=bool,
         help="Run the Ray dashboard on local compute units and link to it. Off, a warm unit holds about "
@@ -192,6 +209,10 @@ class Config:
     CU_WARM_SPARK_ON_START: bool = SETTINGS["CU_WARM_SPARK_ON_START"].default
     CU_KINDS: str = SETTINGS["CU_KINDS"].default
     CU_WORK_DIR: str = SETTINGS["CU_WORK_DIR"].default
+    CU_TASKS_PER_NODE: int = SETTINGS["CU_TASKS_PER_NODE"].default
+    CU_DISK_GB: float = SETTINGS["CU_DISK_GB"].default
+    CU_CGROUP_PARENT: str = SETTINGS["CU_CGROUP_PARENT"].default
+    CU_ALLOW_UNLIMITED_UNITS: bool = SETTINGS["CU_ALLOW_UNLIMITED_UNITS"].default
     RAY_DASHBOARD: bool = SETTINGS["RAY_DASHBOARD"].default
     RAY_CLUSTERS: str = SETTINGS["RAY_CLUSTERS"].default
     KUBERAY_API_URL: str = SETTINGS["KUBERAY_API_URL"].default

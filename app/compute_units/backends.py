@@ -6,6 +6,7 @@ from pathlib import Path
 from app.ray_clusters import ClusterBackend, ExistingClusterBackend, KubeRayBackend, KubernetesConnection
 from app.ray_clusters.listed import ListedCluster, clusters_for, parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
+from app.ray_clusters.local_limits import LocalLimits
 
 KIND_LABELS = {
     "local": "Local Ray cluster on this machine",
@@ -28,10 +29,16 @@ def offered_kinds(config, clusters: list[str]) -> list[str]:
     return [kind for kind in enabled_kinds(config) if kind != "existing" or clusters]
 
 
+def local_limits(config) -> LocalLimits:
+    return LocalLimits(tasks_per_node=config["CU_TASKS_PER_NODE"], disk_bytes=int(config["CU_DISK_GB"] * 2**30),
+                       cgroup_parent=config["CU_CGROUP_PARENT"], allow_unlimited=config["CU_ALLOW_UNLIMITED_UNITS"])
+
+
 def backend_for(kind: str, config) -> ClusterBackend:
     if kind == "local":
         return LocalClusterBackend(Path(config["CU_WORK_DIR"]) if config["CU_WORK_DIR"] else None,
-                                   endpoints=allowed_endpoints(config["LAKEKEEPER_URL"], config["CU_ALLOWED_ENDPOINTS"]))
+                                   endpoints=allowed_endpoints(config["LAKEKEEPER_URL"], config["CU_ALLOWED_ENDPOINTS"]),
+                                   limits=local_limits(config))
     if kind == "existing":
         return ExistingClusterBackend(parse_listed_clusters(config["RAY_CLUSTERS"]))
     if kind == "kuberay":

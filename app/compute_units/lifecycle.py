@@ -45,6 +45,8 @@ from app.ray_clusters.base import (
     ClusterStatus,
     SparkHostLaunch,
 )
+from app.ray_clusters.unit_limits import LimitUsage
+from app.untrusted import clean_text
 from app.ray_clusters.listed import listed_cluster
 from app.ray_clusters.spark_host_client import new_spark_host_nonce, spark_host_secret, with_spark_host_secret
 from compute.spark_host import secret_digest
@@ -61,7 +63,9 @@ class ComputeUnitError(UserFacingError):
 
 def fit_column(text: str, column, what: str) -> str:
     """`text` cut to fit `column` (a VARCHAR's length); the whole text goes to the log first, so a
-    long reason (a start failure's log tail) is never lost, and the write never fails for its length."""
+    long reason (a start failure's log tail) is never lost, and the write never fails for its length.
+    It is cleaned first: a reason can hold a unit's text (see app/untrusted.py)."""
+    text = clean_text(text, 16 * 1024)
     limit = column.type.length
     if len(text) <= limit:
         return text
@@ -145,6 +149,16 @@ def _spark_host_launch(cu: ComputeUnit, *, with_cluster: bool) -> SparkHostLaunc
 
 def _backend(cu: ComputeUnit):
     return backend_for(cu.kind, current_app.config)
+
+
+def limit_usage(cu: ComputeUnit, handle: ClusterHandle) -> LimitUsage | None:
+    """What the unit uses against its kernel limits now (None for kinds without them)."""
+    return _backend(cu).limit_usage(handle)
+
+
+def over_limit(cu: ComputeUnit, handle: ClusterHandle, before: LimitUsage | None) -> str | None:
+    """Which kernel limit the unit went over since `before`, in words, or None."""
+    return _backend(cu).over_limit(handle, before)
 
 
 def handle_of(cu: ComputeUnit) -> ClusterHandle | None:

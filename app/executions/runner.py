@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 
@@ -56,6 +56,8 @@ from app.models import (
 )
 from app.ray_clusters.base import ClusterHandle, ProgressCallback
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from app.ray_clusters.unit_limits import LimitUsage
+from app.untrusted import clean_text
 from compute.contract import ACCESS_DELEGATION, PINNED, SUBMIT_CODE
 from compute.spark_host import RunState
 
@@ -77,6 +79,8 @@ STOP_WAIT_SECONDS = 30.0
 # A token minted longer ago than this before the submit (while Spark started) is minted again:
 # the run gets its token's whole lifetime.
 FRESH_TOKEN_SECONDS = 30.0
+# The longest reason an execution row holds (its column's size).
+REASON_LIMIT = 2000
 
 
 class RunRefused(UserFacingError):
@@ -312,10 +316,23 @@ def drive(execution_id: int) -> None:
     except DATABASE_UNAVAILABLE:
         raise
     except ExecutionFailed as failure:
-        _finish(execution_id, State.FAILED, reason=failure.reason[:2000])
+        _finish_failed(execution_id, failure.reason)
     except Exception as error:  # a bug or an environment problem: still never a stuck execution
         logger.exception("execution %s failed in the worker", execution_id)
-        _finish(execution_id, State.FAILED, reason=f"the portal could not run it: {error}"[:2000])
+        _finish_failed(execution_id, f"the portal could not run it: {error}")
+
+
+def _finish_failed(execution_id: int, reason: str) -> None:
+    """FAILED with `reason`, cleaned (it may hold a unit's text). Should the row still refuse
+    it, FAILED with a reason that says so: an execution never stays unended over its reason."""
+    try:
+        _finish(execution_id, State.FAILED, reason=clean_text(reason, REASON_LIMIT))
+    except DATABASE_UNAVAILABLE:
+        raise
+    except Exception as error:
+        logger.error("execution %s: its reason could not be stored (%s)", execution_id,
+                     clean_text(error, 300, one_line=True))
+        _finish(execution_id, State.FAILED, reason="the run failed, and its reason could not be stored")
 
 
 def _submit_and_watch(execution_id: int) -> None:
@@ -323,6 +340,7 @@ def _submit_and_watch(execution_id: int) -> None:
     if _load(execution_id).state != State.INITIALIZING:
         return  # cancelled while initializing: nothing was submitted
     cu_id = args["compute_unit"]["id"]
+    before = lifecycle.limit_usage(_running_unit(cu_id)[0], handle)
     try:
         run_id = _submit(handle, args, execution_id)
     except SparkHostError as error:
@@ -343,7 +361,7 @@ def _submit_and_watch(execution_id: int) -> None:
         with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
             client.cancel(run_id)  # cancelled between the check above and the submit
         return
-    _watch(execution_id)
+    _watch(execution_id, before)
 
 
 def _not_taken(cu_id: int, error: SparkHostError) -> ExecutionFailed:
@@ -495,13 +513,20 @@ def catalog_spec(warehouse: Warehouse, token: str) -> dict:
     }
 
 
-def _watch(execution_id: int) -> None:
-    """Follow a submitted run until it ends, whatever ends it."""
+def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
+    """Follow a submitted run until it ends, whatever ends it. `before` is what the unit used
+    against its kernel limits when the run was submitted (a watcher that takes over after a
+    restart starts from what it finds)."""
     execution = _load(execution_id)
     cu_id, run_id = execution.compute_unit_id, execution.run_id
     if not run_id:  # RUNNING is only ever written with the run's id: a row edited by hand
         raise ExecutionFailed("it is marked running but no run on its compute unit is recorded")
-    _, handle = _running_unit(cu_id)
+    cu, handle = _running_unit(cu_id)
+    before = before or lifecycle.limit_usage(cu, handle)
+
+    def over_limit() -> str | None:
+        return lifecycle.over_limit(cu, handle, before)
+
     last_progress = execution.progress
     last_heard = time.monotonic()
     next_activity = next_unit_check = 0.0
@@ -512,7 +537,8 @@ def _watch(execution_id: int) -> None:
                 # Answered as soon as the run ends: the end is recorded without a poll's delay.
                 run = client.run(run_id, wait_s=WATCH_WAIT_SECONDS)
             except SparkHostError as error:
-                _check_silence(client, cu_id, error, silent_for=time.monotonic() - last_heard)
+                _check_silence(client, cu_id, error, silent_for=time.monotonic() - last_heard,
+                               over_limit=over_limit)
                 time.sleep(POLL_SECONDS)
                 continue
             now = last_heard = time.monotonic()
@@ -520,7 +546,7 @@ def _watch(execution_id: int) -> None:
                 time.sleep(POLL_SECONDS)  # a host that does not wait (an older one): poll
             progress = _merged_progress(json.loads(last_progress), run.get("progress") or {})
             if run["state"] in RunState.FINAL:
-                _record_end(execution_id, run, progress)
+                _record_end(execution_id, run, progress, over_limit)
                 return
             if progress != last_progress:
                 _update(execution_id, progress=progress)
@@ -579,11 +605,15 @@ def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, r
     return True
 
 
-def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, silent_for: float) -> None:
-    """The host did not answer about the run: find out whether the unit died, the host forgot the
-    run, or this is a hiccup to wait out (up to HOST_SILENCE_SECONDS)."""
+def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, silent_for: float,
+                   over_limit: Callable[[], str | None] = lambda: None) -> None:
+    """The host did not answer about the run: find out whether the unit died, the kernel ended
+    its host for going over a limit, the host forgot the run, or this is a hiccup to wait out
+    (up to HOST_SILENCE_SECONDS)."""
     if reason := _unit_failure(cu_id):
         raise ExecutionFailed(reason)
+    if reason := over_limit():
+        raise ExecutionFailed(f"{reason}; its Spark host stopped answering: {error}")
     if error.status_code == HTTPStatus.NOT_FOUND:
         try:
             client.info()
@@ -597,7 +627,7 @@ def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, s
         raise ExecutionFailed(f"the compute unit's Spark host stopped answering: {error}") from None
 
 
-def _record_end(execution_id: int, run: dict, progress: str) -> None:
+def _record_end(execution_id: int, run: dict, progress: str, over_limit: Callable[[], str | None]) -> None:
     """The row follows the unit, whose run marks its tables complete if and only if it COMPLETED."""
     state = run["state"]
     if state == RunState.COMPLETED:
@@ -612,13 +642,16 @@ def _record_end(execution_id: int, run: dict, progress: str) -> None:
         _finish(execution_id, State.FAILED if stopped_because else State.CANCELLED, progress=progress,
                 reason=stopped_because or "cancelled by its owner")
     else:
-        _finish(execution_id, State.FAILED, progress=progress, reason=failure_reason(run.get("error")))
+        reason = failure_reason(run.get("error"))
+        if over := over_limit():
+            reason = clean_text(f"{over}; the run's error: {reason}", REASON_LIMIT)
+        _finish(execution_id, State.FAILED, progress=progress, reason=reason)
 
 
 def failure_reason(error: str | None) -> str:
     """The reason to show for a failed run: the pipeline's own message, or the last line of a
     traceback (the exception)."""
-    error = (error or "").strip()
+    error = clean_text(error or "", 64 * 1024).strip()
     if error.startswith("Traceback"):
         error = error.splitlines()[-1]
-    return (error or "the run failed without saying why")[:2000]
+    return clean_text(error or "the run failed without saying why", REASON_LIMIT)

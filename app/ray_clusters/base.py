@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
+from app.ray_clusters.unit_limits import LimitsReport, LimitUsage
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -151,6 +153,7 @@ class ClusterStatus:
     memory_total_bytes: int = 0
     memory_used_bytes: int = 0
     progress_step: str = ""
+    limits: LimitsReport | None = None  # local units: their kernel limits and use against them
 
     @property
     def alive_nodes(self) -> int:
@@ -195,6 +198,14 @@ class ClusterBackend(ABC):
     def spark_host_launch_log(self, handle: ClusterHandle) -> str:
         """The last lines its launcher wrote, to say why a host started with the cluster failed."""
         return ""
+
+    def limit_usage(self, handle: ClusterHandle) -> LimitUsage | None:
+        """What the unit uses against its kernel limits now (None: this kind has none the portal reads)."""
+        return None
+
+    def over_limit(self, handle: ClusterHandle, before: LimitUsage | None) -> str | None:
+        """Which of its limits the unit went over since `before` (a `limit_usage`), in words."""
+        return None
 
     def restore_token(self, handle: ClusterHandle) -> ClusterHandle:
         """Put the cluster's token back into a handle read from JSON (see `ClusterHandle`)."""

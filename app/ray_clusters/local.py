@@ -27,6 +27,7 @@ in the unit's PID namespace and the outside processes' sessions; never `ray stop
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
@@ -43,7 +44,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from app.ports import free_port
-from app.ray_clusters import sandbox
+from app.ray_clusters import local_limits, sandbox, unit_files
+from app.ray_clusters.local_limits import LocalLimits
+from app.ray_clusters.unit_limits import LimitsUnavailable, LimitUsage
+from app.ray_clusters.unit_files import UnitDir
+from app.untrusted import clean_lines, clean_text
 from app.ray_clusters.base import (
     ClusterBackend,
     ClusterHandle,
@@ -62,6 +67,7 @@ from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 from compute.jars import jars_dir
 from compute.spark_host import SparkHostSettings
 
+logger = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_BASE_DIR = Path(tempfile.gettempdir()) / "lakeport-cu"
 
@@ -78,6 +84,16 @@ _INGRESS_PORTS = ("dashboard", "spark_host")
 SPARK_HOST_STATUS_TIMEOUT_S = 2.0
 # The record name of the process that starts a unit's Spark host with the unit (compute/unit_init.py).
 SPARK_HOST_LAUNCHER = "spark-host-launcher"
+# The file the unit's init takes as a request to start the launcher (compute/unit_init.py).
+_LAUNCH_REQUEST = f"nodes/{SPARK_HOST_LAUNCHER}.start"
+# What the portal reads of a unit's files at most: a node record, a log's tail.
+_RECORD_MAX_BYTES = 4096
+_LOG_TAIL_BYTES = 64 * 1024
+# A unit that did not start: its reason shows this many lines of the failing node's log, and
+# the last KEPT_LOG_BYTES of each log are kept for the last FAILED_STARTS_KEPT such units.
+START_FAILURE_LOG_LINES = 15
+KEPT_LOG_BYTES = 256 * 1024
+FAILED_STARTS_KEPT = 20
 _lock = threading.Lock()
 _reserved_ports: set[int] = set()
 # Outside processes (bwrap, socat bridges) this portal process started, by pid, to reap them.
@@ -97,13 +113,14 @@ class LocalClusterBackend(ClusterBackend):
     kind = "local"
 
     def __init__(self, base_dir: Path | None = None, *, stop_grace_s: float = 5.0,
-                 endpoints: Sequence[sandbox.Endpoint] = ()) -> None:
+                 endpoints: Sequence[sandbox.Endpoint] = (), limits: LocalLimits = LocalLimits()) -> None:
         self.base_dir = Path(base_dir or DEFAULT_BASE_DIR).resolve()
         # <base>/<8 hex>/<node dir>/ + Ray's session and socket names
         if len(str(self.base_dir)) + 14 + _RAY_SOCKET_SUFFIX_LEN > _SOCKET_PATH_MAX:
             raise ValueError(f"base_dir {self.base_dir} is too long for Ray's Unix socket paths")
         self.stop_grace_s = stop_grace_s
         self.endpoints = list(endpoints)
+        self.limits = limits
         sandbox.egress_routes(self.endpoints, self.base_dir)  # refuses endpoints a sandbox cannot reach
 
     # ------------------------------------------------------------------ start
@@ -114,12 +131,20 @@ class LocalClusterBackend(ClusterBackend):
             cluster_dir, uid = sandbox.make_unit_dir(self.base_dir)
         except sandbox.SandboxUnavailable as error:
             raise ClusterStartError(str(error)) from None
+        portal_dir = unit_files.make_portal_dir(cluster_dir)
+        try:  # before anything of the unit exists in its dir: the dir becomes its own filesystem
+            limits = self.limits.apply(spec, cluster_dir, portal_dir, uid)
+        except LimitsUnavailable as error:
+            shutil.rmtree(portal_dir, ignore_errors=True)
+            cluster_dir.rmdir()
+            raise ClusterStartError(str(error)) from None
         token = secrets.token_hex(32)
         token_path = cluster_dir / "auth_token"
-        token_path.touch(mode=0o600)
-        token_path.write_text(token)
+        UnitDir(cluster_dir).write_new(token_path.name, token.encode())
         if uid is not None:
-            os.chown(token_path, uid, uid)  # Ray in the unit reads it; the portal, as root, still can
+            os.chown(token_path, uid, uid)  # Ray in the unit reads it
+        # The portal's copy, read back after a restart: the unit's own can be anything by then.
+        UnitDir(portal_dir).write_new("auth_token", token.encode())
 
         ports = {name: _reserve_port() for name in ("gcs", "dashboard",
                                                     "autoscaler_metrics", "dashboard_metrics", "spark_host")}
@@ -132,6 +157,8 @@ class LocalClusterBackend(ClusterBackend):
             spark_host_nonce=spec.spark_host.nonce if spec.spark_host else None,
             details={
                 "cluster_dir": str(cluster_dir),
+                "portal_dir": str(portal_dir),
+                "limits": limits,
                 "auth_token_file": str(token_path),
                 "gcs_address": f"127.0.0.1:{ports['gcs']}",
                 "ports": ports,
@@ -157,16 +184,35 @@ class LocalClusterBackend(ClusterBackend):
                 progress(f"starting {spec.worker_nodes} worker node(s)")
             self._wait_for_nodes(handle, spec, dashboard, deadline, progress)
         except ClusterStartError:
-            self.terminate(handle)
+            self._end_failed_start(handle)
             raise
         except Exception as error:
-            self.terminate(handle)
+            self._end_failed_start(handle)
             raise ClusterStartError(f"could not start the cluster: {error}") from error
         finally:
             if dashboard:
                 dashboard.close()
         progress("cluster ready")
         return handle
+
+    def _end_failed_start(self, handle: ClusterHandle) -> None:
+        """Keep the logs of a unit that did not start (bounded tails, beside the units' dirs,
+        for the operator), then remove the unit like any other."""
+        try:
+            kept = failed_start_logs_dir(self.base_dir) / Path(handle.details["cluster_dir"]).name
+            kept.mkdir(parents=True, mode=0o700, exist_ok=True)
+            names = [Path(node["log"]).name for node in handle.details.get("nodes", [])]
+            for name in names + [f"{SPARK_HOST_LAUNCHER}.log"]:
+                try:
+                    (kept / name).write_bytes(_unit_dir(handle).read_tail(name, KEPT_LOG_BYTES))
+                except OSError:
+                    continue
+            if (outside := Path(handle.details["portal_dir"]) / "outside.log").is_file():
+                shutil.copyfile(outside, kept / "outside.log")
+            _prune_failed_start_logs(self.base_dir)
+        except OSError as error:
+            logger.warning("could not keep the logs of compute unit %s: %s", handle.cu_id, error)
+        self.terminate(handle)
 
     def _node_env(self, cluster_dir: Path, token_path: Path, ports: dict[str, int]) -> dict[str, str]:
         """The whole environment of the unit's processes: an allow-list, nothing of the portal's."""
@@ -261,10 +307,12 @@ class LocalClusterBackend(ClusterBackend):
         generated = {"/etc/hosts": sandbox.hosts_file_text(routes)}
         if uid is not None:
             generated.update(sandbox.account_files(uid, cluster_dir))
+        portal_dir = Path(handle.details["portal_dir"])
         etc_files = {}
         for target, text in generated.items():
-            etc_files[target] = cluster_dir / Path(target).name
+            etc_files[target] = portal_dir / Path(target).name
             etc_files[target].write_text(text)
+            etc_files[target].chmod(0o644)
         egress = [sandbox.egress_forwarders(route) for route in routes]
         ingress_names = [name for name in _INGRESS_PORTS if name != "dashboard" or spec.include_dashboard]
         ingress = [sandbox.ingress_forwarders(handle.details["ports"][name], socket_dir / name)
@@ -272,14 +320,14 @@ class LocalClusterBackend(ClusterBackend):
         ingress += [sandbox.ingress_forwarders(port, socket_dir / f"port-{port}") for port in spec.extra_ports]
         plan_path = cluster_dir / "plan.json"
         launcher = self._spark_host_launcher(handle, spec.spark_host) if spec.spark_host else None
-        plan_path.write_text(json.dumps({
+        UnitDir(cluster_dir).write_new(plan_path.name, mode=0o644, data=json.dumps({
             "records_dir": str(cluster_dir / "nodes"),
             "forwarders_log": str(cluster_dir / "forwarders.log"),
             "forwarders": [inside for _, inside in egress + ingress],
             "nodes": [node.pop("plan") for node in handle.details["nodes"]],
             "after_head": [launcher] if launcher and spec.spark_host.with_cluster else [],
             "on_request": [launcher] if launcher else [],
-        }))
+        }).encode())
         handle.details["spark_host_launched"] = bool(launcher and spec.spark_host.with_cluster)
         handle.details["spark_host_on_request"] = launcher is not None
         env = self._node_env(cluster_dir, Path(handle.details["auth_token_file"]), handle.details["ports"])
@@ -311,7 +359,7 @@ class LocalClusterBackend(ClusterBackend):
                 "ready_port": handle.details["ports"]["spark_host"]}
 
     def spark_host_launch(self, handle: ClusterHandle) -> SparkHostLaunchState:
-        if _launch_request(handle).exists():  # the unit's init starts the launcher, then takes the request
+        if _unit_dir(handle).exists(_LAUNCH_REQUEST):  # the unit's init starts the launcher, then takes the request
             return SparkHostLaunchState.STARTING
         record = _node_record(handle, {"role": SPARK_HOST_LAUNCHER})
         if record is None:  # not started yet: with the cluster, once the head's GCS is up; or never
@@ -326,22 +374,17 @@ class LocalClusterBackend(ClusterBackend):
         if not handle.details.get("spark_host_on_request"):
             return False  # a unit started before units could
         if self.spark_host_launch(handle) != SparkHostLaunchState.STARTING:  # one launcher at a time
-            _launch_request(handle).write_text("")
+            _unit_dir(handle).create_empty(_LAUNCH_REQUEST)
         return True
 
     def spark_host_launch_log(self, handle: ClusterHandle) -> str:
-        path = Path(handle.details["cluster_dir"]) / f"{SPARK_HOST_LAUNCHER}.log"
-        try:
-            lines = path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return "\n".join(lines[-5:])[-1000:]
+        return _unit_log_tail(handle, f"{SPARK_HOST_LAUNCHER}.log", lines=5, limit=1000)
 
     def _spawn(self, handle: ClusterHandle, name: str, argv: list[str], env: dict[str, str]) -> int:
         cluster_dir = Path(handle.details["cluster_dir"])
-        with open(cluster_dir / "outside.log", "ab") as log:
+        with open(Path(handle.details["portal_dir"]) / "outside.log", "ab") as log:
             # Its own session, which terminate kills as a whole.
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            process = subprocess.Popen(local_limits.join_argv(handle.details.get("limits", {}), argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        env=env, cwd=cluster_dir, start_new_session=True)
         with _lock:
             _children[process.pid] = process
@@ -369,7 +412,9 @@ class LocalClusterBackend(ClusterBackend):
         for node in handle.details["nodes"]:
             _learn_pid(handle, node)
             if (reason := _death_reason(handle, node)) is not None:
-                raise ClusterStartError(f"{node['role']} node {reason}")
+                tail = _unit_log_tail(handle, Path(node["log"]).name, lines=START_FAILURE_LOG_LINES, limit=700)
+                raise ClusterStartError(f"{node['role']} node {reason}"
+                                        + (f"; the last lines of its log:\n{tail}" if tail else "; its log is empty"))
         if not _sandbox_running(handle):
             raise ClusterStartError(f"the sandbox ended: {_log_tail(handle, 'outside.log')}")
         if time.monotonic() > deadline:
@@ -397,9 +442,14 @@ class LocalClusterBackend(ClusterBackend):
             time.sleep(0.3)
 
     def restore_token(self, handle: ClusterHandle) -> ClusterHandle:
-        token_file = Path(handle.details.get("auth_token_file", ""))
-        if handle.auth_token is None and token_file.is_file():
-            handle.auth_token = token_file.read_text().strip()
+        """The unit's Ray token, from the portal's own copy (the one in the unit's dir is the
+        unit's to change)."""
+        if handle.auth_token is None and handle.details.get("portal_dir"):
+            try:
+                token = UnitDir(handle.details["portal_dir"]).read_head("auth_token", 256)
+            except OSError:
+                return handle
+            handle.auth_token = token.decode("ascii", "replace").strip() or None
         return handle
 
     # ----------------------------------------------------------------- status
@@ -409,7 +459,20 @@ class LocalClusterBackend(ClusterBackend):
             return ClusterStatus(ClusterState.TERMINATED)
         for node in handle.details["nodes"]:
             if (reason := _death_reason(handle, node)) is not None:
-                return ClusterStatus(ClusterState.FAILED, reason=f"{node['role']} node {reason}")
+                over = self.over_limit(handle, LimitUsage())
+                return ClusterStatus(ClusterState.FAILED,
+                                     reason=f"{node['role']} node {reason}" + (f"; {over}" if over else ""))
+        status = self._live_status(handle)
+        status.limits = local_limits.report(handle.details.get("limits", {}), Path(handle.details["cluster_dir"]))
+        return status
+
+    def limit_usage(self, handle: ClusterHandle) -> LimitUsage | None:
+        return local_limits.usage(handle.details.get("limits", {}))
+
+    def over_limit(self, handle: ClusterHandle, before: LimitUsage | None) -> str | None:
+        return local_limits.over_limit(handle.details.get("limits", {}), before)
+
+    def _live_status(self, handle: ClusterHandle) -> ClusterStatus:
         if handle.dashboard_url is None:
             return self._status_from_the_spark_host(handle)
         try:
@@ -468,8 +531,23 @@ class LocalClusterBackend(ClusterBackend):
             _reserved_ports.difference_update(_handle_ports(handle))
             for process in handle.details.get("processes", []):
                 _children.pop(process["pid"], None)
-        shutil.rmtree(handle.details.get("cluster_dir", ""), ignore_errors=True)
+        if handle.details.get("cluster_dir"):
+            local_limits.release(handle.details.get("limits", {}), Path(handle.details["cluster_dir"]))
+        for directory in ("cluster_dir", "portal_dir"):
+            if handle.details.get(directory):
+                shutil.rmtree(handle.details[directory], ignore_errors=True)
         handle.details["nodes"] = []
+
+
+def failed_start_logs_dir(base_dir: Path) -> Path:
+    """Where the logs of units that did not start are kept (root-only, not in any unit's view)."""
+    return base_dir / ".portal" / "failed-starts"
+
+
+def _prune_failed_start_logs(base_dir: Path) -> None:
+    kept = sorted(failed_start_logs_dir(base_dir).iterdir(), key=lambda path: path.stat().st_mtime)
+    for old in kept[:-FAILED_STARTS_KEPT]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- processes
@@ -516,16 +594,16 @@ def _sandbox_running(handle: ClusterHandle) -> bool:
     return _sandbox_namespace(handle) is not None
 
 
-def _launch_request(handle: ClusterHandle) -> Path:
-    return Path(handle.details["cluster_dir"]) / "nodes" / f"{SPARK_HOST_LAUNCHER}.start"
+def _unit_dir(handle: ClusterHandle) -> UnitDir:
+    return UnitDir(handle.details["cluster_dir"])
 
 
 def _node_record(handle: ClusterHandle, node: dict) -> dict | None:
     """What the unit's init reports of a node (`compute/unit_init.py`). The file is in the unit's
-    writable dir, so it is checked for shape and never trusted over a live process."""
-    path = Path(handle.details["cluster_dir"]) / "nodes" / f"{node['role']}.json"
+    writable dir, so it is read as hostile input, checked for shape and never trusted over a
+    live process."""
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(_unit_dir(handle).read_head(f"nodes/{node['role']}.json", _RECORD_MAX_BYTES))
     except (OSError, ValueError):
         return None
     if not (isinstance(record, dict) and isinstance(record.get("pid"), int)
@@ -566,7 +644,7 @@ def _death_reason(handle: ClusterHandle, node: dict) -> str | None:
     else:
         how = "is gone (exit status unknown: the unit's sandbox ended)"
     who = f"process (pid {node['pid']})" if "pid" in node else "process"
-    reported = _ray_exit_report(Path(node["log"]))
+    reported = _ray_exit_report(handle, node)
     return f"{who} {how}" + (f"; Ray reported: {reported}" if reported else "")
 
 
@@ -583,21 +661,32 @@ def _describe_returncode(returncode: int) -> str:
 _RAY_EXIT_LINE = re.compile(r"^\s+(\S+) \[exit code=(-?\d+)\]\s*$")
 
 
-def _ray_exit_report(log_path: Path) -> str:
+def _ray_exit_report(handle: ClusterHandle, node: dict) -> str:
     """`ray start --block` names the subprocess that died first, e.g. "raylet [exit code=-9]"."""
     try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
+        text = _unit_dir(handle).read_tail(Path(node["log"]).name, _LOG_TAIL_BYTES).decode(errors="replace")
+    except OSError:
         return ""
-    return ", ".join(line.strip() for line in lines if _RAY_EXIT_LINE.match(line))
+    reported = ", ".join(line.strip() for line in text.splitlines() if _RAY_EXIT_LINE.match(line))
+    return clean_text(reported, 500, one_line=True)
+
+
+def _unit_log_tail(handle: ClusterHandle, name: str, *, lines: int = 10, limit: int = 2000) -> str:
+    """The last lines of a log in the unit's dir, read as hostile input and cleaned for a reason."""
+    try:
+        text = _unit_dir(handle).read_tail(name, _LOG_TAIL_BYTES).decode(errors="replace")
+    except OSError:
+        return ""
+    return clean_lines(text, lines=lines, limit=limit)
 
 
 def _log_tail(handle: ClusterHandle, name: str, lines: int = 10) -> str:
+    """The last lines of a log the portal's own processes (bwrap, the bridges) write."""
     try:
-        text = (Path(handle.details["cluster_dir"]) / name).read_text(errors="replace")
-    except FileNotFoundError:
+        text = UnitDir(handle.details["portal_dir"]).read_tail(name, _LOG_TAIL_BYTES).decode(errors="replace")
+    except (KeyError, OSError):
         return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+    return clean_lines(text, lines=lines, limit=2000) or "(empty log)"
 
 
 def _outside_sessions(handle: ClusterHandle) -> set[int]:
