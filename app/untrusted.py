@@ -31,8 +31,8 @@ def clean_text(value: object, limit: int = DEFAULT_TEXT_LIMIT, *, one_line: bool
     text = _CONTROL.sub("", text)
     if len(text) <= limit:
         return text
-    mark = CUT_MARK.format(len(text) - limit)
-    return text[:max(0, limit - len(mark))] + mark
+    keep = max(0, limit - len(CUT_MARK.format(len(text))))  # the mark's longest form
+    return text[:keep] + CUT_MARK.format(len(text) - keep)
 
 
 def clean_lines(text: str, *, lines: int, limit: int) -> str:
