@@ -1,0 +1,90 @@
+"""What a unit reports is an attacker's text: a reason with a NUL byte or escape sequences,
+output tables that point elsewhere, and replies of any size. Each ends its execution with a
+final state on PostgreSQL, stores only what was checked and bounded, and marks what was cut."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy.exc import DataError
+
+from app.executions import runner
+from app.models import Execution
+from tests.test_executions import equipped, execution_row, make_user, reload
+
+
+@pytest.fixture
+def running(app, db_engine) -> int:
+    """A RUNNING execution of a new user's, on PostgreSQL."""
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    return execution_row(db_engine, owner, workflow, warehouse, cu, state="RUNNING", run_id="run-1").id
+
+
+def no_limit_hit() -> None:
+    return None
+
+
+def test_a_reason_with_a_nul_byte_ends_its_execution(app, db_engine, running):
+    with app.app_context():
+        runner._record_end(running, {"state": "FAILED", "error": "boom\x00\x1b[2J; 9\u202ecolor"}, "{}", no_limit_hit)
+    execution = reload(db_engine, Execution, running)
+    assert execution.state == "FAILED" and execution.reason == "boom[2J; 9color"
+
+
+def test_a_failure_raised_with_a_nul_byte_ends_its_execution(app, db_engine, running, monkeypatch):
+    def fails(execution_id):
+        raise runner.ExecutionFailed("the unit said \x00" + "x" * 10_000)
+
+    monkeypatch.setattr(runner, "_watch", fails)
+    with app.app_context():
+        runner.drive(running)
+    execution = reload(db_engine, Execution, running)
+    assert execution.state == "FAILED" and execution.reason.startswith("the unit said x")
+    assert len(execution.reason) <= runner.REASON_LIMIT and execution.reason.endswith("more characters]")
+
+
+def test_a_reason_the_database_refuses_still_ends_its_execution(app, db_engine, running, monkeypatch):
+    finish = runner._finish
+
+    def refuses_the_first_reason(execution_id, state, **changes):
+        if changes.get("reason", "").startswith("weird"):
+            raise DataError("INSERT", {}, Exception("invalid byte sequence"))
+        return finish(execution_id, state, **changes)
+
+    monkeypatch.setattr(runner, "_finish", refuses_the_first_reason)
+    with app.app_context():
+        runner._finish_failed(running, "weird reason")
+    execution = reload(db_engine, Execution, running)
+    assert (execution.state, execution.reason) == ("FAILED", "the run failed, and its reason could not be stored")
+
+
+def test_a_reported_result_keeps_only_this_executions_tables_and_numbers(app, db_engine, running):
+    result = {"outputs": {"doubled": f"results.e{running}_doubled", "stolen": "results.e1_secret",
+                          "../x": f"results.e{running}_../x", "other": "bobs_ns.table"},
+              "rows": {"doubled": 12, "stolen": "many"}, "phases_s": {"bind": 0.1, "evil": "\x00"},
+              "runtime_stats": "runtime_stats.e1", "console_logs": f"console_logs.e{running}",
+              "lineage": {"read": [{"table": "t" * 10_000}] * 5_000, "wrote": []}, "extra": "x" * 10**6}
+    with app.app_context():
+        runner._record_end(running, {"state": "COMPLETED", "result": result}, "{}", no_limit_hit)
+    execution = reload(db_engine, Execution, running)
+    assert execution.state == "COMPLETED"
+    assert json.loads(execution.outputs) == {"outputs": {"doubled": f"results.e{running}_doubled"},
+                                             "rows": {"doubled": 12}, "phases_s": {"bind": 0.1},
+                                             "console_logs": f"console_logs.e{running}"}
+    lineage = json.loads(execution.lineage)
+    assert len(lineage["read"]) == runner.LINEAGE_LIMITS.items + 1
+    assert lineage["read"][-1] == "… [cut: 4000 more items]"
+    assert len(lineage["read"][0]["table"]) <= runner.LINEAGE_LIMITS.string
+    assert len(execution.lineage) < 1_000_000
+
+
+def test_reported_progress_is_bounded_and_says_what_was_cut():
+    reported = {"steps": [{"name": "s", "state": "running\x1b[0m"}],
+                "logs": [{"level": "INFO", "message": "m" * 100_000}] * 2_000}
+    progress = json.loads(runner._merged_progress({}, reported))
+    assert progress["steps"] == [{"name": "s", "state": "running[0m"}]
+    assert len(progress["logs"]) == runner.PROGRESS_LIMITS.items + 1
+    assert progress["logs"][-1] == "… [cut: 1500 more items]"
+    assert progress["logs"][0]["message"].endswith("more characters]")
+    assert json.loads(runner._merged_progress({"steps": [1]}, "not a dict")) == {"steps": [1], "logs": []}
