@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from app.ray_clusters.base import ClusterHandle
-from app.ray_clusters.local import SPARK_HOST_LAUNCHER, LocalClusterBackend, _node_record, _unit_log_tail
+from app.ray_clusters.local import SPARK_HOST_LAUNCHER, LocalClusterBackend
+from app.ray_clusters.local_processes import node_record, unit_log_tail
 from app.ray_clusters.unit_files import UnitDir, UnsafeUnitFile
 from app.untrusted import Limits, bounded, clean_lines, clean_text
 
@@ -93,14 +94,14 @@ def test_a_node_record_that_is_not_a_plain_file_is_no_record(unit, machine_file,
         record.mkdir()
 
     started = time.monotonic()
-    assert _node_record(handle, {"role": "head"}) is None
+    assert node_record(handle, {"role": "head"}) is None
     assert time.monotonic() - started < 1  # a FIFO never blocks the portal
 
 
 def test_a_plain_node_record_is_read(unit):
     _, handle = unit
     unit_path(handle, "nodes/head.json").write_text('{"pid": 12, "ready": true, "returncode": null}')
-    assert _node_record(handle, {"role": "head"}) == {"pid": 12, "ready": True, "returncode": None}
+    assert node_record(handle, {"role": "head"}) == {"pid": 12, "ready": True, "returncode": None}
 
 
 def test_a_log_linked_to_the_portals_environment_repeats_nothing(unit, monkeypatch):
@@ -111,7 +112,7 @@ def test_a_log_linked_to_the_portals_environment_repeats_nothing(unit, monkeypat
 
     assert backend.spark_host_launch_log(handle) == ""
     unit_path(handle, "head.log").symlink_to(f"/proc/{os.getpid()}/environ")
-    assert _unit_log_tail(handle, "head.log") == ""
+    assert unit_log_tail(handle, "head.log") == ""
 
 
 def test_a_huge_log_is_read_by_its_tail_only(unit):
@@ -122,7 +123,7 @@ def test_a_huge_log_is_read_by_its_tail_only(unit):
         file.seek(0, os.SEEK_END)
         file.write(b"\nthe last line\x1b[31m with an escape\x00\n")
     started = time.monotonic()
-    tail = _unit_log_tail(handle, "head.log", lines=3, limit=500)
+    tail = unit_log_tail(handle, "head.log", lines=3, limit=500)
     assert time.monotonic() - started < 1
     assert tail.endswith("the last line[31m with an escape") and len(tail) <= 500
     assert "\x1b" not in tail and "\x00" not in tail

@@ -29,26 +29,38 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
-import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from app.ports import free_port
-from app.ray_clusters import local_limits, sandbox, unit_files
+from app.ray_clusters import local_limits, local_ports, sandbox, unit_files
 from app.ray_clusters.local_limits import LocalLimits
+from app.ray_clusters.local_processes import (
+    all_pids,
+    children,
+    cluster_pids,
+    death_reason,
+    is_same_live_process,
+    kill,
+    learn_pid,
+    log_tail,
+    node_record,
+    pid_namespace,
+    proc_stat,
+    sandbox_running,
+    start_time,
+    unit_dir,
+    unit_log_tail,
+    wait_gone,
+)
 from app.ray_clusters.unit_limits import LimitsUnavailable, LimitUsage
 from app.ray_clusters.unit_files import UnitDir
-from app.untrusted import clean_lines, clean_text
 from app.ray_clusters.base import (
     ClusterBackend,
     ClusterHandle,
@@ -75,9 +87,6 @@ DEFAULT_BASE_DIR = Path(tempfile.gettempdir()) / "lakeport-cu"
 # caps socket paths at 107 bytes, so the temp dir must stay short.
 _RAY_SOCKET_SUFFIX_LEN = 66
 _SOCKET_PATH_MAX = 107
-# Worker port ranges are taken below Linux's ephemeral range (32768+), so outgoing
-# connections never occupy them.
-_WORKER_PORT_AREA = (20000, 32000)
 WORKER_PORTS_PER_NODE = 100
 # Ports the portal reaches inside a unit, through ingress bridges.
 _INGRESS_PORTS = ("dashboard", "spark_host")
@@ -86,18 +95,11 @@ SPARK_HOST_STATUS_TIMEOUT_S = 2.0
 SPARK_HOST_LAUNCHER = "spark-host-launcher"
 # The file the unit's init takes as a request to start the launcher (compute/unit_init.py).
 _LAUNCH_REQUEST = f"nodes/{SPARK_HOST_LAUNCHER}.start"
-# What the portal reads of a unit's files at most: a node record, a log's tail.
-_RECORD_MAX_BYTES = 4096
-_LOG_TAIL_BYTES = 64 * 1024
 # A unit that did not start: its reason shows this many lines of the failing node's log, and
 # the last KEPT_LOG_BYTES of each log are kept for the last FAILED_STARTS_KEPT such units.
 START_FAILURE_LOG_LINES = 15
 KEPT_LOG_BYTES = 256 * 1024
 FAILED_STARTS_KEPT = 20
-_lock = threading.Lock()
-_reserved_ports: set[int] = set()
-# Outside processes (bwrap, socat bridges) this portal process started, by pid, to reap them.
-_children: dict[int, subprocess.Popen] = {}
 
 
 def allowed_endpoints(catalog_url: str, operator_endpoints: str) -> list[sandbox.Endpoint]:
@@ -146,7 +148,7 @@ class LocalClusterBackend(ClusterBackend):
         # The portal's copy, read back after a restart: the unit's own can be anything by then.
         UnitDir(portal_dir).write_new("auth_token", token.encode())
 
-        ports = {name: _reserve_port() for name in ("gcs", "dashboard",
+        ports = {name: local_ports.reserve_port() for name in ("gcs", "dashboard",
                                                     "autoscaler_metrics", "dashboard_metrics", "spark_host")}
         handle = ClusterHandle(
             backend=self.kind,
@@ -177,7 +179,7 @@ class LocalClusterBackend(ClusterBackend):
             progress("starting head node")
             self._launch(handle, spec)
             head = handle.details["nodes"][0]
-            while not (dashboard.healthy() if dashboard else (_node_record(handle, head) or {}).get("ready")):
+            while not (dashboard.healthy() if dashboard else (node_record(handle, head) or {}).get("ready")):
                 self._check_start(handle, spec, deadline, "the head node was not ready")
                 time.sleep(0.2)
             if spec.worker_nodes:
@@ -204,7 +206,7 @@ class LocalClusterBackend(ClusterBackend):
             names = [Path(node["log"]).name for node in handle.details.get("nodes", [])]
             for name in names + [f"{SPARK_HOST_LAUNCHER}.log"]:
                 try:
-                    (kept / name).write_bytes(_unit_dir(handle).read_tail(name, KEPT_LOG_BYTES))
+                    (kept / name).write_bytes(unit_dir(handle).read_tail(name, KEPT_LOG_BYTES))
                 except OSError:
                     continue
             if (outside := Path(handle.details["portal_dir"]) / "outside.log").is_file():
@@ -248,12 +250,12 @@ class LocalClusterBackend(ClusterBackend):
     def _plan_node(self, handle: ClusterHandle, spec: ClusterSpec, role: str) -> None:
         cluster_dir = Path(handle.details["cluster_dir"])
         node_dir = cluster_dir / ("h" if role == "head" else f"w{role.split('-')[1]}")
-        ports = {name: _reserve_port() for name in ("node_manager", "object_manager", "agent_http",
+        ports = {name: local_ports.reserve_port() for name in ("node_manager", "object_manager", "agent_http",
                                                     "agent_grpc", "runtime_env_agent", "metrics_export")}
         node = {"role": role, "ports": ports, "dir": str(node_dir), "log": str(cluster_dir / f"{role}.log"),
                 "cpus": spec.cpus_per_node, "memory_bytes": spec.memory_bytes_per_node - spec.object_store_bytes}
         handle.details["nodes"].append(node)  # from here on, terminate releases what the node holds
-        worker_ports = _reserve_port_block(WORKER_PORTS_PER_NODE)
+        worker_ports = local_ports.reserve_port_block(WORKER_PORTS_PER_NODE)
         node["worker_ports"] = [worker_ports[0], worker_ports[-1]]
         argv = [
             sandbox.sandbox_python(), "-m", "compute.ray_node", "--block",
@@ -359,9 +361,9 @@ class LocalClusterBackend(ClusterBackend):
                 "ready_port": handle.details["ports"]["spark_host"]}
 
     def spark_host_launch(self, handle: ClusterHandle) -> SparkHostLaunchState:
-        if _unit_dir(handle).exists(_LAUNCH_REQUEST):  # the unit's init starts the launcher, then takes the request
+        if unit_dir(handle).exists(_LAUNCH_REQUEST):  # the unit's init starts the launcher, then takes the request
             return SparkHostLaunchState.STARTING
-        record = _node_record(handle, {"role": SPARK_HOST_LAUNCHER})
+        record = node_record(handle, {"role": SPARK_HOST_LAUNCHER})
         if record is None:  # not started yet: with the cluster, once the head's GCS is up; or never
             return SparkHostLaunchState.STARTING if handle.details.get("spark_host_launched") \
                 else SparkHostLaunchState.NONE
@@ -374,11 +376,11 @@ class LocalClusterBackend(ClusterBackend):
         if not handle.details.get("spark_host_on_request"):
             return False  # a unit started before units could
         if self.spark_host_launch(handle) != SparkHostLaunchState.STARTING:  # one launcher at a time
-            _unit_dir(handle).create_empty(_LAUNCH_REQUEST)
+            unit_dir(handle).create_empty(_LAUNCH_REQUEST)
         return True
 
     def spark_host_launch_log(self, handle: ClusterHandle) -> str:
-        return _unit_log_tail(handle, f"{SPARK_HOST_LAUNCHER}.log", lines=5, limit=1000)
+        return unit_log_tail(handle, f"{SPARK_HOST_LAUNCHER}.log", lines=5, limit=1000)
 
     def _spawn(self, handle: ClusterHandle, name: str, argv: list[str], env: dict[str, str]) -> int:
         cluster_dir = Path(handle.details["cluster_dir"])
@@ -386,10 +388,9 @@ class LocalClusterBackend(ClusterBackend):
             # Its own session, which terminate kills as a whole.
             process = subprocess.Popen(local_limits.join_argv(handle.details.get("limits", {}), argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        env=env, cwd=cluster_dir, start_new_session=True)
-        with _lock:
-            _children[process.pid] = process
+        children[process.pid] = process
         handle.details["processes"].append({"name": name, "pid": process.pid,
-                                            "start_time": _start_time(process.pid)})
+                                            "start_time": start_time(process.pid)})
         return process.pid
 
     def _find_namespace(self, handle: ClusterHandle) -> None:
@@ -397,26 +398,26 @@ class LocalClusterBackend(ClusterBackend):
         box = handle.details["sandbox"]
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            for pid in _all_pids():
-                fields = _proc_stat(pid)
-                if fields and int(fields[1]) == box["pid"] and (namespace := _pid_namespace(pid)):
+            for pid in all_pids():
+                fields = proc_stat(pid)
+                if fields and int(fields[1]) == box["pid"] and (namespace := pid_namespace(pid)):
                     box.update(init_pid=pid, init_start_time=int(fields[19]), pid_namespace=namespace)
                     return
-            if (child := _children.get(box["pid"])) is not None and child.poll() is not None:
+            if (child := children.get(box["pid"])) is not None and child.poll() is not None:
                 break
             time.sleep(0.02)
-        raise ClusterStartError(f"the sandbox did not start: {_log_tail(handle, 'outside.log')}")
+        raise ClusterStartError(f"the sandbox did not start: {log_tail(handle, 'outside.log')}")
 
     def _check_start(self, handle: ClusterHandle, spec: ClusterSpec, deadline: float, late: str) -> None:
         """Raises if a node died, the sandbox ended or time is up; learns nodes' pids on the way."""
         for node in handle.details["nodes"]:
-            _learn_pid(handle, node)
-            if (reason := _death_reason(handle, node)) is not None:
-                tail = _unit_log_tail(handle, Path(node["log"]).name, lines=START_FAILURE_LOG_LINES, limit=700)
+            learn_pid(handle, node)
+            if (reason := death_reason(handle, node)) is not None:
+                tail = unit_log_tail(handle, Path(node["log"]).name, lines=START_FAILURE_LOG_LINES, limit=700)
                 raise ClusterStartError(f"{node['role']} node {reason}"
                                         + (f"; the last lines of its log:\n{tail}" if tail else "; its log is empty"))
-        if not _sandbox_running(handle):
-            raise ClusterStartError(f"the sandbox ended: {_log_tail(handle, 'outside.log')}")
+        if not sandbox_running(handle):
+            raise ClusterStartError(f"the sandbox ended: {log_tail(handle, 'outside.log')}")
         if time.monotonic() > deadline:
             raise ClusterStartError(f"did not become healthy within {spec.start_timeout_s:.0f} s: {late}")
 
@@ -432,7 +433,7 @@ class LocalClusterBackend(ClusterBackend):
                 except RayApiError:
                     now_joined = 0
             else:
-                now_joined = sum(bool((_node_record(handle, node) or {}).get("ready")) for node in nodes)
+                now_joined = sum(bool((node_record(handle, node) or {}).get("ready")) for node in nodes)
             if now_joined != joined:
                 joined = now_joined
                 progress(f"waiting for nodes: {joined} of {expected} joined")
@@ -458,7 +459,7 @@ class LocalClusterBackend(ClusterBackend):
         if not handle.details.get("nodes"):
             return ClusterStatus(ClusterState.TERMINATED)
         for node in handle.details["nodes"]:
-            if (reason := _death_reason(handle, node)) is not None:
+            if (reason := death_reason(handle, node)) is not None:
                 over = self.over_limit(handle, LimitUsage())
                 return ClusterStatus(ClusterState.FAILED,
                                      reason=f"{node['role']} node {reason}" + (f"; {over}" if over else ""))
@@ -511,8 +512,7 @@ class LocalClusterBackend(ClusterBackend):
 
     def adopt(self, handle: ClusterHandle) -> ClusterStatus:
         self._check_handle(handle)
-        with _lock:
-            _reserved_ports.update(_handle_ports(handle))
+        local_ports.reserve(local_ports.handle_ports(handle))
         return self.status(self.restore_token(handle))
 
     # -------------------------------------------------------------- terminate
@@ -520,17 +520,16 @@ class LocalClusterBackend(ClusterBackend):
         self._check_handle(handle)
         nodes = handle.details.get("nodes", [])
         for node in nodes:
-            if "pid" in node and _is_same_live_process(node["pid"], node.get("start_time")):
-                _kill(node["pid"], signal.SIGTERM)  # `ray start --block` stops its node gracefully
-        _wait_gone(handle, self.stop_grace_s, sandbox_only=True)
+            if "pid" in node and is_same_live_process(node["pid"], node.get("start_time")):
+                kill(node["pid"], signal.SIGTERM)  # `ray start --block` stops its node gracefully
+        wait_gone(handle, self.stop_grace_s, sandbox_only=True)
         for pid in cluster_pids(handle):  # the bridges, and whatever did not stop in time
-            _kill(pid, signal.SIGKILL)
-        if not _wait_gone(handle, 5.0):
+            kill(pid, signal.SIGKILL)
+        if not wait_gone(handle, 5.0):
             raise RuntimeError(f"processes {cluster_pids(handle)} of compute unit {handle.cu_id} survived SIGKILL")
-        with _lock:
-            _reserved_ports.difference_update(_handle_ports(handle))
-            for process in handle.details.get("processes", []):
-                _children.pop(process["pid"], None)
+        local_ports.release(local_ports.handle_ports(handle))
+        for process in handle.details.get("processes", []):
+            children.pop(process["pid"], None)
         if handle.details.get("cluster_dir"):
             local_limits.release(handle.details.get("limits", {}), Path(handle.details["cluster_dir"]))
         for directory in ("cluster_dir", "portal_dir"):
@@ -548,230 +547,3 @@ def _prune_failed_start_logs(base_dir: Path) -> None:
     kept = sorted(failed_start_logs_dir(base_dir).iterdir(), key=lambda path: path.stat().st_mtime)
     for old in kept[:-FAILED_STARTS_KEPT]:
         shutil.rmtree(old, ignore_errors=True)
-
-
-# ---------------------------------------------------------------- processes
-def _all_pids() -> list[int]:
-    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (field 3 onwards)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return text[text.rindex(")") + 2:].split()
-
-
-def _start_time(pid: int) -> int | None:
-    fields = _proc_stat(pid)
-    return int(fields[19]) if fields else None
-
-
-def _is_same_live_process(pid: int, start_time: int | None) -> bool:
-    fields = _proc_stat(pid)
-    return fields is not None and fields[0] != "Z" and int(fields[19]) == start_time
-
-
-def _pid_namespace(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-
-
-def _sandbox_namespace(handle: ClusterHandle) -> str | None:
-    """The unit's PID namespace while its first process lives (when it ends, so does every
-    process in it; a namespace id can be reused afterwards)."""
-    box = handle.details.get("sandbox", {})
-    if "pid_namespace" in box and _is_same_live_process(box["init_pid"], box["init_start_time"]):
-        return box["pid_namespace"]
-    return None
-
-
-def _sandbox_running(handle: ClusterHandle) -> bool:
-    return _sandbox_namespace(handle) is not None
-
-
-def _unit_dir(handle: ClusterHandle) -> UnitDir:
-    return UnitDir(handle.details["cluster_dir"])
-
-
-def _node_record(handle: ClusterHandle, node: dict) -> dict | None:
-    """What the unit's init reports of a node (`compute/unit_init.py`). The file is in the unit's
-    writable dir, so it is read as hostile input, checked for shape and never trusted over a
-    live process."""
-    try:
-        record = json.loads(_unit_dir(handle).read_head(f"nodes/{node['role']}.json", _RECORD_MAX_BYTES))
-    except (OSError, ValueError):
-        return None
-    if not (isinstance(record, dict) and isinstance(record.get("pid"), int)
-            and isinstance(record.get("returncode"), (int, type(None)))):
-        return None
-    return record
-
-
-def _learn_pid(handle: ClusterHandle, node: dict) -> None:
-    """The host's pid of a node, from its pid inside the sandbox (NSpid in /proc/<pid>/status)."""
-    namespace = _sandbox_namespace(handle)
-    if "pid" in node or namespace is None or (record := _node_record(handle, node)) is None:
-        return
-    for pid in _all_pids():
-        if _pid_namespace(pid) != namespace:
-            continue
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        nspids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-        if nspids and int(nspids[-1]) == record["pid"]:
-            node.update(pid=pid, start_time=_start_time(pid))
-            return
-
-
-def _death_reason(handle: ClusterHandle, node: dict) -> str | None:
-    """None while the node's process runs; otherwise how it ended, as precisely as knowable."""
-    if "pid" in node and _is_same_live_process(node["pid"], node.get("start_time")):
-        return None
-    record = _node_record(handle, node)
-    if record is not None and record["returncode"] is not None:
-        how = _describe_returncode(record["returncode"])
-    elif _sandbox_running(handle):
-        return None  # not started yet, or ended a moment ago: the init records it
-    elif "pid" not in node:
-        return "was never started (the unit's sandbox ended)"
-    else:
-        how = "is gone (exit status unknown: the unit's sandbox ended)"
-    who = f"process (pid {node['pid']})" if "pid" in node else "process"
-    reported = _ray_exit_report(handle, node)
-    return f"{who} {how}" + (f"; Ray reported: {reported}" if reported else "")
-
-
-def _describe_returncode(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "unknown signal"
-        return f"was killed by signal {-returncode} ({name})"
-    return f"exited with code {returncode}"
-
-
-_RAY_EXIT_LINE = re.compile(r"^\s+(\S+) \[exit code=(-?\d+)\]\s*$")
-
-
-def _ray_exit_report(handle: ClusterHandle, node: dict) -> str:
-    """`ray start --block` names the subprocess that died first, e.g. "raylet [exit code=-9]"."""
-    try:
-        text = _unit_dir(handle).read_tail(Path(node["log"]).name, _LOG_TAIL_BYTES).decode(errors="replace")
-    except OSError:
-        return ""
-    reported = ", ".join(line.strip() for line in text.splitlines() if _RAY_EXIT_LINE.match(line))
-    return clean_text(reported, 500, one_line=True)
-
-
-def _unit_log_tail(handle: ClusterHandle, name: str, *, lines: int = 10, limit: int = 2000) -> str:
-    """The last lines of a log in the unit's dir, read as hostile input and cleaned for a reason."""
-    try:
-        text = _unit_dir(handle).read_tail(name, _LOG_TAIL_BYTES).decode(errors="replace")
-    except OSError:
-        return ""
-    return clean_lines(text, lines=lines, limit=limit)
-
-
-def _log_tail(handle: ClusterHandle, name: str, lines: int = 10) -> str:
-    """The last lines of a log the portal's own processes (bwrap, the bridges) write."""
-    try:
-        text = UnitDir(handle.details["portal_dir"]).read_tail(name, _LOG_TAIL_BYTES).decode(errors="replace")
-    except (KeyError, OSError):
-        return "(no log)"
-    return clean_lines(text, lines=lines, limit=2000) or "(empty log)"
-
-
-def _outside_sessions(handle: ClusterHandle) -> set[int]:
-    """Each outside process (bwrap, a bridge) leads its own session. A session whose leader
-    pid now belongs to another process's session is not ours."""
-    sessions = set()
-    for process in handle.details.get("processes", []):
-        fields = _proc_stat(process["pid"])
-        if fields is None or int(fields[19]) == process["start_time"] or int(fields[3]) != process["pid"]:
-            sessions.add(process["pid"])
-    return sessions
-
-
-def cluster_pids(handle: ClusterHandle, *, sandbox_only: bool = False) -> list[int]:
-    """Live processes of a local cluster: everything in its sandbox, and (unless
-    `sandbox_only`) the outside processes and what they started."""
-    sessions = set() if sandbox_only else _outside_sessions(handle)
-    namespace = _sandbox_namespace(handle)
-    box_pid = handle.details.get("sandbox", {}).get("pid")
-    pids = []
-    for pid in _all_pids():
-        fields = _proc_stat(pid)
-        if fields is None or fields[0] == "Z":
-            continue
-        if (int(fields[3]) in sessions or (sandbox_only and pid == box_pid and int(fields[3]) == pid)
-                or (namespace is not None and _pid_namespace(pid) == namespace)):
-            pids.append(pid)
-    return pids
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _wait_gone(handle: ClusterHandle, timeout: float, *, sandbox_only: bool = False) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        for process in handle.details.get("processes", []):
-            if (child := _children.get(process["pid"])) is not None:
-                child.poll()  # reap it, or it lingers as a zombie
-        if not cluster_pids(handle, sandbox_only=sandbox_only):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-
-
-# -------------------------------------------------------------------- ports
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _reserve_port() -> int:
-    with _lock:
-        while (port := free_port()) in _reserved_ports:
-            pass
-        _reserved_ports.add(port)
-        return port
-
-
-def _reserve_port_block(size: int) -> list[int]:
-    low, high = _WORKER_PORT_AREA
-    with _lock:
-        for _ in range(200):
-            first = random.randrange(low, high - size)
-            block = list(range(first, first + size))
-            if not _reserved_ports.intersection(block) and all(_port_is_free(port) for port in block):
-                _reserved_ports.update(block)
-                return block
-    raise ClusterStartError(f"no {size} consecutive free ports between {low} and {high}")
-
-
-def _handle_ports(handle: ClusterHandle) -> set[int]:
-    ports = set(handle.details.get("ports", {}).values())
-    for node in handle.details.get("nodes", []):
-        ports.update(node["ports"].values())
-        if "worker_ports" in node:
-            first, last = node["worker_ports"]
-            ports.update(range(first, last + 1))
-    return ports
