@@ -218,3 +218,14 @@ def test_a_unit_that_fails_to_start_says_why_and_keeps_its_logs(backend, monkeyp
     kept = sorted(failed_start_logs_dir(backend.base_dir).iterdir(), key=lambda path: path.stat().st_mtime)[-1]
     assert "no-such-flag" in (kept / "head.log").read_text()
     assert not Path(backend.base_dir, kept.name).exists()  # the unit itself is gone
+
+
+def test_only_the_operators_setting_lets_a_unit_start_without_limits(tmp_path):
+    backend = LocalClusterBackend(limits=LocalLimits(cgroup_mount=tmp_path, allow_unlimited=True))  # no cgroups there
+    handle = backend.start(ClusterSpec(cu_id="test-unlimited", name="unlimited", memory_gb_per_node=1,
+                                       include_dashboard=False))
+    try:
+        assert handle.details["limits"] == {} and not os.path.ismount(handle.details["cluster_dir"])
+        assert backend.limit_usage(handle) is None and backend.over_limit(handle, None) is None
+    finally:
+        backend.terminate(handle)

@@ -16,6 +16,7 @@ from pathlib import Path
 from app.ray_clusters import unit_disk
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.unit_limits import (
+    CGROUP_MOUNT,
     ControlGroup,
     LimitsReport,
     LimitsUnavailable,
@@ -35,6 +36,7 @@ class LocalLimits:
     disk_bytes: int = 10 * 2**30
     cgroup_parent: str = "lakeport"
     allow_unlimited: bool = False  # LAKEPORT_CU_ALLOW_UNLIMITED_UNITS
+    cgroup_mount: Path = CGROUP_MOUNT
 
     def __post_init__(self) -> None:
         if self.tasks_per_node < 64:
@@ -52,8 +54,8 @@ class LocalLimits:
         LimitsUnavailable when they cannot be had, unless the operator allowed units without."""
         limits = self.for_spec(spec)
         try:
-            require_limits(self.cgroup_parent)
-            group = control_group(unit_dir.name, self.cgroup_parent)
+            require_limits(self.cgroup_parent, self.cgroup_mount)
+            group = control_group(unit_dir.name, self.cgroup_parent, self.cgroup_mount)
             group.create(limits)
         except LimitsUnavailable as error:
             if not self.allow_unlimited:
@@ -62,7 +64,7 @@ class LocalLimits:
                            spec.cu_id, error)
             return {}
         record = {**limits.__dict__, "cgroup": {"version": group.version, "name": unit_dir.name,
-                                                "parent": self.cgroup_parent}}
+                                                "parent": self.cgroup_parent, "mount": str(self.cgroup_mount)}}
         try:
             unit_disk.mount_unit_disk(unit_dir, portal_dir, limits.disk_bytes, uid)
         except (LimitsUnavailable, OSError) as error:
@@ -78,7 +80,8 @@ class LocalLimits:
 def _group(record: dict) -> ControlGroup | None:
     if not record.get("cgroup"):
         return None
-    return control_group(record["cgroup"]["name"], record["cgroup"]["parent"])
+    cgroup = record["cgroup"]
+    return control_group(cgroup["name"], cgroup["parent"], Path(cgroup.get("mount", CGROUP_MOUNT)))
 
 
 def _limits(record: dict) -> UnitLimits:
