@@ -100,7 +100,7 @@ SETTINGS: dict[str, Setting] = {
     "CU_TASKS_PER_NODE": Setting(
         "LAKEPORT_CU_TASKS_PER_NODE", 4096, cast=int,
         help="Most processes and threads a local compute unit may have per node (a kernel limit, with its "
-             "memory and CPUs; an idle node with its Spark JVMs has about 600)."),
+             "memory and CPUs; a node running an execution has about 800)."),
     "CU_DISK_GB": Setting(
         "LAKEPORT_CU_DISK_GB", 10.0, cast=float,
         help="Disk (GiB) of a local compute unit's directory, a filesystem of its own: logs, Spark's scratch "

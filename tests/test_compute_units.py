@@ -1,6 +1,8 @@
 """Compute units through the portal, on real local Ray clusters."""
 from __future__ import annotations
 
+import re
+
 import os
 import secrets
 import signal
@@ -72,6 +74,10 @@ def test_create_run_terminate_leaves_nothing_behind(app, client, auth, db_engine
     page = client.get(f"/compute-units/{cu_id}").get_data(as_text=True)
     assert page.count('data-testid="cu-node"') == 2
     assert "Ray dashboard" not in page  # units run none unless LAKEPORT_RAY_DASHBOARD says so
+    # Its kernel limits, and what it uses against them: 2 nodes of 1 GiB each.
+    limits = re.search(r'data-testid="cu-limit-memory"><td>Memory</td>\s*<td>([^<]+)</td>\s*<td>([^<]+)</td>', page)
+    assert limits and limits.group(2).strip() == "2.0 GiB", limits
+    assert 'data-testid="cu-limit-tasks"' in page and 'data-testid="cu-limit-disk"' in page
 
     response = client.post(f"/compute-units/{cu_id}/terminate", headers={"X-CSRFToken": auth.csrf_token()})
     assert response.status_code == 302
