@@ -445,12 +445,17 @@ class LocalClusterBackend(ClusterBackend):
     def restore_token(self, handle: ClusterHandle) -> ClusterHandle:
         """The unit's Ray token, from the portal's own copy (the one in the unit's dir is the
         unit's to change)."""
-        if handle.auth_token is None and handle.details.get("portal_dir"):
-            try:
-                token = UnitDir(handle.details["portal_dir"]).read_head("auth_token", 256)
-            except OSError:
-                return handle
-            handle.auth_token = token.decode("ascii", "replace").strip() or None
+        if handle.auth_token is not None:
+            return handle
+        # A unit started before the portal kept its own copy has only the unit's: read without
+        # following links (it only ever goes to that unit's own dashboard).
+        kept = ((handle.details["portal_dir"], "auth_token") if handle.details.get("portal_dir")
+                else (handle.details.get("cluster_dir", ""), "auth_token"))
+        try:
+            token = UnitDir(kept[0]).read_head(kept[1], 256)
+        except (OSError, ValueError):
+            return handle
+        handle.auth_token = token.decode("ascii", "replace").strip() or None
         return handle
 
     # ----------------------------------------------------------------- status
