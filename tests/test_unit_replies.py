@@ -8,7 +8,7 @@ import json
 import pytest
 from sqlalchemy.exc import DataError
 
-from app.executions import runner
+from app.executions import runner, unit_reports
 from app.models import Execution
 from tests.test_executions import equipped, execution_row, make_user, reload
 
@@ -41,7 +41,7 @@ def test_a_failure_raised_with_a_nul_byte_ends_its_execution(app, db_engine, run
         runner.drive(running)
     execution = reload(db_engine, Execution, running)
     assert execution.state == "FAILED" and execution.reason.startswith("the unit said x")
-    assert len(execution.reason) <= runner.REASON_LIMIT and execution.reason.endswith("more characters]")
+    assert len(execution.reason) <= unit_reports.REASON_LIMIT and execution.reason.endswith("more characters]")
 
 
 def test_a_reason_the_database_refuses_still_ends_its_execution(app, db_engine, running, monkeypatch):
@@ -73,18 +73,18 @@ def test_a_reported_result_keeps_only_this_executions_tables_and_numbers(app, db
                                              "rows": {"doubled": 12}, "phases_s": {"bind": 0.1},
                                              "console_logs": f"console_logs.e{running}"}
     lineage = json.loads(execution.lineage)
-    assert len(lineage["read"]) == runner.LINEAGE_LIMITS.items + 1
+    assert len(lineage["read"]) == unit_reports.LINEAGE_LIMITS.items + 1
     assert lineage["read"][-1] == "… [cut: 4000 more items]"
-    assert len(lineage["read"][0]["table"]) <= runner.LINEAGE_LIMITS.string
+    assert len(lineage["read"][0]["table"]) <= unit_reports.LINEAGE_LIMITS.string
     assert len(execution.lineage) < 1_000_000
 
 
 def test_reported_progress_is_bounded_and_says_what_was_cut():
     reported = {"steps": [{"name": "s", "state": "running\x1b[0m"}],
                 "logs": [{"level": "INFO", "message": "m" * 100_000}] * 2_000}
-    progress = json.loads(runner._merged_progress({}, reported))
+    progress = json.loads(unit_reports.merged_progress({}, reported))
     assert progress["steps"] == [{"name": "s", "state": "running[0m"}]
-    assert len(progress["logs"]) == runner.PROGRESS_LIMITS.items + 1
+    assert len(progress["logs"]) == unit_reports.PROGRESS_LIMITS.items + 1
     assert progress["logs"][-1] == "… [cut: 1500 more items]"
     assert progress["logs"][0]["message"].endswith("more characters]")
-    assert json.loads(runner._merged_progress({"steps": [1]}, "not a dict")) == {"steps": [1], "logs": []}
+    assert json.loads(unit_reports.merged_progress({"steps": [1]}, "not a dict")) == {"steps": [1], "logs": []}

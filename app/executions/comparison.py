@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.compute_units import lifecycle
-from app.executions import history, results, runner
+from app.executions import history, results, runner, unit_reports
 from app.iceberg_reader import ResultReadError, TableShape, table_shape
 from app.models import Execution, User
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
@@ -93,7 +93,7 @@ def differing_rows(owner: User, a: Execution, b: Execution) -> dict:
     except SparkHostError as error:
         raise RowsUnavailable(f"The compute unit did not compare the rows: {error}") from None
     if run["state"] != "COMPLETED":
-        raise RowsUnavailable(f"The comparison failed on the compute unit: {runner.failure_reason(run.get('error'))}")
+        raise RowsUnavailable(f"The comparison failed on the compute unit: {unit_reports.failure_reason(run.get('error'))}")
     return run.get("result") or {}
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -58,16 +57,9 @@ from app.models import (
 from app.ray_clusters.base import ClusterHandle, ProgressCallback
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 from app.ray_clusters.unit_limits import LimitUsage
-from app.untrusted import Limits, bounded, clean_text
-from compute.contract import (
-    ACCESS_DELEGATION,
-    CONSOLE_LOGS,
-    PINNED,
-    RESULTS,
-    RUNTIME_STATS,
-    SUBMIT_CODE,
-    table_name,
-)
+from app.executions import unit_reports
+from app.untrusted import clean_text
+from compute.contract import ACCESS_DELEGATION, PINNED, SUBMIT_CODE
 from compute.spark_host import RunState
 
 State = ExecutionState
@@ -88,12 +80,6 @@ STOP_WAIT_SECONDS = 30.0
 # A token minted longer ago than this before the submit (while Spark started) is minted again:
 # the run gets its token's whole lifetime.
 FRESH_TOKEN_SECONDS = 30.0
-# The longest reason an execution row holds (its column's size).
-REASON_LIMIT = 2000
-# How much of what a unit reports is kept: its progress (steps, log lines) and its lineage.
-PROGRESS_LIMITS = Limits(string=4000, items=500, depth=6)
-LINEAGE_LIMITS = Limits(string=500, items=1000, depth=6)
-_STEP_NAME = re.compile(r"[A-Za-z0-9_]{1,100}")
 
 
 class RunRefused(UserFacingError):
@@ -339,7 +325,7 @@ def _finish_failed(execution_id: int, reason: str) -> None:
     """FAILED with `reason`, cleaned (it may hold a unit's text). Should the row still refuse
     it, FAILED with a reason that says so: an execution never stays unended over its reason."""
     try:
-        _finish(execution_id, State.FAILED, reason=clean_text(reason, REASON_LIMIT))
+        _finish(execution_id, State.FAILED, reason=clean_text(reason, unit_reports.REASON_LIMIT))
     except DATABASE_UNAVAILABLE:
         raise
     except Exception as error:
@@ -557,7 +543,7 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
             now = last_heard = time.monotonic()
             if run["state"] not in RunState.FINAL and now - asked < WATCH_WAIT_SECONDS / 2:
                 time.sleep(POLL_SECONDS)  # a host that does not wait (an older one): poll
-            progress = _merged_progress(json.loads(last_progress), run.get("progress") or {})
+            progress = unit_reports.merged_progress(json.loads(last_progress), run.get("progress") or {})
             if run["state"] in RunState.FINAL:
                 _record_end(execution_id, run, progress, over_limit)
                 return
@@ -571,38 +557,6 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
                 if _stopped_elsewhere(execution_id, cu_id, client, run_id):
                     return
                 next_unit_check = now + UNIT_CHECK_EVERY_SECONDS
-
-
-def _merged_progress(previous: dict, reported: object) -> str:
-    """The host's progress, bounded, keeping the steps and logs known so far until it reports
-    its own (a run that has not started yet reports none)."""
-    reported = bounded(reported, PROGRESS_LIMITS) if isinstance(reported, dict) else {}
-    return json.dumps({"steps": reported.get("steps") or previous.get("steps") or [],
-                       "logs": reported.get("logs") or previous.get("logs") or []})
-
-
-def _reported_result(execution_id: int, result: dict) -> dict:
-    """What the unit reports of a COMPLETED run (compute/pipeline.py), each part checked: an
-    output table must be the one this execution's step writes (`results.e42_step`), so a
-    unit's word never points the portal at another table; figures must be numbers."""
-    def named_entries(key: str) -> list[tuple[str, object]]:
-        entries = result.get(key) if isinstance(result.get(key), dict) else {}
-        return [(name, value) for name, value in list(entries.items())[:PROGRESS_LIMITS.items]
-                if isinstance(name, str) and _STEP_NAME.fullmatch(name)]
-
-    def number(value: object) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-    checked = {
-        "outputs": {step: table for step, table in named_entries("outputs")
-                    if table == table_name(RESULTS, execution_id, step)},
-        "rows": {step: rows for step, rows in named_entries("rows") if rows is None or number(rows)},
-        "phases_s": {phase: seconds for phase, seconds in named_entries("phases_s") if number(seconds)},
-    }
-    for namespace in (RUNTIME_STATS, CONSOLE_LOGS):
-        if result.get(namespace) == table_name(namespace, execution_id):
-            checked[namespace] = result[namespace]
-    return checked
 
 
 def _touch_unit(cu_id: int) -> None:
@@ -672,24 +626,15 @@ def _record_end(execution_id: int, run: dict, progress: str, over_limit: Callabl
         # A stop asked for after the run had begun to complete was refused on the unit: no reason.
         result = run.get("result") if isinstance(run.get("result"), dict) else {}
         _finish(execution_id, State.COMPLETED, progress=progress,
-                outputs=json.dumps(_reported_result(execution_id, result)),
-                lineage=json.dumps(bounded(result.get("lineage") or {}, LINEAGE_LIMITS)), reason="")
+                outputs=json.dumps(unit_reports.reported_result(execution_id, result)),
+                lineage=json.dumps(unit_reports.reported_lineage(result)), reason="")
     elif state == RunState.CANCELLED:
         # A reason on the row is stop_in_warehouse's, written before it cancelled the run.
         stopped_because = _load(execution_id).reason
         _finish(execution_id, State.FAILED if stopped_because else State.CANCELLED, progress=progress,
                 reason=stopped_because or "cancelled by its owner")
     else:
-        reason = failure_reason(run.get("error"))
+        reason = unit_reports.failure_reason(run.get("error"))
         if over := over_limit():
-            reason = clean_text(f"{over}; the run's error: {reason}", REASON_LIMIT)
+            reason = clean_text(f"{over}; the run's error: {reason}", unit_reports.REASON_LIMIT)
         _finish(execution_id, State.FAILED, progress=progress, reason=reason)
-
-
-def failure_reason(error: str | None) -> str:
-    """The reason to show for a failed run: the pipeline's own message, or the last line of a
-    traceback (the exception)."""
-    error = clean_text(error or "", 64 * 1024).strip()
-    if error.startswith("Traceback"):
-        error = error.splitlines()[-1]
-    return clean_text(error or "the run failed without saying why", REASON_LIMIT)

@@ -128,49 +128,7 @@ class LocalClusterBackend(ClusterBackend):
     # ------------------------------------------------------------------ start
     def start(self, spec: ClusterSpec, progress: ProgressCallback = no_progress) -> ClusterHandle:
         deadline = time.monotonic() + spec.start_timeout_s
-        try:
-            sandbox.require_sandbox()
-            cluster_dir, uid = sandbox.make_unit_dir(self.base_dir)
-        except sandbox.SandboxUnavailable as error:
-            raise ClusterStartError(str(error)) from None
-        portal_dir = unit_files.make_portal_dir(cluster_dir)
-        try:  # before anything of the unit exists in its dir: the dir becomes its own filesystem
-            limits = self.limits.apply(spec, cluster_dir, portal_dir, uid)
-        except LimitsUnavailable as error:
-            shutil.rmtree(portal_dir, ignore_errors=True)
-            cluster_dir.rmdir()
-            raise ClusterStartError(str(error)) from None
-        token = secrets.token_hex(32)
-        token_path = cluster_dir / "auth_token"
-        UnitDir(cluster_dir).write_new(token_path.name, token.encode())
-        if uid is not None:
-            os.chown(token_path, uid, uid)  # Ray in the unit reads it
-        # The portal's copy, read back after a restart: the unit's own can be anything by then.
-        UnitDir(portal_dir).write_new("auth_token", token.encode())
-
-        ports = {name: local_ports.reserve_port() for name in ("gcs", "dashboard",
-                                                    "autoscaler_metrics", "dashboard_metrics", "spark_host")}
-        handle = ClusterHandle(
-            backend=self.kind,
-            cu_id=spec.cu_id,
-            dashboard_url=f"http://127.0.0.1:{ports['dashboard']}" if spec.include_dashboard else None,
-            auth_token=token,
-            spark_host_url=f"http://127.0.0.1:{ports['spark_host']}",
-            spark_host_nonce=spec.spark_host.nonce if spec.spark_host else None,
-            details={
-                "cluster_dir": str(cluster_dir),
-                "portal_dir": str(portal_dir),
-                "limits": limits,
-                "auth_token_file": str(token_path),
-                "gcs_address": f"127.0.0.1:{ports['gcs']}",
-                "ports": ports,
-                "expected_nodes": spec.node_count,
-                "uid": uid,
-                "nodes": [],
-                "processes": [],  # outside the sandbox: bwrap and the socat bridges
-                "sandbox": {},
-            },
-        )
+        handle = self._new_unit(spec)
         dashboard = (RayDashboard(handle.dashboard_url, handle.auth_headers(), timeout=2.0)
                      if handle.dashboard_url else None)
         try:
@@ -196,6 +154,52 @@ class LocalClusterBackend(ClusterBackend):
                 dashboard.close()
         progress("cluster ready")
         return handle
+
+    def _new_unit(self, spec: ClusterSpec) -> ClusterHandle:
+        """The unit's directories (its own under its limits, the portal's beside it), its Ray
+        token and ports: everything before its first process."""
+        try:
+            sandbox.require_sandbox()
+            cluster_dir, uid = sandbox.make_unit_dir(self.base_dir)
+        except sandbox.SandboxUnavailable as error:
+            raise ClusterStartError(str(error)) from None
+        portal_dir = unit_files.make_portal_dir(cluster_dir)
+        try:  # before anything of the unit exists in its dir: the dir becomes its own filesystem
+            limits = self.limits.apply(spec, cluster_dir, portal_dir, uid)
+        except LimitsUnavailable as error:
+            shutil.rmtree(portal_dir, ignore_errors=True)
+            cluster_dir.rmdir()
+            raise ClusterStartError(str(error)) from None
+        token = secrets.token_hex(32)
+        token_path = cluster_dir / "auth_token"
+        UnitDir(cluster_dir).write_new(token_path.name, token.encode())
+        if uid is not None:
+            os.chown(token_path, uid, uid)  # Ray in the unit reads it
+        # The portal's copy, read back after a restart: the unit's own can be anything by then.
+        UnitDir(portal_dir).write_new("auth_token", token.encode())
+        ports = {name: local_ports.reserve_port()
+                 for name in ("gcs", "dashboard", "autoscaler_metrics", "dashboard_metrics", "spark_host")}
+        return ClusterHandle(
+            backend=self.kind,
+            cu_id=spec.cu_id,
+            dashboard_url=f"http://127.0.0.1:{ports['dashboard']}" if spec.include_dashboard else None,
+            auth_token=token,
+            spark_host_url=f"http://127.0.0.1:{ports['spark_host']}",
+            spark_host_nonce=spec.spark_host.nonce if spec.spark_host else None,
+            details={
+                "cluster_dir": str(cluster_dir),
+                "portal_dir": str(portal_dir),
+                "limits": limits,
+                "auth_token_file": str(token_path),
+                "gcs_address": f"127.0.0.1:{ports['gcs']}",
+                "ports": ports,
+                "expected_nodes": spec.node_count,
+                "uid": uid,
+                "nodes": [],
+                "processes": [],  # outside the sandbox: bwrap and the socat bridges
+                "sandbox": {},
+            },
+        )
 
     def _end_failed_start(self, handle: ClusterHandle) -> None:
         """Keep the logs of a unit that did not start (bounded tails, beside the units' dirs,

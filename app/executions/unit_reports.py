@@ -1,0 +1,68 @@
+"""What a unit reports of a run, checked and bounded before the portal keeps it.
+
+The unit runs users' code, so its Spark host's replies are an attacker's text (see
+app/untrusted.py): a run's progress (steps and log lines), its result (output tables, row
+counts, the time by phase) and its lineage are each bounded, and the result's tables must be
+the ones this execution's steps write, so a unit's word never points the portal elsewhere.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from app.untrusted import Limits, bounded, clean_text
+from compute.contract import CONSOLE_LOGS, RESULTS, RUNTIME_STATS, table_name
+
+# The longest reason an execution row holds (its column's size).
+REASON_LIMIT = 2000
+# How much of what a unit reports is kept: its progress (steps, log lines) and its lineage.
+PROGRESS_LIMITS = Limits(string=4000, items=500, depth=6)
+LINEAGE_LIMITS = Limits(string=500, items=1000, depth=6)
+_STEP_NAME = re.compile(r"[A-Za-z0-9_]{1,100}")
+
+
+def merged_progress(previous: dict, reported: object) -> str:
+    """The host's progress, bounded, keeping the steps and logs known so far until it reports
+    its own (a run that has not started yet reports none)."""
+    reported = bounded(reported, PROGRESS_LIMITS) if isinstance(reported, dict) else {}
+    return json.dumps({"steps": reported.get("steps") or previous.get("steps") or [],
+                       "logs": reported.get("logs") or previous.get("logs") or []})
+
+
+def reported_result(execution_id: int, result: dict) -> dict:
+    """What the unit reports of a COMPLETED run (compute/pipeline.py), each part checked: an
+    output table must be the one this execution's step writes (`results.e42_step`), so a
+    unit's word never points the portal at another table; figures must be numbers."""
+    def named_entries(key: str) -> list[tuple[str, object]]:
+        entries = result.get(key) if isinstance(result.get(key), dict) else {}
+        return [(name, value) for name, value in list(entries.items())[:PROGRESS_LIMITS.items]
+                if isinstance(name, str) and _STEP_NAME.fullmatch(name)]
+
+    def number(value: object) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    checked = {
+        "outputs": {step: table for step, table in named_entries("outputs")
+                    if table == table_name(RESULTS, execution_id, step)},
+        "rows": {step: rows for step, rows in named_entries("rows") if rows is None or number(rows)},
+        "phases_s": {phase: seconds for phase, seconds in named_entries("phases_s") if number(seconds)},
+    }
+    for namespace in (RUNTIME_STATS, CONSOLE_LOGS):
+        if result.get(namespace) == table_name(namespace, execution_id):
+            checked[namespace] = result[namespace]
+    return checked
+
+
+def reported_lineage(result: dict) -> dict:
+    """What the run read and wrote (compute/contract.py Lineage), bounded."""
+    lineage = result.get("lineage")
+    return bounded(lineage, LINEAGE_LIMITS) if isinstance(lineage, dict) else {}
+
+
+def failure_reason(error: str | None) -> str:
+    """The reason to show for a failed run: the pipeline's own message, or the last line of a
+    traceback (the exception)."""
+    error = clean_text(error or "", 64 * 1024).strip()
+    if error.startswith("Traceback"):
+        error = error.splitlines()[-1]
+    return clean_text(error or "the run failed without saying why", REASON_LIMIT)
