@@ -17,7 +17,6 @@ WORKDIR /srv/lakeport
 COPY pyproject.toml ./
 COPY app ./app
 COPY compute ./compute
-COPY devstack ./devstack
 COPY templates ./templates
 COPY migrations ./migrations
 COPY alembic.ini wsgi.py gunicorn.conf.py ./
@@ -27,7 +26,7 @@ COPY scripts/fetch_jars.py ./scripts/fetch_jars.py
 ENV LAKEPORT_JARS_DIR=/srv/lakeport/jars
 RUN python scripts/fetch_jars.py
 # The class archive the Spark JVMs (driver, RayDP app master, executors) start from (compute/class_archive.py).
-RUN python -m compute.class_archive
+RUN python -m compute.class_archive_build
 COPY --from=assets /build/node_modules/htmx.org/dist/htmx.min.js ./app/static/vendor/htmx.min.js
 COPY --from=assets /build/node_modules/@picocss/pico/css/pico.min.css ./app/static/vendor/pico.min.css
 COPY --from=assets /build/app/static/vendor/editor.js ./app/static/vendor/editor.js

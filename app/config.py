@@ -176,8 +176,9 @@ SETTINGS: dict[str, Setting] = {
              "reachable from a local unit's sandbox."),
     "DEV_STORAGE_HINT": Setting(
         "LAKEPORT_DEV_STORAGE_HINT", "",
-        help="Development only, set by the local stack: JSON (no secrets) naming its S3 endpoint, region and "
-             "each test user's bucket, so the register page can offer them. Empty in production."),
+        help="Development only, set by the local stack: JSON naming its S3 endpoint, region, each test user's "
+             "bucket and that bucket's fixed development keys (which open only the stack's own SeaweedFS), so "
+             "the register page can offer them. Empty in production."),
 }
 
 

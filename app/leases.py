@@ -12,6 +12,7 @@ a small part of the lease's length.
 """
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 from sqlalchemy import delete, insert, select, update
@@ -19,6 +20,21 @@ from sqlalchemy.exc import IntegrityError
 
 from app.db import engine
 from app.models import WorkLease, utcnow
+
+# The work this thread does for the worker, with its `lost` event (set when another worker took
+# the lease over): work that runs long asks `still_held` between its steps.
+_current = threading.local()
+
+
+def hold_in_this_thread(work) -> None:
+    """Record `work` (anything with a `lost` threading.Event) as what this thread does."""
+    _current.work = work
+
+
+def still_held() -> bool:
+    """False once another worker took over the work this thread does (its lease was lost)."""
+    work = getattr(_current, "work", None)
+    return work is None or not work.lost.is_set()
 
 
 def claim(name: str, holder: str, seconds: float) -> bool:

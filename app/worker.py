@@ -51,13 +51,6 @@ MAX_BACKOFF_SECONDS = 15.0
 # How long a stopping worker waits for unit starts and stops under way (its stop timeout is longer).
 STOP_GRACE_SECONDS = 15.0
 
-_current = threading.local()
-
-
-def still_held() -> bool:
-    """False once another worker took over the work this thread does (its lease was lost)."""
-    work = getattr(_current, "work", None)
-    return work is None or not work.lost.is_set()
 
 
 @dataclass
@@ -207,7 +200,7 @@ class Worker:
 
     def _perform(self, name: str, function: Callable[[int], None], subject: int) -> None:
         with self._lock:
-            _current.work = self._work[name]
+            leases.hold_in_this_thread(self._work[name])
         try:
             with self.app.app_context():
                 function(subject)

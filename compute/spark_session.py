@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compute.class_archive import archive_java_options, executor_java_options
 from compute.contract import ACCESS_DELEGATION_HEADER
 from compute.jars import CREDENTIAL_KEYED_S3A, jar_paths
 
@@ -43,8 +44,6 @@ HADOOP_FILE_IO = "org.apache.iceberg.hadoop.HadoopFileIO"
 
 def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark configuration every session of a compute unit starts with."""
-    from compute.class_archive import archive_java_options, executor_java_options
-
     classpath = os.pathsep.join(str(path) for path in (jars if jars is not None else jar_paths()))
     # Every JVM starts from the class archive setup built, when there is one (class_archive.py).
     started_from_archive = (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {IDLE_HEAP_JAVA_OPTIONS} "

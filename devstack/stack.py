@@ -127,10 +127,14 @@ class LocalStack:
         }
 
     def storage_hint(self) -> dict:
-        """Where the register page points new users: this stack's S3, no secrets."""
+        """Where the register page points new users: this stack's S3, each test user's bucket and
+        its fixed, documented development keys (they open only this stack's SeaweedFS)."""
         return {
             "endpoint": self.seaweed.s3_endpoint, "region": self.seaweed.region, "path_style": True,
             "buckets": {TEST_USERS[keys.user].email: keys.bucket for keys in TEST_USER_KEYS.values()},
+            "development_keys": {keys.bucket: {"access_key_id": keys.access_key_id,
+                                               "secret_access_key": keys.secret_access_key}
+                                 for keys in TEST_USER_KEYS.values()},
         }
 
     def _run(self, process: ManagedProcess, timeout: float = 30.0) -> None:

@@ -59,6 +59,6 @@ if [ -f scripts/fetch_jars.py ]; then
 fi
 # The class archive compute units' Spark JVMs start from (compute/class_archive.py): built once
 # for these jars and this JDK, about 45 s. Without it the JVMs start as usual, only slower.
-.venv/bin/python -m compute.class_archive \
+.venv/bin/python -m compute.class_archive_build \
   || echo "warning: the Spark class archive could not be built; compute units start their Spark sessions without it" >&2
 echo "setup complete"

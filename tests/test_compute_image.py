@@ -43,7 +43,7 @@ def test_the_base_image_is_the_pinned_ray_on_the_projects_python():
 def test_the_image_holds_a_jdk_the_jars_and_the_compute_package():
     assert "openjdk-17-jdk-headless" in DOCKERFILE  # javac too: the S3A jar is built in the image
     assert re.search(r"^COPY (--chown=\S+ )?compute \./compute$", DOCKERFILE, re.MULTILINE)
-    assert re.search(r"^RUN python scripts/fetch_jars\.py\n(#.*\n)*RUN python -m compute\.class_archive$", DOCKERFILE, re.MULTILINE)
+    assert re.search(r"^RUN python scripts/fetch_jars\.py\n(#.*\n)*RUN python -m compute\.class_archive_build$", DOCKERFILE, re.MULTILINE)
     assert "ENV LAKEPORT_JARS_DIR=" in DOCKERFILE and "ENV PYTHONPATH=/srv/lakeport" in DOCKERFILE
     assert not re.search(r"^COPY (--chown=\S+ )?(app|devstack)\b", DOCKERFILE, re.MULTILINE)  # compute/ never imports them
 

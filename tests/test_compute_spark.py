@@ -76,7 +76,7 @@ def test_the_class_archive_is_built_for_the_class_path_raydp_starts_its_jvms_wit
     assert class_path[:len(jars.jar_paths())] == [str(path) for path in jars.jar_paths()]
     assert any(entry.endswith("/pyspark/jars/*") for entry in class_path)
     assert any("/raydp/jars/raydp-" in entry for entry in class_path)
-    assert class_archive.archive_path().is_file(), "setup builds it: python -m compute.class_archive"
+    assert class_archive.archive_path().is_file(), "setup builds it: python -m compute.class_archive_build"
 
 
 def test_the_scratch_s3_endpoint_serves_a_write_and_its_read_back_until_it_stops():

@@ -35,7 +35,7 @@ from flask import current_app
 from sqlalchemy import update
 from sqlmodel import Session, select
 
-from app import worker
+from app import leases
 from app.compute_units import lifecycle, spark_warmup
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
@@ -530,7 +530,7 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
     last_heard = time.monotonic()
     next_activity = next_unit_check = 0.0
     with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-        while worker.still_held():  # else another worker took this execution over
+        while leases.still_held():  # else another worker took this execution over
             asked = time.monotonic()
             try:
                 # Answered as soon as the run ends: the end is recorded without a poll's delay.

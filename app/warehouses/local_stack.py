@@ -1,9 +1,10 @@
 """The local stack's storage, offered on the register page (development only).
 
 The local stack sets `LAKEPORT_DEV_STORAGE_HINT`: JSON naming its S3 endpoint, region,
-addressing style and each test user's bucket, never a secret. When the setting is empty,
-as in production, nothing here shows: `storage_hint` and `development_keys` return None.
-The development keys themselves are the fixed, documented ones the stack gives SeaweedFS.
+addressing style, each test user's bucket and that bucket's development keys (the fixed,
+documented ones the stack gives its own SeaweedFS, which open nothing else). When the setting
+is empty, as in production, nothing here shows: `storage_hint` and `development_keys` return
+None. The portal never imports the local stack: this setting is all it knows of it.
 """
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def development_keys(user: User) -> DevelopmentKeys | None:
     hint = storage_hint(user)
     if hint is None or not hint.bucket:
         return None
-    from devstack.seaweedfs import TEST_USER_KEYS  # only reached on the local stack
-
-    keys = next((k for k in TEST_USER_KEYS.values() if k.bucket == hint.bucket), None)
-    return keys and DevelopmentKeys(keys.bucket, keys.access_key_id, keys.secret_access_key)
+    keys = parse_hint(current_app.config["DEV_STORAGE_HINT"]).get("development_keys", {}).get(hint.bucket)
+    if not (isinstance(keys, dict) and isinstance(keys.get("access_key_id"), str)
+            and isinstance(keys.get("secret_access_key"), str)):
+        return None
+    return DevelopmentKeys(hint.bucket, keys["access_key_id"], keys["secret_access_key"])
