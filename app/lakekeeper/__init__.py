@@ -1,0 +1,94 @@
+"""Talking to Lakekeeper: its Management API and the few Iceberg REST catalog calls the portal
+needs to browse and purge a warehouse. `client.py` is the client, `tokens.py` the tokens it
+acts with, `resources.py` what the API takes and returns, `errors.py` its failures; this
+package's names are theirs.
+
+Requests and responses follow Lakekeeper's published OpenAPI documents
+(`management-open-api.yaml`, `rest-catalog-open-api.yaml`); the tests check every request
+this module sends against them.
+
+Identity: the portal manages Lakekeeper as one service client (OAuth2 client-credentials
+grant, `ClientCredentialsTokenSource`), never with the signed-in user's token: a user's
+access token can expire in the middle of a long purge, and background work would force the
+portal to store user tokens. With Lakekeeper's OpenFGA authorizer that service identity is a
+project admin: it creates warehouses and manages their grants, and gives `ownership` of each
+warehouse to its Lakeport owner's Lakekeeper identity (`lakekeeper_user_id`, `oidc~<subject>`)
+and to nobody else (`grant_sole_ownership`).
+An execution acts as its user instead (`LakekeeperClient.user_token`): the service client
+exchanges its own token at the identity provider (OAuth 2.0 Token Exchange, RFC 8693) for a
+short-lived token whose subject is the executing user, optionally narrowed further by a
+`warehouse:<id>` scope. It is minted fresh for each run, never cached or reused.
+
+Errors: every failure is a `LakekeeperError` whose `user_message` can be shown to users;
+`str(error)` is the technical account for logs. Neither ever contains a secret.
+
+Retries: only calls that are safe to repeat are retried (GETs, DELETEs, and POSTs that
+set an absolute state: rename, credential rotation, (de)activation, delete profile, grant
+changes, a user's registration), on connection failures, timeouts and 502/503/504.
+Creating a warehouse is never retried.
+"""
+from __future__ import annotations
+
+from app.lakekeeper.errors import (
+    LakekeeperError,
+    LakekeeperUnavailable,
+    ServiceTokenError,
+)
+from app.lakekeeper.resources import (
+    CatalogUser,
+    DeleteProfile,
+    PurgeResult,
+    S3AccessKeyCredential,
+    S3StorageProfile,
+    ServerInfo,
+    TableIdentifier,
+    TableSummary,
+    WAREHOUSE_RELATIONS,
+    WarehouseAssignment,
+    WarehouseInfo,
+)
+from app.lakekeeper.tokens import (
+    ACCESS_TOKEN_TYPE,
+    ClientCredentialsTokenSource,
+    LAKEKEEPER_OIDC_PROVIDER_ID,
+    ScopedToken,
+    TOKEN_EXCHANGE_GRANT,
+    TokenSource,
+    WAREHOUSE_SCOPE_PREFIX,
+    lakekeeper_user_id,
+    warehouse_scope,
+)
+from app.lakekeeper.client import (
+    DEFAULT_PROJECT_ID,
+    LakekeeperClient,
+    NAMESPACE_SEPARATOR,
+)
+
+__all__ = [
+    "LakekeeperError",
+    "LakekeeperUnavailable",
+    "ServiceTokenError",
+    "CatalogUser",
+    "DeleteProfile",
+    "PurgeResult",
+    "S3AccessKeyCredential",
+    "S3StorageProfile",
+    "ServerInfo",
+    "TableIdentifier",
+    "TableSummary",
+    "WAREHOUSE_RELATIONS",
+    "WarehouseAssignment",
+    "WarehouseInfo",
+    "ACCESS_TOKEN_TYPE",
+    "ClientCredentialsTokenSource",
+    "LAKEKEEPER_OIDC_PROVIDER_ID",
+    "ScopedToken",
+    "TOKEN_EXCHANGE_GRANT",
+    "TokenSource",
+    "WAREHOUSE_SCOPE_PREFIX",
+    "lakekeeper_user_id",
+    "warehouse_scope",
+    "DEFAULT_PROJECT_ID",
+    "LakekeeperClient",
+    "NAMESPACE_SEPARATOR",
+]
