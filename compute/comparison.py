@@ -14,7 +14,8 @@ import decimal
 from compute.catalog_cache import CatalogAccess
 from compute.contract import COMPARE_LIMIT_MAX
 from compute.iceberg_rest import rest_catalog
-from compute.pipeline import CATALOGS, _describe, warehouse_session
+from compute.pipeline import CATALOGS, _describe
+from compute.spare_sessions import warehouse_session
 from compute.spark_host import RunFailed
 
 

@@ -39,12 +39,8 @@ from __future__ import annotations
 import inspect
 import json
 import linecache
-import re
-import sys
-import threading
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -55,26 +51,23 @@ import httpx
 
 from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
 from compute.contract import (
-    ACCESS_DELEGATION,
     CONSOLE_LOGS,
-    PINNED,
     RESULTS,
     RUNTIME_STATS,
     TableProperty,
     LineageRead,
     LineageWrite,
     TableStatus,
-    table_name,
 )
 from compute.iceberg_rest import rest_catalog
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.spark_host import RunFailed, RunInterrupted, RunProgress
 from compute.spark_session import close_session_catalog
+from compute.console_capture import ExecutionLog, captured
+from compute.execution_spec import ExecutionSpec, Step
+from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
+from compute.spare_sessions import SESSIONS
 
-STEP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-# Bounds on what one execution's console log keeps in memory.
-LOG_LINES_KEPT = 20_000
-LOG_MESSAGE_CHARS = 20_000
 CATALOG_TIMEOUT_S = 10.0
 
 # One per Spark host process: executions for the same warehouse share its binding, and each
@@ -85,174 +78,6 @@ CATALOGS = CatalogCache()
 def run_pipeline(spark, args: dict, progress: RunProgress) -> dict:
     """Run the execution described by `args`; returns its summary, raises RunFailed otherwise."""
     return Pipeline(spark, ExecutionSpec.from_json(args), progress).run()
-
-
-# ---------------------------------------------------------------- the execution spec
-@dataclass(frozen=True)
-class Step:
-    name: str
-    kind: str  # "sql" or "python"
-    code: str
-    output: bool
-
-    @property
-    def table_name(self) -> str:
-        return self.name.lower()
-
-
-@dataclass(frozen=True)
-class ExecutionSpec:
-    execution_id: int
-    workflow: dict
-    user: dict
-    compute_unit: dict
-    warehouse: dict
-    catalog: dict
-    steps: tuple[Step, ...]
-    pinned: dict[str, int]  # a re-run's inputs: table → snapshot id (compute/contract.py PINNED)
-
-    @classmethod
-    def from_json(cls, args: dict) -> ExecutionSpec:
-        try:
-            steps = tuple(Step(str(s["name"]), str(s["kind"]), str(s["code"]), bool(s.get("output", False)))
-                          for s in args["steps"])
-            pinned = {str(table).lower(): int(snapshot) for table, snapshot in dict(args.get(PINNED) or {}).items()}
-            spec = cls(int(args["execution_id"]), dict(args["workflow"]), dict(args["user"]),
-                       dict(args["compute_unit"]), dict(args["warehouse"]), dict(args["catalog"]), steps, pinned)
-            for key in ("uri", "warehouse", "token"):
-                if not spec.catalog.get(key):
-                    raise ValueError(f"catalog.{key} is missing")
-            if not spec.warehouse.get("lakekeeper_id"):
-                raise ValueError("warehouse.lakekeeper_id is missing")
-        except (KeyError, TypeError, ValueError) as error:
-            raise RunFailed(f"invalid execution spec: {type(error).__name__}: {error}") from None
-        if spec.catalog.get("access_delegation", ACCESS_DELEGATION) != ACCESS_DELEGATION:
-            raise RunFailed(f"the catalog must vend storage credentials (access_delegation={ACCESS_DELEGATION!r})")
-        if not steps:
-            raise RunFailed("the workflow has no steps")
-        names = [step.name.lower() for step in steps]
-        for step in steps:
-            if not STEP_NAME.fullmatch(step.name):
-                raise RunFailed(f"step name {step.name!r} is not an identifier (letters, digits, _)")
-            if step.kind not in ("sql", "python"):
-                raise RunFailed(f"step {step.name!r}: kind must be 'sql' or 'python', not {step.kind!r}")
-            if names.count(step.name.lower()) > 1:
-                raise RunFailed(f"step name {step.name!r} is used twice")
-        return spec
-
-    def table(self, namespace: str, step: Step | None = None) -> str:
-        return table_name(namespace, self.execution_id, step.name if step else None)
-
-    def properties(self, status: TableStatus, step: Step | None = None) -> dict[str, str]:
-        """What every table of this execution says about where it comes from."""
-        properties = {
-            TableProperty.EXECUTION_ID: str(self.execution_id),
-            TableProperty.WORKFLOW_ID: str(self.workflow.get("id", "")),
-            TableProperty.WORKFLOW_NAME: str(self.workflow.get("name", "")),
-            TableProperty.WORKFLOW_VERSION: str(self.workflow.get("version", "")),
-            TableProperty.USER: str(self.user.get("email", "")),
-            TableProperty.USER_ID: str(self.user.get("id", "")),
-            TableProperty.COMPUTE_UNIT: str(self.compute_unit.get("name", "")),
-            TableProperty.COMPUTE_UNIT_ID: str(self.compute_unit.get("id", "")),
-            TableProperty.STATUS: status,
-        }
-        if step is not None:
-            properties[TableProperty.STEP] = step.name
-        return {str(key): str(value) for key, value in properties.items()}
-
-
-# ---------------------------------------------------------------- the execution's log
-class ExecutionLog:
-    """Everything an execution logs: kept whole for `console_logs`, its tail shown in progress."""
-
-    def __init__(self, progress: RunProgress) -> None:
-        self.progress = progress
-        self.entries: list[dict] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, level: str, step: str | None, message: str) -> None:
-        message = message if len(message) <= LOG_MESSAGE_CHARS else message[:LOG_MESSAGE_CHARS] + " [cut]"
-        with self._lock:
-            if len(self.entries) < LOG_LINES_KEPT:
-                self.entries.append({"ts": time.time(), "level": level, "step": step, "message": message})
-            elif len(self.entries) == LOG_LINES_KEPT:
-                self.entries.append({"ts": time.time(), "level": "WARN", "step": step,
-                                     "message": f"log cut after {LOG_LINES_KEPT} lines"})
-        self.progress.log(level, step, message)
-
-
-class _LineSink:
-    """Collects what a step writes to stdout/stderr and logs it line by line."""
-
-    def __init__(self, log: ExecutionLog, step: str, level: str) -> None:
-        self.log, self.step, self.level, self._pending = log, step, level, ""
-
-    def write(self, text: str) -> None:
-        *lines, self._pending = (self._pending + text).split("\n")
-        for line in lines:
-            self.log(self.level, self.step, line)
-
-    def close(self) -> None:
-        if self._pending:
-            self.log(self.level, self.step, self._pending)
-            self._pending = ""
-
-
-_capture = threading.local()
-_install_lock = threading.Lock()
-
-
-class _ThreadRoutedStream:
-    """sys.stdout/sys.stderr of the Spark host: a thread running a step writes to that step's
-    log, every other thread to the original stream. Executions run side by side in threads,
-    so swapping sys.stdout per execution would mix their output."""
-
-    def __init__(self, original, attribute: str) -> None:
-        self._original, self._attribute = original, attribute
-
-    def write(self, text: str) -> int:
-        sink = getattr(_capture, self._attribute, None)
-        if sink is None:
-            return self._original.write(text)
-        sink.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        self._original.flush()
-
-    def __getattr__(self, name: str):
-        return getattr(self._original, name)
-
-
-def _install_routing() -> None:
-    with _install_lock:
-        if not isinstance(sys.stdout, _ThreadRoutedStream):
-            sys.stdout = _ThreadRoutedStream(sys.stdout, "stdout")
-        if not isinstance(sys.stderr, _ThreadRoutedStream):
-            sys.stderr = _ThreadRoutedStream(sys.stderr, "stderr")
-        if not getattr(warnings.showwarning, "lakeport_routed", False):
-            original = warnings.showwarning
-
-            def showwarning(message, category, filename, lineno, file=None, line=None):
-                sink = getattr(_capture, "stderr", None)
-                if sink is None:
-                    return original(message, category, filename, lineno, file, line)
-                sink.log("WARN", sink.step, f"{category.__name__}: {message} ({filename}:{lineno})")
-
-            showwarning.lakeport_routed = True
-            warnings.showwarning = showwarning
-
-
-@contextmanager
-def _captured(log: ExecutionLog, step: str):
-    _install_routing()
-    _capture.stdout, _capture.stderr = _LineSink(log, step, "INFO"), _LineSink(log, step, "WARN")
-    try:
-        yield
-    finally:
-        _capture.stdout.close()
-        _capture.stderr.close()
-        _capture.stdout = _capture.stderr = None
 
 
 # ---------------------------------------------------------------- running it
@@ -393,7 +218,7 @@ class Pipeline:
             raise RunFailed(f"the catalog refused warehouse {warehouse}: {_describe(error)}") from None
         self.preparing = ThreadPoolExecutor(3, thread_name_prefix="prepare")
         self.prepared = {RESULTS: self.preparing.submit(self.iceberg.create_namespace_if_not_exists, RESULTS)}
-        for namespace, schema in ((RUNTIME_STATS, _runtime_stats_schema()), (CONSOLE_LOGS, _console_logs_schema())):
+        for namespace, schema in ((RUNTIME_STATS, runtime_stats_schema()), (CONSOLE_LOGS, console_logs_schema())):
             self.prepared[namespace] = self.preparing.submit(self._create_record_table, namespace, schema)
         self.log("INFO", None, f"bound to warehouse {warehouse} through {catalog['uri']}")
 
@@ -462,7 +287,7 @@ class Pipeline:
             self.log("INFO", step.name, f"step {step.name} ({step.kind}{', output' if step.output else ''}) started")
             jobs_before = self._jobs()
             try:
-                with _captured(self.log, step.name), self.progress.interruptible():
+                with captured(self.log, step.name), self.progress.interruptible():
                     frame = self._evaluate(step, programs.get(step.name), frames)
                     began = time.perf_counter()
                     stats.read = self._reads_of(step, frame)
@@ -619,13 +444,13 @@ class Pipeline:
         record fails is FAILED."""
         try:
             # In this thread: the stats are read from the JVM, whose gateway a new thread connects to anew.
-            stats_rows, log_rows = self._stats_rows(), _log_rows(self.log.entries)
+            stats_rows, log_entries = self._stats_rows(), log_rows(self.log.entries)
             with ExitStack() as stack:
                 if pool is None:
                     pool = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="record"))
-                writes = [pool.submit(self._write_record, RUNTIME_STATS, _runtime_stats_schema(), stats_rows,
+                writes = [pool.submit(self._write_record, RUNTIME_STATS, runtime_stats_schema(), stats_rows,
                                       status, replace),
-                          pool.submit(self._write_record, CONSOLE_LOGS, _console_logs_schema(), log_rows,
+                          pool.submit(self._write_record, CONSOLE_LOGS, console_logs_schema(), log_entries,
                                       status, replace)]
                 for write in writes:
                     write.result()
@@ -691,7 +516,7 @@ class Pipeline:
                 "rows_out": stats.rows_out,
                 "bytes_in": sum(stage["input_bytes"] for stage in stages) if stages else None,
                 "bytes_out": stats.bytes_out,
-                "started_at": _timestamp(stats.started_at), "ended_at": _timestamp(stats.ended_at),
+                "started_at": timestamp(stats.started_at), "ended_at": timestamp(stats.ended_at),
                 "duration_ms": round((stats.ended_at - stats.started_at) * 1000)
                 if stats.started_at and stats.ended_at else None,
                 "spark_jobs": len(stats.job_ids),
@@ -782,84 +607,3 @@ def _catalog_message(response: httpx.Response) -> str:
         return str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return response.text[:200]
-
-
-class SpareSessions:
-    """One warehouse session made ahead per warehouse, so that an execution does not wait for
-    `warehouse_session` (a new session, its settings, the catalog's start: 30-60 ms of a warm
-    run). Each session serves one execution only, so the temporary views and settings a run
-    makes never reach another: a run takes the spare, and once it has ended the next spare is
-    made in the background (not while the run competes for the unit's CPUs)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._spares: dict[str, tuple[str, Future]] = {}  # warehouse id -> (catalog name, session)
-        self._maker = ThreadPoolExecutor(1, thread_name_prefix="spare-session")
-
-    def take(self, spark, binding: CatalogBinding):
-        """A session bound to `binding`, made current and the thread's active session."""
-        with self._lock:
-            catalog_name, spare = self._spares.pop(binding.warehouse_id, (None, None))
-        if spare is not None and spare.done() and spare.exception() is None:
-            session = spare.result()
-            if catalog_name == binding.catalog_name:
-                spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
-                return session
-            close_session_catalog(session, catalog_name)  # made for a binding since replaced
-        return warehouse_session(spark, binding)
-
-    def make_ahead(self, spark, binding: CatalogBinding) -> None:
-        with self._lock:
-            self._spares[binding.warehouse_id] = (binding.catalog_name, self._maker.submit(_spare, spark, binding))
-
-
-def _spare(spark, binding: CatalogBinding):
-    session = warehouse_session(spark, binding)
-    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()  # of this maker thread
-    return session
-
-
-def warehouse_session(spark, binding: CatalogBinding):
-    """A Spark session of its own (same SparkContext) whose one catalog is `binding`, made current
-    and the thread's active session (clear it when done)."""
-    session = spark.newSession()
-    for key, value in binding.conf.items():
-        session.conf.set(key, value)
-    # Iceberg reads a catalog's Hadoop overrides from the thread's active session, when the
-    # catalog is first used: here, by making it current.
-    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
-    session.catalog.setCurrentCatalog(binding.catalog_name)
-    return session
-
-
-SESSIONS = SpareSessions()
-
-
-def _timestamp(epoch: float | None):
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(epoch, timezone.utc) if epoch else None
-
-
-def _log_rows(entries: list[dict]) -> list[dict]:
-    return [{**entry, "ts": _timestamp(entry["ts"])} for entry in entries]
-
-
-def _console_logs_schema():
-    import pyarrow as pa
-
-    return pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("level", pa.string()), ("step", pa.string()),
-                      ("message", pa.string())])
-
-
-def _runtime_stats_schema():
-    import pyarrow as pa
-
-    return pa.schema([
-        ("step", pa.string()), ("kind", pa.string()), ("output", pa.bool_()), ("status", pa.string()),
-        ("rows_in", pa.int64()), ("rows_out", pa.int64()), ("bytes_in", pa.int64()), ("bytes_out", pa.int64()),
-        ("started_at", pa.timestamp("us", tz="UTC")), ("ended_at", pa.timestamp("us", tz="UTC")),
-        ("duration_ms", pa.int64()), ("spark_jobs", pa.int32()), ("spark_tasks", pa.int64()),
-        ("executor_run_time_ms", pa.int64()), ("shuffle_read_bytes", pa.int64()),
-        ("shuffle_write_bytes", pa.int64()), ("spark_stages", pa.string()), ("lineage", pa.string()),
-    ])

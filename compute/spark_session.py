@@ -130,7 +130,7 @@ def warm_the_write_path(spark, partitions: int) -> None:
                 f"spark.sql.catalog.{WARM_UP_CATALOG}.hadoop.fs.s3a.retry.limit": "0"}
         for key, value in conf.items():
             session.conf.set(key, value)
-        # As a run's session is used (pipeline.warehouse_session): current, and the thread's active one.
+        # As a run's session is used (spare_sessions.warehouse_session): current, and the thread's active one.
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
         try:
             session.catalog.setCurrentCatalog(WARM_UP_CATALOG)

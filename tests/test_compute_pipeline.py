@@ -18,7 +18,7 @@ from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
 from app.ray_clusters.spark_host_client import SparkHostClient, with_spark_host_secret
 from compute.catalog_cache import CatalogAccess, CatalogCache, token_expiry
 from compute.contract import SUBMIT_CODE
-from compute.pipeline import ExecutionSpec
+from compute.execution_spec import ExecutionSpec
 from compute.spark_host import RunFailed
 from compute.spark_session import S3Keys
 from devstack.oidc_provider import SERVICE_CLIENT_ID
