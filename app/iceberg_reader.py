@@ -22,7 +22,6 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -132,7 +131,7 @@ class WarehouseCatalogs:
         with self._lock:
             entry = self._catalogs.get(lakekeeper_id)
             if entry is None or entry[0] != lakekeeper_name:
-                entry = (lakekeeper_name, _guarded(lambda: self._create(lakekeeper_name)))
+                entry = (lakekeeper_name, guarded(lambda: self._create(lakekeeper_name)))
                 self._catalogs[lakekeeper_id] = entry
             return entry[1]
 
@@ -169,7 +168,7 @@ def catalog_for(warehouse) -> RestCatalog:
     return catalogs.catalog(warehouse.lakekeeper_id, warehouse.lakekeeper_name)
 
 
-def _guarded(call: Callable[[], Any]) -> Any:
+def guarded(call: Callable[[], Any]) -> Any:
     """Run a catalog or storage call, turning its failures into a ResultReadError for users."""
     try:
         return call()
@@ -244,7 +243,7 @@ def read_page(catalog: RestCatalog, table_name: str, page: int, size: int) -> Pa
         return Page(rows=rows, columns=columns, total_rows=total, page=page_number, size=size,
                     types=tuple(str(field.field_type) for field in fields))
 
-    return _guarded(read)
+    return guarded(read)
 
 
 @dataclass(frozen=True)
@@ -289,7 +288,7 @@ def read_whole(catalog: RestCatalog, table_name: str, max_rows: int = WHOLE_TABL
             _whole_tables.put(key, rows)
         return WholeTable(rows=rows, types=types)
 
-    return _guarded(read)
+    return guarded(read)
 
 
 @dataclass(frozen=True)
@@ -306,11 +305,11 @@ def table_shape(catalog: RestCatalog, table_name: str) -> TableShape:
         return TableShape(columns={field.name: str(field.field_type) for field in table.schema().fields},
                           total_rows=_total_rows(table, _ordered_tasks(table)))
 
-    return _guarded(read)
+    return guarded(read)
 
 
 def table_properties(catalog: RestCatalog, table_name: str) -> dict[str, str]:
-    return _guarded(lambda: dict(catalog.load_table(table_name).properties))
+    return guarded(lambda: dict(catalog.load_table(table_name).properties))
 
 
 @dataclass(frozen=True)
@@ -370,7 +369,7 @@ def table_overview(catalog: RestCatalog, table_name: str) -> TableOverview:
             total_data_files=count(summary, "total-data-files"),
         )
 
-    return _guarded(read)
+    return guarded(read)
 
 
 def stream_csv(catalog: RestCatalog, table_name: str) -> Iterator[bytes]:
@@ -378,14 +377,14 @@ def stream_csv(catalog: RestCatalog, table_name: str) -> Iterator[bytes]:
 
     The table is loaded before the first chunk, so a missing table fails before any byte is sent.
     """
-    table = _guarded(lambda: catalog.load_table(table_name))
+    table = guarded(lambda: catalog.load_table(table_name))
     schema = table.schema()
 
     def chunks() -> Iterator[bytes]:
         yield _csv_header([field.name for field in schema.fields])
         with closing(_batches_from(table, 0, batch_rows=CSV_BATCH_ROWS)) as batches:
             while True:
-                batch = _guarded(lambda: next(batches, None))
+                batch = guarded(lambda: next(batches, None))
                 if batch is None:
                     return
                 if batch.num_rows:
@@ -536,81 +535,11 @@ def _batches_applying_deletes(table: Table, tasks: list[FileScanTask], start: in
             skip = 0
 
 
-# --- Storage figures from snapshot summaries --------------------------------------------
-
-
-@dataclass(frozen=True)
-class StorageFigure:
-    """Bytes and files, as Iceberg's snapshot summaries count them (data and delete files)."""
-
-    bytes: int = 0
-    files: int = 0
-    tables: int = 0
-
-    def __add__(self, other: "StorageFigure") -> "StorageFigure":
-        return StorageFigure(self.bytes + other.bytes, self.files + other.files, self.tables + other.tables)
-
-
-def _summary_int(summary, key: str) -> int:
-    value = summary.get(key) if summary is not None else None
-    return int(value) if value is not None else 0
-
-
-def live_storage(table: Table) -> StorageFigure:
-    """What the table's current snapshot references: `total-files-size`, data + delete files."""
-    snapshot = table.current_snapshot()
-    if snapshot is None:
-        return StorageFigure(tables=1)
-    summary = snapshot.summary
-    return StorageFigure(_summary_int(summary, "total-files-size"),
-                         _summary_int(summary, "total-data-files") + _summary_int(summary, "total-delete-files"), 1)
-
-
-def written_storage(table: Table) -> StorageFigure:
-    """What was ever written into the table: `added-files-size` over all its snapshots (files a
-    later snapshot replaced count too: they were written)."""
-    added = StorageFigure(tables=1)
-    for snapshot in table.snapshots():
-        summary = snapshot.summary
-        added += StorageFigure(_summary_int(summary, "added-files-size"),
-                               _summary_int(summary, "added-data-files") + _summary_int(summary, "added-delete-files"))
-    return added
-
-
-def namespace_storage(catalog: RestCatalog, namespace: str, workers: int = 4) -> StorageFigure:
-    """The live storage of every table in `namespace` (one catalog call per table, a few at once)."""
-    def measure(name: str) -> StorageFigure:
-        try:
-            return live_storage(_guarded(lambda: catalog.load_table(name)))
-        except ResultReadError as error:
-            if isinstance(error.__cause__, NoSuchTableError):
-                return StorageFigure()  # dropped since it was listed
-            raise
-
-    total = StorageFigure()
-    with ThreadPoolExecutor(workers, thread_name_prefix="measure") as pool:
-        for figure in pool.map(measure, table_names(catalog, namespace)):
-            total += figure
-    return total
-
-
 def table_names(catalog: RestCatalog, namespace: str) -> list[str]:
     """The tables of a namespace, as `namespace.table`."""
-    return [".".join(identifier) for identifier in _guarded(lambda: catalog.list_tables(namespace))]
+    return [".".join(identifier) for identifier in guarded(lambda: catalog.list_tables(namespace))]
 
 
 def list_namespaces(catalog: RestCatalog) -> list[str]:
     """The warehouse's top-level namespaces, dotted."""
-    return [".".join(namespace) for namespace in _guarded(catalog.list_namespaces)]
-
-
-def tables_written(catalog: RestCatalog, table_names: list[str]) -> StorageFigure:
-    """What was written into these tables; a table that no longer exists counts nothing."""
-    total = StorageFigure()
-    for name in table_names:
-        try:
-            total += written_storage(_guarded(lambda: catalog.load_table(name)))
-        except ResultReadError as error:
-            if not isinstance(error.__cause__, (NoSuchTableError, NoSuchNamespaceError)):
-                raise
-    return total
+    return [".".join(namespace) for namespace in guarded(catalog.list_namespaces)]

@@ -199,6 +199,12 @@ def _call(client: httpx.Client, method: str, url: str, **kwargs) -> httpx.Respon
     return response
 
 
+def _listed_keys(listing: bytes) -> set[str]:
+    """The object keys of a ListObjectsV2 answer."""
+    return {element.text for element in ElementTree.fromstring(listing).iter()
+            if element.tag.rsplit("}", 1)[-1] == "Key"}
+
+
 def probe_storage(
     location: S3Location, credentials: S3Credentials, *, policy: NetworkPolicy, timeout: float = 5.0,
 ) -> ProbeReport:
@@ -237,12 +243,7 @@ def probe_storage(
 
         def list_prefix() -> str:
             listing = _call(client, "GET", f"{bucket_url}/", params={"list-type": "2", "prefix": key})
-            keys = {
-                element.text
-                for element in ElementTree.fromstring(listing.content).iter()
-                if element.tag.rsplit("}", 1)[-1] == "Key"
-            }
-            if key not in keys:
+            if key not in _listed_keys(listing.content):
                 raise _CheckFailed("The probe object is missing from the listing of the prefix")
             return f"Listed {location}"
 

@@ -10,7 +10,7 @@ import re
 import pyarrow as pa
 from sqlmodel import Session
 
-from app.executions import runner
+from app.executions import run_spec
 from app.models import Execution, Warehouse, WorkflowVersion
 from tests.test_executions import (  # noqa: F401
     app,
@@ -62,7 +62,7 @@ def test_the_page_shows_lineage_and_a_rerun_is_pinned_to_what_was_read(app, clie
     # What the unit receives: the pins, in the execution spec.
     version = reload(db_engine, WorkflowVersion, again.workflow_version_id)
     with app.app_context():
-        spec = runner.execution_spec(again, workflow, version, newcomer, cu, warehouse, "token")
+        spec = run_spec.execution_spec(again, workflow, version, newcomer, cu, warehouse, "token")
     assert spec["pinned"] == {"datasets.people": 4242}
     shown = text(client.get(f"/executions/{again_id}"))
     pinned = re.search(r'data-testid="pinned-to">(.*?)</article>', shown, re.S).group(1)

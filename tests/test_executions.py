@@ -31,7 +31,7 @@ from app import create_app
 from app.charts import StepTiming, step_timeline_svg
 from app.compute_units import lifecycle
 from app.executions import logs as logs_view
-from app.executions import runner
+from app.executions import run_spec, runner
 from app.extensions import lakekeeper
 from app.models import (
     ComputeUnit,
@@ -400,7 +400,7 @@ def test_the_token_a_unit_receives_acts_as_the_executing_user_for_one_warehouse(
     theirs = reload(db_engine, Warehouse, register_warehouse(stranger_client, lakehouse, "theirs"))
 
     with app.app_context():
-        token = runner.execution_token(own, owner)
+        token = run_spec.execution_token(own, owner)
     claims = jwt.decode(token, options={"verify_signature": False})
     assert claims["sub"] == owner.subject != SERVICE_CLIENT_ID  # the user, never the portal's service identity
     assert claims["act"] == {"sub": SERVICE_CLIENT_ID}
@@ -934,7 +934,7 @@ def test_the_worker_watches_runs_no_worker_watches_that_their_unit_still_knows(e
             version = db.get(WorkflowVersion, orphan.workflow_version_id)
             owner = db.get(User, user.id)
         token = lakekeeper().user_token(owner.subject, warehouse.lakekeeper_id).access_token
-        spec = runner.execution_spec(orphan, workflow, version, owner, cu, warehouse, token)
+        spec = run_spec.execution_spec(orphan, workflow, version, owner, cu, warehouse, token)
         run_id = host.submit(SUBMIT_CODE, spec, name="left by a dead portal")["run_id"]
     with Session(db_engine) as db:
         row = db.get(Execution, orphan.id)

@@ -161,6 +161,13 @@ def over_limit(cu: ComputeUnit, handle: ClusterHandle, before: LimitUsage | None
     return _backend(cu).over_limit(handle, before)
 
 
+def touch(cu_id: int) -> None:
+    """The unit is busy: push its idle timeout back (one UPDATE: never over a state change)."""
+    with Session(engine()) as db:
+        db.exec(update(ComputeUnit).where(ComputeUnit.id == cu_id).values(last_activity_at=utcnow()))
+        db.commit()
+
+
 def handle_of(cu: ComputeUnit) -> ClusterHandle | None:
     """The cluster's handle, with its token restored from where the cluster keeps it and the
     unit's Spark host secret derived again."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.compute_units import lifecycle
-from app.executions import history, results, runner, unit_reports
+from app.executions import history, results, run_spec, runner, unit_reports
 from app.iceberg_reader import ResultReadError, TableShape, table_shape
 from app.models import Execution, User
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
@@ -81,10 +81,10 @@ def differing_rows(owner: User, a: Execution, b: Execution) -> dict:
         raise RowsUnavailable("The rows are compared only for executions in one warehouse that still exists.")
     handle = _ready_unit(owner, a)
     try:
-        token = runner.execution_token(warehouse, owner)
-    except runner.ExecutionFailed as failure:
-        raise RowsUnavailable(f"The catalog gave no token for the comparison: {failure.reason}") from None
-    args = {"catalog": runner.catalog_spec(warehouse, token), "limit": SAMPLE_ROWS, "pairs": pairs,
+        token = run_spec.execution_token(warehouse, owner)
+    except run_spec.NoCatalogToken as failure:
+        raise RowsUnavailable(f"The catalog gave no token for the comparison: {failure}") from None
+    args = {"catalog": run_spec.catalog_spec(warehouse, token), "limit": SAMPLE_ROWS, "pairs": pairs,
             "warehouse": {"lakekeeper_id": warehouse.lakekeeper_id}}
     try:
         with SparkHostClient(handle, timeout=runner.HOST_CALL_TIMEOUT_SECONDS) as client:

@@ -57,9 +57,9 @@ from app.models import (
 from app.ray_clusters.base import ClusterHandle, ProgressCallback
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 from app.ray_clusters.unit_limits import LimitUsage
-from app.executions import unit_reports
+from app.executions import run_spec, unit_reports
 from app.untrusted import clean_text
-from compute.contract import ACCESS_DELEGATION, PINNED, SUBMIT_CODE
+from compute.contract import SUBMIT_CODE
 from compute.spark_host import RunState
 
 State = ExecutionState
@@ -387,7 +387,10 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle, str | None]:
 
     def mint_token() -> str:
         with app.app_context():
-            return execution_token(warehouse, owner)
+            try:
+                return run_spec.execution_token(warehouse, owner)
+            except run_spec.NoCatalogToken as error:
+                raise ExecutionFailed(str(error)) from None
 
     # Two round trips to the catalog's side, side by side: the warehouse check and the token.
     minted_at = time.monotonic()
@@ -400,7 +403,7 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle, str | None]:
         token = token.result()
     if time.monotonic() - minted_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
         token = mint_token()
-    return execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle, seen_app
+    return run_spec.execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle, seen_app
 
 
 def _note(execution_id: int, phase: str) -> None:
@@ -474,44 +477,6 @@ def _ensure_spark_host(cu: ComputeUnit, handle: ClusterHandle, progress: Progres
         raise ExecutionFailed(_unit_failure(cu.id) or str(error)) from None
 
 
-def execution_token(warehouse: Warehouse, owner: User) -> str:
-    """A short-lived catalog token acting as the executing user, for this one warehouse: the
-    catalog attributes the run's calls to that user and allows what their grants allow (the
-    warehouse they own), never the portal's service identity."""
-    try:
-        return lakekeeper().user_token(owner.subject, warehouse.lakekeeper_id).access_token
-    except LakekeeperError as error:
-        raise ExecutionFailed(f"no catalog token for the execution: {error.user_message}") from None
-
-
-def execution_spec(execution: Execution, workflow: Workflow, version: WorkflowVersion, owner: User,
-                   cu: ComputeUnit, warehouse: Warehouse, token: str) -> dict:
-    """The ExecutionSpec: everything the compute unit needs to run this execution, and no more."""
-    return {
-        "execution_id": execution.id,
-        "workflow": {"id": workflow.id, "name": workflow.name, "version": version.version},
-        "user": {"id": owner.id, "email": owner.email},
-        "compute_unit": {"id": cu.id, "name": cu.name},
-        "warehouse": {"id": warehouse.id, "name": warehouse.name, "lakekeeper_id": warehouse.lakekeeper_id},
-        "catalog": catalog_spec(warehouse, token),
-        "steps": json.loads(version.steps),
-        PINNED: json.loads(execution.pinned_to or "{}").get("tables") or {},
-    }
-
-
-def catalog_spec(warehouse: Warehouse, token: str) -> dict:
-    """How a unit reaches `warehouse` through the catalog with `token` (see execution_token)."""
-    config = current_app.config
-    project_id = config["LAKEKEEPER_PROJECT_ID"]
-    return {
-        "uri": f"{config['LAKEKEEPER_URL'].rstrip('/')}/catalog",
-        # Lakekeeper resolves `<project>/<name>` in a project other than its default one.
-        "warehouse": f"{project_id}/{warehouse.lakekeeper_name}" if project_id else warehouse.lakekeeper_name,
-        "token": token,
-        "access_delegation": ACCESS_DELEGATION,
-    }
-
-
 def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
     """Follow a submitted run until it ends, whatever ends it. `before` is what the unit used
     against its kernel limits when the run was submitted (a watcher that takes over after a
@@ -551,19 +516,12 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
                 _update(execution_id, progress=progress)
                 last_progress = progress
             if now >= next_activity:
-                _touch_unit(cu_id)
+                lifecycle.touch(cu_id)
                 next_activity = now + ACTIVITY_EVERY_SECONDS
             if now >= next_unit_check:
                 if _stopped_elsewhere(execution_id, cu_id, client, run_id):
                     return
                 next_unit_check = now + UNIT_CHECK_EVERY_SECONDS
-
-
-def _touch_unit(cu_id: int) -> None:
-    """The unit is busy: push its idle timeout back."""
-    with Session(engine()) as db:
-        db.exec(update(ComputeUnit).where(ComputeUnit.id == cu_id).values(last_activity_at=utcnow()))
-        db.commit()
 
 
 def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, run_id: str) -> bool:

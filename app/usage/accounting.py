@@ -17,9 +17,10 @@ from flask import current_app
 from sqlalchemy import delete, func
 from sqlmodel import Session, select
 
-from app import iceberg_reader
+from app import iceberg_reader, iceberg_storage
 from app.db import engine
-from app.iceberg_reader import ResultReadError, StorageFigure
+from app.iceberg_reader import ResultReadError
+from app.iceberg_storage import StorageFigure
 from app.models import (
     ComputeUnit,
     Execution,
@@ -75,7 +76,7 @@ def measure_warehouse(warehouse: Warehouse) -> list[StorageSample]:
     measured_at = utcnow()
     samples = []
     for namespace in iceberg_reader.list_namespaces(catalog):
-        figure = iceberg_reader.namespace_storage(catalog, namespace)
+        figure = iceberg_storage.namespace_storage(catalog, namespace)
         samples.append(StorageSample(warehouse_id=warehouse.id, namespace=namespace, tables=figure.tables,
                                      files=figure.files, bytes=figure.bytes, measured_at=measured_at))
     if not samples:
@@ -97,8 +98,8 @@ def measure_execution(execution: Execution, warehouse: Warehouse) -> ExecutionUs
     """What the execution wrote, from its tables' snapshot summaries (`added-files-size`)."""
     catalog = iceberg_reader.catalog_for(warehouse)
     results, logs = execution_tables(execution)
-    written_results = iceberg_reader.tables_written(catalog, results)
-    written_logs = iceberg_reader.tables_written(catalog, logs)
+    written_results = iceberg_storage.tables_written(catalog, results)
+    written_logs = iceberg_storage.tables_written(catalog, logs)
     return ExecutionUsage(execution_id=execution.id, results_bytes=written_results.bytes,
                           results_files=written_results.files, logs_bytes=written_logs.bytes,
                           logs_files=written_logs.files)

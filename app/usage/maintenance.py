@@ -19,7 +19,7 @@ from app.compute_units import lifecycle, spark_warmup
 from app.datasets import DATASETS_NAMESPACE, TPCH_NAMESPACE
 from app.db import engine
 from app.errors import UserFacingError
-from app.executions.runner import catalog_spec
+from app.executions.run_spec import catalog_spec
 from app.extensions import lakekeeper
 from app.iceberg_reader import ResultReadError
 from app.lakekeeper import LakekeeperError
