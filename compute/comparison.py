@@ -14,7 +14,8 @@ import decimal
 from compute.catalog_cache import CatalogAccess
 from compute.contract import COMPARE_LIMIT_MAX
 from compute.iceberg_rest import rest_catalog
-from compute.pipeline import CATALOGS, _describe
+from compute.pipeline import CATALOGS
+from compute.step_code import describe
 from compute.spare_sessions import warehouse_session
 from compute.spark_host import RunFailed
 
@@ -48,7 +49,7 @@ def run_comparison(spark, args: dict, progress) -> dict:
         for pair in pairs:
             missing = [pair[side] for side in ("a", "b") if isinstance(tables[pair[side]], Exception)]
             if missing:
-                result[pair["output"]] = {"error": f"{missing[0]} cannot be read: {_describe(tables[missing[0]])}"}
+                result[pair["output"]] = {"error": f"{missing[0]} cannot be read: {describe(tables[missing[0]])}"}
                 continue
             with progress.interruptible():
                 result[pair["output"]] = _difference(session, binding.catalog_name, pair["a"], pair["b"], limit)

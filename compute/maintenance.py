@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from compute.catalog_cache import CatalogAccess
 from compute.iceberg_rest import rest_catalog
 from compute.pipeline import CATALOGS
-from compute.pipeline import _describe as describe
+from compute.step_code import describe
 from compute.spark_host import RunFailed, RunProgress
 
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")

@@ -38,10 +38,9 @@ from __future__ import annotations
 
 import inspect
 import json
-import linecache
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -67,6 +66,14 @@ from compute.console_capture import ExecutionLog, captured
 from compute.execution_spec import ExecutionSpec, Step
 from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
 from compute.spare_sessions import SESSIONS
+from compute.step_code import (
+    catalog_message,
+    compile_step,
+    describe,
+    python_program,
+    step_traceback,
+    syntax_error,
+)
 
 CATALOG_TIMEOUT_S = 10.0
 
@@ -170,7 +177,7 @@ class Pipeline:
             status, reason = TableStatus.FAILED, str(failure)
         except Exception as error:  # the catalog or storage failed around the steps
             self.log("ERROR", None, traceback.format_exc())
-            status, reason = TableStatus.FAILED, f"the execution's outputs could not be written: {_describe(error)}"
+            status, reason = TableStatus.FAILED, f"the execution's outputs could not be written: {describe(error)}"
         finally:
             self._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
         with self._phase("complete"):
@@ -192,11 +199,11 @@ class Pipeline:
         for step in self.spec.steps:
             try:
                 if step.kind == "python":
-                    programs[step.name] = _compile_step(step)
+                    programs[step.name] = compile_step(step)
                 else:
                     parser.parsePlan(step.code)
             except Exception as error:
-                message = _syntax_error(step, error)
+                message = syntax_error(step, error)
                 errors.append(message)
                 self.log("ERROR", step.name, message)
                 self.progress.update_step(step.name, state="failed")
@@ -215,7 +222,7 @@ class Pipeline:
         except Exception as error:
             # Find out precisely what is wrong (unreachable, no such warehouse, refused).
             self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
-            raise RunFailed(f"the catalog refused warehouse {warehouse}: {_describe(error)}") from None
+            raise RunFailed(f"the catalog refused warehouse {warehouse}: {describe(error)}") from None
         self.preparing = ThreadPoolExecutor(3, thread_name_prefix="prepare")
         self.prepared = {RESULTS: self.preparing.submit(self.iceberg.create_namespace_if_not_exists, RESULTS)}
         for namespace, schema in ((RUNTIME_STATS, runtime_stats_schema()), (CONSOLE_LOGS, console_logs_schema())):
@@ -228,7 +235,7 @@ class Pipeline:
         try:
             return self.prepared[name].result()
         except Exception as error:
-            raise RunFailed(f"the catalog failed to prepare the execution's tables: {_describe(error)}") from None
+            raise RunFailed(f"the catalog failed to prepare the execution's tables: {describe(error)}") from None
 
     def _create_record_table(self, namespace: str, schema):
         """The execution's empty runtime_stats or console_logs table, status running."""
@@ -265,15 +272,15 @@ class Pipeline:
             response = httpx.get(f"{uri.rstrip('/')}/v1/config", params={"warehouse": warehouse},
                                  headers={"Authorization": f"Bearer {token}"}, timeout=CATALOG_TIMEOUT_S)
         except httpx.HTTPError as error:
-            raise RunFailed(f"the catalog (Lakekeeper) is unreachable at {uri}: {_describe(error)}") from None
+            raise RunFailed(f"the catalog (Lakekeeper) is unreachable at {uri}: {describe(error)}") from None
         if response.status_code == 404:
-            raise RunFailed(f"warehouse not found: {warehouse} ({_catalog_message(response)})")
+            raise RunFailed(f"warehouse not found: {warehouse} ({catalog_message(response)})")
         if response.status_code in (401, 403):
             raise RunFailed(f"the catalog refused the execution's access to warehouse {warehouse}: "
-                            f"HTTP {response.status_code} {_catalog_message(response)}")
+                            f"HTTP {response.status_code} {catalog_message(response)}")
         if not response.is_success:
             raise RunFailed(f"the catalog answered HTTP {response.status_code} for warehouse {warehouse}: "
-                            f"{_catalog_message(response)}")
+                            f"{catalog_message(response)}")
 
     # ------------------------------------------------------------ the steps
     def _run_steps(self, programs: dict[str, Any]) -> None:
@@ -306,8 +313,8 @@ class Pipeline:
                     self._cancel_from(position + 1)
                 stats.status = "failed"
                 self.progress.update_step(step.name, state="failed", ended_at=stats.ended_at)
-                self.log("ERROR", step.name, f"step {step.name} failed:\n{_step_traceback(error)}")
-                raise StepFailed(f"step {step.name!r} failed: {_describe(error)}") from None
+                self.log("ERROR", step.name, f"step {step.name} failed:\n{step_traceback(error)}")
+                raise StepFailed(f"step {step.name!r} failed: {describe(error)}") from None
             stats.ended_at, stats.job_ids, stats.status = time.time(), tuple(sorted(self._jobs() - jobs_before)), "done"
             self.progress.update_step(step.name, state="done", ended_at=stats.ended_at, rows_out=stats.rows_out)
             self.log("INFO", step.name, f"step {step.name} done in {stats.ended_at - stats.started_at:.2f} s"
@@ -323,7 +330,7 @@ class Pipeline:
     def _evaluate(self, step: Step, code, frames: dict[str, Any]):
         if step.kind == "sql":
             return self.session.sql(pin_sql(self.session, step.code, self.spec.pinned, self.binding.catalog_name))
-        program = _python_program(step, code)
+        program = python_program(step, code)
         wanted = inspect.signature(program).parameters.values()
         if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in wanted):
             arguments = dict(frames)
@@ -371,7 +378,7 @@ class Pipeline:
             try:
                 found = self.iceberg.load_table(table)
             except Exception as error:
-                raise RunFailed(f"the pinned input table {table} cannot be read: {_describe(error)}") from None
+                raise RunFailed(f"the pinned input table {table} cannot be read: {describe(error)}") from None
             if found.snapshot_by_id(snapshot_id) is None:
                 raise RunFailed(f"the pinned snapshot {snapshot_id} of table {table} no longer exists "
                                 f"(expired or the table was replaced)")
@@ -415,7 +422,7 @@ class Pipeline:
                 record_error = error
             errors = [error for mark in marks if (error := mark.exception()) is not None]
         if errors:
-            return f"the result tables could not be marked complete: {_describe(errors[0])}"
+            return f"the result tables could not be marked complete: {describe(errors[0])}"
         if record_error is not None:
             return str(record_error)
         return None
@@ -436,7 +443,7 @@ class Pipeline:
                 self.written.pop(step.name, None)
             except Exception as error:
                 self.log("ERROR", step.name, f"could not drop the unfinished result table {identifier}: "
-                                             f"{_describe(error)}")
+                                             f"{describe(error)}")
 
     def _record(self, status: TableStatus, replace: bool = False, pool: ThreadPoolExecutor | None = None) -> None:
         """Write runtime_stats and console_logs (side by side, in `pool` or a pool of their own:
@@ -456,7 +463,7 @@ class Pipeline:
                     write.result()
         except Exception as error:
             raise RunFailed(f"the execution ended {status} but its runtime stats and console logs "
-                            f"could not be written: {_describe(error)}") from None
+                            f"could not be written: {describe(error)}") from None
 
     def _write_record(self, namespace: str, schema, rows: list[dict], status: TableStatus,
                       replace: bool = False) -> None:
@@ -559,51 +566,3 @@ class _StageMetrics:
                     "shuffle_read_bytes": data.shuffleReadBytes(), "shuffle_write_bytes": data.shuffleWriteBytes(),
                 })
         return stages
-
-
-# ---------------------------------------------------------------- small pieces
-def _compile_step(step: Step):
-    filename = f"<step {step.name}>"
-    code = compile(step.code, filename, "exec")
-    # Tracebacks then show the step's own lines.
-    linecache.cache[filename] = (len(step.code), None, step.code.splitlines(keepends=True), filename)
-    return code
-
-
-def _step_traceback(error: BaseException) -> str:
-    """The traceback from the step's own code down, without the runner's frames."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename.startswith("<step ")]
-    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
-    return "".join(lines + traceback.format_exception_only(type(error), error)).rstrip()
-
-
-def _python_program(step: Step, code) -> Callable:
-    namespace: dict[str, Any] = {"__name__": f"lakeport_step_{step.name}"}
-    exec(code, namespace)
-    program = namespace.get("run")
-    if not callable(program):
-        raise ValueError("a Python step must define run(spark, ...) returning a DataFrame")
-    return program
-
-
-def _syntax_error(step: Step, error: Exception) -> str:
-    if isinstance(error, SyntaxError):
-        return f"step {step.name!r}: syntax error at line {error.lineno}: {error.msg}"
-    return f"step {step.name!r}: {_describe(error)}"
-
-
-def _describe(error: BaseException) -> str:
-    """One line for a person: the error's type and the first line of its message."""
-    java_exception = getattr(error, "java_exception", None)
-    text = str(java_exception.toString()) if java_exception is not None else str(error)
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    if java_exception is None:
-        first = f"{type(error).__name__}: {first}" if first else type(error).__name__
-    return first if len(first) <= 500 else first[:500] + "…"
-
-
-def _catalog_message(response: httpx.Response) -> str:
-    try:
-        return str(response.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return response.text[:200]

@@ -1,0 +1,61 @@
+"""A step's code and its errors: compiled with its own file name (tracebacks then show the step's
+lines), run as a Python step's `run(spark, ...)` program, and every error described in one line
+a person can read.
+"""
+from __future__ import annotations
+
+import linecache
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from compute.execution_spec import Step
+
+
+def compile_step(step: Step):
+    filename = f"<step {step.name}>"
+    code = compile(step.code, filename, "exec")
+    # Tracebacks then show the step's own lines.
+    linecache.cache[filename] = (len(step.code), None, step.code.splitlines(keepends=True), filename)
+    return code
+
+
+def step_traceback(error: BaseException) -> str:
+    """The traceback from the step's own code down, without the runner's frames."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename.startswith("<step ")]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
+    return "".join(lines + traceback.format_exception_only(type(error), error)).rstrip()
+
+
+def python_program(step: Step, code) -> Callable:
+    namespace: dict[str, Any] = {"__name__": f"lakeport_step_{step.name}"}
+    exec(code, namespace)
+    program = namespace.get("run")
+    if not callable(program):
+        raise ValueError("a Python step must define run(spark, ...) returning a DataFrame")
+    return program
+
+
+def syntax_error(step: Step, error: Exception) -> str:
+    if isinstance(error, SyntaxError):
+        return f"step {step.name!r}: syntax error at line {error.lineno}: {error.msg}"
+    return f"step {step.name!r}: {describe(error)}"
+
+
+def describe(error: BaseException) -> str:
+    """One line for a person: the error's type and the first line of its message."""
+    java_exception = getattr(error, "java_exception", None)
+    text = str(java_exception.toString()) if java_exception is not None else str(error)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if java_exception is None:
+        first = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    return first if len(first) <= 500 else first[:500] + "…"
+
+
+def catalog_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]
