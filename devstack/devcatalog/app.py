@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from flask import Flask, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from devstack.devcatalog import paths
 from devstack.devcatalog.auth import Caller, TokenVerifier, require_warehouse
 from devstack.devcatalog.catalog import catalog
 from devstack.devcatalog.config import ENVIRONMENT_VARIABLE, DevCatalogConfig
@@ -57,6 +58,11 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
     @app.get("/health")
     def health():
         return {"status": "ok", "service": LABEL}
+
+    @app.before_request
+    def refuse_path_tricks():
+        # First, before any grant is checked: the path checked must be the path forwarded.
+        paths.segments(paths.raw_path(request))
 
     @app.before_request
     def require_bearer_token():
