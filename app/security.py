@@ -24,11 +24,13 @@ PUBLIC_ENDPOINTS = {"static", "main.health", "auth.login", "auth.start", "auth.c
 def init_app(app: Flask) -> None:
     from app.auth.users import load_user
 
-    csrf.init_app(app)
     login_manager.init_app(app)
     login_manager.user_loader(load_user)
     login_manager.session_protection = "basic"
+    # Before the CSRF check: a request without a session (never signed in, or expired) is sent
+    # to sign in, rather than told that its form expired.
     app.before_request(require_sign_in)
+    csrf.init_app(app)
     app.after_request(lambda response: add_security_headers(app, response))
     app.register_error_handler(CSRFError, csrf_error)
     app.jinja_env.globals["csp_nonce"] = csp_nonce

@@ -24,6 +24,8 @@ def _choices() -> tuple[list[str], list[str]]:
 
 @bp.context_processor
 def form_choices() -> dict:
+    if not current_user.is_authenticated:  # an error page for a request without a session
+        return {}
     kinds, clusters = _choices()
     return {"kinds": {kind: KIND_LABELS[kind] for kind in kinds}, "ray_clusters": clusters,
             "limits": forms.limits(current_app.config)}
