@@ -17,6 +17,7 @@ from app.ray_clusters.base import (
     ClusterBackend, ClusterHandle, ClusterSpec, ClusterStartError, ClusterState, SparkHostLaunchState,
 )
 from app.ray_clusters.kuberay import (
+    DASHBOARD_PORT,
     LABEL_COMPUTE_UNIT,
     LABEL_OWNER,
     SPARK_HOST_PORT,
@@ -411,6 +412,8 @@ def test_the_portal_role_allows_every_call_the_backend_makes(validator):
     assert backend.spark_host_launch(handle) is SparkHostLaunchState.NONE
     assert backend.spark_host_launch_log(handle) == ""
     assert backend.launch_spark_host(handle) is False  # nor when asked: the host is a Ray Job there
+    # Its limits are the pods' own (requests = limits): nothing for the portal to read.
+    assert backend.limit_usage(handle) is None and backend.over_limit(handle, None) is None
     stored = ClusterHandle.from_json(handle.to_json())  # as the database keeps it: without the token
     backend.restore_token(stored)
     backend.adopt(ClusterHandle.from_json(handle.to_json()))  # a restarted portal: the token from the Secret
@@ -419,7 +422,7 @@ def test_the_portal_role_allows_every_call_the_backend_makes(validator):
     with pytest.raises(ClusterStartError):
         backend_on(never_ready).start(spec(start_timeout_s=0))  # also lists pods to explain why
     exercised = {"start", "status", "spark_host_launch", "spark_host_launch_log", "launch_spark_host", "restore_token",
-                 "adopt", "terminate"}
+                 "adopt", "terminate", "limit_usage", "over_limit"}
     # A new method on the interface must be exercised here too.
     assert _public_methods(ClusterBackend) | _public_methods(KubeRayBackend) == exercised
 
@@ -444,3 +447,62 @@ def test_the_deployment_runs_as_the_bound_service_account():
     (container,) = pod["containers"]
     refs = {ref.get("configMapRef", ref.get("secretRef"))["name"] for ref in container["envFrom"]}
     assert refs == {documents["configmap.yaml"]["metadata"]["name"], documents["secret.yaml"]["metadata"]["name"]}
+
+
+# ------------------------------------------------------------ containment of users' code
+# The cluster itself cannot run here: these check the objects the portal creates and the
+# manifests it ships against the CRD and against each other.
+def test_every_unit_pod_runs_without_an_api_token_as_non_root_without_privileges(validator):
+    manifest = render_raycluster(spec(worker_nodes=2), name="lakeport-cu-7", namespace="lakeport", image=IMAGE,
+                                 token_secret="t")
+    validator.validate(manifest)
+    templates = [manifest["spec"]["headGroupSpec"]["template"]] + [
+        group["template"] for group in manifest["spec"]["workerGroupSpecs"]]
+    for template in templates:
+        pod = template["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            security = container["securityContext"]
+            assert security["allowPrivilegeEscalation"] is False and security["privileged"] is False
+            assert security["capabilities"] == {"drop": ["ALL"]}
+    head, worker = templates[0]["spec"]["containers"][0], templates[1]["spec"]["containers"][0]
+    head["securityContext"]["capabilities"]["drop"].clear()  # each pod its own copy
+    assert worker["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return all(labels.get(key) == value for key, value in selector.get("matchLabels", {}).items())
+
+
+def test_the_shipped_policy_closes_every_unit_pod_but_for_the_portal_dns_catalog_and_endpoints():
+    policy = yaml.safe_load((DEPLOY_DIR / "unit-networkpolicy.yaml").read_text())
+    manifest = render_raycluster(spec(), name="lakeport-cu-7", namespace="lakeport", image=IMAGE, token_secret="t")
+    pod_labels = manifest["spec"]["headGroupSpec"]["template"]["metadata"]["labels"]
+    assert policy["kind"] == "NetworkPolicy" and set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    assert _selects(policy["spec"]["podSelector"], pod_labels)
+    deployments = {path.stem: yaml.safe_load(path.read_text()) for path in DEPLOY_DIR.glob("*.yaml")
+                   if "Deployment" in path.read_text()}
+    portal_labels = [doc["spec"]["template"]["metadata"]["labels"] for doc in deployments.values()]
+    assert not any(_selects(policy["spec"]["podSelector"], labels) for labels in portal_labels)  # not the portal
+    (ingress,) = policy["spec"]["ingress"]
+    assert {port["port"] for port in ingress["ports"]} == {SPARK_HOST_PORT, DASHBOARD_PORT}
+    assert all(any(_selects(peer["podSelector"], labels) for labels in portal_labels) for peer in ingress["from"])
+    egress_ports = {port["port"] for rule in policy["spec"]["egress"] for port in rule["ports"]}
+    assert 53 in egress_ports and len(policy["spec"]["egress"]) == 3  # DNS, the catalog, the endpoints
+
+
+def test_each_unit_gets_its_own_policy_before_its_pods_and_loses_it_with_them(validator):
+    server = FakeApiServer(validator, [READY])
+    backend = backend_on(server)
+    handle = backend.start(spec())
+    posts = [path for method, path in server.calls if method == "POST"]
+    assert posts.index(backend.api.network_policies()) < posts.index(backend.api.rayclusters())
+    policy = server.objects[backend.api.network_policies(f"{handle.details['name']}-within")]
+    within = {"matchLabels": {"ray.io/cluster": handle.details["name"]}}
+    assert policy["spec"]["podSelector"] == within
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": within}]}]
+    assert policy["spec"]["egress"] == [{"to": [{"podSelector": within}]}]
+    backend.terminate(handle)
+    assert backend.api.network_policies(f"{handle.details['name']}-within") not in server.objects

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 import base64
+import copy
 import secrets
 import time
 from dataclasses import dataclass
@@ -97,6 +98,9 @@ class KubernetesApi:
     def pods(self) -> str:
         return f"/api/v1/namespaces/{self.namespace}/pods"
 
+    def network_policies(self, name: str = "") -> str:
+        return f"/apis/networking.k8s.io/v1/namespaces/{self.namespace}/networkpolicies" + (f"/{name}" if name else "")
+
     def _send(self, method: str, path: str, **kwargs) -> dict:
         try:
             response = self._http.request(method, path, **kwargs)
@@ -140,12 +144,30 @@ def cluster_name(cu_id: str) -> str:
     return f"lakeport-cu-{slug}-{hashlib.sha256(cu_id.encode()).hexdigest()[:6]}"
 
 
+# Users' code runs in these pods: no Kubernetes API token, no root, no privilege to gain.
+# The image's `ray` user (compute/Dockerfile, from rayproject/ray) is uid 1000, group 100.
+_POD_SECURITY = {
+    "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 100, "fsGroup": 100,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+_CONTAINER_SECURITY = {
+    "runAsNonRoot": True, "allowPrivilegeEscalation": False, "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _pod_spec(container: dict) -> dict:
+    return {"automountServiceAccountToken": False, "securityContext": copy.deepcopy(_POD_SECURITY),
+            "containers": [container]}
+
+
 def _ray_container(name: str, spec: ClusterSpec, image: str, ports: list[dict]) -> dict:
     resources = {"cpu": str(spec.cpus_per_node), "memory": f"{spec.memory_bytes_per_node // MIB}Mi"}
     container = {
         "name": name,
         "image": image,
         "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "securityContext": copy.deepcopy(_CONTAINER_SECURITY),
     }
     if ports:
         container["ports"] = ports
@@ -180,7 +202,7 @@ def render_raycluster(spec: ClusterSpec, *, name: str, namespace: str, image: st
                 "rayStartParams": {**start_params, "dashboard-host": "0.0.0.0"},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": {"containers": [_ray_container("ray-head", spec, image, head_ports)]},
+                    "spec": _pod_spec(_ray_container("ray-head", spec, image, head_ports)),
                 },
             },
         },
@@ -194,10 +216,28 @@ def render_raycluster(spec: ClusterSpec, *, name: str, namespace: str, image: st
             "rayStartParams": dict(start_params),
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {"containers": [_ray_container("ray-worker", spec, image, [])]},
+                "spec": _pod_spec(_ray_container("ray-worker", spec, image, [])),
             },
         }]
     return manifest
+
+
+def render_unit_network_policy(name: str, namespace: str, labels: dict[str, str]) -> dict:
+    """The unit's own NetworkPolicy: its pods (KubeRay labels each `ray.io/cluster=<name>`) talk
+    to each other, Ray's head and workers, and to no other unit's. What else they may reach,
+    and who may reach them, is deploy/kubernetes/unit-networkpolicy.yaml's: policies add up."""
+    same_unit = [{"podSelector": {"matchLabels": {"ray.io/cluster": name}}}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{name}-within", "namespace": namespace, "labels": labels},
+        "spec": {
+            "podSelector": {"matchLabels": {"ray.io/cluster": name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": same_unit}],
+            "egress": [{"to": same_unit}],
+        },
+    }
 
 
 def render_token_secret(name: str, namespace: str, token: str, labels: dict[str, str]) -> dict:
@@ -319,8 +359,10 @@ class KubeRayBackend(ClusterBackend):
         deadline = time.monotonic() + spec.start_timeout_s
         try:
             progress("creating the RayCluster")
-            self.api.create(self.api.secrets(),
-                            render_token_secret(secret_name, namespace, token, manifest["metadata"]["labels"]))
+            labels = manifest["metadata"]["labels"]
+            self.api.create(self.api.secrets(), render_token_secret(secret_name, namespace, token, labels))
+            # Before the pods exist, so that none runs a moment without its policy.
+            self.api.create(self.api.network_policies(), render_unit_network_policy(name, namespace, labels))
             self.api.create(self.api.rayclusters(), manifest)
             while (status := self.status(handle)).state == ClusterState.STARTING:
                 progress(status.progress_step)
@@ -355,6 +397,7 @@ class KubeRayBackend(ClusterBackend):
         self._check_handle(handle)
         self.api.delete(self.api.rayclusters(handle.details["name"]))
         self.api.delete(self.api.secrets(handle.details["secret"]))
+        self.api.delete(self.api.network_policies(f"{handle.details['name']}-within"))
 
     def _pod_problems(self, name: str) -> str:
         """Why pods are not ready (image pulls, crash loops), for a start failure's reason."""
