@@ -3,7 +3,7 @@
 `warehouse_closing` is sent by the warehouses service when a warehouse stops taking writes
 (deactivated, archived, about to be purged), before its access is taken away; `why` says how
 ("was archived"). Receivers stop what writes into it and return how many things they stopped
-(executions connects `runner.stop_in_warehouse`). Without it, warehouses would import
+(executions connects `stopping.stop_in_warehouse`). Without it, warehouses would import
 executions, which imports workflows, which imports warehouses.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ from compute.iceberg_rest import rest_catalog
 from compute.pipeline import CATALOGS
 from compute.step_code import describe
 from compute.spare_sessions import warehouse_session
-from compute.spark_host import RunFailed
+from compute.runs import RunFailed
 
 
 def run_comparison(spark, args: dict, progress) -> dict:

@@ -10,7 +10,7 @@ import warnings
 from contextlib import contextmanager
 
 
-from compute.spark_host import RunProgress
+from compute.runs import RunProgress
 
 
 # Bounds on what one execution's console log keeps in memory.

@@ -1,14 +1,57 @@
 """The contract between the portal and a compute unit, written once: what the portal submits,
 where an execution's tables land and what they say about themselves.
 
-Both sides import it: `compute/pipeline.py` writes by it, the portal (`app/executions/`,
-`app/iceberg_reader.py`) submits and reads by it. Plain constants only: the portal imports
-this module without Spark or Ray.
+Both sides import it: `compute/pipeline.py` writes by it, the unit's Spark host serves by it,
+the portal (`app/executions/`, `app/ray_clusters/spark_host_client.py`, `app/iceberg_reader.py`)
+submits and reads by it. No Spark or Ray here: the portal imports this module without them.
 """
 from __future__ import annotations
 
-from enum import StrEnum
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from enum import StrEnum, nonmember
 from typing import TypedDict
+
+# The Spark host's HTTP API (compute/host_http.py) lives under this path.
+HOST_API = "/v1"
+
+
+@dataclass(frozen=True)
+class SparkHostSettings:
+    port: int
+    namespace: str      # the CU's own Ray namespace
+    secret_sha256: str  # the host's key: hex SHA-256 of its unit's secret (compute/host_auth.py)
+    # Loopback when the portal reaches the host on loopback (local CUs, also through a forwarded
+    # port); otherwise the head node's own address, which the portal reaches.
+    bind_loopback: bool = True
+    executors: int = 1
+    executor_cores: int = 1
+    executor_memory: str = "1g"
+    placement_strategy: str | None = "SPREAD"
+    app_name: str = "lakeport"
+    warm_timeout_s: float = 300.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SparkHostSettings:
+        return cls(**json.loads(text))
+
+
+def secret_digest(secret: str) -> str:
+    """The Spark host's key: the SHA-256 of its unit's secret (the host never sees the secret)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class RunState(StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
 
 # What the portal submits to the unit's Spark host (compute/spark_host.py), with the
 # ExecutionSpec as `args`; `result` is the run's summary (`Pipeline.run`).

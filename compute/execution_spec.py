@@ -14,7 +14,7 @@ from compute.contract import (
     TableStatus,
     table_name,
 )
-from compute.spark_host import RunFailed
+from compute.runs import RunFailed
 
 
 STEP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")

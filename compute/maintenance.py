@@ -22,7 +22,7 @@ from compute.catalog_cache import CatalogAccess
 from compute.iceberg_rest import rest_catalog
 from compute.pipeline import CATALOGS
 from compute.step_code import describe
-from compute.spark_host import RunFailed, RunProgress
+from compute.runs import RunFailed, RunProgress
 
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
 

@@ -60,7 +60,7 @@ from compute.contract import (
 )
 from compute.iceberg_rest import rest_catalog
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
-from compute.spark_host import RunFailed, RunInterrupted, RunProgress
+from compute.runs import RunFailed, RunInterrupted, RunProgress
 from compute.spark_session import close_session_catalog
 from compute.console_capture import ExecutionLog, captured
 from compute.execution_spec import ExecutionSpec, Step

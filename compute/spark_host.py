@@ -20,10 +20,11 @@ How the portal hands work to a compute unit (CU), and why:
   * Executions go straight to the actor through the small JSON API it serves on the
     head node (`API` below): one HTTP round trip per call, no process start.
 
-Who may hand it work: only the portal. Every HTTP request must carry the host's own secret
-(derived by the portal per CU, never stored); the host knows only its SHA-256, because the
-Jobs API entrypoint that carries its settings is visible to any code on the cluster. There
-is no unauthenticated mode. Through Ray itself, anyone on the cluster can find the actor
+Who may hand it work: only the portal. Every HTTP request is signed with the host's key, the
+SHA-256 of a secret the portal derives per CU and never stores, and every answer carries the
+host's proof (compute/host_auth.py, compute/host_http.py): neither side ever sends the key, and
+the portal sends a run's arguments sealed, to a host that has proven itself. There is no
+unauthenticated mode. Through Ray itself, anyone on the cluster can find the actor
 (`ray.get_actor`), so the actor class offers only `wait_ready` and `info`; the run table
 and submit, status and cancel live on `SparkSessionHost`, which only the HTTP handler
 reaches (see `SparkHostActor` for Ray's own hooks).
@@ -37,30 +38,21 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import hashlib
-import hmac
 import json
-import sys
 import threading
 import time
 import traceback
 import uuid
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum, nonmember
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs
 from typing import Any
 
 import ray
 
+from compute.contract import RunState, SparkHostSettings
+from compute.host_http import serve
+from compute.runs import Run, RunFailed, RunInterrupted
+
 ACTOR_NAME = "spark-host"
-API = "/v1"
 FINISHED_RUNS_KEPT = 500
-LOG_LINES_SHOWN = 200
 # A cancelled run's job group is cancelled again every CANCEL_REPEAT_SECONDS until it stops.
 CANCEL_REPEAT_SECONDS = 0.5
 CANCEL_PERSIST_SECONDS = 120.0
@@ -68,183 +60,13 @@ CANCEL_PERSIST_SECONDS = 120.0
 MAX_STATUS_WAIT_SECONDS = 10.0
 
 
-@dataclass(frozen=True)
-class SparkHostSettings:
-    port: int
-    namespace: str      # the CU's own Ray namespace
-    secret_sha256: str  # hex SHA-256 of the secret every HTTP request must carry
-    # Loopback when the portal reaches the host on loopback (local CUs, also through a forwarded
-    # port); otherwise the head node's own address, which the portal reaches.
-    bind_loopback: bool = True
-    executors: int = 1
-    executor_cores: int = 1
-    executor_memory: str = "1g"
-    placement_strategy: str | None = "SPREAD"
-    app_name: str = "lakeport"
-    warm_timeout_s: float = 300.0
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> SparkHostSettings:
-        return cls(**json.loads(text))
-
-
-class RunState(StrEnum):
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
-
-
-class RunFailed(Exception):
-    """Raised by an execution's code that has already explained (in its progress log) what
-    went wrong: the run's error is this message alone, without a traceback."""
-
-
-class RunInterrupted(BaseException):
-    """Raised in a run's thread, inside `RunProgress.interruptible()`, when the run is cancelled:
-    it stops Python code that runs no Spark job (a loop, a sleep). A BaseException, so that
-    user code's `except Exception` does not swallow it."""
-
-
-class RunProgress:
-    """What a running execution publishes for its watchers: its steps, a tail of its log,
-    and whether it was asked to stop. Written by the execution's thread, read by status calls.
-
-    Cancelling and completing are one decision, taken under `_lock`: once the run has begun to
-    complete (`begin_completion`, before it marks anything complete) a cancel is refused, and
-    once a cancel is accepted the run can no longer complete."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._steps: list[dict] = []
-        self._logs: deque[dict] = deque(maxlen=LOG_LINES_SHOWN)
-        self._cancel = threading.Event()
-        self._completing = False
-        self._interruptible_thread: int | None = None  # the thread inside interruptible(), if any
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self._cancel.is_set()
-
-    @property
-    def completing(self) -> bool:
-        return self._completing
-
-    def request_cancel(self) -> bool:
-        """Accept a cancel, unless the run has begun to complete; True if accepted (now or before)."""
-        with self._lock:
-            if self._completing:
-                return False
-            self._cancel.set()
-            return True
-
-    def begin_completion(self) -> bool:
-        """Decide that the run completes, unless it was cancelled; True if it completes."""
-        with self._lock:
-            if not self._cancel.is_set():
-                self._completing = True
-            return self._completing
-
-    @contextmanager
-    def interruptible(self) -> Iterator[None]:
-        """Code the run may be interrupted in once cancelled (RunInterrupted is raised in it).
-        Outside this block, the run's own bookkeeping (dropping tables, writing logs) is never
-        interrupted."""
-        _install_interruptible_sleep()
-        try:
-            with self._lock:
-                if self._cancel.is_set():
-                    raise RunInterrupted()
-                self._interruptible_thread = threading.get_ident()
-            _interruptible.progress = self
-            yield
-        finally:
-            # Stop being interruptible and withdraw an interruption not raised yet, under the
-            # lock `interrupt` takes; one raised meanwhile is caught and this tried again.
-            while True:
-                try:
-                    with self._lock:
-                        self._interruptible_thread = None
-                        _set_async_exception(threading.get_ident(), None)
-                    _interruptible.progress = None
-                    break
-                except RunInterrupted:
-                    pass
-
-    def interrupt(self) -> bool:
-        """Raise RunInterrupted in the run's thread if it runs interruptible Python code now (not
-        a call into the JVM: the job group's cancel ends that one cleanly). True if raised."""
-        with self._lock:
-            thread = self._interruptible_thread
-            if thread is None or not self._cancel.is_set() or _in_jvm_call(thread):
-                return False
-            return _set_async_exception(thread, RunInterrupted)
-
-    def set_steps(self, steps: list[dict]) -> None:
-        with self._lock:
-            self._steps = [dict(step) for step in steps]
-
-    def update_step(self, name: str, **fields: Any) -> None:
-        with self._lock:
-            for step in self._steps:
-                if step["name"] == name:
-                    step.update(fields)
-
-    def log(self, level: str, step: str | None, message: str) -> None:
-        with self._lock:
-            self._logs.append({"ts": time.time(), "level": level, "step": step, "message": message})
-
-    def public(self) -> dict:
-        with self._lock:
-            return {"steps": [dict(step) for step in self._steps], "logs": list(self._logs)}
-
-
-@dataclass
-class Run:
-    run_id: str
-    name: str
-    code: str
-    args: dict
-    state: str = RunState.QUEUED
-    submitted_at: float = 0.0
-    started_at: float | None = None
-    finished_at: float | None = None
-    error: str | None = None
-    result: Any = None
-    progress: RunProgress = field(default_factory=RunProgress)
-    finished: threading.Event = field(default_factory=threading.Event, repr=False)
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self.progress.cancel_requested
-
-    def public(self) -> dict:
-        return {
-            "run_id": self.run_id, "name": self.name, "state": self.state,
-            "submitted_at": self.submitted_at, "started_at": self.started_at, "finished_at": self.finished_at,
-            "error": self.error, "result": self.result, "progress": self.progress.public(),
-            # Whether a cancel was accepted, and whether the run has begun to complete (a cancel
-            # is then refused): a canceller learns which one won.
-            "cancel_requested": self.cancel_requested, "completing": self.progress.completing,
-        }
-
-
 def _import_pipeline() -> None:
-    import compute.pipeline  # noqa: F401
+    import compute.pipeline  # noqa: F401  (imported for its start-up cost, here)
 
     # What the host holds from here on lives as long as it does: kept out of the collector's
     # sight, a full collection after each run takes about 10 ms instead of 110.
     gc.collect()
     gc.freeze()
-
-
-def secret_digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 class SparkSessionHost:
@@ -447,49 +269,6 @@ def _resources_used() -> dict[str, float]:
     return {name: total[name] - available.get(name, 0.0) for name in ("CPU", "memory") if name in total}
 
 
-# The run whose interruptible code the current thread runs (see RunProgress.interruptible).
-_interruptible = threading.local()
-_sleep_lock = threading.Lock()
-
-
-def _install_interruptible_sleep() -> None:
-    """`time.sleep` in interruptible code waits for its run's cancel instead, and raises
-    RunInterrupted when it comes: a blocked sleep never sees an interruption raised in its
-    thread. Every other thread sleeps as before."""
-    with _sleep_lock:
-        if getattr(time.sleep, "lakeport_interruptible", False):
-            return
-        original = time.sleep
-
-        def sleep(seconds: float) -> None:
-            progress = getattr(_interruptible, "progress", None)
-            if progress is None:
-                return original(seconds)
-            if progress._cancel.wait(seconds):
-                raise RunInterrupted()
-            return None
-
-        sleep.lakeport_interruptible = True
-        time.sleep = sleep
-
-
-def _set_async_exception(thread_id: int, exception: type[BaseException] | None) -> bool:
-    """Raise `exception` in that thread at its next Python instruction (None withdraws one not
-    raised yet)."""
-    return ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None) == 1
-
-
-def _in_jvm_call(thread_id: int) -> bool:
-    """Whether that thread waits for the JVM (py4j) right now."""
-    frame = sys._current_frames().get(thread_id)
-    while frame is not None:
-        if "/py4j/" in frame.f_code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _jsonable(value: Any) -> Any:
     try:
         json.dumps(value)
@@ -510,7 +289,7 @@ class SparkHostActor:
     def __init__(self, settings: dict) -> None:
         _make_undumpable()
         host = SparkSessionHost(SparkHostSettings(**settings))
-        _serve(host, host.bind_host, host.settings.port)
+        serve(host, host.bind_host, host.settings.port)
         self._wait_ready, self._info = host.wait_ready, host.info
 
     def wait_ready(self, timeout: float) -> dict:
@@ -542,70 +321,3 @@ def _make_undumpable() -> None:
     PR_SET_DUMPABLE = 4
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
-
-
-def _secret_ok(authorization: str, secret_sha256: str) -> bool:
-    scheme, _, presented = authorization.partition(" ")
-    # Digests of equal length, compared in constant time.
-    return scheme == "Bearer" and hmac.compare_digest(secret_digest(presented), secret_sha256)
-
-
-def _serve(host: SparkSessionHost, bind_host: str, port: int) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self._dispatch("GET")
-
-        def do_POST(self) -> None:
-            self._dispatch("POST")
-
-        def _dispatch(self, method: str) -> None:
-            if not _secret_ok(self.headers.get("Authorization", ""), host.settings.secret_sha256):
-                return self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong Spark host secret"})
-            path, _, query = self.path.partition("?")
-            parts = path.removeprefix(API).strip("/").split("/")
-            try:
-                if method == "GET" and parts == ["host"]:
-                    return self._reply(HTTPStatus.OK, host.info())
-                if method == "POST" and parts == ["host", "stop"]:
-                    threading.Thread(target=host.stop, name="spark-host-stop", daemon=True).start()
-                    return self._reply(HTTPStatus.ACCEPTED, {"state": "stopping"})
-                if method == "POST" and parts == ["runs"]:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                    if not isinstance(body.get("code"), str):
-                        return self._reply(HTTPStatus.BAD_REQUEST, {"error": "`code` (Python source) is required"})
-                    run = host.submit(body["code"], body.get("args"), body.get("name", ""))
-                    return self._reply(HTTPStatus.ACCEPTED, run)
-                if len(parts) == 2 and parts[0] == "runs" and method == "GET":
-                    wait = parse_qs(query).get("wait_s", ["0"])[0]
-                    try:
-                        wait_s = float(wait)
-                    except ValueError:
-                        return self._reply(HTTPStatus.BAD_REQUEST, {"error": "`wait_s` must be a number"})
-                    return self._found(host.run_status(parts[1], wait_s))
-                if len(parts) == 3 and parts[0] == "runs" and parts[2] == "cancel" and method == "POST":
-                    return self._found(host.cancel(parts[1]))
-                return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no route {method} {self.path}"})
-            except json.JSONDecodeError:
-                return self._reply(HTTPStatus.BAD_REQUEST, {"error": "body is not JSON"})
-
-        def _found(self, run: dict | None) -> None:
-            if run is None:
-                return self._reply(HTTPStatus.NOT_FOUND, {"error": "no such run"})
-            return self._reply(HTTPStatus.OK, run)
-
-        def _reply(self, status: HTTPStatus, payload: dict) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args) -> None:
-            """Requests are not logged: the portal polls often."""
-
-    # The handler calls `host` directly, in this process; Ray callers never reach it.
-    server = ThreadingHTTPServer((bind_host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="spark-host-http", daemon=True).start()
-    return server

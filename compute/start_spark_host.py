@@ -16,7 +16,8 @@ from dataclasses import asdict
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from compute.spark_host import ACTOR_NAME, SparkHost, SparkHostSettings
+from compute.contract import SparkHostSettings
+from compute.spark_host import ACTOR_NAME, SparkHost
 
 
 def main(argv: list[str]) -> int:

@@ -19,7 +19,7 @@ from app.ray_clusters.spark_host_client import SparkHostClient, with_spark_host_
 from compute.catalog_cache import CatalogAccess, CatalogCache, token_expiry
 from compute.contract import SUBMIT_CODE
 from compute.execution_spec import ExecutionSpec
-from compute.spark_host import RunFailed
+from compute.runs import RunFailed
 from compute.spark_session import S3Keys
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.process import free_port

@@ -15,7 +15,8 @@ from tests.processes import process_running, rss_bytes
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError, with_spark_host_secret
-from compute import class_archive, jars
+from compute import class_archive, host_auth, jars
+from compute.contract import secret_digest
 from compute.spark_session import (
     IDLE_HEAP_JAVA_OPTIONS,
     JDK17_JAVA_OPTIONS,
@@ -450,7 +451,14 @@ def test_the_host_api_demands_the_hosts_own_secret(cluster, host):
     assert httpx.get(url, headers={"Authorization": "Bearer nope"}).status_code == 401
     assert httpx.get(url, headers=handle.auth_headers()).status_code == 401  # the Ray token opens nothing here
     assert httpx.post(f"{handle.spark_host_url}/v1/runs", json={"code": "result = 1"}).status_code == 401
-    assert httpx.get(url, headers={"Authorization": f"Bearer {handle.spark_host_secret}"}).status_code == 200
+    # Not even the secret itself opens it: requests are signed with its digest, never carry it.
+    assert httpx.get(url, headers={"Authorization": f"Bearer {handle.spark_host_secret}"}).status_code == 401
+    key, nonce = secret_digest(handle.spark_host_secret), host_auth.new_nonce()
+    signed = httpx.get(url, headers={"Authorization": host_auth.sign_request(key, "GET", "/v1/host", b"", nonce)})
+    assert signed.status_code == 200
+    host_auth.verify_response(key, nonce, 200, signed.content, signed.headers[host_auth.PROOF_HEADER])
+    replayed = httpx.get(url, headers={"Authorization": host_auth.sign_request(key, "GET", "/v1/host", b"", nonce)})
+    assert replayed.status_code == 401 and "replayed" in replayed.text
 
 
 def test_the_host_is_started_without_its_secret_on_any_command_line(cluster, host):

@@ -6,7 +6,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from app.models import ComputeUnit, ComputeUnitState, ExecutionState, User, Warehouse, WarehouseStatus
-from compute.spark_host import RunState
+from compute.contract import RunState
 
 
 def test_user_is_unique_per_issuer_and_subject(db_engine):

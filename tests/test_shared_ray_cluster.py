@@ -21,6 +21,8 @@ from app.models import ComputeUnit
 from app.ray_clusters.base import ClusterSpec, ClusterState
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.ray_clusters.spark_host_client import SparkHostClient
+from compute import host_auth
+from compute.contract import secret_digest
 from devstack.process import free_port, port_is_open
 from tests.conftest import AuthActions
 from devstack.oidc_provider import TEST_USERS
@@ -150,12 +152,15 @@ def test_a_host_answers_only_its_own_secret(units, shared_cluster):
 
     for method, path in calls:
         for headers in ({}, {"Authorization": f"Bearer {alice.spark_host_secret}"}, cluster.auth_headers(),
+                        {"Authorization": f"Bearer {bob.spark_host_secret}"},
                         {"Authorization": f"Bearer {bob.spark_host_secret[:-1]}"}, {"Authorization": "Bearer"},
                         {"Authorization": bob.spark_host_secret}):
             response = httpx.request(method, bob.spark_host_url + path, headers=headers, json={"code": "result = 2"})
             assert response.status_code == 401, (method, path, response.text)
-    assert httpx.get(f"{bob.spark_host_url}/v1/host",
-                     headers={"Authorization": f"Bearer {bob.spark_host_secret}"}).status_code == 200
+    alices_key, bobs_key = secret_digest(alice.spark_host_secret), secret_digest(bob.spark_host_secret)
+    for key, expected in ((alices_key, 401), (bobs_key, 200)):
+        signature = host_auth.sign_request(key, "GET", "/v1/host", b"", host_auth.new_nonce())
+        assert httpx.get(f"{bob.spark_host_url}/v1/host", headers={"Authorization": signature}).status_code == expected
 
 
 ATTACK = '''

@@ -49,7 +49,7 @@ from app.ray_clusters.unit_limits import LimitUsage
 from app.untrusted import clean_text
 from app.ray_clusters.listed import listed_cluster
 from app.ray_clusters.spark_host_client import new_spark_host_nonce, spark_host_secret, with_spark_host_secret
-from compute.spark_host import secret_digest
+from compute.contract import secret_digest
 
 State = ComputeUnitState
 logger = logging.getLogger(__name__)

@@ -3,8 +3,8 @@ from flask import Blueprint
 
 bp = Blueprint("executions", __name__, url_prefix="/executions")
 
-from app.executions import routes, runner  # noqa: E402,F401
+from app.executions import routes, stopping  # noqa: E402,F401
 from app.signals import warehouse_closing  # noqa: E402
 
 # A warehouse that stops taking writes stops the executions writing into it.
-warehouse_closing.connect(runner.stop_in_warehouse)
+warehouse_closing.connect(stopping.stop_in_warehouse)

@@ -60,7 +60,7 @@ from app.ray_clusters.unit_limits import LimitUsage
 from app.executions import run_spec, unit_reports
 from app.untrusted import clean_text
 from compute.contract import SUBMIT_CODE
-from compute.spark_host import RunState
+from compute.contract import RunState
 
 State = ExecutionState
 logger = logging.getLogger(__name__)
@@ -161,98 +161,15 @@ def rerun_pinned(owner: User, execution: Execution) -> Execution:
 
 def cancel(execution: Execution) -> None:
     """Cancel a QUEUED or INITIALIZING execution at once, or record the cancel request of a
-    RUNNING one and pass it to its compute unit right away: its watcher passes it on again at
-    its checks until the run has stopped, and records CANCELLED then."""
+    RUNNING one: the request never waits on a unit. The run's watcher (the worker) passes the
+    cancel to the unit within its next long poll, again at its checks until the run has
+    stopped, and records CANCELLED then."""
     if execution.state in State.FINAL:
         raise RunRefused("This execution has already finished.")
     if not _transition(execution.id, (State.QUEUED, State.INITIALIZING), state=State.CANCELLED,
                        reason="cancelled by its owner before it ran", ended_at=utcnow()):
-        if _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow()):
-            get_db().refresh(execution)
-            try:  # at once, not at the watcher's next check (up to seconds later)
-                _cancel_on_unit(execution)
-            except (LookupError, SparkHostError) as error:
-                logger.warning("cancelling execution %s on its unit: %s", execution.id, error)
+        _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow())
     get_db().refresh(execution)
-
-
-def stop_in_warehouse(warehouse: Warehouse, why: str) -> int:
-    """Fail every live execution writing into `warehouse` with the reason "the warehouse <name>
-    <why>" (archived, deactivated, about to be purged). Queued and initializing ones end at once;
-    running ones are cancelled on their unit first, which drops their partial outputs, and end
-    FAILED; one that has begun to complete there (a cancel is then refused) completes, because
-    its tables say so. Returns once the cancelled runs have stopped on their units (or after
-    STOP_WAIT_SECONDS): their clean-up still needs the warehouse, so the caller takes the
-    warehouse's access away only then. Returns how many were stopped."""
-    live = (State.QUEUED, State.INITIALIZING, State.RUNNING)
-    stopped = 0
-    cancelled: list[Execution] = []
-    for execution in get_db().exec(select(Execution).where(Execution.warehouse_id == warehouse.id,
-                                                           Execution.state.in_(live))).all():
-        reason = f"the warehouse {warehouse.name} {why}"
-        asked_unit = execution.state == State.RUNNING and bool(execution.run_id)
-        if asked_unit:
-            # The reason first: a watcher that sees the run end cancelled records FAILED with it.
-            _transition(execution.id, (State.RUNNING,), reason=reason)
-            try:
-                answer = _cancel_on_unit(execution)
-                cancelled.append(execution)
-                if answer.get("completing"):
-                    current_app.logger.info("execution %s completes: it had begun to before %s", execution.id, reason)
-                    continue
-            except (LookupError, SparkHostError) as error:
-                current_app.logger.warning("cancelling execution %s on its unit: %s", execution.id, error)
-        if not _finish(execution.id, State.FAILED, reason=reason, progress=_stopped_progress(execution)):
-            continue  # it ended on its own meanwhile
-        stopped += 1
-        current_app.logger.info("execution %s stopped: %s", execution.id, reason)
-        execution = _load(execution.id)  # it may have been submitted since the query
-        if execution.run_id and not asked_unit:
-            try:
-                _cancel_on_unit(execution)
-                cancelled.append(execution)
-            except (LookupError, SparkHostError) as error:
-                # The row is final already; the run on the unit ends without marking anything complete.
-                current_app.logger.warning("cancelling execution %s on its unit: %s", execution.id, error)
-        # A thread still initializing it sees the final state before it submits, or cancels what
-        # it submitted (see _run); a watcher cancels the run when it finds the row final.
-    _wait_on_units(cancelled, STOP_WAIT_SECONDS)
-    return stopped
-
-
-def _wait_on_units(executions: list[Execution], timeout_s: float) -> None:
-    """Wait (at most `timeout_s` in all) until these executions' runs have ended on their units."""
-    deadline = time.monotonic() + timeout_s
-    for execution in executions:
-        cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-        handle = lifecycle.handle_of(cu) if cu is not None else None
-        if handle is None or (left := deadline - time.monotonic()) <= 0:
-            continue
-        try:
-            with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-                client.wait(execution.run_id, timeout_s=left)
-        except SparkHostError as error:
-            current_app.logger.warning("waiting for execution %s to stop on its unit: %s", execution.id, error)
-
-
-def _stopped_progress(execution: Execution) -> str:
-    """The progress of a run stopped from outside: steps not finished are cancelled."""
-    progress = progress_of(execution)
-    for step in progress["steps"]:
-        if step.get("state") in ("pending", "running"):
-            step["state"] = "cancelled"
-    return json.dumps({"steps": progress["steps"], "logs": progress["logs"]})
-
-
-def _cancel_on_unit(execution: Execution) -> dict:
-    """Ask the execution's unit to cancel its run; returns the run as the unit answers. Raises
-    LookupError when the unit is gone and SparkHostError when it does not answer."""
-    cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-    handle = lifecycle.handle_of(cu) if cu is not None else None
-    if handle is None:
-        raise LookupError("the compute unit is gone")
-    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-        return client.cancel(execution.run_id)
 
 
 # --- Rows, from the worker's threads ------------------------------------------------------------
@@ -494,6 +411,7 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
     last_progress = execution.progress
     last_heard = time.monotonic()
     next_activity = next_unit_check = 0.0
+    cancel_passed = False
     with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
         while leases.still_held():  # else another worker took this execution over
             asked = time.monotonic()
@@ -515,6 +433,8 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
             if progress != last_progress:
                 _update(execution_id, progress=progress)
                 last_progress = progress
+            if not cancel_passed and _cancel_asked(execution_id):
+                cancel_passed = _pass_cancel_on(client, execution_id, run_id)
             if now >= next_activity:
                 lifecycle.touch(cu_id)
                 next_activity = now + ACTIVITY_EVERY_SECONDS
@@ -522,6 +442,21 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
                 if _stopped_elsewhere(execution_id, cu_id, client, run_id):
                     return
                 next_unit_check = now + UNIT_CHECK_EVERY_SECONDS
+
+
+def _cancel_asked(execution_id: int) -> bool:
+    with Session(engine()) as db:
+        return db.exec(select(Execution.cancel_requested_at).where(Execution.id == execution_id)).first() is not None
+
+
+def _pass_cancel_on(client: SparkHostClient, execution_id: int, run_id: str) -> bool:
+    """The owner's cancel, to the unit as soon as the watcher sees it; False if it did not answer."""
+    try:
+        client.cancel(run_id)
+        return True
+    except SparkHostError as error:
+        logger.warning("cancelling execution %s on its unit: %s", execution_id, error)
+        return False
 
 
 def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, run_id: str) -> bool:
@@ -538,7 +473,7 @@ def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, r
     if execution.state in State.FINAL:
         if execution.state != State.COMPLETED:
             try:
-                client.cancel(run_id)  # stopped from outside (see stop_in_warehouse): make sure
+                client.cancel(run_id)  # stopped from outside (see app/executions/stopping.py): make sure
             except SparkHostError:
                 pass
         return True
@@ -587,7 +522,7 @@ def _record_end(execution_id: int, run: dict, progress: str, over_limit: Callabl
                 outputs=json.dumps(unit_reports.reported_result(execution_id, result)),
                 lineage=json.dumps(unit_reports.reported_lineage(result)), reason="")
     elif state == RunState.CANCELLED:
-        # A reason on the row is stop_in_warehouse's, written before it cancelled the run.
+        # A reason on the row is stopping.stop_in_warehouse's, written before it cancelled the run.
         stopped_because = _load(execution_id).reason
         _finish(execution_id, State.FAILED if stopped_because else State.CANCELLED, progress=progress,
                 reason=stopped_because or "cancelled by its owner")

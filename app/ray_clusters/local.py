@@ -77,7 +77,7 @@ from app.ray_clusters.base import (
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 from compute.jars import jars_dir
-from compute.spark_host import SparkHostSettings
+from compute.contract import SparkHostSettings
 
 logger = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent

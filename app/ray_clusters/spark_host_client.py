@@ -5,11 +5,16 @@ cluster is RUNNING; the other calls go to the host's own HTTP API, with the host
 
 That secret is one per compute unit: an HMAC of the portal's secret key, the unit's id and a
 random nonce kept in the unit's handle (`with_spark_host_secret`), so nothing secret is stored
-and a unit's secret opens no other unit's host. The host is given only its SHA-256.
+and a unit's secret opens no other unit's host. The host is given only its SHA-256, the key
+both sides sign with (compute/host_auth.py): no request carries the key, no answer is believed
+without the host's proof, and a run's arguments (its catalog token) go sealed, and only to a
+host that has just answered a fresh challenge. A process squatting on the host's port learns
+nothing it could use.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import hmac
 import secrets
 import shlex
@@ -20,10 +25,27 @@ from urllib.parse import urlsplit
 import httpx
 
 from app.ray_clusters.base import ClusterHandle, ProgressCallback, no_progress
-from compute.spark_host import API, RunState, SparkHostSettings, secret_digest
+from app.untrusted import clean_text
+from compute import host_auth
+from compute.contract import HOST_API, RunState, SparkHostSettings, secret_digest
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 BOOTSTRAP_POLL_SECONDS = 0.2
+
+
+# The largest answer the portal reads from a unit's Spark host: users' code runs in the host.
+MAX_REPLY_BYTES = 16 * 2**20
+
+
+def _read_bounded(response: httpx.Response) -> bytes:
+    """The answer's body, refused past MAX_REPLY_BYTES."""
+    chunks, size = [], 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > MAX_REPLY_BYTES:
+            raise SparkHostError(f"the Spark host's answer is over {MAX_REPLY_BYTES >> 20} MiB: refused")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class SparkHostError(RuntimeError):
@@ -71,12 +93,10 @@ class SparkHostClient:
         if not handle.spark_host_secret:
             raise ValueError(f"compute unit {handle.cu_id}'s handle has no Spark host secret")
         self.handle = handle
-        self._http = httpx.Client(
-            base_url=handle.spark_host_url.rstrip("/") + API,
-            headers={"Authorization": f"Bearer {handle.spark_host_secret}"},
-            timeout=timeout,
-            transport=transport,
-        )
+        self._key = secret_digest(handle.spark_host_secret)
+        self._proven = False
+        self._http = httpx.Client(base_url=handle.spark_host_url.rstrip("/") + HOST_API, timeout=timeout,
+                                  transport=transport)
 
     def close(self) -> None:
         self._http.close()
@@ -147,15 +167,43 @@ class SparkHostClient:
         progress("Spark host ready")
         return info
 
-    def _call(self, method: str, path: str, **kwargs) -> dict:
+    def _call(self, method: str, path: str, *, params: dict | None = None, body: dict | None = None,
+              nonce: str | None = None, timeout: httpx.Timeout | None = None) -> dict:
+        """One signed request; the answer, once the host has proven that it gave it."""
+        nonce = nonce or host_auth.new_nonce()
+        content = json.dumps(body).encode() if body is not None else b""
+        request = self._http.build_request(method, path, params=params, content=content,
+                                           headers={"Content-Type": "application/json"} if body is not None else {},
+                                           timeout=timeout or self._http.timeout)
+        request.headers["Authorization"] = host_auth.sign_request(
+            self._key, method, request.url.raw_path.decode("ascii"), content, nonce)
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._http.send(request, stream=True)
+            try:
+                content = _read_bounded(response)
+            finally:
+                response.close()
         except httpx.HTTPError as error:
             raise SparkHostError(f"Spark host at {self.handle.spark_host_url} not reachable: {error}") from error
+        try:
+            host_auth.verify_response(self._key, nonce, response.status_code, content,
+                                      response.headers.get(host_auth.PROOF_HEADER))
+        except host_auth.AuthRefused as refused:
+            # Not this unit's host (or it refused the signature): nothing it said is repeated.
+            raise SparkHostError(f"the process on the Spark host port {self.handle.spark_host_url} is not "
+                                 f"this unit's Spark host ({refused}; it answered {response.status_code})") from None
+        self._proven = True
         if not response.is_success:
-            raise SparkHostError(f"Spark host answered {response.status_code}: {response.text[:300]}",
-                                 response.status_code)
-        return response.json()
+            raise SparkHostError(f"Spark host answered {response.status_code}: "
+                                 f"{clean_text(content.decode(errors='replace'), 300)}", response.status_code)
+        try:
+            return json.loads(content)
+        except ValueError:
+            raise SparkHostError("the Spark host's answer is not JSON") from None
+
+    def prove(self) -> None:
+        """A fresh challenge: the host answers it with its proof, or SparkHostError."""
+        self._call("POST", "/host/challenge")
 
     def info(self) -> dict:
         return self._call("GET", "/host")
@@ -165,8 +213,13 @@ class SparkHostClient:
         self._call("POST", "/host/stop")
 
     def submit(self, code: str, args: dict | None = None, name: str = "") -> dict:
-        """Queue an execution; returns its record (with `run_id`) right away."""
-        return self._call("POST", "/runs", json={"code": code, "args": args or {}, "name": name})
+        """Queue an execution; returns its record (with `run_id`) right away. Its arguments go
+        sealed, and only once the host has proven itself on this client."""
+        if not self._proven:
+            self.prove()
+        nonce = host_auth.new_nonce()
+        sealed = host_auth.seal(self._key, nonce, json.dumps(args or {}).encode())
+        return self._call("POST", "/runs", body={"code": code, "sealed_args": sealed, "name": name}, nonce=nonce)
 
     def run(self, run_id: str, wait_s: float = 0.0) -> dict:
         """The run's record; with `wait_s`, the host answers as soon as the run ends, or after

@@ -36,7 +36,7 @@ from app.models import (
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 from app.usage.retention import write_log
 from compute.contract import MAINTENANCE_CODE
-from compute.spark_host import RunState
+from compute.contract import RunState
 
 logger = logging.getLogger(__name__)
 

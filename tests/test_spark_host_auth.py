@@ -1,0 +1,183 @@
+"""The portal authenticates a unit's Spark host before it sends anything (compute/host_auth.py):
+a listener squatting on the host's port learns nothing, and the host's real API refuses every
+request not signed with its key, an old-style bearer, a replay, a tampered one. No Ray: the
+host's HTTP API (compute/host_http.py) is served here around a stand-in for the session host."""
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from app.ray_clusters.base import ClusterHandle
+from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError, with_spark_host_secret
+from compute import host_auth
+from compute.contract import secret_digest
+from compute.host_http import serve
+
+CATALOG_TOKEN = "eyJ-the-runs-catalog-token-" + "x" * 40
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def handle_on(port: int, key: str = "portal-key") -> ClusterHandle:
+    return with_spark_host_secret(ClusterHandle(backend="existing", cu_id="7",
+                                                spark_host_url=f"http://127.0.0.1:{port}"), key)
+
+
+class Squatter:
+    """Whatever binds the port first: records every byte, answers 200 with plausible JSON."""
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                recorder.received += self.requestline.encode() + bytes(self.headers) + self.rfile.read(length)
+                body = json.dumps({"state": "ready", "run_id": "r1", "app_id": "a", "executors": []}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_squatter_on_the_host_port_learns_nothing_and_is_not_believed():
+    squatter = Squatter()
+    handle = handle_on(squatter.port)
+    client = SparkHostClient(handle, timeout=5)
+    calls = [lambda: client.info(), lambda: client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}}),
+             lambda: client.run("r1"), lambda: client.cancel("r1"), lambda: client.prove()]
+    for call in calls:
+        with pytest.raises(SparkHostError, match="is not this unit's Spark host"):
+            call()
+    client.close()
+    received = bytes(squatter.received)
+    assert received  # it was asked, and answered
+    for secret in (handle.spark_host_secret, secret_digest(handle.spark_host_secret), CATALOG_TOKEN):
+        for form in (secret.encode(), base64.b64encode(secret.encode()), secret.encode().hex().encode()):
+            assert form not in received
+    assert b"sealed_args" not in received  # nothing was submitted to a host that did not prove itself
+    squatter.server.shutdown()
+
+
+@dataclass
+class Settings:
+    secret_sha256: str
+
+
+class StandInHost:
+    """What compute/host_http.py calls on the real SparkSessionHost, recording the submits."""
+
+    def __init__(self, key: str) -> None:
+        self.settings = Settings(key)
+        self.submitted: list[tuple[str, dict, str]] = []
+
+    def info(self) -> dict:
+        return {"state": "ready", "app_id": "app-1"}
+
+    def submit(self, code: str, args: dict, name: str) -> dict:
+        self.submitted.append((code, args, name))
+        return {"run_id": "r1", "state": "QUEUED"}
+
+    def run_status(self, run_id: str, wait_s: float = 0.0) -> dict | None:
+        return {"run_id": run_id, "state": "COMPLETED"} if run_id == "r1" else None
+
+    def cancel(self, run_id: str) -> dict | None:
+        return self.run_status(run_id)
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.fixture
+def real_host():
+    handle = handle_on(free_port())
+    host = StandInHost(secret_digest(handle.spark_host_secret))
+    server = serve(host, "127.0.0.1", int(handle.spark_host_url.rsplit(":", 1)[1]))
+    yield handle, host
+    server.shutdown()
+
+
+def test_the_portals_client_and_the_host_prove_themselves_and_seal_the_arguments(real_host):
+    handle, host = real_host
+    with SparkHostClient(handle, timeout=5) as client:
+        assert client.info()["app_id"] == "app-1"
+        assert client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}}, name="e-1")["run_id"] == "r1"
+        assert client.run("r1", wait_s=0.5)["state"] == "COMPLETED"
+        with pytest.raises(SparkHostError, match="404"):
+            client.run("nope")
+    assert host.submitted == [("result = 1", {"catalog": {"token": CATALOG_TOKEN}}, "e-1")]
+
+
+def _signed(key: str, method: str, target: str, body: bytes = b"", **overrides) -> dict:
+    nonce = overrides.pop("nonce", host_auth.new_nonce())
+    return {"Authorization": host_auth.sign_request(key, method, target, body, nonce, **overrides)}
+
+
+def test_the_host_refuses_every_request_not_signed_with_its_key(real_host):
+    handle, _ = real_host
+    url, key = handle.spark_host_url, secret_digest(handle.spark_host_secret)
+    refused = [
+        {},
+        {"Authorization": f"Bearer {handle.spark_host_secret}"},  # the old scheme, even with the secret
+        {"Authorization": f"Bearer {key}"},
+        _signed("not-the-key", "GET", "/v1/host"),
+        _signed(key, "GET", "/v1/host", now=time.time() - 3600),  # stale
+        _signed(key, "GET", "/v1/runs/r1"),  # signed for another path
+        _signed(key, "POST", "/v1/host"),  # for another method
+        {"Authorization": host_auth.SCHEME + " ts=1,nonce=x,sig=y"},
+    ]
+    for headers in refused:
+        response = httpx.get(f"{url}/v1/host", headers=headers)
+        assert response.status_code == 401 and host_auth.PROOF_HEADER not in response.headers, headers
+    once = _signed(key, "GET", "/v1/host")
+    assert httpx.get(f"{url}/v1/host", headers=once).status_code == 200
+    assert httpx.get(f"{url}/v1/host", headers=once).status_code == 401  # replayed
+
+
+def test_a_tampered_body_or_unsealed_arguments_are_refused(real_host):
+    handle, host = real_host
+    url, key = handle.spark_host_url, secret_digest(handle.spark_host_secret)
+    body = json.dumps({"code": "result = 1", "sealed_args": "", "name": ""}).encode()
+    headers = {**_signed(key, "POST", "/v1/runs", body), "Content-Type": "application/json"}
+    tampered = body.replace(b"result = 1", b"result = 2")
+    assert httpx.post(f"{url}/v1/runs", headers=headers, content=tampered).status_code == 401
+    nonce = host_auth.new_nonce()
+    wrong_seal = host_auth.seal("not-the-key", nonce, b'{"a": 1}')
+    body = json.dumps({"code": "result = 1", "sealed_args": wrong_seal}).encode()
+    response = httpx.post(f"{url}/v1/runs", content=body, headers=_signed(key, "POST", "/v1/runs", body, nonce=nonce))
+    assert response.status_code == 400 and "do not open" in response.text
+    assert host.submitted == []
+
+
+def test_an_answer_proven_for_another_request_is_not_believed(real_host):
+    handle, _ = real_host
+    key = secret_digest(handle.spark_host_secret)
+    nonce = host_auth.new_nonce()
+    old = httpx.get(f"{handle.spark_host_url}/v1/host", headers=_signed(key, "GET", "/v1/host", nonce=nonce))
+    host_auth.verify_response(key, nonce, 200, old.content, old.headers[host_auth.PROOF_HEADER])
+    with pytest.raises(host_auth.AuthRefused):  # replayed to a later request
+        host_auth.verify_response(key, host_auth.new_nonce(), 200, old.content, old.headers[host_auth.PROOF_HEADER])
+    with pytest.raises(host_auth.AuthRefused):  # its body changed
+        host_auth.verify_response(key, nonce, 200, old.content + b" ", old.headers[host_auth.PROOF_HEADER])
