@@ -160,6 +160,7 @@ def test_a_step_cannot_write_more_than_its_units_disk(backend, unit):
     free_before = os.statvfs("/").f_bavail * os.statvfs("/").f_frsize
     result = run_in_unit(unit, DISK_FILLER)
     assert result["error"] == "ENOSPC" and result["written"] <= 512 * MiB
+    assert "disk is full" in backend.over_limit(unit, backend.limit_usage(unit))
     image = Path(unit.details["portal_dir"]) / "disk.img"
     assert image.stat().st_blocks * 512 <= 530 * MiB  # what the machine's disk holds for it
     assert free_before - os.statvfs("/").f_bavail * os.statvfs("/").f_frsize < 600 * MiB

@@ -3,7 +3,9 @@
 attacked in test_unit_boundary.py). Also: a machine without limits refuses local units."""
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -111,16 +113,14 @@ def test_a_group_that_cannot_be_joined_never_runs_the_command(tmp_path):
 
 
 def test_without_limits_a_local_unit_refuses_to_start_and_leaves_nothing(tmp_path):
-    backend = LocalClusterBackend(limits=LocalLimits(cgroup_mount=tmp_path))  # no controllers there
-
-    def left() -> set[Path]:
-        return {path for path in backend.base_dir.glob("*")} | set(backend.base_dir.glob(".portal/*"))
-
-    backend.base_dir.mkdir(exist_ok=True)
-    before = left()
-    with pytest.raises(ClusterStartError, match="run under kernel limits, and .*no cgroup hierarchy"):
-        backend.start(ClusterSpec(cu_id="test-no-limits", name="no limits"))
-    assert left() == before
+    base_dir = Path(tempfile.mkdtemp(prefix="lpu", dir="/tmp"))  # short: Ray's socket paths live under it
+    backend = LocalClusterBackend(base_dir, limits=LocalLimits(cgroup_mount=tmp_path))  # no controllers there
+    try:
+        with pytest.raises(ClusterStartError, match="run under kernel limits, and .*no cgroup hierarchy"):
+            backend.start(ClusterSpec(cu_id="test-no-limits", name="no limits"))
+        assert [path.name for path in base_dir.rglob("*")] in ([".uids.lock", ".portal"], [".portal", ".uids.lock"])
+    finally:
+        shutil.rmtree(base_dir)
 
 
 def test_limits_are_checked_when_the_operator_sets_them():

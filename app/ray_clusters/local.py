@@ -480,7 +480,7 @@ class LocalClusterBackend(ClusterBackend):
         return local_limits.usage(handle.details.get("limits", {}))
 
     def over_limit(self, handle: ClusterHandle, before: LimitUsage | None) -> str | None:
-        return local_limits.over_limit(handle.details.get("limits", {}), before)
+        return local_limits.over_limit(handle.details.get("limits", {}), before, Path(handle.details["cluster_dir"]))
 
     def _live_status(self, handle: ClusterHandle) -> ClusterStatus:
         if handle.dashboard_url is None:

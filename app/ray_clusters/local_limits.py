@@ -28,6 +28,8 @@ from app.ray_clusters.unit_limits import (
 )
 
 logger = logging.getLogger(__name__)
+# A unit's disk counts as full from this share of its size (ext4 keeps some blocks for itself).
+DISK_FULL_SHARE = 0.97
 
 
 @dataclass(frozen=True)
@@ -105,11 +107,18 @@ def usage(record: dict) -> LimitUsage | None:
     return group.usage() if group else None
 
 
-def over_limit(record: dict, before: LimitUsage | None) -> str | None:
+def over_limit(record: dict, before: LimitUsage | None, unit_dir: Path) -> str | None:
     """Which limit the unit went over since `before`, in words (None: none, or no limits)."""
     if before is None or (group := _group(record)) is None:
         return None
-    return over_limit_reason(_limits(record), before, group.usage())
+    limits = _limits(record)
+    if reason := over_limit_reason(limits, before, group.usage()):
+        return reason
+    used = unit_disk.disk_used_bytes(unit_dir)
+    if used is not None and limits.disk_bytes and used >= DISK_FULL_SHARE * limits.disk_bytes:
+        return (f"the compute unit's disk is full: {used / 2**30:.3g} GiB of its {limits.disk_bytes / 2**30:.3g} GiB "
+                "are used (what its steps write in its directory counts)")
+    return None
 
 
 def release(record: dict, unit_dir: Path) -> None:
