@@ -11,12 +11,17 @@ ports, and the unit reaches only the allowed endpoints (the catalog, the operato
 through bridges the other way. Users' PySpark steps run in these nodes: nothing of the
 portal's environment, files or network is theirs to read.
 
-Isolation between compute units on one machine:
+Isolation between compute units on one machine, and from the machine:
 - ports: every port Ray would otherwise default (GCS, dashboard, node and
   object managers, agents, metrics, the worker port range) is chosen explicitly and free,
-  and reserved within this process; the bridged ones are the portal's loopback ports;
+  below the ephemeral range, and reserved within this process (`local_ports.py`); the
+  bridged ones are the portal's loopback ports;
 - files: each cluster has its own directory (Ray temp dirs, logs, Spark scratch space),
-  0700 and owned by its own uid, in a 0711 base dir, removed on terminate;
+  0700 and owned by its own uid, in a 0711 base dir, removed on terminate. The portal reads
+  and writes there only through `unit_files.UnitDir` (no link the unit made is followed);
+  its own files for the unit sit in the unit's portal dir, out of the unit's sight;
+- resources: a control group per unit (memory, CPU, tasks) and its directory a filesystem
+  of its own size (`local_limits.py`), made before its first process;
 - access: each cluster has its own Ray auth token, which also guards its dashboard.
 
 The handle records pids (with their kernel start times, so a reused pid is not mistaken
