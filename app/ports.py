@@ -9,12 +9,17 @@ import socket
 # local ports, so a port picked now is still free when its service starts a little later; and
 # below the area local compute units take their workers' port blocks from (20000+).
 PICK_AREA = (10000, 20000)
+# Ports browsers refuse to open ("unsafe ports"; Chromium's list holds 10080 in this area): a
+# local stack whose identity provider got one could not be signed in to.
+BROWSER_REFUSED_PORTS = frozenset({10080})
 
 
 def free_port() -> int:
     """A TCP port on loopback that is free right now."""
     for _ in range(1000):
         port = random.randrange(*PICK_AREA)
+        if port in BROWSER_REFUSED_PORTS:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))

@@ -96,3 +96,13 @@ def test_seaweedfs_starts_again_on_new_ports_when_a_picked_port_is_taken_first(t
             process.stop()
     finally:
         taken.close()
+
+
+def test_a_picked_port_is_never_one_browsers_refuse(monkeypatch):
+    """A stack whose identity provider listened on 10080 could not be signed in to (Chromium
+    refuses that port): the picker passes over it."""
+    from app import ports
+
+    picks = iter([10080, 10080, 12345])
+    monkeypatch.setattr(ports.random, "randrange", lambda low, high: next(picks))
+    assert ports.free_port() == 12345

@@ -31,6 +31,8 @@ from app.ray_clusters.base import (
 from app.ray_clusters.existing import ExistingClusterBackend
 from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
+from compute import host_auth
+from compute.contract import secret_digest
 from compute.ray_node import DASHBOARD_MODULES
 from devstack.process import free_port, port_is_open
 
@@ -373,9 +375,12 @@ def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_repo
     class Host(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
             body = json.dumps({"state": "ready", **answer}).encode()
+            nonce = self.headers["Authorization"].split("nonce=")[1].split(",")[0]
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
+            # Its proof, as the real host gives it (compute/host_auth.py).
+            self.send_header(host_auth.PROOF_HEADER, host_auth.response_proof(secret_digest("s" * 32), nonce, 200, body))
             self.end_headers()
             self.wfile.write(body)
 

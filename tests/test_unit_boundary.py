@@ -69,31 +69,15 @@ def test_the_unit_runs_in_its_own_control_group_and_filesystem(backend, unit):
     unit_dir = Path(unit.details["cluster_dir"])
     assert os.path.ismount(unit_dir)
     for pid in cluster_pids(unit):
-        groups = Path(f"/proc/{pid}/cgroup").read_text()
+        try:
+            groups = Path(f"/proc/{pid}/cgroup").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # ended since it was listed (a Ray worker's helper)
         assert f"/lakeport/{unit_dir.name}" in groups, (pid, groups)
     report = backend.status(unit).limits
     assert report.limits.memory_bytes == 2**30 and report.limits.cpus == 1 and report.limits.tasks == 400
     assert 0 < report.usage.memory_bytes <= 2**30 and 0 < report.usage.tasks <= 400
     assert report.disk_used_bytes is not None and report.disk_used_bytes < 512 * MiB
-
-
-MEMORY_HOG = r"""
-import json, subprocess, sys
-child = subprocess.run([sys.executable, "-c",
-    "b = bytearray(1536 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('survived')"],
-    capture_output=True, text=True)
-print("RESULT " + json.dumps({"returncode": child.returncode, "out": child.stdout}))
-"""
-
-
-def test_a_step_over_its_memory_is_ended_by_the_kernel_and_says_so(backend, unit):
-    before = backend.limit_usage(unit)
-    result = run_in_unit(unit, MEMORY_HOG)
-    assert result == {"returncode": -9, "out": ""}  # killed, inside the unit only
-    reason = backend.over_limit(unit, before)
-    assert reason and "memory limit of 1 GiB" in reason and "ended 1 of its processes" in reason
-    assert backend.limit_usage(unit).memory_peak_bytes <= 2**30
-    machine_still_fine(os.getpid())
 
 
 CPU_HOG = r"""
@@ -132,13 +116,7 @@ print("RESULT " + json.dumps({"started": len(started), "refused": refused}))
 """
 
 
-def test_a_step_cannot_start_more_processes_than_its_unit_may(backend, unit):
-    before = backend.limit_usage(unit)
-    result = run_in_unit(unit, FORK_BOMB)
-    assert result["refused"] > 0 and result["started"] < 400
-    assert backend.limit_usage(unit).tasks_refused > before.tasks_refused
-    assert "limit of 400 processes and threads" in backend.over_limit(unit, before)
-    machine_still_fine(os.getpid())
+
 
 
 DISK_FILLER = r"""
@@ -230,3 +208,39 @@ def test_only_the_operators_setting_lets_a_unit_start_without_limits(tmp_path):
         assert backend.limit_usage(handle) is None and backend.over_limit(handle, None) is None
     finally:
         backend.terminate(handle)
+
+
+MEMORY_HOG = r"""
+import json, subprocess, sys
+child = subprocess.run([sys.executable, "-c",
+    "b = bytearray(1536 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('survived')"],
+    capture_output=True, text=True)
+print("RESULT " + json.dumps({"returncode": child.returncode, "out": child.stdout}))
+"""
+
+
+def test_a_step_over_its_memory_is_ended_by_the_kernel_and_says_so(backend, unit):
+    """Late in the module: the kernel ends the hungriest process of the unit, which is the step's."""
+    before = backend.limit_usage(unit)
+    result = run_in_unit(unit, MEMORY_HOG)
+    assert result == {"returncode": -9, "out": ""}  # killed, inside the unit only
+    reason = backend.over_limit(unit, before)
+    assert reason and "memory limit of 1 GiB" in reason and "ended 1 of its processes" in reason
+    assert backend.limit_usage(unit).memory_peak_bytes <= 2**30
+    machine_still_fine(os.getpid())
+
+
+def test_a_step_cannot_start_more_processes_than_its_unit_may(backend):
+    """On a unit of its own: at the limit, the unit's own Ray processes cannot start threads
+    either, so the unit may not survive it. Nothing outside it notices."""
+    unit = backend.start(ClusterSpec(cu_id="test-fork-bomb", name="fork bomb", cpus_per_node=1, memory_gb_per_node=1))
+    try:
+        before = backend.limit_usage(unit)
+        result = run_in_unit(unit, FORK_BOMB)
+        assert result["refused"] > 0 and result["started"] < 400
+        assert backend.limit_usage(unit).tasks_refused > before.tasks_refused
+        assert "limit of 400 processes and threads" in backend.over_limit(unit, before)
+        machine_still_fine(os.getpid())
+    finally:
+        backend.terminate(unit)
+    assert cluster_pids(unit) == []

@@ -56,7 +56,6 @@ from app.models import (
 )
 from app.ray_clusters.base import ClusterHandle, ProgressCallback
 from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
-from app.ray_clusters.unit_limits import LimitUsage
 from app.executions import run_spec, unit_reports
 from app.untrusted import clean_text
 from compute.contract import SUBMIT_CODE
@@ -161,15 +160,30 @@ def rerun_pinned(owner: User, execution: Execution) -> Execution:
 
 def cancel(execution: Execution) -> None:
     """Cancel a QUEUED or INITIALIZING execution at once, or record the cancel request of a
-    RUNNING one: the request never waits on a unit. The run's watcher (the worker) passes the
-    cancel to the unit within its next long poll, again at its checks until the run has
-    stopped, and records CANCELLED then."""
+    RUNNING one and pass it to its compute unit right away: its watcher passes it on again at
+    its checks until the run has stopped, and records CANCELLED then."""
     if execution.state in State.FINAL:
         raise RunRefused("This execution has already finished.")
     if not _transition(execution.id, (State.QUEUED, State.INITIALIZING), state=State.CANCELLED,
                        reason="cancelled by its owner before it ran", ended_at=utcnow()):
-        _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow())
+        if _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow()):
+            get_db().refresh(execution)
+            try:  # at once, not at the watcher's next check (up to seconds later)
+                cancel_on_unit(execution)
+            except (LookupError, SparkHostError) as error:
+                logger.warning("cancelling execution %s on its unit: %s", execution.id, error)
     get_db().refresh(execution)
+
+
+def cancel_on_unit(execution: Execution) -> dict:
+    """Ask the execution's unit to cancel its run; returns the run as the unit answers. Raises
+    LookupError when the unit is gone and SparkHostError when it does not answer."""
+    cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
+    handle = lifecycle.handle_of(cu) if cu is not None else None
+    if handle is None:
+        raise LookupError("the compute unit is gone")
+    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+        return client.cancel(execution.run_id)
 
 
 # --- Rows, from the worker's threads ------------------------------------------------------------
@@ -256,7 +270,6 @@ def _submit_and_watch(execution_id: int) -> None:
     if _load(execution_id).state != State.INITIALIZING:
         return  # cancelled while initializing: nothing was submitted
     cu_id = args["compute_unit"]["id"]
-    before = lifecycle.limit_usage(_running_unit(cu_id)[0], handle)
     try:
         run_id = _submit(handle, args, execution_id)
     except SparkHostError as error:
@@ -277,7 +290,7 @@ def _submit_and_watch(execution_id: int) -> None:
         with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
             client.cancel(run_id)  # cancelled between the check above and the submit
         return
-    _watch(execution_id, before)
+    _watch(execution_id)
 
 
 def _not_taken(cu_id: int, error: SparkHostError) -> ExecutionFailed:
@@ -394,16 +407,16 @@ def _ensure_spark_host(cu: ComputeUnit, handle: ClusterHandle, progress: Progres
         raise ExecutionFailed(_unit_failure(cu.id) or str(error)) from None
 
 
-def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
-    """Follow a submitted run until it ends, whatever ends it. `before` is what the unit used
-    against its kernel limits when the run was submitted (a watcher that takes over after a
-    restart starts from what it finds)."""
+def _watch(execution_id: int) -> None:
+    """Follow a submitted run until it ends, whatever ends it. What the unit uses against its
+    kernel limits is read as the watch starts, right after the submit (a watcher that takes
+    over after a restart starts from what it finds): a limit hit after that is the run's."""
     execution = _load(execution_id)
     cu_id, run_id = execution.compute_unit_id, execution.run_id
     if not run_id:  # RUNNING is only ever written with the run's id: a row edited by hand
         raise ExecutionFailed("it is marked running but no run on its compute unit is recorded")
     cu, handle = _running_unit(cu_id)
-    before = before or lifecycle.limit_usage(cu, handle)
+    before = lifecycle.limit_usage(cu, handle)
 
     def over_limit() -> str | None:
         return lifecycle.over_limit(cu, handle, before)
@@ -411,7 +424,6 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
     last_progress = execution.progress
     last_heard = time.monotonic()
     next_activity = next_unit_check = 0.0
-    cancel_passed = False
     with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
         while leases.still_held():  # else another worker took this execution over
             asked = time.monotonic()
@@ -433,8 +445,6 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
             if progress != last_progress:
                 _update(execution_id, progress=progress)
                 last_progress = progress
-            if not cancel_passed and _cancel_asked(execution_id):
-                cancel_passed = _pass_cancel_on(client, execution_id, run_id)
             if now >= next_activity:
                 lifecycle.touch(cu_id)
                 next_activity = now + ACTIVITY_EVERY_SECONDS
@@ -442,21 +452,6 @@ def _watch(execution_id: int, before: LimitUsage | None = None) -> None:
                 if _stopped_elsewhere(execution_id, cu_id, client, run_id):
                     return
                 next_unit_check = now + UNIT_CHECK_EVERY_SECONDS
-
-
-def _cancel_asked(execution_id: int) -> bool:
-    with Session(engine()) as db:
-        return db.exec(select(Execution.cancel_requested_at).where(Execution.id == execution_id)).first() is not None
-
-
-def _pass_cancel_on(client: SparkHostClient, execution_id: int, run_id: str) -> bool:
-    """The owner's cancel, to the unit as soon as the watcher sees it; False if it did not answer."""
-    try:
-        client.cancel(run_id)
-        return True
-    except SparkHostError as error:
-        logger.warning("cancelling execution %s on its unit: %s", execution_id, error)
-        return False
 
 
 def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, run_id: str) -> bool:

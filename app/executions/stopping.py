@@ -38,7 +38,7 @@ def stop_in_warehouse(warehouse: Warehouse, why: str) -> int:
             # The reason first: a watcher that sees the run end cancelled records FAILED with it.
             runner._transition(execution.id, (State.RUNNING,), reason=reason)
             try:
-                answer = _cancel_on_unit(execution)
+                answer = runner.cancel_on_unit(execution)
                 cancelled.append(execution)
                 if answer.get("completing"):
                     current_app.logger.info("execution %s completes: it had begun to before %s", execution.id, reason)
@@ -52,7 +52,7 @@ def stop_in_warehouse(warehouse: Warehouse, why: str) -> int:
         execution = runner._load(execution.id)  # it may have been submitted since the query
         if execution.run_id and not asked_unit:
             try:
-                _cancel_on_unit(execution)
+                runner.cancel_on_unit(execution)
                 cancelled.append(execution)
             except (LookupError, SparkHostError) as error:
                 # The row is final already; the run on the unit ends without marking anything complete.
@@ -85,14 +85,3 @@ def _stopped_progress(execution: Execution) -> str:
         if step.get("state") in ("pending", "running"):
             step["state"] = "cancelled"
     return json.dumps({"steps": progress["steps"], "logs": progress["logs"]})
-
-
-def _cancel_on_unit(execution: Execution) -> dict:
-    """Ask the execution's unit to cancel its run; returns the run as the unit answers. Raises
-    LookupError when the unit is gone and SparkHostError when it does not answer."""
-    cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-    handle = lifecycle.handle_of(cu) if cu is not None else None
-    if handle is None:
-        raise LookupError("the compute unit is gone")
-    with SparkHostClient(handle, timeout=runner.HOST_CALL_TIMEOUT_SECONDS) as client:
-        return client.cancel(execution.run_id)

@@ -9,13 +9,11 @@ import random
 import socket
 import threading
 
+from app.ports import free_port
 from app.ray_clusters.base import ClusterHandle, ClusterStartError
 
-# Every port of a unit is taken below Linux's ephemeral range (32768+): a port picked there is
-# free when it is picked, but any outgoing connection of the machine may take it before the
-# unit's server binds it (a head node then fails to start). Single ports and worker ranges
-# have areas of their own.
-PORT_AREA = (10000, 20000)
+# Worker port ranges are taken below Linux's ephemeral range (32768+), so outgoing
+# connections never occupy them (single ports come from app.ports, below it too).
 WORKER_PORT_AREA = (20000, 32000)
 _lock = threading.Lock()
 _reserved_ports: set[int] = set()
@@ -31,14 +29,11 @@ def port_is_free(port: int) -> bool:
 
 
 def reserve_port() -> int:
-    low, high = PORT_AREA
     with _lock:
-        for _ in range(500):
-            port = random.randrange(low, high)
-            if port not in _reserved_ports and port_is_free(port):
-                _reserved_ports.add(port)
-                return port
-    raise ClusterStartError(f"no free port between {low} and {high}")
+        while (port := free_port()) in _reserved_ports:
+            pass
+        _reserved_ports.add(port)
+        return port
 
 
 def reserve_port_block(size: int) -> list[int]:
