@@ -28,8 +28,6 @@ from app.ray_clusters.unit_limits import (
 )
 
 logger = logging.getLogger(__name__)
-# A unit's disk counts as full from this share of its size (ext4 keeps some blocks for itself).
-DISK_FULL_SHARE = 0.97
 
 
 @dataclass(frozen=True)
@@ -114,8 +112,8 @@ def over_limit(record: dict, before: LimitUsage | None, unit_dir: Path) -> str |
     limits = _limits(record)
     if reason := over_limit_reason(limits, before, group.usage()):
         return reason
-    used = unit_disk.disk_used_bytes(unit_dir)
-    if used is not None and limits.disk_bytes and used >= DISK_FULL_SHARE * limits.disk_bytes:
+    if limits.disk_bytes and unit_disk.disk_full(unit_dir):
+        used = unit_disk.disk_used_bytes(unit_dir) or 0
         return (f"the compute unit's disk is full: {used / 2**30:.3g} GiB of its {limits.disk_bytes / 2**30:.3g} GiB "
                 "are used (what its steps write in its directory counts)")
     return None

@@ -74,3 +74,12 @@ def disk_used_bytes(unit_dir: Path) -> int | None:
         return None
     stats = os.statvfs(unit_dir)
     return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+
+
+def disk_full(unit_dir: Path, free_share: float = 0.03) -> bool:
+    """Whether the unit's filesystem has less than `free_share` of its room left (its room is a
+    little less than the unit's disk size: the filesystem keeps its own metadata there)."""
+    if not is_mounted(unit_dir):
+        return False
+    stats = os.statvfs(unit_dir)
+    return stats.f_bavail < free_share * stats.f_blocks
