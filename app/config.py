@@ -266,6 +266,13 @@ class Config:
             parse_listed_clusters(self.RAY_CLUSTERS)
         except ValueError as error:
             raise ValueError(f"{SETTINGS['RAY_CLUSTERS'].env}: {error}") from None
+        from app.ray_clusters.local_limits import LocalLimits
+
+        try:
+            LocalLimits(tasks_per_node=self.CU_TASKS_PER_NODE, disk_bytes=int(self.CU_DISK_GB * 2**30))
+        except ValueError as error:
+            names = f"{SETTINGS['CU_TASKS_PER_NODE'].env} or {SETTINGS['CU_DISK_GB'].env}"
+            raise ValueError(f"{names}: {error}") from None
 
     def flask_mapping(self) -> dict[str, Any]:
         """The settings as Flask config keys, plus the cookie and CSRF policy derived from them."""

@@ -58,3 +58,10 @@ def test_deployment_files_only_use_known_settings(project_root):
     for path in (project_root / "deploy").rglob("*.yaml"):
         used = set(re.findall(r"\bLAKEPORT_[A-Z_]+\b", path.read_text()))
         assert used <= known, f"{path.relative_to(project_root)} sets unknown settings {used - known}"
+
+
+@pytest.mark.parametrize("setting, value", [("LAKEPORT_CU_TASKS_PER_NODE", "10"), ("LAKEPORT_CU_DISK_GB", "0.01")])
+def test_the_portal_refuses_to_start_with_unit_limits_that_cannot_work(setting, value):
+    config = Config.from_env({"LAKEPORT_SECRET_KEY": "k" * 32, "LAKEPORT_OIDC_CLIENT_SECRET": "s", setting: value})
+    with pytest.raises(ValueError, match="LAKEPORT_CU_TASKS_PER_NODE or LAKEPORT_CU_DISK_GB: .*at least"):
+        config.validate()
