@@ -56,7 +56,6 @@ from pyiceberg.exceptions import (
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
 from pyiceberg.table import Table
-from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -65,6 +64,7 @@ from app.iceberg_reader import ResultReadError, catalog_for
 from app.lakekeeper import LakekeeperError, LakekeeperUnavailable
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.models import JobState, SampleDataJob, User, Warehouse, WarehouseStatus, utcnow
+from app.transitions import compare_and_set, set_fields
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -401,15 +401,9 @@ def pending_work() -> list[tuple[str, Callable[[int], None], int]]:
     return [(f"sample-data:{job_id}", run_sample_data_job, job_id) for job_id in ids]
 
 
-def _update_job(job_id: int, **changes) -> None:
-    with Session(engine()) as db:
-        db.exec(update(SampleDataJob).where(SampleDataJob.id == job_id).values(**changes))
-        db.commit()
-
-
 def _end_job(job_id: int, state: str, error: str = "") -> None:
-    _update_job(job_id, state=state, error=error[:1000], ended_at=utcnow(),
-                **({"step": "done"} if state == JobState.DONE else {}))
+    compare_and_set(SampleDataJob, job_id, JobState.LIVE, state=state, error=error[:1000], ended_at=utcnow(),
+                    **({"step": "done"} if state == JobState.DONE else {}))
 
 
 def run_sample_data_job(job_id: int) -> None:
@@ -421,7 +415,9 @@ def run_sample_data_job(job_id: int) -> None:
         return
     if job.state == JobState.RUNNING:
         logger.info("sample-data job %s was left by a worker that stopped: running it again", job_id)
-    _update_job(job_id, state=JobState.RUNNING, started_at=utcnow(), table_rows="{}", step="starting")
+    if not compare_and_set(SampleDataJob, job_id, JobState.LIVE, state=JobState.RUNNING, started_at=utcnow(),
+                           table_rows="{}", step="starting"):
+        return
     try:
         if warehouse is None or warehouse.status != WarehouseStatus.ACTIVE:
             raise DatasetError("The warehouse is no longer active.")
@@ -445,7 +441,7 @@ def run_sample_data_job(job_id: int) -> None:
 
 def _generate_sample_data(job: SampleDataJob, catalog: Catalog, binary: str) -> None:
     with tempfile.TemporaryDirectory(prefix="lakeport-tpch-") as directory:
-        _update_job(job.id, step=f"generating the tables at scale factor {job.scale_factor:g}")
+        set_fields(SampleDataJob, job.id, step=f"generating the tables at scale factor {job.scale_factor:g}")
         subprocess.run(
             [binary, "parquet", f"--scale-factor={job.scale_factor}", f"--output-dir={directory}", "--quiet"],
             check=True, capture_output=True, text=True, timeout=TPCH_TIMEOUT_SECONDS,
@@ -453,7 +449,7 @@ def _generate_sample_data(job: SampleDataJob, catalog: Catalog, binary: str) -> 
         properties = {"lakeport.source": "tpch", "lakeport.tpch-scale-factor": f"{job.scale_factor:g}"}
         written: dict[str, int] = {}
         for position, name in enumerate(TPCH_TABLES, start=1):
-            _update_job(job.id, step=f"writing {TPCH_NAMESPACE}.{name} ({position} of {len(TPCH_TABLES)})")
+            set_fields(SampleDataJob, job.id, step=f"writing {TPCH_NAMESPACE}.{name} ({position} of {len(TPCH_TABLES)})")
             schema, pieces = _read_parquet(Path(directory) / f"{name}.parquet")
             written[name] = _replace_table(catalog, TPCH_NAMESPACE, name, _iceberg_schema(schema), pieces, properties)
-            _update_job(job.id, table_rows=json.dumps(written))
+            set_fields(SampleDataJob, job.id, table_rows=json.dumps(written))

@@ -9,6 +9,8 @@ from flask_login import UserMixin
 from sqlalchemy import BigInteger, Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
+from app.states import ComputeUnitState, ExecutionState, JobState
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -65,21 +67,16 @@ class Warehouse(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     archived_at: datetime | None = None
+    # The catalog's part of a deactivation or an archive ("deactivate", "archive"), owed once the
+    # runs writing into it have stopped (app/warehouses/closing.py); the worker does it at
+    # `closing_due_at` at the latest, and after a failure (`closing_error`) tries again then.
+    closing: str = Field(default="", max_length=16)
+    closing_due_at: datetime | None = None
+    closing_error: str = Field(default="", max_length=2000)
 
     @property
     def location(self) -> str:
         return f"s3://{self.bucket}/{self.key_prefix}".rstrip("/")
-
-
-class ComputeUnitState(StrEnum):
-    PENDING = "PENDING"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    TERMINATING = "TERMINATING"
-    TERMINATED = "TERMINATED"
-    FAILED = "FAILED"
-    FINAL = nonmember((TERMINATED, FAILED))
-    LIVE = nonmember((PENDING, STARTING, RUNNING, TERMINATING))
 
 
 LIVE_STATES_SQL = "state IN ({})".format(", ".join(f"'{state}'" for state in ComputeUnitState.LIVE))
@@ -158,17 +155,6 @@ class WorkflowVersion(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
-class ExecutionState(StrEnum):
-    QUEUED = "QUEUED"
-    INITIALIZING = "INITIALIZING"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
-    ALL = nonmember((QUEUED, INITIALIZING, RUNNING, COMPLETED, FAILED, CANCELLED))
-
-
 class Execution(SQLModel, table=True):
     """One run of a workflow version on a compute unit, writing into one warehouse.
 
@@ -221,16 +207,6 @@ class WorkLease(SQLModel, table=True):
     name: str = Field(primary_key=True, max_length=128)
     holder: str = Field(max_length=128)
     expires_at: datetime
-
-
-class JobState:
-    """The states of a job the worker runs once (sample data, dataset maintenance)."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    LIVE = (QUEUED, RUNNING)
 
 
 class SampleDataJob(SQLModel, table=True):
@@ -350,6 +326,28 @@ class MaintenanceJob(SQLModel, table=True):
     remove_orphans: bool = False
     state: str = Field(default=JobState.QUEUED, max_length=16)
     # Per table: snapshots and files removed, or the error (JSON).
+    result: str = Field(default="{}")
+    error: str = Field(default="", max_length=2000)
+    created_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state in JobState.LIVE
+
+
+class ComparisonJob(SQLModel, table=True):
+    """The rows in which two executions' outputs differ, computed by the worker on a running
+    unit of the owner's (compute/comparison.py); the compare page polls this row."""
+
+    __tablename__ = "comparison_jobs"
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    a_id: int = Field(foreign_key="executions.id", index=True, ondelete="CASCADE")
+    b_id: int = Field(foreign_key="executions.id", ondelete="CASCADE")
+    state: str = Field(default=JobState.QUEUED, max_length=16)
+    # Output → {"only_in_a", "only_in_b", their counts, "columns"} or {"error"} (JSON).
     result: str = Field(default="{}")
     error: str = Field(default="", max_length=2000)
     created_at: datetime = Field(default_factory=utcnow)

@@ -1,7 +1,8 @@
 """The worker: the one process that does Lakeport's background work (`flask --app wsgi lakeport worker`).
 
 Web requests only record intent in the database: a PENDING or TERMINATING compute unit, a QUEUED
-execution, a cancel request, a queued sample-data job. The worker looks for such rows every
+execution, a cancel request, a queued sample-data, maintenance or comparison job, the catalog's
+part of closing a warehouse; no request waits on a unit. The worker looks for such rows every
 WORKER_POLL_SECONDS, and on PostgreSQL at once when a row is added or changes state (the
 database announces it: migration 0009, `WorkAnnouncements`), and does the work each asks for in
 a thread of its own: starting and
@@ -63,11 +64,13 @@ class _Work:
 def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
     from app import datasets
     from app.compute_units import lifecycle
-    from app.executions import runner
+    from app.executions import comparison, runner
     from app.usage import maintenance
+    from app.warehouses import closing
 
     # Units first: an execution's fate depends on its unit's.
-    return lifecycle.pending_work() + runner.pending_work() + datasets.pending_work() + maintenance.pending_work()
+    return (lifecycle.pending_work() + runner.pending_work() + comparison.pending_work() + datasets.pending_work()
+            + maintenance.pending_work() + closing.pending_work())
 
 
 WORK_CHANNEL = "lakeport_work"  # what migration 0009's triggers notify

@@ -24,7 +24,7 @@ from sqlmodel import Session, select
 
 from app import create_app, datasets
 from app.compute_units import lifecycle
-from app.compute_units.spark_warmup import spark_host_size
+from app.spark_host.warmup import spark_host_size
 from app.worker import Worker
 from app.config import Config
 from app.db import make_engine
@@ -32,7 +32,7 @@ from app.extensions import lakekeeper
 from app.iceberg_reader import catalog_for
 from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT
 from app.models import ComputeUnit, ComputeUnitEvent, ComputeUnitState, Execution, ExecutionState, User, Warehouse, WorkflowVersion
-from app.ray_clusters.spark_host_client import SparkHostClient
+from app.spark_host.client import SparkHostClient
 from bench.local_pyspark import LocalPySpark
 from devstack.database import drop_postgres_database, fresh_postgres_database
 from devstack.oidc_provider import TEST_USERS, sign_in_portal_client

@@ -1,11 +1,13 @@
-"""The execution spec: what the portal submits with `SUBMIT_CODE` (compute/contract.py) as a
-run's `args`, parsed and checked on the unit (`ExecutionSpec.from_json`), and its steps.
+"""The execution spec and its steps, one model for both sides: the portal stores a workflow's
+steps as `Step`s and builds the spec (`ExecutionSpec.to_json`) that it submits with `SUBMIT_CODE`
+(compute/contract.py) as a run's `args`; the unit parses and checks it again
+(`ExecutionSpec.from_json`), since what reaches it is only JSON. No Spark or Ray here.
 """
 from __future__ import annotations
 
+import keyword
 import re
-from dataclasses import dataclass
-
+from dataclasses import asdict, dataclass
 
 from compute.contract import (
     ACCESS_DELEGATION,
@@ -17,19 +19,33 @@ from compute.contract import (
 from compute.runs import RunFailed
 
 
-STEP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# A step's name: the editor asks for it, the unit checks it again, its output table is named after it.
+STEP_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+# `spark` is a Python step's first parameter; Python keywords cannot be parameter names.
+RESERVED_STEP_NAMES = frozenset({"spark", *keyword.kwlist})
+STEP_KINDS = {"sql": "Spark SQL", "python": "PySpark function"}
 
 
 @dataclass(frozen=True)
 class Step:
+    """One step, as a workflow version stores it and the unit runs it."""
+
     name: str
-    kind: str  # "sql" or "python"
+    kind: str  # a key of STEP_KINDS
     code: str
-    output: bool
+    output: bool = False
 
     @property
     def table_name(self) -> str:
-        return self.name.lower()
+        return self.name
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Step:
+        return cls(name=str(data["name"]), kind=str(data["kind"]), code=str(data["code"]),
+                   output=bool(data.get("output", False)))
 
 
 @dataclass(frozen=True)
@@ -46,8 +62,7 @@ class ExecutionSpec:
     @classmethod
     def from_json(cls, args: dict) -> ExecutionSpec:
         try:
-            steps = tuple(Step(str(s["name"]), str(s["kind"]), str(s["code"]), bool(s.get("output", False)))
-                          for s in args["steps"])
+            steps = tuple(Step.from_dict(step) for step in args["steps"])
             pinned = {str(table).lower(): int(snapshot) for table, snapshot in dict(args.get(PINNED) or {}).items()}
             spec = cls(int(args["execution_id"]), dict(args["workflow"]), dict(args["user"]),
                        dict(args["compute_unit"]), dict(args["warehouse"]), dict(args["catalog"]), steps, pinned)
@@ -62,15 +77,21 @@ class ExecutionSpec:
             raise RunFailed(f"the catalog must vend storage credentials (access_delegation={ACCESS_DELEGATION!r})")
         if not steps:
             raise RunFailed("the workflow has no steps")
-        names = [step.name.lower() for step in steps]
+        names = [step.name for step in steps]
         for step in steps:
-            if not STEP_NAME.fullmatch(step.name):
-                raise RunFailed(f"step name {step.name!r} is not an identifier (letters, digits, _)")
-            if step.kind not in ("sql", "python"):
+            if not STEP_NAME.fullmatch(step.name) or step.name in RESERVED_STEP_NAMES:
+                raise RunFailed(f"step name {step.name!r} is not a step name (lowercase letters, digits, _)")
+            if step.kind not in STEP_KINDS:
                 raise RunFailed(f"step {step.name!r}: kind must be 'sql' or 'python', not {step.kind!r}")
-            if names.count(step.name.lower()) > 1:
+            if names.count(step.name) > 1:
                 raise RunFailed(f"step name {step.name!r} is used twice")
         return spec
+
+    def to_json(self) -> dict:
+        """The spec as the portal submits it (what `from_json` reads back)."""
+        return {"execution_id": self.execution_id, "workflow": self.workflow, "user": self.user,
+                "compute_unit": self.compute_unit, "warehouse": self.warehouse, "catalog": self.catalog,
+                "steps": [step.to_dict() for step in self.steps], PINNED: self.pinned}
 
     def table(self, namespace: str, step: Step | None = None) -> str:
         return table_name(namespace, self.execution_id, step.name if step else None)

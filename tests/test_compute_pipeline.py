@@ -15,7 +15,7 @@ from pyiceberg.catalog import load_catalog
 from app.lakekeeper import ClientCredentialsTokenSource, LakekeeperClient, S3AccessKeyCredential, S3StorageProfile
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
-from app.ray_clusters.spark_host_client import SparkHostClient, with_spark_host_secret
+from app.spark_host.client import SparkHostClient, with_spark_host_secret
 from compute.catalog_cache import CatalogAccess, CatalogCache, token_expiry
 from compute.contract import SUBMIT_CODE
 from compute.execution_spec import ExecutionSpec
@@ -110,8 +110,10 @@ def test_a_spec_with_bad_steps_is_refused_with_the_reason():
     assert ExecutionSpec.from_json(base).steps[0].name == "a"
     for steps, reason in (
         ([], "no steps"),
-        ([step("a b", "SELECT 1")], "not an identifier"),
-        ([step("a", "SELECT 1"), step("A", "SELECT 2")], "used twice"),
+        ([step("a b", "SELECT 1")], "not a step name"),
+        ([step("A", "SELECT 1")], "not a step name"),
+        ([step("class", "SELECT 1")], "not a step name"),
+        ([step("a", "SELECT 1"), step("a", "SELECT 2")], "used twice"),
         ([{**step("a", "x"), "kind": "scala"}], "kind must be"),
     ):
         with pytest.raises(RunFailed, match=reason):

@@ -14,7 +14,7 @@ import pytest
 from tests.processes import process_running, rss_bytes
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError, with_spark_host_secret
+from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_host_secret
 from compute import class_archive, host_auth, jars
 from compute.contract import secret_digest
 from compute.spark_session import (

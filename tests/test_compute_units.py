@@ -18,7 +18,8 @@ from tests.processes import process_running
 from app import create_app
 from app.compute_units import lifecycle
 from app.models import ComputeUnit, ComputeUnitEvent, Execution, User, WorkLease, Workflow, WorkflowVersion
-from app.ray_clusters.base import ClusterHandle, ClusterState, ClusterStatus
+from app.ray_clusters.base import ClusterHandle, ClusterStatus
+from app.states import ComputeUnitState
 from app.ray_clusters.local import cluster_pids
 from devstack.process import port_is_open
 
@@ -395,14 +396,14 @@ class CountingBackend:
     """A cluster backend whose every status check is counted; it answers `state`."""
 
     def __init__(self):
-        self.checks, self.state = 0, ClusterState.RUNNING
+        self.checks, self.state = 0, ComputeUnitState.RUNNING
 
     def restore_token(self, handle):
         return handle
 
     def status(self, handle):
         self.checks += 1
-        return ClusterStatus(self.state, reason="" if self.state == ClusterState.RUNNING else "head died")
+        return ClusterStatus(self.state, reason="" if self.state == ComputeUnitState.RUNNING else "head died")
 
 
 def test_polled_pages_share_one_cluster_check_per_interval(app, client, auth, db_engine, monkeypatch):
@@ -418,7 +419,7 @@ def test_polled_pages_share_one_cluster_check_per_interval(app, client, auth, db
         assert client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).status_code == 200
     assert backend.checks == 1
     lifecycle._recent_checks[cu_id] = (time.monotonic() - 10, lifecycle._recent_checks[cu_id][1])  # interval over
-    backend.state = ClusterState.FAILED
+    backend.state = ComputeUnitState.FAILED
     assert client.get(f"/compute-units/{cu_id}/row").status_code == 200
     assert backend.checks == 2
     with Session(db_engine) as db:

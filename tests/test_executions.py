@@ -32,6 +32,7 @@ from app.charts import StepTiming, step_timeline_svg
 from app.compute_units import lifecycle
 from app.executions import logs as logs_view
 from app.executions import run_spec, runner
+from app.spark_host import door
 from app.extensions import lakekeeper
 from app.models import (
     ComputeUnit,
@@ -45,7 +46,7 @@ from app.models import (
 )
 from app.ray_clusters.local import SPARK_HOST_LAUNCHER, cluster_pids
 from app.worker import Worker
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from app.spark_host.client import SparkHostClient, SparkHostError
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from compute.contract import SUBMIT_CODE
 from devstack.process import free_port
@@ -303,24 +304,31 @@ def test_the_live_part_polls_until_a_final_state(client, newcomer, db_engine):
 
 
 @pytest.mark.parametrize("unit_answers", [True, False])
-def test_cancelling_a_running_execution_asks_its_unit_at_once(client, newcomer, db_engine, monkeypatch, unit_answers):
-    """Not at the watcher's next check; a unit that does not answer still leaves the cancel
-    recorded, for the watcher to pass on."""
+def test_cancelling_a_running_execution_is_recorded_and_passed_on_by_the_worker(
+        app, client, newcomer, db_engine, monkeypatch, unit_answers):
+    """The request only records the cancel (it never calls the unit); the worker's next pass
+    passes it on once, and a unit that does not answer leaves it recorded for the watcher."""
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     execution = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="RUNNING", run_id="run-7")
     asked = []
 
-    def cancel_on_unit(row):
-        asked.append((row.id, row.run_id, row.cancel_requested_at is not None))
+    def cancel(cu_id, run_id):
+        asked.append((cu_id, run_id))
         if not unit_answers:
             raise SparkHostError("Spark host at http://127.0.0.1:1 not reachable: Connection refused")
         return {"state": "RUNNING"}
 
-    monkeypatch.setattr(runner, "cancel_on_unit", cancel_on_unit)
+    monkeypatch.setattr(door, "cancel", cancel)
     response = client.post(f"/executions/{execution.id}/cancel",
                            headers={"X-CSRFToken": csrf(client), "HX-Request": "true"})
     assert response.headers["HX-Redirect"] == f"/executions/{execution.id}"
-    assert asked == [(execution.id, "run-7", True)]
+    assert asked == [] and reload(db_engine, Execution, execution.id).cancel_requested_at is not None
+    with app.app_context():
+        work = {name: (function, subject) for name, function, subject in runner.pending_work()}
+        function, subject = work[f"execution-cancel:{execution.id}"]
+        function(subject)
+        assert f"execution-cancel:{execution.id}" not in {name for name, _, _ in runner.pending_work()}  # once
+    assert asked == [(cu.id, "run-7")]
     assert reload(db_engine, Execution, execution.id).cancel_requested_at is not None
 
 
@@ -400,7 +408,7 @@ def test_the_token_a_unit_receives_acts_as_the_executing_user_for_one_warehouse(
     theirs = reload(db_engine, Warehouse, register_warehouse(stranger_client, lakehouse, "theirs"))
 
     with app.app_context():
-        token = run_spec.execution_token(own, owner)
+        token = door.run_token(own, owner)
     claims = jwt.decode(token, options={"verify_signature": False})
     assert claims["sub"] == owner.subject != SERVICE_CLIENT_ID  # the user, never the portal's service identity
     assert claims["act"] == {"sub": SERVICE_CLIENT_ID}
@@ -960,7 +968,7 @@ class AnsweringHost:
 @pytest.mark.parametrize("silent_for, fails", [(1.0, False), (runner.HOST_SILENCE_SECONDS + 1, True)])
 def test_a_broken_connection_to_a_host_that_answers_is_a_hiccup_not_a_forgotten_run(monkeypatch, silent_for, fails):
     """Only a 404 for the run means the host lost it; a dropped connection is waited out."""
-    monkeypatch.setattr(runner, "_unit_failure", lambda cu_id: None)
+    monkeypatch.setattr(door, "unit_failure", lambda cu_id: None)
     dropped = SparkHostError("Spark host at http://127.0.0.1:1 not reachable: Server disconnected")
     if not fails:
         runner._check_silence(AnsweringHost(), 1, dropped, silent_for=silent_for)
@@ -970,7 +978,7 @@ def test_a_broken_connection_to_a_host_that_answers_is_a_hiccup_not_a_forgotten_
 
 
 def test_a_host_that_answers_404_for_the_run_lost_it(monkeypatch):
-    monkeypatch.setattr(runner, "_unit_failure", lambda cu_id: None)
+    monkeypatch.setattr(door, "unit_failure", lambda cu_id: None)
     unknown = SparkHostError('Spark host answered 404: {"error": "no such run"}', 404)
     with pytest.raises(runner.ExecutionFailed, match="no longer knows this run"):
         runner._check_silence(AnsweringHost(), 1, unknown, silent_for=0.5)
@@ -1175,15 +1183,15 @@ def test_a_host_seen_ready_that_refuses_a_run_but_is_still_there_gets_no_second_
     submits, prepared = [], []
     monkeypatch.setattr(runner, "_prepare", lambda execution_id: prepared.append(execution_id) or (
         {"compute_unit": {"id": 7}}, "handle", "app-1" if len(prepared) == 1 else None))
-    monkeypatch.setattr(runner, "_load", lambda execution_id: Execution(id=execution_id, state="INITIALIZING"))
-    monkeypatch.setattr(runner, "_unit_failure", lambda cu_id: None)
+    monkeypatch.setattr(runner, "load", lambda execution_id: Execution(id=execution_id, state="INITIALIZING"))
+    monkeypatch.setattr(door, "unit_failure", lambda cu_id: None)
 
     def refuse(handle, args, execution_id):
         submits.append(execution_id)
         raise SparkHostError("Spark host at http://127.0.0.1:1 not reachable: Server disconnected")
 
     monkeypatch.setattr(runner, "_submit", refuse)
-    monkeypatch.setattr(runner.spark_warmup, "ready_app", lambda cu_id, handle: "app-1")  # the same host answers
+    monkeypatch.setattr(door, "ready_app", lambda cu_id, handle: "app-1")  # the same host answers
     with pytest.raises(runner.ExecutionFailed, match="the compute unit did not take the run: Spark host at"):
         runner._submit_and_watch(41)
     assert submits == [41] and prepared == [41, 41]

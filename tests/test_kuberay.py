@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from app.ray_clusters.base import (
-    ClusterBackend, ClusterHandle, ClusterSpec, ClusterStartError, ClusterState, SparkHostLaunchState,
+    ClusterBackend, ClusterHandle, ClusterSpec, ClusterStartError, SparkHostLaunchState,
 )
+from app.states import ComputeUnitState
 from app.ray_clusters.kuberay import (
     DASHBOARD_PORT,
     LABEL_COMPUTE_UNIT,
@@ -202,14 +203,14 @@ LEGACY_READY = {"state": "ready", "readyWorkerReplicas": 2, "desiredCPU": "6", "
 
 
 @pytest.mark.parametrize("recorded, state, reason", [
-    (PROVISIONING, ClusterState.STARTING, ""),
-    (READY, ClusterState.RUNNING, ""),
-    (QUOTA_EXCEEDED, ClusterState.FAILED, "FailedCreateHeadPod: pods \"lakeport-cu-42-head-4f8bd\" is forbidden"),
-    (HEAD_LOST, ClusterState.FAILED, "the head pod is no longer ready: Head Pod not found"),
-    (WORKER_RESTARTING, ClusterState.RUNNING, "degraded: 1 of 2 worker pods ready"),
-    (SUSPENDED, ClusterState.FAILED, "the RayCluster was suspended"),
-    (LEGACY_READY, ClusterState.RUNNING, ""),
-    ({}, ClusterState.STARTING, ""),
+    (PROVISIONING, ComputeUnitState.STARTING, ""),
+    (READY, ComputeUnitState.RUNNING, ""),
+    (QUOTA_EXCEEDED, ComputeUnitState.FAILED, "FailedCreateHeadPod: pods \"lakeport-cu-42-head-4f8bd\" is forbidden"),
+    (HEAD_LOST, ComputeUnitState.FAILED, "the head pod is no longer ready: Head Pod not found"),
+    (WORKER_RESTARTING, ComputeUnitState.RUNNING, "degraded: 1 of 2 worker pods ready"),
+    (SUSPENDED, ComputeUnitState.FAILED, "the RayCluster was suspended"),
+    (LEGACY_READY, ComputeUnitState.RUNNING, ""),
+    ({}, ComputeUnitState.STARTING, ""),
 ])
 def test_recorded_statuses_map_to_compute_unit_states(recorded, state, reason):
     status = status_from_raycluster(raycluster(recorded))
@@ -235,7 +236,7 @@ def test_provisioning_says_what_it_waits_for():
 def test_a_cluster_being_deleted_is_terminating():
     obj = raycluster(READY, deletionTimestamp="2026-11-20T11:00:00Z")
 
-    assert status_from_raycluster(obj).state == ClusterState.TERMINATING
+    assert status_from_raycluster(obj).state == ComputeUnitState.TERMINATING
 
 
 @pytest.mark.parametrize("quantity, value", [("500m", 0.5), ("4Gi", 4 * 2**30), (3, 3), ("1.5", 1.5), ("2k", 2000)])
@@ -313,7 +314,7 @@ def test_start_creates_the_token_secret_and_the_raycluster_then_waits_until_read
     stored = ClusterHandle.from_json(handle.to_json())
     assert stored.auth_token is None  # the token lives in the Secret, not in the portal's database
     adopted = backend_on(server).adopt(stored)
-    assert adopted.state == ClusterState.RUNNING and stored.auth_token == handle.auth_token
+    assert adopted.state == ComputeUnitState.RUNNING and stored.auth_token == handle.auth_token
 
     backend.terminate(handle)
     assert server.objects == {}

@@ -15,7 +15,7 @@ from app.config import Config
 from app.db import engine
 from app.models import ComputeUnit, User
 from app.ray_clusters.listed import clusters_for, parse_listed_clusters
-from app.ray_clusters.spark_host_client import SparkHostClient, with_spark_host_secret
+from app.spark_host.client import SparkHostClient, with_spark_host_secret
 from app.ray_clusters.base import ClusterHandle
 from tests.conftest import AuthActions
 

@@ -24,10 +24,10 @@ from app.ray_clusters.base import (
     ClusterHandle,
     ClusterSpec,
     ClusterStartError,
-    ClusterState,
     SparkHostLaunch,
     SparkHostLaunchState,
 )
+from app.states import ComputeUnitState
 from app.ray_clusters.existing import ExistingClusterBackend
 from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
@@ -121,7 +121,7 @@ def cluster(backend):
 def test_start_reports_running_with_nodes_and_cpus(backend, cluster, capsys):
     status = backend.status(cluster)
 
-    assert status.state == ClusterState.RUNNING, status.reason
+    assert status.state == ComputeUnitState.RUNNING, status.reason
     assert status.alive_nodes == 2
     assert [node.is_head for node in status.nodes].count(True) == 1
     assert status.cpus_total == 2.0
@@ -184,13 +184,13 @@ def test_a_restarted_portal_adopts_the_live_cluster(backend, cluster):
     assert cluster.auth_token not in stored  # the token stays in the cluster's 0600 file
 
     assert in_new_process(ClusterHandle.from_json(stored)) == {"state": "RUNNING", "reason": "", "nodes": 2}
-    assert LocalClusterBackend().adopt(ClusterHandle.from_json(stored)).state == ClusterState.RUNNING
+    assert LocalClusterBackend().adopt(ClusterHandle.from_json(stored)).state == ComputeUnitState.RUNNING
 
 
 def test_two_clusters_side_by_side_do_not_collide_and_terminate_cleanly(backend, cluster):
     second = backend.start(ClusterSpec(cu_id="test-local-2", name="head only", memory_gb_per_node=1))
     try:
-        assert backend.status(second).state == ClusterState.RUNNING
+        assert backend.status(second).state == ComputeUnitState.RUNNING
         assert backend.status(cluster).alive_nodes == 2
         assert not handle_ports(cluster) & handle_ports(second)
         assert cluster.details["cluster_dir"] != second.details["cluster_dir"]
@@ -208,8 +208,8 @@ def test_two_clusters_side_by_side_do_not_collide_and_terminate_cleanly(backend,
     assert not [pid for pid in second_pids if process_running(pid)]
     assert not [port for port in ports if port_is_open(port)]
     assert not Path(second.details["cluster_dir"]).exists()
-    assert backend.status(second).state == ClusterState.TERMINATED
-    assert backend.status(cluster).state == ClusterState.RUNNING
+    assert backend.status(second).state == ComputeUnitState.TERMINATED
+    assert backend.status(cluster).state == ComputeUnitState.RUNNING
 
 
 SANDBOX_FACTS = """
@@ -300,9 +300,9 @@ def test_an_existing_cluster_is_attached_by_its_listed_name(backend, cluster):
     assert cluster.auth_token not in stored  # the token stays in the operator's settings
     assert steps == ["connecting to the Ray cluster shared", "cluster ready"]
     assert handle.spark_host_url == "http://127.0.0.1:8290"
-    assert (status.state, status.alive_nodes, status.cpus_total) == (ClusterState.RUNNING, 2, 2.0)
+    assert (status.state, status.alive_nodes, status.cpus_total) == (ComputeUnitState.RUNNING, 2, 2.0)
     existing.terminate(handle)
-    assert backend.status(cluster).state == ClusterState.RUNNING  # detaching leaves it running
+    assert backend.status(cluster).state == ComputeUnitState.RUNNING  # detaching leaves it running
     assert ExistingClusterBackend(()).status(handle).reason == "the Ray cluster 'shared' is no longer listed here"
 
 
@@ -325,9 +325,9 @@ def test_killing_the_head_fails_the_cluster_with_the_signal(backend, cluster):
     os.kill(head_pid, signal.SIGKILL)
 
     deadline = time.monotonic() + 5
-    while (status := backend.status(cluster)).state == ClusterState.RUNNING and time.monotonic() < deadline:
+    while (status := backend.status(cluster)).state == ComputeUnitState.RUNNING and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert status.state == ClusterState.FAILED
+    assert status.state == ComputeUnitState.FAILED
     assert status.reason == f"head node process (pid {head_pid}) was killed by signal 9 (SIGKILL)"
 
     # The unit's init recorded how the head ended, so a restarted portal knows it too.
@@ -336,7 +336,7 @@ def test_killing_the_head_fails_the_cluster_with_the_signal(backend, cluster):
     assert adopted["reason"] == status.reason
 
     attached_status = existing.status(attached)
-    assert attached_status.state == ClusterState.FAILED
+    assert attached_status.state == ComputeUnitState.FAILED
     assert "not reachable" in attached_status.reason
 
 
@@ -355,7 +355,7 @@ def test_a_spark_host_started_with_the_cluster_that_fails_says_why_and_the_clust
             time.sleep(0.5)
         log = backend.spark_host_launch_log(handle)
         assert '"state": "failed"' in log, log
-        assert backend.status(handle).state == ClusterState.RUNNING
+        assert backend.status(handle).state == ComputeUnitState.RUNNING
     finally:
         backend.terminate(handle)
     assert cluster_pids(handle) == []
@@ -399,7 +399,7 @@ def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_repo
     finally:
         server.shutdown()
         server.server_close()
-    assert status.state == ClusterState.RUNNING
+    assert status.state == ComputeUnitState.RUNNING
     assert [(node.node_id, node.is_head, node.cpus) for node in status.nodes] == [
         ("head", True, 2.0), ("worker-1", False, 2.0)]
     assert (status.cpus_total, status.memory_total_bytes) == (4.0, 6 << 30)

@@ -16,11 +16,13 @@ import pytest
 from sqlmodel import Session
 
 from app import create_app
-from app.compute_units import lifecycle, spark_warmup
+from app.compute_units import lifecycle
+from app.spark_host import warmup as spark_warmup
 from app.models import ComputeUnit
-from app.ray_clusters.base import ClusterSpec, ClusterState
+from app.ray_clusters.base import ClusterSpec
+from app.states import ComputeUnitState
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
-from app.ray_clusters.spark_host_client import SparkHostClient
+from app.spark_host.client import SparkHostClient
 from compute import host_auth
 from compute.contract import secret_digest
 from devstack.process import free_port, port_is_open
@@ -237,6 +239,6 @@ def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_
 
     assert reload(db_engine, alice_cu.id).state == "TERMINATED"
     assert not answers_http(port)  # the port may stay bridged out of the cluster's sandbox; no host is behind it
-    assert backend.status(cluster).state == ClusterState.RUNNING
+    assert backend.status(cluster).state == ComputeUnitState.RUNNING
     with host(bob) as bobs:
         assert bobs.wait(bobs.submit("result = 'still here'")["run_id"])["result"] == "still here"

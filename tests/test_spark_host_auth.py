@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from app.ray_clusters.base import ClusterHandle
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError, with_spark_host_secret
+from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_host_secret
 from compute import host_auth
 from compute.contract import secret_digest
 from compute.host_http import serve

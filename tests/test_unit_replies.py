@@ -10,6 +10,7 @@ from sqlalchemy.exc import DataError
 
 from app.executions import runner, unit_reports
 from app.models import Execution
+from app.spark_host import door
 from tests.test_executions import equipped, execution_row, make_user, reload
 
 
@@ -41,18 +42,18 @@ def test_a_failure_raised_with_a_nul_byte_ends_its_execution(app, db_engine, run
         runner.drive(running)
     execution = reload(db_engine, Execution, running)
     assert execution.state == "FAILED" and execution.reason.startswith("the unit said x")
-    assert len(execution.reason) <= unit_reports.REASON_LIMIT and execution.reason.endswith("more characters]")
+    assert len(execution.reason) <= door.REASON_LIMIT and execution.reason.endswith("more characters]")
 
 
 def test_a_reason_the_database_refuses_still_ends_its_execution(app, db_engine, running, monkeypatch):
-    finish = runner._finish
+    finish = runner.finish
 
     def refuses_the_first_reason(execution_id, state, **changes):
         if changes.get("reason", "").startswith("weird"):
             raise DataError("INSERT", {}, Exception("invalid byte sequence"))
         return finish(execution_id, state, **changes)
 
-    monkeypatch.setattr(runner, "_finish", refuses_the_first_reason)
+    monkeypatch.setattr(runner, "finish", refuses_the_first_reason)
     with app.app_context():
         runner._finish_failed(running, "weird reason")
     execution = reload(db_engine, Execution, running)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.ray_clusters import ClusterBackend, ExistingClusterBackend, KubeRayBackend, KubernetesConnection
+from app.ray_clusters.base import ClusterBackend
+from app.ray_clusters.existing import ExistingClusterBackend
+from app.ray_clusters.kuberay import KubeRayBackend, KubernetesConnection
 from app.ray_clusters.listed import ListedCluster, clusters_for, parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
 from app.ray_clusters.local_limits import LocalLimits

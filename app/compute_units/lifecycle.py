@@ -25,6 +25,7 @@ from sqlmodel import Session, func, select
 
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
+from app.transitions import compare_and_set
 from app.models import (
     ComputeUnit,
     ComputeUnitEvent,
@@ -34,21 +35,20 @@ from app.models import (
     User,
     utcnow,
 )
-from app.compute_units import spark_warmup
+from app.spark_host import warmup as spark_warmup
 from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT, SPARK_WARMING_EVENT
 from app.compute_units.backends import backend_for
 from app.ray_clusters.base import (
     ClusterHandle,
     ClusterSpec,
     ClusterStartError,
-    ClusterState,
     ClusterStatus,
     SparkHostLaunch,
 )
 from app.ray_clusters.unit_limits import LimitUsage
 from app.untrusted import clean_text
 from app.ray_clusters.listed import listed_cluster
-from app.ray_clusters.spark_host_client import new_spark_host_nonce, spark_host_secret, with_spark_host_secret
+from app.spark_host.client import new_spark_host_nonce, spark_host_secret, with_spark_host_secret
 from compute.contract import secret_digest
 
 State = ComputeUnitState
@@ -248,25 +248,13 @@ def _update(cu_id: int, **changes) -> ComputeUnit | None:
 
 def _transition(cu_id: int, from_states: Iterable[str], event: str | None = None, where=None,
                 **changes) -> ComputeUnit | None:
-    """Compare-and-set: apply `changes` (and record `event`) only if the unit is still in one of
-    `from_states` (and matches `where`). Returns the changed unit, or None when another change
-    came first."""
+    """Compare-and-set (app/transitions.py), recording `event` with the change. Returns the
+    changed unit, or None when another change came first."""
     if "reason" in changes:
         changes["reason"] = fit_column(changes["reason"], ComputeUnit.__table__.c.reason,
                                        f"compute unit {cu_id}'s reason")
-    with Session(engine(), expire_on_commit=False) as db:
-        statement = update(ComputeUnit).where(ComputeUnit.id == cu_id, ComputeUnit.state.in_(tuple(from_states)))
-        if where is not None:
-            statement = statement.where(where)
-        changed = db.exec(statement.values(**changes))
-        if changed.rowcount != 1:
-            db.rollback()
-            return None
-        cu = db.get(ComputeUnit, cu_id)
-        if event:
-            record_event(db, cu, event)
-        db.commit()
-        return cu
+    then = (lambda db, cu: record_event(db, cu, event)) if event else None
+    return compare_and_set(ComputeUnit, cu_id, from_states, where=where, then=then, **changes)
 
 
 def _end(cu_id: int, from_states: Iterable[str], state: str, reason: str | None = None,
@@ -355,8 +343,8 @@ def _resume_start(cu: ComputeUnit) -> None:
     try:
         status = _backend(cu).adopt(handle)
     except Exception as error:
-        status = ClusterStatus(ClusterState.FAILED, reason=f"could not be checked: {error}")
-    if status.state == ClusterState.FAILED:
+        status = ClusterStatus(ComputeUnitState.FAILED, reason=f"could not be checked: {error}")
+    if status.state == ComputeUnitState.FAILED:
         fail(cu.id, status.reason or "the cluster was gone", from_states=(State.STARTING,))
         return
     now = utcnow()
@@ -451,7 +439,7 @@ def refresh(cu: ComputeUnit, max_age_s: float = 0.0) -> ClusterStatus | None:
         _fail_and_reload(cu, "Lakeport lost track of this cluster (no handle)")
         return None
     status = _backend(cu).status(handle)
-    if status.state == ClusterState.FAILED:
+    if status.state == ComputeUnitState.FAILED:
         _fail_and_reload(cu, status.reason or "the cluster stopped")
         _recent_checks.pop(cu.id, None)
     else:

@@ -1,24 +1,32 @@
 """Comparing two executions of one workflow, output by output.
 
-Row counts and schemas come from the tables' Iceberg metadata (the portal's pyiceberg catalog);
-the rows present in one output and not the other are computed on a running compute unit of
-the user (`COMPARE_CODE`, compute/comparison.py), submitted to its Spark host like an execution,
-with a catalog token acting as the user for the executions' warehouse. Without such a unit the
-page says so and shows the metadata part.
+Row counts and schemas come from the tables' Iceberg metadata (the portal's pyiceberg catalog).
+The rows present in one output and not the other are computed on a running compute unit of
+the user (`COMPARE_CODE`, compute/comparison.py): the page records a `ComparisonJob`
+(`request_rows`), the worker runs it through the door to the unit (`run_rows_job`) with a
+catalog token acting as the user for the executions' warehouse, and the page polls the job.
+Without such a unit the page says so and shows the metadata part.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
-from app.compute_units import lifecycle
-from app.executions import history, results, run_spec, runner, unit_reports
+from sqlmodel import Session, select
+
+from app.db import engine, get_db
+from app.executions import history, results
 from app.iceberg_reader import ResultReadError, TableShape, table_shape
-from app.models import Execution, User
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from app.models import ComparisonJob, Execution, JobState, User, utcnow
+from app.spark_host import door
+from app.transitions import compare_and_set
+from app.untrusted import Limits, bounded, clean_text
 from compute.contract import COMPARE_CODE
 
 SAMPLE_ROWS = 50
 COMPARE_TIMEOUT_SECONDS = 120.0
+# What a unit reports of the differing rows is kept within these bounds (users' code ran there).
+ROWS_LIMITS = Limits(string=2000, items=SAMPLE_ROWS * 4, depth=5)
 
 
 @dataclass
@@ -65,50 +73,103 @@ def schema_changes(a: dict[str, str], b: dict[str, str]) -> list[str]:
 
 
 class RowsUnavailable(Exception):
-    """The differing rows cannot be computed now (no unit ready, other warehouses); the message says why."""
+    """The differing rows cannot be computed now (no unit running, other warehouses); the message says why."""
 
 
-def differing_rows(owner: User, a: Execution, b: Execution) -> dict:
-    """Output → {"only_in_a", "only_in_b", their counts, "columns"} or {"error"}, computed on a
-    running unit of `owner` (A's own unit first). Raises RowsUnavailable."""
+def _pairs(a: Execution, b: Execution) -> list[dict]:
     tables_a, tables_b = history.output_tables(a), history.output_tables(b)
-    pairs = [{"output": output, "a": tables_a[output], "b": tables_b[output]}
-             for output in sorted(set(tables_a) & set(tables_b))]
-    if not pairs:
-        return {}
+    return [{"output": output, "a": tables_a[output], "b": tables_b[output]}
+            for output in sorted(set(tables_a) & set(tables_b))]
+
+
+def latest_rows_job(a: Execution, b: Execution) -> ComparisonJob | None:
+    return get_db().exec(select(ComparisonJob).where(ComparisonJob.a_id == a.id, ComparisonJob.b_id == b.id)
+                         .order_by(ComparisonJob.id.desc())).first()
+
+
+def request_rows(owner: User, a: Execution, b: Execution) -> ComparisonJob | None:
+    """Ask the worker for the rows in which A's and B's outputs differ (a job the page polls);
+    None when they share no output. A job under way for the pair is the answer. Raises
+    RowsUnavailable."""
+    if not _pairs(a, b):
+        return None
+    if results.warehouse_of(a) is None or b.warehouse_id != a.warehouse_id:
+        raise RowsUnavailable("The rows are compared only for executions in one warehouse that still exists.")
+    if not history.running_compute_units(owner):
+        raise RowsUnavailable("No compute unit of yours is running with Spark ready: start one to see the differing rows.")
+    if (latest := latest_rows_job(a, b)) is not None and latest.running:
+        return latest
+    job = ComparisonJob(owner_id=owner.id, a_id=a.id, b_id=b.id)
+    db = get_db()
+    db.add(job)
+    db.commit()
+    return job
+
+
+def pending_work() -> list[tuple[str, object, int]]:
+    with Session(engine()) as db:
+        ids = db.exec(select(ComparisonJob.id).where(ComparisonJob.state.in_(JobState.LIVE))).all()
+    return [(f"comparison:{job_id}", run_rows_job, job_id) for job_id in ids]
+
+
+def run_rows_job(job_id: int) -> None:
+    """The worker's part: compute the differing rows on a ready unit of the owner's (A's own
+    unit first) and record them, or why not."""
+    db = get_db()
+    job = db.get(ComparisonJob, job_id)
+    if job is None or not compare_and_set(ComparisonJob, job_id, JobState.LIVE, state=JobState.RUNNING):
+        return
+    try:
+        rows = _differing_rows(db.get(User, job.owner_id), db.get(Execution, job.a_id), db.get(Execution, job.b_id))
+    except RowsUnavailable as unavailable:
+        compare_and_set(ComparisonJob, job_id, JobState.LIVE, state=JobState.FAILED,
+                        error=clean_text(unavailable.args[0], door.REASON_LIMIT), ended_at=utcnow())
+    else:
+        compare_and_set(ComparisonJob, job_id, JobState.LIVE, state=JobState.DONE,
+                        result=json.dumps(_checked(rows, _pairs(db.get(Execution, job.a_id), db.get(Execution, job.b_id)))),
+                        ended_at=utcnow())
+
+
+def _checked(rows: dict, pairs: list[dict]) -> dict:
+    """What the unit reported, kept only in the shape the page shows: per compared output, its
+    error, or its columns, the rows only in A and only in B (objects) and their counts."""
+    def count(value: object) -> int:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    checked = {}
+    for output in (pair["output"] for pair in pairs):
+        diff = rows.get(output) if isinstance(rows.get(output), dict) else {"error": "the unit reported nothing"}
+        if "error" in diff:
+            checked[output] = {"error": clean_text(diff["error"], 500)}
+            continue
+        columns = [str(column) for column in diff.get("columns") or [] if isinstance(column, str)]
+        entry = {"columns": columns}
+        for side in ("a", "b"):
+            found = diff.get(f"only_in_{side}") if isinstance(diff.get(f"only_in_{side}"), list) else []
+            entry[f"only_in_{side}"] = [row for row in found[:SAMPLE_ROWS] if isinstance(row, dict)]
+            entry[f"only_in_{side}_count"] = count(diff.get(f"only_in_{side}_count"))
+        checked[output] = bounded(entry, ROWS_LIMITS)
+    return checked
+
+
+def _differing_rows(owner: User, a: Execution, b: Execution) -> dict:
+    """Output → {"only_in_a", "only_in_b", their counts, "columns"} or {"error"}."""
     warehouse = results.warehouse_of(a)
     if warehouse is None or b.warehouse_id != a.warehouse_id:
         raise RowsUnavailable("The rows are compared only for executions in one warehouse that still exists.")
-    handle = _ready_unit(owner, a)
-    try:
-        token = run_spec.execution_token(warehouse, owner)
-    except run_spec.NoCatalogToken as failure:
-        raise RowsUnavailable(f"The catalog gave no token for the comparison: {failure}") from None
-    args = {"catalog": run_spec.catalog_spec(warehouse, token), "limit": SAMPLE_ROWS, "pairs": pairs,
-            "warehouse": {"lakekeeper_id": warehouse.lakekeeper_id}}
-    try:
-        with SparkHostClient(handle, timeout=runner.HOST_CALL_TIMEOUT_SECONDS) as client:
-            run = client.wait(client.submit(COMPARE_CODE, args, name=f"compare-{a.id}-{b.id}")["run_id"],
-                              timeout_s=COMPARE_TIMEOUT_SECONDS)
-    except SparkHostError as error:
-        raise RowsUnavailable(f"The compute unit did not compare the rows: {error}") from None
-    if run["state"] != "COMPLETED":
-        raise RowsUnavailable(f"The comparison failed on the compute unit: {unit_reports.failure_reason(run.get('error'))}")
-    return run.get("result") or {}
-
-
-def _ready_unit(owner: User, a: Execution):
-    """The handle of a running unit of `owner` whose Spark host is ready, A's unit first."""
     units = history.running_compute_units(owner)
     units.sort(key=lambda cu: cu.id != a.compute_unit_id)
-    for cu in units:
-        handle = lifecycle.handle_of(cu)
-        if handle is None or not handle.spark_host_url:
-            continue
-        try:
-            with SparkHostClient(handle, timeout=runner.HOST_CALL_TIMEOUT_SECONDS) as client:
-                if client.info().get("state") == "ready":
-                    return handle
-        except SparkHostError:
-            continue
-    raise RowsUnavailable("No compute unit of yours is running with Spark ready: start one to see the differing rows.")
+    ready = door.first_ready_host(units)
+    if ready is None:
+        raise RowsUnavailable("No compute unit of yours is running with Spark ready: start one to see the differing rows.")
+    try:
+        token = door.run_token(warehouse, owner)
+    except door.NoCatalogToken as failure:
+        raise RowsUnavailable(f"The catalog gave no token for the comparison: {failure}") from None
+    args = {"catalog": door.catalog_binding(warehouse, token), "limit": SAMPLE_ROWS, "pairs": _pairs(a, b),
+            "warehouse": {"lakekeeper_id": warehouse.lakekeeper_id}}
+    try:
+        return door.run_to_end(*ready, COMPARE_CODE, args, name=f"compare-{a.id}-{b.id}",
+                               timeout_s=COMPARE_TIMEOUT_SECONDS)
+    except (door.UnitUnavailable, door.RunNotCompleted) as error:
+        raise RowsUnavailable(f"The comparison did not run on the compute unit: {error}") from None

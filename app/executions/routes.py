@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 from flask import Response, current_app, abort, flash, redirect, render_template, request, url_for
@@ -150,22 +151,42 @@ def compare():
     if b.workflow_id != a.workflow_id:
         return render_template("error.html", title="Not comparable",
                                message=f"Executions #{a.id} and #{b.id} run different workflows."), 422
-    return render_template("executions/compare.html", a=a, b=b, workflow=workflow,
-                           outputs=comparison.outputs(a, b))
+    job = comparison.latest_rows_job(a, b)
+    return render_template("executions/compare.html", a=a, b=b, workflow=workflow, outputs=comparison.outputs(a, b),
+                           job=job, error=None, nothing_shared=False, sample=comparison.SAMPLE_ROWS,
+                           rows=json.loads(job.result) if job is not None and not job.running else {})
 
 
 @bp.get("/compare/rows")
 def compare_rows():
+    """The differing rows of A and B as far as the worker has them (the partial polls itself
+    while the job runs)."""
+    a, b = _comparable_pair()
+    return _rows_partial(a, b, comparison.latest_rows_job(a, b))
+
+
+@bp.post("/compare/rows")
+def request_compare_rows():
+    """Ask for the differing rows; the worker computes them on a unit of the user's."""
+    a, b = _comparable_pair()
+    try:
+        job = comparison.request_rows(current_user, a, b)
+    except comparison.RowsUnavailable as unavailable:
+        return _rows_partial(a, b, None, error=unavailable.args[0])
+    return _rows_partial(a, b, job, nothing_shared=job is None)
+
+
+def _comparable_pair() -> tuple[Execution, Execution]:
     a, b = _pair()
     if b.workflow_id != a.workflow_id:
         abort(404)
-    rows, error = {}, None
-    try:
-        rows = comparison.differing_rows(current_user, a, b)
-    except comparison.RowsUnavailable as unavailable:
-        error = unavailable.args[0]
-    return render_template("executions/_compare_rows.html", a=a, b=b, rows=rows, error=error,
-                           sample=comparison.SAMPLE_ROWS)
+    return a, b
+
+
+def _rows_partial(a: Execution, b: Execution, job, error: str | None = None, nothing_shared: bool = False):
+    return render_template("executions/_compare_rows.html", a=a, b=b, job=job, error=error,
+                           nothing_shared=nothing_shared, sample=comparison.SAMPLE_ROWS,
+                           rows=json.loads(job.result) if job is not None and not job.running else {})
 
 
 @bp.get("/<int:execution_id>/row")

@@ -32,11 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 
 from flask import current_app
-from sqlalchemy import update
 from sqlmodel import Session, select
 
 from app import leases
-from app.compute_units import lifecycle, spark_warmup
+from app.compute_units import lifecycle
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
 from app.executions.history import progress_of
@@ -54,12 +53,14 @@ from app.models import (
     WorkflowVersion,
     utcnow,
 )
-from app.ray_clusters.base import ClusterHandle, ProgressCallback
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
 from app.executions import run_spec, unit_reports
+from app.ray_clusters.base import ClusterHandle
+from app.spark_host import door
+from app.spark_host.door import HostConnection, SparkHostError, UnitUnavailable
+from app.states import execution_state_of
+from app.transitions import compare_and_set, set_fields
 from app.untrusted import clean_text
-from compute.contract import SUBMIT_CODE
-from compute.contract import RunState
+from compute.contract import SUBMIT_CODE, RunState
 
 State = ExecutionState
 logger = logging.getLogger(__name__)
@@ -67,15 +68,12 @@ logger = logging.getLogger(__name__)
 POLL_SECONDS = 0.25
 # A watcher's status request waits this long for the run to end (progress is copied as often).
 WATCH_WAIT_SECONDS = 1.0
-HOST_CALL_TIMEOUT_SECONDS = spark_warmup.HOST_CALL_TIMEOUT_SECONDS
 # A host that does not answer for this long, on a unit that still looks alive, fails the run.
 HOST_SILENCE_SECONDS = 30.0
 # How often a running execution tells its unit it is busy (the idle timeout is in minutes).
 ACTIVITY_EVERY_SECONDS = 10.0
 # How often the watcher looks at the unit's row (terminated by its owner, failed by the supervisor).
 UNIT_CHECK_EVERY_SECONDS = 2.0
-# How long stopping a warehouse's executions waits for their runs to clean up on their units.
-STOP_WAIT_SECONDS = 30.0
 # A token minted longer ago than this before the submit (while Spark started) is minted again:
 # the run gets its token's whole lifetime.
 FRESH_TOKEN_SECONDS = 30.0
@@ -160,59 +158,34 @@ def rerun_pinned(owner: User, execution: Execution) -> Execution:
 
 def cancel(execution: Execution) -> None:
     """Cancel a QUEUED or INITIALIZING execution at once, or record the cancel request of a
-    RUNNING one and pass it to its compute unit right away: its watcher passes it on again at
-    its checks until the run has stopped, and records CANCELLED then."""
+    RUNNING one: the worker passes it to the unit (`pass_cancel`, at its next pass) and its
+    watcher again at its checks until the run has stopped, and records CANCELLED then."""
     if execution.state in State.FINAL:
         raise RunRefused("This execution has already finished.")
     if not _transition(execution.id, (State.QUEUED, State.INITIALIZING), state=State.CANCELLED,
                        reason="cancelled by its owner before it ran", ended_at=utcnow()):
-        if _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow()):
-            get_db().refresh(execution)
-            try:  # at once, not at the watcher's next check (up to seconds later)
-                cancel_on_unit(execution)
-            except (LookupError, SparkHostError) as error:
-                logger.warning("cancelling execution %s on its unit: %s", execution.id, error)
+        _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow())
     get_db().refresh(execution)
-
-
-def cancel_on_unit(execution: Execution) -> dict:
-    """Ask the execution's unit to cancel its run; returns the run as the unit answers. Raises
-    LookupError when the unit is gone and SparkHostError when it does not answer."""
-    cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-    handle = lifecycle.handle_of(cu) if cu is not None else None
-    if handle is None:
-        raise LookupError("the compute unit is gone")
-    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-        return client.cancel(execution.run_id)
 
 
 # --- Rows, from the worker's threads ------------------------------------------------------------
 
 
 def _update(execution_id: int, **changes) -> None:
-    """Write to the row from a worker thread, in its own short session."""
-    with Session(engine()) as db:
-        db.exec(update(Execution).where(Execution.id == execution_id).values(**changes))
-        db.commit()
+    set_fields(Execution, execution_id, **changes)
 
 
 def _transition(execution_id: int, from_states: Iterable[str], **changes) -> bool:
-    """Compare-and-set: apply `changes` only if the row is still in one of `from_states`."""
-    with Session(engine()) as db:
-        result = db.exec(update(Execution)
-                         .where(Execution.id == execution_id, Execution.state.in_(tuple(from_states)))
-                         .values(**changes))
-        db.commit()
-        return result.rowcount == 1
+    return compare_and_set(Execution, execution_id, from_states, **changes) is not None
 
 
-def _finish(execution_id: int, state: str, **changes) -> bool:
+def finish(execution_id: int, state: str, **changes) -> bool:
     """Record a final state, unless another one was recorded first."""
     live = [s for s in State.ALL if s not in State.FINAL]
     return _transition(execution_id, live, state=state, ended_at=utcnow(), **changes)
 
 
-def _load(execution_id: int) -> Execution | None:
+def load(execution_id: int) -> Execution | None:
     with Session(engine(), expire_on_commit=False) as db:
         return db.get(Execution, execution_id)
 
@@ -223,8 +196,33 @@ def _load(execution_id: int) -> Execution | None:
 def pending_work() -> list[tuple[str, object, int]]:
     """What the executions ask the worker to do: (lease name, function, execution id)."""
     with Session(engine()) as db:
-        ids = db.exec(select(Execution.id).where(Execution.state.not_in(State.FINAL))).all()
-    return [(f"execution:{execution_id}", drive, execution_id) for execution_id in ids]
+        live = db.exec(select(Execution.id, Execution.cancel_requested_at)
+                       .where(Execution.state.not_in(State.FINAL))).all()
+    cancels = [execution_id for execution_id, asked in live if asked is not None]
+    for execution_id in list(_cancels_passed):
+        if execution_id not in cancels:
+            del _cancels_passed[execution_id]
+    return ([(f"execution:{execution_id}", drive, execution_id) for execution_id, _ in live]
+            + [(f"execution-cancel:{execution_id}", pass_cancel, execution_id) for execution_id in cancels
+               if execution_id not in _cancels_passed])
+
+
+# Cancels this process passed to their units (execution id → when): once each; the watcher
+# passes a cancel on again at its checks until the run has stopped.
+_cancels_passed: dict[int, float] = {}
+
+
+def pass_cancel(execution_id: int) -> None:
+    """Pass a recorded cancel to the execution's unit at the worker's next pass (sooner than the
+    watcher's next check: a run about to complete should not)."""
+    _cancels_passed[execution_id] = time.monotonic()
+    execution = load(execution_id)
+    if execution is None or execution.state != State.RUNNING or not execution.run_id:
+        return
+    try:
+        door.cancel(execution.compute_unit_id, execution.run_id)
+    except (LookupError, SparkHostError) as error:
+        logger.warning("cancelling execution %s on its unit: %s", execution_id, error)
 
 
 def drive(execution_id: int) -> None:
@@ -233,7 +231,7 @@ def drive(execution_id: int) -> None:
     recording anything (the worker calls it again once the database is back); anything else ends
     the execution, FAILED with the reason if need be."""
     try:
-        execution = _load(execution_id)
+        execution = load(execution_id)
         if execution is None or execution.state in State.FINAL:
             return
         if execution.state == State.RUNNING:
@@ -245,8 +243,8 @@ def drive(execution_id: int) -> None:
         _submit_and_watch(execution_id)
     except DATABASE_UNAVAILABLE:
         raise
-    except ExecutionFailed as failure:
-        _finish_failed(execution_id, failure.reason)
+    except (ExecutionFailed, UnitUnavailable) as failure:
+        _finish_failed(execution_id, str(failure))
     except Exception as error:  # a bug or an environment problem: still never a stuck execution
         logger.exception("execution %s failed in the worker", execution_id)
         _finish_failed(execution_id, f"the portal could not run it: {error}")
@@ -256,18 +254,18 @@ def _finish_failed(execution_id: int, reason: str) -> None:
     """FAILED with `reason`, cleaned (it may hold a unit's text). Should the row still refuse
     it, FAILED with a reason that says so: an execution never stays unended over its reason."""
     try:
-        _finish(execution_id, State.FAILED, reason=clean_text(reason, unit_reports.REASON_LIMIT))
+        finish(execution_id, State.FAILED, reason=clean_text(reason, door.REASON_LIMIT))
     except DATABASE_UNAVAILABLE:
         raise
     except Exception as error:
         logger.error("execution %s: its reason could not be stored (%s)", execution_id,
                      clean_text(error, 300, one_line=True))
-        _finish(execution_id, State.FAILED, reason="the run failed, and its reason could not be stored")
+        finish(execution_id, State.FAILED, reason="the run failed, and its reason could not be stored")
 
 
 def _submit_and_watch(execution_id: int) -> None:
     args, handle, seen_app = _prepare(execution_id)
-    if _load(execution_id).state != State.INITIALIZING:
+    if load(execution_id).state != State.INITIALIZING:
         return  # cancelled while initializing: nothing was submitted
     cu_id = args["compute_unit"]["id"]
     try:
@@ -278,29 +276,30 @@ def _submit_and_watch(execution_id: int) -> None:
         # Submitted without asking the host first, and it did not take the run. If the unit
         # has a new host now (the old one died), the run goes there; if the old one is still
         # there it may hold the run, which must not run twice.
-        spark_warmup.forget_ready(cu_id)
+        door.forget_ready(cu_id)
         args, handle, _ = _prepare(execution_id)
-        if spark_warmup.ready_app(cu_id, handle) == seen_app:
+        if door.ready_app(cu_id, handle) == seen_app:
             raise _not_taken(cu_id, error) from None
         try:
             run_id = _submit(handle, args, execution_id)
         except SparkHostError as error:
             raise _not_taken(cu_id, error) from None
     if not _transition(execution_id, (State.INITIALIZING,), state=State.RUNNING, run_id=run_id):
-        with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-            client.cancel(run_id)  # cancelled between the check above and the submit
+        try:
+            door.cancel(cu_id, run_id)  # cancelled between the check above and the submit
+        except (LookupError, SparkHostError) as error:
+            logger.warning("cancelling execution %s on its unit: %s", execution_id, error)
         return
     _watch(execution_id)
 
 
 def _not_taken(cu_id: int, error: SparkHostError) -> ExecutionFailed:
     """Why the unit did not take the run: its own failure if it has one, else the host's answer."""
-    return ExecutionFailed(_unit_failure(cu_id) or f"the compute unit did not take the run: {error}")
+    return ExecutionFailed(door.unit_failure(cu_id) or f"the compute unit did not take the run: {error}")
 
 
 def _submit(handle: ClusterHandle, args: dict, execution_id: int) -> str:
-    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-        return client.submit(SUBMIT_CODE, args, name=f"execution-{execution_id}")["run_id"]
+    return door.submit(handle, SUBMIT_CODE, args, name=f"execution-{execution_id}")
 
 
 def _prepare(execution_id: int) -> tuple[dict, ClusterHandle, str | None]:
@@ -318,8 +317,8 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle, str | None]:
     def mint_token() -> str:
         with app.app_context():
             try:
-                return run_spec.execution_token(warehouse, owner)
-            except run_spec.NoCatalogToken as error:
+                return door.run_token(warehouse, owner)
+            except door.NoCatalogToken as error:
                 raise ExecutionFailed(str(error)) from None
 
     # Two round trips to the catalog's side, side by side: the warehouse check and the token.
@@ -327,9 +326,9 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle, str | None]:
     with ThreadPoolExecutor(1, thread_name_prefix=f"execution-{execution_id}-token") as pool:
         token = pool.submit(mint_token) if warehouse is not None else None
         _check_warehouse(execution, warehouse)
-        cu, handle = _running_unit(execution.compute_unit_id)
-        if (seen_app := spark_warmup.ready_app(cu.id, handle)) is None:
-            _ensure_spark_host(cu, handle, progress=lambda phase: _note(execution_id, phase))
+        cu, handle = door.running_host(execution.compute_unit_id)
+        if (seen_app := door.ready_app(cu.id, handle)) is None:
+            door.make_ready(cu, handle, progress=lambda phase: _note(execution_id, phase))
         token = token.result()
     if time.monotonic() - minted_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
         token = mint_token()
@@ -338,7 +337,7 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle, str | None]:
 
 def _note(execution_id: int, phase: str) -> None:
     """What INITIALIZING is doing right now, for the page."""
-    execution = _load(execution_id)
+    execution = load(execution_id)
     _update(execution_id, progress=json.dumps({**progress_of(execution), "phase": phase}))
 
 
@@ -362,60 +361,15 @@ def _check_warehouse(execution: Execution, warehouse: Warehouse | None) -> None:
         raise ExecutionFailed(f"the warehouse {name} is inactive in the catalog")
 
 
-def _unit_failure(cu_id: int | None) -> str | None:
-    """Why the compute unit cannot run anything any more (checked against its cluster), or None."""
-    if cu_id is None:
-        return "the compute unit stopped: it was deleted"
-    db = get_db()
-    db.expire_all()
-    cu = db.get(ComputeUnit, cu_id)
-    if cu is None:
-        return "the compute unit stopped: it was deleted"
-    if cu.state == ComputeUnitState.RUNNING:
-        try:
-            lifecycle.refresh(cu)  # a dead cluster becomes FAILED with its reason
-        except Exception:
-            current_app.logger.exception("checking compute unit %s failed", cu_id)
-    if cu.state != ComputeUnitState.RUNNING:
-        return f"the compute unit stopped: {cu.reason or cu.state.lower()}"
-    return None
-
-
-def _running_unit(cu_id: int | None) -> tuple[ComputeUnit, ClusterHandle]:
-    """The unit as its row says, if RUNNING. Its cluster is not asked here (that costs a call to
-    Ray's dashboard): a dead unit shows when its Spark host does not answer, and then
-    `_unit_failure` finds out why."""
-    db = get_db()
-    db.expire_all()
-    cu = db.get(ComputeUnit, cu_id) if cu_id is not None else None
-    if cu is None:
-        raise ExecutionFailed("the compute unit stopped: it was deleted")
-    if cu.state != ComputeUnitState.RUNNING:
-        raise ExecutionFailed(f"the compute unit stopped: {cu.reason or cu.state.lower()}")
-    handle = lifecycle.handle_of(cu)
-    if handle is None or not handle.spark_host_url:
-        raise ExecutionFailed("the compute unit has no Spark host address")
-    return cu, handle
-
-
-def _ensure_spark_host(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallback) -> None:
-    """The unit's Spark session is warm (the first execution on a unit may wait for it to start,
-    and `progress` says so)."""
-    try:
-        spark_warmup.ensure_warm(cu, handle, progress)
-    except spark_warmup.SparkHostUnavailable as error:
-        raise ExecutionFailed(_unit_failure(cu.id) or str(error)) from None
-
-
 def _watch(execution_id: int) -> None:
     """Follow a submitted run until it ends, whatever ends it. What the unit uses against its
     kernel limits is read as the watch starts, right after the submit (a watcher that takes
     over after a restart starts from what it finds): a limit hit after that is the run's."""
-    execution = _load(execution_id)
+    execution = load(execution_id)
     cu_id, run_id = execution.compute_unit_id, execution.run_id
     if not run_id:  # RUNNING is only ever written with the run's id: a row edited by hand
         raise ExecutionFailed("it is marked running but no run on its compute unit is recorded")
-    cu, handle = _running_unit(cu_id)
+    cu, handle = door.running_host(cu_id)
     before = lifecycle.limit_usage(cu, handle)
 
     def over_limit() -> str | None:
@@ -424,7 +378,7 @@ def _watch(execution_id: int) -> None:
     last_progress = execution.progress
     last_heard = time.monotonic()
     next_activity = next_unit_check = 0.0
-    with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
+    with door.watching(handle) as client:
         while leases.still_held():  # else another worker took this execution over
             asked = time.monotonic()
             try:
@@ -454,12 +408,12 @@ def _watch(execution_id: int) -> None:
                 next_unit_check = now + UNIT_CHECK_EVERY_SECONDS
 
 
-def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, run_id: str) -> bool:
+def _stopped_elsewhere(execution_id: int, cu_id: int, client: HostConnection, run_id: str) -> bool:
     """The row says the execution ended (another watcher) or its unit stopped (terminated,
     failed at a supervisor check): stop watching, failing the execution in the second case.
     A cancel its owner asked for is passed on to the unit here (again at each check, until the
     run has stopped: a cancel can reach the host before the run's Spark job)."""
-    execution = _load(execution_id)
+    execution = load(execution_id)
     if execution.cancel_requested_at is not None and execution.state == State.RUNNING:
         try:
             client.cancel(run_id)
@@ -481,16 +435,16 @@ def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, r
     except SparkHostError:
         pass
     reason = f"the compute unit stopped: {(cu.reason or cu.state.lower()) if cu else 'it was deleted'}"
-    _finish(execution_id, State.FAILED, reason=reason)
+    finish(execution_id, State.FAILED, reason=reason)
     return True
 
 
-def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, silent_for: float,
+def _check_silence(client: HostConnection, cu_id: int, error: SparkHostError, silent_for: float,
                    over_limit: Callable[[], str | None] = lambda: None) -> None:
     """The host did not answer about the run: find out whether the unit died, the kernel ended
     its host for going over a limit, the host forgot the run, or this is a hiccup to wait out
     (up to HOST_SILENCE_SECONDS)."""
-    if reason := _unit_failure(cu_id):
+    if reason := door.unit_failure(cu_id):
         raise ExecutionFailed(reason)
     if reason := over_limit():
         raise ExecutionFailed(f"{reason}; its Spark host stopped answering: {error}")
@@ -509,20 +463,20 @@ def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, s
 
 def _record_end(execution_id: int, run: dict, progress: str, over_limit: Callable[[], str | None]) -> None:
     """The row follows the unit, whose run marks its tables complete if and only if it COMPLETED."""
-    state = run["state"]
-    if state == RunState.COMPLETED:
+    state = execution_state_of(run["state"])  # a host's state outside RunState is a failure
+    if state == State.COMPLETED:
         # A stop asked for after the run had begun to complete was refused on the unit: no reason.
         result = run.get("result") if isinstance(run.get("result"), dict) else {}
-        _finish(execution_id, State.COMPLETED, progress=progress,
-                outputs=json.dumps(unit_reports.reported_result(execution_id, result)),
-                lineage=json.dumps(unit_reports.reported_lineage(result)), reason="")
-    elif state == RunState.CANCELLED:
+        finish(execution_id, State.COMPLETED, progress=progress,
+               outputs=json.dumps(unit_reports.reported_result(execution_id, result)),
+               lineage=json.dumps(unit_reports.reported_lineage(result)), reason="")
+    elif state == State.CANCELLED:
         # A reason on the row is stopping.stop_in_warehouse's, written before it cancelled the run.
-        stopped_because = _load(execution_id).reason
-        _finish(execution_id, State.FAILED if stopped_because else State.CANCELLED, progress=progress,
-                reason=stopped_because or "cancelled by its owner")
+        stopped_because = load(execution_id).reason
+        finish(execution_id, State.FAILED if stopped_because else State.CANCELLED, progress=progress,
+               reason=stopped_because or "cancelled by its owner")
     else:
-        reason = unit_reports.failure_reason(run.get("error"))
+        reason = door.failure_reason(run.get("error"))
         if over := over_limit():
-            reason = clean_text(f"{over}; the run's error: {reason}", unit_reports.REASON_LIMIT)
-        _finish(execution_id, State.FAILED, progress=progress, reason=reason)
+            reason = clean_text(f"{over}; the run's error: {reason}", door.REASON_LIMIT)
+        finish(execution_id, State.FAILED, progress=progress, reason=reason)

@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 import re
 
-from app.untrusted import Limits, bounded, clean_text
+from app.untrusted import Limits, bounded
 from compute.contract import CONSOLE_LOGS, RESULTS, RUNTIME_STATS, table_name
 
-# The longest reason an execution row holds (its column's size).
-REASON_LIMIT = 2000
 # How much of what a unit reports is kept: its progress (steps, log lines) and its lineage.
 PROGRESS_LIMITS = Limits(string=4000, items=500, depth=6)
 LINEAGE_LIMITS = Limits(string=500, items=1000, depth=6)
@@ -57,12 +55,3 @@ def reported_lineage(result: dict) -> dict:
     """What the run read and wrote (compute/contract.py Lineage), bounded."""
     lineage = result.get("lineage")
     return bounded(lineage, LINEAGE_LIMITS) if isinstance(lineage, dict) else {}
-
-
-def failure_reason(error: str | None) -> str:
-    """The reason to show for a failed run: the pipeline's own message, or the last line of a
-    traceback (the exception)."""
-    error = clean_text(error or "", 64 * 1024).strip()
-    if error.startswith("Traceback"):
-        error = error.splitlines()[-1]
-    return clean_text(error or "the run failed without saying why", REASON_LIMIT)

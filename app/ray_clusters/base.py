@@ -24,18 +24,10 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from app.ray_clusters.unit_limits import LimitsReport, LimitUsage
+from app.states import ComputeUnitState
 
 GIB = 1024**3
 MIB = 1024**2
-
-
-class ClusterState(str, Enum):
-    PENDING = "PENDING"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    TERMINATING = "TERMINATING"
-    TERMINATED = "TERMINATED"
-    FAILED = "FAILED"
 
 
 @dataclass(frozen=True)
@@ -145,7 +137,7 @@ class NodeStatus:
 
 @dataclass
 class ClusterStatus:
-    state: ClusterState
+    state: ComputeUnitState
     reason: str = ""
     nodes: list[NodeStatus] = field(default_factory=list)
     cpus_total: float = 0.0

@@ -23,14 +23,14 @@ from app.ray_clusters.base import (
     ClusterHandle,
     ClusterSpec,
     ClusterStartError,
-    ClusterState,
     ClusterStatus,
     ProgressCallback,
     no_progress,
 )
+from app.states import ComputeUnitState
 from app.ray_clusters.listed import ListedCluster
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from app.spark_host.client import SparkHostClient, SparkHostError
 
 
 class ExistingClusterBackend(ClusterBackend):
@@ -65,7 +65,7 @@ class ExistingClusterBackend(ClusterBackend):
         )
         progress(f"connecting to the Ray cluster {cluster.name}")
         status = self.status(handle)
-        if status.state != ClusterState.RUNNING:
+        if status.state != ComputeUnitState.RUNNING:
             raise ClusterStartError(status.reason)
         progress("cluster ready")
         return handle
@@ -74,12 +74,12 @@ class ExistingClusterBackend(ClusterBackend):
         self._check_handle(handle)
         name = handle.details.get("cluster", "")
         if name not in self.clusters:
-            return ClusterStatus(ClusterState.FAILED, reason=f"the Ray cluster {name!r} is no longer listed here")
+            return ClusterStatus(ComputeUnitState.FAILED, reason=f"the Ray cluster {name!r} is no longer listed here")
         try:
             with RayDashboard(handle.dashboard_url, handle.auth_headers(), transport=self._transport) as dashboard:
                 return dashboard.cluster_status()
         except RayApiError as error:
-            return ClusterStatus(ClusterState.FAILED, reason=str(error))
+            return ClusterStatus(ComputeUnitState.FAILED, reason=str(error))
 
     def terminate(self, handle: ClusterHandle) -> None:
         """Stop the unit's Spark host (its session holds the cluster's resources) and detach; the

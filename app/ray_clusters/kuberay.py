@@ -35,12 +35,12 @@ from app.ray_clusters.base import (
     ClusterHandle,
     ClusterSpec,
     ClusterStartError,
-    ClusterState,
     ClusterStatus,
     NodeStatus,
     ProgressCallback,
     no_progress,
 )
+from app.states import ComputeUnitState
 
 RAY_VERSION = "2.60.0"
 DASHBOARD_PORT = 8265
@@ -275,7 +275,7 @@ def status_from_raycluster(obj: dict) -> ClusterStatus:
     when no conditions are reported.
     """
     if obj.get("metadata", {}).get("deletionTimestamp"):
-        return ClusterStatus(ClusterState.TERMINATING, progress_step="deleting")
+        return ClusterStatus(ComputeUnitState.TERMINATING, progress_step="deleting")
     status = obj.get("status") or {}
     spec = obj.get("spec", {})
     conditions = {condition["type"]: condition for condition in status.get("conditions", [])}
@@ -290,20 +290,20 @@ def status_from_raycluster(obj: dict) -> ClusterStatus:
     figures = _figures(status, head_ready, ready_workers)
 
     if is_true("RayClusterSuspended") or is_true("RayClusterSuspending") or status.get("state") == "suspended":
-        return ClusterStatus(ClusterState.FAILED, reason="the RayCluster was suspended", **figures)
+        return ClusterStatus(ComputeUnitState.FAILED, reason="the RayCluster was suspended", **figures)
     if is_true("ReplicaFailure"):
         failure = conditions["ReplicaFailure"]
-        return ClusterStatus(ClusterState.FAILED, reason=f"{failure['reason']}: {failure['message']}", **figures)
+        return ClusterStatus(ComputeUnitState.FAILED, reason=f"{failure['reason']}: {failure['message']}", **figures)
     if provisioned and not head_ready:
         message = conditions.get("HeadPodReady", {}).get("message") or status.get("reason") or "not ready"
-        return ClusterStatus(ClusterState.FAILED, reason=f"the head pod is no longer ready: {message}", **figures)
+        return ClusterStatus(ComputeUnitState.FAILED, reason=f"the head pod is no longer ready: {message}", **figures)
     if provisioned:
         reason = "" if ready_workers >= desired_workers else (
             f"degraded: {ready_workers} of {desired_workers} worker pods ready")
-        return ClusterStatus(ClusterState.RUNNING, reason=reason, **figures)
+        return ClusterStatus(ComputeUnitState.RUNNING, reason=reason, **figures)
     step = f"pods starting: head {'ready' if head_ready else 'not ready'}, " \
            f"{ready_workers} of {desired_workers} worker pods ready"
-    return ClusterStatus(ClusterState.STARTING, progress_step=step, **figures)
+    return ClusterStatus(ComputeUnitState.STARTING, progress_step=step, **figures)
 
 
 def _figures(status: dict, head_ready: bool, ready_workers: int) -> dict:
@@ -364,14 +364,14 @@ class KubeRayBackend(ClusterBackend):
             # Before the pods exist, so that none runs a moment without its policy.
             self.api.create(self.api.network_policies(), render_unit_network_policy(name, namespace, labels))
             self.api.create(self.api.rayclusters(), manifest)
-            while (status := self.status(handle)).state == ClusterState.STARTING:
+            while (status := self.status(handle)).state == ComputeUnitState.STARTING:
                 progress(status.progress_step)
                 if time.monotonic() > deadline:
                     raise ClusterStartError(
                         f"did not become healthy within {spec.start_timeout_s:.0f} s: "
                         f"{status.progress_step}{self._pod_problems(name)}")
                 time.sleep(self.poll_interval_s)
-            if status.state != ClusterState.RUNNING:
+            if status.state != ComputeUnitState.RUNNING:
                 raise ClusterStartError(status.reason)
         except KubernetesApiError as error:
             self.terminate(handle)
@@ -389,7 +389,7 @@ class KubeRayBackend(ClusterBackend):
         except KubernetesApiError as error:
             if error.status_code == 404:
                 name = handle.details["name"]
-                return ClusterStatus(ClusterState.FAILED, reason=f"RayCluster {name} no longer exists")
+                return ClusterStatus(ComputeUnitState.FAILED, reason=f"RayCluster {name} no longer exists")
             raise
         return status_from_raycluster(obj)
 

@@ -73,14 +73,14 @@ from app.ray_clusters.base import (
     SparkHostLaunch,
     SparkHostLaunchState,
     ClusterStartError,
-    ClusterState,
     ClusterStatus,
     NodeStatus,
     ProgressCallback,
     no_progress,
 )
+from app.states import ComputeUnitState
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from app.spark_host.client import SparkHostClient, SparkHostError
 from compute.jars import jars_dir
 from compute.contract import SparkHostSettings
 
@@ -471,11 +471,11 @@ class LocalClusterBackend(ClusterBackend):
     def status(self, handle: ClusterHandle) -> ClusterStatus:
         self._check_handle(handle)
         if not handle.details.get("nodes"):
-            return ClusterStatus(ClusterState.TERMINATED)
+            return ClusterStatus(ComputeUnitState.TERMINATED)
         for node in handle.details["nodes"]:
             if (reason := death_reason(handle, node)) is not None:
                 over = self.over_limit(handle, LimitUsage())
-                return ClusterStatus(ClusterState.FAILED,
+                return ClusterStatus(ComputeUnitState.FAILED,
                                      reason=f"{node['role']} node {reason}" + (f"; {over}" if over else ""))
         status = self._live_status(handle)
         status.limits = local_limits.report(handle.details.get("limits", {}), Path(handle.details["cluster_dir"]))
@@ -495,10 +495,10 @@ class LocalClusterBackend(ClusterBackend):
                 status = dashboard.cluster_status()
         except RayApiError as error:
             # Every node process is alive, so the cluster is; only the figures are missing.
-            return ClusterStatus(ClusterState.RUNNING, reason=f"resource figures unavailable: {error}")
+            return ClusterStatus(ComputeUnitState.RUNNING, reason=f"resource figures unavailable: {error}")
         expected = handle.details["expected_nodes"]
         if status.alive_nodes < expected:
-            status.state = ClusterState.FAILED
+            status.state = ComputeUnitState.FAILED
             status.reason = f"only {status.alive_nodes} of {expected} nodes alive"
         return status
 
@@ -510,7 +510,7 @@ class LocalClusterBackend(ClusterBackend):
         nodes = [NodeStatus(node_id=node["role"], is_head=node["role"] == "head", alive=True,
                             cpus=float(node.get("cpus", 0)), memory_bytes=int(node.get("memory_bytes", 0)))
                  for node in handle.details["nodes"]]
-        status = ClusterStatus(ClusterState.RUNNING, nodes=nodes, cpus_total=sum(node.cpus for node in nodes),
+        status = ClusterStatus(ComputeUnitState.RUNNING, nodes=nodes, cpus_total=sum(node.cpus for node in nodes),
                                memory_total_bytes=sum(node.memory_bytes for node in nodes))
         try:
             with SparkHostClient(handle, timeout=SPARK_HOST_STATUS_TIMEOUT_S) as host:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import httpx
 
-from app.ray_clusters.base import ClusterState, ClusterStatus, NodeStatus
+from app.ray_clusters.base import ClusterStatus, NodeStatus
+from app.states import ComputeUnitState
 
 
 class RayApiError(RuntimeError):
@@ -86,7 +87,7 @@ class RayDashboard:
         usage = self.resource_usage()
         alive = [node for node in nodes if node.alive]
         return ClusterStatus(
-            state=ClusterState.RUNNING,
+            state=ComputeUnitState.RUNNING,
             nodes=nodes,
             cpus_total=sum(node.cpus for node in alive),
             cpus_used=usage.get("CPU", (0.0, 0.0))[0],

@@ -11,18 +11,13 @@ from __future__ import annotations
 import json
 import logging
 
-from sqlalchemy import update
 from sqlmodel import Session, select
 
 from app import iceberg_reader
-from app.compute_units import lifecycle, spark_warmup
 from app.datasets import DATASETS_NAMESPACE, TPCH_NAMESPACE
 from app.db import engine
 from app.errors import UserFacingError
-from app.executions.run_spec import catalog_spec
-from app.extensions import lakekeeper
 from app.iceberg_reader import ResultReadError
-from app.lakekeeper import LakekeeperError
 from app.models import (
     ComputeUnit,
     ComputeUnitState,
@@ -33,10 +28,10 @@ from app.models import (
     WarehouseStatus,
     utcnow,
 )
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from app.spark_host import door
+from app.transitions import compare_and_set
 from app.usage.retention import write_log
 from compute.contract import MAINTENANCE_CODE
-from compute.contract import RunState
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +84,8 @@ def pending_work() -> list[tuple[str, object, int]]:
     return [(f"maintenance:{job_id}", run_job, job_id) for job_id in ids]
 
 
-def _update(job_id: int, **changes) -> None:
-    with Session(engine()) as db:
-        db.exec(update(MaintenanceJob).where(MaintenanceJob.id == job_id).values(**changes))
-        db.commit()
+def _end(job_id: int, state: str, **changes) -> None:
+    compare_and_set(MaintenanceJob, job_id, JobState.LIVE, state=state, ended_at=utcnow(), **changes)
 
 
 def run_job(job_id: int) -> None:
@@ -105,11 +98,12 @@ def run_job(job_id: int) -> None:
         unit = db.get(ComputeUnit, job.compute_unit_id) if job and job.compute_unit_id else None
     if job is None or not job.running:
         return
-    _update(job_id, state=JobState.RUNNING)
+    if not compare_and_set(MaintenanceJob, job_id, JobState.LIVE, state=JobState.RUNNING):
+        return
     try:
         outcome = _run(job, warehouse, owner, unit)
     except MaintenanceRefused as refusal:
-        _update(job_id, state=JobState.FAILED, error=refusal.message[:2000], ended_at=utcnow())
+        _end(job_id, JobState.FAILED, error=refusal.message[:2000])
         write_log(warehouse.id, "snapshots", f"Snapshot expiry did not run: {refusal.message}")
         return
     failed = {name: result["error"] for name, result in outcome.items() if "error" in result}
@@ -119,41 +113,23 @@ def run_job(job_id: int) -> None:
                f"{expired} snapshots expired, {files} files deleted")
     if failed:
         message += "; failed: " + "; ".join(f"{name}: {error}" for name, error in failed.items())
-    _update(job_id, state=JobState.FAILED if failed else JobState.DONE,
-            result=json.dumps(outcome), error="; ".join(failed.values())[:2000], ended_at=utcnow())
+    _end(job_id, JobState.FAILED if failed else JobState.DONE, result=json.dumps(outcome),
+         error="; ".join(failed.values())[:2000])
     write_log(warehouse.id, "snapshots", message, tables=len(outcome))
 
 
 def _run(job: MaintenanceJob, warehouse: Warehouse, owner: User, unit: ComputeUnit | None) -> dict:
-    if unit is None or unit.state != ComputeUnitState.RUNNING:
-        raise MaintenanceRefused("the compute unit it was to run on is no longer running")
-    handle = lifecycle.handle_of(unit)
-    if handle is None or not handle.spark_host_url:
-        raise MaintenanceRefused("the compute unit has no Spark host address")
     try:
+        unit, handle = door.running_host(unit.id if unit else None)
         catalog = iceberg_reader.catalog_for(warehouse)
         tables = [name for namespace in iceberg_reader.list_namespaces(catalog) if namespace in DATASET_NAMESPACES
                   for name in iceberg_reader.table_names(catalog, namespace)]
-    except ResultReadError as error:
+        if not tables:
+            return {}
+        args = {"warehouse": {"id": warehouse.id, "lakekeeper_id": warehouse.lakekeeper_id},
+                "catalog": door.catalog_binding(warehouse, door.run_token(warehouse, owner)),
+                "tables": tables, "retain_last": job.retain_last, "remove_orphans": job.remove_orphans}
+        return door.run_to_end(unit, handle, MAINTENANCE_CODE, args, name=f"maintenance-{job.id}",
+                               timeout_s=RUN_TIMEOUT_SECONDS)
+    except (door.UnitUnavailable, door.NoCatalogToken, door.RunNotCompleted, ResultReadError) as error:
         raise MaintenanceRefused(str(error)) from None
-    if not tables:
-        return {}
-    try:
-        spark_warmup.ensure_warm(unit, handle)
-        token = lakekeeper().user_token(owner.subject, warehouse.lakekeeper_id).access_token
-    except spark_warmup.SparkHostUnavailable as error:
-        raise MaintenanceRefused(str(error)) from None
-    except LakekeeperError as error:
-        raise MaintenanceRefused(f"no catalog token: {error.user_message}") from None
-    args = {"warehouse": {"id": warehouse.id, "lakekeeper_id": warehouse.lakekeeper_id},
-            "catalog": catalog_spec(warehouse, token),
-            "tables": tables, "retain_last": job.retain_last, "remove_orphans": job.remove_orphans}
-    try:
-        with SparkHostClient(handle, timeout=spark_warmup.HOST_CALL_TIMEOUT_SECONDS) as client:
-            run_id = client.submit(MAINTENANCE_CODE, args, name=f"maintenance-{job.id}")["run_id"]
-            run = client.wait(run_id, timeout_s=RUN_TIMEOUT_SECONDS)
-    except SparkHostError as error:
-        raise MaintenanceRefused(f"the compute unit did not run it: {error}") from None
-    if run["state"] != RunState.COMPLETED:
-        raise MaintenanceRefused(run.get("error") or run["state"].lower())
-    return run.get("result") or {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 from flask import current_app
 from sqlmodel import select
@@ -23,7 +24,7 @@ from app.lakekeeper import (
     WarehouseAssignment,
     lakekeeper_user_id,
 )
-from app.models import Execution, User, Warehouse, WarehouseStatus, utcnow
+from app.models import Execution, ExecutionState, User, Warehouse, WarehouseStatus, utcnow
 from app.network_policy import OutboundRefused, portal_policy
 from app.signals import close_warehouse
 from app.storage_probe import ProbeReport, S3Credentials, S3Location, probe_storage
@@ -190,12 +191,7 @@ def deactivate(warehouse: Warehouse) -> int:
     warehouse.status = WarehouseStatus.INACTIVE
     _save(warehouse)
     stopped = close_warehouse(warehouse, "was deactivated")
-    try:
-        _call(lambda: lakekeeper().deactivate_warehouse(warehouse.lakekeeper_id))
-    except WarehouseActionError:
-        warehouse.status = WarehouseStatus.ACTIVE
-        _save(warehouse)
-        raise
+    _close_in_catalog(warehouse, CLOSING_DEACTIVATE, previous=WarehouseStatus.ACTIVE)
     return stopped
 
 
@@ -203,6 +199,7 @@ def activate(warehouse: Warehouse) -> None:
     _require(warehouse, WarehouseStatus.INACTIVE, "Only a deactivated warehouse can be activated.")
     _call(lambda: lakekeeper().activate_warehouse(warehouse.lakekeeper_id))
     warehouse.status = WarehouseStatus.ACTIVE
+    _owe_nothing(warehouse)  # a deactivation still owed is called off
     _save(warehouse)
 
 
@@ -215,23 +212,62 @@ def archive(warehouse: Warehouse) -> int:
     if previous == WarehouseStatus.INACTIVE:
         # Reads need an active warehouse in Lakekeeper; archived data stays readable.
         _call(lambda: lakekeeper().activate_warehouse(warehouse.lakekeeper_id))
+        _owe_nothing(warehouse)
     # The row first (no new executions), then the runs stop: their clean-up (dropping partial
     # results) still needs write access, which goes last.
     warehouse.status = WarehouseStatus.ARCHIVED
     warehouse.archived_at = utcnow()
     _save(warehouse)
     stopped = close_warehouse(warehouse, "was archived")
+    _close_in_catalog(warehouse, CLOSING_ARCHIVE, previous=previous)
+    return stopped
+
+
+CLOSING_DEACTIVATE, CLOSING_ARCHIVE = "deactivate", "archive"
+# How long the catalog's part of a closing waits for the runs still writing into the warehouse.
+CLOSING_WAIT_SECONDS = 30.0
+
+
+def _close_in_catalog(warehouse: Warehouse, step: str, previous: str) -> None:
+    """The catalog's part of deactivating or archiving, now if nothing still writes into the
+    warehouse (a refusal then undoes the step, and says why), else owed to the worker once the
+    runs it stopped have ended (app/warehouses/closing.py): a request never waits on a unit."""
+    if running_into(warehouse):
+        warehouse.closing, warehouse.closing_error = step, ""
+        warehouse.closing_due_at = utcnow() + timedelta(seconds=CLOSING_WAIT_SECONDS)
+        _save(warehouse)
+        return
+    try:
+        catalog_step(warehouse, step)
+    except WarehouseActionError:
+        warehouse.status = previous
+        if step == CLOSING_ARCHIVE:
+            warehouse.archived_at = None
+        _save(warehouse)
+        raise
+
+
+def running_into(warehouse: Warehouse) -> bool:
+    """Whether a run of an execution still writes into the warehouse on its unit."""
+    return get_db().exec(select(Execution.id).where(Execution.warehouse_id == warehouse.id,
+                                                    Execution.state == ExecutionState.RUNNING)).first() is not None
+
+
+def catalog_step(warehouse: Warehouse, step: str) -> None:
+    """Take the warehouse's access away in Lakekeeper: all of it (deactivate), or all but reading
+    (archive). Raises WarehouseActionError."""
+    if step == CLOSING_DEACTIVATE:
+        _call(lambda: lakekeeper().deactivate_warehouse(warehouse.lakekeeper_id))
+        return
     # The owner keeps reading (describe, select) but may no longer write, grant or delete:
     # a token minted before the archive cannot add to a warehouse on its way out.
     owner_id = lakekeeper_user_id(get_db().get(User, warehouse.owner_id).subject)
-    try:
-        _call(lambda: lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id, [
-            WarehouseAssignment("describe", user=owner_id), WarehouseAssignment("select", user=owner_id)]))
-    except WarehouseActionError:
-        warehouse.status, warehouse.archived_at = previous, None
-        _save(warehouse)
-        raise
-    return stopped
+    _call(lambda: lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id, [
+        WarehouseAssignment("describe", user=owner_id), WarehouseAssignment("select", user=owner_id)]))
+
+
+def _owe_nothing(warehouse: Warehouse) -> None:
+    warehouse.closing, warehouse.closing_error, warehouse.closing_due_at = "", "", None
 
 
 @dataclass

@@ -12,37 +12,18 @@ from __future__ import annotations
 
 import ast
 import json
-import keyword
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot.errors import ParseError
 
-KINDS = {"sql": "Spark SQL", "python": "PySpark function"}
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-# `spark` is run()'s first parameter; Python keywords cannot be parameter names.
-RESERVED_NAMES = frozenset({"spark", *keyword.kwlist})
+from compute.execution_spec import RESERVED_STEP_NAMES, STEP_KINDS, STEP_NAME, Step
+
+KINDS = STEP_KINDS
 MAX_STEPS = 50
 MAX_CODE_CHARS = 100_000
 SQL_QUERY_STARTS = ("SELECT", "WITH", "VALUES", "TABLE", "FROM")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step as stored in a version's JSON and sent to the compute unit."""
-
-    name: str
-    kind: str  # "sql" | "python"
-    code: str
-    output: bool = False
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "Step":
-        return cls(name=data["name"], kind=data["kind"], code=data["code"], output=bool(data.get("output")))
 
 
 def dumps(steps: list[Step]) -> str:
@@ -144,9 +125,9 @@ def check_step(step: Step, earlier: list[str], later: list[str]) -> dict[str, li
 def _check_name(name: str, earlier: list[str]) -> str | None:
     if not name:
         return "Name the step."
-    if not NAME_RE.match(name):
+    if not STEP_NAME.fullmatch(name):
         return "1–40 characters: lowercase letters, digits and _, starting with a letter."
-    if name in RESERVED_NAMES:
+    if name in RESERVED_STEP_NAMES:
         return f"“{name}” is reserved in Python; choose another name."
     if name in earlier:
         return f"A step above is already called “{name}”."

@@ -22,7 +22,7 @@ from app import leases
 from app.compute_units.backends import backend_for
 from app.models import ComputeUnit
 from app.ray_clusters.base import ClusterBackend, ClusterHandle, ProgressCallback, SparkHostLaunchState
-from app.ray_clusters.spark_host_client import SparkHostClient, SparkHostError
+from app.spark_host.client import SparkHostClient, SparkHostError
 
 HOST_CALL_TIMEOUT_SECONDS = 5.0
 BOOTSTRAP_TIMEOUT_SECONDS = 180.0

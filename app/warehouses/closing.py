@@ -1,0 +1,54 @@
+"""The worker's part of deactivating or archiving a warehouse that runs were writing into.
+
+The request stopped the runs (app/executions/stopping.py) and left the catalog's part owed on
+the warehouse's row (`closing`): taking write access away must wait until the cancelled runs
+have dropped their partial outputs, and a request never waits on a unit. The worker does it
+once no run writes into the warehouse any more, or at `closing_due_at` at the latest. A
+catalog that refuses or does not answer is tried again CLOSING_RETRY_SECONDS later, and the
+warehouse's page says why meanwhile; its status (no new executions) holds throughout.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from sqlmodel import Session, select
+
+from app.db import engine, get_db
+from app.models import Warehouse, utcnow
+from app.warehouses import service
+
+logger = logging.getLogger(__name__)
+
+CLOSING_RETRY_SECONDS = 30.0
+
+
+def pending_work() -> list[tuple[str, object, int]]:
+    with Session(engine()) as db:
+        ids = db.exec(select(Warehouse.id).where(Warehouse.closing != "")).all()
+    return [(f"warehouse-closing:{warehouse_id}", finish_closing, warehouse_id) for warehouse_id in ids]
+
+
+def finish_closing(warehouse_id: int) -> None:
+    """Do the catalog's part owed on the warehouse if it is due: its runs have stopped, or the
+    wait is over (a run that will not stop does not keep its warehouse open)."""
+    db = get_db()
+    warehouse = db.get(Warehouse, warehouse_id)
+    if warehouse is None or not warehouse.closing:
+        return
+    due = warehouse.closing_due_at is None or utcnow() >= warehouse.closing_due_at
+    if not due and (warehouse.closing_error or service.running_into(warehouse)):
+        return  # looked at again at the worker's next pass
+    step = warehouse.closing
+    try:
+        service.catalog_step(warehouse, step)
+    except service.WarehouseActionError as error:
+        logger.warning("warehouse %s: the catalog's part of %s failed: %s", warehouse_id, step, error.message)
+        warehouse.closing_error = error.message[:2000]
+        warehouse.closing_due_at = utcnow() + timedelta(seconds=CLOSING_RETRY_SECONDS)
+    else:
+        logger.info("warehouse %s: the catalog's part of %s is done", warehouse_id, step)
+        warehouse.closing, warehouse.closing_error, warehouse.closing_due_at = "", "", None
+    warehouse.updated_at = utcnow()
+    db.add(warehouse)
+    db.commit()
