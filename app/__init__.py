@@ -83,6 +83,16 @@ def register_commands(app: Flask) -> None:
 
         run_worker(app)
 
+    @lakeport_group.command("stop-local-units")
+    @click.option("--reason", default="the portal's operator stopped them", help="Recorded as each unit's reason.")
+    def stop_local_units(reason: str):
+        """Stop every local compute unit of this database at once (when the machine's stack goes
+        down: local units are the worker's child processes)."""
+        from app.compute_units.lifecycle import terminate_all_local
+
+        stopped = terminate_all_local(reason)
+        click.echo(f"stopped {stopped} local compute unit(s)")
+
 
 # The page frame's navigation: (label, endpoint), shown for the features this app serves.
 NAVIGATION = [

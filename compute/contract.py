@@ -2,7 +2,7 @@
 where an execution's tables land and what they say about themselves.
 
 Both sides import it: `compute/pipeline.py` writes by it, the unit's Spark host serves by it,
-the portal (`app/executions/`, `app/ray_clusters/spark_host_client.py`, `app/iceberg_reader.py`)
+the portal (`app/executions/`, `app/spark_host/`, `app/iceberg_reader.py`)
 submits and reads by it. No Spark or Ray here: the portal imports this module without them.
 """
 from __future__ import annotations

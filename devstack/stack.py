@@ -13,7 +13,9 @@ second stack on free ports beside a developer's.
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,16 +211,16 @@ class LocalStack:
 
     def stop_compute_units(self) -> None:
         """Local compute units are Ray clusters this stack's worker started; they go down with the stack
-        (only this stack's: its database holds no other)."""
-        from app import create_app
-        from app.compute_units.lifecycle import terminate_all_local
-        from app.config import Config
-
-        app = create_app(Config.from_env(self.portal_environment()))
-        with app.app_context():
-            stopped = terminate_all_local("the local stack stopped")
-        if stopped:
-            print(f"stopped {stopped} local compute unit(s)", flush=True)
+        (only this stack's: its database holds no other), through the portal's own command."""
+        stopped = subprocess.run(
+            [sys.executable, "-m", "flask", "--app", "wsgi", "lakeport", "stop-local-units",
+             "--reason", "the local stack stopped"],
+            cwd=PROJECT_ROOT, env={**os.environ, **self.portal_environment()}, capture_output=True, text=True,
+            timeout=120)
+        if stopped.returncode != 0:
+            print(f"stopping the local compute units failed: {stopped.stderr.strip()[-500:]}", flush=True)
+        elif not stopped.stdout.startswith("stopped 0 "):
+            print(stopped.stdout.strip(), flush=True)
 
     def banner(self) -> str:
         logins = "\n".join(f"    {u.username} / {u.password}   ({u.name})" for u in TEST_USERS.values())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pyarrow as pa
 from sqlmodel import Session
@@ -119,7 +120,9 @@ def test_a_comparison_without_a_running_unit_shows_counts_and_schemas(client, ne
     row = re.search(r'<tr data-output="named">(.*?)</tr>', page, re.S).group(1)
     assert re.search(r'data-testid="rows-a">3<', row) and re.search(r'data-testid="rows-b">2<', row)
     assert "column score only in B (double)" in row
-    rows = text(client.get(f"/executions/compare/rows?a={a.id}&b={b.id}", headers={"HX-Request": "true"}))
+    assert 'hx-post="/executions/compare/rows?' in page  # the rows are asked for as the page loads
+    rows = text(client.post(f"/executions/compare/rows?a={a.id}&b={b.id}",
+                            headers={"HX-Request": "true", "X-CSRFToken": csrf(client)}))
     assert 'data-testid="compare-no-unit"' in rows and "No compute unit of yours is running" in rows
     detail = text(client.get(f"/executions/{a.id}"))
     assert 'data-testid="compare-form"' in detail and f'value="{b.id}"' in detail
@@ -135,6 +138,18 @@ def executed(client, db_engine, response) -> Execution:
                          ("COMPLETED", "FAILED", "CANCELLED"))
     assert execution.state == "COMPLETED", execution.reason
     return execution
+
+
+def compared_rows(client, a: Execution, b: Execution) -> str:
+    """Ask for the differing rows as the page does, and poll the partial until the worker has them."""
+    url = f"/executions/compare/rows?a={a.id}&b={b.id}"
+    rows = text(client.post(url, headers={"HX-Request": "true", "X-CSRFToken": csrf(client)}))
+    deadline = time.monotonic() + 120
+    while 'hx-trigger="every 1s"' in rows:
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.5)
+        rows = text(client.get(url, headers={"HX-Request": "true"}))
+    return rows
 
 
 def test_on_a_unit_lineage_pinned_rerun_and_comparison_through_the_portal(e2e, db_engine, lakehouse):
@@ -169,10 +184,9 @@ def test_on_a_unit_lineage_pinned_rerun_and_comparison_through_the_portal(e2e, d
     assert kept(pinned) == kept(first) == [{"id": 1, "score": 5}, {"id": 3, "score": 7}]
     assert kept(fresh) == [{"id": 1, "score": 5}, {"id": 4, "score": 9}]
 
-    compared = text(client.get(f"/executions/compare/rows?a={first.id}&b={fresh.id}", headers={"HX-Request": "true"}))
+    compared = compared_rows(client, first, fresh)
     only_a = re.search(r'data-testid="only-in-a">(.*?)</table>', compared, re.S).group(1)
     only_b = re.search(r'data-testid="only-in-b">(.*?)</table>', compared, re.S).group(1)
     assert re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td></tr>", only_a) == [("3", "7")]
     assert re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td></tr>", only_b) == [("4", "9")]
-    assert client.get(f"/executions/compare/rows?a={first.id}&b={pinned.id}",
-                      headers={"HX-Request": "true"}).status_code == 200
+    assert 'data-state="done"' in compared_rows(client, first, pinned)

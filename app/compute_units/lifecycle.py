@@ -35,7 +35,7 @@ from app.models import (
     User,
     utcnow,
 )
-from app.spark_host import warmup as spark_warmup
+from app.spark_host import warmup
 from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT, SPARK_WARMING_EVENT
 from app.compute_units.backends import backend_for
 from app.ray_clusters.base import (
@@ -143,8 +143,8 @@ def _spark_host_launch(cu: ComputeUnit, *, with_cluster: bool) -> SparkHostLaunc
     calls carry)."""
     nonce = new_spark_host_nonce()
     secret = spark_host_secret(current_app.config["SECRET_KEY"], str(cu.id), nonce)
-    return SparkHostLaunch(nonce=nonce, secret_sha256=secret_digest(secret), **spark_warmup.spark_host_size(cu),
-                           warm_timeout_s=spark_warmup.BOOTSTRAP_TIMEOUT_SECONDS, with_cluster=with_cluster)
+    return SparkHostLaunch(nonce=nonce, secret_sha256=secret_digest(secret), **warmup.spark_host_size(cu),
+                           warm_timeout_s=warmup.BOOTSTRAP_TIMEOUT_SECONDS, with_cluster=with_cluster)
 
 
 def _backend(cu: ComputeUnit):
@@ -358,8 +358,8 @@ def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
     _update(cu.id, event=SPARK_WARMING_EVENT)
     began = time.monotonic()
     try:
-        spark_warmup.ensure_warm(cu, handle)
-    except spark_warmup.SparkHostUnavailable as error:
+        warmup.ensure_warm(cu, handle)
+    except warmup.SparkHostUnavailable as error:
         with Session(engine()) as db:
             still_running = (latest := db.get(ComputeUnit, cu.id)) is not None and latest.state == State.RUNNING
         if still_running:  # otherwise it was terminated or failed meanwhile, which says enough

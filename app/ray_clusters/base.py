@@ -96,7 +96,7 @@ class ClusterHandle:
     cluster keeps it (a 0600 file, a Kubernetes Secret, the portal's configuration) and
     `ClusterBackend.restore_token` puts it back. `spark_host_secret` (the unit's own Spark
     host's secret) is never part of it either: the portal derives it again from its own key
-    and `spark_host_nonce` (see `spark_host_client.with_spark_host_secret`).
+    and `spark_host_nonce` (see `app.spark_host.client.with_spark_host_secret`).
     `details` holds what only its backend reads.
     """
 
