@@ -11,7 +11,8 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
-from app.iceberg_reader import ResultReadError, guarded, table_names
+from app.iceberg_catalogs import ResultReadError, guarded
+from app.iceberg_reader import table_names
 
 @dataclass(frozen=True)
 class StorageFigure:

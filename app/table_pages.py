@@ -8,7 +8,8 @@ from urllib.parse import urlencode
 
 from flask import request
 
-from app.iceberg_reader import Page, ResultReadError
+from app.iceberg_catalogs import ResultReadError
+from app.iceberg_reader import Page
 
 PAGE_SIZES = (25, 50, 100, 500)
 DEFAULT_PAGE_SIZE = 50

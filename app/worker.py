@@ -62,7 +62,7 @@ class _Work:
 
 
 def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
-    from app import datasets
+    from app.workflows import datasets
     from app.compute_units import lifecycle
     from app.executions import comparison, runner
     from app.usage import maintenance

@@ -29,7 +29,7 @@ from app.worker import Worker
 from app.config import Config
 from app.db import make_engine
 from app.extensions import lakekeeper
-from app.iceberg_reader import catalog_for
+from app.iceberg_catalogs import catalog_for
 from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT
 from app.models import ComputeUnit, ComputeUnitEvent, ComputeUnitState, Execution, ExecutionState, User, Warehouse, WorkflowVersion
 from app.spark_host.client import SparkHostClient
@@ -447,7 +447,7 @@ class Bench:
     # ------------------------------------------------------------ data
     def generate_tpch(self, scale_factor: float, timeout_s: float = 1800.0) -> float:
         """TPC-H at `scale_factor` into tpch.* of the warehouse, through the portal's sample-data
-        route (app/datasets.py, tpchgen-cli); returns the seconds it took."""
+        route (app/workflows/datasets.py, tpchgen-cli); returns the seconds it took."""
         started = time.monotonic()
         self.post("/workflows/datasets/sample", {"warehouse_id": str(self.warehouse_id),
                                                   "scale_factor": f"{scale_factor:g}"}, expect=200)

@@ -13,7 +13,8 @@ import pytest
 from pyiceberg.types import StringType
 
 from app import iceberg_reader
-from app.iceberg_reader import ResultReadError, WarehouseCatalogs, read_page, stream_csv
+from app.iceberg_catalogs import ResultReadError, WarehouseCatalogs
+from app.iceberg_reader import read_page, stream_csv
 from app.lakekeeper import (
     DEFAULT_PROJECT_ID,
     ClientCredentialsTokenSource,

@@ -16,7 +16,8 @@ from sqlmodel import Session, select
 
 from app.db import engine, get_db
 from app.executions import history, results
-from app.iceberg_reader import ResultReadError, TableShape, table_shape
+from app.iceberg_catalogs import ResultReadError
+from app.iceberg_reader import TableShape, table_shape
 from app.models import ComparisonJob, Execution, JobState, User, utcnow
 from app.spark_host import door
 from app.transitions import compare_and_set

@@ -9,7 +9,8 @@ from app import iceberg_reader
 from app.charts import StepTiming
 from app.db import get_db
 from app.executions import history
-from app.iceberg_reader import Page, ResultReadError
+from app.iceberg_catalogs import ResultReadError, catalog_for
+from app.iceberg_reader import Page
 from app.models import Execution, ExecutionState, Warehouse
 
 RUNTIME_STATS_ROWS = 500
@@ -23,7 +24,7 @@ def catalog_of(execution: Execution):
     warehouse = warehouse_of(execution)
     if warehouse is None or execution.outputs_purged:
         raise ResultReadError(f"The warehouse {execution.warehouse_name} was purged: its tables are gone.")
-    return iceberg_reader.catalog_for(warehouse)
+    return catalog_for(warehouse)
 
 
 def page(execution: Execution, table: str, page_number: int, size: int) -> Page:

@@ -14,7 +14,7 @@ from app.executions import bp, comparison, forms, history, results, runner
 from app.executions import logs as logs_view
 from app.executions.history import Filters
 from app.executions.runner import RunRefused
-from app.iceberg_reader import ResultReadError, TableMissing
+from app.iceberg_catalogs import ResultReadError, TableMissing
 from app.models import ComputeUnit, Execution, ExecutionState, Warehouse, Workflow
 from app.table_pages import canonical_page_url, table_page_context
 from app.workflows.service import latest_version

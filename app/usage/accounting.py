@@ -19,7 +19,7 @@ from sqlmodel import Session, select
 
 from app import iceberg_reader, iceberg_storage
 from app.db import engine
-from app.iceberg_reader import ResultReadError
+from app.iceberg_catalogs import ResultReadError, catalog_for
 from app.iceberg_storage import StorageFigure
 from app.models import (
     ComputeUnit,
@@ -72,7 +72,7 @@ def measure() -> None:
 def measure_warehouse(warehouse: Warehouse) -> list[StorageSample]:
     """Live bytes and files per namespace, from each table's current snapshot; stored as samples
     (an empty warehouse gets one sample with no namespace, so its page knows when it was measured)."""
-    catalog = iceberg_reader.catalog_for(warehouse)
+    catalog = catalog_for(warehouse)
     measured_at = utcnow()
     samples = []
     for namespace in iceberg_reader.list_namespaces(catalog):
@@ -96,7 +96,7 @@ def execution_tables(execution: Execution) -> tuple[list[str], list[str]]:
 
 def measure_execution(execution: Execution, warehouse: Warehouse) -> ExecutionUsage:
     """What the execution wrote, from its tables' snapshot summaries (`added-files-size`)."""
-    catalog = iceberg_reader.catalog_for(warehouse)
+    catalog = catalog_for(warehouse)
     results, logs = execution_tables(execution)
     written_results = iceberg_storage.tables_written(catalog, results)
     written_logs = iceberg_storage.tables_written(catalog, logs)

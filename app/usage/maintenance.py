@@ -14,10 +14,10 @@ import logging
 from sqlmodel import Session, select
 
 from app import iceberg_reader
-from app.datasets import DATASETS_NAMESPACE, TPCH_NAMESPACE
+from app.workflows.datasets import DATASETS_NAMESPACE, TPCH_NAMESPACE
 from app.db import engine
 from app.errors import UserFacingError
-from app.iceberg_reader import ResultReadError
+from app.iceberg_catalogs import ResultReadError, catalog_for
 from app.models import (
     ComputeUnit,
     ComputeUnitState,
@@ -121,7 +121,7 @@ def run_job(job_id: int) -> None:
 def _run(job: MaintenanceJob, warehouse: Warehouse, owner: User, unit: ComputeUnit | None) -> dict:
     try:
         unit, handle = door.running_host(unit.id if unit else None)
-        catalog = iceberg_reader.catalog_for(warehouse)
+        catalog = catalog_for(warehouse)
         tables = [name for namespace in iceberg_reader.list_namespaces(catalog) if namespace in DATASET_NAMESPACES
                   for name in iceberg_reader.table_names(catalog, namespace)]
         if not tables:

@@ -5,7 +5,7 @@ from flask_login import current_user
 from htmx_flask import make_response
 
 from app.db import get_owned_or_404
-from app.iceberg_reader import ResultReadError
+from app.iceberg_catalogs import ResultReadError
 from app.models import Warehouse
 from app.table_pages import canonical_page_url, table_page_context
 from app.warehouses import bp, forms, local_stack, service, tables

@@ -9,6 +9,7 @@ from flask import url_for
 
 from app import iceberg_reader
 from app.db import get_db
+from app.iceberg_catalogs import catalog_for
 from app.iceberg_reader import Page, TableOverview
 from app.models import ComputeUnit, Execution, User, Warehouse, Workflow
 
@@ -32,11 +33,11 @@ def valid_table_name(name: str) -> bool:
 
 
 def overview(warehouse: Warehouse, name: str) -> TableOverview:
-    return iceberg_reader.table_overview(iceberg_reader.catalog_for(warehouse), name)
+    return iceberg_reader.table_overview(catalog_for(warehouse), name)
 
 
 def preview(warehouse: Warehouse, name: str, page: int, size: int) -> Page:
-    return iceberg_reader.read_page(iceberg_reader.catalog_for(warehouse), name, page, size)
+    return iceberg_reader.read_page(catalog_for(warehouse), name, page, size)
 
 
 def property_links(properties: dict[str, str], owner: User) -> dict[str, str]:

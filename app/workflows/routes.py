@@ -5,8 +5,8 @@ from flask_login import current_user
 from htmx_flask import make_response
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from app import datasets
-from app.datasets import DatasetError
+from app.workflows import datasets
+from app.workflows.datasets import DatasetError
 from app.db import get_owned_or_404
 from app.models import Warehouse, WarehouseStatus, Workflow, WorkflowVersion
 # The module, not the name: app.warehouses.service imports app.executions, which imports this

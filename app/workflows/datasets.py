@@ -60,7 +60,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from app.errors import UserFacingError
-from app.iceberg_reader import ResultReadError, catalog_for
+from app.iceberg_catalogs import ResultReadError, catalog_for
 from app.lakekeeper import LakekeeperError, LakekeeperUnavailable
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.models import JobState, SampleDataJob, User, Warehouse, WarehouseStatus, utcnow
