@@ -5,6 +5,7 @@ import html
 import logging
 import re
 import secrets
+import time
 from dataclasses import replace
 
 import pyarrow as pa
@@ -302,8 +303,8 @@ def test_no_secret_in_database_logs_or_pages(app, client, auth, lakehouse, db_en
     assert secret not in caplog.text
 
 
-def test_purge_waits_while_lakekeeper_drains_purge_tasks(app, client, auth, lakehouse, db_engine, monkeypatch):
-    from app.warehouses import service
+def test_a_purge_left_to_drain_is_finished_by_the_worker(app, client, auth, lakehouse, db_engine, monkeypatch):
+    from app.warehouses import closing
 
     auth.login("alice")
     register(client, auth, lakehouse, "draining")
@@ -324,13 +325,32 @@ def test_purge_waits_while_lakekeeper_drains_purge_tasks(app, client, auth, lake
             raise answers.pop()
         return real_delete(warehouse_id)
 
-    monkeypatch.setattr(service, "PURGE_DELETE_PAUSE_SECONDS", 0.01)
     monkeypatch.setattr(type(real_delete.__self__), "delete_warehouse",
                         lambda self, warehouse_id: delete_after_tasks_drain(warehouse_id))
-    done = client.post(f"/warehouses/{row.id}/purge", data={"confirm_name": "draining"}, headers=token)
-    assert done.status_code == 200 and done.headers["HX-Redirect"] == "/warehouses/"
+    began = time.monotonic()
+    pending = client.post(f"/warehouses/{row.id}/purge", data={"confirm_name": "draining"}, headers=token)
+    assert time.monotonic() - began < 5  # the request does not wait for the tasks to drain
+    assert pending.status_code == 200 and pending.headers["HX-Redirect"] == f"/warehouses/{row.id}"
+    assert calls == [row.lakekeeper_id] and warehouse_row(db_engine, "draining").closing == "purge"
+    notice = client.get(f"/warehouses/{row.id}/closing", headers={"HX-Request": "true"})
+    assert 'data-closing="purge"' in notice.get_data(as_text=True) and 'hx-trigger="every 2s"' in notice.get_data(as_text=True)
+
+    def worker_pass():
+        with app.app_context():
+            for name, function, subject in closing.pending_work():
+                if name == f"warehouse-closing:{row.id}":
+                    function(subject)
+
+    worker_pass()  # not due yet: the worker asks again a moment later
+    assert calls == [row.lakekeeper_id]
+    deadline = time.monotonic() + 30
+    while warehouse_row(db_engine, "draining") is not None:
+        assert time.monotonic() < deadline, calls
+        time.sleep(0.2)
+        worker_pass()
     assert calls == [row.lakekeeper_id] * 3
-    assert warehouse_row(db_engine, "draining") is None
+    gone = client.get(f"/warehouses/{row.id}/closing", headers={"HX-Request": "true"})
+    assert gone.status_code == 404 and gone.headers["HX-Redirect"] == "/warehouses/"  # the page goes to the list
 
 
 def grants_of(app, warehouse: Warehouse) -> set[WarehouseAssignment]:

@@ -115,6 +115,14 @@ def progress_of(execution: Execution) -> dict:
             "phase": progress.get("phase") or ""}
 
 
+def stopped_progress(progress: str) -> str:
+    """The progress (JSON) of a run stopped from outside: steps not finished are cancelled."""
+    parsed = json.loads(progress or "{}")
+    steps = [{**step, "state": "cancelled"} if step.get("state") in ("pending", "running") else step
+             for step in parsed.get("steps") or []]
+    return json.dumps({"steps": steps, "logs": parsed.get("logs") or []})
+
+
 _FAILED_STEP = re.compile(r"^step '([a-z][a-z0-9_]*)' failed")
 
 

@@ -38,7 +38,7 @@ from app import leases
 from app.compute_units import lifecycle
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
-from app.executions.history import progress_of
+from app.executions.history import progress_of, stopped_progress
 from app.extensions import lakekeeper
 from app.lakekeeper import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
 from app.models import (
@@ -473,7 +473,7 @@ def _record_end(execution_id: int, run: dict, progress: str, over_limit: Callabl
     elif state == State.CANCELLED:
         # A reason on the row is stopping.stop_in_warehouse's, written before it cancelled the run.
         stopped_because = load(execution_id).reason
-        finish(execution_id, State.FAILED if stopped_because else State.CANCELLED, progress=progress,
+        finish(execution_id, State.FAILED if stopped_because else State.CANCELLED, progress=stopped_progress(progress),
                reason=stopped_because or "cancelled by its owner")
     else:
         reason = door.failure_reason(run.get("error"))

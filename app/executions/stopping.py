@@ -7,14 +7,12 @@ that (app/warehouses/closing.py).
 """
 from __future__ import annotations
 
-import json
-
 from flask import current_app
 from sqlmodel import select
 
 from app.db import get_db
 from app.executions import runner
-from app.executions.history import progress_of
+from app.executions.history import stopped_progress
 from app.models import Execution, ExecutionState as State, Warehouse, utcnow
 from app.transitions import compare_and_set
 
@@ -34,18 +32,9 @@ def stop_in_warehouse(warehouse: Warehouse, why: str) -> int:
         if compare_and_set(Execution, execution.id, (State.RUNNING,), reason=reason, cancel_requested_at=utcnow()):
             stopped += 1
             current_app.logger.info("execution %s asked to stop: %s", execution.id, reason)
-        elif runner.finish(execution.id, State.FAILED, reason=reason, progress=_stopped_progress(execution)):
+        elif runner.finish(execution.id, State.FAILED, reason=reason, progress=stopped_progress(execution.progress)):
             # A thread still initializing it sees the final state before it submits, or cancels
             # what it submitted; a watcher cancels the run when it finds the row final.
             stopped += 1
             current_app.logger.info("execution %s stopped: %s", execution.id, reason)
     return stopped
-
-
-def _stopped_progress(execution: Execution) -> str:
-    """The progress of a run stopped from outside: steps not finished are cancelled."""
-    progress = progress_of(execution)
-    for step in progress["steps"]:
-        if step.get("state") in ("pending", "running"):
-            step["state"] = "cancelled"
-    return json.dumps({"steps": progress["steps"], "logs": progress["logs"]})

@@ -1,8 +1,10 @@
-"""The worker's part of deactivating or archiving a warehouse that runs were writing into.
+"""The worker's part of closing a warehouse: what a request could not do without waiting.
 
-The request stopped the runs (app/executions/stopping.py) and left the catalog's part owed on
-the warehouse's row (`closing`): taking write access away must wait until the cancelled runs
-have dropped their partial outputs, and a request never waits on a unit. The worker does it
+Deactivating or archiving a warehouse that runs were writing into: the request stopped the runs
+(app/executions/stopping.py) and left the catalog's part owed on the warehouse's row
+(`closing`): taking write access away must wait until the cancelled runs have dropped their
+partial outputs, and a request never waits on a unit. Purging: Lakekeeper deletes a warehouse
+only once its purge tasks have drained; the worker asks every PURGE_RETRY_SECONDS until then. The worker does it
 once no run writes into the warehouse any more, or at `closing_due_at` at the latest. A
 catalog that refuses or does not answer is tried again CLOSING_RETRY_SECONDS later, and the
 warehouse's page says why meanwhile; its status (no new executions) holds throughout.
@@ -21,6 +23,7 @@ from app.warehouses import service
 logger = logging.getLogger(__name__)
 
 CLOSING_RETRY_SECONDS = 30.0
+PURGE_RETRY_SECONDS = 1.0
 
 
 def pending_work() -> list[tuple[str, object, int]]:
@@ -36,17 +39,26 @@ def finish_closing(warehouse_id: int) -> None:
     warehouse = db.get(Warehouse, warehouse_id)
     if warehouse is None or not warehouse.closing:
         return
-    due = warehouse.closing_due_at is None or utcnow() >= warehouse.closing_due_at
-    if not due and (warehouse.closing_error or service.running_into(warehouse)):
-        return  # looked at again at the worker's next pass
     step = warehouse.closing
+    due = warehouse.closing_due_at is None or utcnow() >= warehouse.closing_due_at
+    # An archive or deactivation goes ahead as soon as its runs have stopped; a retry waits.
+    runs_stopped = step != service.CLOSING_PURGE and not warehouse.closing_error and not service.running_into(warehouse)
+    if not (due or runs_stopped):
+        return  # looked at again at the worker's next pass
     try:
-        service.catalog_step(warehouse, step)
+        done = service.catalog_step(warehouse, step)
     except service.WarehouseActionError as error:
         logger.warning("warehouse %s: the catalog's part of %s failed: %s", warehouse_id, step, error.message)
         warehouse.closing_error = error.message[:2000]
         warehouse.closing_due_at = utcnow() + timedelta(seconds=CLOSING_RETRY_SECONDS)
     else:
+        if step == service.CLOSING_PURGE and done:
+            return  # the row is gone with the warehouse
+        if not done:
+            warehouse.closing_due_at = utcnow() + timedelta(seconds=PURGE_RETRY_SECONDS)
+            db.add(warehouse)
+            db.commit()
+            return
         logger.info("warehouse %s: the catalog's part of %s is done", warehouse_id, step)
         warehouse.closing, warehouse.closing_error, warehouse.closing_due_at = "", "", None
     warehouse.updated_at = utcnow()

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import Response, abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from htmx_flask import make_response
 
-from app.db import get_owned_or_404
+from app.db import get_db, get_owned_or_404
 from app.iceberg_catalogs import ResultReadError
 from app.models import Warehouse
 from app.table_pages import canonical_page_url, table_page_context
@@ -131,7 +131,7 @@ def _action(warehouse_id: int, action, success: str):
         flash(error.message, "error")
     else:
         if stopped:
-            success += f" {stopped} running execution{'s' if stopped > 1 else ''} writing into it stopped."
+            success += f" {stopped} execution{'s' if stopped > 1 else ''} writing into it stopped."
         flash(success.format(name=warehouse.name), "success")
     return _to_detail(warehouse_id)
 
@@ -194,7 +194,23 @@ def purge(warehouse_id: int):
         # What was typed stays, so a near miss can be corrected rather than retyped.
         return render_template("warehouses/_purge.html", warehouse=warehouse, error=error.message,
                                typed=request.form.get("confirm_name", "")), 422
-    flash(f"Warehouse {name} is purged: {outcome.tables_dropped} tables and "
-          f"{outcome.namespaces_dropped} namespaces were removed.", "success")
-    url = url_for("warehouses.index")
+    removed = f"{outcome.tables_dropped} tables and {outcome.namespaces_dropped} namespaces were removed"
+    if outcome.pending:
+        flash(f"Warehouse {name} is being purged: {removed}; Lakekeeper still deletes their files, and the "
+              "warehouse goes once it has.", "info")
+        url = url_for("warehouses.detail", warehouse_id=warehouse_id)
+    else:
+        flash(f"Warehouse {name} is purged: {removed}.", "success")
+        url = url_for("warehouses.index")
     return make_response("", redirect=url) if request.htmx else redirect(url)
+
+
+@bp.get("/<int:warehouse_id>/closing")
+def closing(warehouse_id: int):
+    """The closing notice, polled while the worker finishes closing the warehouse. A warehouse
+    that is gone (its purge finished), like one that is not the user's, answers 404 and sends
+    the page to the list."""
+    warehouse = get_db().get(Warehouse, warehouse_id)
+    if warehouse is None or warehouse.owner_id != current_user.id:
+        return Response("", 404, headers={"HX-Redirect": url_for("warehouses.index")})
+    return render_template("warehouses/_closing.html", warehouse=warehouse)

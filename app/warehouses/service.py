@@ -6,7 +6,6 @@ accepted, the Lakekeeper side is undone (compensating delete).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -253,17 +252,21 @@ def running_into(warehouse: Warehouse) -> bool:
                                                     Execution.state == ExecutionState.RUNNING)).first() is not None
 
 
-def catalog_step(warehouse: Warehouse, step: str) -> None:
+def catalog_step(warehouse: Warehouse, step: str) -> bool:
     """Take the warehouse's access away in Lakekeeper: all of it (deactivate), or all but reading
-    (archive). Raises WarehouseActionError."""
+    (archive); or delete a purged warehouse, and its row (purge). False when the catalog is not
+    ready for it yet (a purge's tasks still run). Raises WarehouseActionError."""
+    if step == CLOSING_PURGE:
+        return _delete_purged(warehouse)
     if step == CLOSING_DEACTIVATE:
         _call(lambda: lakekeeper().deactivate_warehouse(warehouse.lakekeeper_id))
-        return
+        return True
     # The owner keeps reading (describe, select) but may no longer write, grant or delete:
     # a token minted before the archive cannot add to a warehouse on its way out.
     owner_id = lakekeeper_user_id(get_db().get(User, warehouse.owner_id).subject)
     _call(lambda: lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id, [
         WarehouseAssignment("describe", user=owner_id), WarehouseAssignment("select", user=owner_id)]))
+    return True
 
 
 def _owe_nothing(warehouse: Warehouse) -> None:
@@ -274,15 +277,18 @@ def _owe_nothing(warehouse: Warehouse) -> None:
 class PurgeOutcome:
     tables_dropped: int
     namespaces_dropped: int
+    # Lakekeeper still purges the tables' files: the worker removes the warehouse once it has.
+    pending: bool = False
 
 
-PURGE_DELETE_ATTEMPTS = 30
-PURGE_DELETE_PAUSE_SECONDS = 1.0
+CLOSING_PURGE = "purge"
 
 
 def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
     """Step two: drop every table (purging its files), then the namespaces, then the warehouse,
-    then Lakeport's row. Retries while Lakekeeper drains purge tasks; a 404 counts as done."""
+    then Lakeport's row. While Lakekeeper still drains its purge tasks the warehouse cannot be
+    deleted yet: that last part is then owed to the worker (app/warehouses/closing.py), which
+    tries again until it is done; a request never waits for it. A 404 counts as done."""
     _require(warehouse, WarehouseStatus.ARCHIVED, "Archive the warehouse before purging it.")
     if typed_name.strip() != warehouse.name:
         raise WarehouseActionError("Type the warehouse's name exactly to confirm the purge.", field="confirm_name")
@@ -300,16 +306,23 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
     except LakekeeperError as error:
         if error.status != 404:
             raise WarehouseActionError(error.user_message) from error
-    for attempt in range(PURGE_DELETE_ATTEMPTS):
-        try:
-            client.delete_warehouse(warehouse.lakekeeper_id)
-            break
-        except LakekeeperError as error:
-            if error.status == 404:
-                break
-            if error.type == "WarehouseHasUnfinishedTasks" and attempt + 1 < PURGE_DELETE_ATTEMPTS:
-                time.sleep(PURGE_DELETE_PAUSE_SECONDS)
-                continue
+    outcome = PurgeOutcome(contents.tables_dropped if contents else 0, contents.namespaces_dropped if contents else 0)
+    if not _delete_purged(warehouse):
+        warehouse.closing, warehouse.closing_error, warehouse.closing_due_at = CLOSING_PURGE, "", utcnow()
+        _save(warehouse)
+        outcome.pending = True
+    return outcome
+
+
+def _delete_purged(warehouse: Warehouse) -> bool:
+    """Delete the purged warehouse in Lakekeeper, then Lakeport's row; False while Lakekeeper
+    still has purge tasks to finish. Raises WarehouseActionError."""
+    try:
+        lakekeeper().delete_warehouse(warehouse.lakekeeper_id)
+    except LakekeeperError as error:
+        if error.type == "WarehouseHasUnfinishedTasks":
+            return False
+        if error.status != 404:
             raise WarehouseActionError(error.user_message) from error
     db = get_db()
     # History stays; what the executions wrote is gone.
@@ -319,7 +332,7 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
     db.delete(warehouse)
     db.commit()
     current_app.logger.info("purged warehouse %s (%s)", warehouse.id, warehouse.lakekeeper_id)
-    return PurgeOutcome(contents.tables_dropped if contents else 0, contents.namespaces_dropped if contents else 0)
+    return True
 
 
 @dataclass
