@@ -63,7 +63,7 @@ from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.runs import RunFailed, RunInterrupted, RunProgress
 from compute.spark_session import close_session_catalog
 from compute.console_capture import ExecutionLog, captured
-from compute.execution_spec import ExecutionSpec, Step
+from compute.contract import ExecutionSpec, InvalidSpec, Step
 from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
 from compute.spare_sessions import SESSIONS
 from compute.step_code import (
@@ -84,7 +84,11 @@ CATALOGS = CatalogCache()
 
 def run_pipeline(spark, args: dict, progress: RunProgress) -> dict:
     """Run the execution described by `args`; returns its summary, raises RunFailed otherwise."""
-    return Pipeline(spark, ExecutionSpec.from_json(args), progress).run()
+    try:
+        spec = ExecutionSpec.from_json(args)
+    except InvalidSpec as invalid:
+        raise RunFailed(str(invalid)) from None
+    return Pipeline(spark, spec, progress).run()
 
 
 # ---------------------------------------------------------------- running it

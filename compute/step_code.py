@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from compute.execution_spec import Step
+from compute.contract import Step
 
 
 def compile_step(step: Step):

@@ -17,9 +17,7 @@ from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
 from app.spark_host.client import SparkHostClient, with_spark_host_secret
 from compute.catalog_cache import CatalogAccess, CatalogCache, token_expiry
-from compute.contract import SUBMIT_CODE
-from compute.execution_spec import ExecutionSpec
-from compute.runs import RunFailed
+from compute.contract import SUBMIT_CODE, ExecutionSpec, InvalidSpec
 from compute.spark_session import S3Keys
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.process import free_port
@@ -116,9 +114,9 @@ def test_a_spec_with_bad_steps_is_refused_with_the_reason():
         ([step("a", "SELECT 1"), step("a", "SELECT 2")], "used twice"),
         ([{**step("a", "x"), "kind": "scala"}], "kind must be"),
     ):
-        with pytest.raises(RunFailed, match=reason):
+        with pytest.raises(InvalidSpec, match=reason):
             ExecutionSpec.from_json({**base, "steps": steps})
-    with pytest.raises(RunFailed, match="catalog.token"):
+    with pytest.raises(InvalidSpec, match="catalog.token"):
         ExecutionSpec.from_json({**base, "catalog": {**base["catalog"], "token": ""}})
 
 

@@ -1,12 +1,12 @@
-"""What an execution's run is given: its ExecutionSpec (compute/execution_spec.py, the one model
-of a spec and its steps), with the catalog binding of its one warehouse."""
+"""What an execution's run is given: its ExecutionSpec (compute/contract.py, the one model of
+a spec and its steps), with the catalog binding of its one warehouse."""
 from __future__ import annotations
 
 import json
 
 from app.models import ComputeUnit, Execution, User, Warehouse, Workflow, WorkflowVersion
 from app.spark_host import door
-from compute.execution_spec import ExecutionSpec, Step
+from compute.contract import ExecutionSpec, Step
 
 
 def execution_spec(execution: Execution, workflow: Workflow, version: WorkflowVersion, owner: User,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import sqlglot
 from sqlglot.errors import ParseError
 
-from compute.execution_spec import RESERVED_STEP_NAMES, STEP_KINDS, STEP_NAME, Step
+from compute.contract import RESERVED_STEP_NAMES, STEP_KINDS, STEP_NAME, Step
 
 KINDS = STEP_KINDS
 MAX_STEPS = 50
