@@ -111,6 +111,10 @@ class ComputeUnit(SQLModel, table=True):
     last_activity_at: datetime = Field(default_factory=utcnow)
     # An ended unit its owner cleared from the list; the row stays (executions refer to it).
     cleared_at: datetime | None = None
+    # The worker's last check of a RUNNING unit's cluster (JSON ClusterStatus), which its pages
+    # show: a request never asks the unit itself.
+    cluster_status: str = Field(default="")
+    cluster_checked_at: datetime | None = None
 
 
 class ComputeUnitEvent(SQLModel, table=True):

@@ -18,7 +18,7 @@ from tests.processes import process_running
 from app import create_app
 from app.compute_units import lifecycle
 from app.models import ComputeUnit, ComputeUnitEvent, Execution, User, WorkLease, Workflow, WorkflowVersion
-from app.ray_clusters.base import ClusterHandle, ClusterStatus
+from app.ray_clusters.base import ClusterHandle, ClusterStatus, NodeStatus
 from app.states import ComputeUnitState
 from app.ray_clusters.local import cluster_pids
 from devstack.process import port_is_open
@@ -403,25 +403,32 @@ class CountingBackend:
 
     def status(self, handle):
         self.checks += 1
-        return ClusterStatus(self.state, reason="" if self.state == ComputeUnitState.RUNNING else "head died")
+        return ClusterStatus(self.state, reason="" if self.state == ComputeUnitState.RUNNING else "head died",
+                             nodes=getattr(self, "nodes", []))
 
 
-def test_polled_pages_share_one_cluster_check_per_interval(app, client, auth, db_engine, monkeypatch):
+def test_pages_show_the_workers_last_check_and_never_ask_the_cluster(app, client, auth, db_engine, monkeypatch):
     auth.login("alice")
     with Session(db_engine) as db:
         alice = db.exec(select(User).where(User.email == "alice@example.test")).one()
     handle = ClusterHandle(backend="local", cu_id="0", spark_host_url="http://127.0.0.1:9", spark_host_nonce="n")
     cu_id = unit_row(db_engine, alice, state="RUNNING", handle=handle.to_json())
     backend = CountingBackend()
+    backend.nodes = [NodeStatus("head-node-1", True, True, 2.0, 2 * 2**30)]
     monkeypatch.setattr(lifecycle, "_backend", lambda cu: backend)
-    for _ in range(5):  # five browsers polling the row and the page within the interval
+    for _ in range(5):  # five browsers polling the row and the page
         assert client.get(f"/compute-units/{cu_id}/row").status_code == 200
-        assert client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).status_code == 200
+        assert 'data-testid="cu-node"' not in client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert backend.checks == 0
+    with app.app_context():
+        lifecycle.supervise()  # the worker's pass
     assert backend.checks == 1
-    lifecycle._recent_checks[cu_id] = (time.monotonic() - 10, lifecycle._recent_checks[cu_id][1])  # interval over
+    page = client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert 'data-testid="cu-node"' in page and "head-node-" in page and 'data-testid="cu-checked-at"' in page
+    assert backend.checks == 1
     backend.state = ComputeUnitState.FAILED
-    assert client.get(f"/compute-units/{cu_id}/row").status_code == 200
-    assert backend.checks == 2
+    with app.app_context():
+        lifecycle.supervise()
     with Session(db_engine) as db:
         failed = db.get(ComputeUnit, cu_id)
     assert (failed.state, failed.reason) == ("FAILED", "head died")

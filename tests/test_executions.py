@@ -777,9 +777,15 @@ def test_a_running_unit_starts_its_spark_session_before_any_execution_asks(e2e, 
                    "_private/log_monitor.py"):
         assert not [program for program in programs if absent in program], absent
     # Its page shows the unit's resources as its Spark host sees them in Ray: the executors hold CPUs.
-    page = client.get(f"/compute-units/{cu_id}").get_data(as_text=True)
+    # (as the worker last found them: it checks the unit again once its session is warm)
+    deadline = time.monotonic() + 30
+    while True:
+        page = client.get(f"/compute-units/{cu_id}").get_data(as_text=True)
+        in_use = re.search(r"CPUs in use: ([\d.]+) of ([\d.]+)", page)
+        if (in_use and float(in_use.group(1)) > 0) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert page.count('data-testid="cu-node"') == 1
-    in_use = re.search(r"CPUs in use: ([\d.]+) of ([\d.]+)", page)
     assert in_use and 0 < float(in_use.group(1)) <= float(in_use.group(2)), in_use
     launcher = json.loads((Path(handle.details["cluster_dir"]) / "nodes" / f"{SPARK_HOST_LAUNCHER}.json").read_text())
     assert launcher["returncode"] == 0

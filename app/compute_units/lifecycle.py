@@ -25,7 +25,7 @@ from sqlmodel import Session, func, select
 
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
-from app.transitions import compare_and_set
+from app.transitions import compare_and_set, set_fields
 from app.models import (
     ComputeUnit,
     ComputeUnitEvent,
@@ -307,13 +307,35 @@ def run_start(cu_id: int) -> None:
     handle = _with_secrets(cu, handle)  # makes the handle's Spark host nonce
     _record_handle(cu_id, handle)
     now = utcnow()
+    # Its page shows its nodes from the moment it is RUNNING, not from the next supervisor pass.
+    checked = _first_check(cu, handle)
     running = _transition(cu_id, (State.STARTING,), event="running", state=State.RUNNING, progress_step="",
-                          started_at=now, last_activity_at=now)
+                          started_at=now, last_activity_at=now, **checked)
     if running is None:
         # Terminated while starting: stop what was started.
         _backend(cu).terminate(handle)
-    elif current_app.config["CU_WARM_SPARK_ON_START"]:
+        return
+    if current_app.config["CU_WARM_SPARK_ON_START"]:
         _warm_up_spark(running, handle)
+        _check_now(running)
+
+
+def _first_check(cu: ComputeUnit, handle: ClusterHandle) -> dict:
+    """A started cluster's status, as the row's recorded check ({} if it cannot be had)."""
+    try:
+        return {"cluster_status": _backend(cu).status(handle).to_json(), "cluster_checked_at": utcnow()}
+    except Exception:
+        logger.exception("checking compute unit %s failed", cu.id)
+        return {}
+
+
+def _check_now(cu: ComputeUnit) -> None:
+    try:
+        refresh(cu)
+    except DATABASE_UNAVAILABLE:
+        raise
+    except Exception:
+        logger.exception("checking compute unit %s failed", cu.id)
 
 
 def _record_handle(cu_id: int, handle: ClusterHandle, patience_s: float = 300.0) -> None:
@@ -424,16 +446,12 @@ def run_clean_up(cu_id: int) -> None:
     _update(cu_id, progress_step="")
 
 
-def refresh(cu: ComputeUnit, max_age_s: float = 0.0) -> ClusterStatus | None:
-    """Check a RUNNING unit against its cluster; a dead one becomes FAILED with the reason (the
-    worker stops its remains). Returns the cluster's status for display. With `max_age_s`, a
-    check this process made at most that long ago stands: pages that poll a unit (each open
-    browser every few seconds) then cost the cluster one check per interval, not one each."""
+def refresh(cu: ComputeUnit) -> ClusterStatus | None:
+    """The worker's check of a RUNNING unit against its cluster: a dead one becomes FAILED with
+    the reason (the worker stops its remains); a live one's status is recorded for its pages,
+    which never ask the cluster themselves. Returns the cluster's status."""
     if cu.state != State.RUNNING:
         return None
-    if max_age_s > 0 and (recent := _recent_checks.get(cu.id)) is not None \
-            and time.monotonic() - recent[0] <= max_age_s:
-        return recent[1]
     handle = handle_of(cu)
     if handle is None:
         _fail_and_reload(cu, "Lakeport lost track of this cluster (no handle)")
@@ -441,14 +459,25 @@ def refresh(cu: ComputeUnit, max_age_s: float = 0.0) -> ClusterStatus | None:
     status = _backend(cu).status(handle)
     if status.state == ComputeUnitState.FAILED:
         _fail_and_reload(cu, status.reason or "the cluster stopped")
-        _recent_checks.pop(cu.id, None)
     else:
-        _recent_checks[cu.id] = (time.monotonic(), status)
+        set_fields(ComputeUnit, cu.id, cluster_status=status.to_json(), cluster_checked_at=utcnow())
     return status
 
 
-# Unit id → (when, status) of this process's last check of a RUNNING unit (see `refresh`).
-_recent_checks: dict[int, tuple[float, ClusterStatus]] = {}
+def recorded_status(cu: ComputeUnit) -> ClusterStatus | None:
+    """What the worker's last check found of a RUNNING unit's cluster, for its pages."""
+    if cu.state != State.RUNNING or not cu.cluster_status:
+        return None
+    try:
+        return ClusterStatus.from_json(cu.cluster_status)
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def recorded_handle(cu: ComputeUnit) -> ClusterHandle | None:
+    """The cluster's handle as recorded, without its secrets (for pages: nothing is called)."""
+    data = json.loads(cu.handle or "{}")
+    return ClusterHandle(**data) if data else None
 
 
 def _fail_and_reload(cu: ComputeUnit, reason: str) -> None:
@@ -496,12 +525,7 @@ def supervise() -> None:
     with Session(engine(), expire_on_commit=False) as db:
         running = list(db.exec(select(ComputeUnit).where(ComputeUnit.state == State.RUNNING)))
     for cu in running:
-        try:
-            refresh(cu)
-        except DATABASE_UNAVAILABLE:
-            raise
-        except Exception:
-            logger.exception("checking compute unit %s failed", cu.id)
+        _check_now(cu)
 
 
 def pending_work() -> list[tuple[str, object, int]]:

@@ -11,9 +11,6 @@ from app.compute_units.phase import Phase, phase_of
 from app.db import get_owned_or_404
 from app.models import ComputeUnit
 
-# A unit's row and page poll every few seconds in each open browser: a cluster check this web
-# process made this recently stands for all of them (the worker's supervisor checks units too).
-POLLED_CHECK_MAX_AGE_SECONDS = 3.0
 
 
 def _choices() -> tuple[list[str], list[str]]:
@@ -69,17 +66,14 @@ def create():
 @bp.get("/<int:cu_id>")
 def detail(cu_id: int):
     cu = _unit(cu_id)
-    status = lifecycle.refresh(cu, max_age_s=POLLED_CHECK_MAX_AGE_SECONDS)
     template = "compute_units/_detail_status.html" if request.htmx else "compute_units/detail.html"
-    return render_template(template, cu=cu, status=status, events=lifecycle.recent_events(cu),
-                           executions=lifecycle.running_executions(cu), handle=lifecycle.handle_of(cu))
+    return render_template(template, cu=cu, status=lifecycle.recorded_status(cu), events=lifecycle.recent_events(cu),
+                           executions=lifecycle.running_executions(cu), handle=lifecycle.recorded_handle(cu))
 
 
 @bp.get("/<int:cu_id>/row")
 def row(cu_id: int):
-    cu = _unit(cu_id)
-    lifecycle.refresh(cu, max_age_s=POLLED_CHECK_MAX_AGE_SECONDS)
-    return render_template("compute_units/_row.html", cu=cu)
+    return render_template("compute_units/_row.html", cu=_unit(cu_id))
 
 
 @bp.post("/<int:cu_id>/terminate")

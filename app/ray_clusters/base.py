@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from app.ray_clusters.unit_limits import LimitsReport, LimitUsage
+from app.ray_clusters.unit_limits import LimitsReport, LimitUsage, UnitLimits
 from app.states import ComputeUnitState
 
 GIB = 1024**3
@@ -150,6 +150,18 @@ class ClusterStatus:
     @property
     def alive_nodes(self) -> int:
         return sum(node.alive for node in self.nodes)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterStatus:
+        data = json.loads(text)
+        limits = data.pop("limits", None)
+        return cls(**{**data, "state": ComputeUnitState(data["state"]),
+                      "nodes": [NodeStatus(**node) for node in data.get("nodes") or []],
+                      "limits": LimitsReport(UnitLimits(**limits["limits"]), LimitUsage(**limits["usage"]),
+                                             limits["disk_used_bytes"]) if limits else None})
 
 
 class ClusterStartError(RuntimeError):

@@ -1,5 +1,6 @@
 """the worker carries out what requests used to wait for: a warehouse's catalog step once its
-runs have stopped, and the differing rows of a comparison
+runs have stopped, the differing rows of a comparison, and the check of a unit's cluster that
+its pages show
 
 Revision ID: 0010
 Revises: 0009
@@ -26,6 +27,10 @@ def _table(trigger: str) -> str:
 
 
 def upgrade() -> None:
+    with op.batch_alter_table('compute_units') as batch:
+        batch.add_column(sa.Column('cluster_status', sqlmodel.sql.sqltypes.AutoString(), nullable=False,
+                                   server_default=''))
+        batch.add_column(sa.Column('cluster_checked_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
     with op.batch_alter_table('warehouses') as batch:
         batch.add_column(sa.Column('closing', sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False,
                                    server_default=''))
@@ -63,3 +68,6 @@ def downgrade() -> None:
         batch.drop_column('closing_error')
         batch.drop_column('closing_due_at')
         batch.drop_column('closing')
+    with op.batch_alter_table('compute_units') as batch:
+        batch.drop_column('cluster_checked_at')
+        batch.drop_column('cluster_status')
