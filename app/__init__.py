@@ -41,6 +41,9 @@ def create_app(config: Config | None = None) -> Flask:
     from app.workflows import bp as workflows_bp
     from app.executions import bp as executions_bp
     from app.usage import bp as usage_bp
+    from app.tokens import bp as tokens_bp
+    from app.api import bp as api_bp
+    from app.api.openapi import spec as api_spec
 
     app.register_blueprint(auth_bp)
     app.register_blueprint(main_bp)
@@ -49,6 +52,10 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(workflows_bp)
     app.register_blueprint(executions_bp)
     app.register_blueprint(usage_bp)
+    app.register_blueprint(tokens_bp)
+    app.register_blueprint(api_bp)
+    security.csrf.exempt(api_bp)  # the API takes no cookie: a bearer token, which no other site can send
+    api_spec.register(app)
 
     register_error_pages(app)
     app.context_processor(navigation)
@@ -101,6 +108,7 @@ NAVIGATION = [
     ("Workflows", "workflows.index"),
     ("Executions", "executions.index"),
     ("Usage", "usage.index"),
+    ("API tokens", "tokens.index"),
 ]
 
 
@@ -128,6 +136,10 @@ def register_error_pages(app: Flask) -> None:
         title, message = messages.get(code, messages[500])
         if code == 500:
             app.logger.exception("unhandled error on %s %s", request.method, request.path)
+        if request.path.startswith("/api/"):
+            from app.api.problems import problem
+
+            return problem(code, message)
         if request.headers.get("HX-Request") == "true":
             return render_template("_error_inline.html", message=message), code
         return render_template("error.html", title=title, message=message), code

@@ -169,6 +169,10 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_USAGE_SAMPLE_SECONDS", 900.0, cast=float,
         help="How often the worker measures each warehouse's live storage (from table metadata) and what "
              "finished executions wrote; pages show these stored samples."),
+    "API_CALLS_PER_MINUTE": Setting(
+        "LAKEPORT_API_CALLS_PER_MINUTE", 120, cast=int,
+        help="How many API calls (`/api/v1`) one personal access token, and one user with all their tokens, "
+             "may make a minute; over it a call answers 429 with `Retry-After`."),
     "CU_ALLOWED_ENDPOINTS": Setting(
         "LAKEPORT_CU_ALLOWED_ENDPOINTS", "",
         help="Comma-separated `host:port` endpoints that code on local compute units may connect to besides "
@@ -229,6 +233,7 @@ class Config:
     WORKER_LEASE_SECONDS: float = SETTINGS["WORKER_LEASE_SECONDS"].default
     WORKER_SUPERVISOR_SECONDS: float = SETTINGS["WORKER_SUPERVISOR_SECONDS"].default
     USAGE_SAMPLE_SECONDS: float = SETTINGS["USAGE_SAMPLE_SECONDS"].default
+    API_CALLS_PER_MINUTE: int = SETTINGS["API_CALLS_PER_MINUTE"].default
     CU_ALLOWED_ENDPOINTS: str = SETTINGS["CU_ALLOWED_ENDPOINTS"].default
     DEV_STORAGE_HINT: str = SETTINGS["DEV_STORAGE_HINT"].default
     TESTING: bool = False
@@ -273,6 +278,8 @@ class Config:
         except ValueError as error:
             names = f"{SETTINGS['CU_TASKS_PER_NODE'].env} or {SETTINGS['CU_DISK_GB'].env}"
             raise ValueError(f"{names}: {error}") from None
+        if self.API_CALLS_PER_MINUTE < 1:
+            raise ValueError(f"{SETTINGS['API_CALLS_PER_MINUTE'].env}: must be at least 1")
 
     def flask_mapping(self) -> dict[str, Any]:
         """The settings as Flask config keys, plus the cookie and CSRF policy derived from them."""

@@ -167,6 +167,7 @@ class Execution(SQLModel, table=True):
     """
 
     __tablename__ = "executions"
+    __table_args__ = (UniqueConstraint("owner_id", "idempotency_key", name="uq_executions_owner_idempotency_key"),)
 
     id: int | None = Field(default=None, primary_key=True)
     owner_id: int = Field(foreign_key="users.id", index=True)
@@ -198,6 +199,8 @@ class Execution(SQLModel, table=True):
     lineage: str = Field(default="{}")
     # A re-run on the same inputs: {"execution_id": <the run re-run>, "tables": {table: snapshot id}}.
     pinned_to: str = Field(default="{}")
+    # The API's Idempotency-Key of the start that made it: a retried start finds this execution.
+    idempotency_key: str | None = Field(default=None, max_length=128)
 
 
 class WorkLease(SQLModel, table=True):
@@ -360,3 +363,33 @@ class ComparisonJob(SQLModel, table=True):
     @property
     def running(self) -> bool:
         return self.state in JobState.LIVE
+
+
+class ApiToken(SQLModel, table=True):
+    """A personal access token for the API (app/api/): shown once, stored only as its SHA-256.
+    `scope` is "read" (look) or "run" (also start, cancel, create and terminate)."""
+
+    __tablename__ = "api_tokens"
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=64)
+    scope: str = Field(max_length=8)
+    token_sha256: str = Field(max_length=64, unique=True, index=True)
+    # The token's first characters, to tell tokens apart on the page.
+    prefix: str = Field(max_length=16)
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+class ApiRateWindow(SQLModel, table=True):
+    """Calls counted in one rate-limit window, per key ("token:7", "user:3"): shared by every
+    web process, so the limit holds whatever their number."""
+
+    __tablename__ = "api_rate_windows"
+
+    key: str = Field(primary_key=True, max_length=64)
+    window_start: int = Field(primary_key=True)
+    calls: int = 0

@@ -18,7 +18,10 @@ csrf = CSRFProtect()
 login_manager = LoginManager()
 
 # Endpoints that answer without a signed-in user.
-PUBLIC_ENDPOINTS = {"static", "main.health", "auth.login", "auth.start", "auth.callback", "auth.logged_out"}
+PUBLIC_ENDPOINTS = {"static", "main.health", "auth.login", "auth.start", "auth.callback", "auth.logged_out",
+                    "api.openapi_json"}
+# The API authenticates its callers itself, by token (app/api/auth.py); its reference page is a page.
+API_BLUEPRINT, API_PAGES = "api", {"api.openapi_docs"}
 
 
 def init_app(app: Flask) -> None:
@@ -37,6 +40,10 @@ def init_app(app: Flask) -> None:
 
 
 def require_sign_in():
+    if request.blueprint == API_BLUEPRINT and request.endpoint not in API_PAGES:
+        return None
+    if request.path.startswith("/api/") and request.endpoint is None:
+        return None  # no such API route: a problem document says so, not the sign-in page
     if request.endpoint in PUBLIC_ENDPOINTS or current_user.is_authenticated:
         return None
     login_url = url_for("auth.login", next=request.full_path.rstrip("?") if request.method == "GET" else None)

@@ -51,3 +51,9 @@ def backend_for(kind: str, config) -> ClusterBackend:
         )
         return KubeRayBackend(connection, image=config["KUBERAY_IMAGE"])
     raise ValueError(f"unknown compute-unit kind {kind!r}")
+
+
+def unit_choices(config, user) -> tuple[list[str], list[str]]:
+    """(kinds, names of the listed Ray clusters) `user` may choose from for a new unit."""
+    clusters = [cluster.name for cluster in ray_clusters_for(config, user.email)]
+    return offered_kinds(config, clusters), clusters

@@ -5,18 +5,15 @@ from flask_login import current_user
 from htmx_flask import make_response
 
 from app.compute_units import bp, forms, lifecycle
-from app.compute_units.backends import KIND_LABELS, offered_kinds, ray_clusters_for
+from app.compute_units.backends import KIND_LABELS, unit_choices
 from app.compute_units.lifecycle import ComputeUnitError
 from app.compute_units.phase import Phase, phase_of
 from app.db import get_owned_or_404
 from app.models import ComputeUnit
 
 
-
 def _choices() -> tuple[list[str], list[str]]:
-    """(kinds, names of the listed Ray clusters) the signed-in user may choose from."""
-    clusters = [cluster.name for cluster in ray_clusters_for(current_app.config, current_user.email)]
-    return offered_kinds(current_app.config, clusters), clusters
+    return unit_choices(current_app.config, current_user)
 
 
 @bp.context_processor

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 
 from flask import current_app
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from app import leases
@@ -83,6 +84,14 @@ class RunRefused(UserFacingError):
     """A run or a cancel was refused; `message` is for the user, `field` the form field at fault."""
 
 
+class AlreadyStarted(Exception):
+    """A start with an idempotency key that started an execution before (`execution`)."""
+
+    def __init__(self, execution: Execution) -> None:
+        super().__init__(f"execution {execution.id} was started with this key")
+        self.execution = execution
+
+
 class ExecutionFailed(Exception):
     """Ends the worker's work on an execution with FAILED and this reason."""
 
@@ -110,10 +119,17 @@ def check_runnable(owner: User, cu: ComputeUnit | None, warehouse: Warehouse | N
     return errors
 
 
+def started_with(owner: User, idempotency_key: str) -> Execution | None:
+    """The execution `owner` started with this idempotency key (the API's), if any."""
+    return get_db().exec(select(Execution).where(Execution.owner_id == owner.id,
+                                                 Execution.idempotency_key == idempotency_key)).first()
+
+
 def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: ComputeUnit | None,
-          warehouse: Warehouse | None, pinned_to: dict | None = None) -> Execution:
+          warehouse: Warehouse | None, pinned_to: dict | None = None, idempotency_key: str | None = None) -> Execution:
     """Record a QUEUED execution of `version`; the worker runs it (reading its inputs at the
-    snapshots of `pinned_to`, see `rerun_pinned`)."""
+    snapshots of `pinned_to`, see `rerun_pinned`). With `idempotency_key`, one execution per key:
+    a second start with it raises AlreadyStarted."""
     if version is None or not json.loads(version.steps or "[]"):
         raise RunRefused("This workflow has no steps yet. Add steps in the editor and save first.")
     errors = check_runnable(owner, cu, warehouse)
@@ -126,13 +142,19 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
         owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version.id,
         workflow_version=version.version, compute_unit_id=cu.id, warehouse_id=warehouse.id,
         warehouse_name=warehouse.name, progress=json.dumps({"steps": steps, "logs": []}),
-        pinned_to=json.dumps(pinned_to or {}),
+        pinned_to=json.dumps(pinned_to or {}), idempotency_key=idempotency_key,
     )
     db.add(execution)
     # A unit idle for long would be stopped at the next check, under this execution.
     cu.last_activity_at = utcnow()
     db.add(cu)
-    db.commit()
+    try:
+        db.commit()
+    except IntegrityError:
+        db.rollback()
+        if idempotency_key is not None and (earlier := started_with(owner, idempotency_key)) is not None:
+            raise AlreadyStarted(earlier) from None
+        raise
     current_app.logger.info("user %s started execution %s of workflow %s v%s on compute unit %s into warehouse %s",
                             owner.id, execution.id, workflow.id, version.version, cu.id, warehouse.id)
     return execution

@@ -1,0 +1,13 @@
+"""Lakeport without a browser: a JSON API under /api/v1 for what a signed-in user can do.
+
+Routes (`routes.py`) call the same service modules as the pages; only the wire is new. The
+OpenAPI 3.1 document is generated from the routes and their pydantic models by spectree
+(`openapi.py`): chosen because it validates requests and responses with the same models it
+documents, supports Flask blueprints, and is kept up to date. A caller authenticates with a
+personal access token (`auth.py`, app/tokens/); errors are problem documents (`problems.py`).
+"""
+from flask import Blueprint
+
+bp = Blueprint("api", __name__, url_prefix="/api/v1")
+
+from app.api import auth, openapi, problems, routes  # noqa: E402,F401

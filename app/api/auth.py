@@ -1,0 +1,41 @@
+"""Who calls the API: a personal access token in `Authorization: Bearer`, and nothing else.
+
+A session cookie opens nothing here (so no cross-site request can act through the API, and
+no CSRF token is needed), and a token opens no page. The token's owner is the call's
+`current_user`, for this request only: the services and `get_owned_or_404` work as on the
+pages, and another user's id answers 404. A `read` token only reads. Every call counts against
+its token's and its user's rate limits (`rate_limit.py`).
+"""
+from __future__ import annotations
+
+from flask import g, request
+
+from app.api import bp, rate_limit
+from app.api.problems import ApiProblem
+from app.tokens.service import holder_of
+
+READ_METHODS = {"GET", "HEAD", "OPTIONS"}
+# The largest body a call may send (the API takes small JSON documents only).
+MAX_BODY_BYTES = 64 * 1024
+# The API's own description is public: it holds no data.
+PUBLIC_ENDPOINTS = {"api.openapi_json", "api.openapi_docs"}
+
+
+@bp.before_request
+def authenticate():
+    request.max_content_length = MAX_BODY_BYTES  # a longer body answers 413, however it is sent
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise ApiProblem(413, f"A call's body is at most {MAX_BODY_BYTES // 1024} KiB.")
+    if request.endpoint in PUBLIC_ENDPOINTS:
+        return
+    scheme, _, text = request.headers.get("Authorization", "").partition(" ")
+    held = holder_of(text.strip()) if scheme.lower() == "bearer" else None
+    if held is None:
+        raise ApiProblem(401, "A valid personal access token is needed: Authorization: Bearer <token>.",
+                         headers={"WWW-Authenticate": 'Bearer realm="lakeport"'})
+    token, user = held
+    g._login_user = user  # flask-login's current_user, for this request only
+    g.api_token = token
+    rate_limit.count(token, user)
+    if request.method not in READ_METHODS and token.scope != "run":
+        raise ApiProblem(403, "This token's scope is read: it cannot change anything.")

@@ -1,0 +1,133 @@
+"""What the API takes and returns, as pydantic models: spectree validates calls with them and
+writes the OpenAPI document from them."""
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Problem(BaseModel):
+    """An error (RFC 9457); `field` names the input at fault."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    field: str | None = None
+
+
+class ListQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cursor: str | None = Field(None, max_length=64, description="`next_cursor` of the page before")
+    limit: int = Field(50, ge=1, le=100)
+
+
+class Warehouse(BaseModel):
+    id: int
+    name: str
+    status: str
+    location: str
+    bucket: str
+    key_prefix: str
+    endpoint: str
+    region: str
+    created_at: datetime
+    archived_at: datetime | None
+
+
+class ComputeUnit(BaseModel):
+    id: int
+    name: str
+    kind: str
+    state: str
+    reason: str
+    cpus: int
+    memory_gb: float
+    worker_nodes: int
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+class ComputeUnitCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=48)
+    kind: str = Field("local", max_length=16)
+    cpus: int = 1
+    memory_gb: float = 2.0
+    worker_nodes: int = 0
+    ray_cluster: str = Field("", max_length=64)
+
+
+class Step(BaseModel):
+    name: str
+    kind: str
+    code: str
+    output: bool
+
+
+class Workflow(BaseModel):
+    id: int
+    name: str
+    description: str
+    latest_version: int
+    steps: list[Step] = Field(description="the steps of its latest version")
+
+
+class ExecutionStart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workflow_id: int
+    version: int | None = Field(None, description="a saved version; its latest when absent")
+    compute_unit_id: int
+    warehouse_id: int
+
+
+class Execution(BaseModel):
+    id: int
+    workflow_id: int
+    workflow_version: int
+    compute_unit_id: int | None
+    warehouse_id: int | None
+    warehouse_name: str
+    state: str
+    reason: str
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    outputs: dict[str, str] = Field(description="output step → its table in the warehouse")
+
+
+class WarehousePage(BaseModel):
+    items: list[Warehouse]
+    next_cursor: str | None
+
+
+class ComputeUnitPage(BaseModel):
+    items: list[ComputeUnit]
+    next_cursor: str | None
+
+
+class WorkflowPage(BaseModel):
+    items: list[Workflow]
+    next_cursor: str | None
+
+
+class ExecutionPage(BaseModel):
+    items: list[Execution]
+    next_cursor: str | None
+
+
+def cursor_after(row_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"before": row_id}).encode()).decode().rstrip("=")
+
+
+def cursor_id(cursor: str) -> int | None:
+    """The id a cursor continues before; None for one this API did not make."""
+    try:
+        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["before"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
