@@ -36,6 +36,7 @@ class Warehouse(BaseModel):
     region: str
     created_at: datetime
     archived_at: datetime | None
+    closing: str = Field(description="what the worker still owes the catalog: archive, deactivate, purge, or ''")
 
 
 class ComputeUnit(BaseModel):
@@ -63,10 +64,10 @@ class ComputeUnitCreate(BaseModel):
 
 
 class Step(BaseModel):
-    name: str
-    kind: str
-    code: str
-    output: bool
+    name: str = Field(max_length=40)
+    kind: str = Field(max_length=16)
+    code: str = Field(max_length=100_000)
+    output: bool = False
 
 
 class Workflow(BaseModel):
@@ -98,6 +99,94 @@ class Execution(BaseModel):
     started_at: datetime | None
     ended_at: datetime | None
     outputs: dict[str, str] = Field(description="output step → its table in the warehouse")
+
+
+class StorageIn(BaseModel):
+    """A bucket to register (or only test): the secret goes to the catalog and is never stored."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field("", max_length=48)
+    bucket: str = Field(max_length=63)
+    key_prefix: str = Field("", max_length=512)
+    endpoint: str = Field("", max_length=512)
+    region: str = Field(max_length=64)
+    path_style_access: bool = True
+    flavor: str = Field("s3-compat", max_length=16)
+    access_key_id: str = Field(max_length=256)
+    secret_access_key: str = Field(max_length=256)
+
+
+class StorageCheck(BaseModel):
+    name: str
+    outcome: str
+    message: str
+
+
+class StorageReport(BaseModel):
+    ok: bool
+    location: str
+    checks: list[StorageCheck]
+
+
+class TableRef(BaseModel):
+    namespace: str
+    name: str
+
+
+class Column(BaseModel):
+    name: str
+    type: str
+    required: bool
+    doc: str | None
+
+
+class Snapshot(BaseModel):
+    snapshot_id: int
+    committed_at_ms: int
+    operation: str
+    added_records: int | None
+    added_bytes: int | None
+
+
+class TableOverview(BaseModel):
+    name: str
+    location: str
+    columns: list[Column]
+    properties: dict[str, str]
+    snapshots: list[Snapshot]
+    total_records: int | None
+    total_bytes: int | None
+
+
+class RowsPage(BaseModel):
+    """One page of a table's rows, each a list in `columns` order."""
+
+    columns: list[str]
+    types: list[str]
+    total_rows: int
+    page: int
+    size: int
+    pages: int
+    rows: list[list]
+
+
+class RowsQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    page: int = Field(1, ge=1, le=10_000_000)
+    size: int = Field(50, ge=1, le=500)
+
+
+class StepsIn(BaseModel):
+    """A new version's steps, and the version they were edited from (a save since is refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_version: int = Field(ge=0)
+    steps: list[Step] = Field(max_length=50)
+
+
+class Lineage(BaseModel):
+    read: list[dict] = []
+    wrote: list[dict] = []
 
 
 class WarehousePage(BaseModel):

@@ -1,0 +1,124 @@
+"""The API's warehouses: list, get, test a connection, register, archive; their tables."""
+from __future__ import annotations
+
+from flask_login import current_user
+from spectree import Response
+
+from app.api import bp, schemas
+from app.api.openapi import spec
+from app.api.paging import ERRORS, page_of
+from app.api.problems import ApiProblem
+from app.db import get_owned_or_404
+from app.iceberg_catalogs import ResultReadError, TableMissing
+from app.models import Warehouse
+from app.warehouses import forms, service, tables
+from app.warehouses.service import WarehouseActionError
+
+
+def warehouse_out(row: Warehouse) -> schemas.Warehouse:
+    return schemas.Warehouse(id=row.id, name=row.name, status=row.status, location=row.location, bucket=row.bucket,
+                             key_prefix=row.key_prefix, endpoint=row.endpoint, region=row.region,
+                             created_at=row.created_at, archived_at=row.archived_at, closing=row.closing)
+
+
+def _storage(body: schemas.StorageIn, fields: list[str] | None = None):
+    """The body through the register form's own checks (a refusal names its field)."""
+    data = {**body.model_dump(), "path_style_access": "on" if body.path_style_access else ""}
+    storage, errors = forms.parse_storage_form(data, fields=fields) if fields else forms.parse_storage_form(data)
+    if errors:
+        field, message = next(iter(errors.items()))
+        raise ApiProblem(400, message, field)
+    return storage
+
+
+def _refused(error: WarehouseActionError) -> ApiProblem:
+    return ApiProblem(400 if error.field else 409, error.message, error.field)
+
+
+@bp.get("/warehouses")
+@spec.validate(query=schemas.ListQuery, resp=Response(HTTP_200=schemas.WarehousePage, **ERRORS), tags=["warehouses"])
+def list_warehouses(query: schemas.ListQuery):
+    """Your warehouses."""
+    return page_of(service.user_warehouses(current_user), query, warehouse_out, schemas.WarehousePage)
+
+
+@bp.post("/warehouses")
+@spec.validate(json=schemas.StorageIn, resp=Response(HTTP_201=schemas.Warehouse, HTTP_409=schemas.Problem, **ERRORS),
+               tags=["warehouses"])
+def register_warehouse(json: schemas.StorageIn):
+    """Register a warehouse on your bucket: the keys go to the catalog, never into Lakeport."""
+    try:
+        return warehouse_out(service.register(current_user, _storage(json))), 201
+    except WarehouseActionError as error:
+        raise _refused(error) from None
+
+
+@bp.post("/warehouses/test-connection")
+@spec.validate(json=schemas.StorageIn, resp=Response(HTTP_200=schemas.StorageReport, **ERRORS), tags=["warehouses"])
+def test_warehouse_connection(json: schemas.StorageIn):
+    """Write, read, list and delete a probe object with these keys (nothing is registered)."""
+    storage = _storage(json, ["bucket", "key_prefix", "endpoint", "region", "flavor", "access_key_id",
+                              "secret_access_key"])
+    if not storage.key_prefix:
+        storage.key_prefix = service.default_key_prefix(current_user, storage.name or "warehouse")
+    try:
+        report = service.test_connection(storage)
+    except WarehouseActionError as error:
+        raise _refused(error) from None
+    return schemas.StorageReport(ok=report.ok, location=str(report.location), checks=[
+        schemas.StorageCheck(name=check.name, outcome=check.outcome.value, message=check.message)
+        for check in report.checks])
+
+
+@bp.get("/warehouses/<int:warehouse_id>")
+@spec.validate(resp=Response(HTTP_200=schemas.Warehouse, **ERRORS), tags=["warehouses"])
+def get_warehouse(warehouse_id: int):
+    """One of your warehouses."""
+    return warehouse_out(get_owned_or_404(Warehouse, warehouse_id))
+
+
+@bp.post("/warehouses/<int:warehouse_id>/archive")
+@spec.validate(resp=Response(HTTP_202=schemas.Warehouse, HTTP_409=schemas.Problem, **ERRORS), tags=["warehouses"])
+def archive_warehouse(warehouse_id: int):
+    """No new executions; those writing into it are stopped; what it holds stays readable."""
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
+    try:
+        service.archive(warehouse)
+    except WarehouseActionError as error:
+        raise _refused(error) from None
+    return warehouse_out(warehouse), 202
+
+
+@bp.get("/warehouses/<int:warehouse_id>/tables")
+@spec.validate(resp=Response(HTTP_200=list[schemas.TableRef], HTTP_409=schemas.Problem, **ERRORS),
+               tags=["warehouses"])
+def list_tables(warehouse_id: int):
+    """Every table of the warehouse, by namespace."""
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
+    try:
+        listings = service.browse(warehouse)
+    except WarehouseActionError as error:
+        raise _refused(error) from None
+    return [schemas.TableRef(namespace=listing.name, name=table.identifier.name)
+            for listing in listings for table in listing.tables]
+
+
+@bp.get("/warehouses/<int:warehouse_id>/tables/<name>")
+@spec.validate(resp=Response(HTTP_200=schemas.TableOverview, HTTP_409=schemas.Problem, **ERRORS),
+               tags=["warehouses"])
+def get_table(warehouse_id: int, name: str):
+    """A table's schema, properties, snapshots (newest first) and size; `name` is `namespace.table`."""
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
+    if not tables.valid_table_name(name):
+        raise ApiProblem(404, "No such table.")
+    try:
+        found = tables.overview(warehouse, name)
+    except TableMissing:
+        raise ApiProblem(404, "No such table.") from None
+    except ResultReadError as error:
+        raise ApiProblem(409, error.args[0]) from None
+    return schemas.TableOverview(
+        name=found.name, location=found.location, properties=found.properties, total_records=found.total_records,
+        total_bytes=found.total_bytes,
+        columns=[schemas.Column(name=c.name, type=c.type, required=c.required, doc=c.doc) for c in found.columns],
+        snapshots=[schemas.Snapshot(**vars(snapshot)) for snapshot in found.snapshots])
