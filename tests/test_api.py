@@ -108,7 +108,7 @@ def test_a_read_token_reads_and_cannot_change_anything(app, client, db_engine, o
     workflow, warehouse, cu = equipped(db_engine, owner)
     api = Api(client, token_for(app, owner, "read"))
     assert api.call("GET", f"/api/v1/compute-units/{cu.id}").get_json()["state"] == "RUNNING"
-    for path, body in ((f"/api/v1/executions", {"workflow_id": workflow.id, "compute_unit_id": cu.id,
+    for path, body in (("/api/v1/executions", {"workflow_id": workflow.id, "compute_unit_id": cu.id,
                                                 "warehouse_id": warehouse.id}),
                        (f"/api/v1/compute-units/{cu.id}/terminate", None),
                        ("/api/v1/compute-units", {"name": "nope-unit"})):
