@@ -2,7 +2,8 @@
 cycles among them, the arrows that run the wrong way, and the longest modules and functions.
 
 Read with Python's `ast`, nothing is imported or run. tests/test_architecture.py holds the
-rules it reports on: no cycle, `app` never imports `devstack`, `compute` never imports `app`.
+rules it reports on: no cycle, `app` never imports `devstack`, `compute` never imports `app`,
+the client (`lakeport_client`) imports none of them.
 """
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("app", "compute", "devstack")
-# Imports that would run the wrong way: (importer package, imported package).
-FORBIDDEN = {("app", "devstack"), ("compute", "app"), ("compute", "devstack")}
+PACKAGES = ("app", "compute", "devstack", "lakeport_client")
+# Imports that would run the wrong way: (importer package, imported package). The client speaks
+# to a portal over HTTP only.
+FORBIDDEN = {("app", "devstack"), ("compute", "app"), ("compute", "devstack"),
+             ("lakeport_client", "app"), ("lakeport_client", "compute"), ("lakeport_client", "devstack")}
 
 
 @dataclass

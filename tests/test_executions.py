@@ -1203,6 +1203,34 @@ def test_a_host_seen_ready_that_refuses_a_run_but_is_still_there_gets_no_second_
     assert submits == [41] and prepared == [41, 41]
 
 
+def test_the_lakeport_command_runs_a_workflow_to_its_end_and_says_so_by_its_exit_code(e2e, db_engine, monkeypatch):
+    """`lakeport run ... --wait` against this portal (in-process over WSGI) with a token: the live
+    log, exit 0 on COMPLETED; a failing run exits 1 with its reason."""
+    from click.testing import CliRunner
+
+    from app.tokens import service as tokens
+    from lakeport_client import Client, cli
+
+    app, client, user, cu_id, warehouse_id = e2e
+    with app.app_context():
+        token = tokens.create(user, "cli", "run", 1).text
+    monkeypatch.setattr(cli, "make_client", lambda: Client("http://portal.test", token,
+                                                           transport=httpx.WSGITransport(app=app)))
+    monkeypatch.setattr(cli, "POLL_SECONDS", 0.2)
+    good = workflow_for(db_engine, user, [{"name": "said", "kind": "python", "output": True,
+                                           "code": "def run(spark):\n    print('hello from the cli run')\n"
+                                                   "    return spark.range(3)"}])
+    ran = CliRunner().invoke(cli.main, ["run", good.name, "--unit", str(cu_id), "--warehouse", str(warehouse_id),
+                                        "--wait"])
+    assert ran.exit_code == 0, ran.output
+    assert "COMPLETED" in ran.output.splitlines()[-1] and "hello from the cli run" in ran.output
+    bad = workflow_for(db_engine, user, [{"name": "broken", "kind": "python", "output": True,
+                                          "code": "def run(spark):\n    raise ValueError('no such luck')"}])
+    failed = CliRunner().invoke(cli.main, ["run", bad.name, "--unit", str(cu_id), "--warehouse", str(warehouse_id),
+                                           "--wait"])
+    assert failed.exit_code == 1 and "FAILED" in failed.output and "no such luck" in failed.output, failed.output
+
+
 def test_a_compute_unit_that_dies_mid_run_fails_the_execution_with_that_reason(e2e, db_engine):
     """Last in this module: it kills the unit."""
     app, client, user, cu_id, warehouse_id = e2e

@@ -1,0 +1,149 @@
+"""A thin client of Lakeport's API: one method per operation of /api/v1/openapi.json, JSON in
+and out, errors raised as ApiError with the problem document's words."""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+API = "/api/v1"
+
+
+class ApiError(Exception):
+    """The API refused a call; `status`, `detail` and `field` come from its problem document."""
+
+    def __init__(self, status: int, detail: str, field: str | None = None) -> None:
+        super().__init__(f"{status}: {detail}" + (f" (field {field})" if field else ""))
+        self.status, self.detail, self.field = status, detail, field
+
+
+class Client:
+    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self._http = httpx.Client(base_url=base_url.rstrip("/") + API, timeout=timeout, transport=transport,
+                                  headers={"Authorization": f"Bearer {token}", "User-Agent": "lakeport-client"})
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- the wire ---------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
+              headers: dict | None = None) -> Any:
+        response = self._http.request(method, path, json=json, params=params, headers=headers)
+        if response.status_code >= 400:
+            raise _error(response)
+        return response.json()
+
+    def _all(self, path: str) -> list[dict]:
+        """Every item of a paged list, following its cursors."""
+        items, cursor = [], None
+        while True:
+            page = self._call("GET", path, params={"limit": 100, **({"cursor": cursor} if cursor else {})})
+            items += page["items"]
+            if not (cursor := page["next_cursor"]):
+                return items
+
+    # --- warehouses ---------------------------------------------------------------------------
+
+    def warehouses(self) -> list[dict]:
+        return self._all("/warehouses")
+
+    def warehouse(self, warehouse_id: int) -> dict:
+        return self._call("GET", f"/warehouses/{warehouse_id}")
+
+    def test_connection(self, **storage) -> dict:
+        return self._call("POST", "/warehouses/test-connection", json=storage)
+
+    def register_warehouse(self, **storage) -> dict:
+        return self._call("POST", "/warehouses", json=storage)
+
+    def archive_warehouse(self, warehouse_id: int) -> dict:
+        return self._call("POST", f"/warehouses/{warehouse_id}/archive")
+
+    def tables(self, warehouse_id: int) -> list[dict]:
+        return self._call("GET", f"/warehouses/{warehouse_id}/tables")
+
+    def table(self, warehouse_id: int, name: str) -> dict:
+        return self._call("GET", f"/warehouses/{warehouse_id}/tables/{name}")
+
+    # --- compute units --------------------------------------------------------------------------
+
+    def units(self) -> list[dict]:
+        return self._all("/compute-units")
+
+    def unit(self, cu_id: int) -> dict:
+        return self._call("GET", f"/compute-units/{cu_id}")
+
+    def create_unit(self, name: str, **sizes) -> dict:
+        return self._call("POST", "/compute-units", json={"name": name, **sizes})
+
+    def terminate_unit(self, cu_id: int) -> dict:
+        return self._call("POST", f"/compute-units/{cu_id}/terminate")
+
+    # --- workflows --------------------------------------------------------------------------------
+
+    def workflows(self) -> list[dict]:
+        return self._all("/workflows")
+
+    def workflow(self, workflow_id: int) -> dict:
+        return self._call("GET", f"/workflows/{workflow_id}")
+
+    def save_version(self, workflow_id: int, base_version: int, steps: list[dict]) -> dict:
+        return self._call("POST", f"/workflows/{workflow_id}/versions",
+                          json={"base_version": base_version, "steps": steps})
+
+    # --- executions -------------------------------------------------------------------------------
+
+    def executions(self) -> list[dict]:
+        return self._all("/executions")
+
+    def execution(self, execution_id: int) -> dict:
+        return self._call("GET", f"/executions/{execution_id}")
+
+    def start(self, workflow_id: int, compute_unit_id: int, warehouse_id: int, version: int | None = None,
+              idempotency_key: str | None = None) -> dict:
+        """Start a run; retried calls with the same key (one is made if none is given) start it once."""
+        body = {"workflow_id": workflow_id, "compute_unit_id": compute_unit_id, "warehouse_id": warehouse_id}
+        if version is not None:
+            body["version"] = version
+        key = idempotency_key or str(uuid.uuid4())
+        return self._call("POST", "/executions", json=body, headers={"Idempotency-Key": key})
+
+    def cancel(self, execution_id: int) -> dict:
+        return self._call("POST", f"/executions/{execution_id}/cancel")
+
+    def results(self, execution_id: int, step: str, page: int = 1, size: int = 50) -> dict:
+        return self._call("GET", f"/executions/{execution_id}/results/{step}", params={"page": page, "size": size})
+
+    def results_csv(self, execution_id: int, step: str) -> Iterator[bytes]:
+        with self._http.stream("GET", f"/executions/{execution_id}/results/{step}/csv") as response:
+            if response.status_code >= 400:
+                response.read()
+                raise _error(response)
+            yield from response.iter_bytes()
+
+    def logs(self, execution_id: int, page: int = 1, size: int = 200, **filters) -> dict:
+        return self._call("GET", f"/executions/{execution_id}/logs", params={"page": page, "size": size, **filters})
+
+    def log_tail(self, execution_id: int) -> list[dict]:
+        return self._call("GET", f"/executions/{execution_id}/logs/tail")["lines"]
+
+    def lineage(self, execution_id: int) -> dict:
+        return self._call("GET", f"/executions/{execution_id}/lineage")
+
+
+def _error(response: httpx.Response) -> ApiError:
+    try:
+        problem = response.json()
+    except ValueError:
+        return ApiError(response.status_code, response.text[:300] or response.reason_phrase)
+    return ApiError(response.status_code, str(problem.get("detail") or problem.get("title") or ""), problem.get("field"))

@@ -1,0 +1,106 @@
+"""The Python client and the `lakeport` command against the portal in this process: every call
+the client makes, and every answer, is checked against the portal's OpenAPI document."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from openapi_core import Config, OpenAPI
+from openapi_core.testing import MockRequest, MockResponse
+
+from lakeport_client import ApiError, Client, cli
+from tests.test_api import token_for
+from tests.test_executions import equipped, execution_row, make_user
+
+
+class CheckedTransport(httpx.BaseTransport):
+    """Sends to the Flask app in-process (WSGI) and checks the call and its answer against the
+    OpenAPI document; remembers which operations were used."""
+
+    def __init__(self, app) -> None:
+        self.inner = httpx.WSGITransport(app=app)
+        document = app.test_client().get("/api/v1/openapi.json").get_json()
+        self.openapi = OpenAPI.from_dict(document, config=Config(
+            extra_media_type_deserializers={"application/problem+json": json.loads}))
+        self.used: set[tuple[str, str]] = set()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        body = response.read()
+        checked = MockRequest("http://localhost", request.method.lower(), request.url.path,
+                              args=dict(request.url.params), headers=dict(request.headers), data=request.content or b"",
+                              content_type=request.headers.get("content-type", "application/json"))
+        self.openapi.validate_request(checked)  # the client sends what the document describes
+        self.openapi.validate_response(checked, MockResponse(
+            body, status_code=response.status_code, headers=dict(response.headers),
+            content_type=response.headers.get("content-type", "").split(";")[0]))
+        self.used.add((request.method, request.url.path))
+        return httpx.Response(response.status_code, headers=response.headers, content=body)
+
+
+@pytest.fixture
+def checked(app):
+    return CheckedTransport(app)
+
+
+def test_the_client_speaks_the_documented_api(app, db_engine, checked):
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    done = execution_row(db_engine, owner, workflow, warehouse, cu, state="COMPLETED", run_id="r",
+                         lineage=json.dumps({"read": [], "wrote": []}))
+    with Client("http://portal.test", token_for(app, owner), transport=checked) as client:
+        assert [unit["id"] for unit in client.units()] == [cu.id]
+        assert [item["id"] for item in client.warehouses()] == [warehouse.id]
+        assert client.warehouse(warehouse.id)["name"] == warehouse.name
+        assert client.workflow(workflow.id)["latest_version"] == 1
+        assert [item["id"] for item in client.workflows()] == [workflow.id]
+        started = client.start(workflow.id, cu.id, warehouse.id, idempotency_key="ci-42")
+        assert client.start(workflow.id, cu.id, warehouse.id, idempotency_key="ci-42")["id"] == started["id"]
+        assert {item["id"] for item in client.executions()} == {started["id"], done.id}
+        assert client.cancel(started["id"])["state"] == "CANCELLED"
+        assert client.lineage(done.id) == {"read": [], "wrote": []}
+        assert client.log_tail(done.id) == []
+        with pytest.raises(ApiError) as refused:
+            client.create_unit("Bad Name!")
+        assert refused.value.status == 400 and refused.value.field == "name"
+        with pytest.raises(ApiError) as missing:
+            client.execution(done.id + 10_000)
+        assert missing.value.status == 404
+        assert client.terminate_unit(cu.id)["state"] == "TERMINATING"
+    assert len(checked.used) >= 10
+
+
+def test_the_command_line_lists_and_starts(app, db_engine, checked, monkeypatch):
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    token = token_for(app, owner)
+    monkeypatch.setattr(cli, "make_client", lambda: Client("http://portal.test", token, transport=checked))
+    runner = CliRunner()
+    listed = runner.invoke(cli.main, ["units"])
+    assert listed.exit_code == 0 and cu.name in listed.output and "RUNNING" in listed.output
+    started = runner.invoke(cli.main, ["run", workflow.name, "--unit", cu.name, "--warehouse", str(warehouse.id)])
+    assert started.exit_code == 0 and "QUEUED" in started.output, started.output
+    history = runner.invoke(cli.main, ["executions"])
+    assert history.exit_code == 0 and workflow.name in history.output and "QUEUED" in history.output
+    unknown = runner.invoke(cli.main, ["run", "no-such-workflow", "--unit", cu.name, "--warehouse", warehouse.name])
+    assert unknown.exit_code == 1 and "No workflow of yours is called 'no-such-workflow'" in unknown.output
+    missing = runner.invoke(cli.main, ["results", "999999", "step"])
+    assert missing.exit_code == 1 and "404" in missing.output
+
+
+def test_the_command_line_reads_its_settings_from_the_environment_or_a_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("LAKEPORT_URL", raising=False)
+    monkeypatch.delenv("LAKEPORT_TOKEN", raising=False)
+    config = tmp_path / "config.toml"
+    monkeypatch.setenv("LAKEPORT_CONFIG", str(config))
+    with pytest.raises(Exception, match="Set LAKEPORT_URL and LAKEPORT_TOKEN"):
+        cli.settings()
+    config.write_text('url = "https://lakeport.example"\ntoken = "lkp_from_file"\n')
+    assert cli.settings() == ("https://lakeport.example", "lkp_from_file")
+    monkeypatch.setenv("LAKEPORT_TOKEN", "lkp_from_env")
+    assert cli.settings() == ("https://lakeport.example", "lkp_from_env")
+    config.write_text("url = [unclosed")
+    with pytest.raises(Exception, match="config.toml"):
+        cli.settings()
