@@ -229,3 +229,49 @@ def test_the_openapi_document_is_3_1_and_browsable(client, newcomer):  # noqa: F
     assert {"/api/v1/executions", "/api/v1/compute-units", "/api/v1/warehouses", "/api/v1/workflows"} <= set(document["paths"])
     page = client.get("/api/v1/docs").get_data(as_text=True)
     assert "POST /api/v1/executions" in page and "<script" not in page.split("</nav>", 1)[-1]
+
+
+def provider_id_token(oidc_provider, username: str) -> str:
+    """An ID token of the test provider for the portal's client (audience: the portal), got as a
+    browser and the portal get one: the login form, then the code at the token endpoint."""
+    import base64
+    import hashlib
+    import secrets
+    from urllib.parse import parse_qs, urlencode, urlsplit
+
+    import httpx
+
+    from devstack.oidc_provider import PORTAL_CLIENT_ID, TEST_USERS, login_via_form, portal_redirect_uri
+    from tests.services import IN_PROCESS_PORTAL_URL
+
+    discovery = httpx.get(f"{oidc_provider.issuer}/.well-known/openid-configuration", timeout=10).json()
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+    redirect_uri = portal_redirect_uri(IN_PROCESS_PORTAL_URL)
+    authorize = discovery["authorization_endpoint"] + "?" + urlencode({
+        "client_id": PORTAL_CLIENT_ID, "response_type": "code", "scope": "openid email profile",
+        "redirect_uri": redirect_uri, "state": "s", "nonce": "n", "code_challenge": challenge,
+        "code_challenge_method": "S256"})
+    with httpx.Client(timeout=10) as browser:
+        landing = login_via_form(browser, authorize, username, TEST_USERS[username].password)
+    code = parse_qs(urlsplit(landing.headers["Location"]).query)["code"][0]
+    answer = httpx.post(discovery["token_endpoint"], timeout=10, auth=(PORTAL_CLIENT_ID, oidc_provider.portal_client_secret),
+                        data={"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
+                              "code_verifier": verifier})
+    answer.raise_for_status()
+    return answer.json()["id_token"]
+
+
+def test_a_token_of_the_identity_provider_for_the_portal_opens_the_api_and_others_do_not(
+        app, client, auth, oidc_provider, lakehouse):
+    auth.login("alice")  # Lakeport knows her from a sign-in
+    api = Api(app.test_client(), provider_id_token(oidc_provider, "alice"))
+    assert api.call("GET", "/api/v1/warehouses").status_code == 200
+    assert api.call("POST", "/api/v1/compute-units", {"name": "Bad Name!"}).status_code == 400  # may run
+    # A token of the same provider for another audience (the catalog's), and a forged one: refused.
+    assert Api(app.test_client(), lakehouse.service_token()).call("GET", "/api/v1/warehouses").status_code == 401
+    header, claims, _ = provider_id_token(oidc_provider, "alice").split(".")
+    assert Api(app.test_client(), f"{header}.{claims}.AAAA").call("GET", "/api/v1/warehouses").status_code == 401
+    # Bob never signed in to Lakeport: the API does not make him a user.
+    assert Api(app.test_client(), provider_id_token(oidc_provider, "bob")).call(
+        "GET", "/api/v1/warehouses").status_code == 401

@@ -1,4 +1,6 @@
-"""Who calls the API: a personal access token in `Authorization: Bearer`, and nothing else.
+"""Who calls the API: a bearer token in `Authorization`, and nothing else: a personal access
+token (app/tokens/), or a token of the identity provider for the portal's audience
+(app/auth/bearer.py), which may do what its user may.
 
 A session cookie opens nothing here (so no cross-site request can act through the API, and
 no CSRF token is needed), and a token opens no page. The token's owner is the call's
@@ -12,7 +14,8 @@ from flask import g, request
 
 from app.api import bp, rate_limit
 from app.api.problems import ApiProblem
-from app.tokens.service import holder_of
+from app.auth import bearer
+from app.tokens import service as tokens
 
 READ_METHODS = {"GET", "HEAD", "OPTIONS"}
 # The largest body a call may send (the API takes small JSON documents only).
@@ -29,13 +32,17 @@ def authenticate():
     if request.endpoint in PUBLIC_ENDPOINTS:
         return
     scheme, _, text = request.headers.get("Authorization", "").partition(" ")
-    held = holder_of(text.strip()) if scheme.lower() == "bearer" else None
-    if held is None:
-        raise ApiProblem(401, "A valid personal access token is needed: Authorization: Bearer <token>.",
+    text = text.strip() if scheme.lower() == "bearer" else ""
+    if text.startswith(tokens.PREFIX):
+        held = tokens.holder_of(text)
+        user, scope, key = (held[1], held[0].scope, f"token:{held[0].id}") if held else (None, None, None)
+    else:
+        user = bearer.user_for(text) if text else None
+        scope, key = "run", f"oidc:{user.id}" if user else None
+    if user is None:
+        raise ApiProblem(401, "A valid token is needed: Authorization: Bearer <personal access token>.",
                          headers={"WWW-Authenticate": 'Bearer realm="lakeport"'})
-    token, user = held
     g._login_user = user  # flask-login's current_user, for this request only
-    g.api_token = token
-    rate_limit.count(token, user)
-    if request.method not in READ_METHODS and token.scope != "run":
+    rate_limit.count([key, f"user:{user.id}"])
+    if request.method not in READ_METHODS and scope != "run":
         raise ApiProblem(403, "This token's scope is read: it cannot change anything.")

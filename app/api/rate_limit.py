@@ -12,20 +12,21 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app.api.problems import ApiProblem
 from app.db import get_db
-from app.models import ApiRateWindow, ApiToken, User
+from app.models import ApiRateWindow
 
 WINDOW_SECONDS = 60
 
 
-def count(token: ApiToken, user: User) -> None:
-    """Count this call; raises a 429 problem once a limit is passed."""
+def count(keys: list[str]) -> None:
+    """Count this call against each key ("token:7", "user:3"); raises a 429 problem once a limit
+    is passed."""
     limit = current_app.config["API_CALLS_PER_MINUTE"]
     now = time.time()
     window = int(now // WINDOW_SECONDS) * WINDOW_SECONDS
     db = get_db()
     insert = postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert
     over = False
-    for key in (f"token:{token.id}", f"user:{user.id}"):
+    for key in keys:
         statement = insert(ApiRateWindow).values(key=key, window_start=window, calls=1)
         statement = statement.on_conflict_do_update(index_elements=["key", "window_start"],
                                                     set_={"calls": ApiRateWindow.calls + 1})
