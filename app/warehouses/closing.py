@@ -4,7 +4,7 @@ Deactivating or archiving a warehouse that runs were writing into: the request s
 (app/executions/stopping.py) and left the catalog's part owed on the warehouse's row
 (`closing`): taking write access away must wait until the cancelled runs have dropped their
 partial outputs, and a request never waits on a unit. Purging: Lakekeeper deletes a warehouse
-only once its purge tasks have drained; the worker asks every PURGE_RETRY_SECONDS until then. The worker does it
+only once its purge tasks have drained; the worker asks again every second until then. The worker does it
 once no run writes into the warehouse any more, or at `closing_due_at` at the latest. A
 catalog that refuses or does not answer is tried again CLOSING_RETRY_SECONDS later, and the
 warehouse's page says why meanwhile; its status (no new executions) holds throughout.
@@ -23,7 +23,6 @@ from app.warehouses import service
 logger = logging.getLogger(__name__)
 
 CLOSING_RETRY_SECONDS = 30.0
-PURGE_RETRY_SECONDS = 1.0
 
 
 def pending_work() -> list[tuple[str, object, int]]:
@@ -55,7 +54,7 @@ def finish_closing(warehouse_id: int) -> None:
         if step == service.CLOSING_PURGE and done:
             return  # the row is gone with the warehouse
         if not done:
-            warehouse.closing_due_at = utcnow() + timedelta(seconds=PURGE_RETRY_SECONDS)
+            warehouse.closing_due_at = utcnow() + timedelta(seconds=service.PURGE_RETRY_SECONDS)
             db.add(warehouse)
             db.commit()
             return

@@ -282,6 +282,8 @@ class PurgeOutcome:
 
 
 CLOSING_PURGE = "purge"
+# How often the worker asks Lakekeeper again whether a purged warehouse can go.
+PURGE_RETRY_SECONDS = 1.0
 
 
 def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
@@ -308,7 +310,8 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
             raise WarehouseActionError(error.user_message) from error
     outcome = PurgeOutcome(contents.tables_dropped if contents else 0, contents.namespaces_dropped if contents else 0)
     if not _delete_purged(warehouse):
-        warehouse.closing, warehouse.closing_error, warehouse.closing_due_at = CLOSING_PURGE, "", utcnow()
+        warehouse.closing, warehouse.closing_error = CLOSING_PURGE, ""
+        warehouse.closing_due_at = utcnow() + timedelta(seconds=PURGE_RETRY_SECONDS)
         _save(warehouse)
         outcome.pending = True
     return outcome
