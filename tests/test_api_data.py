@@ -124,3 +124,46 @@ def test_saving_a_workflow_version_gets_the_editors_checks(app, client, db_engin
     assert unnamed.status_code == 400 and unnamed.get_json()["field"] == "steps.0.name"
     assert api.call("POST", f"/api/v1/workflows/{workflow.id}/versions", {"base_version": 2, "steps": []}
                     ).get_json()["field"] == "steps"
+
+
+def test_every_api_route_keeps_another_users_rows_and_every_secret_to_itself(app, client, db_engine, lakehouse,
+                                                                            newcomer):  # noqa: F811
+    """Walk every route of the OpenAPI document: with the other user's ids each answers 404 (or
+    a 400 for a body it refuses before looking), and nothing any route answers holds a secret."""
+    from tests.test_executions import make_user, register_warehouse, sign_in_as
+
+    owner_token = token_for(app, newcomer)
+    owner_api = Api(client, owner_token)
+    body = storage(lakehouse, "api-owned")
+    warehouse = reload(db_engine, Warehouse, owner_api.call("POST", "/api/v1/warehouses", body).get_json()["id"])
+    workflow, cu = workflow_for(db_engine, newcomer), unit_row(db_engine, newcomer)
+    execution = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="COMPLETED", run_id="r")
+    theirs = {"warehouse_id": warehouse.id, "cu_id": cu.id, "workflow_id": workflow.id,
+              "execution_id": execution.id, "name": "results.x", "step": "x"}
+    stranger = make_user(db_engine)
+    stranger_client = app.test_client()
+    sign_in_as(stranger_client, stranger)
+    register_warehouse(stranger_client, lakehouse, "strangers")
+    stranger_api = Api(app.test_client(), token_for(app, stranger))
+    document = client.get("/api/v1/openapi.json").get_json()
+    secrets_ = [body["secret_access_key"], owner_token, app.config["SECRET_KEY"],
+                app.config["OIDC_CLIENT_SECRET"], app.config["LAKEKEEPER_CLIENT_SECRET"]]
+    walked = 0
+    for path, operations in document["paths"].items():
+        if "{" not in path:
+            continue
+        concrete = path
+        for name, value in theirs.items():
+            concrete = concrete.replace("{" + name + "}", str(value))
+        assert "{" not in concrete, path
+        for method in operations:
+            answer = stranger_api.call(method.upper(), concrete, {} if method == "post" else None)
+            assert answer.status_code in (404, 400), (method, concrete, answer.status_code)
+            walked += 1
+            mine = owner_api.call(method.upper(), concrete, {} if method == "post" else None) \
+                if method == "get" else None
+            for answer_text in (answer.get_data(as_text=True), mine.get_data(as_text=True) if mine else ""):
+                assert not [secret for secret in secrets_ if secret and secret in answer_text], (method, concrete)
+    assert walked >= 14
+    listed = owner_api.call("GET", "/api/v1/warehouses").get_data(as_text=True)
+    assert not [secret for secret in secrets_ if secret in listed]
