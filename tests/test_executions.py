@@ -32,7 +32,7 @@ from app.charts import StepTiming, step_timeline_svg
 from app.compute_units import lifecycle
 from app.executions import logs as logs_view
 from app.executions import run_spec, runner
-from app.spark_host import door
+from app.compute_units import door
 from app.extensions import lakekeeper
 from app.models import (
     ComputeUnit,

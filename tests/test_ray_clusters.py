@@ -20,6 +20,7 @@ import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from tests.processes import process_running, rss_bytes
+from app.spark_host.client import reported_use
 from app.ray_clusters.base import (
     ClusterHandle,
     ClusterSpec,
@@ -395,7 +396,7 @@ def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_repo
                                {"role": "head", "cpus": 2, "memory_bytes": 3 << 30},
                                {"role": "worker-1", "cpus": 2, "memory_bytes": 3 << 30}]})
     try:
-        status = LocalClusterBackend._status_from_the_spark_host(handle)
+        status = reported_use(handle, LocalClusterBackend._status_from_the_nodes(handle))
     finally:
         server.shutdown()
         server.server_close()

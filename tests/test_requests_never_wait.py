@@ -102,6 +102,7 @@ def test_the_worker_takes_the_catalog_step_once_the_runs_have_stopped_and_retrie
         steps.append((row.id, step))
         if refuse:
             raise service.WarehouseActionError(refuse[0])
+        return True  # the catalog took it
 
     monkeypatch.setattr(service, "catalog_step", catalog_step)
 

@@ -111,7 +111,7 @@ def units(portal, portal_worker, db_engine):
         for username, (_, cu_id) in created.items():
             cu = reload(db_engine, cu_id)
             handle = lifecycle.handle_of(cu)
-            info = spark_warmup.ensure_warm(cu, handle)
+            info = spark_warmup.ensure_warm(cu, handle, lifecycle._backend(cu))
             assert info["state"] == "ready", info
             ready[username] = (cu, handle)
     yield ready

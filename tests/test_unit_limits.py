@@ -128,3 +128,24 @@ def test_limits_are_checked_when_the_operator_sets_them():
         LocalLimits(tasks_per_node=10)
     with pytest.raises(ValueError, match="at least 256 MiB"):
         LocalLimits(disk_bytes=2**20)
+
+
+def test_a_unit_disk_unmounted_meanwhile_by_another_stop_is_not_an_error(monkeypatch, tmp_path):
+    """Two stops of one unit (the worker's and the local stack's) may race to unmount it."""
+    from app.ray_clusters import unit_disk
+
+    mounted = iter([True, False])  # mounted when looked at, gone when the umount ran
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        raise unit_disk.LimitsUnavailable("umount failed: not mounted.")
+
+    monkeypatch.setattr(unit_disk, "is_mounted", lambda _dir: next(mounted))
+    monkeypatch.setattr(unit_disk, "_run", run)
+    unit_disk.unmount_unit_disk(tmp_path)
+    assert calls == [["umount", str(tmp_path)]]
+    busy = iter([True, True, True])  # still mounted: busy, then the lazy detach fails too
+    monkeypatch.setattr(unit_disk, "is_mounted", lambda _dir: next(busy))
+    with pytest.raises(unit_disk.LimitsUnavailable):
+        unit_disk.unmount_unit_disk(tmp_path)

@@ -10,7 +10,7 @@ from sqlalchemy.exc import DataError
 
 from app.executions import runner, unit_reports
 from app.models import Execution
-from app.spark_host import door
+from app.compute_units import door
 from tests.test_executions import equipped, execution_row, make_user, reload
 
 

@@ -48,6 +48,7 @@ from app.ray_clusters.base import (
 from app.ray_clusters.unit_limits import LimitUsage
 from app.untrusted import clean_text
 from app.ray_clusters.listed import listed_cluster
+from app.spark_host import client as spark_host_client
 from app.spark_host.client import new_spark_host_nonce, spark_host_secret, with_spark_host_secret
 from compute.contract import secret_digest
 
@@ -320,10 +321,18 @@ def run_start(cu_id: int) -> None:
         _check_now(running)
 
 
+def _checked(cu: ComputeUnit, handle: ClusterHandle) -> ClusterStatus:
+    """The cluster's status, with what is in use as its Spark host reports it where that is the host's to say."""
+    status = _backend(cu).status(handle)
+    if status.state == ComputeUnitState.RUNNING and status.use_from_spark_host:
+        status = spark_host_client.reported_use(handle, status)
+    return status
+
+
 def _first_check(cu: ComputeUnit, handle: ClusterHandle) -> dict:
     """A started cluster's status, as the row's recorded check ({} if it cannot be had)."""
     try:
-        return {"cluster_status": _backend(cu).status(handle).to_json(), "cluster_checked_at": utcnow()}
+        return {"cluster_status": _checked(cu, handle).to_json(), "cluster_checked_at": utcnow()}
     except Exception:
         logger.exception("checking compute unit %s failed", cu.id)
         return {}
@@ -380,7 +389,7 @@ def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
     _update(cu.id, event=SPARK_WARMING_EVENT)
     began = time.monotonic()
     try:
-        warmup.ensure_warm(cu, handle)
+        warmup.ensure_warm(cu, handle, _backend(cu))
     except warmup.SparkHostUnavailable as error:
         with Session(engine()) as db:
             still_running = (latest := db.get(ComputeUnit, cu.id)) is not None and latest.state == State.RUNNING
@@ -412,7 +421,10 @@ def _stop_cluster(cu_id: int) -> None:
         cu = db.get(ComputeUnit, cu_id)
         handle = handle_of(cu) if cu else None
     if handle is not None:
-        _backend(cu).terminate(handle)
+        backend = _backend(cu)
+        if backend.detaches_only:
+            spark_host_client.stop_host(handle)
+        backend.terminate(handle)
 
 
 def run_stop(cu_id: int) -> None:
@@ -456,7 +468,7 @@ def refresh(cu: ComputeUnit) -> ClusterStatus | None:
     if handle is None:
         _fail_and_reload(cu, "Lakeport lost track of this cluster (no handle)")
         return None
-    status = _backend(cu).status(handle)
+    status = _checked(cu, handle)
     if status.state == ComputeUnitState.FAILED:
         _fail_and_reload(cu, status.reason or "the cluster stopped")
     else:

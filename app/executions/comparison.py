@@ -19,7 +19,7 @@ from app.executions import history, results
 from app.iceberg_catalogs import ResultReadError
 from app.iceberg_reader import TableShape, table_shape
 from app.models import ComparisonJob, Execution, JobState, User, utcnow
-from app.spark_host import door
+from app.compute_units import door
 from app.transitions import compare_and_set
 from app.untrusted import Limits, bounded, clean_text
 from compute.contract import COMPARE_CODE

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from app.models import ComputeUnit, Execution, User, Warehouse, Workflow, WorkflowVersion
-from app.spark_host import door
+from app.compute_units import door
 from compute.contract import ExecutionSpec, Step
 
 

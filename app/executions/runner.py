@@ -56,8 +56,8 @@ from app.models import (
 )
 from app.executions import run_spec, unit_reports
 from app.ray_clusters.base import ClusterHandle
-from app.spark_host import door
-from app.spark_host.door import HostConnection, SparkHostError, UnitUnavailable
+from app.compute_units import door
+from app.compute_units.door import HostConnection, SparkHostError, UnitUnavailable
 from app.states import execution_state_of
 from app.transitions import compare_and_set, set_fields
 from app.untrusted import clean_text

@@ -146,6 +146,8 @@ class ClusterStatus:
     memory_used_bytes: int = 0
     progress_step: str = ""
     limits: LimitsReport | None = None  # local units: their kernel limits and use against them
+    # The figures in use are the unit's Spark host's to report (app/spark_host/client.py `reported_use`).
+    use_from_spark_host: bool = False
 
     @property
     def alive_nodes(self) -> int:
@@ -189,6 +191,10 @@ class ClusterBackend(ABC):
     @abstractmethod
     def terminate(self, handle: ClusterHandle) -> None:
         """Stop the cluster (or detach from it) and free what it held. Idempotent."""
+
+    # The cluster outlives the unit (terminate only detaches): the portal stops the unit's Spark
+    # host first, or its session would keep holding the cluster's resources.
+    detaches_only: ClassVar[bool] = False
 
     def spark_host_launch(self, handle: ClusterHandle) -> SparkHostLaunchState:
         """Whether the unit's Spark host was started with the cluster, and how far that got."""

@@ -30,7 +30,6 @@ from app.ray_clusters.base import (
 from app.states import ComputeUnitState
 from app.ray_clusters.listed import ListedCluster
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
-from app.spark_host.client import SparkHostClient, SparkHostError
 
 
 class ExistingClusterBackend(ClusterBackend):
@@ -81,14 +80,8 @@ class ExistingClusterBackend(ClusterBackend):
         except RayApiError as error:
             return ClusterStatus(ComputeUnitState.FAILED, reason=str(error))
 
+    detaches_only = True  # the portal stops the unit's Spark host first (compute_units.lifecycle)
+
     def terminate(self, handle: ClusterHandle) -> None:
-        """Stop the unit's Spark host (its session holds the cluster's resources) and detach; the
-        cluster is not the portal's to stop. A host that is not there is fine."""
+        """Detach: the cluster is not the portal's to stop."""
         self._check_handle(handle)
-        if not handle.spark_host_secret:
-            return
-        try:
-            with SparkHostClient(handle, timeout=5.0, transport=self._transport) as host:
-                host.stop()
-        except SparkHostError:
-            pass

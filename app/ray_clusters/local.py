@@ -80,7 +80,6 @@ from app.ray_clusters.base import (
 )
 from app.states import ComputeUnitState
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
-from app.spark_host.client import SparkHostClient, SparkHostError
 from compute.jars import jars_dir
 from compute.contract import SparkHostSettings
 
@@ -95,7 +94,6 @@ _SOCKET_PATH_MAX = 107
 WORKER_PORTS_PER_NODE = 100
 # Ports the portal reaches inside a unit, through ingress bridges.
 _INGRESS_PORTS = ("dashboard", "spark_host")
-SPARK_HOST_STATUS_TIMEOUT_S = 2.0
 # The record name of the process that starts a unit's Spark host with the unit (compute/unit_init.py).
 SPARK_HOST_LAUNCHER = "spark-host-launcher"
 # The file the unit's init takes as a request to start the launcher (compute/unit_init.py).
@@ -489,7 +487,7 @@ class LocalClusterBackend(ClusterBackend):
 
     def _live_status(self, handle: ClusterHandle) -> ClusterStatus:
         if handle.dashboard_url is None:
-            return self._status_from_the_spark_host(handle)
+            return self._status_from_the_nodes(handle)
         try:
             with RayDashboard(handle.dashboard_url, handle.auth_headers()) as dashboard:
                 status = dashboard.cluster_status()
@@ -503,26 +501,15 @@ class LocalClusterBackend(ClusterBackend):
         return status
 
     @staticmethod
-    def _status_from_the_spark_host(handle: ClusterHandle) -> ClusterStatus:
-        """A unit without a dashboard: its nodes as started (each node's process is alive), and
-        the resources in use as its Spark host sees them in Ray. Without a Spark host nothing
-        holds any: only the host and its Spark session take Ray resources on a unit."""
+    def _status_from_the_nodes(handle: ClusterHandle) -> ClusterStatus:
+        """A unit without a dashboard: its nodes as started (each node's process is alive). What
+        is in use is what its Spark host reports (`use_from_spark_host`, asked by the portal):
+        only the host and its Spark session take Ray resources on a unit."""
         nodes = [NodeStatus(node_id=node["role"], is_head=node["role"] == "head", alive=True,
                             cpus=float(node.get("cpus", 0)), memory_bytes=int(node.get("memory_bytes", 0)))
                  for node in handle.details["nodes"]]
-        status = ClusterStatus(ComputeUnitState.RUNNING, nodes=nodes, cpus_total=sum(node.cpus for node in nodes),
-                               memory_total_bytes=sum(node.memory_bytes for node in nodes))
-        try:
-            with SparkHostClient(handle, timeout=SPARK_HOST_STATUS_TIMEOUT_S) as host:
-                used = host.info().get("resources_used")
-        except SparkHostError as error:  # no host (yet), so nothing in use; or one that does not answer
-            status.reason = f"resources in use as the Spark host reports them: {error}"
-            return status
-        try:  # what runs in the host (a user's code, too) writes these: figures or nothing
-            status.cpus_used, status.memory_used_bytes = float(used["CPU"]), int(used["memory"])
-        except (KeyError, TypeError, ValueError):
-            status.reason = "the Spark host reported no resource figures"
-        return status
+        return ClusterStatus(ComputeUnitState.RUNNING, nodes=nodes, cpus_total=sum(node.cpus for node in nodes),
+                             memory_total_bytes=sum(node.memory_bytes for node in nodes), use_from_spark_host=True)
 
     def adopt(self, handle: ClusterHandle) -> ClusterStatus:
         self._check_handle(handle)

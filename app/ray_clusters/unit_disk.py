@@ -61,11 +61,16 @@ def is_mounted(unit_dir: Path) -> bool:
 
 def unmount_unit_disk(unit_dir: Path) -> None:
     """Unmount the unit's filesystem (its processes are gone); the image goes with the portal dir."""
-    if is_mounted(unit_dir):
+    for argv in (["umount", str(unit_dir)], ["umount", "--lazy", str(unit_dir)]):
+        if not is_mounted(unit_dir):
+            return  # never mounted, or unmounted meanwhile (two stops of one unit may race)
         try:
-            _run(["umount", str(unit_dir)])
-        except LimitsUnavailable:  # still busy: detach it now, the kernel frees it when it can
-            _run(["umount", "--lazy", str(unit_dir)])
+            _run(argv)
+            return
+        except LimitsUnavailable:
+            if argv[1] == "--lazy" and is_mounted(unit_dir):
+                raise
+            # still busy: detach it now, the kernel frees it when it can
 
 
 def disk_used_bytes(unit_dir: Path) -> int | None:

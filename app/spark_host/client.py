@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from app.ray_clusters.base import ClusterHandle, ProgressCallback, no_progress
+from app.ray_clusters.base import ClusterHandle, ClusterStatus, ProgressCallback, no_progress
 from app.untrusted import clean_text
 from compute import host_auth
 from compute.contract import HOST_API, RunState, SparkHostSettings, secret_digest
@@ -242,3 +242,35 @@ class SparkHostClient:
             if time.monotonic() > deadline:
                 raise SparkHostError(f"execution {run_id} still {run['state']} after {timeout_s:.0f} s")
         return run
+
+
+# How long a status check waits for the host's figures (a page shows them; no figures is fine).
+USE_TIMEOUT_SECONDS = 2.0
+
+
+def reported_use(handle: ClusterHandle, status: ClusterStatus) -> ClusterStatus:
+    """`status` with the CPUs and memory in use as the unit's Spark host reports them. Users'
+    code runs in the host, so its figures are numbers or nothing; no host answering, nothing is
+    in use (only the host's session takes Ray resources on a unit)."""
+    try:
+        with SparkHostClient(handle, timeout=USE_TIMEOUT_SECONDS) as host:
+            used = host.info().get("resources_used")
+    except SparkHostError as error:  # no host (yet), or one that does not answer
+        status.reason = f"resources in use as the Spark host reports them: {error}"
+        return status
+    try:
+        status.cpus_used, status.memory_used_bytes = float(used["CPU"]), int(used["memory"])
+    except (KeyError, TypeError, ValueError):
+        status.reason = "the Spark host reported no resource figures"
+    return status
+
+
+def stop_host(handle: ClusterHandle) -> None:
+    """Stop the unit's Spark host if it is there (before detaching from a cluster it outlives)."""
+    if not handle.spark_host_secret:
+        return
+    try:
+        with SparkHostClient(handle, timeout=5.0) as host:
+            host.stop()
+    except SparkHostError:
+        pass

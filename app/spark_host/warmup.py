@@ -16,10 +16,8 @@ import socket
 import threading
 import time
 
-from flask import current_app
 
 from app import leases
-from app.compute_units.backends import backend_for
 from app.models import ComputeUnit
 from app.ray_clusters.base import ClusterBackend, ClusterHandle, ProgressCallback, SparkHostLaunchState
 from app.spark_host.client import SparkHostClient, SparkHostError
@@ -51,7 +49,8 @@ def spark_host_size(cu: ComputeUnit) -> dict:
     return {"executors": cu.worker_nodes + 1, "executor_cores": cu.cpus, "executor_memory": f"{memory_mb}m"}
 
 
-def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallback = lambda _phase: None) -> dict:
+def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend,
+                progress: ProgressCallback = lambda _phase: None) -> dict:
     """The unit's Spark host answers and its session is ready; bootstrap it if it is not there,
     or wait for the bootstrap under way. Returns the host's info; raises SparkHostUnavailable."""
     with _locks_guard:
@@ -64,14 +63,13 @@ def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallba
                 raise SparkHostUnavailable("the compute unit's Spark host is being started elsewhere for too long")
             time.sleep(0.5)
         try:
-            return _ensure_warm(cu, handle, progress)
+            return _ensure_warm(cu, handle, backend, progress)
         finally:
             leases.release([lease], _HOLDER)
 
 
-def _ensure_warm(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallback) -> dict:
+def _ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend, progress: ProgressCallback) -> dict:
     with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
-        backend = backend_for(cu.kind, current_app.config)
         try:
             info = _started_with_the_unit(backend, handle, client)
         except SparkHostError:

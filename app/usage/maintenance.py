@@ -28,7 +28,7 @@ from app.models import (
     WarehouseStatus,
     utcnow,
 )
-from app.spark_host import door
+from app.compute_units import door
 from app.transitions import compare_and_set
 from app.usage.retention import write_log
 from compute.contract import MAINTENANCE_CODE

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from flask import current_app
 
 from app.compute_units import lifecycle
+from app.compute_units.backends import backend_for
 from app.db import get_db
 from app.extensions import lakekeeper
 from app.lakekeeper import LakekeeperError
@@ -125,7 +126,7 @@ def make_ready(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallbac
     """The unit's Spark session is warm (the first run on a unit may wait for it to start, and
     `progress` says so). Raises UnitUnavailable."""
     try:
-        warmup.ensure_warm(cu, handle, progress)
+        warmup.ensure_warm(cu, handle, backend_for(cu.kind, current_app.config), progress)
     except warmup.SparkHostUnavailable as error:
         raise UnitUnavailable(unit_failure(cu.id) or str(error)) from None
 
