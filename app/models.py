@@ -319,7 +319,21 @@ class RetentionLogEntry(SQLModel, table=True):
     message: str = Field(default="", max_length=4000)
 
 
-class MaintenanceJob(SQLModel, table=True):
+class UnitJob(SQLModel):
+    """What a one-off job the worker runs on a unit records (maintenance, a comparison)."""
+
+    state: str = Field(default=JobState.QUEUED, max_length=16)
+    result: str = Field(default="{}")  # what the unit reported (JSON)
+    error: str = Field(default="", max_length=2000)
+    created_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state in JobState.LIVE
+
+
+class MaintenanceJob(UnitJob, table=True):
     """Snapshot expiry and orphan-file clean-up of a warehouse's datasets, run by the worker on one
     of the owner's running compute units (compute/maintenance.py)."""
 
@@ -331,19 +345,10 @@ class MaintenanceJob(SQLModel, table=True):
     compute_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", ondelete="SET NULL")
     retain_last: int
     remove_orphans: bool = False
-    state: str = Field(default=JobState.QUEUED, max_length=16)
-    # Per table: snapshots and files removed, or the error (JSON).
-    result: str = Field(default="{}")
-    error: str = Field(default="", max_length=2000)
-    created_at: datetime = Field(default_factory=utcnow)
-    ended_at: datetime | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.state in JobState.LIVE
+    # result: per table, snapshots and files removed, or the error.
 
 
-class ComparisonJob(SQLModel, table=True):
+class ComparisonJob(UnitJob, table=True):
     """The rows in which two executions' outputs differ, computed by the worker on a running
     unit of the owner's (compute/comparison.py); the compare page polls this row."""
 
@@ -353,16 +358,7 @@ class ComparisonJob(SQLModel, table=True):
     owner_id: int = Field(foreign_key="users.id", index=True)
     a_id: int = Field(foreign_key="executions.id", index=True, ondelete="CASCADE")
     b_id: int = Field(foreign_key="executions.id", ondelete="CASCADE")
-    state: str = Field(default=JobState.QUEUED, max_length=16)
-    # Output → {"only_in_a", "only_in_b", their counts, "columns"} or {"error"} (JSON).
-    result: str = Field(default="{}")
-    error: str = Field(default="", max_length=2000)
-    created_at: datetime = Field(default_factory=utcnow)
-    ended_at: datetime | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.state in JobState.LIVE
+    # result: output → {"only_in_a", "only_in_b", their counts, "columns"} or {"error"}.
 
 
 class ApiToken(SQLModel, table=True):
