@@ -182,7 +182,13 @@ def test_a_retried_start_with_the_same_idempotency_key_starts_one_run(app, clien
     other = api.call("POST", "/api/v1/executions", body, headers={"Idempotency-Key": "nightly-2026-11-26"})
     assert other.status_code == 201 and other.get_json()["id"] != first.get_json()["id"]
     with Session(db_engine) as db:
-        assert len(db.exec(select(Execution).where(Execution.owner_id == owner.id)).all()) == 2
+        assert len(db.exec(select(Execution).where(Execution.owner_id == owner.id)).all()) == 2  # one per key
+    pinned = api.call("POST", "/api/v1/executions", {**body, "pinned": {"datasets.people": 4242}})
+    assert pinned.status_code == 201
+    assert json.loads(reload(db_engine, Execution, pinned.get_json()["id"]).pinned_to) == {
+        "tables": {"datasets.people": 4242}}
+    for bad in ({"../etc": 1}, {"datasets.people": -1}, {"datasets.people": "latest"}):
+        assert api.call("POST", "/api/v1/executions", {**body, "pinned": bad}).get_json()["field"].startswith("pinned")
     cancelled = api.call("POST", f"/api/v1/executions/{first.get_json()['id']}/cancel")
     assert cancelled.status_code == 202 and cancelled.get_json()["state"] == "CANCELLED"
     assert api.call("POST", f"/api/v1/executions/{first.get_json()['id']}/cancel").status_code == 409

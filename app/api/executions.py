@@ -73,8 +73,8 @@ def list_executions(query: schemas.ListQuery):
 @spec.validate(json=schemas.ExecutionStart,
                resp=Response(HTTP_201=schemas.Execution, HTTP_200=schemas.Execution, **ERRORS), tags=["executions"])
 def start_execution(json: schemas.ExecutionStart):
-    """Run a workflow version on one of your running units, into one of your active warehouses.
-    With an `Idempotency-Key` header, a retried call answers the execution the first one started
+    """Run a workflow version on one of your running units, into one of your active warehouses,
+    optionally reading some tables at given snapshots (`pinned`). With an `Idempotency-Key` header, a retried call answers the execution the first one started
     (200) instead of starting another."""
     key = request.headers.get("Idempotency-Key")
     if key is not None and not (0 < len(key) <= IDEMPOTENCY_KEY_MAX and key.isprintable()):
@@ -89,7 +89,8 @@ def start_execution(json: schemas.ExecutionStart):
     db = get_db()
     try:
         execution = runner.start(current_user, workflow, version, db.get(ComputeUnit, json.compute_unit_id),
-                                 db.get(Warehouse, json.warehouse_id), idempotency_key=key)
+                                 db.get(Warehouse, json.warehouse_id), idempotency_key=key,
+                                 pinned_to={"tables": json.pinned} if json.pinned else None)
     except runner.RunRefused as refusal:
         raise ApiProblem(400, refusal.message, refusal.field) from None
     except runner.AlreadyStarted as started:  # the same key, at the same moment

@@ -6,7 +6,9 @@ import base64
 import json
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 
 class Problem(BaseModel):
@@ -84,6 +86,10 @@ class ExecutionStart(BaseModel):
     version: int | None = Field(None, description="a saved version; its latest when absent")
     compute_unit_id: int
     warehouse_id: int
+    pinned: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)+$", max_length=256)],
+                 Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, max_length=100,
+        description="tables to read at a snapshot (`namespace.table` → snapshot id), e.g. an earlier run's inputs")
 
 
 class Execution(BaseModel):
