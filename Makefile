@@ -1,7 +1,7 @@
 # The two commands a fresh machine needs:
 #   make run   installs everything, then runs Lakeport on its local stack
 #   make test  installs everything, then runs the whole test suite (browser tests included)
-.PHONY: setup run test bench
+.PHONY: setup run test e2e bench
 
 setup:
 	@bash scripts/setup.sh
@@ -11,6 +11,11 @@ run: setup
 
 test: setup
 	.venv/bin/python -m pytest
+
+# The browser suite alone; with BASE_URL (and E2E_USER, E2E_PASSWORD, E2E_S3_*: e2e/target.py)
+# against that deployment instead of a local stack of its own.
+e2e: setup
+	BASE_URL="$(BASE_URL)" .venv/bin/python -m pytest e2e
 
 bench: setup
 	.venv/bin/python -m bench

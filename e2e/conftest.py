@@ -1,9 +1,12 @@
-"""Browser tests: Debian's Chromium driven by Playwright against a whole local stack.
+"""Browser tests: Debian's Chromium driven by Playwright against a running portal.
 
-The stack here is a second one on free ports with its own fresh database, so it runs
-beside a developer's `make run`. Its portal has the production shape: gunicorn with four web
-workers (any of which answers any request) and the worker process doing the background work.
-Screenshots of failures land in test-artifacts/.
+Without BASE_URL they start a whole local stack of their own, on free ports with a fresh
+database, so they run beside a developer's `make run`; its portal has the production shape
+(gunicorn with four web workers, and the worker process). With BASE_URL they run against that
+deployment (staging, or a second local stack), as the users and with the storage the
+environment names (`e2e/target.py`); what they create is named under a prefix of this run's
+and removed afterwards. Tests that need the local stack's insides skip there. Screenshots of
+failures land in test-artifacts/.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from playwright.sync_api import expect
 
 from app.config import PROJECT_ROOT
 from devstack.stack import LocalStack, StackPorts
+from e2e.target import BASE_URL, Target, local_target, make_token, remote_target
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -31,49 +35,65 @@ def browser_type_launch_args(browser_type_launch_args):
 
 
 @pytest.fixture(scope="session")
-def stack(run_dir, database_url):
+def target(request) -> Target:
+    """What the suite runs against: a deployment (BASE_URL), or a local stack of its own."""
+    if BASE_URL:
+        target = remote_target()
+        target.token = make_token(request.getfixturevalue("browser"), target)
+        yield target
+        for what in target.clean_up():
+            print(f"e2e clean-up: not removed: {what}")
+        return
+    run_dir, database_url = request.getfixturevalue("run_dir"), request.getfixturevalue("database_url")
     stack = LocalStack(run_dir / "e2e-stack", StackPorts.free(), database_url=database_url)
     stack.start(say=lambda _message: None)
-    yield stack
+    yield local_target(stack)
     stack.stop()
 
 
 @pytest.fixture
-def portal(stack) -> str:
-    return stack.portal_url
+def stack(target):
+    """The local stack itself, for tests of its insides (skipped against a deployment)."""
+    if target.stack is None:
+        pytest.skip("needs the local stack's insides; BASE_URL names another deployment")
+    return target.stack
 
 
 @pytest.fixture
-def sign_in(page, portal):
-    """Sign a test user in through the provider's real login page."""
-    from devstack.oidc_provider import TEST_USERS
+def portal(target) -> str:
+    return target.portal
 
-    def sign_in(username: str = "alice", password: str | None = None):
-        page.goto(portal + "/")
+
+@pytest.fixture
+def sign_in(page, target):
+    """Sign a user in through the identity provider's login page (`role`: alice or bob)."""
+
+    def sign_in(role: str = "alice", password: str | None = None):
+        person = target.person(role)
+        page.goto(target.portal + "/")
         page.get_by_test_id("sign-in").click()
-        page.get_by_label("Username").fill(username)
-        page.get_by_label("Password").fill(password or TEST_USERS[username].password)
-        page.get_by_role("button", name="Sign in").click()
+        page.get_by_label(target.username_label).fill(person.username)
+        page.get_by_label("Password").fill(password or person.password)
+        page.get_by_role("button", name=target.sign_in_button).click()
 
     return sign_in
 
 
 @pytest.fixture
-def fill_warehouse_form(page, stack):
-    """Fill the register-warehouse form with a user's local SeaweedFS bucket and keys
-    (`secret` replaces the real secret, e.g. to see a failing connection test)."""
-    from devstack.seaweedfs import TEST_USER_KEYS
+def fill_warehouse_form(page, target):
+    """Fill the register-warehouse form with a user's bucket and keys (`secret` replaces the
+    real secret, e.g. to see a failing connection test)."""
 
     def fill(name: str, secret: str | None = None, user: str = "alice"):
-        keys = TEST_USER_KEYS[user]
+        storage = target.storage(user)
         page.get_by_label("Name").fill(name)
-        page.get_by_label("Bucket").fill(keys.bucket)
+        page.get_by_label("Bucket").fill(storage.bucket)
         page.get_by_label("Key prefix").fill(f"e2e/{name}")
-        page.get_by_label("Endpoint").fill(stack.seaweed.s3_endpoint)
-        page.get_by_label("Region").fill("us-east-1")
-        page.get_by_label("Path-style access").check()
-        page.get_by_label("Access key id").fill(keys.access_key_id)
-        page.get_by_label("Secret access key").fill(secret or keys.secret_access_key)
+        page.get_by_label("Endpoint").fill(storage.endpoint)
+        page.get_by_label("Region").fill(storage.region)
+        page.get_by_label("Path-style access").set_checked(storage.path_style)
+        page.get_by_label("Access key id").fill(storage.access_key_id)
+        page.get_by_label("Secret access key").fill(secret or storage.secret_access_key)
 
     return fill
 

@@ -1,8 +1,6 @@
 """The step editor as a person writes steps: a code editor (CodeMirror 6) with highlighting over
 each step's textarea, which keeps the form's value; no CSP violation (the autouse console check)
 and no serious accessibility finding."""
-import re
-import uuid
 
 from playwright.sync_api import expect
 
@@ -12,8 +10,8 @@ def code_field(step):
     return step.locator("textarea[name$='-code']")
 
 
-def test_alice_writes_steps_in_the_code_editor_and_saves_them(page, sign_in, portal, check_page):
-    workflow = f"editor {uuid.uuid4().hex[:8]}"
+def test_alice_writes_steps_in_the_code_editor_and_saves_them(page, sign_in, portal, check_page, target):
+    workflow = target.name("editor")
     sign_in("alice")
     page.goto(portal + "/workflows/new")
     page.get_by_label("Name").fill(workflow)

@@ -50,9 +50,10 @@ def units_to_terminate(page, portal):
 
 
 def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results(
-        page, sign_in, portal, fill_warehouse_form, units_to_terminate, tmp_path, check_page, write_code):
+        page, sign_in, portal, fill_warehouse_form, units_to_terminate, tmp_path, check_page, write_code, target):
     suffix = uuid.uuid4().hex[:8]
-    warehouse, unit, workflow, table = f"runs-{suffix}", f"runner-{suffix}", f"city orders {suffix}", f"orders_{suffix}"
+    warehouse, unit, workflow = target.name("runs"), target.name("runner"), target.name("city orders")
+    table = f"orders_{suffix}"
     csv_file = tmp_path / "orders.csv"
     with csv_file.open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -245,7 +246,7 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     # A run that fails says why first, and takes her to the step that failed.
     page.get_by_role("link", name="Workflows").first.click()
     page.get_by_test_id("new-workflow").click()
-    page.get_by_label("Name").fill(f"broken {suffix}")
+    page.get_by_label("Name").fill(target.name("broken"))
     page.get_by_test_id("create-workflow").click()
     step = page.get_by_test_id("step-editor").nth(0)
     step.get_by_label("Name").fill("broken")

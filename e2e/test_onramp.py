@@ -38,7 +38,7 @@ def test_a_new_user_reaches_a_registered_warehouse_within_a_minute(page, sign_in
     check_page("dashboard")
 
 
-def test_the_register_page_marks_the_field_a_refusal_is_about(page, sign_in, portal, check_page):
+def test_the_register_page_marks_the_field_a_refusal_is_about(page, sign_in, portal, check_page, stack):
     sign_in("alice")
     page.goto(portal + "/warehouses/new")
     # Path-style addressing starts on: the default flavor is S3-compatible.

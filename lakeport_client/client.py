@@ -69,6 +69,9 @@ class Client:
     def archive_warehouse(self, warehouse_id: int) -> dict:
         return self._call("POST", f"/warehouses/{warehouse_id}/archive")
 
+    def purge_warehouse(self, warehouse_id: int, confirm_name: str) -> dict:
+        return self._call("POST", f"/warehouses/{warehouse_id}/purge", json={"confirm_name": confirm_name})
+
     def tables(self, warehouse_id: int) -> list[dict]:
         return self._call("GET", f"/warehouses/{warehouse_id}/tables")
 
@@ -96,6 +99,11 @@ class Client:
 
     def workflow(self, workflow_id: int) -> dict:
         return self._call("GET", f"/workflows/{workflow_id}")
+
+    def delete_workflow(self, workflow_id: int) -> None:
+        response = self._http.delete(f"/workflows/{workflow_id}")
+        if response.status_code >= 400:
+            raise _error(response)
 
     def save_version(self, workflow_id: int, base_version: int, steps: list[dict]) -> dict:
         return self._call("POST", f"/workflows/{workflow_id}/versions",

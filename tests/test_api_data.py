@@ -64,6 +64,11 @@ def test_a_warehouse_registered_tested_browsed_and_archived_through_the_api(app,
     assert api.call("GET", f"/api/v1/warehouses/{warehouse.id}/tables/sales.nothing").status_code == 404
     archived = api.call("POST", f"/api/v1/warehouses/{warehouse.id}/archive")
     assert archived.status_code == 202 and archived.get_json()["status"] == "archived"
+    mistyped = api.call("POST", f"/api/v1/warehouses/{warehouse.id}/purge", {"confirm_name": "api-lak"})
+    assert mistyped.status_code == 400 and mistyped.get_json()["field"] == "confirm_name"
+    purged = api.call("POST", f"/api/v1/warehouses/{warehouse.id}/purge", {"confirm_name": "api-lake"})
+    assert purged.status_code == 200 and purged.get_json()["tables_dropped"] == 1
+    assert api.call("GET", f"/api/v1/warehouses/{warehouse.id}").status_code == 404
 
 
 def test_an_executions_results_csv_logs_and_lineage(app, client, db_engine, lakehouse, newcomer):  # noqa: F811
@@ -124,6 +129,8 @@ def test_saving_a_workflow_version_gets_the_editors_checks(app, client, db_engin
     assert unnamed.status_code == 400 and unnamed.get_json()["field"] == "steps.0.name"
     assert api.call("POST", f"/api/v1/workflows/{workflow.id}/versions", {"base_version": 2, "steps": []}
                     ).get_json()["field"] == "steps"
+    assert api.call("DELETE", f"/api/v1/workflows/{workflow.id}").status_code == 204
+    assert api.call("GET", f"/api/v1/workflows/{workflow.id}").status_code == 404
 
 
 def test_every_api_route_keeps_another_users_rows_and_every_secret_to_itself(app, client, db_engine, lakehouse,

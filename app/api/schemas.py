@@ -122,6 +122,17 @@ class StorageIn(BaseModel):
     secret_access_key: str = Field(max_length=256)
 
 
+class PurgeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    confirm_name: str = Field(max_length=64, description="the warehouse's name, typed again")
+
+
+class Purged(BaseModel):
+    tables_dropped: int
+    namespaces_dropped: int
+    pending: bool = Field(description="Lakekeeper still deletes the files; the warehouse goes once it has")
+
+
 class StorageCheck(BaseModel):
     name: str
     outcome: str

@@ -89,6 +89,20 @@ def archive_warehouse(warehouse_id: int):
     return warehouse_out(warehouse), 202
 
 
+@bp.post("/warehouses/<int:warehouse_id>/purge")
+@spec.validate(json=schemas.PurgeIn, resp=Response(HTTP_200=schemas.Purged, HTTP_409=schemas.Problem, **ERRORS),
+               tags=["warehouses"])
+def purge_warehouse(warehouse_id: int, json: schemas.PurgeIn):
+    """Delete an archived warehouse's tables and files, then the warehouse (cannot be undone)."""
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
+    try:
+        outcome = service.purge(warehouse, json.confirm_name)
+    except WarehouseActionError as error:
+        raise _refused(error) from None
+    return schemas.Purged(tables_dropped=outcome.tables_dropped, namespaces_dropped=outcome.namespaces_dropped,
+                          pending=outcome.pending)
+
+
 @bp.get("/warehouses/<int:warehouse_id>/tables")
 @spec.validate(resp=Response(HTTP_200=list[schemas.TableRef], HTTP_409=schemas.Problem, **ERRORS),
                tags=["warehouses"])

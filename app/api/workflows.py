@@ -55,3 +55,15 @@ def save_workflow_version(workflow_id: int, json: schemas.StepsIn):
     except WorkflowActionError as error:
         raise ApiProblem(409, error.message, error.field) from None
     return workflow_out(workflow), 201
+
+
+@bp.delete("/workflows/<int:workflow_id>")
+@spec.validate(resp=Response("HTTP_204", HTTP_409=schemas.Problem, **ERRORS), tags=["workflows"])
+def delete_workflow(workflow_id: int):
+    """Delete a workflow that never ran (one that ran stays, so its history stays readable)."""
+    workflow = get_owned_or_404(Workflow, workflow_id)
+    try:
+        service.delete(workflow)
+    except WorkflowActionError as error:
+        raise ApiProblem(409, error.message) from None
+    return "", 204
