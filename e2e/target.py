@@ -92,6 +92,7 @@ class Target:
                         client.delete_workflow(workflow["id"])
                     except ApiError as error:
                         left.append(f"workflow {workflow['name']}: {error.detail}")
+            client.revoke_token()
         return left
 
 

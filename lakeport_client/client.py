@@ -52,6 +52,12 @@ class Client:
             if not (cursor := page["next_cursor"]):
                 return items
 
+    def revoke_token(self) -> None:
+        """Revoke the token this client calls with."""
+        response = self._http.post("/tokens/current/revoke")
+        if response.status_code >= 400:
+            raise _error(response)
+
     # --- warehouses ---------------------------------------------------------------------------
 
     def warehouses(self) -> list[dict]:

@@ -92,6 +92,12 @@ def test_no_token_a_wrong_one_an_expired_or_revoked_one_answer_401(app, client, 
     assert Api(client, revoked).call("GET", "/api/v1/warehouses").status_code == 401
 
 
+def test_a_script_revokes_the_token_it_calls_with(app, client, db_engine, owner):
+    api = Api(client, token_for(app, owner))
+    assert api.call("POST", "/api/v1/tokens/current/revoke").status_code == 204
+    assert api.call("GET", "/api/v1/warehouses").status_code == 401
+
+
 def test_a_session_cookie_opens_no_api_call_and_a_token_opens_no_page(app, client, db_engine, newcomer):  # noqa: F811
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     signed_in = Api(client, None)  # the session cookie is there, the token is not
@@ -221,6 +227,7 @@ def test_the_tokens_page_shows_a_token_once_and_revokes_it(app, client, db_engin
     api = Api(app.test_client(), text)
     assert api.call("GET", "/api/v1/workflows").status_code == 200
     client.post(f"/tokens/{row.id}/revoke", data={"csrf_token": csrf(client)})
+    assert "revoked" in client.get("/tokens/").get_data(as_text=True)
     assert api.call("GET", "/api/v1/workflows").status_code == 401
     stranger = make_user(db_engine)
     other = app.test_client()

@@ -10,4 +10,4 @@ from flask import Blueprint
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
-from app.api import auth, compute_units, executions, openapi, problems, warehouses, workflows  # noqa: E402,F401
+from app.api import auth, compute_units, executions, openapi, problems, tokens, warehouses, workflows  # noqa: E402,F401,E501
