@@ -42,6 +42,7 @@ def create_app(config: Config | None = None) -> Flask:
     from app.executions import bp as executions_bp
     from app.usage import bp as usage_bp
     from app.tokens import bp as tokens_bp
+    from app.schedules import bp as schedules_bp
     from app.api import bp as api_bp
     from app.api.openapi import spec as api_spec
 
@@ -53,6 +54,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(executions_bp)
     app.register_blueprint(usage_bp)
     app.register_blueprint(tokens_bp)
+    app.register_blueprint(schedules_bp)
     app.register_blueprint(api_bp)
     security.csrf.exempt(api_bp)  # the API takes no cookie: a bearer token, which no other site can send
     api_spec.register(app)

@@ -165,6 +165,10 @@ SETTINGS: dict[str, Setting] = {
     "WORKER_SUPERVISOR_SECONDS": Setting(
         "LAKEPORT_WORKER_SUPERVISOR_SECONDS", 15.0, cast=float,
         help="How often the worker checks running compute units for death and idleness."),
+    "SCHEDULER_SECONDS": Setting(
+        "LAKEPORT_SCHEDULER_SECONDS", 10.0, cast=float,
+        help="How often the worker looks for schedules' due times (each fires once, whatever the number of "
+             "workers)."),
     "USAGE_SAMPLE_SECONDS": Setting(
         "LAKEPORT_USAGE_SAMPLE_SECONDS", 900.0, cast=float,
         help="How often the worker measures each warehouse's live storage (from table metadata) and what "
@@ -232,6 +236,7 @@ class Config:
     WORKER_POLL_SECONDS: float = SETTINGS["WORKER_POLL_SECONDS"].default
     WORKER_LEASE_SECONDS: float = SETTINGS["WORKER_LEASE_SECONDS"].default
     WORKER_SUPERVISOR_SECONDS: float = SETTINGS["WORKER_SUPERVISOR_SECONDS"].default
+    SCHEDULER_SECONDS: float = SETTINGS["SCHEDULER_SECONDS"].default
     USAGE_SAMPLE_SECONDS: float = SETTINGS["USAGE_SAMPLE_SECONDS"].default
     API_CALLS_PER_MINUTE: int = SETTINGS["API_CALLS_PER_MINUTE"].default
     CU_ALLOWED_ENDPOINTS: str = SETTINGS["CU_ALLOWED_ENDPOINTS"].default

@@ -389,3 +389,39 @@ class ApiRateWindow(SQLModel, table=True):
     key: str = Field(primary_key=True, max_length=64)
     window_start: int = Field(primary_key=True)
     calls: int = 0
+
+
+class Schedule(SQLModel, table=True):
+    """A workflow run on a cron schedule in a time zone, on a unit into a warehouse of its
+    owner's (app/schedules/). The worker fires each due time once (`ScheduledRun`)."""
+
+    __tablename__ = "schedules"
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    workflow_id: int = Field(foreign_key="workflows.id", index=True, ondelete="CASCADE")
+    cron: str = Field(max_length=100)
+    timezone: str = Field(max_length=64)
+    compute_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", ondelete="SET NULL")
+    warehouse_id: int | None = Field(default=None, foreign_key="warehouses.id", ondelete="SET NULL")
+    # Due times missed while no worker ran: "skip" them, or run "once" for all of them.
+    catch_up: str = Field(default="skip", max_length=8)
+    paused: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+    # The latest due time the scheduler has handled (fired, skipped or caught up).
+    handled_until: datetime | None = None
+
+
+class ScheduledRun(SQLModel, table=True):
+    """One due time of a schedule, handled once: it started an execution, or was skipped (why)."""
+
+    __tablename__ = "scheduled_runs"
+    __table_args__ = (UniqueConstraint("schedule_id", "due_at", name="uq_scheduled_runs_due"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    schedule_id: int = Field(foreign_key="schedules.id", index=True, ondelete="CASCADE")
+    due_at: datetime
+    outcome: str = Field(max_length=16)  # "started" or "skipped"
+    reason: str = Field(default="", max_length=500)
+    execution_id: int | None = Field(default=None, foreign_key="executions.id", ondelete="SET NULL")
+    created_at: datetime = Field(default_factory=utcnow)

@@ -9,8 +9,9 @@ a thread of its own: starting and
 stopping units (and stopping what a failed unit left), preparing, submitting and watching
 executions, generating sample data, maintaining datasets on a unit; and, every
 WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units become FAILED, idle ones are stopped),
-and every USAGE_SAMPLE_SECONDS the usage pass (app/usage/accounting.py: storage measured from
-table metadata, stored as samples that pages read).
+every USAGE_SAMPLE_SECONDS the usage pass (app/usage/accounting.py: storage measured from
+table metadata, stored as samples that pages read), and every SCHEDULER_SECONDS the scheduler
+pass (app/schedules/firing.py: each schedule's due times, each fired once).
 
 Each piece of work is claimed through a lease (app/leases.py) named after it, renewed while the
 work runs. Two workers never do the same work at once; a worker that dies stops renewing, and
@@ -121,6 +122,8 @@ class Worker:
         self.lease_seconds = app.config["WORKER_LEASE_SECONDS"]
         self.supervisor_seconds = app.config["WORKER_SUPERVISOR_SECONDS"]
         self.usage_seconds = app.config["USAGE_SAMPLE_SECONDS"]
+        self.scheduler_seconds = app.config["SCHEDULER_SECONDS"]
+        self._next_schedule_pass = time.monotonic()
         self.stopping = threading.Event()
         self.announcements = WorkAnnouncements(app.config["DATABASE_URL"], self.stopping)
         self._work: dict[str, _Work] = {}
@@ -191,6 +194,8 @@ class Worker:
             self._supervise()
         if time.monotonic() >= self._next_usage:
             self._measure_usage()
+        if time.monotonic() >= self._next_schedule_pass:
+            self._fire_schedules()
 
     # --- inside ---------------------------------------------------------------------------------
 
@@ -267,6 +272,13 @@ class Worker:
 
         self._next_usage = time.monotonic() + self.usage_seconds
         self._begin_periodic(accounting.USAGE_LEASE, accounting.measure)
+
+    def _fire_schedules(self) -> None:
+        """The scheduler pass (app/schedules/firing.py), one worker at a time."""
+        from app.schedules import firing
+
+        self._next_schedule_pass = time.monotonic() + self.scheduler_seconds
+        self._begin_periodic(firing.LEASE, firing.fire_due)
 
     def _begin_periodic(self, lease: str, function: Callable[[], None]) -> None:
         """Start periodic work under its lease unless the last pass still runs."""

@@ -1,0 +1,50 @@
+"""A workflow's schedules: list (next times, past runs and why one was skipped), create, pause,
+resume, delete."""
+from __future__ import annotations
+
+from flask import flash, redirect, render_template, request, url_for
+from flask_login import current_user
+
+from app.db import get_owned_or_404
+from app.executions import history
+from app.models import Schedule, Workflow
+from app.schedules import bp, service
+
+
+@bp.get("/workflow/<int:workflow_id>")
+def for_workflow(workflow_id: int):
+    return _page(get_owned_or_404(Workflow, workflow_id))
+
+
+@bp.post("/workflow/<int:workflow_id>")
+def create(workflow_id: int):
+    workflow = get_owned_or_404(Workflow, workflow_id)
+    try:
+        schedule = service.create(current_user, workflow, request.form, service.now())
+    except service.ScheduleRefused as refusal:
+        return _page(workflow, errors={refusal.field or "form": refusal.message}, values=request.form), 422
+    flash(f"Scheduled: {schedule.cron} ({schedule.timezone}).", "success")
+    return redirect(url_for("schedules.for_workflow", workflow_id=workflow.id))
+
+
+@bp.post("/<int:schedule_id>/<any(pause, resume, delete):action>")
+def change(schedule_id: int, action: str):
+    schedule = get_owned_or_404(Schedule, schedule_id)
+    workflow_id = schedule.workflow_id
+    if action == "delete":
+        service.delete(schedule)
+        flash("The schedule is deleted; its past runs' executions stay.", "info")
+    else:
+        service.set_paused(schedule, action == "pause", service.now())
+    return redirect(url_for("schedules.for_workflow", workflow_id=workflow_id))
+
+
+def _page(workflow: Workflow, errors: dict | None = None, values=None):
+    now = service.now()
+    schedules = [(schedule, service.next_times(schedule, now) if not schedule.paused else [],
+                  service.runs_of(schedule)) for schedule in service.schedules_of(workflow)]
+    return render_template("schedules/index.html", workflow=workflow, schedules=schedules, errors=errors or {},
+                           values=values or {"timezone": "UTC", "catch_up": "skip"},
+                           units=history.user_compute_units(current_user),
+                           warehouses=history.user_warehouses(current_user), zones=service.zone_names(),
+                           catch_up=service.CATCH_UP)

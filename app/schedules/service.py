@@ -1,0 +1,126 @@
+"""What users do with schedules: make one (every field checked), pause, resume, delete; and when
+one runs next, in its own time zone (cron through croniter, zones from the IANA database)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo, available_timezones
+
+from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
+from sqlmodel import select
+
+from app.db import get_db
+from app.errors import UserFacingError
+from app.models import ComputeUnit, Schedule, ScheduledRun, User, Warehouse, Workflow
+
+CATCH_UP = {"skip": "Skip the times missed while Lakeport was down",
+            "once": "Run once for all the times missed"}
+MAX_PER_WORKFLOW = 10
+# A schedule that would fire more often than this is refused (a unit is not a queue).
+MIN_INTERVAL_SECONDS = 60
+
+
+def now() -> datetime:
+    """The schedules' clock (the firing, the pages' next times, a resume); tests replace it."""
+    return datetime.now(timezone.utc)
+
+
+class ScheduleRefused(UserFacingError):
+    """A schedule could not be made or changed; `message` for the user, `field` the form field."""
+
+
+def zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def next_times(schedule: Schedule, after: datetime, count: int = 3) -> list[datetime]:
+    """The schedule's next `count` due times after `after`, in its own time zone."""
+    times = croniter(schedule.cron, after.astimezone(zone(schedule.timezone)))
+    return [times.get_next(datetime) for _ in range(count)]
+
+
+def due_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+    """The due times in (start, end], in UTC."""
+    times, found = croniter(schedule.cron, start.astimezone(zone(schedule.timezone))), []
+    while (moment := times.get_next(datetime)) <= end and len(found) < 10_000:
+        found.append(moment.astimezone(timezone.utc))
+    return found
+
+
+def check(values: dict, owner: User) -> dict[str, str]:
+    """field → message for what is wrong in a schedule's form ({} when it is fine)."""
+    errors: dict[str, str] = {}
+    cron = (values.get("cron") or "").strip()
+    if not cron or len(cron) > 100 or len(cron.split()) != 5:
+        errors["cron"] = "Five fields: minute hour day-of-month month day-of-week, e.g. “30 6 * * 1-5”."
+    else:
+        try:
+            times = croniter(cron, datetime(2026, 1, 1, tzinfo=timezone.utc))
+            first, second = times.get_next(datetime), times.get_next(datetime)
+            if (second - first).total_seconds() < MIN_INTERVAL_SECONDS:
+                errors["cron"] = "At most one run a minute."
+        except (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError, KeyError):
+            errors["cron"] = "Not a cron expression Lakeport understands, e.g. “30 6 * * 1-5”."
+    if (values.get("timezone") or "") not in available_timezones():
+        errors["timezone"] = "Choose a time zone by its IANA name, e.g. Europe/Lisbon or UTC."
+    db = get_db()
+    unit = db.get(ComputeUnit, _int(values.get("compute_unit_id")))
+    if unit is None or unit.owner_id != owner.id:
+        errors["compute_unit_id"] = "Choose one of your compute units."
+    warehouse = db.get(Warehouse, _int(values.get("warehouse_id")))
+    if warehouse is None or warehouse.owner_id != owner.id:
+        errors["warehouse_id"] = "Choose one of your warehouses."
+    if values.get("catch_up") not in CATCH_UP:
+        errors["catch_up"] = "Choose what happens to missed times."
+    return errors
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def schedules_of(workflow: Workflow) -> list[Schedule]:
+    return list(get_db().exec(select(Schedule).where(Schedule.workflow_id == workflow.id).order_by(Schedule.id)))
+
+
+def runs_of(schedule: Schedule, limit: int = 20) -> list[ScheduledRun]:
+    return list(get_db().exec(select(ScheduledRun).where(ScheduledRun.schedule_id == schedule.id)
+                              .order_by(ScheduledRun.due_at.desc()).limit(limit)))
+
+
+def create(owner: User, workflow: Workflow, values: dict, now: datetime) -> Schedule:
+    errors = check(values, owner)
+    if errors:
+        field, message = next(iter(errors.items()))
+        raise ScheduleRefused(message, field)
+    if len(schedules_of(workflow)) >= MAX_PER_WORKFLOW:
+        raise ScheduleRefused(f"A workflow has at most {MAX_PER_WORKFLOW} schedules.")
+    schedule = Schedule(owner_id=owner.id, workflow_id=workflow.id, cron=values["cron"].strip(),
+                        timezone=values["timezone"], compute_unit_id=int(values["compute_unit_id"]),
+                        warehouse_id=int(values["warehouse_id"]), catch_up=values["catch_up"], handled_until=now)
+    db = get_db()
+    db.add(schedule)
+    db.commit()
+    return schedule
+
+
+def set_paused(schedule: Schedule, paused: bool, now: datetime) -> None:
+    """Pause, or resume from now on (times that passed while paused are not run)."""
+    schedule.paused = paused
+    if not paused:
+        schedule.handled_until = max(schedule.handled_until or now, now)
+    db = get_db()
+    db.add(schedule)
+    db.commit()
+
+
+def delete(schedule: Schedule) -> None:
+    db = get_db()
+    db.delete(schedule)
+    db.commit()
+
+
+def zone_names() -> list[str]:
+    return sorted(available_timezones())

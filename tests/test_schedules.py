@@ -1,0 +1,160 @@
+"""Schedules with a clock the test controls: each due time fires once, however many workers
+race for it and however the clock jumps; missed times follow the catch-up policy; a unit that is
+not running skips its time with the reason; the pages check every field and keep users apart."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlmodel import Session, select
+
+from app.models import Execution, Schedule, ScheduledRun
+from app.schedules import firing, service
+from app.worker import Worker
+from tests.test_executions import csrf, equipped, make_user, newcomer, sign_in_as, unit_row  # noqa: F401
+
+T0 = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
+
+
+def schedule_row(db_engine, owner, workflow, warehouse, cu, cron="*/5 * * * *", catch_up="skip",
+                 handled_until=T0) -> Schedule:
+    with Session(db_engine, expire_on_commit=False) as db:
+        schedule = Schedule(owner_id=owner.id, workflow_id=workflow.id, cron=cron, timezone="UTC",
+                            compute_unit_id=cu.id, warehouse_id=warehouse.id, catch_up=catch_up,
+                            handled_until=handled_until, created_at=handled_until)
+        db.add(schedule)
+        db.commit()
+        return schedule
+
+
+def runs(db_engine, schedule) -> list[ScheduledRun]:
+    with Session(db_engine) as db:
+        return list(db.exec(select(ScheduledRun).where(ScheduledRun.schedule_id == schedule.id)
+                            .order_by(ScheduledRun.due_at)))
+
+
+def executions(db_engine, owner) -> list[Execution]:
+    with Session(db_engine) as db:
+        return list(db.exec(select(Execution).where(Execution.owner_id == owner.id)))
+
+
+def at(monkeypatch, moment: datetime) -> None:
+    monkeypatch.setattr(service, "now", lambda: moment)
+
+
+def test_racing_passes_fire_each_due_time_once_and_a_clock_that_jumps_back_fires_nothing(app, db_engine, monkeypatch):
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu)
+    at(monkeypatch, T0 + timedelta(minutes=10, seconds=30))  # due at 06:05 (late: missed) and 06:10
+    errors = []
+
+    def one_pass():
+        try:
+            with app.app_context():
+                firing.fire_due()
+        except Exception as error:  # pragma: no cover - a failing pass is the test's failure
+            errors.append(error)
+
+    racers = [threading.Thread(target=one_pass) for _ in range(6)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert errors == []
+    handled = runs(db_engine, schedule)
+    assert [(run.due_at, run.outcome) for run in handled] == [
+        (T0 + timedelta(minutes=5), "skipped"), (T0 + timedelta(minutes=10), "started")]
+    assert "missed while Lakeport was down" in handled[0].reason
+    assert [execution.id for execution in executions(db_engine, owner)] == [handled[1].execution_id]
+    at(monkeypatch, T0 + timedelta(minutes=2))  # the clock jumps back: those times were handled
+    with app.app_context():
+        firing.fire_due()
+    assert len(runs(db_engine, schedule)) == 2 and len(executions(db_engine, owner)) == 1
+
+
+def test_two_workers_with_their_own_leases_fire_a_due_time_once(app, db_engine, monkeypatch):
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu, cron="* * * * *",
+                            handled_until=T0 + timedelta(minutes=59))
+    at(monkeypatch, T0 + timedelta(hours=1, seconds=5))
+    app.config["SCHEDULER_SECONDS"] = 0.05
+    workers = [Worker(app, worker_id=f"scheduler-test-{n}").start() for n in range(2)]
+    try:
+        deadline = datetime.now() + timedelta(seconds=10)
+        while not runs(db_engine, schedule) and datetime.now() < deadline:
+            threading.Event().wait(0.1)
+        threading.Event().wait(1.0)  # both workers keep passing meanwhile
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert [(run.due_at, run.outcome) for run in runs(db_engine, schedule)] == [(T0 + timedelta(hours=1), "started")]
+    assert len(executions(db_engine, owner)) == 1
+
+
+@pytest.mark.parametrize("catch_up, outcomes", [("skip", ["skipped"] * 4), ("once", ["skipped"] * 3 + ["started"])])
+def test_times_missed_while_down_follow_the_catch_up_policy(app, db_engine, monkeypatch, catch_up, outcomes):
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu, cron="0 * * * *", catch_up=catch_up)
+    at(monkeypatch, T0 + timedelta(hours=4, minutes=30))  # 07:00 … 10:00 passed while no worker ran
+    with app.app_context():
+        firing.fire_due()
+    handled = runs(db_engine, schedule)
+    assert [run.outcome for run in handled] == outcomes
+    assert len(executions(db_engine, owner)) == outcomes.count("started")
+
+
+def test_a_unit_that_is_not_running_skips_its_time_with_the_reason(app, db_engine, monkeypatch):
+    owner = make_user(db_engine)
+    workflow, warehouse, _ = equipped(db_engine, owner)
+    stopped = unit_row(db_engine, owner, state="TERMINATED")
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, stopped)
+    at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
+    with app.app_context():
+        firing.fire_due()
+    (run,) = runs(db_engine, schedule)
+    assert run.outcome == "skipped" and "terminated, not running" in run.reason and run.execution_id is None
+
+
+def test_a_paused_schedule_fires_nothing_and_resumes_from_now(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    schedule = schedule_row(db_engine, newcomer, workflow, warehouse, cu)
+    client.post(f"/schedules/{schedule.id}/pause", data={"csrf_token": csrf(client)})
+    at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
+    with app.app_context():
+        firing.fire_due()
+    assert runs(db_engine, schedule) == []
+    page = client.get(f"/schedules/workflow/{workflow.id}").get_data(as_text=True)
+    assert 'data-testid="schedule-paused"' in page
+    client.post(f"/schedules/{schedule.id}/resume", data={"csrf_token": csrf(client)})
+    with Session(db_engine) as db:
+        assert db.get(Schedule, schedule.id).handled_until > T0 + timedelta(minutes=5)  # from now on
+
+
+def test_the_schedules_page_checks_every_field_and_shows_the_next_times(client, db_engine, newcomer):  # noqa: F811
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    stranger = make_user(db_engine)
+    _, theirs_warehouse, theirs_cu = equipped(db_engine, stranger)
+    good = {"cron": "30 6 * * 1-5", "timezone": "Europe/Lisbon", "compute_unit_id": str(cu.id),
+            "warehouse_id": str(warehouse.id), "catch_up": "once", "csrf_token": csrf(client)}
+    for field, value in (("cron", "every morning"), ("cron", "* * * * * *"), ("timezone", "Mars/Olympus"),
+                         ("compute_unit_id", str(theirs_cu.id)), ("warehouse_id", str(theirs_warehouse.id)),
+                         ("catch_up", "twice")):
+        refused = client.post(f"/schedules/workflow/{workflow.id}", data={**good, field: value})
+        page = refused.get_data(as_text=True)
+        assert refused.status_code == 422, field
+        assert f'id="error-{field}">' in page and 'aria-invalid="true"' in page, field
+    made = client.post(f"/schedules/workflow/{workflow.id}", data=good)
+    assert made.status_code == 302
+    page = client.get(f"/schedules/workflow/{workflow.id}").get_data(as_text=True)
+    assert "30 6 * * 1-5" in page and ("06:30 WET" in page or "06:30 WEST" in page)
+    other = client.application.test_client()
+    sign_in_as(other, stranger)
+    with Session(db_engine) as db:
+        schedule = db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one()
+    assert other.get(f"/schedules/workflow/{workflow.id}").status_code == 404
+    assert other.post(f"/schedules/{schedule.id}/delete", data={"csrf_token": csrf(other)}).status_code == 404
+    assert other.post(f"/schedules/workflow/{workflow.id}", data={**good, "csrf_token": csrf(other)}).status_code == 404
