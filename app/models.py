@@ -406,6 +406,13 @@ class Schedule(SQLModel, table=True):
     warehouse_id: int | None = Field(default=None, foreign_key="warehouses.id", ondelete="SET NULL")
     # Due times missed while no worker ran: "skip" them, or run "once" for all of them.
     catch_up: str = Field(default="skip", max_length=8)
+    # A failed run is retried up to `max_retries` times, after retry_backoff_seconds * 2**attempt.
+    max_retries: int = 0
+    retry_backoff_seconds: int = 60
+    # A run still going after this many minutes is cancelled (0: no limit).
+    timeout_minutes: int = 0
+    # A due time is skipped while this many of the schedule's runs are still going.
+    max_running: int = 1
     paused: bool = False
     created_at: datetime = Field(default_factory=utcnow)
     # The latest due time the scheduler has handled (fired, skipped or caught up).
@@ -416,11 +423,12 @@ class ScheduledRun(SQLModel, table=True):
     """One due time of a schedule, handled once: it started an execution, or was skipped (why)."""
 
     __tablename__ = "scheduled_runs"
-    __table_args__ = (UniqueConstraint("schedule_id", "due_at", name="uq_scheduled_runs_due"),)
+    __table_args__ = (UniqueConstraint("schedule_id", "due_at", "attempt", name="uq_scheduled_runs_due"),)
 
     id: int | None = Field(default=None, primary_key=True)
     schedule_id: int = Field(foreign_key="schedules.id", index=True, ondelete="CASCADE")
     due_at: datetime
+    attempt: int = 0  # 0: the due time's run; 1, 2…: its retries
     outcome: str = Field(max_length=16)  # "started" or "skipped"
     reason: str = Field(default="", max_length=500)
     execution_id: int | None = Field(default=None, foreign_key="executions.id", ondelete="SET NULL")

@@ -158,3 +158,94 @@ def test_the_schedules_page_checks_every_field_and_shows_the_next_times(client, 
     assert other.get(f"/schedules/workflow/{workflow.id}").status_code == 404
     assert other.post(f"/schedules/{schedule.id}/delete", data={"csrf_token": csrf(other)}).status_code == 404
     assert other.post(f"/schedules/workflow/{workflow.id}", data={**good, "csrf_token": csrf(other)}).status_code == 404
+
+
+def set_execution(db_engine, execution_id: int, **fields) -> None:
+    with Session(db_engine) as db:
+        execution = db.get(Execution, execution_id)
+        for name, value in fields.items():
+            setattr(execution, name, value)
+        db.add(execution)
+        db.commit()
+
+
+def test_a_failed_run_is_retried_after_its_backoff_up_to_the_limit(app, db_engine, monkeypatch):
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu)
+    with Session(db_engine) as db:
+        row = db.get(Schedule, schedule.id)
+        row.max_retries, row.retry_backoff_seconds = 2, 60
+        db.add(row)
+        db.commit()
+    due = T0 + timedelta(minutes=5)
+    at(monkeypatch, due + timedelta(seconds=2))
+    with app.app_context():
+        firing.fire_due()
+    failed_at = due + timedelta(seconds=30)
+    for attempt, wait in ((0, 60), (1, 120)):
+        (run,) = [run for run in runs(db_engine, schedule) if run.attempt == attempt]
+        set_execution(db_engine, run.execution_id, state="FAILED", ended_at=failed_at, reason="boom")
+        at(monkeypatch, failed_at + timedelta(seconds=wait - 5))  # not yet: the backoff doubles
+        with app.app_context():
+            firing.fire_due()
+        assert len([run for run in runs(db_engine, schedule) if run.attempt == attempt + 1]) == 0
+        at(monkeypatch, failed_at + timedelta(seconds=wait + 1))
+        with app.app_context():
+            firing.fire_due()
+            firing.fire_due()  # twice: still one retry
+        retries = [run for run in runs(db_engine, schedule) if run.attempt == attempt + 1]
+        assert [(retry.due_at, retry.outcome) for retry in retries] == [(due, "started")]
+        failed_at += timedelta(seconds=wait + 30)
+    (last,) = [run for run in runs(db_engine, schedule) if run.attempt == 2]
+    set_execution(db_engine, last.execution_id, state="FAILED", ended_at=failed_at)
+    at(monkeypatch, failed_at + timedelta(hours=1) - timedelta(minutes=1))
+    with app.app_context():
+        firing.fire_due()
+    assert max(run.attempt for run in runs(db_engine, schedule)) == 2  # no third retry
+    assert len({run.execution_id for run in runs(db_engine, schedule) if run.execution_id}) >= 3
+
+
+def test_a_run_over_its_timeout_is_cancelled_and_runs_at_once_are_bounded(app, db_engine, monkeypatch):
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu)
+    with Session(db_engine) as db:
+        row = db.get(Schedule, schedule.id)
+        row.timeout_minutes, row.max_running, row.max_retries = 7, 1, 3
+        db.add(row)
+        db.commit()
+    first_due = T0 + timedelta(minutes=5)
+    at(monkeypatch, first_due + timedelta(seconds=2))
+    with app.app_context():
+        firing.fire_due()
+    (first,) = runs(db_engine, schedule)
+    set_execution(db_engine, first.execution_id, created_at=first_due)
+    at(monkeypatch, T0 + timedelta(minutes=10, seconds=2))  # the next due time, the first still queued
+    with app.app_context():
+        firing.fire_due()
+    second = runs(db_engine, schedule)[1]
+    assert second.outcome == "skipped" and "still going" in second.reason
+    at(monkeypatch, first_due + timedelta(minutes=7, seconds=30))
+    with app.app_context():
+        firing.fire_due()
+    with Session(db_engine) as db:
+        assert db.get(Execution, first.execution_id).state == "CANCELLED"
+    timed_out = runs(db_engine, schedule)[0]
+    assert "over its timeout of 7 min" in timed_out.reason
+    assert [run.attempt for run in runs(db_engine, schedule) if run.due_at == first_due] == [0]  # no retry
+
+
+def test_the_form_checks_the_options(client, db_engine, newcomer):  # noqa: F811
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    good = {"cron": "0 7 * * *", "timezone": "UTC", "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id),
+            "catch_up": "skip", "max_retries": "2", "retry_backoff_seconds": "30", "timeout_minutes": "60",
+            "max_running": "1", "csrf_token": csrf(client)}
+    for field, value in (("max_retries", "6"), ("retry_backoff_seconds", "1"), ("timeout_minutes", "-1"),
+                         ("max_running", "0"), ("max_running", "many")):
+        refused = client.post(f"/schedules/workflow/{workflow.id}", data={**good, field: value})
+        assert refused.status_code == 422 and f'id="error-{field}">' in refused.get_data(as_text=True), field
+    assert client.post(f"/schedules/workflow/{workflow.id}", data=good).status_code == 302
+    with Session(db_engine) as db:
+        made = db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one()
+    assert (made.max_retries, made.retry_backoff_seconds, made.timeout_minutes, made.max_running) == (2, 30, 60, 1)

@@ -47,4 +47,4 @@ def _page(workflow: Workflow, errors: dict | None = None, values=None):
                            values=values or {"timezone": "UTC", "catch_up": "skip"},
                            units=history.user_compute_units(current_user),
                            warehouses=history.user_warehouses(current_user), zones=service.zone_names(),
-                           catch_up=service.CATCH_UP)
+                           catch_up=service.CATCH_UP, options=service.OPTIONS, defaults=service.DEFAULTS)

@@ -17,6 +17,10 @@ CATCH_UP = {"skip": "Skip the times missed while Lakeport was down",
 MAX_PER_WORKFLOW = 10
 # A schedule that would fire more often than this is refused (a unit is not a queue).
 MIN_INTERVAL_SECONDS = 60
+# The options of a schedule: (field, lowest, highest, what it is) and their defaults.
+OPTIONS = (("max_retries", 0, 5, "Retries"), ("retry_backoff_seconds", 10, 3600, "Seconds before the first retry"),
+           ("timeout_minutes", 0, 1440, "Timeout in minutes (0: none)"), ("max_running", 1, 10, "Runs at once"))
+DEFAULTS = {"max_retries": 0, "retry_backoff_seconds": 60, "timeout_minutes": 0, "max_running": 1}
 
 
 def now() -> datetime:
@@ -71,14 +75,18 @@ def check(values: dict, owner: User) -> dict[str, str]:
         errors["warehouse_id"] = "Choose one of your warehouses."
     if values.get("catch_up") not in CATCH_UP:
         errors["catch_up"] = "Choose what happens to missed times."
+    for field, low, high, words in OPTIONS:
+        number = _int(values.get(field, DEFAULTS[field]), None)
+        if number is None or not low <= number <= high:
+            errors[field] = f"{words}: a whole number from {low} to {high}."
     return errors
 
 
-def _int(value) -> int:
+def _int(value, default: int | None = 0) -> int | None:
     try:
-        return int(value)
+        return int(str(value).strip())
     except (TypeError, ValueError):
-        return 0
+        return default
 
 
 def schedules_of(workflow: Workflow) -> list[Schedule]:
@@ -87,7 +95,7 @@ def schedules_of(workflow: Workflow) -> list[Schedule]:
 
 def runs_of(schedule: Schedule, limit: int = 20) -> list[ScheduledRun]:
     return list(get_db().exec(select(ScheduledRun).where(ScheduledRun.schedule_id == schedule.id)
-                              .order_by(ScheduledRun.due_at.desc()).limit(limit)))
+                              .order_by(ScheduledRun.due_at.desc(), ScheduledRun.attempt.desc()).limit(limit)))
 
 
 def create(owner: User, workflow: Workflow, values: dict, now: datetime) -> Schedule:
@@ -99,7 +107,8 @@ def create(owner: User, workflow: Workflow, values: dict, now: datetime) -> Sche
         raise ScheduleRefused(f"A workflow has at most {MAX_PER_WORKFLOW} schedules.")
     schedule = Schedule(owner_id=owner.id, workflow_id=workflow.id, cron=values["cron"].strip(),
                         timezone=values["timezone"], compute_unit_id=int(values["compute_unit_id"]),
-                        warehouse_id=int(values["warehouse_id"]), catch_up=values["catch_up"], handled_until=now)
+                        warehouse_id=int(values["warehouse_id"]), catch_up=values["catch_up"], handled_until=now,
+                        **{field: _int(values.get(field, DEFAULTS[field])) for field in DEFAULTS})
     db = get_db()
     db.add(schedule)
     db.commit()

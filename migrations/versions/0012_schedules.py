@@ -27,6 +27,10 @@ def upgrade() -> None:
                   nullable=True),
         sa.Column('warehouse_id', sa.Integer(), sa.ForeignKey('warehouses.id', ondelete='SET NULL'), nullable=True),
         sa.Column('catch_up', sqlmodel.sql.sqltypes.AutoString(length=8), nullable=False),
+        sa.Column('max_retries', sa.Integer(), nullable=False),
+        sa.Column('retry_backoff_seconds', sa.Integer(), nullable=False),
+        sa.Column('timeout_minutes', sa.Integer(), nullable=False),
+        sa.Column('max_running', sa.Integer(), nullable=False),
         sa.Column('paused', sa.Boolean(), nullable=False),
         sa.Column('created_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
         sa.Column('handled_until', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True),
@@ -38,11 +42,12 @@ def upgrade() -> None:
         sa.Column('id', sa.Integer(), primary_key=True),
         sa.Column('schedule_id', sa.Integer(), sa.ForeignKey('schedules.id', ondelete='CASCADE'), nullable=False),
         sa.Column('due_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column('attempt', sa.Integer(), nullable=False),
         sa.Column('outcome', sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
         sa.Column('reason', sqlmodel.sql.sqltypes.AutoString(length=500), nullable=False),
         sa.Column('execution_id', sa.Integer(), sa.ForeignKey('executions.id', ondelete='SET NULL'), nullable=True),
         sa.Column('created_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
-        sa.UniqueConstraint('schedule_id', 'due_at', name='uq_scheduled_runs_due'),
+        sa.UniqueConstraint('schedule_id', 'due_at', 'attempt', name='uq_scheduled_runs_due'),
     )
     op.create_index('ix_scheduled_runs_schedule_id', 'scheduled_runs', ['schedule_id'])
 
