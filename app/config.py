@@ -169,6 +169,11 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_SCHEDULER_SECONDS", 10.0, cast=float,
         help="How often the worker looks for schedules' due times (each fires once, whatever the number of "
              "workers)."),
+    "SMTP_HOST": Setting(
+        "LAKEPORT_SMTP_HOST", "",
+        help="The SMTP server that sends schedules' notification emails (empty: no email; webhooks still work)."),
+    "SMTP_PORT": Setting("LAKEPORT_SMTP_PORT", 25, cast=int, help="The SMTP server's port."),
+    "SMTP_FROM": Setting("LAKEPORT_SMTP_FROM", "lakeport@localhost", help="The sender of notification emails."),
     "USAGE_SAMPLE_SECONDS": Setting(
         "LAKEPORT_USAGE_SAMPLE_SECONDS", 900.0, cast=float,
         help="How often the worker measures each warehouse's live storage (from table metadata) and what "
@@ -237,6 +242,9 @@ class Config:
     WORKER_LEASE_SECONDS: float = SETTINGS["WORKER_LEASE_SECONDS"].default
     WORKER_SUPERVISOR_SECONDS: float = SETTINGS["WORKER_SUPERVISOR_SECONDS"].default
     SCHEDULER_SECONDS: float = SETTINGS["SCHEDULER_SECONDS"].default
+    SMTP_HOST: str = SETTINGS["SMTP_HOST"].default
+    SMTP_PORT: int = SETTINGS["SMTP_PORT"].default
+    SMTP_FROM: str = SETTINGS["SMTP_FROM"].default
     USAGE_SAMPLE_SECONDS: float = SETTINGS["USAGE_SAMPLE_SECONDS"].default
     API_CALLS_PER_MINUTE: int = SETTINGS["API_CALLS_PER_MINUTE"].default
     CU_ALLOWED_ENDPOINTS: str = SETTINGS["CU_ALLOWED_ENDPOINTS"].default

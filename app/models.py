@@ -413,6 +413,13 @@ class Schedule(SQLModel, table=True):
     timeout_minutes: int = 0
     # A due time is skipped while this many of the schedule's runs are still going.
     max_running: int = 1
+    # Who is told when a run ends ("failure", "success", "both", or "" for nobody), and how: a
+    # webhook (signed with a secret derived from the portal's key and `webhook_nonce`, never
+    # stored) and/or an email.
+    notify_on: str = Field(default="", max_length=8)
+    webhook_url: str = Field(default="", max_length=1000)
+    webhook_nonce: str = Field(default="", max_length=32)
+    notify_email: str = Field(default="", max_length=320)
     paused: bool = False
     created_at: datetime = Field(default_factory=utcnow)
     # The latest due time the scheduler has handled (fired, skipped or caught up).
@@ -432,4 +439,22 @@ class ScheduledRun(SQLModel, table=True):
     outcome: str = Field(max_length=16)  # "started" or "skipped"
     reason: str = Field(default="", max_length=500)
     execution_id: int | None = Field(default=None, foreign_key="executions.id", ondelete="SET NULL")
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Notification(SQLModel, table=True):
+    """One message about a scheduled run's end, by one channel, delivered by the worker (retried
+    with backoff; never by a request)."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (UniqueConstraint("execution_id", "channel", name="uq_notifications_execution_channel"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    schedule_id: int = Field(foreign_key="schedules.id", index=True, ondelete="CASCADE")
+    execution_id: int = Field(foreign_key="executions.id", ondelete="CASCADE")
+    channel: str = Field(max_length=8)  # "webhook" or "email"
+    state: str = Field(default=JobState.QUEUED, max_length=16)
+    attempts: int = 0
+    next_attempt_at: datetime = Field(default_factory=utcnow)
+    last_error: str = Field(default="", max_length=500)
     created_at: datetime = Field(default_factory=utcnow)

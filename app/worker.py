@@ -66,12 +66,13 @@ def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
     from app.workflows import datasets
     from app.compute_units import lifecycle
     from app.executions import comparison, runner
+    from app.schedules import notifications
     from app.usage import maintenance
     from app.warehouses import closing
 
     # Units first: an execution's fate depends on its unit's.
     return (lifecycle.pending_work() + runner.pending_work() + comparison.pending_work() + datasets.pending_work()
-            + maintenance.pending_work() + closing.pending_work())
+            + maintenance.pending_work() + closing.pending_work() + notifications.pending_work())
 
 
 WORK_CHANNEL = "lakeport_work"  # what migration 0009's triggers notify

@@ -25,7 +25,7 @@ from sqlmodel import Session, select
 from app.db import engine, get_db
 from app.executions import runner
 from app.models import ComputeUnit, Execution, ExecutionState, Schedule, ScheduledRun, User, Warehouse, Workflow
-from app.schedules import service
+from app.schedules import notifications, service
 from app.schedules.service import due_between
 from app.workflows.service import latest_version
 
@@ -65,6 +65,8 @@ def _follow_runs(schedule_id: int, moment: datetime) -> None:
     latest: dict[datetime, tuple[ScheduledRun, Execution]] = {}
     for run, execution in _started(schedule_id):
         latest[run.due_at] = (run, execution)
+        if schedule.notify_on and not _will_retry(schedule, run, execution):
+            notifications.queue(schedule, execution)
         if (schedule.timeout_minutes and execution.state not in ExecutionState.FINAL and not run.reason
                 and moment - execution.created_at > timedelta(minutes=schedule.timeout_minutes)):
             _settle(run.id, reason=f"cancelled: over its timeout of {schedule.timeout_minutes} min")
@@ -73,11 +75,15 @@ def _follow_runs(schedule_id: int, moment: datetime) -> None:
             except runner.RunRefused:
                 pass  # it ended meanwhile
     for run, execution in latest.values():
-        if (execution.state == ExecutionState.FAILED and run.attempt < schedule.max_retries
-                and not run.reason.startswith("cancelled")
-                and moment >= (execution.ended_at or execution.created_at)
-                + timedelta(seconds=schedule.retry_backoff_seconds * 2 ** run.attempt)):
+        if _will_retry(schedule, run, execution) and moment >= (execution.ended_at or execution.created_at) \
+                + timedelta(seconds=schedule.retry_backoff_seconds * 2 ** run.attempt):
             _fire(schedule, run.due_at, attempt=run.attempt + 1)
+
+
+def _will_retry(schedule: Schedule, run: ScheduledRun, execution: Execution) -> bool:
+    """A failed attempt with retries left (one cancelled for its timeout is not retried)."""
+    return (execution.state == ExecutionState.FAILED and run.attempt < schedule.max_retries
+            and not run.reason.startswith("cancelled"))
 
 
 def _still_running(schedule_id: int) -> int:

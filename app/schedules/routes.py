@@ -8,7 +8,7 @@ from flask_login import current_user
 from app.db import get_owned_or_404
 from app.executions import history
 from app.models import Schedule, Workflow
-from app.schedules import bp, service
+from app.schedules import bp, notifications, service
 
 
 @bp.get("/workflow/<int:workflow_id>")
@@ -24,6 +24,8 @@ def create(workflow_id: int):
     except service.ScheduleRefused as refusal:
         return _page(workflow, errors={refusal.field or "form": refusal.message}, values=request.form), 422
     flash(f"Scheduled: {schedule.cron} ({schedule.timezone}).", "success")
+    if schedule.webhook_url:  # its signing secret, shown this once
+        return _page(workflow, webhook_secret=notifications.webhook_secret(schedule))
     return redirect(url_for("schedules.for_workflow", workflow_id=workflow.id))
 
 
@@ -39,7 +41,7 @@ def change(schedule_id: int, action: str):
     return redirect(url_for("schedules.for_workflow", workflow_id=workflow_id))
 
 
-def _page(workflow: Workflow, errors: dict | None = None, values=None):
+def _page(workflow: Workflow, errors: dict | None = None, values=None, webhook_secret: str | None = None):
     now = service.now()
     schedules = [(schedule, service.next_times(schedule, now) if not schedule.paused else [],
                   service.runs_of(schedule)) for schedule in service.schedules_of(workflow)]
@@ -47,4 +49,5 @@ def _page(workflow: Workflow, errors: dict | None = None, values=None):
                            values=values or {"timezone": "UTC", "catch_up": "skip"},
                            units=history.user_compute_units(current_user),
                            warehouses=history.user_warehouses(current_user), zones=service.zone_names(),
-                           catch_up=service.CATCH_UP, options=service.OPTIONS, defaults=service.DEFAULTS)
+                           catch_up=service.CATCH_UP, options=service.OPTIONS, defaults=service.DEFAULTS,
+                           notify_on=service.NOTIFY_ON, webhook_secret=webhook_secret)

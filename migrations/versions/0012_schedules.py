@@ -1,4 +1,4 @@
-"""schedules: a workflow run on a cron schedule; each due time handled once
+"""schedules: a workflow run on a cron schedule; each due time handled once; notifications of a run's end
 
 Revision ID: 0012
 Revises: 0011
@@ -31,6 +31,10 @@ def upgrade() -> None:
         sa.Column('retry_backoff_seconds', sa.Integer(), nullable=False),
         sa.Column('timeout_minutes', sa.Integer(), nullable=False),
         sa.Column('max_running', sa.Integer(), nullable=False),
+        sa.Column('notify_on', sqlmodel.sql.sqltypes.AutoString(length=8), nullable=False),
+        sa.Column('webhook_url', sqlmodel.sql.sqltypes.AutoString(length=1000), nullable=False),
+        sa.Column('webhook_nonce', sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),
+        sa.Column('notify_email', sqlmodel.sql.sqltypes.AutoString(length=320), nullable=False),
         sa.Column('paused', sa.Boolean(), nullable=False),
         sa.Column('created_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
         sa.Column('handled_until', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True),
@@ -50,9 +54,25 @@ def upgrade() -> None:
         sa.UniqueConstraint('schedule_id', 'due_at', 'attempt', name='uq_scheduled_runs_due'),
     )
     op.create_index('ix_scheduled_runs_schedule_id', 'scheduled_runs', ['schedule_id'])
+    op.create_table(
+        'notifications',
+        sa.Column('id', sa.Integer(), primary_key=True),
+        sa.Column('schedule_id', sa.Integer(), sa.ForeignKey('schedules.id', ondelete='CASCADE'), nullable=False),
+        sa.Column('execution_id', sa.Integer(), sa.ForeignKey('executions.id', ondelete='CASCADE'), nullable=False),
+        sa.Column('channel', sqlmodel.sql.sqltypes.AutoString(length=8), nullable=False),
+        sa.Column('state', sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
+        sa.Column('attempts', sa.Integer(), nullable=False),
+        sa.Column('next_attempt_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column('last_error', sqlmodel.sql.sqltypes.AutoString(length=500), nullable=False),
+        sa.Column('created_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.UniqueConstraint('execution_id', 'channel', name='uq_notifications_execution_channel'),
+    )
+    op.create_index('ix_notifications_schedule_id', 'notifications', ['schedule_id'])
 
 
 def downgrade() -> None:
+    op.drop_index('ix_notifications_schedule_id', 'notifications')
+    op.drop_table('notifications')
     op.drop_index('ix_scheduled_runs_schedule_id', 'scheduled_runs')
     op.drop_table('scheduled_runs')
     op.drop_index('ix_schedules_workflow_id', 'schedules')

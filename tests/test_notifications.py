@@ -1,0 +1,195 @@
+"""Notifications of a scheduled run's end: a webhook delivered to a real local HTTP server with a
+signature it can check, a failing receiver retried and a hanging one never holding the scheduler
+up, an email through a real local SMTP server (aiosmtpd), and a webhook URL the outbound policy
+refuses."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import threading
+import time
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from sqlmodel import Session, select
+
+from app.models import JobState, Notification, Schedule
+from app.schedules import firing, notifications
+from app.worker import Worker
+from devstack.process import free_port
+from tests.test_executions import csrf, equipped, newcomer  # noqa: F401
+from tests.test_schedules import T0, at, runs, set_execution
+
+
+class Receiver:
+    """A webhook receiver on loopback: answers `status`, or never answers when `hang`."""
+
+    def __init__(self, status: int = 200, hang: bool = False) -> None:
+        self.calls: list[tuple[dict, bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.calls.append((dict(self.headers), body))
+                if hang:
+                    time.sleep(30)
+                    return
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def scheduled(client, db_engine, owner, **fields) -> tuple[Schedule, str | None]:
+    """A schedule made through its page; the webhook secret the page showed once."""
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    form = {"cron": "*/5 * * * *", "timezone": "UTC", "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id),
+            "catch_up": "skip", "notify_on": "both", "csrf_token": csrf(client), **fields}
+    page = client.post(f"/schedules/workflow/{workflow.id}", data=form)
+    assert page.status_code in (200, 302), page.get_data(as_text=True)[:3000]
+    shown = re.search(r'data-testid="webhook-secret-text">([0-9a-f]+)<', page.get_data(as_text=True))
+    with Session(db_engine, expire_on_commit=False) as db:
+        schedule = db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one()
+        schedule.handled_until = T0
+        db.add(schedule)
+        db.commit()
+    return schedule, shown.group(1) if shown else None
+
+
+def run_ends(app, db_engine, monkeypatch, schedule, state: str) -> None:
+    at(monkeypatch, T0 + timedelta(minutes=5, seconds=2))
+    with app.app_context():
+        firing.fire_due()
+    (run,) = runs(db_engine, schedule)
+    set_execution(db_engine, run.execution_id, state=state, reason="boom" if state == "FAILED" else "")
+    with app.app_context():
+        firing.fire_due()  # sees the end: queues the notifications
+
+
+def deliver_all(app) -> None:
+    with app.app_context():
+        for _name, function, subject in notifications.pending_work():
+            function(subject)
+
+
+def notes(db_engine, schedule) -> list[Notification]:
+    with Session(db_engine) as db:
+        return list(db.exec(select(Notification).where(Notification.schedule_id == schedule.id)))
+
+
+def test_a_webhook_is_delivered_with_a_signature_the_receiver_can_check(app, client, db_engine, newcomer,  # noqa: F811
+                                                                        monkeypatch):
+    receiver = Receiver()
+    try:
+        schedule, secret = scheduled(client, db_engine, newcomer, webhook_url=receiver.url)
+        assert secret and secret not in client.get(f"/schedules/workflow/{schedule.workflow_id}").get_data(as_text=True)
+        run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
+        deliver_all(app)
+        deliver_all(app)  # delivered once
+    finally:
+        receiver.close()
+    ((headers, body),) = receiver.calls
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    assert headers["X-Lakeport-Signature"] == expected
+    sent = json.loads(body)
+    assert (sent["state"], sent["reason"], sent["schedule_id"]) == ("FAILED", "boom", schedule.id)
+    assert [note.state for note in notes(db_engine, schedule)] == [JobState.DONE]
+
+
+def test_a_failing_receiver_is_retried_with_backoff_then_given_up(app, client, db_engine, newcomer,  # noqa: F811
+                                                                  monkeypatch):
+    receiver = Receiver(status=500)
+    try:
+        schedule, _ = scheduled(client, db_engine, newcomer, webhook_url=receiver.url, notify_on="failure")
+        run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
+        for attempt in range(1, notifications.MAX_ATTEMPTS + 1):
+            deliver_all(app)
+            (note,) = notes(db_engine, schedule)
+            assert note.attempts == attempt and "answered 500" in note.last_error
+            with Session(db_engine) as db:  # its backoff passes
+                row = db.get(Notification, note.id)
+                row.next_attempt_at = row.next_attempt_at - timedelta(hours=1)
+                db.add(row)
+                db.commit()
+        deliver_all(app)
+    finally:
+        receiver.close()
+    assert len(receiver.calls) == notifications.MAX_ATTEMPTS
+    assert notes(db_engine, schedule)[0].state == JobState.FAILED
+
+
+def test_a_hanging_receiver_never_holds_the_scheduler_up(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
+    receiver = Receiver(hang=True)
+    app.config["SCHEDULER_SECONDS"] = 0.1
+    worker = None
+    try:
+        schedule, _ = scheduled(client, db_engine, newcomer, webhook_url=receiver.url)
+        run_ends(app, db_engine, monkeypatch, schedule, "COMPLETED")
+        worker = Worker(app, worker_id="notify-test").start()
+        deadline = time.monotonic() + 10
+        while not receiver.calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert receiver.calls  # the delivery is under way, and hangs
+        at(monkeypatch, T0 + timedelta(minutes=10, seconds=2))  # the next due time
+        while len(runs(db_engine, schedule)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [run.outcome for run in runs(db_engine, schedule)][-1] in ("started", "skipped")
+        assert len(runs(db_engine, schedule)) == 2 and time.monotonic() < deadline
+    finally:
+        if worker is not None:
+            worker.stop(timeout=2)
+        receiver.close()
+
+
+def test_an_email_goes_through_a_real_smtp_server(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
+    from aiosmtpd.controller import Controller
+
+    received = []
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802
+            received.append((envelope.rcpt_tos, envelope.content.decode()))
+            return "250 OK"
+
+    port = free_port()
+    smtp = Controller(Handler(), hostname="127.0.0.1", port=port)
+    smtp.start()
+    try:
+        app.config.update(SMTP_HOST="127.0.0.1", SMTP_PORT=port, SMTP_FROM="lakeport@example.test")
+        schedule, secret = scheduled(client, db_engine, newcomer, notify_email="data-team@example.test")
+        assert secret is None  # no webhook, no secret
+        run_ends(app, db_engine, monkeypatch, schedule, "COMPLETED")
+        deliver_all(app)
+    finally:
+        smtp.stop()
+    ((recipients, content),) = received
+    assert recipients == ["data-team@example.test"] and "COMPLETED" in content and "Subject: Lakeport:" in content
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("webhook_url", "http://169.254.169.254/latest", "is not allowed by this portal"),
+    ("webhook_url", "ftp://example.test/hook", "http://"),
+    ("notify_email", "not-an-address", "An email address"),
+])
+def test_a_notification_address_is_checked(client, db_engine, newcomer, field, value, message):  # noqa: F811
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    page = client.post(f"/schedules/workflow/{workflow.id}", data={
+        "cron": "0 7 * * *", "timezone": "UTC", "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id),
+        "catch_up": "skip", "notify_on": "both", field: value, "csrf_token": csrf(client)})
+    assert page.status_code == 422 and message in page.get_data(as_text=True)
+    assert f'id="error-{field}"' in page.get_data(as_text=True)
