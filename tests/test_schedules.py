@@ -249,3 +249,49 @@ def test_the_form_checks_the_options(client, db_engine, newcomer):  # noqa: F811
     with Session(db_engine) as db:
         made = db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one()
     assert (made.max_retries, made.retry_backoff_seconds, made.timeout_minutes, made.max_running) == (2, 30, 60, 1)
+
+
+FIRE_IN_A_PROCESS = """
+import sys, time
+from datetime import datetime
+from app import create_app
+from app.config import Config
+from app.schedules import firing, service
+
+moment = datetime.fromisoformat(sys.argv[1])
+service.now = lambda: moment  # this process's clock, as the test sets it
+app = create_app(Config.from_env())
+deadline = time.monotonic() + float(sys.argv[2])
+with app.app_context():
+    while time.monotonic() < deadline:
+        firing.fire_due()
+"""
+
+
+def test_two_worker_processes_passing_at_once_fire_each_due_time_once(app, db_engine, portal_config, monkeypatch):
+    """Two processes (no lease between them: the database alone keeps a due time to one run)."""
+    import os
+    import subprocess
+    import sys
+
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu, cron="* * * * *",
+                            handled_until=T0 + timedelta(minutes=57))
+    # Due at 06:58 (over two minutes late: missed), 06:59 (on time) and 07:00 (while the 06:59 run
+    # still goes: skipped, one run at once).
+    moment = T0 + timedelta(hours=1, seconds=20)
+    env = {**os.environ, "LAKEPORT_SECRET_KEY": portal_config.SECRET_KEY, "LAKEPORT_DATABASE_URL": portal_config.DATABASE_URL,
+           "LAKEPORT_OIDC_ISSUER": portal_config.OIDC_ISSUER, "LAKEPORT_OIDC_CLIENT_SECRET": portal_config.OIDC_CLIENT_SECRET,
+           "LAKEPORT_LAKEKEEPER_CLIENT_SECRET": portal_config.LAKEKEEPER_CLIENT_SECRET,
+           "LAKEPORT_CU_ALLOW_UNLIMITED_UNITS": "true"}
+    processes = [subprocess.Popen([sys.executable, "-c", FIRE_IN_A_PROCESS, moment.isoformat(), "3"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [process.communicate(timeout=60)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    handled = runs(db_engine, schedule)
+    assert [(run.due_at, run.outcome) for run in handled] == [
+        (T0 + timedelta(minutes=58), "skipped"), (T0 + timedelta(minutes=59), "started"),
+        (T0 + timedelta(hours=1), "skipped")]
+    assert "still going" in handled[2].reason
+    assert [execution.id for execution in executions(db_engine, owner)] == [handled[1].execution_id]
