@@ -159,7 +159,19 @@ class WorkflowVersion(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
-class Execution(SQLModel, table=True):
+class NotifyFields(SQLModel):
+    """Who is told when a run ends ("failure", "success", "both", or "" for nobody), and how: a
+    webhook (signed with a secret derived from the portal's key and `webhook_nonce`, never
+    stored) and/or an email. A schedule asks for its runs; a user for one execution
+    (app/executions/notifications.py)."""
+
+    notify_on: str = Field(default="", max_length=8)
+    webhook_url: str = Field(default="", max_length=1000)
+    webhook_nonce: str = Field(default="", max_length=32)
+    notify_email: str = Field(default="", max_length=320)
+
+
+class Execution(NotifyFields, table=True):
     """One run of a workflow version on a compute unit, writing into one warehouse.
 
     The warehouse's name is copied so history stays readable after a purge
@@ -391,7 +403,7 @@ class ApiRateWindow(SQLModel, table=True):
     calls: int = 0
 
 
-class Schedule(SQLModel, table=True):
+class Schedule(NotifyFields, table=True):
     """A workflow run on a cron schedule in a time zone, on a unit into a warehouse of its
     owner's (app/schedules/). The worker fires each due time once (`ScheduledRun`)."""
 
@@ -413,13 +425,8 @@ class Schedule(SQLModel, table=True):
     timeout_minutes: int = 0
     # A due time is skipped while this many of the schedule's runs are still going.
     max_running: int = 1
-    # Who is told when a run ends ("failure", "success", "both", or "" for nobody), and how: a
-    # webhook (signed with a secret derived from the portal's key and `webhook_nonce`, never
-    # stored) and/or an email.
-    notify_on: str = Field(default="", max_length=8)
-    webhook_url: str = Field(default="", max_length=1000)
-    webhook_nonce: str = Field(default="", max_length=32)
-    notify_email: str = Field(default="", max_length=320)
+    # A due time whose unit has ended starts a copy of it for the run, and stops it after.
+    start_unit: bool = False
     paused: bool = False
     created_at: datetime = Field(default_factory=utcnow)
     # The latest due time the scheduler has handled (fired, skipped or caught up).
@@ -436,21 +443,23 @@ class ScheduledRun(SQLModel, table=True):
     schedule_id: int = Field(foreign_key="schedules.id", index=True, ondelete="CASCADE")
     due_at: datetime
     attempt: int = 0  # 0: the due time's run; 1, 2…: its retries
-    outcome: str = Field(max_length=16)  # "started" or "skipped"
+    outcome: str = Field(max_length=16)  # "started", "skipped", or "waiting" for the unit it started
     reason: str = Field(default="", max_length=500)
     execution_id: int | None = Field(default=None, foreign_key="executions.id", ondelete="SET NULL")
+    # The unit this due time started (its schedule's `start_unit`), stopped once the run has ended.
+    started_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", ondelete="SET NULL")
     created_at: datetime = Field(default_factory=utcnow)
 
 
 class Notification(SQLModel, table=True):
-    """One message about a scheduled run's end, by one channel, delivered by the worker (retried
-    with backoff; never by a request)."""
+    """One message about a run's end, by one channel, for its schedule or (no schedule) for the
+    execution's own request; delivered by the worker (retried with backoff; never by a request)."""
 
     __tablename__ = "notifications"
     __table_args__ = (UniqueConstraint("execution_id", "channel", name="uq_notifications_execution_channel"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    schedule_id: int = Field(foreign_key="schedules.id", index=True, ondelete="CASCADE")
+    schedule_id: int | None = Field(default=None, foreign_key="schedules.id", index=True, ondelete="CASCADE")
     execution_id: int = Field(foreign_key="executions.id", ondelete="CASCADE")
     channel: str = Field(max_length=8)  # "webhook" or "email"
     state: str = Field(default=JobState.QUEUED, max_length=16)

@@ -66,7 +66,7 @@ def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
     from app.workflows import datasets
     from app.compute_units import lifecycle
     from app.executions import comparison, runner
-    from app.schedules import notifications
+    from app.executions import notifications
     from app.usage import maintenance
     from app.warehouses import closing
 

@@ -124,11 +124,15 @@ class Client:
         return self._call("GET", f"/executions/{execution_id}")
 
     def start(self, workflow_id: int, compute_unit_id: int, warehouse_id: int, version: int | None = None,
-              idempotency_key: str | None = None) -> dict:
-        """Start a run; retried calls with the same key (one is made if none is given) start it once."""
+              idempotency_key: str | None = None, notify: dict | None = None) -> dict:
+        """Start a run; retried calls with the same key (one is made if none is given) start it once.
+        `notify`: {"on": "failure" | "success" | "both", "webhook_url": …, "email": …}; the answer
+        then carries the webhook's `webhook_secret`, this once."""
         body = {"workflow_id": workflow_id, "compute_unit_id": compute_unit_id, "warehouse_id": warehouse_id}
         if version is not None:
             body["version"] = version
+        if notify is not None:
+            body["notify"] = notify
         key = idempotency_key or str(uuid.uuid4())
         return self._call("POST", "/executions", json=body, headers={"Idempotency-Key": key})
 

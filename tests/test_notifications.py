@@ -1,4 +1,4 @@
-"""Notifications of a scheduled run's end: a webhook delivered to a real local HTTP server with a
+"""Notifications of a run's end, asked by a schedule or for one execution: a webhook delivered to a real local HTTP server with a
 signature it can check, a failing receiver retried and a hanging one never holding the scheduler
 up, an email through a real local SMTP server (aiosmtpd), and a webhook URL the outbound policy
 refuses."""
@@ -17,7 +17,8 @@ import pytest
 from sqlmodel import Session, select
 
 from app.models import JobState, Notification, Schedule
-from app.schedules import firing, notifications
+from app.executions import notifications
+from app.schedules import firing
 from app.worker import Worker
 from devstack.process import free_port
 from tests.test_executions import csrf, equipped, newcomer  # noqa: F401
@@ -193,3 +194,105 @@ def test_a_notification_address_is_checked(client, db_engine, newcomer, field, v
         "catch_up": "skip", "notify_on": "both", field: value, "csrf_token": csrf(client)})
     assert page.status_code == 422 and message in page.get_data(as_text=True)
     assert f'id="error-{field}"' in page.get_data(as_text=True)
+
+
+def ended_executions_queue(app, db_engine, execution_id: int, state: str) -> None:
+    from app.models import utcnow
+
+    set_execution(db_engine, execution_id, state=state, reason="boom" if state == "FAILED" else "", ended_at=utcnow())
+    with app.app_context():
+        firing.fire_due()  # the scheduler pass also queues what single executions asked for
+
+
+def test_one_execution_started_from_the_run_page_tells_its_webhook_signed(app, client, db_engine, newcomer,  # noqa: F811
+                                                                            monkeypatch):
+    from app.models import Execution
+
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    receiver = Receiver()
+    try:
+        page = client.post(f"/executions/new?workflow_id={workflow.id}", data={
+            "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "notify_on": "failure",
+            "webhook_url": receiver.url, "csrf_token": csrf(client)})
+        assert page.status_code == 200, page.get_data(as_text=True)[:2000]
+        secret = re.search(r'data-testid="webhook-secret-text">([0-9a-f]+)<', page.get_data(as_text=True)).group(1)
+        with Session(db_engine) as db:
+            execution = db.exec(select(Execution).where(Execution.workflow_id == workflow.id)).one()
+        assert secret not in client.get(f"/executions/{execution.id}").get_data(as_text=True)  # shown once
+        assert secret not in json.dumps(execution.model_dump(mode="json"))  # derived, never stored
+        at(monkeypatch, T0)
+        ended_executions_queue(app, db_engine, execution.id, "FAILED")
+        deliver_all(app)
+        ended_executions_queue(app, db_engine, execution.id, "FAILED")  # queued once
+        deliver_all(app)
+    finally:
+        receiver.close()
+    ((headers, body),) = receiver.calls
+    assert headers["X-Lakeport-Signature"] == "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    sent = json.loads(body)
+    assert (sent["execution_id"], sent["state"], sent["reason"], sent["schedule_id"]) == (
+        execution.id, "FAILED", "boom", None)
+
+
+def test_an_execution_that_asks_only_for_failures_is_not_told_of_success(app, client, db_engine, newcomer,  # noqa: F811
+                                                                         monkeypatch):
+    from app.models import Execution
+
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    client.post(f"/executions/new?workflow_id={workflow.id}", data={
+        "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "notify_on": "failure",
+        "notify_email": "me@example.test", "csrf_token": csrf(client)})
+    with Session(db_engine) as db:
+        execution = db.exec(select(Execution).where(Execution.workflow_id == workflow.id)).one()
+    assert execution.notify_email == "me@example.test"
+    at(monkeypatch, T0)
+    ended_executions_queue(app, db_engine, execution.id, "COMPLETED")
+    with Session(db_engine) as db:
+        assert db.exec(select(Notification).where(Notification.execution_id == execution.id)).all() == []
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("webhook_url", "http://169.254.169.254/latest", "is not allowed by this portal"),
+    ("notify_email", "not-an-address", "An email address"),
+])
+def test_the_run_page_checks_the_notification_address(client, db_engine, newcomer, field, value, message):  # noqa: F811
+    from app.models import Execution
+
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    page = client.post(f"/executions/new?workflow_id={workflow.id}", data={
+        "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "notify_on": "both", field: value,
+        "csrf_token": csrf(client)})
+    assert page.status_code == 422 and message in page.get_data(as_text=True)
+    with Session(db_engine) as db:
+        assert db.exec(select(Execution).where(Execution.workflow_id == workflow.id)).all() == []
+
+
+def test_the_api_starts_an_execution_that_tells_a_webhook(app, client, db_engine, monkeypatch):
+    from tests.test_api import Api, token_for
+    from tests.test_executions import make_user
+
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    api = Api(client, token_for(app, owner))
+    body = {"workflow_id": workflow.id, "compute_unit_id": cu.id, "warehouse_id": warehouse.id}
+    refused = api.call("POST", "/api/v1/executions", {**body, "notify": {"on": "both", "email": "nope"}})
+    assert refused.status_code == 400 and refused.get_json()["field"] == "notify.email"
+    metadata = api.call("POST", "/api/v1/executions", {**body, "notify": {"on": "both",
+                                                                          "webhook_url": "http://169.254.169.254/x"}})
+    assert metadata.status_code == 400 and metadata.get_json()["field"] == "notify.webhook_url"
+    receiver = Receiver()
+    try:
+        started = api.call("POST", "/api/v1/executions", {**body, "notify": {"on": "success",
+                                                                            "webhook_url": receiver.url}})
+        assert started.status_code == 201, started.get_json()
+        secret, execution_id = started.get_json()["webhook_secret"], started.get_json()["id"]
+        assert secret and started.get_json()["notify_on"] == "success"
+        assert api.call("GET", f"/api/v1/executions/{execution_id}").get_json()["webhook_secret"] is None
+        at(monkeypatch, T0)
+        ended_executions_queue(app, db_engine, execution_id, "COMPLETED")
+        deliver_all(app)
+    finally:
+        receiver.close()
+    ((headers, body_sent),) = receiver.calls
+    assert headers["X-Lakeport-Signature"] == "sha256=" + hmac.new(secret.encode(), body_sent,
+                                                                   hashlib.sha256).hexdigest()

@@ -295,3 +295,96 @@ def test_two_worker_processes_passing_at_once_fire_each_due_time_once(app, db_en
         (T0 + timedelta(hours=1), "skipped")]
     assert "still going" in handled[2].reason
     assert [execution.id for execution in executions(db_engine, owner)] == [handled[1].execution_id]
+
+
+def unit_state(db_engine, unit_id: int, state: str) -> None:
+    from app.models import ComputeUnit
+
+    with Session(db_engine) as db:
+        unit = db.get(ComputeUnit, unit_id)
+        unit.state = state
+        db.add(unit)
+        db.commit()
+
+
+def test_a_schedule_that_starts_its_unit_runs_on_a_copy_and_stops_it_after(app, db_engine, monkeypatch):
+    from app.models import ComputeUnit
+
+    owner = make_user(db_engine)
+    workflow, warehouse, _ = equipped(db_engine, owner)
+    ended = unit_row(db_engine, owner, state="TERMINATED")
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, ended)
+    with Session(db_engine) as db:
+        row = db.get(Schedule, schedule.id)
+        row.start_unit, row.max_retries, row.retry_backoff_seconds = True, 1, 10
+        db.add(row)
+        db.commit()
+    at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
+    with app.app_context():
+        firing.fire_due()
+        firing.fire_due()  # a second pass while the unit starts changes nothing
+    (run,) = runs(db_engine, schedule)
+    assert run.outcome == "waiting" and run.execution_id is None
+    with Session(db_engine) as db:
+        copy = db.get(ComputeUnit, run.started_unit_id)
+        assert (copy.state, copy.name, copy.owner_id) == ("PENDING", ended.name, owner.id)
+        assert db.get(Schedule, schedule.id).compute_unit_id == copy.id  # the schedule names the copy now
+    unit_state(db_engine, copy.id, "RUNNING")  # as the worker's start would
+    with app.app_context():
+        firing.fire_due()
+    (run,) = runs(db_engine, schedule)
+    assert run.outcome == "started" and run.execution_id is not None
+    set_execution(db_engine, run.execution_id, state="FAILED", ended_at=T0)  # its retry runs on the same copy
+    at(monkeypatch, T0 + timedelta(minutes=7))
+    with app.app_context():
+        firing.fire_due()
+    with Session(db_engine) as db:
+        assert db.get(ComputeUnit, copy.id).state == "RUNNING"  # not stopped between attempts
+    retry = [one for one in runs(db_engine, schedule) if one.attempt == 1][0]
+    assert retry.outcome == "started" and retry.started_unit_id == copy.id
+    set_execution(db_engine, retry.execution_id, state="COMPLETED", ended_at=T0)
+    with app.app_context():
+        firing.fire_due()
+    with Session(db_engine) as db:
+        stopped = db.get(ComputeUnit, copy.id)
+        assert stopped.state in ("TERMINATING", "TERMINATED") and "stopped by its schedule" in stopped.reason
+        assert db.get(ComputeUnit, ended.id).state == "TERMINATED"
+
+
+def test_a_unit_started_for_a_run_that_fails_or_cannot_start_skips_its_time(app, db_engine, monkeypatch):
+    owner = make_user(db_engine)
+    workflow, warehouse, _ = equipped(db_engine, owner)
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, unit_row(db_engine, owner, state="FAILED"))
+    with Session(db_engine) as db:
+        row = db.get(Schedule, schedule.id)
+        row.start_unit = True
+        db.add(row)
+        db.commit()
+    at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
+    with app.app_context():
+        firing.fire_due()
+    (run,) = runs(db_engine, schedule)
+    unit_state(db_engine, run.started_unit_id, "FAILED")  # the copy could not start
+    with app.app_context():
+        firing.fire_due()
+    (run,) = runs(db_engine, schedule)
+    assert run.outcome == "skipped" and "ended before it ran" in run.reason and run.execution_id is None
+    # The owner already has as many live units as allowed: the next due time says so.
+    app.config["CU_MAX_RUNNING_PER_USER"] = 1
+    unit_row(db_engine, owner, state="RUNNING")
+    at(monkeypatch, T0 + timedelta(minutes=10, seconds=3))
+    with app.app_context():
+        firing.fire_due()
+    last = runs(db_engine, schedule)[-1]
+    assert last.outcome == "skipped" and "could not be started" in last.reason and "at most 1" in last.reason
+
+
+def test_the_schedule_form_keeps_start_unit(client, db_engine, newcomer):  # noqa: F811
+    workflow, warehouse, cu = equipped(db_engine, newcomer)
+    made = client.post(f"/schedules/workflow/{workflow.id}", data={
+        "cron": "0 7 * * *", "timezone": "UTC", "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id),
+        "catch_up": "skip", "start_unit": "on", "csrf_token": csrf(client)})
+    assert made.status_code == 302
+    with Session(db_engine) as db:
+        assert db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one().start_unit is True
+    assert "starts its unit" in client.get(f"/schedules/workflow/{workflow.id}").get_data(as_text=True)

@@ -14,7 +14,7 @@ from app.api.openapi import spec
 from app.api.paging import ERRORS, page_of, rows_page
 from app.api.problems import ApiProblem
 from app.db import get_db, get_owned_or_404
-from app.executions import history, logs, results, runner
+from app.executions import history, logs, notifications, results, runner
 from app.iceberg_catalogs import ResultReadError, TableMissing
 from app.models import ComputeUnit, Execution, Warehouse, Workflow
 from app.workflows import service as workflows
@@ -41,7 +41,8 @@ def execution_out(row: Execution) -> schemas.Execution:
                              compute_unit_id=row.compute_unit_id, warehouse_id=row.warehouse_id,
                              warehouse_name=row.warehouse_name, state=row.state, reason=row.reason,
                              created_at=row.created_at, started_at=row.started_at, ended_at=row.ended_at,
-                             outputs={str(step): str(table) for step, table in outputs.items()})
+                             outputs={str(step): str(table) for step, table in outputs.items()},
+                             notify_on=row.notify_on)
 
 
 def _read(read):
@@ -86,16 +87,25 @@ def start_execution(json: schemas.ExecutionStart):
                else workflows.latest_version(workflow))
     if version is None:
         raise ApiProblem(400, f"workflow {workflow.id} has no version {json.version}", "version")
+    asked = {"notify_on": json.notify.on, "webhook_url": json.notify.webhook_url,
+             "notify_email": json.notify.email} if json.notify else {}
+    for field, message in notifications.check(asked).items():
+        raise ApiProblem(400, message, {"notify_on": "notify.on", "notify_email": "notify.email"}.get(
+            field, f"notify.{field}"))
     db = get_db()
     try:
         execution = runner.start(current_user, workflow, version, db.get(ComputeUnit, json.compute_unit_id),
                                  db.get(Warehouse, json.warehouse_id), idempotency_key=key,
-                                 pinned_to={"tables": json.pinned} if json.pinned else None)
+                                 pinned_to={"tables": json.pinned} if json.pinned else None,
+                                 notify=notifications.fields(asked))
     except runner.RunRefused as refusal:
         raise ApiProblem(400, refusal.message, refusal.field) from None
     except runner.AlreadyStarted as started:  # the same key, at the same moment
         return execution_out(started.execution), 200
-    return execution_out(execution), 201
+    answer = execution_out(execution)
+    if execution.webhook_url:  # its signing secret, in this answer only
+        answer.webhook_secret = notifications.webhook_secret(execution)
+    return answer, 201
 
 
 @bp.get("/executions/<int:execution_id>")

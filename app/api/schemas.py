@@ -6,7 +6,7 @@ import base64
 import json
 from datetime import datetime
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -80,6 +80,15 @@ class Workflow(BaseModel):
     steps: list[Step] = Field(description="the steps of its latest version")
 
 
+class Notify(BaseModel):
+    """Who is told when the execution ends: a webhook (signed, see `webhook_secret`) and/or an email."""
+
+    model_config = ConfigDict(extra="forbid")
+    on: Literal["failure", "success", "both"]
+    webhook_url: str = Field("", max_length=1000)
+    email: str = Field("", max_length=320)
+
+
 class ExecutionStart(BaseModel):
     model_config = ConfigDict(extra="forbid")
     workflow_id: int
@@ -90,6 +99,7 @@ class ExecutionStart(BaseModel):
                  Annotated[int, Field(ge=0)]] = Field(
         default_factory=dict, max_length=100,
         description="tables to read at a snapshot (`namespace.table` → snapshot id), e.g. an earlier run's inputs")
+    notify: Notify | None = None
 
 
 class Execution(BaseModel):
@@ -105,6 +115,9 @@ class Execution(BaseModel):
     started_at: datetime | None
     ended_at: datetime | None
     outputs: dict[str, str] = Field(description="output step → its table in the warehouse")
+    notify_on: str = Field("", description="when its owner is told it ended (failure, success, both; empty: never)")
+    webhook_secret: str | None = Field(None, description="the key of the webhook's X-Lakeport-Signature HMAC: "
+                                                         "in the answer that started the execution only")
 
 
 class StorageIn(BaseModel):

@@ -10,7 +10,7 @@ from werkzeug.routing import BuildError
 
 from app.charts import step_timeline_svg
 from app.db import get_db, get_owned_or_404
-from app.executions import bp, comparison, forms, history, results, runner
+from app.executions import bp, comparison, forms, history, notifications, results, runner
 from app.executions import logs as logs_view
 from app.executions.history import Filters
 from app.executions.runner import RunRefused
@@ -92,16 +92,20 @@ def new():
             cu = db.get(ComputeUnit, values["compute_unit_id"])
             warehouse = db.get(Warehouse, values["warehouse_id"])
             try:
-                execution = runner.start(current_user, workflow, version, cu, warehouse)
+                execution = runner.start(current_user, workflow, version, cu, warehouse,
+                                         notify=notifications.fields(values))
             except RunRefused as refusal:
                 errors[refusal.field or "form"] = refusal.message
             else:
+                if execution.webhook_url:  # its signing secret, shown this once, before the execution's page
+                    return render_template("executions/started.html", execution=execution, workflow=workflow,
+                                           webhook_secret=notifications.webhook_secret(execution))
                 flash(f"You started execution #{execution.id} of {workflow.name}.", "success")
                 url = url_for("executions.detail", execution_id=execution.id)
                 return make_response("", redirect=url) if request.htmx else redirect(url)
     page = render_template("executions/new.html", workflow=workflow, version=version, values=values, errors=errors,
                            compute_units=history.running_compute_units(current_user),
-                           warehouses=history.active_warehouses(current_user))
+                           warehouses=history.active_warehouses(current_user), notify_on=notifications.NOTIFY_ON)
     return (page, 422) if errors else page
 
 

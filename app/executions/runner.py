@@ -126,10 +126,12 @@ def started_with(owner: User, idempotency_key: str) -> Execution | None:
 
 
 def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: ComputeUnit | None,
-          warehouse: Warehouse | None, pinned_to: dict | None = None, idempotency_key: str | None = None) -> Execution:
+          warehouse: Warehouse | None, pinned_to: dict | None = None, idempotency_key: str | None = None,
+          notify: dict | None = None) -> Execution:
     """Record a QUEUED execution of `version`; the worker runs it (reading its inputs at the
     snapshots of `pinned_to`, see `rerun_pinned`). With `idempotency_key`, one execution per key:
-    a second start with it raises AlreadyStarted."""
+    a second start with it raises AlreadyStarted. `notify`: who is told when it ends
+    (`notifications.fields` of a checked request)."""
     if version is None or not json.loads(version.steps or "[]"):
         raise RunRefused("This workflow has no steps yet. Add steps in the editor and save first.")
     errors = check_runnable(owner, cu, warehouse)
@@ -142,7 +144,7 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
         owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version.id,
         workflow_version=version.version, compute_unit_id=cu.id, warehouse_id=warehouse.id,
         warehouse_name=warehouse.name, progress=json.dumps({"steps": steps, "logs": []}),
-        pinned_to=json.dumps(pinned_to or {}), idempotency_key=idempotency_key,
+        pinned_to=json.dumps(pinned_to or {}), idempotency_key=idempotency_key, **(notify or {}),
     )
     db.add(execution)
     # A unit idle for long would be stopped at the next check, under this execution.

@@ -10,7 +10,10 @@ that jumps back finds its due times handled already, one that jumps ahead finds 
 Times missed while no worker ran (more than GRACE_SECONDS late) follow the schedule's catch-up
 policy: `skip` records each as skipped; `once` runs the latest and records the rest as caught up.
 A due time whose unit is not running, whose warehouse takes no runs, or that finds
-`max_running` of the schedule's runs still going is recorded as skipped, with the reason. Each
+`max_running` of the schedule's runs still going is recorded as skipped, with the reason; with
+`start_unit`, a unit that has ended is copied and started for the run instead (the due time
+"waiting" until it runs, the schedule naming the copy from then on), and stopped once the run and
+its retries are over. Each
 pass also cancels runs over the schedule's timeout, and retries a failed run (a row of its own,
 `attempt` 1, 2…, as unique as the first) once its backoff has passed.
 """
@@ -22,10 +25,12 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
+from app.compute_units import lifecycle
 from app.db import engine, get_db
-from app.executions import runner
-from app.models import ComputeUnit, Execution, ExecutionState, Schedule, ScheduledRun, User, Warehouse, Workflow
-from app.schedules import notifications, service
+from app.executions import notifications, runner
+from app.models import (ComputeUnit, ComputeUnitState, Execution, ExecutionState, Schedule, ScheduledRun, User,
+                        Warehouse, Workflow, utcnow)
+from app.schedules import service
 from app.schedules.service import due_between
 from app.workflows.service import latest_version
 
@@ -34,6 +39,8 @@ logger = logging.getLogger(__name__)
 LEASE = "scheduler"
 # A due time handled later than this counts as missed (the worker was down or stopped).
 GRACE_SECONDS = 120.0
+# A unit started for a due time that is not running after this long is stopped, the time skipped.
+START_PATIENCE = timedelta(minutes=20)
 
 
 def fire_due() -> None:
@@ -44,10 +51,12 @@ def fire_due() -> None:
         ids = db.exec(select(Schedule.id).where(Schedule.paused == False)).all()  # noqa: E712
     for schedule_id in ids:
         try:
+            _follow_waiting(schedule_id)
             _follow_runs(schedule_id, moment)
             _fire_schedule(schedule_id, moment)
         except Exception:
             logger.exception("schedule %s: its due times could not be handled", schedule_id)
+    notifications.queue_ended_executions()
 
 
 def _started(schedule_id: int) -> list[tuple[ScheduledRun, Execution]]:
@@ -75,9 +84,42 @@ def _follow_runs(schedule_id: int, moment: datetime) -> None:
             except runner.RunRefused:
                 pass  # it ended meanwhile
     for run, execution in latest.values():
-        if _will_retry(schedule, run, execution) and moment >= (execution.ended_at or execution.created_at) \
-                + timedelta(seconds=schedule.retry_backoff_seconds * 2 ** run.attempt):
-            _fire(schedule, run.due_at, attempt=run.attempt + 1)
+        if _will_retry(schedule, run, execution):
+            if moment >= (execution.ended_at or execution.created_at) \
+                    + timedelta(seconds=schedule.retry_backoff_seconds * 2 ** run.attempt):
+                _fire(schedule, run.due_at, attempt=run.attempt + 1, started_unit_id=run.started_unit_id)
+        elif run.started_unit_id and execution.state in ExecutionState.FINAL:
+            _stop_started_unit(run, "its scheduled run has ended")
+
+
+def _follow_waiting(schedule_id: int) -> None:
+    """Run each due time waiting for the unit it started once that unit runs; give up on one
+    that ended or takes too long to start."""
+    with Session(engine(), expire_on_commit=False) as db:
+        schedule = db.get(Schedule, schedule_id)
+        waiting = db.exec(select(ScheduledRun).where(ScheduledRun.schedule_id == schedule_id,
+                                                     ScheduledRun.outcome == "waiting")).all()
+    for run in waiting:
+        unit = get_db().get(ComputeUnit, run.started_unit_id) if run.started_unit_id else None
+        if unit is None or unit.state in ComputeUnitState.FINAL:
+            _settle(run.id, outcome="skipped", reason="the unit started for this run ended before it ran"
+                                                     + (f": {unit.reason}" if unit is not None and unit.reason else ""))
+        elif unit.state == ComputeUnitState.RUNNING:
+            _start_execution(schedule, run, unit)
+        elif utcnow() - run.created_at > START_PATIENCE:
+            _settle(run.id, outcome="skipped", reason=f"the unit started for this run was not running after "
+                                                     f"{START_PATIENCE.total_seconds() / 60:.0f} min; it is stopped")
+            _stop_started_unit(run, "it did not start in time for its scheduled run")
+
+
+def _stop_started_unit(run: ScheduledRun, why: str) -> None:
+    """Stop the unit a due time started, unless something else now runs on it."""
+    unit = get_db().get(ComputeUnit, run.started_unit_id)
+    if unit is None or unit.state not in (ComputeUnitState.PENDING, ComputeUnitState.STARTING,
+                                          ComputeUnitState.RUNNING) or lifecycle.running_executions(unit):
+        return
+    lifecycle.terminate(unit, reason=f"stopped by its schedule: {why}")
+    logger.info("schedule %s: stopped unit %s (%s)", run.schedule_id, unit.id, why)
 
 
 def _will_retry(schedule: Schedule, run: ScheduledRun, execution: Execution) -> bool:
@@ -119,11 +161,11 @@ def _fire_schedule(schedule_id: int, moment: datetime) -> None:
 
 
 def _record(schedule: Schedule, due_at: datetime, outcome: str, reason: str = "",
-            attempt: int = 0) -> ScheduledRun | None:
+            attempt: int = 0, started_unit_id: int | None = None) -> ScheduledRun | None:
     """The due time's row (of this attempt), or None when another pass handled it first."""
     with Session(engine(), expire_on_commit=False) as db:
         run = ScheduledRun(schedule_id=schedule.id, due_at=due_at, outcome=outcome, reason=reason[:500],
-                           attempt=attempt)
+                           attempt=attempt, started_unit_id=started_unit_id)
         db.add(run)
         try:
             db.commit()
@@ -133,28 +175,60 @@ def _record(schedule: Schedule, due_at: datetime, outcome: str, reason: str = ""
         return run
 
 
-def _fire(schedule: Schedule, due_at: datetime, attempt: int = 0) -> None:
-    """Start the workflow's latest version for this due time (or its retry), once; or record why not."""
+def _fire(schedule: Schedule, due_at: datetime, attempt: int = 0, started_unit_id: int | None = None) -> None:
+    """Start the workflow's latest version for this due time (or its retry), once; or start the
+    unit it needs first; or record why not."""
     running = _still_running(schedule.id) if attempt == 0 else 0
     if running >= schedule.max_running:
         _record(schedule, due_at, "skipped", f"{running} run{'s' if running > 1 else ''} of this schedule "
                                               "still going (its limit of runs at once)")
         return
-    run = _record(schedule, due_at, "started", attempt=attempt)
+    db = get_db()
+    unit = db.get(ComputeUnit, schedule.compute_unit_id) if schedule.compute_unit_id else None
+    needs_unit = schedule.start_unit and unit is not None and unit.state in ComputeUnitState.FINAL
+    run = _record(schedule, due_at, "waiting" if needs_unit else "started", attempt=attempt,
+                  started_unit_id=started_unit_id)
     if run is None:
         return  # handled elsewhere
+    if needs_unit:
+        _start_unit(schedule, run, unit)
+    else:
+        _start_execution(schedule, run, unit)
+
+
+def _start_unit(schedule: Schedule, run: ScheduledRun, ended: ComputeUnit) -> None:
+    """Start a copy of the schedule's ended unit for this due time; the schedule names it from now on."""
+    db = get_db()
+    values = {field: getattr(ended, field) for field in ("name", "kind", "cpus", "memory_gb", "worker_nodes",
+                                                         "ray_cluster")}
+    try:
+        unit = lifecycle.create(db.get(User, schedule.owner_id), values)
+    except lifecycle.ComputeUnitError as refusal:
+        _settle(run.id, outcome="skipped", reason=f"its unit could not be started: {refusal.message}")
+        return
+    _settle(run.id, started_unit_id=unit.id)
+    with Session(engine()) as session:
+        row = session.get(Schedule, schedule.id)
+        row.compute_unit_id = unit.id
+        session.add(row)
+        session.commit()
+    logger.info("schedule %s at %s started unit %s for its run", schedule.id, run.due_at, unit.id)
+
+
+def _start_execution(schedule: Schedule, run: ScheduledRun, cu: ComputeUnit | None) -> None:
     db = get_db()
     owner, workflow = db.get(User, schedule.owner_id), db.get(Workflow, schedule.workflow_id)
-    cu = db.get(ComputeUnit, schedule.compute_unit_id) if schedule.compute_unit_id else None
     warehouse = db.get(Warehouse, schedule.warehouse_id) if schedule.warehouse_id else None
     try:
         execution = runner.start(owner, workflow, latest_version(workflow), cu, warehouse)
     except runner.RunRefused as refusal:
         _settle(run.id, outcome="skipped", reason=refusal.message)
-        logger.info("schedule %s at %s skipped: %s", schedule.id, due_at, refusal.message)
+        logger.info("schedule %s at %s skipped: %s", schedule.id, run.due_at, refusal.message)
+        if run.started_unit_id:
+            _stop_started_unit(run, "its scheduled run could not start")
         return
-    _settle(run.id, execution_id=execution.id)
-    logger.info("schedule %s at %s started execution %s", schedule.id, due_at, execution.id)
+    _settle(run.id, outcome="started", execution_id=execution.id)
+    logger.info("schedule %s at %s started execution %s", schedule.id, run.due_at, execution.id)
 
 
 def _settle(run_id: int, **changes) -> None:

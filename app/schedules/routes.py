@@ -6,9 +6,9 @@ from flask import flash, redirect, render_template, request, url_for
 from flask_login import current_user
 
 from app.db import get_owned_or_404
-from app.executions import history
+from app.executions import history, notifications
 from app.models import Schedule, Workflow
-from app.schedules import bp, notifications, service
+from app.schedules import bp, service
 
 
 @bp.get("/workflow/<int:workflow_id>")
@@ -50,4 +50,4 @@ def _page(workflow: Workflow, errors: dict | None = None, values=None, webhook_s
                            units=history.user_compute_units(current_user),
                            warehouses=history.user_warehouses(current_user), zones=service.zone_names(),
                            catch_up=service.CATCH_UP, options=service.OPTIONS, defaults=service.DEFAULTS,
-                           notify_on=service.NOTIFY_ON, webhook_secret=webhook_secret)
+                           notify_on=notifications.NOTIFY_ON, webhook_secret=webhook_secret)

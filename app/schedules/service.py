@@ -2,19 +2,16 @@
 one runs next, in its own time zone (cron through croniter, zones from the IANA database)."""
 from __future__ import annotations
 
-import re
-import secrets
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo, available_timezones
 
-import httpx
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
 from sqlmodel import select
 
 from app.db import get_db
 from app.errors import UserFacingError
+from app.executions import notifications
 from app.models import ComputeUnit, Schedule, ScheduledRun, User, Warehouse, Workflow
-from app.network_policy import OutboundRefused, portal_policy
 
 CATCH_UP = {"skip": "Skip the times missed while Lakeport was down",
             "once": "Run once for all the times missed"}
@@ -24,8 +21,6 @@ MIN_INTERVAL_SECONDS = 60
 # The options of a schedule: (field, lowest, highest, what it is) and their defaults.
 OPTIONS = (("max_retries", 0, 5, "Retries"), ("retry_backoff_seconds", 10, 3600, "Seconds before the first retry"),
            ("timeout_minutes", 0, 1440, "Timeout in minutes (0: none)"), ("max_running", 1, 10, "Runs at once"))
-NOTIFY_ON = {"": "Nobody", "failure": "When a run fails", "success": "When a run completes", "both": "When a run ends"}
-EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 DEFAULTS = {"max_retries": 0, "retry_backoff_seconds": 60, "timeout_minutes": 0, "max_running": 1}
 
 
@@ -81,22 +76,7 @@ def check(values: dict, owner: User) -> dict[str, str]:
         errors["warehouse_id"] = "Choose one of your warehouses."
     if values.get("catch_up") not in CATCH_UP:
         errors["catch_up"] = "Choose what happens to missed times."
-    if values.get("notify_on", "") not in NOTIFY_ON:
-        errors["notify_on"] = "Choose when to be told."
-    url, email = (values.get("webhook_url") or "").strip(), (values.get("notify_email") or "").strip()
-    if url:
-        try:
-            portal_policy().check_url(url)
-        except OutboundRefused as refusal:
-            errors["webhook_url"] = refusal.message
-        except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError):
-            errors["webhook_url"] = "An http:// or https:// URL."
-        if len(url) > 1000:
-            errors["webhook_url"] = "At most 1,000 characters."
-    if email and (len(email) > 320 or not EMAIL.match(email)):
-        errors["notify_email"] = "An email address, e.g. data-team@example.com."
-    if values.get("notify_on") and not (url or email):
-        errors["notify_on"] = "Give a webhook URL or an email address to be told."
+    errors.update(notifications.check(values))
     for field, low, high, words in OPTIONS:
         number = _int(values.get(field, DEFAULTS[field]), None)
         if number is None or not low <= number <= high:
@@ -130,10 +110,9 @@ def create(owner: User, workflow: Workflow, values: dict, now: datetime) -> Sche
     schedule = Schedule(owner_id=owner.id, workflow_id=workflow.id, cron=values["cron"].strip(),
                         timezone=values["timezone"], compute_unit_id=int(values["compute_unit_id"]),
                         warehouse_id=int(values["warehouse_id"]), catch_up=values["catch_up"], handled_until=now,
+                        start_unit=values.get("start_unit") in ("on", "true", True),
                         **{field: _int(values.get(field, DEFAULTS[field])) for field in DEFAULTS},
-                        notify_on=values.get("notify_on", ""), webhook_url=(values.get("webhook_url") or "").strip(),
-                        notify_email=(values.get("notify_email") or "").strip(),
-                        webhook_nonce=secrets.token_hex(16) if (values.get("webhook_url") or "").strip() else "")
+                        **notifications.fields(values))
     db = get_db()
     db.add(schedule)
     db.commit()
