@@ -861,6 +861,46 @@ def test_run_a_one_step_workflow_into_a_warehouse_and_page_its_results(e2e, db_e
     assert "step doubled done" in logs and 'data-testid="result-table"' in logs
 
 
+def test_a_schedule_starts_its_ended_unit_for_a_run_and_stops_it_after(e2e, db_engine, monkeypatch):
+    """A due time on a schedule whose unit has ended: a copy starts, the run completes on it, and
+    the copy is stopped; the worker does the starting and stopping, as for any unit."""
+    from app.models import Schedule, ScheduledRun
+    from app.schedules import firing
+    from tests.test_schedules import T0, at
+
+    app, client, user, cu_id, warehouse_id = e2e
+    ended = add(db_engine, ComputeUnit(owner_id=user.id, name="nightly", kind="local", cpus=2, memory_gb=3,
+                                       state="TERMINATED"))
+    schedule = add(db_engine, Schedule(owner_id=user.id, workflow_id=workflow_for(db_engine, user).id, cron="0 6 * * *",
+                                       timezone="UTC", compute_unit_id=ended.id, warehouse_id=warehouse_id,
+                                       start_unit=True, handled_until=T0 - timedelta(minutes=1),
+                                       created_at=T0 - timedelta(minutes=1)))
+    at(monkeypatch, T0 + timedelta(seconds=5))
+
+    def the_run() -> ScheduledRun:
+        with app.app_context():
+            firing.fire_due()
+        with Session(db_engine) as db:
+            return db.exec(select(ScheduledRun).where(ScheduledRun.schedule_id == schedule.id)).one()
+
+    deadline = time.monotonic() + 180
+    while (scheduled := the_run()).outcome == "waiting":
+        assert time.monotonic() < deadline, unit_events(db_engine, scheduled.started_unit_id)
+        time.sleep(1)
+    assert scheduled.outcome == "started", scheduled.reason
+    copy_id = scheduled.started_unit_id
+    assert reload(db_engine, ComputeUnit, copy_id).state == "RUNNING" and copy_id not in (ended.id, cu_id)
+    execution = wait_for(client, db_engine, scheduled.execution_id, ("COMPLETED", "FAILED", "CANCELLED"))
+    assert (execution.state, execution.compute_unit_id) == ("COMPLETED", copy_id), execution.reason
+    deadline = time.monotonic() + 90
+    while (copy := reload(db_engine, ComputeUnit, copy_id)).state != "TERMINATED":
+        assert time.monotonic() < deadline, copy.state
+        the_run()
+        time.sleep(1)
+    assert "stopped by its schedule" in copy.reason
+    assert reload(db_engine, ComputeUnit, cu_id).state == "RUNNING"  # the user's other unit is untouched
+
+
 # A step whose tasks sleep until cancelled (Spark interrupts them; the Python workers stop).
 SLEEPING_STEP = [{"name": "slow", "kind": "python", "output": True,
                   "code": "import time\n\ndef run(spark):\n"
