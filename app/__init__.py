@@ -43,6 +43,8 @@ def create_app(config: Config | None = None) -> Flask:
     from app.usage import bp as usage_bp
     from app.tokens import bp as tokens_bp
     from app.schedules import bp as schedules_bp
+    from app.audit import bp as audit_bp
+    from app.operators import bp as operators_bp
     from app.api import bp as api_bp
     from app.api.openapi import spec as api_spec
 
@@ -55,6 +57,8 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(usage_bp)
     app.register_blueprint(tokens_bp)
     app.register_blueprint(schedules_bp)
+    app.register_blueprint(audit_bp)
+    app.register_blueprint(operators_bp)
     app.register_blueprint(api_bp)
     security.csrf.exempt(api_bp)  # the API takes no cookie: a bearer token, which no other site can send
     api_spec.register(app)
@@ -120,8 +124,12 @@ def navigation() -> dict:
     def has_endpoint(endpoint: str) -> bool:
         return endpoint in current_app.view_functions
 
+    from flask_login import current_user
+
+    from app.roles import is_operator
+
     items = [(label, endpoint) for label, endpoint in NAVIGATION if has_endpoint(endpoint)]
-    return {"navigation": items, "has_endpoint": has_endpoint}
+    return {"navigation": items, "has_endpoint": has_endpoint, "is_operator": is_operator(current_user)}
 
 
 def register_error_pages(app: Flask) -> None:

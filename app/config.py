@@ -49,6 +49,11 @@ SETTINGS: dict[str, Setting] = {
     "OIDC_CLIENT_SECRET": Setting(
         "LAKEPORT_OIDC_CLIENT_SECRET", None, secret=True, help="The portal's OIDC client secret."),
     "OIDC_SCOPES": Setting("LAKEPORT_OIDC_SCOPES", "openid profile email", help="Scopes asked for at sign-in."),
+    "OPERATORS_GROUP": Setting(
+        "LAKEPORT_OPERATORS_GROUP", "lakeport-admins",
+        help="Members of this group (the identity provider's `groups` claim, read at each sign-in) are "
+             "operators: they see every unit, execution and warehouse (metadata, never table data), stop any "
+             "unit or execution, and read the whole audit trail. Empty: nobody is."),
     "OIDC_TIMEOUT_SECONDS": Setting(
         "LAKEPORT_OIDC_TIMEOUT_SECONDS", 5.0, cast=float,
         help="Timeout for calls from the portal to the identity provider."),
@@ -206,6 +211,7 @@ class Config:
     OIDC_CLIENT_ID: str = SETTINGS["OIDC_CLIENT_ID"].default
     OIDC_CLIENT_SECRET: str | None = None
     OIDC_SCOPES: str = SETTINGS["OIDC_SCOPES"].default
+    OPERATORS_GROUP: str = SETTINGS["OPERATORS_GROUP"].default
     OIDC_TIMEOUT_SECONDS: float = SETTINGS["OIDC_TIMEOUT_SECONDS"].default
     LAKEKEEPER_URL: str = SETTINGS["LAKEKEEPER_URL"].default
     LAKEKEEPER_PROJECT_ID: str = SETTINGS["LAKEKEEPER_PROJECT_ID"].default

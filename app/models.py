@@ -29,10 +29,16 @@ class User(UserMixin, SQLModel, table=True):
     email: str = Field(default="", max_length=320)
     created_at: datetime = Field(default_factory=utcnow)
     last_login_at: datetime = Field(default_factory=utcnow)
+    # The identity provider's `groups` claim at the last sign-in (JSON list of names).
+    groups: str = Field(default="[]")
 
     @property
     def display_name(self) -> str:
         return self.name or self.email or self.subject
+
+    @property
+    def group_names(self) -> list[str]:
+        return json.loads(self.groups or "[]")
 
 
 # State vocabularies are string enums: a member is its stored value ("active" == WarehouseStatus.ACTIVE).
@@ -467,3 +473,26 @@ class Notification(SQLModel, table=True):
     next_attempt_at: datetime = Field(default_factory=utcnow)
     last_error: str = Field(default="", max_length=500)
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class AuditEvent(SQLModel, table=True):
+    """One state-changing action, append-only (app/audit/): who, what, to which object (and
+    whose), before → after where it matters, when and from where. The database refuses an
+    UPDATE or DELETE of a row (migration 0014's triggers). Never a secret."""
+
+    __tablename__ = "audit_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(default_factory=utcnow, index=True)
+    # Who: a user (none for the portal's own actions), through a personal token when `token_id`.
+    actor_id: int | None = Field(default=None, index=True)
+    actor_name: str = Field(default="", max_length=255)
+    token_id: int | None = None
+    action: str = Field(max_length=64, index=True)  # e.g. "warehouse.rename"
+    object_type: str = Field(default="", max_length=32)
+    object_id: str = Field(default="", max_length=64)
+    # The owner of the object acted on: they see the event in their trail.
+    owner_id: int | None = Field(default=None, index=True)
+    detail: str = Field(default="{}", max_length=2000)  # JSON: before, after, what else matters
+    ip: str = Field(default="", max_length=64)
+    user_agent: str = Field(default="", max_length=255)

@@ -46,6 +46,7 @@ class TestUser:
     password: str
     name: str
     email: str
+    groups: tuple[str, ...] = ()  # sent as the `groups` claim (profile scope), as Keycloak can
 
     @property
     def sub(self) -> str:
@@ -55,8 +56,10 @@ class TestUser:
 TEST_USERS: dict[str, TestUser] = {
     user.username: user
     for user in (
-        TestUser("alice", "wonderland", "Alice Liddell", "alice@example.test"),
-        TestUser("bob", "builder", "Bob Builder", "bob@example.test"),
+        TestUser("alice", "wonderland", "Alice Liddell", "alice@example.test", ("analytics",)),
+        TestUser("bob", "builder", "Bob Builder", "bob@example.test", ("analytics",)),
+        TestUser("carol", "singer", "Carol Singer", "carol@example.test"),
+        TestUser("olive", "operator", "Olive Operator", "olive@example.test", ("lakeport-admins",)),
     )
 }
 
@@ -116,10 +119,12 @@ class OidcProviderConfig:
             "token_endpoint_auth_method": "client_secret_post",
         }
         users = [
-            {"sub": u.sub, "username": u.username, "password": u.password, "name": u.name, "email": u.email}
+            {"sub": u.sub, "username": u.username, "password": u.password, "name": u.name, "email": u.email,
+             "groups": list(u.groups)}
             for u in TEST_USERS.values()
         ] + [
-            {"sub": sub, "username": sub, "password": None, "name": sub, "email": f"{sub}@example.test"}
+            {"sub": sub, "username": sub, "password": None, "name": sub, "email": f"{sub}@example.test",
+             "groups": []}
             for sub in self.passwordless_subjects
         ]
         return {

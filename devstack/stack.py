@@ -1,7 +1,8 @@
 """The local stack: every service a developer or an evaluator needs, on loopback ports.
 
     SeaweedFS (S3 + its Iceberg REST catalog)
-    the OpenID Connect provider (npm oidc-provider) with test users alice and bob
+    the OpenID Connect provider (npm oidc-provider) with test users alice, bob (group analytics),
+    carol (no group) and olive (group lakeport-admins: an operator)
     the Lakekeeper-compatible dev catalog (a development stand-in for Lakekeeper)
     PostgreSQL when reachable (a database of this stack's own), else SQLite
     the portal (gunicorn serving wsgi:app, several web workers as shipped)
@@ -223,7 +224,8 @@ class LocalStack:
             print(stopped.stdout.strip(), flush=True)
 
     def banner(self) -> str:
-        logins = "\n".join(f"    {u.username} / {u.password}   ({u.name})" for u in TEST_USERS.values())
+        logins = "\n".join(f"    {u.username} / {u.password}   ({u.name}{', groups: ' if u.groups else ''}"
+                           f"{', '.join(u.groups)})" for u in TEST_USERS.values())
         s3_keys = "\n".join(
             f"    {k.user}: bucket {k.bucket}, access key {k.access_key_id}, secret {k.secret_access_key}"
             for k in TEST_USER_KEYS.values())

@@ -5,6 +5,7 @@ from urllib.parse import urlsplit
 from flask import current_app, flash, redirect, render_template, request, session, url_for
 from flask_login import current_user, login_user, logout_user
 
+from app.audit import trail as audit
 from app.auth import bp, oidc
 from app.auth.users import upsert_user_from_claims
 
@@ -43,11 +44,14 @@ def callback():
     session.clear()
     login_user(user)
     current_app.logger.info("user %s signed in", user.id)
+    audit.record("user.sign_in", user, owner_id=user.id, groups=user.group_names)
     return redirect(target)
 
 
 @bp.post("/logout")
 def logout():
+    if current_user.is_authenticated:
+        audit.record("user.sign_out", current_user, owner_id=current_user.id)
     logout_user()
     session.clear()
     provider_logout = oidc.sign_out_url()

@@ -23,6 +23,7 @@ from sqlalchemy import exists, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, func, select
 
+from app.audit import trail as audit
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
 from app.transitions import compare_and_set, set_fields
@@ -111,6 +112,8 @@ def clear(owner: User, cu_id: int | None = None) -> int:
     db = get_db()
     cleared = db.exec(statement).rowcount
     db.commit()
+    if cleared:
+        audit.record("unit.clear", owner_id=owner.id, unit_id=cu_id, cleared=cleared)
     return cleared
 
 
@@ -199,6 +202,8 @@ def create(owner: User, values: dict) -> ComputeUnit:
     record_event(db, cu, f"requested: {cu.kind}, {cu.cpus} CPU and {cu.memory_gb:g} GiB per node, "
                          f"{cu.worker_nodes} worker node(s)" + (f", on {cu.ray_cluster}" if cu.ray_cluster else ""))
     db.commit()
+    audit.record("unit.create", cu, name=cu.name, kind=cu.kind, cpus=cu.cpus, memory_gb=cu.memory_gb,
+                 worker_nodes=cu.worker_nodes, ray_cluster=cu.ray_cluster, actor=owner)
     return cu
 
 
@@ -404,6 +409,7 @@ def terminate(cu: ComputeUnit, reason: str = "") -> None:
     """Ask for the unit to be stopped (the worker stops it); `cu` is refreshed to what happened."""
     if cu.state in State.FINAL:
         return
+    audit.record("unit.terminate", cu, before=cu.state, reason=reason)
     # A unit still starting without a cluster ends at once: its starting worker sees the state
     # change and stops what it started.
     if not _end(cu.id, (State.PENDING, State.STARTING), State.TERMINATED, reason=reason,

@@ -37,6 +37,7 @@ from sqlmodel import Session, select
 
 from app import leases
 from app.compute_units import lifecycle
+from app.audit import trail as audit
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
 from app.executions.history import progress_of, stopped_progress
@@ -159,6 +160,8 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
         raise
     current_app.logger.info("user %s started execution %s of workflow %s v%s on compute unit %s into warehouse %s",
                             owner.id, execution.id, workflow.id, version.version, cu.id, warehouse.id)
+    audit.record("execution.start", execution, workflow_id=workflow.id, version=version.version, unit_id=cu.id,
+                 warehouse_id=warehouse.id, actor=owner, **({"pinned": True} if pinned_to else {}))
     return execution
 
 
@@ -180,14 +183,15 @@ def rerun_pinned(owner: User, execution: Execution) -> Execution:
                  pinned_to={"execution_id": execution.id, "tables": tables})
 
 
-def cancel(execution: Execution) -> None:
+def cancel(execution: Execution, by: str = "its owner") -> None:
     """Cancel a QUEUED or INITIALIZING execution at once, or record the cancel request of a
     RUNNING one: the worker passes it to the unit (`pass_cancel`, at its next pass) and its
     watcher again at its checks until the run has stopped, and records CANCELLED then."""
     if execution.state in State.FINAL:
         raise RunRefused("This execution has already finished.")
+    audit.record("execution.cancel", execution, before=execution.state)
     if not _transition(execution.id, (State.QUEUED, State.INITIALIZING), state=State.CANCELLED,
-                       reason="cancelled by its owner before it ran", ended_at=utcnow()):
+                       reason=f"cancelled by {by} before it ran", ended_at=utcnow()):
         _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow())
     get_db().refresh(execution)
 

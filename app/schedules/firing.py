@@ -129,7 +129,14 @@ def _will_retry(schedule: Schedule, run: ScheduledRun, execution: Execution) -> 
 
 
 def _still_running(schedule_id: int) -> int:
-    return sum(execution.state not in ExecutionState.FINAL for _, execution in _started(schedule_id))
+    """The schedule's runs still going: waiting for their unit, starting (a row whose execution
+    another pass is creating this moment) or with an execution not ended."""
+    with Session(engine()) as db:
+        rows = db.exec(select(ScheduledRun.outcome, Execution.state)
+                       .join(Execution, Execution.id == ScheduledRun.execution_id, isouter=True)
+                       .where(ScheduledRun.schedule_id == schedule_id,
+                              ScheduledRun.outcome.in_(("started", "waiting")))).all()
+    return sum(state is None or state not in ExecutionState.FINAL for _, state in rows)
 
 
 def _fire_schedule(schedule_id: int, moment: datetime) -> None:

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
 from sqlmodel import select
 
+from app.audit import trail as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.executions import notifications
@@ -116,6 +117,8 @@ def create(owner: User, workflow: Workflow, values: dict, now: datetime) -> Sche
     db = get_db()
     db.add(schedule)
     db.commit()
+    audit.record("schedule.create", schedule, workflow_id=workflow.id, cron=schedule.cron, timezone=schedule.timezone,
+                 unit_id=schedule.compute_unit_id, warehouse_id=schedule.warehouse_id, start_unit=schedule.start_unit)
     return schedule
 
 
@@ -127,12 +130,14 @@ def set_paused(schedule: Schedule, paused: bool, now: datetime) -> None:
     db = get_db()
     db.add(schedule)
     db.commit()
+    audit.record("schedule.pause" if paused else "schedule.resume", schedule)
 
 
 def delete(schedule: Schedule) -> None:
     db = get_db()
     db.delete(schedule)
     db.commit()
+    audit.record("schedule.delete", schedule, cron=schedule.cron)
 
 
 def zone_names() -> list[str]:

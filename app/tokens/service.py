@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from sqlmodel import select
 
+from app.audit import trail as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.models import ApiToken, User, utcnow
@@ -66,6 +67,7 @@ def create(owner: User, name: str, scope: str, days: str | int) -> NewToken:
     db = get_db()
     db.add(row)
     db.commit()
+    audit.record("token.create", row, name=name, scope=scope, days=days)
     return NewToken(row, text)
 
 
@@ -75,6 +77,7 @@ def revoke(token: ApiToken) -> None:
         db = get_db()
         db.add(token)
         db.commit()
+        audit.record("token.revoke", token, name=token.name)
 
 
 def holder_of(text: str) -> tuple[ApiToken, User] | None:

@@ -12,6 +12,7 @@ from datetime import timedelta
 from flask import current_app
 from sqlmodel import select
 
+from app.audit import trail as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.extensions import lakekeeper
@@ -124,6 +125,8 @@ def register(owner: User, form: StorageForm) -> Warehouse:
         _compensate_create(created.id)
         raise WarehouseActionError("Lakeport could not save the warehouse, so it was not created. Please try again.")
     current_app.logger.info("user %s registered warehouse %s (%s)", owner.id, warehouse.id, created.id)
+    audit.record("warehouse.register", warehouse, name=warehouse.name, bucket=warehouse.bucket,
+                 endpoint=warehouse.endpoint, lakekeeper_id=warehouse.lakekeeper_id)
     return warehouse
 
 
@@ -162,8 +165,10 @@ def rename(warehouse: Warehouse, new_name: str) -> None:
         lakekeeper().rename_warehouse(warehouse.lakekeeper_id, new_lakekeeper_name)
     except LakekeeperError as error:
         raise WarehouseActionError(error.user_message) from error
+    before = warehouse.name
     warehouse.name, warehouse.lakekeeper_name = new_name, new_lakekeeper_name
     _save(warehouse)
+    audit.record("warehouse.rename", warehouse, before=before, after=new_name)
 
 
 def rotate_credentials(warehouse: Warehouse, access_key_id: str, secret_access_key: str) -> ProbeReport:
@@ -178,6 +183,7 @@ def rotate_credentials(warehouse: Warehouse, access_key_id: str, secret_access_k
     except LakekeeperError as error:
         raise WarehouseActionError(error.user_message) from error
     _save(warehouse)
+    audit.record("warehouse.rotate_keys", warehouse)
     return probe_storage(location, S3Credentials(access_key_id, secret_access_key), policy=portal_policy())
 
 
@@ -189,6 +195,7 @@ def deactivate(warehouse: Warehouse) -> int:
     # results) still needs the warehouse, which Lakekeeper closes last.
     warehouse.status = WarehouseStatus.INACTIVE
     _save(warehouse)
+    audit.record("warehouse.deactivate", warehouse, before=WarehouseStatus.ACTIVE, after=warehouse.status)
     stopped = close_warehouse(warehouse, "was deactivated")
     _close_in_catalog(warehouse, CLOSING_DEACTIVATE, previous=WarehouseStatus.ACTIVE)
     return stopped
@@ -200,6 +207,7 @@ def activate(warehouse: Warehouse) -> None:
     warehouse.status = WarehouseStatus.ACTIVE
     _owe_nothing(warehouse)  # a deactivation still owed is called off
     _save(warehouse)
+    audit.record("warehouse.activate", warehouse, before=WarehouseStatus.INACTIVE, after=warehouse.status)
 
 
 def archive(warehouse: Warehouse) -> int:
@@ -217,6 +225,7 @@ def archive(warehouse: Warehouse) -> int:
     warehouse.status = WarehouseStatus.ARCHIVED
     warehouse.archived_at = utcnow()
     _save(warehouse)
+    audit.record("warehouse.archive", warehouse, before=previous, after=warehouse.status)
     stopped = close_warehouse(warehouse, "was archived")
     _close_in_catalog(warehouse, CLOSING_ARCHIVE, previous=previous)
     return stopped
@@ -309,6 +318,7 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
         if error.status != 404:
             raise WarehouseActionError(error.user_message) from error
     outcome = PurgeOutcome(contents.tables_dropped if contents else 0, contents.namespaces_dropped if contents else 0)
+    audit.record("warehouse.purge", warehouse, name=warehouse.name, tables_dropped=outcome.tables_dropped)
     if not _delete_purged(warehouse):
         warehouse.closing, warehouse.closing_error = CLOSING_PURGE, ""
         warehouse.closing_due_at = utcnow() + timedelta(seconds=PURGE_RETRY_SECONDS)

@@ -9,6 +9,7 @@ from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import select
 
+from app.audit import trail as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.models import Execution, User, Workflow, WorkflowVersion, utcnow
@@ -38,6 +39,7 @@ def create(owner: User, name: str, description: str) -> Workflow:
         db.rollback()
         raise WorkflowActionError("You already have a workflow with this name.", field="name") from None
     current_app.logger.info("user %s created workflow %s", owner.id, workflow.id)
+    audit.record("workflow.create", workflow, name=name)
     return workflow
 
 
@@ -91,6 +93,7 @@ def save_version(workflow: Workflow, steps: list[Step], base_version: int) -> Wo
             "Your changes are still here; save again to make them the next version.",
             field="base_version") from None
     current_app.logger.info("workflow %s saved as version %s", workflow.id, version.version)
+    audit.record("workflow.save", workflow, version=version.version, steps=len(steps))
     return version
 
 
@@ -111,3 +114,4 @@ def delete(workflow: Workflow) -> None:
     db.delete(workflow)
     db.commit()
     current_app.logger.info("deleted workflow %s", workflow.id)
+    audit.record("workflow.delete", workflow, name=workflow.name)

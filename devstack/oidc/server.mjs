@@ -162,6 +162,7 @@ function account(user) {
         preferred_username: user.username,
         email: user.email,
         email_verified: true,
+        groups: user.groups || [],
       };
     },
   };
@@ -254,7 +255,7 @@ const provider = new Provider(config.issuer, {
   },
   claims: {
     openid: ['sub'],
-    profile: ['name', 'preferred_username'],
+    profile: ['name', 'preferred_username', 'groups'],
     email: ['email', 'email_verified'],
   },
   // Access tokens are for the catalog, which /userinfo refuses; the id_token carries the profile.

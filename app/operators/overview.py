@@ -1,0 +1,56 @@
+"""What operators see: metadata of every user's units, executions and warehouses, and each
+user's compute and storage. Never a table's rows: nothing here reads a warehouse."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlmodel import select
+
+from app.db import get_db
+from app.models import ComputeUnit, ComputeUnitState, Execution, User, Warehouse
+from app.usage.accounting import Totals, latest_samples, user_totals
+
+RECENT_EXECUTIONS = 100
+USAGE_DAYS = 30
+
+
+@dataclass
+class UserUsage:
+    user: User
+    totals: Totals
+    live_units: int
+    storage_bytes: int
+
+
+def live_units() -> list[tuple[ComputeUnit, User]]:
+    return list(get_db().exec(select(ComputeUnit, User).join(User, User.id == ComputeUnit.owner_id)
+                              .where(ComputeUnit.state.in_(ComputeUnitState.LIVE))
+                              .order_by(ComputeUnit.created_at.desc())))
+
+
+def recent_executions() -> list[tuple[Execution, User]]:
+    return list(get_db().exec(select(Execution, User).join(User, User.id == Execution.owner_id)
+                              .order_by(Execution.id.desc()).limit(RECENT_EXECUTIONS)))
+
+
+def warehouses() -> list[tuple[Warehouse, User]]:
+    return list(get_db().exec(select(Warehouse, User).join(User, User.id == Warehouse.owner_id)
+                              .order_by(User.id, Warehouse.name)))
+
+
+def usage_by_user() -> list[UserUsage]:
+    """Each user's compute (executions ended in the last USAGE_DAYS days) and live storage (the
+    worker's latest samples of their warehouses), the heaviest first."""
+    db = get_db()
+    users = list(db.exec(select(User).order_by(User.id)))
+    owned = warehouses()
+    samples = latest_samples([warehouse.id for warehouse, _ in owned])
+    stored: dict[int, int] = {}
+    for warehouse, owner in owned:
+        stored[owner.id] = stored.get(owner.id, 0) + sum(sample.bytes for sample in samples.get(warehouse.id, []))
+    live: dict[int, int] = {}
+    for unit, owner in live_units():
+        live[owner.id] = live.get(owner.id, 0) + 1
+    usage = [UserUsage(user, user_totals(user, USAGE_DAYS), live.get(user.id, 0), stored.get(user.id, 0))
+             for user in users]
+    return sorted(usage, key=lambda row: (-row.totals.compute.cpu_seconds, -row.storage_bytes, row.user.id))

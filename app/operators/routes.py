@@ -1,0 +1,42 @@
+"""The operators' page and their two actions: terminate any unit, cancel any execution (both
+recorded in the audit trail as the operator's, with the owner the object belongs to)."""
+from __future__ import annotations
+
+from flask import abort, flash, redirect, render_template, url_for
+
+from app.roles import operator_required
+from app.compute_units import lifecycle
+from app.db import get_db
+from app.executions import runner
+from app.models import ComputeUnit, Execution
+from app.operators import bp, overview
+
+
+@bp.get("/")
+@operator_required
+def index():
+    return render_template("operators/index.html", units=overview.live_units(),
+                           executions=overview.recent_executions(), warehouses=overview.warehouses(),
+                           usage=overview.usage_by_user(), usage_days=overview.USAGE_DAYS)
+
+
+@bp.post("/units/<int:cu_id>/terminate")
+@operator_required
+def terminate_unit(cu_id: int):
+    unit = get_db().get(ComputeUnit, cu_id) or abort(404)
+    lifecycle.terminate(unit, reason="terminated by an operator")
+    flash(f"Compute unit {unit.name} (#{unit.id}) is being terminated.", "info")
+    return redirect(url_for("operators.index"))
+
+
+@bp.post("/executions/<int:execution_id>/cancel")
+@operator_required
+def cancel_execution(execution_id: int):
+    execution = get_db().get(Execution, execution_id) or abort(404)
+    try:
+        runner.cancel(execution, by="an operator")
+    except runner.RunRefused as refusal:
+        flash(refusal.message, "error")
+    else:
+        flash(f"Execution #{execution.id} is being cancelled.", "info")
+    return redirect(url_for("operators.index"))
