@@ -2,7 +2,8 @@
 
 Against a deployment (`make e2e BASE_URL=https://staging.example E2E_USER=... E2E_PASSWORD=...`):
 - E2E_USER / E2E_PASSWORD sign in as "alice"; E2E_USER2 / E2E_PASSWORD2, if given, as "bob"
-  (tests that need a second user skip without them); E2E_USER_NAME / E2E_USER2_NAME are their
+  (tests that need a second user skip without them); E2E_OPERATOR / E2E_OPERATOR_PASSWORD, if
+  given, as "olive", a member of the operators' group; E2E_USER_NAME / E2E_USER2_NAME are their
   display names, if the tests should check them.
 - E2E_S3_ENDPOINT, E2E_S3_BUCKET, E2E_S3_REGION, E2E_S3_ACCESS_KEY_ID, E2E_S3_SECRET_ACCESS_KEY
   name the bucket warehouses are registered on (E2E_S3_PATH_STYLE=false for AWS-style hosts).
@@ -138,6 +139,8 @@ def remote_target() -> Target:
     people = {"alice": Person(env["E2E_USER"], env["E2E_PASSWORD"], env.get("E2E_USER_NAME"))}
     if env.get("E2E_USER2") and env.get("E2E_PASSWORD2"):
         people["bob"] = Person(env["E2E_USER2"], env["E2E_PASSWORD2"], env.get("E2E_USER2_NAME"))
+    if env.get("E2E_OPERATOR") and env.get("E2E_OPERATOR_PASSWORD"):
+        people["olive"] = Person(env["E2E_OPERATOR"], env["E2E_OPERATOR_PASSWORD"], env.get("E2E_OPERATOR_NAME"))
     storage = Storage(env["E2E_S3_ENDPOINT"], env["E2E_S3_BUCKET"], env["E2E_S3_ACCESS_KEY_ID"],
                       env["E2E_S3_SECRET_ACCESS_KEY"], env.get("E2E_S3_REGION", "us-east-1"),
                       env.get("E2E_S3_PATH_STYLE", "true").lower() != "false")
