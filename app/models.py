@@ -496,3 +496,34 @@ class AuditEvent(SQLModel, table=True):
     detail: str = Field(default="{}", max_length=2000)  # JSON: before, after, what else matters
     ip: str = Field(default="", max_length=64)
     user_agent: str = Field(default="", max_length=255)
+
+
+class WarehouseShare(SQLModel, table=True):
+    """A warehouse its owner shares with one user or one group (app/warehouses/sharing.py):
+    `read` (browse its tables, read what is in it) or `write` (also run executions into it).
+    Mirrored into Lakekeeper as grants, so the catalog enforces it too."""
+
+    __tablename__ = "warehouse_shares"
+    # One share per user and per group of a warehouse (NULLs differ: a user row and a group row
+    # never collide).
+    __table_args__ = (UniqueConstraint("warehouse_id", "user_id", name="uq_warehouse_shares_user"),
+                      UniqueConstraint("warehouse_id", "group_name", name="uq_warehouse_shares_group"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    warehouse_id: int = Field(foreign_key="warehouses.id", index=True, ondelete="CASCADE")
+    user_id: int | None = Field(default=None, foreign_key="users.id", index=True, ondelete="CASCADE")
+    group_name: str | None = Field(default=None, max_length=255, index=True)
+    level: str = Field(max_length=8)  # "read" or "write"
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class GroupRole(SQLModel, table=True):
+    """The Lakekeeper role that stands for one identity-provider group: warehouses shared with the
+    group are granted to it, and the group's members (as of their last sign-in) are its assignees."""
+
+    __tablename__ = "group_roles"
+
+    id: int | None = Field(default=None, primary_key=True)
+    group_name: str = Field(max_length=255, unique=True)
+    lakekeeper_role_id: str = Field(max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)

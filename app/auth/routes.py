@@ -8,6 +8,7 @@ from flask_login import current_user, login_user, logout_user
 from app.audit import trail as audit
 from app.auth import bp, oidc
 from app.auth.users import upsert_user_from_claims
+from app.warehouses import sharing
 
 NEXT_KEY = "lakeport_next"
 
@@ -39,6 +40,8 @@ def start():
 def callback():
     claims = oidc.finish_sign_in(request.args)
     user = upsert_user_from_claims(current_app.config["OIDC_ISSUER"], claims)
+    # The catalog's roles of shared groups follow the groups the provider sends now.
+    sharing.sync_memberships(user)
     target = _safe_next(session.pop(NEXT_KEY, None)) or url_for("main.dashboard")
     # A fresh session on sign-in, so nothing from before it carries over.
     session.clear()

@@ -19,6 +19,7 @@ from app.models import (
     WarehouseStatus,
     Workflow,
 )
+from app.warehouses import sharing
 from compute.contract import CONSOLE_LOGS, RUNTIME_STATS, table_name
 
 HISTORY_LIMIT = 200
@@ -96,7 +97,8 @@ def running_compute_units(owner: User) -> list[ComputeUnit]:
 
 
 def active_warehouses(owner: User) -> list[Warehouse]:
-    return [warehouse for warehouse in user_warehouses(owner) if warehouse.status == WarehouseStatus.ACTIVE]
+    """The active warehouses `owner` may run into: their own, then those shared with them to write."""
+    return sharing.writable_by(owner)
 
 
 def last_warehouse_id(owner: User, workflow: Workflow) -> int | None:

@@ -62,6 +62,7 @@ from app.compute_units.door import HostConnection, SparkHostError, UnitUnavailab
 from app.states import execution_state_of
 from app.transitions import compare_and_set, set_fields
 from app.untrusted import clean_text
+from app.warehouses import sharing
 from compute.contract import SUBMIT_CODE, RunState
 
 State = ExecutionState
@@ -111,8 +112,8 @@ def check_runnable(owner: User, cu: ComputeUnit | None, warehouse: Warehouse | N
         errors["compute_unit_id"] = "Choose one of your running compute units."
     elif cu.state != ComputeUnitState.RUNNING:
         errors["compute_unit_id"] = f"Compute unit {cu.name} is {cu.state.lower()}, not running."
-    if warehouse is None or warehouse.owner_id != owner.id:
-        errors["warehouse_id"] = "Choose one of your active warehouses."
+    if warehouse is None or sharing.access_of(owner, warehouse) not in (sharing.OWNER, sharing.WRITE):
+        errors["warehouse_id"] = "Choose an active warehouse you may write into."
     elif warehouse.status == WarehouseStatus.ARCHIVED:
         errors["warehouse_id"] = f"Warehouse {warehouse.name} is archived: it takes no new executions."
     elif warehouse.status != WarehouseStatus.ACTIVE:

@@ -35,6 +35,7 @@ from app.lakekeeper.errors import (
     ServiceTokenError,
 )
 from app.lakekeeper.resources import (
+    CatalogRole,
     CatalogUser,
     DeleteProfile,
     PurgeResult,
@@ -68,6 +69,7 @@ __all__ = [
     "LakekeeperError",
     "LakekeeperUnavailable",
     "ServiceTokenError",
+    "CatalogRole",
     "CatalogUser",
     "DeleteProfile",
     "PurgeResult",

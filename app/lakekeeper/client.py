@@ -13,6 +13,7 @@ import httpx
 
 from app.lakekeeper.errors import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
 from app.lakekeeper.resources import (
+    CatalogRole,
     CatalogUser,
     DeleteProfile,
     PurgeResult,
@@ -201,6 +202,30 @@ class LakekeeperClient:
     def grant_sole_ownership(self, warehouse_id: str, user_id: str) -> None:
         """`ownership` of the warehouse for `user_id`, and no grant for anyone else."""
         self.set_warehouse_assignments(warehouse_id, [WarehouseAssignment("ownership", user=user_id)])
+
+    # --- Management API: roles (a group's members hold what its role is granted) ---
+
+    def create_role(self, name: str, description: str = "") -> CatalogRole:
+        """A new role in the project (never retried: a retry could make a second one)."""
+        return self._call("create_role", "POST", "/management/v1/role", idempotent=False,
+                          json={"name": name, "description": description or None}, parse=CatalogRole.from_api)
+
+    def delete_role(self, role_id: str) -> None:
+        self._call("delete_role", "DELETE", f"/management/v1/role/{_segment(role_id)}")
+
+    def role_members(self, role_id: str) -> set[str]:
+        """The users assigned to the role (`assignee`)."""
+        return self._call(
+            "role_members", "GET", _role_permissions_path(role_id), params={"relations": "assignee"},
+            parse=lambda body: {item["user"] for item in body["assignments"]
+                                if item.get("type") == "assignee" and item.get("user")})
+
+    def update_role_members(self, role_id: str, add: set[str] = frozenset(), remove: set[str] = frozenset()) -> None:
+        """Add and remove assignee users in one call (an absolute change: safe to repeat)."""
+        if add or remove:
+            self._call("update_role_members", "POST", _role_permissions_path(role_id), json={
+                "writes": [{"type": "assignee", "user": user} for user in sorted(add)],
+                "deletes": [{"type": "assignee", "user": user} for user in sorted(remove)]})
 
     # --- Iceberg REST catalog ---
 
@@ -408,6 +433,10 @@ def _warehouse_path(warehouse_id: str, action: str | None = None) -> str:
 
 def _permissions_path(warehouse_id: str) -> str:
     return f"/management/v1/permissions/warehouse/{_segment(warehouse_id)}/assignments"
+
+
+def _role_permissions_path(role_id: str) -> str:
+    return f"/management/v1/permissions/role/{_segment(role_id)}/assignments"
 
 
 def _namespace_path(prefix: str, namespace: tuple[str, ...]) -> str:

@@ -228,6 +228,18 @@ class WarehouseAssignment:
 
 
 @dataclass(frozen=True)
+class CatalogRole:
+    """A role in Lakekeeper's project: grants given to it reach its assignees."""
+
+    id: str
+    name: str
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> "CatalogRole":
+        return cls(id=data["id"], name=data["name"])
+
+
+@dataclass(frozen=True)
 class CatalogUser:
     """A user as Lakekeeper knows it (`id` is `<idp>~<subject>`)."""
 

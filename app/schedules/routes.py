@@ -48,6 +48,6 @@ def _page(workflow: Workflow, errors: dict | None = None, values=None, webhook_s
     return render_template("schedules/index.html", workflow=workflow, schedules=schedules, errors=errors or {},
                            values=values or {"timezone": "UTC", "catch_up": "skip"},
                            units=history.user_compute_units(current_user),
-                           warehouses=history.user_warehouses(current_user), zones=service.zone_names(),
+                           warehouses=history.active_warehouses(current_user), zones=service.zone_names(),
                            catch_up=service.CATCH_UP, options=service.OPTIONS, defaults=service.DEFAULTS,
                            notify_on=notifications.NOTIFY_ON, webhook_secret=webhook_secret)

@@ -13,6 +13,7 @@ from app.db import get_db
 from app.errors import UserFacingError
 from app.executions import notifications
 from app.models import ComputeUnit, Schedule, ScheduledRun, User, Warehouse, Workflow
+from app.warehouses import sharing
 
 CATCH_UP = {"skip": "Skip the times missed while Lakeport was down",
             "once": "Run once for all the times missed"}
@@ -73,8 +74,8 @@ def check(values: dict, owner: User) -> dict[str, str]:
     if unit is None or unit.owner_id != owner.id:
         errors["compute_unit_id"] = "Choose one of your compute units."
     warehouse = db.get(Warehouse, _int(values.get("warehouse_id")))
-    if warehouse is None or warehouse.owner_id != owner.id:
-        errors["warehouse_id"] = "Choose one of your warehouses."
+    if warehouse is None or sharing.access_of(owner, warehouse) not in (sharing.OWNER, sharing.WRITE):
+        errors["warehouse_id"] = "Choose a warehouse you may write into."
     if values.get("catch_up") not in CATCH_UP:
         errors["catch_up"] = "Choose what happens to missed times."
     errors.update(notifications.check(values))

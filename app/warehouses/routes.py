@@ -6,9 +6,9 @@ from htmx_flask import make_response
 
 from app.db import get_db, get_owned_or_404
 from app.iceberg_catalogs import ResultReadError
-from app.models import Warehouse
+from app.models import User, Warehouse
 from app.table_pages import canonical_page_url, table_page_context
-from app.warehouses import bp, forms, local_stack, service, tables
+from app.warehouses import bp, forms, local_stack, service, sharing, tables
 from app.warehouses.service import WarehouseActionError
 
 
@@ -31,7 +31,8 @@ def _to_detail(warehouse_id: int):
 
 @bp.get("/")
 def index():
-    return render_template("warehouses/index.html", warehouses=service.user_warehouses(current_user))
+    return render_template("warehouses/index.html", warehouses=service.user_warehouses(current_user),
+                           shared=sharing.shared_with(current_user))
 
 
 def _register_page(values: dict, errors: dict, status: int = 200):
@@ -89,12 +90,42 @@ def create():
 
 @bp.get("/<int:warehouse_id>")
 def detail(warehouse_id: int):
-    return render_template("warehouses/detail.html", warehouse=_warehouse(warehouse_id))
+    """The owner's page, or (for a user it is shared with) its tables and who has it."""
+    warehouse = sharing.accessible_or_404(warehouse_id)
+    return render_template("warehouses/detail.html", warehouse=warehouse, **_shares_context(warehouse))
+
+
+def _shares_context(warehouse: Warehouse, errors: dict | None = None, values=None) -> dict:
+    return {"access": sharing.access_of(current_user, warehouse), "owner": get_db().get(User, warehouse.owner_id),
+            "shares": sharing.shares_of(warehouse), "share_levels": sharing.LEVELS, "share_errors": errors or {},
+            "share_values": values or {"kind": "group", "level": "read"}}
+
+
+@bp.post("/<int:warehouse_id>/shares")
+def share(warehouse_id: int):
+    warehouse = _warehouse(warehouse_id)
+    try:
+        sharing.share(warehouse, request.form)
+    except sharing.ShareRefused as refusal:
+        return render_template("warehouses/_shares.html", warehouse=warehouse, **_shares_context(
+            warehouse, {refusal.field or "form": refusal.message}, request.form)), 422
+    return render_template("warehouses/_shares.html", warehouse=warehouse, **_shares_context(warehouse))
+
+
+@bp.post("/<int:warehouse_id>/shares/<int:share_id>/revoke")
+def revoke_share(warehouse_id: int, share_id: int):
+    warehouse = _warehouse(warehouse_id)
+    try:
+        sharing.revoke(warehouse, share_id)
+    except sharing.ShareRefused as refusal:
+        return render_template("warehouses/_shares.html", warehouse=warehouse, **_shares_context(
+            warehouse, {"form": refusal.message})), 422
+    return render_template("warehouses/_shares.html", warehouse=warehouse, **_shares_context(warehouse))
 
 
 @bp.get("/<int:warehouse_id>/contents")
 def contents(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = sharing.accessible_or_404(warehouse_id)
     try:
         namespaces, error = service.browse(warehouse), None
     except WarehouseActionError as failure:
@@ -106,7 +137,7 @@ def contents(warehouse_id: int):
 @bp.get("/<int:warehouse_id>/tables/<name>")
 def table(warehouse_id: int, name: str):
     """A table's page: schema, properties, snapshots, size, and its first rows (paged)."""
-    warehouse = _warehouse(warehouse_id)
+    warehouse = sharing.accessible_or_404(warehouse_id)
     if not tables.valid_table_name(name):
         abort(404)
     context = table_page_context(lambda page, size: tables.preview(warehouse, name, page, size), name,

@@ -21,7 +21,6 @@ from app.lakekeeper import (
     S3AccessKeyCredential,
     S3StorageProfile,
     TableSummary,
-    WarehouseAssignment,
     lakekeeper_user_id,
 )
 from app.models import Execution, ExecutionState, User, Warehouse, WarehouseStatus, utcnow
@@ -29,6 +28,7 @@ from app.network_policy import OutboundRefused, portal_policy
 from app.signals import close_warehouse
 from app.storage_probe import ProbeReport, S3Credentials, S3Location, probe_storage
 from app.warehouses.diagnosis import field_errors
+from app.warehouses import sharing
 from app.warehouses.forms import StorageForm
 
 
@@ -270,11 +270,10 @@ def catalog_step(warehouse: Warehouse, step: str) -> bool:
     if step == CLOSING_DEACTIVATE:
         _call(lambda: lakekeeper().deactivate_warehouse(warehouse.lakekeeper_id))
         return True
-    # The owner keeps reading (describe, select) but may no longer write, grant or delete:
-    # a token minted before the archive cannot add to a warehouse on its way out.
-    owner_id = lakekeeper_user_id(get_db().get(User, warehouse.owner_id).subject)
-    _call(lambda: lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id, [
-        WarehouseAssignment("describe", user=owner_id), WarehouseAssignment("select", user=owner_id)]))
+    # The owner and the sharees keep reading (describe, select) but may no longer write, grant or
+    # delete: a token minted before the archive cannot add to a warehouse on its way out.
+    _call(lambda: lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id,
+                                                         sharing.catalog_assignments(warehouse)))
     return True
 
 

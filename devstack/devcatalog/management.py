@@ -62,7 +62,7 @@ def _services():
     return current_app.extensions["devcatalog"]
 
 
-def _project_id() -> str:
+def request_project_id() -> str:
     project_id = request.headers.get("x-project-id") or DEFAULT_PROJECT_ID
     try:
         return str(uuid.UUID(project_id))
@@ -177,7 +177,7 @@ def create_warehouse():
     if not caller().project_admin:
         raise project_forbidden(f"{caller().user_id} may not create warehouses: project admins do")
     body = _json_object()
-    project_id = _project_id()
+    project_id = request_project_id()
     name = _validated_name(body.get("warehouse-name"))
     profile = _s3_profile(body.get("storage-profile"))
     credentials = _s3_credentials(body.get("storage-credential"))
@@ -214,7 +214,7 @@ def list_warehouses():
     statuses = tuple(request.args.getlist("warehouseStatus")) or ("active",)
     if not set(statuses) <= {"active", "inactive"}:
         raise bad_request("warehouseStatus must be 'active' or 'inactive'")
-    project_id = request.args.get("projectId") or _project_id()
+    project_id = request.args.get("projectId") or request_project_id()
     store, user_id = _services().store, caller().user_id
     visible = [w for w in store.list(project_id, statuses) if may_reach(w.id, "describe", store.relations(w.id, user_id))]
     return {"warehouses": [w.as_api() for w in visible]}

@@ -1,5 +1,6 @@
-"""The dev catalog's own store: warehouses and their storage credentials, users and warehouse
-grants, in one SQLite file.
+"""The dev catalog's own store: warehouses and their storage credentials, users, roles and
+their members, and warehouse grants (to a user, or to a role: held as `role:<id>`), in one
+SQLite file.
 
 Credentials sit in their own table, encrypted with Fernet. The dev catalog keeps them as
 Lakekeeper does but never reads them back: its tables live in SeaweedFS table buckets that it
@@ -48,6 +49,18 @@ CREATE TABLE IF NOT EXISTS catalog_user (
     updated_at TEXT
 );
 -- Grants name users by id as given: like OpenFGA, a grant may precede the user's registration.
+CREATE TABLE IF NOT EXISTS catalog_role (
+    id TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    description TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS role_member (
+    role_id TEXT NOT NULL REFERENCES catalog_role (id) ON DELETE CASCADE,
+    user_id TEXT NOT NULL,
+    PRIMARY KEY (role_id, user_id)
+);
 CREATE TABLE IF NOT EXISTS warehouse_grant (
     warehouse_id TEXT NOT NULL REFERENCES warehouse (id) ON DELETE CASCADE,
     relation TEXT NOT NULL,
@@ -250,13 +263,57 @@ class WarehouseStore:
         return [(row["relation"], row["user_id"]) for row in rows]
 
     def relations(self, warehouse_id: uuid.UUID, user_id: str) -> set[str]:
-        """What `user_id` holds on the warehouse."""
+        """What `user_id` holds on the warehouse: its own grants and those of the roles it is an
+        assignee of, read on every request (a revoked grant or membership counts at once)."""
         with self._connect() as connection:
             rows = connection.execute(
-                "SELECT relation FROM warehouse_grant WHERE warehouse_id = ? AND user_id = ?",
-                (str(warehouse_id), user_id),
+                "SELECT relation FROM warehouse_grant WHERE warehouse_id = ? AND (user_id = ? OR user_id IN "
+                "(SELECT 'role:' || role_id FROM role_member WHERE user_id = ?))",
+                (str(warehouse_id), user_id, user_id),
             ).fetchall()
         return {row["relation"] for row in rows}
+
+    # --- Roles ---
+
+    def add_role(self, project_id: str, name: str, description: str | None) -> dict:
+        role_id = str(uuid.uuid4())
+        with self._connect() as connection:
+            connection.execute("INSERT INTO catalog_role VALUES (?, ?, ?, ?, ?)",
+                               (role_id, project_id, name, description, _now()))
+        return self.role(uuid.UUID(role_id))
+
+    def role(self, role_id: uuid.UUID) -> dict | None:
+        """The role as Lakekeeper's `Role`, or None."""
+        with self._connect() as connection:
+            row = connection.execute("SELECT * FROM catalog_role WHERE id = ?", (str(role_id),)).fetchone()
+        if row is None:
+            return None
+        return {"id": row["id"], "ident": f"lakekeeper~{row['id']}", "provider-id": "lakekeeper",
+                "source-id": row["id"], "name": row["name"], "description": row["description"],
+                "project-id": row["project_id"], "created-at": row["created_at"], "updated-at": None}
+
+    def roles(self, project_id: str) -> list[dict]:
+        with self._connect() as connection:
+            ids = [row["id"] for row in connection.execute(
+                "SELECT id FROM catalog_role WHERE project_id = ? ORDER BY created_at, id", (project_id,))]
+        return [self.role(uuid.UUID(role_id)) for role_id in ids]
+
+    def delete_role(self, role_id: uuid.UUID) -> None:
+        with self._connect() as connection:
+            connection.execute("DELETE FROM warehouse_grant WHERE user_id = ?", (f"role:{role_id}",))
+            connection.execute("DELETE FROM catalog_role WHERE id = ?", (str(role_id),))
+
+    def role_members(self, role_id: uuid.UUID) -> list[str]:
+        with self._connect() as connection:
+            return [row["user_id"] for row in connection.execute(
+                "SELECT user_id FROM role_member WHERE role_id = ? ORDER BY user_id", (str(role_id),))]
+
+    def update_role_members(self, role_id: uuid.UUID, writes: list[str], deletes: list[str]) -> None:
+        with self._connect() as connection:
+            connection.executemany("DELETE FROM role_member WHERE role_id = ? AND user_id = ?",
+                                   [(str(role_id), user_id) for user_id in deletes])
+            connection.executemany("INSERT OR IGNORE INTO role_member VALUES (?, ?)",
+                                   [(str(role_id), user_id) for user_id in writes])
 
     def update_grants(
         self, warehouse_id: uuid.UUID, writes: list[tuple[str, str]], deletes: list[tuple[str, str]],

@@ -1,0 +1,227 @@
+"""Sharing a warehouse with a user or a group, and what each person may do with it.
+
+The owner shares a warehouse as `read` (browse its tables, read what is in it) or `write` (also
+run executions into it), with one user (by the email they sign in with) or one group of the
+identity provider. Each change is mirrored into Lakekeeper first, so the catalog enforces it and
+not only the portal: the warehouse's assignments are set as a whole (`catalog_assignments`):
+`ownership` for the owner, `describe` + `select` for a read share, also `create` + `modify` for
+a write share; a group's share is granted to the group's Lakekeeper role, whose assignees are
+the group's members as of their last sign-in (`sync_memberships`). The catalog checks grants on
+every request, so a revoked share stops a running run's token at its next catalog call.
+
+An archived warehouse keeps only reading, for its owner and its sharees alike; a purge takes
+every grant away. Credentials, rotation, renaming, closing and sharing stay with the owner.
+"""
+from __future__ import annotations
+
+import re
+
+from flask import abort, current_app
+from flask_login import current_user
+from sqlalchemy import or_
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from app.audit import trail as audit
+from app.db import engine, get_db
+from app.errors import UserFacingError
+from app.extensions import lakekeeper
+from app.lakekeeper import LakekeeperError, WarehouseAssignment, lakekeeper_user_id
+from app.models import GroupRole, User, Warehouse, WarehouseShare, WarehouseStatus
+
+LEVELS = {"read": "Read: browse its tables and read what is in it",
+          "write": "Write: also run executions into it"}
+RELATIONS = {"read": ("describe", "select"), "write": ("describe", "select", "create", "modify")}
+OWNER, WRITE, READ = "owner", "write", "read"
+RANK = {None: 0, READ: 1, WRITE: 2, OWNER: 3}
+GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/ -]{0,254}$")
+MAX_SHARES = 100
+
+
+class ShareRefused(UserFacingError):
+    """A share could not be made, changed or revoked; `message` for the owner, `field` the form's."""
+
+
+def access_of(user: User, warehouse: Warehouse) -> str | None:
+    """What `user` may do with the warehouse: "owner", "write", "read", or None."""
+    if warehouse.owner_id == user.id:
+        return OWNER
+    levels = [share.level for share in get_db().exec(select(WarehouseShare).where(
+        WarehouseShare.warehouse_id == warehouse.id, _for_user(user)))]
+    return max(levels, key=RANK.__getitem__, default=None)
+
+
+def _for_user(user: User):
+    groups = user.group_names
+    return or_(WarehouseShare.user_id == user.id,
+               WarehouseShare.group_name.in_(groups) if groups else False)
+
+
+def accessible_or_404(warehouse_id: int, need: str = READ) -> Warehouse:
+    """The warehouse if the signed-in user may `need` it (read, write or owner); 404 otherwise,
+    exactly like a missing one."""
+    warehouse = get_db().get(Warehouse, warehouse_id)
+    if warehouse is None or RANK[access_of(current_user, warehouse)] < RANK[need]:
+        abort(404)
+    return warehouse
+
+
+def shared_with(user: User) -> list[tuple[Warehouse, str, User]]:
+    """Other users' warehouses shared with `user`: (warehouse, the best level, its owner)."""
+    rows = get_db().exec(select(WarehouseShare, Warehouse, User)
+                         .join(Warehouse, Warehouse.id == WarehouseShare.warehouse_id)
+                         .join(User, User.id == Warehouse.owner_id)
+                         .where(_for_user(user), Warehouse.owner_id != user.id).order_by(Warehouse.name))
+    best: dict[int, tuple[Warehouse, str, User]] = {}
+    for share, warehouse, owner in rows:
+        if warehouse.id not in best or RANK[share.level] > RANK[best[warehouse.id][1]]:
+            best[warehouse.id] = (warehouse, share.level, owner)
+    return list(best.values())
+
+
+def writable_by(user: User) -> list[Warehouse]:
+    """Active warehouses `user` may run into: their own and those shared with them to write."""
+    own = get_db().exec(select(Warehouse).where(Warehouse.owner_id == user.id,
+                                                Warehouse.status == WarehouseStatus.ACTIVE))
+    shared = [warehouse for warehouse, level, _ in shared_with(user)
+              if level == WRITE and warehouse.status == WarehouseStatus.ACTIVE]
+    return sorted([*own, *shared], key=lambda warehouse: (warehouse.owner_id != user.id, warehouse.name))
+
+
+def shares_of(warehouse: Warehouse) -> list[tuple[WarehouseShare, User | None]]:
+    """Who else has the warehouse: each share with its user (None for a group's)."""
+    return list(get_db().exec(select(WarehouseShare, User).join(User, User.id == WarehouseShare.user_id, isouter=True)
+                              .where(WarehouseShare.warehouse_id == warehouse.id)
+                              .order_by(WarehouseShare.group_name, WarehouseShare.id)))
+
+
+def catalog_assignments(warehouse: Warehouse) -> list[WarehouseAssignment]:
+    """The warehouse's grants in Lakekeeper, as a whole: the owner's and every share's (reading
+    only, for everyone, once the warehouse is archived)."""
+    db = get_db()
+    owner = lakekeeper_user_id(db.get(User, warehouse.owner_id).subject)
+    archived = warehouse.status == WarehouseStatus.ARCHIVED
+    wanted = ([WarehouseAssignment(relation, user=owner) for relation in RELATIONS[READ]] if archived
+              else [WarehouseAssignment("ownership", user=owner)])
+    for share, user in shares_of(warehouse):
+        relations = RELATIONS[READ if archived else share.level]
+        if user is not None:
+            wanted += [WarehouseAssignment(relation, user=lakekeeper_user_id(user.subject)) for relation in relations]
+        else:
+            role_id = _role_of(share.group_name)
+            wanted += [WarehouseAssignment(relation, role=role_id) for relation in relations]
+    return wanted
+
+
+def share(warehouse: Warehouse, values) -> WarehouseShare:
+    """Share the warehouse with a user (`email`) or a group (`group`) at `level`, or change the
+    level of an existing share. The catalog's grants change first; a refusal there changes nothing."""
+    level, kind = values.get("level"), values.get("kind")
+    if level not in LEVELS:
+        raise ShareRefused("Choose read or write.", "level")
+    if warehouse.status != WarehouseStatus.ACTIVE:
+        raise ShareRefused("Only an active warehouse can be shared.")
+    db = get_db()
+    if kind == "user":
+        email = (values.get("email") or "").strip().lower()
+        grantee = db.exec(select(User).where(User.email == email)).first() if email else None
+        if grantee is None:
+            raise ShareRefused("No Lakeport user signs in with this email yet: they sign in once first.", "email")
+        if grantee.id == warehouse.owner_id:
+            raise ShareRefused("You own this warehouse already.", "email")
+        where = WarehouseShare.user_id == grantee.id
+        fields = {"user_id": grantee.id}
+    elif kind == "group":
+        group = (values.get("group") or "").strip()
+        if not GROUP_NAME.match(group):
+            raise ShareRefused("A group's name as your identity provider sends it, e.g. analytics.", "group")
+        where = WarehouseShare.group_name == group
+        fields = {"group_name": group}
+    else:
+        raise ShareRefused("Share with a user or with a group.", "kind")
+    row = db.exec(select(WarehouseShare).where(WarehouseShare.warehouse_id == warehouse.id, where)).first()
+    before = row.level if row else None
+    if row is None:
+        if len(shares_of(warehouse)) >= MAX_SHARES:
+            raise ShareRefused(f"A warehouse has at most {MAX_SHARES} shares.")
+        row = WarehouseShare(warehouse_id=warehouse.id, level=level, **fields)
+    row.level = level
+    if "group_name" in fields:
+        _ensure_group_role(fields["group_name"])
+    db.add(row)
+    db.flush()  # the share counts in the grants below; committed only once Lakekeeper has them
+    _mirror(warehouse, undo=db.rollback)
+    try:
+        db.commit()
+    except IntegrityError:  # the same grantee shared at the same moment: the catalog holds the other's
+        db.rollback()
+        _mirror(warehouse)
+        raise ShareRefused("This warehouse was shared with them at the same moment. Look again.") from None
+    audit.record("warehouse.share", warehouse, grantee=fields, before=before, after=level)
+    return row
+
+
+def revoke(warehouse: Warehouse, share_id: int) -> None:
+    db = get_db()
+    row = db.get(WarehouseShare, share_id)
+    if row is None or row.warehouse_id != warehouse.id:
+        abort(404)
+    grantee = {"user_id": row.user_id} if row.user_id else {"group_name": row.group_name}
+    db.delete(row)
+    db.flush()
+    _mirror(warehouse, undo=db.rollback)
+    db.commit()
+    audit.record("warehouse.unshare", warehouse, grantee=grantee, before=row.level, after=None)
+
+
+def _mirror(warehouse: Warehouse, undo=None) -> None:
+    """Set the warehouse's grants in Lakekeeper to what Lakeport holds now (flushed, maybe not
+    committed); on a refusal call `undo` and raise ShareRefused."""
+    try:
+        lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id, catalog_assignments(warehouse))
+    except LakekeeperError as error:
+        if undo is not None:
+            undo()
+        current_app.logger.warning("grants of warehouse %s could not be set: %s", warehouse.id, error)
+        raise ShareRefused(error.user_message) from error
+
+
+def _role_of(group: str) -> str:
+    role = get_db().exec(select(GroupRole).where(GroupRole.group_name == group)).first()
+    return role.lakekeeper_role_id if role else _ensure_group_role(group)
+
+
+def _ensure_group_role(group: str) -> str:
+    """The group's Lakekeeper role id, made on its first share, with the group's members as of
+    their last sign-in as its assignees."""
+    db = get_db()
+    role = db.exec(select(GroupRole).where(GroupRole.group_name == group)).first()
+    if role is not None:
+        return role.lakekeeper_role_id
+    try:
+        made = lakekeeper().create_role(f"lakeport-group-{group}", f"Members of the group {group} (Lakeport)")
+        members = {lakekeeper_user_id(user.subject) for user in db.exec(select(User))
+                   if group in user.group_names}
+        lakekeeper().update_role_members(made.id, add=members)
+    except LakekeeperError as error:
+        raise ShareRefused(error.user_message) from error
+    with Session(engine()) as own:  # kept even if the share that made it is refused after
+        own.add(GroupRole(group_name=group, lakekeeper_role_id=made.id))
+        own.commit()
+    return made.id
+
+
+def sync_memberships(user: User) -> None:
+    """Make `user` an assignee of the roles of the groups they are in now, and of no other
+    (at each sign-in). Best effort: a catalog that is away leaves the last memberships."""
+    member = lakekeeper_user_id(user.subject)
+    for role in get_db().exec(select(GroupRole)):
+        try:
+            inside = member in lakekeeper().role_members(role.lakekeeper_role_id)
+            wanted = role.group_name in user.group_names
+            if inside != wanted:
+                lakekeeper().update_role_members(role.lakekeeper_role_id, add={member} if wanted else set(),
+                                                 remove=set() if wanted else {member})
+        except LakekeeperError as error:
+            current_app.logger.warning("role of group %s: membership of user %s not synced: %s",
+                                       role.group_name, user.id, error)

@@ -1,0 +1,182 @@
+"""Sharing a warehouse, tried as the people involved would, against the dev catalog's real
+grant checks: the owner shares with a group (read, then write) and with a user; a member reads
+but cannot write until allowed, and loses both at revocation, in the portal at the next page and
+in the catalog at the next call of a token minted before; carol, in no group, gets 404 on every
+route; an archive leaves everyone reading only; leaving the group takes the access away at the
+next sign-in."""
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import replace
+
+import httpx
+import pytest
+from sqlmodel import Session, select
+
+from app import create_app
+from app.compute_units import door
+from app.extensions import lakekeeper
+from app.lakekeeper import lakekeeper_user_id
+from app.models import AuditEvent, User, Warehouse, WarehouseShare
+from app.warehouses import sharing
+from tests.test_executions import (
+    csrf,
+    make_user,
+    register_warehouse,
+    reload,
+    sign_in_as,
+    unit_row,
+    workflow_for,
+)
+
+
+def set_groups(db_engine, user: User, groups: list[str]) -> User:
+    with Session(db_engine, expire_on_commit=False) as db:
+        row = db.get(User, user.id)
+        row.groups = json.dumps(groups)
+        db.add(row)
+        db.commit()
+        return row
+
+
+@pytest.fixture
+def team(portal_config, lakehouse, db_engine):
+    """An owner with a real warehouse, a member of a fresh group, and carol in no group; each
+    with a client of their own."""
+    app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url))
+    group = f"analytics-{secrets.token_hex(3)}"
+    people = {}
+    for name, groups in (("owner", []), ("member", [group]), ("carol", [])):
+        user = set_groups(db_engine, make_user(db_engine), groups)
+        client = app.test_client()
+        sign_in_as(client, user)
+        people[name] = (user, client)
+    warehouse_id = register_warehouse(people["owner"][1], lakehouse, f"shared-{secrets.token_hex(2)}")
+    return app, group, people, reload(db_engine, Warehouse, warehouse_id)
+
+
+def share(client, warehouse: Warehouse, **form):
+    return client.post(f"/warehouses/{warehouse.id}/shares", data={**form, "csrf_token": csrf(client)},
+                       headers={"HX-Request": "true"})
+
+
+def catalog(lakehouse, token: str) -> httpx.Client:
+    return httpx.Client(base_url=lakehouse.catalog_url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+
+def can_read_and_write(lakehouse, warehouse: Warehouse, token: str) -> tuple[int, int]:
+    """The catalog's answers to a read (list namespaces) and a write (create one) with `token`."""
+    with catalog(lakehouse, token) as client:
+        read = client.get(f"/catalog/v1/{warehouse.lakekeeper_id}/namespaces").status_code
+        wrote = client.post(f"/catalog/v1/{warehouse.lakekeeper_id}/namespaces",
+                            json={"namespace": [f"probe_{secrets.token_hex(3)}"]}).status_code
+    return read, wrote
+
+
+OWNER_ONLY = ("POST /rename", "POST /credentials", "POST /deactivate", "POST /activate", "POST /archive",
+              "POST /purge", "POST /shares", "POST /shares/1/revoke", "GET /closing")
+
+
+def owner_only_answers(client, warehouse: Warehouse) -> set[int]:
+    answers = set()
+    for route in OWNER_ONLY:
+        method, path = route.split(" ")
+        answers.add(client.open(f"/warehouses/{warehouse.id}{path}", method=method,
+                                data={"csrf_token": csrf(client), "name": "taken-over", "confirm_name": warehouse.name,
+                                      "kind": "user", "email": "x@example.test", "level": "write"}).status_code)
+    return answers
+
+
+def test_a_group_share_reads_then_writes_then_is_revoked_in_portal_and_catalog(team, lakehouse, db_engine):
+    app, group, people, warehouse = team
+    (owner, owner_client), (member, member_client), (carol, carol_client) = (people[n] for n in ("owner", "member",
+                                                                                                  "carol"))
+    with app.app_context():
+        before = door.run_token(warehouse, member)  # minted before any share: the catalog refuses it
+    assert can_read_and_write(lakehouse, warehouse, before) == (403, 403)
+
+    shared = share(owner_client, warehouse, kind="group", group=group, level="read")
+    assert shared.status_code == 200 and f"<code>{group}</code>" in shared.get_data(as_text=True)
+    with app.app_context():
+        assignments = lakekeeper().warehouse_assignments(warehouse.lakekeeper_id)
+        (role_id,) = {a.role for a in assignments if a.role}
+        assert {a.relation for a in assignments if a.role} == {"describe", "select"}
+        assert lakekeeper().role_members(role_id) == {lakekeeper_user_id(member.subject)}
+        token = door.run_token(warehouse, member)
+    assert can_read_and_write(lakehouse, warehouse, token) == (200, 403)  # read, not write
+    page = member_client.get(f"/warehouses/{warehouse.id}").get_data(as_text=True)
+    assert 'data-testid="your-access">read<' in page and 'data-testid="warehouse-actions"' not in page
+    assert member_client.get(f"/warehouses/{warehouse.id}/contents").status_code == 200
+    assert warehouse.name in member_client.get("/warehouses/").get_data(as_text=True)
+    assert owner_only_answers(member_client, warehouse) == {404}
+    cu = unit_row(db_engine, member)
+    workflow = workflow_for(db_engine, member)
+    refused = member_client.post(f"/executions/new?workflow_id={workflow.id}", data={
+        "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "csrf_token": csrf(member_client)})
+    assert refused.status_code == 422 and "may write into" in refused.get_data(as_text=True)
+
+    for path in (f"/warehouses/{warehouse.id}", f"/warehouses/{warehouse.id}/contents",
+                 f"/warehouses/{warehouse.id}/tables/results.anything"):
+        assert carol_client.get(path).status_code == 404, path
+    assert owner_only_answers(carol_client, warehouse) == {404}
+    assert warehouse.name not in carol_client.get("/warehouses/").get_data(as_text=True)
+
+    assert share(owner_client, warehouse, kind="group", group=group, level="write").status_code == 200
+    assert can_read_and_write(lakehouse, warehouse, token) == (200, 200)  # the same token, now allowed
+    started = member_client.post(f"/executions/new?workflow_id={workflow.id}", data={
+        "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "csrf_token": csrf(member_client)})
+    assert started.status_code == 302, started.get_data(as_text=True)[:1500]
+
+    with Session(db_engine) as db:
+        (row,) = db.exec(select(WarehouseShare).where(WarehouseShare.warehouse_id == warehouse.id)).all()
+    revoked = owner_client.post(f"/warehouses/{warehouse.id}/shares/{row.id}/revoke",
+                                data={"csrf_token": csrf(owner_client)}, headers={"HX-Request": "true"})
+    assert revoked.status_code == 200 and f"<code>{group}</code>" not in revoked.get_data(as_text=True)
+    assert member_client.get(f"/warehouses/{warehouse.id}").status_code == 404  # the next page
+    assert can_read_and_write(lakehouse, warehouse, token) == (403, 403)  # the next catalog call
+    with Session(db_engine) as db:
+        trail = [event.action for event in db.exec(select(AuditEvent).where(
+            AuditEvent.object_id == str(warehouse.id), AuditEvent.object_type == "warehouse"))]
+    assert trail[-3:] == ["warehouse.share", "warehouse.share", "warehouse.unshare"]
+
+
+def test_a_user_share_is_checked_and_an_archive_leaves_everyone_reading(team, lakehouse, db_engine):
+    app, group, people, warehouse = team
+    (owner, owner_client), (member, _), (carol, carol_client) = (people[n] for n in ("owner", "member", "carol"))
+    for form, field in (({"kind": "user", "email": "nobody@example.test"}, "email"),
+                        ({"kind": "user", "email": owner.email}, "email"),
+                        ({"kind": "group", "group": "bad;name"}, "group"),
+                        ({"kind": "team", "group": group}, "kind"),
+                        ({"kind": "group", "group": group, "level": "admin"}, "level")):
+        refused = share(owner_client, warehouse, **{"level": "read", **form})
+        assert refused.status_code == 422 and f'id="share-error-{field}">' in refused.get_data(as_text=True)
+        assert f'id="share-error-{field}"></small>' not in refused.get_data(as_text=True), field
+    with app.app_context():
+        assert {a.relation for a in lakekeeper().warehouse_assignments(warehouse.lakekeeper_id)} == {"ownership"}
+
+    assert share(owner_client, warehouse, kind="user", email=carol.email, level="write").status_code == 200
+    assert 'data-testid="your-access">write<' in carol_client.get(f"/warehouses/{warehouse.id}").get_data(as_text=True)
+    assert owner_client.post(f"/warehouses/{warehouse.id}/archive", data={"csrf_token": csrf(owner_client)}).status_code \
+        in (200, 302)
+    with app.app_context():
+        grants = {(a.relation, a.user) for a in lakekeeper().warehouse_assignments(warehouse.lakekeeper_id)}
+    assert grants == {(relation, lakekeeper_user_id(person.subject)) for relation in ("describe", "select")
+                      for person in (owner, carol)}
+    assert carol_client.get(f"/warehouses/{warehouse.id}").status_code == 200  # still reading
+
+
+def test_leaving_the_group_takes_the_access_away_at_the_next_sign_in(team, lakehouse, db_engine):
+    app, group, people, warehouse = team
+    (_, owner_client), (member, _) = people["owner"], people["member"]
+    latecomer = make_user(db_engine)
+    assert share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 200
+    with app.app_context():
+        latecomer = set_groups(db_engine, latecomer, [group])
+        sharing.sync_memberships(latecomer)  # as the sign-in does
+        member = set_groups(db_engine, member, ["elsewhere"])
+        sharing.sync_memberships(member)
+        role_id = next(a.role for a in lakekeeper().warehouse_assignments(warehouse.lakekeeper_id) if a.role)
+        assert lakekeeper().role_members(role_id) == {lakekeeper_user_id(latecomer.subject)}
+        token = door.run_token(warehouse, member)
+    assert can_read_and_write(lakehouse, warehouse, token)[0] == 403
