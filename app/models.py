@@ -527,3 +527,20 @@ class GroupRole(SQLModel, table=True):
     group_name: str = Field(max_length=255, unique=True)
     lakekeeper_role_id: str = Field(max_length=64)
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class WorkflowShare(SQLModel, table=True):
+    """A workflow its owner shares with one user or one group (app/workflows/sharing.py):
+    `view` (read its versions, copy it) or `run` (also run it on their own unit, into a warehouse
+    they may write). Its versions stay the owner's to write."""
+
+    __tablename__ = "workflow_shares"
+    __table_args__ = (UniqueConstraint("workflow_id", "user_id", name="uq_workflow_shares_user"),
+                      UniqueConstraint("workflow_id", "group_name", name="uq_workflow_shares_group"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    workflow_id: int = Field(foreign_key="workflows.id", index=True, ondelete="CASCADE")
+    user_id: int | None = Field(default=None, foreign_key="users.id", index=True, ondelete="CASCADE")
+    group_name: str | None = Field(default=None, max_length=255, index=True)
+    level: str = Field(max_length=8)  # "view" or "run"
+    created_at: datetime = Field(default_factory=utcnow)

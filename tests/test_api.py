@@ -12,7 +12,7 @@ from openapi_core import Config, OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 from sqlmodel import Session, select
 
-from app.models import ApiToken, Execution, utcnow
+from app.models import ApiToken, Execution, User, utcnow
 from app.tokens import service as tokens
 from tests.test_executions import (  # noqa: F401 (fixtures)
     csrf,
@@ -276,7 +276,7 @@ def provider_id_token(oidc_provider, username: str) -> str:
 
 
 def test_a_token_of_the_identity_provider_for_the_portal_opens_the_api_and_others_do_not(
-        app, client, auth, oidc_provider, lakehouse):
+        app, client, auth, oidc_provider, lakehouse, db_engine):
     auth.login("alice")  # Lakeport knows her from a sign-in
     api = Api(app.test_client(), provider_id_token(oidc_provider, "alice"))
     assert api.call("GET", "/api/v1/warehouses").status_code == 200
@@ -285,6 +285,24 @@ def test_a_token_of_the_identity_provider_for_the_portal_opens_the_api_and_other
     assert Api(app.test_client(), lakehouse.service_token()).call("GET", "/api/v1/warehouses").status_code == 401
     header, claims, _ = provider_id_token(oidc_provider, "alice").split(".")
     assert Api(app.test_client(), f"{header}.{claims}.AAAA").call("GET", "/api/v1/warehouses").status_code == 401
-    # Bob never signed in to Lakeport: the API does not make him a user.
-    assert Api(app.test_client(), provider_id_token(oidc_provider, "bob")).call(
-        "GET", "/api/v1/warehouses").status_code == 401
+    # Bob unknown to Lakeport (as if he never signed in, whatever other tests did): the API does
+    # not make him a user.
+    from devstack.oidc_provider import TEST_USERS
+
+    bob_token = provider_id_token(oidc_provider, "bob")
+    with Session(db_engine) as db:
+        known = db.exec(select(User.id).where(User.subject == TEST_USERS["bob"].sub)).first()
+        if known is not None:
+            row = db.get(User, known)
+            row.subject = f"away-{row.subject}"
+            db.add(row)
+            db.commit()
+    try:
+        assert Api(app.test_client(), bob_token).call("GET", "/api/v1/warehouses").status_code == 401
+    finally:
+        if known is not None:
+            with Session(db_engine) as db:
+                row = db.get(User, known)
+                row.subject = TEST_USERS["bob"].sub
+                db.add(row)
+                db.commit()

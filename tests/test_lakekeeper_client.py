@@ -748,6 +748,33 @@ def test_grants_already_in_place_are_not_written_again(client, lakekeeper):
     assert [r.method for r in lakekeeper.requests] == ["GET"]
 
 
+ROLE_ID = "01968a3c-0000-7000-8000-0000000000aa"
+ROLE_PERMISSIONS_PATH = f"/management/v1/permissions/role/{ROLE_ID}/assignments"
+
+
+def test_a_groups_role_is_made_and_its_assignees_changed_as_documented(client, lakekeeper, contract):
+    alice, bob = f"oidc~{ALICE_SUB}", "oidc~bob"
+    lakekeeper.on("POST", "/management/v1/role", (201, {
+        "id": ROLE_ID, "ident": f"lakekeeper~{ROLE_ID}", "provider-id": "lakekeeper", "source-id": ROLE_ID,
+        "name": "lakeport-group-analytics", "project-id": PROJECT_ID, "created-at": "2026-11-25T06:00:00Z"}))
+    lakekeeper.on("GET", ROLE_PERMISSIONS_PATH, (200, {"assignments": [{"type": "assignee", "user": alice},
+                                                                       {"type": "ownership", "user": bob}]}))
+    lakekeeper.on("POST", ROLE_PERMISSIONS_PATH, (204, None))
+
+    role = client.create_role("lakeport-group-analytics", "Members of analytics")
+    assert (role.id, role.name) == (ROLE_ID, "lakeport-group-analytics")
+    assert client.role_members(ROLE_ID) == {alice}  # assignees only
+    client.update_role_members(ROLE_ID, add={bob}, remove={alice})
+    client.update_role_members(ROLE_ID)  # nothing to change: nothing sent
+    made, read, changed = lakekeeper.requests
+    assert json.loads(made.content) == {"name": "lakeport-group-analytics", "description": "Members of analytics"}
+    assert read.url.params.get_list("relations") == ["assignee"]
+    assert json.loads(changed.content) == {"writes": [{"type": "assignee", "user": bob}],
+                                           "deletes": [{"type": "assignee", "user": alice}]}
+    assert [str(op).split(" ")[0] for op in contract.operations] == [
+        "create_role", "get_role_assignments_by_id", "update_role_assignments_by_id"]
+
+
 def test_an_assignment_names_one_known_relation_and_one_holder():
     for relation, holder in (("owner", {"user": "oidc~a"}), ("select", {}),
                              ("select", {"user": "oidc~a", "role": "01968a3c-0000-7000-8000-000000000001"})):

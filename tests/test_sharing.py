@@ -180,3 +180,63 @@ def test_leaving_the_group_takes_the_access_away_at_the_next_sign_in(team, lakeh
         assert lakekeeper().role_members(role_id) == {lakekeeper_user_id(latecomer.subject)}
         token = door.run_token(warehouse, member)
     assert can_read_and_write(lakehouse, warehouse, token)[0] == 403
+
+
+def test_a_shared_workflow_is_viewed_copied_then_run_and_revoked(app, client, db_engine):
+    from app.models import Execution, Workflow, WorkflowShare, WorkflowVersion
+    from tests.test_executions import warehouse_row
+
+    group = f"team-{secrets.token_hex(3)}"
+    owner, member, carol = (set_groups(db_engine, make_user(db_engine), groups) for groups in ([], [group], []))
+    clients = {}
+    for name, user in (("owner", owner), ("member", member), ("carol", carol)):
+        clients[name] = app.test_client()
+        sign_in_as(clients[name], user)
+    workflow = workflow_for(db_engine, owner)
+    base = f"/workflows/{workflow.id}"
+
+    def share_workflow(**form):
+        return clients["owner"].post(f"{base}/shares", data={**form, "csrf_token": csrf(clients["owner"])},
+                                     headers={"HX-Request": "true"})
+
+    refused = share_workflow(kind="group", group=group, level="edit")
+    assert refused.status_code == 422 and "Choose view or run." in refused.get_data(as_text=True)
+    assert share_workflow(kind="group", group=group, level="view").status_code == 200
+    viewer = clients["member"]
+    page = viewer.get(base).get_data(as_text=True)
+    assert 'data-testid="your-access">view<' in page and 'data-testid="run-workflow"' not in page
+    assert 'data-testid="edit-workflow"' not in page and workflow.name in viewer.get("/workflows/").get_data(as_text=True)
+    owner_only = [("GET", f"{base}/edit"), ("POST", f"{base}/edit"), ("POST", f"{base}/delete"),
+                  ("POST", f"{base}/shares"), ("GET", f"/schedules/workflow/{workflow.id}"),
+                  ("GET", f"/executions/new?workflow_id={workflow.id}")]
+    for method, path in owner_only:
+        assert viewer.open(path, method=method, data={"csrf_token": csrf(viewer)}).status_code == 404, path
+    for method, path in owner_only + [("GET", base), ("POST", f"{base}/copy"), ("GET", f"{base}/versions/1")]:
+        assert clients["carol"].open(path, method=method, data={"csrf_token": csrf(clients["carol"])}).status_code \
+            == 404, path
+
+    copied = viewer.post(f"{base}/copy", data={"csrf_token": csrf(viewer)})
+    assert copied.status_code == 302
+    with Session(db_engine) as db:
+        mine = db.exec(select(Workflow).where(Workflow.owner_id == member.id)).one()
+        steps_of = {version.workflow_id: version.steps for version in db.exec(select(WorkflowVersion).where(
+            WorkflowVersion.workflow_id.in_((workflow.id, mine.id))))}
+    assert mine.name == f"{workflow.name} copy" and steps_of[mine.id] == steps_of[workflow.id]
+
+    assert share_workflow(kind="group", group=group, level="run").status_code == 200
+    cu, warehouse = unit_row(db_engine, member), warehouse_row(db_engine, member)
+    started = viewer.post(f"/executions/new?workflow_id={workflow.id}", data={
+        "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "csrf_token": csrf(viewer)})
+    assert started.status_code == 302, started.get_data(as_text=True)[:1500]
+    with Session(db_engine) as db:
+        (execution,) = db.exec(select(Execution).where(Execution.workflow_id == workflow.id)).all()
+        (row,) = db.exec(select(WorkflowShare).where(WorkflowShare.workflow_id == workflow.id)).all()
+    assert (execution.owner_id, execution.compute_unit_id, execution.warehouse_id) == (member.id, cu.id, warehouse.id)
+    assert clients["owner"].get(f"/executions/{execution.id}").status_code == 404  # the run is the runner's
+
+    clients["owner"].post(f"{base}/shares/{row.id}/revoke", data={"csrf_token": csrf(clients["owner"])})
+    assert viewer.get(base).status_code == 404
+    again = viewer.post(f"/executions/new?workflow_id={workflow.id}", data={
+        "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "csrf_token": csrf(viewer)})
+    assert again.status_code == 404
+    assert viewer.get(f"/executions/{execution.id}").status_code == 200  # what they ran stays theirs

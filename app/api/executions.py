@@ -16,8 +16,9 @@ from app.api.problems import ApiProblem
 from app.db import get_db, get_owned_or_404
 from app.executions import history, logs, notifications, results, runner
 from app.iceberg_catalogs import ResultReadError, TableMissing
-from app.models import ComputeUnit, Execution, Warehouse, Workflow
+from app.models import ComputeUnit, Execution, Warehouse
 from app.workflows import service as workflows
+from app.workflows import sharing as workflow_sharing
 
 IDEMPOTENCY_KEY_MAX = 128
 
@@ -82,7 +83,7 @@ def start_execution(json: schemas.ExecutionStart):
         raise ApiProblem(400, f"1 to {IDEMPOTENCY_KEY_MAX} printable characters", "Idempotency-Key")
     if key is not None and (earlier := runner.started_with(current_user, key)) is not None:
         return execution_out(earlier), 200
-    workflow = get_owned_or_404(Workflow, json.workflow_id)
+    workflow = workflow_sharing.accessible_or_404(json.workflow_id, workflow_sharing.RUN)
     version = (workflows.version_of(workflow, json.version) if json.version is not None
                else workflows.latest_version(workflow))
     if version is None:

@@ -17,6 +17,7 @@ from app.executions.runner import RunRefused
 from app.iceberg_catalogs import ResultReadError, TableMissing
 from app.models import ComputeUnit, Execution, ExecutionState, Warehouse, Workflow
 from app.table_pages import canonical_page_url, table_page_context
+from app.workflows import sharing as workflow_sharing
 from app.workflows.service import latest_version
 
 
@@ -71,7 +72,7 @@ def index():
 
 @bp.get("/workflow/<int:workflow_id>")
 def for_workflow(workflow_id: int):
-    workflow = get_owned_or_404(Workflow, workflow_id)
+    workflow = workflow_sharing.accessible_or_404(workflow_id)
     rows = history.user_executions(current_user, workflow_id=workflow.id)
     return render_template("executions/_workflow_history.html", workflow=workflow, rows=rows)
 
@@ -81,7 +82,7 @@ def new():
     workflow_id = request.args.get("workflow_id", type=int)
     if workflow_id is None:
         abort(404)
-    workflow = get_owned_or_404(Workflow, workflow_id)
+    workflow = workflow_sharing.accessible_or_404(workflow_id, workflow_sharing.RUN)
     version = latest_version(workflow)
     values = {"compute_unit_id": None, "warehouse_id": history.last_warehouse_id(current_user, workflow)}
     errors: dict[str, str] = {}

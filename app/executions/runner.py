@@ -63,6 +63,7 @@ from app.states import execution_state_of
 from app.transitions import compare_and_set, set_fields
 from app.untrusted import clean_text
 from app.warehouses import sharing
+from app.workflows import sharing as workflow_sharing
 from compute.contract import SUBMIT_CODE, RunState
 
 State = ExecutionState
@@ -134,6 +135,8 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
     snapshots of `pinned_to`, see `rerun_pinned`). With `idempotency_key`, one execution per key:
     a second start with it raises AlreadyStarted. `notify`: who is told when it ends
     (`notifications.fields` of a checked request)."""
+    if workflow_sharing.access_of(owner, workflow) not in (workflow_sharing.OWNER, workflow_sharing.RUN):
+        raise RunRefused("This workflow is not yours to run (or no longer shared with you).")
     if version is None or not json.loads(version.steps or "[]"):
         raise RunRefused("This workflow has no steps yet. Add steps in the editor and save first.")
     errors = check_runnable(owner, cu, warehouse)

@@ -98,7 +98,11 @@ def detail(warehouse_id: int):
 def _shares_context(warehouse: Warehouse, errors: dict | None = None, values=None) -> dict:
     return {"access": sharing.access_of(current_user, warehouse), "owner": get_db().get(User, warehouse.owner_id),
             "shares": sharing.shares_of(warehouse), "share_levels": sharing.LEVELS, "share_errors": errors or {},
-            "share_values": values or {"kind": "group", "level": "read"}}
+            "share_values": values or {"kind": "group", "level": "read"}, "shared_thing": "warehouse",
+            "can_share": warehouse.status == "active", "share_url": url_for("warehouses.share", warehouse_id=warehouse.id),
+            "revoke_endpoint": "warehouses.revoke_share", "revoke_args": {"warehouse_id": warehouse.id},
+            "revoke_effect": "New runs and pages are refused at once; a running run's next catalog call too.",
+            "stays_yours": "Credentials, rotation and closing stay yours."}
 
 
 @bp.post("/<int:warehouse_id>/shares")
@@ -107,9 +111,9 @@ def share(warehouse_id: int):
     try:
         sharing.share(warehouse, request.form)
     except sharing.ShareRefused as refusal:
-        return render_template("warehouses/_shares.html", warehouse=warehouse, **_shares_context(
+        return render_template("_shares.html", warehouse=warehouse, **_shares_context(
             warehouse, {refusal.field or "form": refusal.message}, request.form)), 422
-    return render_template("warehouses/_shares.html", warehouse=warehouse, **_shares_context(warehouse))
+    return render_template("_shares.html", warehouse=warehouse, **_shares_context(warehouse))
 
 
 @bp.post("/<int:warehouse_id>/shares/<int:share_id>/revoke")
@@ -118,9 +122,9 @@ def revoke_share(warehouse_id: int, share_id: int):
     try:
         sharing.revoke(warehouse, share_id)
     except sharing.ShareRefused as refusal:
-        return render_template("warehouses/_shares.html", warehouse=warehouse, **_shares_context(
+        return render_template("_shares.html", warehouse=warehouse, **_shares_context(
             warehouse, {"form": refusal.message})), 422
-    return render_template("warehouses/_shares.html", warehouse=warehouse, **_shares_context(warehouse))
+    return render_template("_shares.html", warehouse=warehouse, **_shares_context(warehouse))
 
 
 @bp.get("/<int:warehouse_id>/contents")

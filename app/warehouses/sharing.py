@@ -14,18 +14,17 @@ every grant away. Credentials, rotation, renaming, closing and sharing stay with
 """
 from __future__ import annotations
 
-import re
-
 from flask import abort, current_app
 from flask_login import current_user
-from sqlalchemy import or_
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
+from app import grantees
 from app.audit import trail as audit
 from app.db import engine, get_db
 from app.errors import UserFacingError
 from app.extensions import lakekeeper
+from app.grantees import shared_to
 from app.lakekeeper import LakekeeperError, WarehouseAssignment, lakekeeper_user_id
 from app.models import GroupRole, User, Warehouse, WarehouseShare, WarehouseStatus
 
@@ -34,7 +33,6 @@ LEVELS = {"read": "Read: browse its tables and read what is in it",
 RELATIONS = {"read": ("describe", "select"), "write": ("describe", "select", "create", "modify")}
 OWNER, WRITE, READ = "owner", "write", "read"
 RANK = {None: 0, READ: 1, WRITE: 2, OWNER: 3}
-GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/ -]{0,254}$")
 MAX_SHARES = 100
 
 
@@ -47,14 +45,8 @@ def access_of(user: User, warehouse: Warehouse) -> str | None:
     if warehouse.owner_id == user.id:
         return OWNER
     levels = [share.level for share in get_db().exec(select(WarehouseShare).where(
-        WarehouseShare.warehouse_id == warehouse.id, _for_user(user)))]
+        WarehouseShare.warehouse_id == warehouse.id, shared_to(WarehouseShare, user)))]
     return max(levels, key=RANK.__getitem__, default=None)
-
-
-def _for_user(user: User):
-    groups = user.group_names
-    return or_(WarehouseShare.user_id == user.id,
-               WarehouseShare.group_name.in_(groups) if groups else False)
 
 
 def accessible_or_404(warehouse_id: int, need: str = READ) -> Warehouse:
@@ -71,7 +63,7 @@ def shared_with(user: User) -> list[tuple[Warehouse, str, User]]:
     rows = get_db().exec(select(WarehouseShare, Warehouse, User)
                          .join(Warehouse, Warehouse.id == WarehouseShare.warehouse_id)
                          .join(User, User.id == Warehouse.owner_id)
-                         .where(_for_user(user), Warehouse.owner_id != user.id).order_by(Warehouse.name))
+                         .where(shared_to(WarehouseShare, user), Warehouse.owner_id != user.id).order_by(Warehouse.name))
     best: dict[int, tuple[Warehouse, str, User]] = {}
     for share, warehouse, owner in rows:
         if warehouse.id not in best or RANK[share.level] > RANK[best[warehouse.id][1]]:
@@ -116,29 +108,14 @@ def catalog_assignments(warehouse: Warehouse) -> list[WarehouseAssignment]:
 def share(warehouse: Warehouse, values) -> WarehouseShare:
     """Share the warehouse with a user (`email`) or a group (`group`) at `level`, or change the
     level of an existing share. The catalog's grants change first; a refusal there changes nothing."""
-    level, kind = values.get("level"), values.get("kind")
+    level = values.get("level")
     if level not in LEVELS:
         raise ShareRefused("Choose read or write.", "level")
     if warehouse.status != WarehouseStatus.ACTIVE:
         raise ShareRefused("Only an active warehouse can be shared.")
+    grantee = grantees.parse(values, warehouse.owner_id, ShareRefused)
+    where, fields = grantee.same_as(WarehouseShare), grantee.fields
     db = get_db()
-    if kind == "user":
-        email = (values.get("email") or "").strip().lower()
-        grantee = db.exec(select(User).where(User.email == email)).first() if email else None
-        if grantee is None:
-            raise ShareRefused("No Lakeport user signs in with this email yet: they sign in once first.", "email")
-        if grantee.id == warehouse.owner_id:
-            raise ShareRefused("You own this warehouse already.", "email")
-        where = WarehouseShare.user_id == grantee.id
-        fields = {"user_id": grantee.id}
-    elif kind == "group":
-        group = (values.get("group") or "").strip()
-        if not GROUP_NAME.match(group):
-            raise ShareRefused("A group's name as your identity provider sends it, e.g. analytics.", "group")
-        where = WarehouseShare.group_name == group
-        fields = {"group_name": group}
-    else:
-        raise ShareRefused("Share with a user or with a group.", "kind")
     row = db.exec(select(WarehouseShare).where(WarehouseShare.warehouse_id == warehouse.id, where)).first()
     before = row.level if row else None
     if row is None:
@@ -149,14 +126,13 @@ def share(warehouse: Warehouse, values) -> WarehouseShare:
     if "group_name" in fields:
         _ensure_group_role(fields["group_name"])
     db.add(row)
-    db.flush()  # the share counts in the grants below; committed only once Lakekeeper has them
-    _mirror(warehouse, undo=db.rollback)
     try:
-        db.commit()
-    except IntegrityError:  # the same grantee shared at the same moment: the catalog holds the other's
+        db.flush()  # the share counts in the grants below; committed only once Lakekeeper has them
+    except IntegrityError:  # the same grantee, shared at the same moment by another request
         db.rollback()
-        _mirror(warehouse)
         raise ShareRefused("This warehouse was shared with them at the same moment. Look again.") from None
+    _mirror(warehouse, undo=db.rollback)
+    db.commit()
     audit.record("warehouse.share", warehouse, grantee=fields, before=before, after=level)
     return row
 

@@ -7,12 +7,12 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.workflows import datasets
 from app.workflows.datasets import DatasetError
-from app.db import get_owned_or_404
-from app.models import Warehouse, WarehouseStatus, Workflow, WorkflowVersion
+from app.db import get_db, get_owned_or_404
+from app.models import User, Warehouse, WarehouseStatus, Workflow, WorkflowVersion
 # The module, not the name: app.warehouses.service imports app.executions, which imports this
 # module, so when the warehouses blueprint is loaded first the name does not exist yet here.
 from app.warehouses import service as warehouse_service
-from app.workflows import bp, forms, service, steps
+from app.workflows import bp, forms, service, sharing, steps
 from app.workflows.service import WorkflowActionError
 
 # Room for the upload form's other fields and the multipart framing around the file.
@@ -40,7 +40,8 @@ def _go(url: str):
 
 @bp.get("/")
 def index():
-    return render_template("workflows/index.html", workflows=service.user_workflows(current_user))
+    return render_template("workflows/index.html", workflows=service.user_workflows(current_user),
+                           shared=sharing.shared_with(current_user))
 
 
 @bp.get("/new")
@@ -68,18 +69,18 @@ def create():
 def _show_version(workflow: Workflow, version: WorkflowVersion | None):
     template = "workflows/_version.html" if _partial_wanted() else "workflows/detail.html"
     return render_template(template, workflow=workflow, version=version, steps=service.steps_of(version),
-                           versions=service.versions_of(workflow))
+                           versions=service.versions_of(workflow), **_shares_context(workflow))
 
 
 @bp.get("/<int:workflow_id>")
 def detail(workflow_id: int):
-    workflow = _workflow(workflow_id)
+    workflow = sharing.accessible_or_404(workflow_id)
     return _show_version(workflow, service.latest_version(workflow))
 
 
 @bp.get("/<int:workflow_id>/versions/<int:number>")
 def version(workflow_id: int, number: int):
-    workflow = _workflow(workflow_id)
+    workflow = sharing.accessible_or_404(workflow_id)
     found = service.version_of(workflow, number)
     if found is None:
         abort(404)
@@ -97,6 +98,58 @@ def delete(workflow_id: int):
         return _go(url_for("workflows.detail", workflow_id=workflow_id))
     flash(f"Workflow {name} is deleted.", "success")
     return _go(url_for("workflows.index"))
+
+
+# --- Sharing: the owner shares and revokes; a sharee copies ---
+
+
+def _shares_context(workflow: Workflow, errors: dict | None = None, values=None) -> dict:
+    return {"access": sharing.access_of(current_user, workflow), "owner": get_db().get(User, workflow.owner_id),
+            "shares": sharing.shares_of(workflow), "share_levels": sharing.LEVELS, "share_errors": errors or {},
+            "share_values": values or {"kind": "group", "level": "view"}, "shared_thing": "workflow",
+            "can_share": True, "share_url": url_for("workflows.share", workflow_id=workflow.id),
+            "revoke_endpoint": "workflows.revoke_share", "revoke_args": {"workflow_id": workflow.id},
+            "revoke_effect": "They can no longer open or run it; what they ran stays theirs.",
+            "stays_yours": "Editing, schedules and deleting stay yours."}
+
+
+def _shares_panel(workflow: Workflow, errors: dict | None = None, values=None, status: int = 200):
+    return render_template("_shares.html", **_shares_context(workflow, errors, values)), status
+
+
+@bp.post("/<int:workflow_id>/shares")
+def share(workflow_id: int):
+    workflow = _workflow(workflow_id)
+    try:
+        sharing.share(workflow, request.form)
+    except sharing.ShareRefused as refusal:
+        return _shares_panel(workflow, {refusal.field or "form": refusal.message}, request.form, 422)
+    return _shares_panel(workflow)
+
+
+@bp.post("/<int:workflow_id>/shares/<int:share_id>/revoke")
+def revoke_share(workflow_id: int, share_id: int):
+    workflow = _workflow(workflow_id)
+    sharing.revoke(workflow, share_id)
+    return _shares_panel(workflow)
+
+
+@bp.post("/<int:workflow_id>/copy")
+def copy(workflow_id: int):
+    """A copy of a workflow shared with the user (or of their own), theirs to edit."""
+    workflow = sharing.accessible_or_404(workflow_id)
+    name = (request.form.get("name") or "").strip() or f"{workflow.name} copy"
+    values, errors = forms.parse_workflow_form({"name": name, "description": ""})
+    if errors:
+        flash(next(iter(errors.values())), "error")
+        return _go(url_for("workflows.detail", workflow_id=workflow.id))
+    try:
+        made = sharing.copy(current_user, workflow, values["name"])
+    except WorkflowActionError as error:
+        flash(error.message, "error")
+        return _go(url_for("workflows.detail", workflow_id=workflow.id))
+    flash(f"{made.name} is your copy of {workflow.name}: edit it as you like.", "success")
+    return _go(url_for("workflows.detail", workflow_id=made.id))
 
 
 # --- The step editor: the form carries every step; each action answers with the whole, checked editor ---

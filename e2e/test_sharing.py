@@ -1,0 +1,105 @@
+"""Sharing a warehouse with a team, as people do it in a real browser: Alice shares hers with
+her group, Bob (in the group) runs a workflow into it on his own unit, Alice revokes the share
+and Bob's access ends; both actions are in Alice's audit trail."""
+import os
+import re
+
+from playwright.sync_api import expect
+
+# The group Alice and Bob share on the identity provider (the local stack's: analytics).
+GROUP = os.environ.get("E2E_GROUP", "analytics")
+
+
+def sign_out(page) -> None:
+    page.context.clear_cookies()
+
+
+def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation(
+        page, sign_in, portal, fill_warehouse_form, confirm, check_page, write_code, target):
+    target.person("bob")  # skips where there is no second user
+    warehouse, unit, workflow = target.name("team-lake"), target.name("bobs-unit"), target.name("team run")
+
+    sign_in("alice")
+    page.get_by_role("link", name="Warehouses").first.click()
+    page.get_by_test_id("register-warehouse").click()
+    fill_warehouse_form(warehouse)
+    page.get_by_test_id("create-warehouse").click()
+    expect(page.get_by_test_id("warehouse-name")).to_have_text(warehouse, timeout=30_000)
+    warehouse_url = page.url
+    shares = page.get_by_test_id("warehouse-shares")
+    shares.get_by_label("Share with").select_option("group")
+    shares.get_by_label("Group").fill(GROUP)
+    shares.get_by_label("May").select_option("write")
+    shares.get_by_test_id("share-submit").click()
+    expect(shares.locator('tr[data-testid="share"][data-level="write"]')).to_contain_text(GROUP)
+    check_page("warehouse-shared")
+    sign_out(page)
+
+    # Bob, in the group, finds it shared with him and runs into it on his own unit.
+    sign_in("bob")
+    page.get_by_role("link", name="Warehouses").first.click()
+    shared = page.get_by_test_id("shared-warehouse-list").locator("tr", has_text=warehouse)
+    expect(shared).to_contain_text("write")
+    shared.get_by_role("link", name=warehouse).click()
+    expect(page.get_by_test_id("your-access")).to_have_text("write")
+    expect(page.get_by_test_id("warehouse-actions")).to_have_count(0)
+    check_page("warehouse-shared-with-me")
+
+    page.get_by_role("link", name="Compute units").first.click()
+    page.get_by_test_id("new-compute-unit").click()
+    page.get_by_label("Name").fill(unit)
+    page.get_by_label("CPUs per node").fill("2")
+    page.get_by_label("Memory per node (GiB)").fill("3")
+    page.get_by_label("Worker nodes").fill("0")
+    page.get_by_test_id("start-compute-unit").click()
+    expect(page.get_by_test_id("cu-name")).to_have_text(unit)
+    unit_url = page.url
+
+    page.get_by_role("link", name="Workflows").first.click()
+    page.get_by_test_id("new-workflow").click()
+    page.get_by_label("Name").fill(workflow)
+    page.get_by_test_id("create-workflow").click()
+    step = page.get_by_test_id("step-editor").nth(0)
+    step.get_by_label("Name").fill("numbers")
+    write_code(step, "SELECT id, id * 2 AS twice FROM range(10)")
+    step.get_by_label("Output").check()
+    page.get_by_test_id("save-workflow").click()
+    expect(page.get_by_text(f"Saved {workflow} as version 1.")).to_be_visible()
+
+    page.goto(unit_url)
+    expect(page.get_by_test_id("cu-state")).to_have_text(re.compile("WARMING|RUNNING"), timeout=120_000)
+    page.get_by_role("link", name="Workflows").first.click()
+    page.get_by_role("link", name=workflow).click()
+    page.get_by_test_id("run-workflow").click()
+    unit_select = page.get_by_label("Compute unit")
+    unit_select.select_option(unit_select.locator("option", has_text=unit).get_attribute("value"))
+    page.get_by_label("Warehouse to write into").select_option(label=warehouse)
+    page.get_by_test_id("run").click()
+    expect(page).to_have_url(re.compile(r"/executions/\d+$"))
+    state = page.get_by_test_id("execution-state")
+    expect(state).to_have_text(re.compile("COMPLETED|FAILED|CANCELLED"), timeout=240_000)
+    assert state.inner_text() == "COMPLETED", page.get_by_test_id("execution-live").inner_text()
+
+    page.goto(unit_url)
+    page.get_by_test_id("terminate").click()
+    confirm(f"Terminate {unit}?")
+    sign_out(page)
+
+    # Alice revokes the share: Bob's next page is refused.
+    sign_in("alice")
+    page.goto(warehouse_url)
+    shares = page.get_by_test_id("warehouse-shares")
+    shares.get_by_test_id("revoke-share").click()
+    confirm("Revoke this share?")
+    expect(shares.locator('tr[data-testid="share"]')).to_have_count(0)
+    page.get_by_test_id("user-name").click()
+    page.get_by_test_id("audit-link").click()
+    events = page.get_by_test_id("audit-events")
+    expect(events.locator('tr[data-action="warehouse.share"]').first).to_contain_text(GROUP)
+    expect(events.locator('tr[data-action="warehouse.unshare"]').first).to_be_visible()
+    sign_out(page)
+
+    sign_in("bob")
+    assert page.request.get(warehouse_url).status == 404
+    page.get_by_role("link", name="Warehouses").first.click()
+    expect(page.get_by_text(warehouse)).to_have_count(0)
