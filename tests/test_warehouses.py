@@ -274,7 +274,9 @@ def test_bob_gets_404_on_every_route_of_alices_warehouse(app, client, auth, lake
     auth.login("bob")
     token = {"X-CSRFToken": auth.csrf_token()}
     routes = [("GET", ""), ("GET", "/contents"), ("POST", "/rename"), ("POST", "/credentials"),
-              ("POST", "/deactivate"), ("POST", "/activate"), ("POST", "/archive"), ("POST", "/purge")]
+              ("POST", "/deactivate"), ("POST", "/activate"), ("POST", "/archive"), ("POST", "/purge"),
+              ("POST", "/shares"), ("POST", "/shares/1/revoke"), ("GET", "/closing"),
+              ("GET", "/tables/results.anything")]
     for method, suffix in routes:
         for headers in (token, {**token, "HX-Request": "true"}):
             response = client.open(f"/warehouses/{row.id}{suffix}", method=method, headers=headers,

@@ -340,7 +340,8 @@ def test_bob_gets_404_on_every_route_of_alices_workflow(client, auth, db_engine)
     form = steps_form([{"name": "stolen", "kind": "sql", "code": "SELECT 1"}], base_version=1)
     routes = [("GET", ""), ("GET", "/versions/1"), ("GET", "/edit"), ("POST", "/edit"), ("POST", "/delete"),
               ("POST", "/editor/add/sql"), ("POST", "/editor/0/up"), ("POST", "/editor/0/down"),
-              ("POST", "/editor/0/remove"), ("POST", "/editor/0/check")]
+              ("POST", "/editor/0/remove"), ("POST", "/editor/0/check"), ("POST", "/shares"),
+              ("POST", "/shares/1/revoke"), ("POST", "/copy")]
     for method, suffix in routes:
         for headers in (token, {**token, "HX-Request": "true"}):
             response = client.open(f"/workflows/{workflow_id}{suffix}", method=method, headers=headers, data=form)
