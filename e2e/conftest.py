@@ -80,6 +80,20 @@ def sign_in(page, target):
 
 
 @pytest.fixture
+def sign_out(page):
+    """Sign out through the user menu, as a person does (the portal, then the provider), and
+    wait for the signed-out landing page, so the next sign-in starts from a clean slate."""
+
+    def sign_out():
+        if not page.get_by_test_id("sign-out").is_visible():  # the menu may be open already
+            page.get_by_test_id("user-name").click()
+        page.get_by_test_id("sign-out").click()
+        expect(page.get_by_test_id("sign-in")).to_be_visible(timeout=30_000)
+
+    return sign_out
+
+
+@pytest.fixture
 def fill_warehouse_form(page, target):
     """Fill the register-warehouse form with a user's bucket and keys (`secret` replaces the
     real secret, e.g. to see a failing connection test)."""

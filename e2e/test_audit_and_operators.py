@@ -29,12 +29,12 @@ def test_alice_reads_her_audit_trail_and_filters_it(page, sign_in, check_page, t
     assert download.value.suggested_filename == "lakeport-audit.csv"
 
 
-def test_an_operator_sees_every_user_and_alice_does_not(page, sign_in, check_page, target, portal):
+def test_an_operator_sees_every_user_and_alice_does_not(page, sign_in, sign_out, check_page, target, portal):
     sign_in("alice")
     page.get_by_test_id("user-name").click()
     expect(page.get_by_test_id("operators-link")).to_have_count(0)
     assert page.request.get(portal + "/operators/").status == 404  # not a page for her (no console noise)
-    page.context.clear_cookies()
+    sign_out()
 
     sign_in("olive")
     page.get_by_test_id("user-name").click()

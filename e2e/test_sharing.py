@@ -10,12 +10,8 @@ from playwright.sync_api import expect
 GROUP = os.environ.get("E2E_GROUP", "analytics")
 
 
-def sign_out(page) -> None:
-    page.context.clear_cookies()
-
-
 def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation(
-        page, sign_in, portal, fill_warehouse_form, confirm, check_page, write_code, target):
+        page, sign_in, sign_out, portal, fill_warehouse_form, confirm, check_page, write_code, target):
     target.person("bob")  # skips where there is no second user
     warehouse, unit, workflow = target.name("team-lake"), target.name("bobs-unit"), target.name("team run")
 
@@ -28,12 +24,12 @@ def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation
     warehouse_url = page.url
     shares = page.get_by_test_id("warehouse-shares")
     shares.get_by_label("Share with").select_option("group")
-    shares.get_by_label("Group").fill(GROUP)
+    shares.get_by_label("Group", exact=True).fill(GROUP)
     shares.get_by_label("May").select_option("write")
     shares.get_by_test_id("share-submit").click()
     expect(shares.locator('tr[data-testid="share"][data-level="write"]')).to_contain_text(GROUP)
     check_page("warehouse-shared")
-    sign_out(page)
+    sign_out()
 
     # Bob, in the group, finds it shared with him and runs into it on his own unit.
     sign_in("bob")
@@ -83,7 +79,7 @@ def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation
     page.goto(unit_url)
     page.get_by_test_id("terminate").click()
     confirm(f"Terminate {unit}?")
-    sign_out(page)
+    sign_out()
 
     # Alice revokes the share: Bob's next page is refused.
     sign_in("alice")
@@ -97,7 +93,7 @@ def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation
     events = page.get_by_test_id("audit-events")
     expect(events.locator('tr[data-action="warehouse.share"]').first).to_contain_text(GROUP)
     expect(events.locator('tr[data-action="warehouse.unshare"]').first).to_be_visible()
-    sign_out(page)
+    sign_out()
 
     sign_in("bob")
     assert page.request.get(warehouse_url).status == 404
