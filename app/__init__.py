@@ -101,7 +101,7 @@ def register_commands(app: Flask) -> None:
     def stop_local_units(reason: str):
         """Stop every local compute unit of this database at once (when the machine's stack goes
         down: local units are the worker's child processes)."""
-        from app.compute_units.lifecycle import terminate_all_local
+        from app.compute_units.supervision import terminate_all_local
 
         stopped = terminate_all_local(reason)
         click.echo(f"stopped {stopped} local compute unit(s)")

@@ -94,6 +94,16 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_CU_WARM_SPARK_ON_START", True, cast=bool,
         help="Start a compute unit's Spark session as soon as the unit is running, so the first execution "
              "does not wait for it (it holds the unit's Spark memory from then on)."),
+    "CU_POOL_SIZE": Setting(
+        "LAKEPORT_CU_POOL_SIZE", 0, cast=int,
+        help="How many local compute units of the pool's size the worker keeps started and warm, with no "
+             "owner: a user's new unit of that size is one of them, ready in seconds, and the worker starts "
+             "another in its place. A pooled unit counts against no user's limit. 0: no pool."),
+    "CU_POOL_CPUS": Setting(
+        "LAKEPORT_CU_POOL_CPUS", 2, cast=int, help="CPUs of a pooled unit (its head node; pooled units have no "
+                                                   "worker nodes). A new unit asking exactly this size is claimed from the pool."),
+    "CU_POOL_MEMORY_GB": Setting(
+        "LAKEPORT_CU_POOL_MEMORY_GB", 4.0, cast=float, help="Memory (GiB) of a pooled unit."),
     "CU_KINDS": Setting(
         "LAKEPORT_CU_KINDS", "local,existing",
         help="Kinds of compute unit users may create: `local` (Ray on this machine), `existing` (attach to a "
@@ -227,6 +237,9 @@ class Config:
     CU_IDLE_MINUTES: float = SETTINGS["CU_IDLE_MINUTES"].default
     CU_START_TIMEOUT_SECONDS: float = SETTINGS["CU_START_TIMEOUT_SECONDS"].default
     CU_WARM_SPARK_ON_START: bool = SETTINGS["CU_WARM_SPARK_ON_START"].default
+    CU_POOL_SIZE: int = SETTINGS["CU_POOL_SIZE"].default
+    CU_POOL_CPUS: int = SETTINGS["CU_POOL_CPUS"].default
+    CU_POOL_MEMORY_GB: float = SETTINGS["CU_POOL_MEMORY_GB"].default
     CU_KINDS: str = SETTINGS["CU_KINDS"].default
     CU_WORK_DIR: str = SETTINGS["CU_WORK_DIR"].default
     CU_TASKS_PER_NODE: int = SETTINGS["CU_TASKS_PER_NODE"].default
@@ -297,6 +310,11 @@ class Config:
         except ValueError as error:
             names = f"{SETTINGS['CU_TASKS_PER_NODE'].env} or {SETTINGS['CU_DISK_GB'].env}"
             raise ValueError(f"{names}: {error}") from None
+        if self.CU_POOL_SIZE < 0 or (self.CU_POOL_SIZE and not (
+                1 <= self.CU_POOL_CPUS <= self.CU_MAX_CPUS and 0.5 <= self.CU_POOL_MEMORY_GB <= self.CU_MAX_MEMORY_GB)):
+            raise ValueError(f"{SETTINGS['CU_POOL_SIZE'].env}: at least 0, and a pooled unit's size "
+                             f"({SETTINGS['CU_POOL_CPUS'].env}, {SETTINGS['CU_POOL_MEMORY_GB'].env}) within "
+                             "the largest a user may ask for")
         if self.API_CALLS_PER_MINUTE < 1:
             raise ValueError(f"{SETTINGS['API_CALLS_PER_MINUTE'].env}: must be at least 1")
 

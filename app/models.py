@@ -98,7 +98,8 @@ class ComputeUnit(SQLModel, table=True):
                             sqlite_where=text(LIVE_STATES_SQL), postgresql_where=text(LIVE_STATES_SQL)),)
 
     id: int | None = Field(default=None, primary_key=True)
-    owner_id: int = Field(foreign_key="users.id", index=True)
+    # None only while the unit waits in the warm pool (app/compute_units/pool.py) for its user.
+    owner_id: int | None = Field(default=None, foreign_key="users.id", index=True)
     name: str = Field(max_length=64)
     kind: str = Field(max_length=16)  # local | existing | kuberay
     cpus: int = 1                # per node
@@ -121,6 +122,11 @@ class ComputeUnit(SQLModel, table=True):
     # show: a request never asks the unit itself.
     cluster_status: str = Field(default="")
     cluster_checked_at: datetime | None = None
+    # The warm pool: when the unit was started for it, and when a user's create claimed it.
+    pooled_at: datetime | None = Field(default=None, index=True)
+    claimed_at: datetime | None = None
+    # When its Spark session was first found ready (a pooled unit is claimed only then).
+    spark_ready_at: datetime | None = None
 
 
 class ComputeUnitEvent(SQLModel, table=True):

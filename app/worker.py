@@ -64,14 +64,14 @@ class _Work:
 
 def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
     from app.workflows import datasets
-    from app.compute_units import lifecycle
+    from app.compute_units import supervision
     from app.executions import comparison, runner
     from app.executions import notifications
     from app.usage import maintenance
     from app.warehouses import closing
 
     # Units first: an execution's fate depends on its unit's.
-    return (lifecycle.pending_work() + runner.pending_work() + comparison.pending_work() + datasets.pending_work()
+    return (supervision.pending_work() + runner.pending_work() + comparison.pending_work() + datasets.pending_work()
             + maintenance.pending_work() + closing.pending_work() + notifications.pending_work())
 
 
@@ -262,10 +262,10 @@ class Worker:
     def _supervise(self) -> None:
         """Start the supervisor pass in a thread of its own (it asks every unit's cluster, which
         can be slow) unless the last one still runs; one worker at a time does it (a lease)."""
-        from app.compute_units import lifecycle
+        from app.compute_units import supervision
 
         self._next_supervision = time.monotonic() + self.supervisor_seconds
-        self._begin_periodic(SUPERVISOR_LEASE, lifecycle.supervise)
+        self._begin_periodic(SUPERVISOR_LEASE, supervision.supervise)
 
     def _measure_usage(self) -> None:
         """The usage pass (catalog calls per table: a thread of its own), one worker at a time."""

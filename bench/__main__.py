@@ -10,16 +10,17 @@ import time
 import traceback
 from datetime import datetime, timezone
 
-from bench import cold, idle_memory, paging, portal_load, sandbox, throughput, warm
+from bench import cold, growth, idle_memory, paging, pool, portal_load, sandbox, throughput, warm
 from app.config import SETTINGS
 from bench.harness import CU_CPUS, CU_MEMORY_GB, Bench, machine_summary, other_test_runs
 
 # Run order: paging before any compute unit exists (its figures are the portal's alone); cold
-# start on fresh units it terminates; then one unit for the rest: warm (its first run, once the
+# start on fresh units it terminates; the warm pool's claims against that cold figure; then one unit for the rest: warm (its first run, once the
 # unit is ready, is the first-run figure), its idle memory while warm, what its sandbox costs a
-# request, throughput, and the portal's load while it runs an execution.
-BENCHMARKS = {module.NAME: module for module in (paging, cold, warm, idle_memory, sandbox, throughput,
-                                                 portal_load)}
+# request, throughput, how Q1's time grows with the data (growth), and the portal's load while
+# it runs an execution.
+BENCHMARKS = {module.NAME: module for module in (paging, cold, pool, warm, idle_memory, sandbox, throughput,
+                                                 growth, portal_load)}
 ALIASES = {warm.FIRST_RUN: warm.NAME}
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from sqlmodel import Session, select
 
 from app import create_app, datasets
-from app.compute_units import lifecycle
+from app.compute_units import lifecycle, supervision
 from app.spark_host.warmup import spark_host_size
 from app.worker import Worker
 from app.config import Config
@@ -178,6 +178,8 @@ class Bench:
         self.client = None
         self.warehouse_id: int | None = None
         self._cu_id: int | None = None
+        # Figures one benchmark measures and a later one takes as its baseline (cold → pool).
+        self.figures: dict[str, float] = {}
 
     # ------------------------------------------------------------ start and stop
     def __enter__(self) -> Bench:
@@ -213,7 +215,7 @@ class Bench:
         if self.app is not None:
             self.worker.stop()
             with self.app.app_context():
-                stopped = lifecycle.terminate_all_local("the benchmark is over")
+                stopped = supervision.terminate_all_local("the benchmark is over")
             if stopped:
                 self.say(f"  teardown: terminated {stopped} compute unit(s)")
             self.app = None
@@ -288,6 +290,10 @@ class Bench:
         with Session(self.engine, expire_on_commit=False) as db:
             return db.exec(statement).first()
 
+    def all(self, statement) -> list:
+        with Session(self.engine, expire_on_commit=False) as db:
+            return list(db.exec(statement))
+
     def wait_for_row(self, model, row_id: int, done: Callable[[object], bool], timeout_s: float,
                      what: str, poll_s: float = ROW_POLL_S) -> object:
         deadline = time.monotonic() + timeout_s
@@ -334,6 +340,14 @@ class Bench:
             poll_s=0.2)
         if self._cu_id == cu_id:
             self._cu_id = None
+
+    def terminate_unit_row(self, cu_id: int) -> None:
+        """Terminate a unit no route reaches (a pooled one, no one's) and wait until it is gone."""
+        with self.app.app_context():
+            lifecycle.terminate(self.row(ComputeUnit, cu_id), reason="the benchmark is over")
+        self.wait_for_row(ComputeUnit, cu_id, lambda row: row.state in (
+            ComputeUnitState.TERMINATED, ComputeUnitState.FAILED), CU_START_TIMEOUT_S, f"terminating unit {cu_id}",
+            poll_s=0.2)
 
     def compute_unit_id(self) -> int:
         """The benchmarks' compute unit, started on first use and left to warm its Spark session."""

@@ -1,4 +1,4 @@
-"""Portal load: 50 simulated users, each watching a running execution and a compute unit the
+"""Portal load: 300 simulated users, each watching a running execution and a compute unit the
 way their browser does (the execution page's live partial and its log tail every second after
 the previous answer, the unit's row every 5 s: the `hx-trigger="load delay:…"` chains of
 templates/executions/_live.html, _log_tail.html and compute_units/_row.html), for 60 s against
@@ -19,7 +19,7 @@ from app.models import Execution, ExecutionState
 from bench.harness import Bench, BenchError, Summary, verdict
 
 NAME = "portal-load"
-USERS = 50
+USERS = 300
 DURATION_S = 60.0
 SOLO_DURATION_S = 15.0
 TARGET_P95_MS = 200.0

@@ -45,6 +45,11 @@ class SparkHostSettings:
         return cls(**json.loads(text))
 
 
+# How a relaunched Spark host learns its present key, when it is not the one its unit started
+# with (a pooled unit's host takes its own at the claim): compute/unit_init.py sets it.
+HOST_KEY_ENV = "LAKEPORT_SPARK_HOST_KEY"
+
+
 def secret_digest(secret: str) -> str:
     """The Spark host's key: the SHA-256 of its unit's secret (the host never sees the secret)."""
     return hashlib.sha256(secret.encode()).hexdigest()

@@ -7,6 +7,7 @@ directly, in this process: Ray callers never reach it.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +19,7 @@ from compute.host_auth import PROOF_HEADER, AuthRefused, SeenNonces, response_pr
 
 # The largest request body the host reads (a run's code and sealed arguments).
 MAX_BODY_BYTES = 16 * 2**20
+KEY_RE = re.compile(r"[0-9a-f]{64}")
 
 
 class HostRequestHandler(BaseHTTPRequestHandler):
@@ -58,6 +60,8 @@ class HostRequestHandler(BaseHTTPRequestHandler):
             return self._reply(HTTPStatus.OK, {"host": "spark-host"})  # the proof is the answer
         if method == "GET" and parts == ["host"]:
             return self._reply(HTTPStatus.OK, self.host.info())
+        if method == "POST" and parts == ["host", "rekey"]:
+            return self._rekey(json.loads(body or b"{}"))
         if method == "POST" and parts == ["host", "stop"]:
             threading.Thread(target=self.host.stop, name="spark-host-stop", daemon=True).start()
             return self._reply(HTTPStatus.ACCEPTED, {"state": "stopping"})
@@ -80,6 +84,21 @@ class HostRequestHandler(BaseHTTPRequestHandler):
         if not isinstance(args, dict):
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": "the arguments must be a JSON object"})
         return self._reply(HTTPStatus.ACCEPTED, self.host.submit(body["code"], args, str(body.get("name", ""))))
+
+    def _rekey(self, body: dict) -> None:
+        """The portal's new key for this host (a pooled unit claimed by its user), sealed under
+        the present key. Refused once the host has run anything: a key changes only before any
+        user's code ran here. The answer is proven under the present key; then the new one
+        holds for every request."""
+        if not isinstance(body, dict) or not isinstance(body.get("sealed_args"), str):
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": "`sealed_args` is required"})
+        new_key = json.loads(unseal(self.key, self.nonce, body["sealed_args"])).get("secret_sha256")
+        if not (isinstance(new_key, str) and KEY_RE.fullmatch(new_key)):
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": "`secret_sha256` must be 64 hex digits"})
+        if not self.host.may_rekey():
+            return self._reply(HTTPStatus.CONFLICT, {"error": "this host has run code: its key stays"})
+        self._reply(HTTPStatus.OK, {"rekeyed": True})
+        type(self).key = new_key
 
     def _found(self, run: dict | None) -> None:
         if run is None:

@@ -84,6 +84,7 @@ class SparkSessionHost:
         self._write_warm_up_s: float | None = None  # of the first job's time
         self._ready = threading.Event()
         self._runs: dict[str, Run] = {}
+        self._ran = False  # anything submitted, ever (old runs are forgotten; this is not)
         self._lock = threading.Lock()
         self.bind_host = "127.0.0.1" if settings.bind_loopback else ray.util.get_node_ip_address()
         threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
@@ -147,6 +148,11 @@ class SparkSessionHost:
             "url": f"http://{self.bind_host}:{self.settings.port}",
         }
 
+    def may_rekey(self) -> bool:
+        """Only a host that never ran anything takes a new key (a pooled unit, at its claim)."""
+        with self._lock:
+            return not self._ran
+
     def stop(self) -> None:
         """End this host: its Spark session, then the actor itself (RayDP's master and executors
         are its children in Ray, and end with it). Called when the CU is terminated."""
@@ -160,6 +166,7 @@ class SparkSessionHost:
     def submit(self, code: str, args: dict | None = None, name: str = "") -> dict:
         run = Run(run_id=uuid.uuid4().hex, name=name, code=code, args=args or {}, submitted_at=time.time())
         with self._lock:
+            self._ran = True
             self._runs[run.run_id] = run
             self._forget_old_runs()
         from pyspark import InheritableThread

@@ -10,18 +10,21 @@ is visible to any code on the cluster (`ray job list`).
 from __future__ import annotations
 
 import json
+import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from compute.contract import SparkHostSettings
+from compute.contract import HOST_KEY_ENV, SparkHostSettings
 from compute.spark_host import ACTOR_NAME, SparkHost
 
 
 def main(argv: list[str]) -> int:
     settings = SparkHostSettings.from_json(argv[0])
+    if key := os.environ.get(HOST_KEY_ENV):  # a relaunch after the key changed (compute/unit_init.py)
+        settings = replace(settings, secret_sha256=key)
     ray.init(namespace=settings.namespace, log_to_driver=False)
     host = SparkHost.options(
         name=ACTOR_NAME,

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from compute.contract import HOST_KEY_ENV
+
 
 def _port_open(port: int) -> bool:
     with socket.socket() as sock:
@@ -68,6 +70,18 @@ class Node:
         partial.replace(self.record_path)
 
 
+def _with_requested_key(spec: dict, request: Path) -> dict:
+    """The launcher's spec with the host key the portal's request names, if it names one (a
+    pooled unit's host key changes at its claim; the plan holds the key of the unit's start)."""
+    try:
+        key = request.read_text()[:80].strip()
+    except (OSError, UnicodeDecodeError):
+        return spec
+    if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+        return spec
+    return {**spec, "env": {**spec["env"], HOST_KEY_ENV: key}}
+
+
 def main(argv: list[str]) -> int:
     plan = json.loads(Path(argv[0]).read_text())
     records_dir = Path(plan["records_dir"])
@@ -92,7 +106,7 @@ def main(argv: list[str]) -> int:
         for spec in on_request:
             request = records_dir / f"{spec['role']}.start"
             if request.exists() and all(helper.spec["role"] != spec["role"] for helper in helpers):
-                helper = Node(spec, records_dir)
+                helper = Node(_with_requested_key(spec, request), records_dir)
                 helper.start()  # its record says it runs before the request goes
                 helpers.append(helper)
                 request.unlink(missing_ok=True)

@@ -18,10 +18,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--free-ports", action="store_true", help="pick any free ports instead")
     parser.add_argument("--var-dir", default=str(PROJECT_ROOT / "var" / "devstack"),
                         help="where the stack keeps data and logs")
+    parser.add_argument("--pool", type=int, default=1, metavar="N",
+                        help="local units the worker keeps warm for new units of 2 CPUs and 4 GiB (default 1; "
+                             "0: every unit starts cold)")
     args = parser.parse_args(argv)
 
     ports = StackPorts.free() if args.free_ports else StackPorts.from_base(args.port_base)
-    stack = LocalStack(args.var_dir, ports)
+    stack = LocalStack(args.var_dir, ports, portal_settings={"LAKEPORT_CU_POOL_SIZE": str(max(0, args.pool))})
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())

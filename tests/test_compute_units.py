@@ -16,7 +16,7 @@ from sqlmodel import Session, select
 
 from tests.processes import process_running
 from app import create_app
-from app.compute_units import lifecycle
+from app.compute_units import lifecycle, supervision
 from app.models import ComputeUnit, ComputeUnitEvent, Execution, User, WorkLease, Workflow, WorkflowVersion
 from app.ray_clusters.base import ClusterHandle, ClusterStatus, NodeStatus
 from app.states import ComputeUnitState
@@ -164,7 +164,7 @@ def test_limits_are_enforced_with_clear_form_errors(app, client, auth, db_engine
     pids = [pid for cu_id in (first, second) for pid in cluster_pids_and_ports(app, unit(db_engine, cu_id))[0]]
     # What the local stack does on Ctrl-C: every live local unit goes down with it.
     with app.app_context():
-        assert lifecycle.terminate_all_local("the local stack stopped") == 2
+        assert supervision.terminate_all_local("the local stack stopped") == 2
     for cu_id in (first, second):
         ended = unit(db_engine, cu_id)
         assert (ended.state, ended.reason) == ("TERMINATED", "the local stack stopped")
@@ -316,7 +316,7 @@ def test_two_supervisors_stopping_one_idle_unit_stop_it_once(app, db_engine):
     def supervisor() -> None:
         with app.app_context():
             barrier.wait()
-            stopped.append([cu_id for cu_id in lifecycle.stop_idle(60) if cu_id in (idle, busy)])
+            stopped.append([cu_id for cu_id in supervision.stop_idle(60) if cu_id in (idle, busy)])
 
     threads = [threading.Thread(target=supervisor) for _ in range(2)]
     for thread in threads:
@@ -421,14 +421,14 @@ def test_pages_show_the_workers_last_check_and_never_ask_the_cluster(app, client
         assert 'data-testid="cu-node"' not in client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).get_data(as_text=True)
     assert backend.checks == 0
     with app.app_context():
-        lifecycle.supervise()  # the worker's pass
+        supervision.supervise()  # the worker's pass
     assert backend.checks == 1
     page = client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).get_data(as_text=True)
     assert 'data-testid="cu-node"' in page and "head-node-" in page and 'data-testid="cu-checked-at"' in page
     assert backend.checks == 1
     backend.state = ComputeUnitState.FAILED
     with app.app_context():
-        lifecycle.supervise()
+        supervision.supervise()
     with Session(db_engine) as db:
         failed = db.get(ComputeUnit, cu_id)
     assert (failed.state, failed.reason) == ("FAILED", "head died")

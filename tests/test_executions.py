@@ -196,7 +196,7 @@ def test_the_run_dialog_refuses_clearly_and_records_nothing(client, newcomer, db
     cases = [
         ((cu.id, archived.id), "warehouse_id", f"Warehouse {archived.name} is archived: it takes no new executions."),
         ((cu.id, inactive.id), "warehouse_id", f"Warehouse {inactive.name} is deactivated; activate it first."),
-        ((cu.id, others_warehouse.id), "warehouse_id", "Choose one of your active warehouses."),
+        ((cu.id, others_warehouse.id), "warehouse_id", "Choose an active warehouse you may write into."),
         ((others_cu.id, active.id), "compute_unit_id", "Choose one of your running compute units."),
         ((stopped_cu.id, active.id), "compute_unit_id", f"Compute unit {stopped_cu.name} is terminated, not running."),
         ((999_999_999, active.id), "compute_unit_id", "Choose one of your running compute units."),

@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -109,6 +109,9 @@ class StandInHost:
     def stop(self) -> None:
         pass
 
+    def may_rekey(self) -> bool:
+        return not self.submitted
+
 
 @pytest.fixture
 def real_host():
@@ -181,3 +184,39 @@ def test_an_answer_proven_for_another_request_is_not_believed(real_host):
         host_auth.verify_response(key, host_auth.new_nonce(), 200, old.content, old.headers[host_auth.PROOF_HEADER])
     with pytest.raises(host_auth.AuthRefused):  # its body changed
         host_auth.verify_response(key, nonce, 200, old.content + b" ", old.headers[host_auth.PROOF_HEADER])
+
+
+def test_a_pooled_units_host_takes_a_new_key_once_before_any_run_and_the_old_opens_nothing(real_host):
+    """At a claim from the warm pool (app/compute_units/pool.py) the portal gives the host a key
+    of its own, sealed under the one it started with. Whoever knew the first learns nothing."""
+    handle, host = real_host
+    claimed = with_spark_host_secret(replace(handle, spark_host_claim_nonce="c" * 32), "portal-key")
+    new_key = secret_digest(claimed.spark_host_secret)
+    assert new_key != secret_digest(handle.spark_host_secret)
+    url, old_key = handle.spark_host_url, secret_digest(handle.spark_host_secret)
+
+    # Not in the clear, not malformed, not signed by another key.
+    body = json.dumps({"secret_sha256": new_key}).encode()
+    assert httpx.post(f"{url}/v1/host/rekey", content=body,
+                      headers=_signed(old_key, "POST", "/v1/host/rekey", body)).status_code == 400
+    nonce = host_auth.new_nonce()
+    body = json.dumps({"sealed_args": host_auth.seal(old_key, nonce, b'{"secret_sha256": "short"}')}).encode()
+    assert httpx.post(f"{url}/v1/host/rekey", content=body,
+                      headers=_signed(old_key, "POST", "/v1/host/rekey", body, nonce=nonce)).status_code == 400
+    nonce = host_auth.new_nonce()
+    body = json.dumps({"sealed_args": host_auth.seal("not-the-key", nonce, json.dumps(
+        {"secret_sha256": new_key}).encode())}).encode()
+    assert httpx.post(f"{url}/v1/host/rekey", content=body,
+                      headers=_signed("not-the-key", "POST", "/v1/host/rekey", body, nonce=nonce)).status_code == 401
+
+    with SparkHostClient(handle, timeout=5) as client:
+        client.rekey(new_key)
+        assert client.info()["app_id"] == "app-1"  # the client goes on with the new key
+    with pytest.raises(SparkHostError, match="not this unit's Spark host"):
+        with SparkHostClient(handle, timeout=5) as client:
+            client.info()
+    with SparkHostClient(claimed, timeout=5) as client:
+        assert client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}})["run_id"] == "r1"
+        with pytest.raises(SparkHostError, match="409"):  # once code ran, the key stays
+            client.rekey("0" * 64)
+        assert client.info()["app_id"] == "app-1"

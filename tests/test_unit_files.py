@@ -54,7 +54,7 @@ def test_a_start_request_never_writes_through_a_link_the_unit_made(unit, tmp_pat
     for target in (outside, machine_file):  # dangling (the portal would create it), then an existing file
         request.symlink_to(target)
         assert backend.launch_spark_host(handle) is True
-        UnitDir(handle.details["cluster_dir"]).create_empty(f"nodes/{SPARK_HOST_LAUNCHER}.start")
+        UnitDir(handle.details["cluster_dir"]).create_replacing(f"nodes/{SPARK_HOST_LAUNCHER}.start")
         assert request.is_file() and not request.is_symlink() and request.stat().st_size == 0
         request.unlink()
     assert not outside.exists()

@@ -11,9 +11,14 @@ def limits(config) -> dict:
             "workers": config["CU_MAX_WORKERS"], "running": config["CU_MAX_RUNNING_PER_USER"]}
 
 
-def defaults(kinds: list[str], clusters: list[str]) -> dict:
-    return {"name": "", "kind": kinds[0] if kinds else "local", "cpus": "1", "memory_gb": "2",
-            "worker_nodes": "0", "ray_cluster": clusters[0] if clusters else ""}
+def defaults(kinds: list[str], clusters: list[str], pooled: dict | None = None) -> dict:
+    """The form's first values; with a warm pool (`pooled`: its unit's size), the pool's size, so
+    a new unit is one of its ready ones unless its user asks otherwise."""
+    values = {"name": "", "kind": kinds[0] if kinds else "local", "cpus": "1", "memory_gb": "2",
+              "worker_nodes": "0", "ray_cluster": clusters[0] if clusters else ""}
+    if pooled and pooled["kind"] in kinds:
+        values.update(kind=pooled["kind"], cpus=str(pooled["cpus"]), memory_gb=f"{pooled['memory_gb']:g}")
+    return values
 
 
 def _number(raw: str, cast, label: str, low, high) -> tuple[float | int | None, str | None]:

@@ -3,8 +3,9 @@
 Web requests only record intent in the row: a new unit is PENDING, a terminate request makes it
 TERMINATING. The worker process (app/worker.py) does the work those states ask for: `run_start`,
 `run_stop` and `run_clean_up` write each step to the row, and pages poll the row. Liveness is
-checked against the cluster itself (`refresh`) on every status poll and by the worker's
-supervisor pass (`supervise`), so a dead cluster always shows as FAILED with its reason.
+checked against the cluster itself (`refresh`) by the worker's supervisor pass
+(app/compute_units/supervision.py), so a dead cluster always shows as FAILED with its reason.
+A unit claimed from the warm pool (app/compute_units/pool.py) is handed over by `run_start`.
 
 Every state change is compare-and-set (`_transition`): an UPDATE that names the states it may
 leave, so two processes racing (two supervisors stopping one idle unit, a failure noticed while a
@@ -12,14 +13,14 @@ terminate finishes) change the row once, and a final state is never overwritten.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from collections.abc import Iterable
-from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import exists, update
+from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, func, select
 
@@ -38,6 +39,7 @@ from app.models import (
 )
 from app.spark_host import warmup
 from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT, SPARK_WARMING_EVENT
+from app.compute_units import pool
 from app.compute_units.backends import backend_for
 from app.ray_clusters.base import (
     ClusterHandle,
@@ -133,12 +135,17 @@ def _lock_user(db: Session, owner_id: int) -> None:
 def _spec(cu: ComputeUnit) -> ClusterSpec:
     return ClusterSpec(
         cu_id=str(cu.id), name=cu.name, cpus_per_node=cu.cpus, memory_gb_per_node=cu.memory_gb,
-        worker_nodes=cu.worker_nodes, owner=str(cu.owner_id), cluster_name=cu.ray_cluster,
+        worker_nodes=cu.worker_nodes, owner=str(cu.owner_id or "pool"), cluster_name=cu.ray_cluster,
         spark_host_port=cu.spark_host_port,
         include_dashboard=current_app.config["RAY_DASHBOARD"],
-        spark_host=_spark_host_launch(cu, with_cluster=current_app.config["CU_WARM_SPARK_ON_START"]),
+        spark_host=_spark_host_launch(cu, with_cluster=_warms_on_start(cu)),
         start_timeout_s=current_app.config["CU_START_TIMEOUT_SECONDS"],
     )
+
+
+def _warms_on_start(cu: ComputeUnit) -> bool:
+    """Its Spark session starts with it (a pooled unit's always: it waits for its user warm)."""
+    return current_app.config["CU_WARM_SPARK_ON_START"] or pool.is_pooled(cu)
 
 
 def _spark_host_launch(cu: ComputeUnit, *, with_cluster: bool) -> SparkHostLaunch:
@@ -185,7 +192,8 @@ def _with_secrets(cu: ComputeUnit, handle: ClusterHandle) -> ClusterHandle:
 
 def create(owner: User, values: dict) -> ComputeUnit:
     """Record a PENDING compute unit within the user's limits (atomically: parallel requests
-    cannot exceed them); the worker starts it."""
+    cannot exceed them); the worker starts it. A unit of the warm pool's size is claimed from the
+    pool instead when one is ready (app/compute_units/pool.py): the worker hands it over."""
     limit = current_app.config["CU_MAX_RUNNING_PER_USER"]
     db = get_db()
     db.commit()  # the lock below is held by a transaction of its own
@@ -194,6 +202,11 @@ def create(owner: User, values: dict) -> ComputeUnit:
         db.rollback()
         raise ComputeUnitError(f"You can have at most {limit} compute units running at once. "
                                "Terminate one first.")
+    if pool.fits(values, current_app.config) and (cu := pool.claim(db, owner, values)) is not None:
+        db.commit()
+        audit.record("unit.create", cu, name=cu.name, kind=cu.kind, cpus=cu.cpus, memory_gb=cu.memory_gb,
+                     worker_nodes=cu.worker_nodes, from_pool=True, actor=owner)
+        return cu
     try:
         cu = _insert_with_port(db, owner, values) if values["kind"] == "existing" else _insert(db, owner, values)
     except ComputeUnitError:
@@ -263,6 +276,13 @@ def _transition(cu_id: int, from_states: Iterable[str], event: str | None = None
     return compare_and_set(ComputeUnit, cu_id, from_states, where=where, then=then, **changes)
 
 
+def ask_to_stop(cu_id: int, from_states: Iterable[str], reason: str, where=None) -> ComputeUnit | None:
+    """TERMINATING with `reason`, compare-and-set from `from_states` (`where`: conditions more);
+    the worker then stops it. None when another change came first."""
+    return _transition(cu_id, from_states, event=f"terminating: {reason}", where=where, state=State.TERMINATING,
+                       reason=reason, progress_step="stopping")
+
+
 def _end(cu_id: int, from_states: Iterable[str], state: str, reason: str | None = None,
          event: str | None = None, where=None, progress_step: str = "") -> ComputeUnit | None:
     """A final state, compare-and-set from `from_states`."""
@@ -287,7 +307,7 @@ def run_start(cu_id: int) -> None:
     if cu is None or cu.state not in (State.PENDING, State.STARTING):
         return
     if cu.state == State.STARTING:
-        _resume_start(cu)
+        _hand_over(cu) if cu.progress_step == pool.HANDING_OVER else _resume_start(cu)
         return
     cu = _transition(cu_id, (State.PENDING,), event="starting", state=State.STARTING, progress_step="preparing")
     if cu is None:
@@ -321,9 +341,9 @@ def run_start(cu_id: int) -> None:
         # Terminated while starting: stop what was started.
         _backend(cu).terminate(handle)
         return
-    if current_app.config["CU_WARM_SPARK_ON_START"]:
+    if _warms_on_start(running):
         _warm_up_spark(running, handle)
-        _check_now(running)
+        check_now(running)
 
 
 def _checked(cu: ComputeUnit, handle: ClusterHandle) -> ClusterStatus:
@@ -343,7 +363,8 @@ def _first_check(cu: ComputeUnit, handle: ClusterHandle) -> dict:
         return {}
 
 
-def _check_now(cu: ComputeUnit) -> None:
+def check_now(cu: ComputeUnit) -> None:
+    """`refresh`, for the worker's passes: a failing check is logged, not raised."""
     try:
         refresh(cu)
     except DATABASE_UNAVAILABLE:
@@ -388,6 +409,25 @@ def _resume_start(cu: ComputeUnit) -> None:
                 state=State.RUNNING, progress_step="", started_at=now, last_activity_at=now)
 
 
+def _hand_over(cu: ComputeUnit) -> None:
+    """A unit claimed from the pool becomes its owner's: its Spark host takes a key of its own
+    (from a new nonce), so what it was started with opens nothing; then it is RUNNING. A host
+    that refuses (it ran something, or it is not there) fails the unit, with the reason."""
+    handle = handle_of(cu)
+    claimed = dataclasses.replace(handle, spark_host_claim_nonce=new_spark_host_nonce())
+    claimed = with_spark_host_secret(claimed, current_app.config["SECRET_KEY"])
+    try:
+        with spark_host_client.SparkHostClient(handle, timeout=warmup.HOST_CALL_TIMEOUT_SECONDS) as host:
+            host.rekey(secret_digest(claimed.spark_host_secret))
+    except spark_host_client.SparkHostError as error:
+        fail(cu.id, f"the unit from the warm pool could not be handed over: {error}. Start another one.",
+             from_states=(State.STARTING,))
+        return
+    _record_handle(cu.id, claimed)
+    _transition(cu.id, (State.STARTING,), event="handed over: its Spark host has a key of its own",
+                state=State.RUNNING, progress_step="", last_activity_at=utcnow())
+
+
 def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
     """Start the unit's Spark session now rather than at its first execution (which waits for
     this one if it comes meanwhile). A failure here is only noted: that execution tries again."""
@@ -398,11 +438,13 @@ def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
     except warmup.SparkHostUnavailable as error:
         with Session(engine()) as db:
             still_running = (latest := db.get(ComputeUnit, cu.id)) is not None and latest.state == State.RUNNING
-        if still_running:  # otherwise it was terminated or failed meanwhile, which says enough
+        if still_running and pool.is_pooled(cu):  # a pooled unit is only any use warm: the pool replaces it
+            fail(cu.id, f"its Spark session did not start: {error}")
+        elif still_running:  # otherwise it was terminated or failed meanwhile, which says enough
             current_app.logger.warning("compute unit %s: %s", cu.id, error)
             _update(cu.id, event=f"{SPARK_FAILED_EVENT}; the first execution will try again: {error}")
         return
-    _update(cu.id, event=f"{SPARK_READY_EVENT} after {time.monotonic() - began:.0f} s")
+    _update(cu.id, spark_ready_at=utcnow(), event=f"{SPARK_READY_EVENT} after {time.monotonic() - began:.0f} s")
 
 
 def terminate(cu: ComputeUnit, reason: str = "") -> None:
@@ -504,60 +546,3 @@ def _fail_and_reload(cu: ComputeUnit, reason: str) -> None:
         latest = db.get(ComputeUnit, cu.id)
     for name in ("state", "reason", "ended_at", "progress_step"):
         setattr(cu, name, getattr(latest, name))
-
-
-def stop_idle(idle_minutes: float) -> list[int]:
-    """Ask every RUNNING unit without an execution for `idle_minutes` to stop (compare-and-set:
-    two supervisors stop a unit once). A unit with a live execution is never idle, even when
-    the execution could not report activity (the database was away). Returns their ids."""
-    cutoff = utcnow() - timedelta(minutes=idle_minutes)
-    reason = f"idle for {idle_minutes:g} minutes without executions"
-    busy = exists().where(Execution.compute_unit_id == ComputeUnit.id,
-                          Execution.state.not_in(ExecutionState.FINAL))
-    with Session(engine()) as db:
-        candidates = list(db.exec(select(ComputeUnit.id).where(
-            ComputeUnit.state == State.RUNNING, ComputeUnit.last_activity_at < cutoff, ~busy)))
-    return [cu_id for cu_id in candidates
-            if _transition(cu_id, (State.RUNNING,), event=f"terminating: {reason}",
-                           where=(ComputeUnit.last_activity_at < cutoff) & ~busy,
-                           state=State.TERMINATING, reason=reason, progress_step="stopping")]
-
-
-def terminate_all_local(reason: str) -> int:
-    """Stop every live local compute unit now, in this thread (the local stack's shutdown)."""
-    with Session(engine(), expire_on_commit=False) as db:
-        units = list(db.exec(select(ComputeUnit).where(ComputeUnit.kind == "local",
-                                                       ComputeUnit.state.in_(State.LIVE))))
-    for cu in units:
-        _transition(cu.id, State.LIVE, state=State.TERMINATING, reason=reason, event=f"terminating: {reason}")
-        run_stop(cu.id)
-    return len(units)
-
-
-def supervise() -> None:
-    """One supervisor pass (the worker's): idle units are asked to stop, every other RUNNING unit is
-    checked for death, and a unit whose start nobody finishes is marked FAILED."""
-    idle_minutes = current_app.config["CU_IDLE_MINUTES"]
-    if idle_minutes:
-        stop_idle(idle_minutes)
-    with Session(engine(), expire_on_commit=False) as db:
-        running = list(db.exec(select(ComputeUnit).where(ComputeUnit.state == State.RUNNING)))
-    for cu in running:
-        _check_now(cu)
-
-
-def pending_work() -> list[tuple[str, object, int]]:
-    """What the units ask the worker to do: (lease name, function, unit id)."""
-    with Session(engine()) as db:
-        rows = db.exec(select(ComputeUnit.id, ComputeUnit.state).where(
-            ComputeUnit.state.in_((State.PENDING, State.STARTING, State.TERMINATING))
-            | ((ComputeUnit.state == State.FAILED) & (ComputeUnit.progress_step == CLEANING_UP)))).all()
-    work = []
-    for cu_id, state in rows:
-        if state in (State.PENDING, State.STARTING):
-            work.append((f"unit-start:{cu_id}", run_start, cu_id))
-        elif state == State.TERMINATING:
-            work.append((f"unit-stop:{cu_id}", run_stop, cu_id))
-        else:
-            work.append((f"unit-clean-up:{cu_id}", run_clean_up, cu_id))
-    return work

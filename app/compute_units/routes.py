@@ -4,7 +4,7 @@ from flask import current_app, flash, redirect, render_template, request, url_fo
 from flask_login import current_user
 from htmx_flask import make_response
 
-from app.compute_units import bp, forms, lifecycle
+from app.compute_units import bp, forms, lifecycle, pool
 from app.compute_units.backends import KIND_LABELS, unit_choices
 from app.compute_units.lifecycle import ComputeUnitError
 from app.compute_units.phase import Phase, phase_of
@@ -43,7 +43,9 @@ def index():
 
 @bp.get("/new")
 def new():
-    return render_template("compute_units/new.html", values=forms.defaults(*_choices()), errors={})
+    pooled = pool.unit_values(current_app.config) if current_app.config["CU_POOL_SIZE"] else None
+    return render_template("compute_units/new.html", values=forms.defaults(*_choices(), pooled=pooled),
+                           errors={}, pooled=pooled)
 
 
 @bp.post("/")
@@ -57,7 +59,8 @@ def create():
         else:
             flash(f"Requested compute unit {cu.name}.", "success")
             return redirect(url_for("compute_units.detail", cu_id=cu.id))
-    return render_template("compute_units/new.html", values=request.form, errors=errors), 422
+    pooled = pool.unit_values(current_app.config) if current_app.config["CU_POOL_SIZE"] else None
+    return render_template("compute_units/new.html", values=request.form, errors=errors, pooled=pooled), 422
 
 
 @bp.get("/<int:cu_id>")

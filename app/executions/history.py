@@ -16,7 +16,6 @@ from app.models import (
     ExecutionState,
     User,
     Warehouse,
-    WarehouseStatus,
     Workflow,
 )
 from app.warehouses import sharing

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from flask import jsonify, render_template
+from flask import current_app, jsonify, render_template
 from flask_login import current_user
 from sqlalchemy import text
 
 from app.auth.oidc import provider_reachable
+from app.compute_units import pool
 from app.db import get_db
 from app.main import bp
 from app.main.overview import overview_of
@@ -30,4 +31,7 @@ def health():
         "identity_provider": "ok" if provider_reachable() else "unreachable",
     }
     healthy = all(value == "ok" for value in checks.values())
-    return jsonify(status="ok" if healthy else "degraded", checks=checks), 200 if healthy else 503
+    extra = {}
+    if healthy and current_app.config["CU_POOL_SIZE"]:  # the warm pool is the operators' to watch
+        extra["unit_pool"] = pool.summary().to_json()
+    return jsonify(status="ok" if healthy else "degraded", checks=checks, **extra), 200 if healthy else 503

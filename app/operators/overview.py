@@ -22,8 +22,9 @@ class UserUsage:
     storage_bytes: int
 
 
-def live_units() -> list[tuple[ComputeUnit, User]]:
-    return list(get_db().exec(select(ComputeUnit, User).join(User, User.id == ComputeUnit.owner_id)
+def live_units() -> list[tuple[ComputeUnit, User | None]]:
+    """Every live unit with its owner (None: a unit waiting in the warm pool)."""
+    return list(get_db().exec(select(ComputeUnit, User).outerjoin(User, User.id == ComputeUnit.owner_id)
                               .where(ComputeUnit.state.in_(ComputeUnitState.LIVE))
                               .order_by(ComputeUnit.created_at.desc())))
 
@@ -50,7 +51,8 @@ def usage_by_user() -> list[UserUsage]:
         stored[owner.id] = stored.get(owner.id, 0) + sum(sample.bytes for sample in samples.get(warehouse.id, []))
     live: dict[int, int] = {}
     for unit, owner in live_units():
-        live[owner.id] = live.get(owner.id, 0) + 1
+        if owner is not None:  # the warm pool's units are no one's
+            live[owner.id] = live.get(owner.id, 0) + 1
     usage = [UserUsage(user, user_totals(user, USAGE_DAYS), live.get(user.id, 0), stored.get(user.id, 0))
              for user in users]
     return sorted(usage, key=lambda row: (-row.totals.compute.cpu_seconds, -row.storage_bytes, row.user.id))

@@ -96,7 +96,8 @@ class ClusterHandle:
     cluster keeps it (a 0600 file, a Kubernetes Secret, the portal's configuration) and
     `ClusterBackend.restore_token` puts it back. `spark_host_secret` (the unit's own Spark
     host's secret) is never part of it either: the portal derives it again from its own key
-    and `spark_host_nonce` (see `app.spark_host.client.with_spark_host_secret`).
+    and `spark_host_nonce` (see `app.spark_host.client.with_spark_host_secret`), and from
+    `spark_host_claim_nonce` once a pooled unit's host took a key of its own at its claim.
     `details` holds what only its backend reads.
     """
 
@@ -107,6 +108,7 @@ class ClusterHandle:
     spark_host_url: str | None = None
     spark_host_nonce: str | None = None
     spark_host_secret: str | None = None
+    spark_host_claim_nonce: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     def auth_headers(self) -> dict[str, str]:

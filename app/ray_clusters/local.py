@@ -81,7 +81,7 @@ from app.ray_clusters.base import (
 from app.states import ComputeUnitState
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
 from compute.jars import jars_dir
-from compute.contract import SparkHostSettings
+from compute.contract import SparkHostSettings, secret_digest
 
 logger = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -383,7 +383,10 @@ class LocalClusterBackend(ClusterBackend):
         if not handle.details.get("spark_host_on_request"):
             return False  # a unit started before units could
         if self.spark_host_launch(handle) != SparkHostLaunchState.STARTING:  # one launcher at a time
-            unit_dir(handle).create_empty(_LAUNCH_REQUEST)
+            # The request names the host's present key (a pooled unit's changed at its claim):
+            # the unit's init hands it to the launcher, whose plan holds the key of the start.
+            key = secret_digest(handle.spark_host_secret).encode() if handle.spark_host_secret else b""
+            unit_dir(handle).create_replacing(_LAUNCH_REQUEST, key, mode=0o644)
         return True
 
     def spark_host_launch_log(self, handle: ClusterHandle) -> str:

@@ -102,15 +102,17 @@ class UnitDir:
         finally:
             os.close(parent)
 
-    def create_empty(self, relative: str) -> None:
-        """Create an empty file, replacing whatever non-directory the unit put at its name
-        (a link is removed, never written through); never truncates anything."""
+    def create_replacing(self, relative: str, content: bytes = b"", mode: int = 0o600) -> None:
+        """Create a file holding `content`, replacing whatever non-directory the unit put at its
+        name (a link is removed, never written through); never truncates anything."""
         parent, name = self._open_parent(relative)
         try:
             for _ in range(3):  # the unit may race to put something back
                 try:
-                    os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                     0o600, dir_fd=parent))
+                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                 mode, dir_fd=parent)
+                    with os.fdopen(fd, "wb") as file:
+                        file.write(content)
                     return
                 except FileExistsError:
                     if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):

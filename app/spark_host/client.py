@@ -63,7 +63,10 @@ def with_spark_host_secret(handle: ClusterHandle, key: str) -> ClusterHandle:
         raise ValueError("a key is needed to derive the Spark host's secret")
     if handle.spark_host_nonce is None:
         handle.spark_host_nonce = new_spark_host_nonce()
-    handle.spark_host_secret = spark_host_secret(key, handle.cu_id, handle.spark_host_nonce)
+    nonce = handle.spark_host_nonce
+    if handle.spark_host_claim_nonce:  # the key its host took when the unit was claimed from the pool
+        nonce = f"{nonce}:{handle.spark_host_claim_nonce}"
+    handle.spark_host_secret = spark_host_secret(key, handle.cu_id, nonce)
     return handle
 
 
@@ -207,6 +210,16 @@ class SparkHostClient:
 
     def info(self) -> dict:
         return self._call("GET", "/host")
+
+    def rekey(self, new_key: str) -> None:
+        """Give the host a new key (a pooled unit's, at its claim): sent sealed under the present
+        one, which opens nothing afterwards. A host that has run anything refuses."""
+        if not self._proven:
+            self.prove()
+        nonce = host_auth.new_nonce()
+        sealed = host_auth.seal(self._key, nonce, json.dumps({"secret_sha256": new_key}).encode())
+        self._call("POST", "/host/rekey", body={"sealed_args": sealed}, nonce=nonce)
+        self._key = new_key
 
     def stop(self) -> None:
         """End the host and its Spark session (a unit detaching from a cluster it does not own)."""

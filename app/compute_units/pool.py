@@ -1,0 +1,160 @@
+"""Warm standby units: the pool.
+
+The worker keeps `CU_POOL_SIZE` local units of one standard size (`CU_POOL_CPUS`,
+`CU_POOL_MEMORY_GB`, no worker nodes) started, with their Spark session ready and no owner
+(`owner_id` is NULL, `pooled_at` set). A user's create of exactly that size claims one instead of
+starting a cluster (`claim`, inside the create's transaction), so the unit is ready in seconds.
+
+The rules that keep a pooled unit one user's alone:
+- A claim is compare-and-set on `owner_id IS NULL`: two creates at once never get one unit, and
+  once claimed a unit has an owner for good. It is never handed back: terminating it ends it.
+- A pooled unit runs no user's code before its claim; its Spark host key is replaced at the
+  claim (the worker's hand-over, `lifecycle._hand_over`), so what the host was started with
+  opens nothing afterwards. The unit's sandbox, its own uid and its kernel limits are set at its
+  start for the standard size, which is exactly what the claiming user asked for.
+- Pooled units count against no user's limit; the operators' page and `/health` show them.
+
+The worker refills the pool (`refill`, one of its work items) as soon as it is short. A pooled
+unit that dies is FAILED by the supervisor like any unit, and refilled. A pool whose units keep
+failing to start is paused for a while (`FAILURE_PAUSE`) and reported (`summary`), rather than
+start units in a loop.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from flask import current_app
+from sqlalchemy import update
+from sqlmodel import Session, func, select
+
+from app.db import engine
+from app.models import ComputeUnit, ComputeUnitEvent, User, utcnow
+from app.states import ComputeUnitState as State
+
+logger = logging.getLogger(__name__)
+
+# A claimed unit's progress step until the worker has handed it over (new host key, RUNNING).
+HANDING_OVER = "handing over"
+# Pooled units that failed to start within this window, at most FAILURE_LIMIT, pause the refill.
+FAILURE_WINDOW = timedelta(minutes=10)
+FAILURE_LIMIT = 3
+NAME_PREFIX = "pool-"
+
+
+def unit_values(config) -> dict:
+    """What a pooled unit is: the values of its row."""
+    return {"kind": "local", "cpus": config["CU_POOL_CPUS"], "memory_gb": float(config["CU_POOL_MEMORY_GB"]),
+            "worker_nodes": 0, "ray_cluster": ""}
+
+
+def fits(values: dict, config) -> bool:
+    """A create of `values` may take a pooled unit: a pool exists and the size is exactly its."""
+    if config["CU_POOL_SIZE"] <= 0:
+        return False
+    standard = unit_values(config)
+    return all(values.get(name, standard[name]) == standard[name] for name in standard)
+
+
+def claim(db: Session, owner: User, values: dict) -> ComputeUnit | None:
+    """Take a ready pooled unit for `owner`, named as they asked, in the caller's transaction;
+    None when none is ready. The worker then hands it over (see HANDING_OVER)."""
+    now = utcnow()
+    candidates = db.exec(select(ComputeUnit.id).where(
+        ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None), ComputeUnit.state == State.RUNNING,
+        ComputeUnit.spark_ready_at.is_not(None)).order_by(ComputeUnit.spark_ready_at).limit(5)).all()
+    for cu_id in candidates:
+        taken = db.exec(update(ComputeUnit)
+                        .where(ComputeUnit.id == cu_id, ComputeUnit.owner_id.is_(None),
+                               ComputeUnit.state == State.RUNNING)
+                        .values(owner_id=owner.id, name=values["name"], claimed_at=now, state=State.STARTING,
+                                progress_step=HANDING_OVER, last_activity_at=now)).rowcount
+        if taken:
+            cu = db.get(ComputeUnit, cu_id)
+            db.refresh(cu)
+            db.add(ComputeUnitEvent(compute_unit_id=cu_id, message="claimed from the warm pool"))
+            return cu
+    return None
+
+
+def _live_pool(db: Session):
+    return select(func.count()).select_from(ComputeUnit).where(
+        ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None), ComputeUnit.state.in_(State.LIVE))
+
+
+def _recent_start_failures(db: Session) -> list[str]:
+    """Reasons of pooled units that failed before anyone claimed them, in the failure window."""
+    since = utcnow() - FAILURE_WINDOW
+    return list(db.exec(select(ComputeUnit.reason).where(
+        ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None), ComputeUnit.state == State.FAILED,
+        ComputeUnit.started_at.is_(None), ComputeUnit.ended_at >= since).order_by(ComputeUnit.ended_at.desc())))
+
+
+def shortfall() -> int:
+    """How many pooled units the worker should start now (0 while the refill is paused)."""
+    wanted = current_app.config["CU_POOL_SIZE"]
+    if wanted <= 0:
+        return 0
+    with Session(engine()) as db:
+        if len(_recent_start_failures(db)) >= FAILURE_LIMIT:
+            return 0
+        return max(0, wanted - db.exec(_live_pool(db)).one())
+
+
+def refill(_unused: int = 0) -> None:
+    """The worker's part: start pooled units (PENDING rows, started like any) up to the size."""
+    missing = shortfall()
+    if not missing:
+        return
+    with Session(engine()) as db:
+        for _ in range(missing):
+            cu = ComputeUnit(owner_id=None, name=NAME_PREFIX + "standby", pooled_at=utcnow(),
+                             **unit_values(current_app.config))
+            db.add(cu)
+            db.flush()
+            cu.name = f"{NAME_PREFIX}{cu.id}"
+            db.add(ComputeUnitEvent(compute_unit_id=cu.id, message="requested for the warm pool"))
+        db.commit()
+    logger.info("warm pool: starting %d unit(s)", missing)
+
+
+def pending_work() -> list[tuple[str, object, int]]:
+    """The refill, when the pool is short (one lease: two workers never refill at once)."""
+    return [("unit-pool-refill", refill, 0)] if shortfall() else []
+
+
+def is_pooled(cu: ComputeUnit) -> bool:
+    """Still waiting in the pool (no owner)."""
+    return cu.owner_id is None and cu.pooled_at is not None
+
+
+@dataclass
+class PoolSummary:
+    size: int                 # the setting
+    ready: int                # claimable now
+    starting: int             # PENDING, STARTING, or RUNNING with Spark not ready yet
+    claimed_today: int
+    paused_reason: str = ""   # set while repeated start failures pause the refill
+
+    def to_json(self) -> dict:
+        return {"size": self.size, "ready": self.ready, "starting": self.starting,
+                "claimed_last_24h": self.claimed_today, "paused": self.paused_reason or None}
+
+
+def summary() -> PoolSummary:
+    """The pool as the operators' page and /health show it."""
+    with Session(engine()) as db:
+        rows = db.exec(select(ComputeUnit.state, ComputeUnit.spark_ready_at).where(
+            ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None),
+            ComputeUnit.state.in_(State.LIVE))).all()
+        claimed = db.exec(select(func.count()).select_from(ComputeUnit).where(
+            ComputeUnit.claimed_at >= utcnow() - timedelta(days=1))).one()
+        failures = _recent_start_failures(db)
+    ready = sum(1 for state, spark_ready in rows if state == State.RUNNING and spark_ready is not None)
+    paused = ""
+    if len(failures) >= FAILURE_LIMIT:
+        paused = (f"{len(failures)} pooled units failed to start in the last "
+                  f"{int(FAILURE_WINDOW.total_seconds() // 60)} minutes; the last: {failures[0]}")
+    return PoolSummary(size=current_app.config["CU_POOL_SIZE"], ready=ready, starting=len(rows) - ready,
+                       claimed_today=claimed, paused_reason=paused)
