@@ -22,7 +22,8 @@ from pathlib import Path
 
 from sqlmodel import Session, select
 
-from app import create_app, datasets
+from app import create_app
+from app.workflows import datasets
 from app.compute_units import lifecycle, supervision
 from app.spark_host.warmup import spark_host_size
 from app.worker import Worker

@@ -77,3 +77,11 @@ def test_the_portals_packages_import_each_other_without_a_ring():
 
     rings = sorted(package for package in graph if reaches(package, package, {package}))
     assert rings == [], f"packages in an import ring: {rings}"
+
+
+def test_every_benchmark_module_imports():
+    """`make bench` is run by hand, not by the suite: a module moved in app/ must not break it unseen."""
+    import importlib
+
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        importlib.import_module(f"bench.{path.stem}")
