@@ -73,7 +73,7 @@ DATASETS_NAMESPACE = "datasets"
 TPCH_NAMESPACE = "tpch"
 # Smallest first, so that the status shows progress early.
 TPCH_TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
-SCALE_FACTOR_MIN, SCALE_FACTOR_MAX = 0.01, 1.0
+SCALE_FACTOR_MIN, SCALE_FACTOR_MAX = 0.01, 3.0
 TPCH_TIMEOUT_SECONDS = 600
 TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 # Parquet files are read and appended in pieces of this many rows, within one commit.
