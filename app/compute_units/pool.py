@@ -138,8 +138,10 @@ class PoolSummary:
     paused_reason: str = ""   # set while repeated start failures pause the refill
 
     def to_json(self) -> dict:
+        """For /health, which anyone may read: counts, and whether the refill is paused (its
+        reason, a unit's failure, is for the operators' page)."""
         return {"size": self.size, "ready": self.ready, "starting": self.starting,
-                "claimed_last_24h": self.claimed_today, "paused": self.paused_reason or None}
+                "claimed_last_24h": self.claimed_today, "paused": bool(self.paused_reason)}
 
 
 def summary() -> PoolSummary:
