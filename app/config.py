@@ -7,7 +7,7 @@ default and what it does. The README's configuration table is generated from it
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -210,67 +210,22 @@ SETTINGS: dict[str, Setting] = {
 }
 
 
-@dataclass
-class Config:
-    """The portal's settings. `Config.from_env()` is the only place that reads the environment."""
+def _setting_field(name: str, setting: Setting) -> tuple[str, Any, Any]:
+    kind = setting.cast if setting.default is not None else setting.cast | None
+    return name, kind, field(default=setting.default)
 
-    SECRET_KEY: str | None = None
-    DATABASE_URL: str = SETTINGS["DATABASE_URL"].default
-    PUBLIC_URL: str = SETTINGS["PUBLIC_URL"].default
-    OIDC_ISSUER: str = SETTINGS["OIDC_ISSUER"].default
-    OIDC_CLIENT_ID: str = SETTINGS["OIDC_CLIENT_ID"].default
-    OIDC_CLIENT_SECRET: str | None = None
-    OIDC_SCOPES: str = SETTINGS["OIDC_SCOPES"].default
-    OPERATORS_GROUP: str = SETTINGS["OPERATORS_GROUP"].default
-    OIDC_TIMEOUT_SECONDS: float = SETTINGS["OIDC_TIMEOUT_SECONDS"].default
-    LAKEKEEPER_URL: str = SETTINGS["LAKEKEEPER_URL"].default
-    LAKEKEEPER_PROJECT_ID: str = SETTINGS["LAKEKEEPER_PROJECT_ID"].default
-    LAKEKEEPER_AUDIENCE: str = SETTINGS["LAKEKEEPER_AUDIENCE"].default
-    LAKEKEEPER_CLIENT_ID: str = SETTINGS["LAKEKEEPER_CLIENT_ID"].default
-    LAKEKEEPER_CLIENT_SECRET: str | None = None
-    LAKEKEEPER_TIMEOUT_SECONDS: float = SETTINGS["LAKEKEEPER_TIMEOUT_SECONDS"].default
-    UPLOAD_MAX_MB: int = SETTINGS["UPLOAD_MAX_MB"].default
-    CU_MAX_RUNNING_PER_USER: int = SETTINGS["CU_MAX_RUNNING_PER_USER"].default
-    CU_MAX_CPUS: int = SETTINGS["CU_MAX_CPUS"].default
-    CU_MAX_MEMORY_GB: float = SETTINGS["CU_MAX_MEMORY_GB"].default
-    CU_MAX_WORKERS: int = SETTINGS["CU_MAX_WORKERS"].default
-    CU_IDLE_MINUTES: float = SETTINGS["CU_IDLE_MINUTES"].default
-    CU_START_TIMEOUT_SECONDS: float = SETTINGS["CU_START_TIMEOUT_SECONDS"].default
-    CU_WARM_SPARK_ON_START: bool = SETTINGS["CU_WARM_SPARK_ON_START"].default
-    CU_POOL_SIZE: int = SETTINGS["CU_POOL_SIZE"].default
-    CU_POOL_CPUS: int = SETTINGS["CU_POOL_CPUS"].default
-    CU_POOL_MEMORY_GB: float = SETTINGS["CU_POOL_MEMORY_GB"].default
-    CU_KINDS: str = SETTINGS["CU_KINDS"].default
-    CU_WORK_DIR: str = SETTINGS["CU_WORK_DIR"].default
-    CU_TASKS_PER_NODE: int = SETTINGS["CU_TASKS_PER_NODE"].default
-    CU_DISK_GB: float = SETTINGS["CU_DISK_GB"].default
-    CU_CGROUP_PARENT: str = SETTINGS["CU_CGROUP_PARENT"].default
-    CU_ALLOW_UNLIMITED_UNITS: bool = SETTINGS["CU_ALLOW_UNLIMITED_UNITS"].default
-    RAY_DASHBOARD: bool = SETTINGS["RAY_DASHBOARD"].default
-    RAY_CLUSTERS: str = SETTINGS["RAY_CLUSTERS"].default
-    KUBERAY_API_URL: str = SETTINGS["KUBERAY_API_URL"].default
-    KUBERAY_NAMESPACE: str = SETTINGS["KUBERAY_NAMESPACE"].default
-    KUBERAY_IMAGE: str = SETTINGS["KUBERAY_IMAGE"].default
-    KUBERAY_TOKEN_FILE: str = SETTINGS["KUBERAY_TOKEN_FILE"].default
-    KUBERAY_CA_FILE: str = SETTINGS["KUBERAY_CA_FILE"].default
-    LOG_LEVEL: str = SETTINGS["LOG_LEVEL"].default
-    OUTBOUND_ALLOW_LOOPBACK: bool = SETTINGS["OUTBOUND_ALLOW_LOOPBACK"].default
-    OUTBOUND_ALLOW_PRIVATE: bool = SETTINGS["OUTBOUND_ALLOW_PRIVATE"].default
-    EXECUTION_TOKEN_WAREHOUSE_SCOPE: bool = SETTINGS["EXECUTION_TOKEN_WAREHOUSE_SCOPE"].default
-    WORKER_POLL_SECONDS: float = SETTINGS["WORKER_POLL_SECONDS"].default
-    WORKER_LEASE_SECONDS: float = SETTINGS["WORKER_LEASE_SECONDS"].default
-    WORKER_SUPERVISOR_SECONDS: float = SETTINGS["WORKER_SUPERVISOR_SECONDS"].default
-    SCHEDULER_SECONDS: float = SETTINGS["SCHEDULER_SECONDS"].default
-    SMTP_HOST: str = SETTINGS["SMTP_HOST"].default
-    SMTP_PORT: int = SETTINGS["SMTP_PORT"].default
-    SMTP_FROM: str = SETTINGS["SMTP_FROM"].default
-    USAGE_SAMPLE_SECONDS: float = SETTINGS["USAGE_SAMPLE_SECONDS"].default
-    API_CALLS_PER_MINUTE: int = SETTINGS["API_CALLS_PER_MINUTE"].default
-    CU_ALLOWED_ENDPOINTS: str = SETTINGS["CU_ALLOWED_ENDPOINTS"].default
-    DEV_STORAGE_HINT: str = SETTINGS["DEV_STORAGE_HINT"].default
-    TESTING: bool = False
+
+# One field per entry of SETTINGS, with its default, so the list of settings is written once.
+_SettingFields = make_dataclass("_SettingFields", [
+    *(_setting_field(name, setting) for name, setting in SETTINGS.items()),
+    ("TESTING", bool, field(default=False)),
     # Anything else a test or deployment wants to hand to Flask as-is.
-    extra: dict[str, Any] = field(default_factory=dict)
+    ("extra", dict[str, Any], field(default_factory=dict)),
+])
+
+
+class Config(_SettingFields):
+    """The portal's settings. `Config.from_env()` is the only place that reads the environment."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> "Config":
