@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from flask import Flask, current_app
 
-from app.lakekeeper import ClientCredentialsTokenSource, LakekeeperClient
+from app.lakekeeper.client import LakekeeperClient
+from app.lakekeeper.tokens import ClientCredentialsTokenSource
 
 
 def init_app(app: Flask) -> None:

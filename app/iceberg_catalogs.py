@@ -25,7 +25,7 @@ from pyiceberg.exceptions import (
 )
 
 from app.extensions import lakekeeper
-from app.lakekeeper import TokenSource
+from app.lakekeeper.tokens import TokenSource
 from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
 
 

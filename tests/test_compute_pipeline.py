@@ -12,7 +12,9 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from app.lakekeeper import ClientCredentialsTokenSource, LakekeeperClient, S3AccessKeyCredential, S3StorageProfile
+from app.lakekeeper.client import LakekeeperClient
+from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile
+from app.lakekeeper.tokens import ClientCredentialsTokenSource
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
 from app.spark_host.client import SparkHostClient, with_spark_host_secret

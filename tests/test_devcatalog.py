@@ -22,15 +22,14 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import ForbiddenError
 
-from app.lakekeeper import (
-    ClientCredentialsTokenSource,
-    LakekeeperClient,
+from app.lakekeeper.client import LakekeeperClient
+from app.lakekeeper.resources import (
     S3AccessKeyCredential,
     S3StorageProfile,
     WarehouseAssignment,
     WarehouseInfo,
-    lakekeeper_user_id,
 )
+from app.lakekeeper.tokens import ClientCredentialsTokenSource, lakekeeper_user_id
 from app.storage_probe import S3Credentials, SigV4Auth, probe_storage
 from devstack.oidc_provider import SERVICE_CLIENT_ID, TEST_USERS
 from devstack.seaweedfs import TEST_USER_KEYS

@@ -15,13 +15,9 @@ from pyiceberg.types import StringType
 from app import iceberg_reader
 from app.iceberg_catalogs import ResultReadError, WarehouseCatalogs
 from app.iceberg_reader import read_page, stream_csv
-from app.lakekeeper import (
-    DEFAULT_PROJECT_ID,
-    ClientCredentialsTokenSource,
-    LakekeeperClient,
-    S3AccessKeyCredential,
-    S3StorageProfile,
-)
+from app.lakekeeper.client import DEFAULT_PROJECT_ID, LakekeeperClient
+from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile
+from app.lakekeeper.tokens import ClientCredentialsTokenSource
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS

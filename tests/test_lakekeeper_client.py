@@ -18,22 +18,17 @@ import httpx
 import jwt
 import pytest
 
-from app.lakekeeper import (
-    DEFAULT_PROJECT_ID,
-    ClientCredentialsTokenSource,
+from app.lakekeeper.client import DEFAULT_PROJECT_ID, LakekeeperClient
+from app.lakekeeper.errors import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
+from app.lakekeeper.resources import (
     DeleteProfile,
-    LakekeeperClient,
-    LakekeeperError,
-    LakekeeperUnavailable,
     PurgeResult,
     S3AccessKeyCredential,
     S3StorageProfile,
-    ServiceTokenError,
     TableIdentifier,
     WarehouseAssignment,
-    lakekeeper_user_id,
-    warehouse_scope,
 )
+from app.lakekeeper.tokens import ClientCredentialsTokenSource, lakekeeper_user_id, warehouse_scope
 from devstack.oidc_provider import SERVICE_CLIENT_ID, TEST_USERS
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.lakekeeper_contract import (

@@ -17,7 +17,7 @@ from sqlmodel import Session, select
 from app import create_app
 from app.compute_units import door
 from app.extensions import lakekeeper
-from app.lakekeeper import lakekeeper_user_id
+from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import AuditEvent, User, Warehouse, WarehouseShare
 from app.warehouses import sharing
 from tests.test_executions import (

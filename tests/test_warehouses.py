@@ -15,7 +15,9 @@ from sqlalchemy import text
 from sqlmodel import Session, select
 
 from app import create_app
-from app.lakekeeper import LakekeeperError, WarehouseAssignment, lakekeeper_user_id
+from app.lakekeeper.errors import LakekeeperError
+from app.lakekeeper.resources import WarehouseAssignment
+from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import User, Warehouse
 from devstack.oidc_provider import SERVICE_CLIENT_ID, TEST_USERS
 from devstack.process import free_port

@@ -22,7 +22,7 @@ from app.compute_units import lifecycle
 from app.compute_units.backends import backend_for
 from app.db import get_db
 from app.extensions import lakekeeper
-from app.lakekeeper import LakekeeperError
+from app.lakekeeper.errors import LakekeeperError
 from app.models import ComputeUnit, User, Warehouse
 from app.ray_clusters.base import ClusterHandle, ProgressCallback, no_progress
 from app.spark_host import warmup

@@ -42,7 +42,7 @@ from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
 from app.executions.history import progress_of, stopped_progress
 from app.extensions import lakekeeper
-from app.lakekeeper import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
+from app.lakekeeper.errors import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
 from app.models import (
     ComputeUnit,
     ComputeUnitState,

@@ -1,7 +1,7 @@
 """Talking to Lakekeeper: its Management API and the few Iceberg REST catalog calls the portal
 needs to browse and purge a warehouse. `client.py` is the client, `tokens.py` the tokens it
-acts with, `resources.py` what the API takes and returns, `errors.py` its failures; this
-package's names are theirs.
+acts with, `resources.py` what the API takes and returns, `errors.py` its failures;
+import each name from the module that defines it.
 
 Requests and responses follow Lakekeeper's published OpenAPI documents
 (`management-open-api.yaml`, `rest-catalog-open-api.yaml`); the tests check every request
@@ -27,70 +27,3 @@ set an absolute state: rename, credential rotation, (de)activation, delete profi
 changes, a user's registration), on connection failures, timeouts and 502/503/504.
 Creating a warehouse is never retried.
 """
-from __future__ import annotations
-
-from app.lakekeeper.errors import (
-    LakekeeperError,
-    LakekeeperUnavailable,
-    ServiceTokenError,
-)
-from app.lakekeeper.resources import (
-    CatalogRole,
-    CatalogUser,
-    DeleteProfile,
-    PurgeResult,
-    S3AccessKeyCredential,
-    S3StorageProfile,
-    ServerInfo,
-    TableIdentifier,
-    TableSummary,
-    WAREHOUSE_RELATIONS,
-    WarehouseAssignment,
-    WarehouseInfo,
-)
-from app.lakekeeper.tokens import (
-    ACCESS_TOKEN_TYPE,
-    ClientCredentialsTokenSource,
-    LAKEKEEPER_OIDC_PROVIDER_ID,
-    ScopedToken,
-    TOKEN_EXCHANGE_GRANT,
-    TokenSource,
-    WAREHOUSE_SCOPE_PREFIX,
-    lakekeeper_user_id,
-    warehouse_scope,
-)
-from app.lakekeeper.client import (
-    DEFAULT_PROJECT_ID,
-    LakekeeperClient,
-    NAMESPACE_SEPARATOR,
-)
-
-__all__ = [
-    "LakekeeperError",
-    "LakekeeperUnavailable",
-    "ServiceTokenError",
-    "CatalogRole",
-    "CatalogUser",
-    "DeleteProfile",
-    "PurgeResult",
-    "S3AccessKeyCredential",
-    "S3StorageProfile",
-    "ServerInfo",
-    "TableIdentifier",
-    "TableSummary",
-    "WAREHOUSE_RELATIONS",
-    "WarehouseAssignment",
-    "WarehouseInfo",
-    "ACCESS_TOKEN_TYPE",
-    "ClientCredentialsTokenSource",
-    "LAKEKEEPER_OIDC_PROVIDER_ID",
-    "ScopedToken",
-    "TOKEN_EXCHANGE_GRANT",
-    "TokenSource",
-    "WAREHOUSE_SCOPE_PREFIX",
-    "lakekeeper_user_id",
-    "warehouse_scope",
-    "DEFAULT_PROJECT_ID",
-    "LakekeeperClient",
-    "NAMESPACE_SEPARATOR",
-]

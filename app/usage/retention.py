@@ -16,7 +16,8 @@ from sqlmodel import Session, select
 from app.db import engine
 from app.errors import UserFacingError
 from app.extensions import lakekeeper
-from app.lakekeeper import LakekeeperError, TableIdentifier
+from app.lakekeeper.errors import LakekeeperError
+from app.lakekeeper.resources import TableIdentifier
 from app.models import (
     Execution,
     ExecutionState,

@@ -16,13 +16,9 @@ from app.audit import trail as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.extensions import lakekeeper
-from app.lakekeeper import (
-    LakekeeperError,
-    S3AccessKeyCredential,
-    S3StorageProfile,
-    TableSummary,
-    lakekeeper_user_id,
-)
+from app.lakekeeper.errors import LakekeeperError
+from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile, TableSummary
+from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import Execution, ExecutionState, User, Warehouse, WarehouseStatus, utcnow
 from app.network_policy import OutboundRefused, portal_policy
 from app.signals import close_warehouse

@@ -25,7 +25,9 @@ from app.db import engine, get_db
 from app.errors import UserFacingError
 from app.extensions import lakekeeper
 from app.grantees import shared_to
-from app.lakekeeper import LakekeeperError, WarehouseAssignment, lakekeeper_user_id
+from app.lakekeeper.errors import LakekeeperError
+from app.lakekeeper.resources import WarehouseAssignment
+from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import GroupRole, User, Warehouse, WarehouseShare, WarehouseStatus
 
 LEVELS = {"read": "Read: browse its tables and read what is in it",

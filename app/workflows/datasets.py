@@ -61,7 +61,7 @@ from sqlmodel import Session, select
 
 from app.errors import UserFacingError
 from app.iceberg_catalogs import ResultReadError, catalog_for
-from app.lakekeeper import LakekeeperError, LakekeeperUnavailable
+from app.lakekeeper.errors import LakekeeperError, LakekeeperUnavailable
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.models import JobState, SampleDataJob, User, Warehouse, WarehouseStatus, utcnow
 from app.transitions import compare_and_set, set_fields

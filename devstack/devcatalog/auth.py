@@ -25,7 +25,7 @@ import httpx
 import jwt
 from flask import g
 
-from app.lakekeeper import WAREHOUSE_SCOPE_PREFIX, lakekeeper_user_id
+from app.lakekeeper.tokens import WAREHOUSE_SCOPE_PREFIX, lakekeeper_user_id
 from devstack.devcatalog.errors import CatalogError, warehouse_forbidden
 
 # Which warehouse grants allow what, as Lakekeeper's OpenFGA model (authz/openfga, warehouse.fga)

@@ -5,7 +5,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app.lakekeeper import lakekeeper_user_id
+from app.lakekeeper.tokens import lakekeeper_user_id
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.seaweedfs import SeaweedConfig
 

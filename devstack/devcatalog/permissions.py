@@ -20,7 +20,7 @@ import uuid
 
 from flask import Blueprint, current_app, request
 
-from app.lakekeeper import WAREHOUSE_RELATIONS
+from app.lakekeeper.resources import WAREHOUSE_RELATIONS
 from devstack.devcatalog.auth import caller
 from devstack.devcatalog.errors import CatalogError, bad_request, project_forbidden, warehouse_not_found
 from devstack.devcatalog.management import request_project_id
