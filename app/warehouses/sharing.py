@@ -15,7 +15,6 @@ every grant away. Credentials, rotation, renaming, closing and sharing stay with
 from __future__ import annotations
 
 from flask import abort, current_app
-from flask_login import current_user
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -24,7 +23,6 @@ from app.audit import trail as audit
 from app.db import engine, get_db
 from app.errors import UserFacingError
 from app.extensions import lakekeeper
-from app.grantees import shared_to
 from app.lakekeeper.errors import LakekeeperError
 from app.lakekeeper.resources import WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
@@ -33,44 +31,18 @@ from app.models import GroupRole, User, Warehouse, WarehouseShare, WarehouseStat
 LEVELS = {"read": "Read: browse its tables and read what is in it",
           "write": "Write: also run executions into it"}
 RELATIONS = {"read": ("describe", "select"), "write": ("describe", "select", "create", "modify")}
-OWNER, WRITE, READ = "owner", "write", "read"
-RANK = {None: 0, READ: 1, WRITE: 2, OWNER: 3}
+OWNER, WRITE, READ = grantees.OWNER, "write", "read"
 MAX_SHARES = 100
+# What `user` may do with a warehouse (`access_of`: "owner", "write", "read", or None), the
+# warehouse if the signed-in user may (`accessible_or_404`), the warehouses shared with a user
+# (`shared_with`), who else has one (`shares_of`).
+_shares = grantees.Shares(Warehouse, WarehouseShare, "warehouse_id", (READ, WRITE))
+access_of, accessible_or_404, shared_with, shares_of = (
+    _shares.access_of, _shares.accessible_or_404, _shares.shared_with, _shares.shares_of)
 
 
 class ShareRefused(UserFacingError):
     """A share could not be made, changed or revoked; `message` for the owner, `field` the form's."""
-
-
-def access_of(user: User, warehouse: Warehouse) -> str | None:
-    """What `user` may do with the warehouse: "owner", "write", "read", or None."""
-    if warehouse.owner_id == user.id:
-        return OWNER
-    levels = [share.level for share in get_db().exec(select(WarehouseShare).where(
-        WarehouseShare.warehouse_id == warehouse.id, shared_to(WarehouseShare, user)))]
-    return max(levels, key=RANK.__getitem__, default=None)
-
-
-def accessible_or_404(warehouse_id: int, need: str = READ) -> Warehouse:
-    """The warehouse if the signed-in user may `need` it (read, write or owner); 404 otherwise,
-    exactly like a missing one."""
-    warehouse = get_db().get(Warehouse, warehouse_id)
-    if warehouse is None or RANK[access_of(current_user, warehouse)] < RANK[need]:
-        abort(404)
-    return warehouse
-
-
-def shared_with(user: User) -> list[tuple[Warehouse, str, User]]:
-    """Other users' warehouses shared with `user`: (warehouse, the best level, its owner)."""
-    rows = get_db().exec(select(WarehouseShare, Warehouse, User)
-                         .join(Warehouse, Warehouse.id == WarehouseShare.warehouse_id)
-                         .join(User, User.id == Warehouse.owner_id)
-                         .where(shared_to(WarehouseShare, user), Warehouse.owner_id != user.id).order_by(Warehouse.name))
-    best: dict[int, tuple[Warehouse, str, User]] = {}
-    for share, warehouse, owner in rows:
-        if warehouse.id not in best or RANK[share.level] > RANK[best[warehouse.id][1]]:
-            best[warehouse.id] = (warehouse, share.level, owner)
-    return list(best.values())
 
 
 def writable_by(user: User) -> list[Warehouse]:
@@ -80,13 +52,6 @@ def writable_by(user: User) -> list[Warehouse]:
     shared = [warehouse for warehouse, level, _ in shared_with(user)
               if level == WRITE and warehouse.status == WarehouseStatus.ACTIVE]
     return sorted([*own, *shared], key=lambda warehouse: (warehouse.owner_id != user.id, warehouse.name))
-
-
-def shares_of(warehouse: Warehouse) -> list[tuple[WarehouseShare, User | None]]:
-    """Who else has the warehouse: each share with its user (None for a group's)."""
-    return list(get_db().exec(select(WarehouseShare, User).join(User, User.id == WarehouseShare.user_id, isouter=True)
-                              .where(WarehouseShare.warehouse_id == warehouse.id)
-                              .order_by(WarehouseShare.group_name, WarehouseShare.id)))
 
 
 def catalog_assignments(warehouse: Warehouse) -> list[WarehouseAssignment]:
@@ -116,9 +81,9 @@ def share(warehouse: Warehouse, values) -> WarehouseShare:
     if warehouse.status != WarehouseStatus.ACTIVE:
         raise ShareRefused("Only an active warehouse can be shared.")
     grantee = grantees.parse(values, warehouse.owner_id, ShareRefused)
-    where, fields = grantee.same_as(WarehouseShare), grantee.fields
+    fields = grantee.fields
     db = get_db()
-    row = db.exec(select(WarehouseShare).where(WarehouseShare.warehouse_id == warehouse.id, where)).first()
+    row = _shares.find(warehouse, grantee)
     before = row.level if row else None
     if row is None:
         if len(shares_of(warehouse)) >= MAX_SHARES:
@@ -144,12 +109,11 @@ def revoke(warehouse: Warehouse, share_id: int) -> None:
     row = db.get(WarehouseShare, share_id)
     if row is None or row.warehouse_id != warehouse.id:
         abort(404)
-    grantee = {"user_id": row.user_id} if row.user_id else {"group_name": row.group_name}
     db.delete(row)
     db.flush()
     _mirror(warehouse, undo=db.rollback)
     db.commit()
-    audit.record("warehouse.unshare", warehouse, grantee=grantee, before=row.level, after=None)
+    audit.record("warehouse.unshare", warehouse, grantee=grantees.fields_of(row), before=row.level, after=None)
 
 
 def _mirror(warehouse: Warehouse, undo=None) -> None:

@@ -5,62 +5,28 @@ deleting, scheduling and sharing stay with the owner (404 for anyone else)."""
 from __future__ import annotations
 
 from flask import abort
-from flask_login import current_user
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import select
 
 from app import grantees
 from app.audit import trail as audit
 from app.db import get_db
 from app.errors import UserFacingError
-from app.grantees import shared_to
 from app.models import User, Workflow, WorkflowShare
 from app.workflows import service
 
 LEVELS = {"view": "View its versions and copy it", "run": "Also run it, on their own unit"}
-OWNER, RUN, VIEW = "owner", "run", "view"
-RANK = {None: 0, VIEW: 1, RUN: 2, OWNER: 3}
+OWNER, RUN, VIEW = grantees.OWNER, "run", "view"
 MAX_SHARES = 100
+# What `user` may do with a workflow (`access_of`: "owner", "run", "view", or None), the
+# workflow if the signed-in user may (`accessible_or_404`), the workflows shared with a user
+# (`shared_with`), who else has one (`shares_of`).
+_shares = grantees.Shares(Workflow, WorkflowShare, "workflow_id", (VIEW, RUN))
+access_of, accessible_or_404, shared_with, shares_of = (
+    _shares.access_of, _shares.accessible_or_404, _shares.shared_with, _shares.shares_of)
 
 
 class ShareRefused(UserFacingError):
     """A share could not be made or revoked; `message` for the owner, `field` the form's."""
-
-
-def access_of(user: User, workflow: Workflow) -> str | None:
-    """What `user` may do with the workflow: "owner", "run", "view", or None."""
-    if workflow.owner_id == user.id:
-        return OWNER
-    levels = [share.level for share in get_db().exec(select(WorkflowShare).where(
-        WorkflowShare.workflow_id == workflow.id, shared_to(WorkflowShare, user)))]
-    return max(levels, key=RANK.__getitem__, default=None)
-
-
-def accessible_or_404(workflow_id: int, need: str = VIEW) -> Workflow:
-    """The workflow if the signed-in user may `need` it; 404 otherwise, like a missing one."""
-    workflow = get_db().get(Workflow, workflow_id)
-    if workflow is None or RANK[access_of(current_user, workflow)] < RANK[need]:
-        abort(404)
-    return workflow
-
-
-def shared_with(user: User) -> list[tuple[Workflow, str, User]]:
-    """Other users' workflows shared with `user`: (workflow, the best level, its owner)."""
-    rows = get_db().exec(select(WorkflowShare, Workflow, User)
-                         .join(Workflow, Workflow.id == WorkflowShare.workflow_id)
-                         .join(User, User.id == Workflow.owner_id)
-                         .where(shared_to(WorkflowShare, user), Workflow.owner_id != user.id).order_by(Workflow.name))
-    best: dict[int, tuple[Workflow, str, User]] = {}
-    for share, workflow, owner in rows:
-        if workflow.id not in best or RANK[share.level] > RANK[best[workflow.id][1]]:
-            best[workflow.id] = (workflow, share.level, owner)
-    return list(best.values())
-
-
-def shares_of(workflow: Workflow) -> list[tuple[WorkflowShare, User | None]]:
-    return list(get_db().exec(select(WorkflowShare, User).join(User, User.id == WorkflowShare.user_id, isouter=True)
-                              .where(WorkflowShare.workflow_id == workflow.id)
-                              .order_by(WorkflowShare.group_name, WorkflowShare.id)))
 
 
 def share(workflow: Workflow, values) -> WorkflowShare:
@@ -70,8 +36,7 @@ def share(workflow: Workflow, values) -> WorkflowShare:
         raise ShareRefused("Choose view or run.", "level")
     grantee = grantees.parse(values, workflow.owner_id, ShareRefused)
     db = get_db()
-    row = db.exec(select(WorkflowShare).where(WorkflowShare.workflow_id == workflow.id,
-                                              grantee.same_as(WorkflowShare))).first()
+    row = _shares.find(workflow, grantee)
     before = row.level if row else None
     if row is None:
         if len(shares_of(workflow)) >= MAX_SHARES:
@@ -93,10 +58,9 @@ def revoke(workflow: Workflow, share_id: int) -> None:
     row = db.get(WorkflowShare, share_id)
     if row is None or row.workflow_id != workflow.id:
         abort(404)
-    grantee = {"user_id": row.user_id} if row.user_id else {"group_name": row.group_name}
     db.delete(row)
     db.commit()
-    audit.record("workflow.unshare", workflow, grantee=grantee, before=row.level, after=None)
+    audit.record("workflow.unshare", workflow, grantee=grantees.fields_of(row), before=row.level, after=None)
 
 
 def copy(user: User, workflow: Workflow, name: str) -> Workflow:
