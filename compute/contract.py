@@ -69,7 +69,6 @@ SUBMIT_CODE = "from compute.pipeline import run_pipeline\nresult = run_pipeline(
 
 # The namespaces an execution writes into, in the warehouse chosen for it.
 RESULTS, RUNTIME_STATS, CONSOLE_LOGS = "results", "runtime_stats", "console_logs"
-NAMESPACES = (RESULTS, RUNTIME_STATS, CONSOLE_LOGS)
 
 # How the catalog is asked to vend storage credentials (a REST catalog header).
 ACCESS_DELEGATION_HEADER = "X-Iceberg-Access-Delegation"

@@ -163,12 +163,6 @@ def close_session_catalog(session, catalog_name: str) -> None:
         print(f"could not close the catalog client of {catalog_name}: {type(error).__name__}: {error}", file=sys.stderr)
 
 
-def stop_spark_session() -> None:
-    import raydp
-
-    raydp.stop_spark()
-
-
 @dataclass(frozen=True)
 class S3Access:
     """How Spark reaches one bucket through S3A. Keys apply to that bucket only."""
