@@ -17,9 +17,7 @@ from app.models import ComputeUnit
 
 
 def unit_out(row: ComputeUnit) -> schemas.ComputeUnit:
-    return schemas.ComputeUnit(id=row.id, name=row.name, kind=row.kind, state=row.state, reason=row.reason,
-                               cpus=row.cpus, memory_gb=row.memory_gb, worker_nodes=row.worker_nodes,
-                               created_at=row.created_at, started_at=row.started_at, ended_at=row.ended_at)
+    return schemas.ComputeUnit.model_validate(row, from_attributes=True)
 
 
 @bp.get("/compute-units")

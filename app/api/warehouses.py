@@ -16,9 +16,7 @@ from app.warehouses.service import WarehouseActionError
 
 
 def warehouse_out(row: Warehouse) -> schemas.Warehouse:
-    return schemas.Warehouse(id=row.id, name=row.name, status=row.status, location=row.location, bucket=row.bucket,
-                             key_prefix=row.key_prefix, endpoint=row.endpoint, region=row.region,
-                             created_at=row.created_at, archived_at=row.archived_at, closing=row.closing)
+    return schemas.Warehouse.model_validate(row, from_attributes=True)
 
 
 def _storage(body: schemas.StorageIn, fields: list[str] | None = None):
@@ -134,5 +132,5 @@ def get_table(warehouse_id: int, name: str):
     return schemas.TableOverview(
         name=found.name, location=found.location, properties=found.properties, total_records=found.total_records,
         total_bytes=found.total_bytes,
-        columns=[schemas.Column(name=c.name, type=c.type, required=c.required, doc=c.doc) for c in found.columns],
+        columns=[schemas.Column(**vars(column)) for column in found.columns],
         snapshots=[schemas.Snapshot(**vars(snapshot)) for snapshot in found.snapshots])
