@@ -1,8 +1,9 @@
 """Portal load: 300 simulated users, each watching a running execution and a compute unit the
-way their browser does (the execution page's live partial and its log tail every second after
-the previous answer, the unit's row every 5 s: the `hx-trigger="load delay:…"` chains of
-templates/executions/_live.html, _log_tail.html and compute_units/_row.html), for 60 s against
-the portal served by gunicorn as shipped (gunicorn.conf.py) on loopback, with alice's session.
+way their browser does: the execution page's live partial, its log tail and the unit's row,
+each polled again after the delay its last answer names (the `hx-trigger="load delay:…"` chains
+of templates/executions/_live.html, _log_tail.html and compute_units/_row.html), revalidated
+with the ETag of the copy held (`If-None-Match`; a 304 is a success), for 60 s against the
+portal served by gunicorn as shipped (gunicorn.conf.py) on loopback, with alice's session.
 The execution is a real one, running a step that sleeps on the benchmarks' compute unit.
 Target: p95 ≤ 200 ms and no errors. Baseline: the same requests from one user alone.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import multiprocessing
+import re
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -24,6 +26,8 @@ DURATION_S = 60.0
 SOLO_DURATION_S = 15.0
 TARGET_P95_MS = 200.0
 REQUEST_TIMEOUT_S = 10.0
+# The delay a polling partial names for its next poll (app/live_partials.py decides it).
+NEXT_POLL = re.compile(rb'hx-trigger="load delay:(\d+)s"')
 SLEEPING_STEP = [{"name": "waits", "kind": "python", "output": True,
                   "code": "import time\n\ndef run(spark):\n    time.sleep(600)\n    return spark.range(1)"}]
 
@@ -47,7 +51,8 @@ def run(bench: Bench, options) -> Summary:
               f"p50 {result['p50']:.0f} ms, p95 {result['p95']:.0f} ms, p99 {result['p99']:.0f} ms, "
               f"max {result['max']:.0f} ms, errors {result['errors']}")
         for path_label, figures in result["by_path"].items():
-            print(f"    {path_label:<10} n={figures['n']:<5} p50 {figures['p50']:.0f} ms, p95 {figures['p95']:.0f} ms")
+            print(f"    {path_label:<10} n={figures['n']:<5} ({figures['not_modified']} answered 304) "
+                  f"p50 {figures['p50']:.0f} ms, p95 {figures['p95']:.0f} ms")
     if loaded["error_samples"]:
         print(f"  errors, e.g.: {'; '.join(loaded['error_samples'][:3])}")
     met = loaded["p95"] <= TARGET_P95_MS and loaded["errors"] == 0
@@ -72,45 +77,53 @@ def _running_execution(bench: Bench, cu_id: int) -> int:
 
 def _load(base_url: str, cookies: dict, paths: dict[str, tuple[str, float]], *, users: int,
           duration_s: float) -> dict:
-    """`users` browsers polling `paths` (label → (path, delay after each answer)) for `duration_s`,
+    """`users` browsers polling `paths` (label → (path, delay before its first answer names one)) for `duration_s`,
     run in a process of their own: the simulated browsers must not share an interpreter (and its
     lock) with the benchmark's in-process worker, and each is a thread with a keep-alive
     connection per poller, as light as a load generator gets in Python."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        samples, errors, seconds = pool.submit(_poll_as_browsers, base_url, cookies, paths, users,
-                                               duration_s).result()
+        samples, not_modified, errors, seconds = pool.submit(_poll_as_browsers, base_url, cookies, paths, users,
+                                                             duration_s).result()
     every = sorted(value for values in samples.values() for value in values)
     if not every:
         raise BenchError(f"no request to the portal succeeded: {'; '.join(errors[:3])}")
     return {"requests": len(every) + len(errors), "seconds": seconds, "errors": len(errors), "error_samples": errors,
             **_percentiles(every), "max": every[-1],
-            "by_path": {label: {"n": len(values), **_percentiles(sorted(values))} for label, values in samples.items()
+            "by_path": {label: {"n": len(values), "not_modified": not_modified[label], **_percentiles(sorted(values))}
+                        for label, values in samples.items()
                         if values}}
 
 
 def _poll_as_browsers(base_url: str, cookies: dict, paths: dict[str, tuple[str, float]], users: int,
-                      duration_s: float) -> tuple[dict[str, list[float]], list[str], float]:
+                      duration_s: float) -> tuple[dict[str, list[float]], dict[str, int], list[str], float]:
     address = urlsplit(base_url)
     headers = {"HX-Request": "true", "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items())}
     samples: dict[str, list[float]] = {label: [] for label in paths}
+    not_modified = dict.fromkeys(paths, 0)
     errors: list[str] = []
     stop_at = time.monotonic() + duration_s
 
     def poll(label: str, path: str, delay_s: float, offset_s: float) -> None:
         time.sleep(offset_s)  # users arrive spread over the first second, not at once
         connection = http.client.HTTPConnection(address.hostname, address.port, timeout=REQUEST_TIMEOUT_S)
+        etag = None  # of the copy this browser holds
         while time.monotonic() < stop_at:
             started = time.perf_counter()
             try:
-                connection.request("GET", path, headers=headers)
+                connection.request("GET", path, headers={**headers, **({"If-None-Match": etag} if etag else {})})
                 response = connection.getresponse()
-                response.read()
+                body = response.read()
             except (OSError, http.client.HTTPException) as error:
                 errors.append(f"{path}: {type(error).__name__} {error}")
                 connection.close()  # a browser opens a new one
             else:
-                if response.status == 200:
+                if response.status in (200, 304):
                     samples[label].append((time.perf_counter() - started) * 1000)
+                    not_modified[label] += response.status == 304
+                    if response.status == 200:
+                        etag = response.getheader("ETag")
+                        named = NEXT_POLL.search(body)
+                        delay_s = float(named.group(1)) if named else delay_s
                 else:
                     errors.append(f"{path}: HTTP {response.status}")
             time.sleep(delay_s)
@@ -123,7 +136,7 @@ def _poll_as_browsers(base_url: str, cookies: dict, paths: dict[str, tuple[str, 
         browser.start()
     for browser in browsers:
         browser.join()
-    return samples, errors, time.monotonic() - began
+    return samples, not_modified, errors, time.monotonic() - began
 
 
 def _percentiles(ordered: list[float]) -> dict[str, float]:

@@ -8,8 +8,15 @@ from app.compute_units import bp, forms, lifecycle, pool
 from app.compute_units.backends import KIND_LABELS, unit_choices
 from app.compute_units.lifecycle import ComputeUnitError
 from app.compute_units.phase import Phase, phase_of
+from app import live_partials
 from app.db import get_owned_or_404
-from app.models import ComputeUnit
+from app.models import ComputeUnit, ComputeUnitState
+
+
+# What templates/compute_units/_row.html shows of a unit, besides its phase: its version. (Not the
+# worker's checks of its cluster, which change at every pass and which the row does not show.)
+ROW_SHOWS = ("id", "name", "kind", "cpus", "memory_gb", "worker_nodes", "state", "reason", "progress_step",
+             "created_at")
 
 
 def _choices() -> tuple[list[str], list[str]]:
@@ -73,7 +80,14 @@ def detail(cu_id: int):
 
 @bp.get("/<int:cu_id>/row")
 def row(cu_id: int):
-    return render_template("compute_units/_row.html", cu=_unit(cu_id))
+    """The list's row of a unit, polling itself until the unit has ended; a poll that finds the
+    unit as the browser's copy shows it answers 304 (app/live_partials.py)."""
+    cu = _unit(cu_id)
+    phase = unit_phase(cu)
+    if cu.state in ComputeUnitState.FINAL:
+        return render_template("compute_units/_row.html", cu=cu, phase=phase)
+    version = tuple(getattr(cu, column) for column in ROW_SHOWS) + (phase.name, phase.elapsed_seconds())
+    return live_partials.conditional(version, lambda: render_template("compute_units/_row.html", cu=cu, phase=phase))
 
 
 @bp.post("/<int:cu_id>/terminate")

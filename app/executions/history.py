@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import timezone
 
 from sqlmodel import select
 
@@ -114,6 +115,25 @@ def progress_of(execution: Execution) -> dict:
     progress = json.loads(execution.progress or "{}")
     return {"steps": progress.get("steps") or [], "logs": progress.get("logs") or [],
             "phase": progress.get("phase") or ""}
+
+
+def last_change(execution: Execution, now: float) -> float | None:
+    """When the running execution last showed something new (epoch seconds): its start, a step's
+    start or end, or its latest log line; None before it started. The unit reports the moments,
+    so none counts as later than `now`."""
+    if execution.started_at is None:
+        return None
+    progress = progress_of(execution)
+    moments = [execution.started_at.replace(tzinfo=execution.started_at.tzinfo or timezone.utc).timestamp()]
+    moments += [step.get(key) for step in progress["steps"] for key in ("started_at", "ended_at")]
+    moments += [line.get("ts") for line in progress["logs"][-1:] if isinstance(line, dict)]
+    return min(now, max(moment for moment in moments if isinstance(moment, (int, float))))
+
+
+def live_version(execution: Execution, poll_delay: int) -> tuple:
+    """Everything a running execution's live partials show: the row's every value and the delay
+    of their next poll (app/live_partials.py tags them with it)."""
+    return tuple(getattr(execution, column) for column in Execution.__table__.columns.keys()) + (poll_delay,)
 
 
 def stopped_progress(progress: str) -> str:

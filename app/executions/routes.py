@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 
 from flask import Response, current_app, abort, flash, redirect, render_template, request, url_for
@@ -9,6 +10,7 @@ from htmx_flask import make_response
 from werkzeug.routing import BuildError
 
 from app.charts import step_timeline_svg
+from app import live_partials
 from app.db import get_db, get_owned_or_404
 from app.executions import bp, comparison, forms, history, notifications, results, runner
 from app.executions import logs as logs_view
@@ -57,6 +59,17 @@ def warehouse_table_url(warehouse_id: int | None, table: str) -> str | None:
 
 def _execution(execution_id: int) -> Execution:
     return get_owned_or_404(Execution, execution_id)
+
+
+def _live_partial(template: str, execution: Execution, **context):
+    """A self-polling partial of the execution: while it runs, tagged with its version (a poll that
+    finds it unchanged answers 304) and asking again sooner while it changes."""
+    if execution.state in ExecutionState.FINAL:
+        return render_template(template, execution=execution, **context)
+    now = time.time()
+    delay = live_partials.poll_delay(history.last_change(execution, now), now)
+    return live_partials.conditional((template,) + history.live_version(execution, delay), lambda: render_template(
+        template, execution=execution, poll_delay=delay, **context))
 
 
 @bp.get("/")
@@ -120,7 +133,7 @@ def detail(execution_id: int):
                "others": history.completed_runs_of(current_user, execution.workflow_id, execution.id)
                if completed else []}
     if request.htmx:
-        return render_template("executions/_live.html", **context)
+        return _live_partial("executions/_live.html", **context)
     workflow = get_db().get(Workflow, execution.workflow_id)
     cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
     return render_template("executions/detail.html", workflow=workflow, cu=cu, pinned=history.pinned_of(execution),
@@ -281,8 +294,9 @@ def logs(execution_id: int):
     if request.args.get("tail") or not results.ran_on_the_unit(execution):
         # While it runs (or if it never ran): the tail the compute unit reports. Once it has
         # ended, the tail partial loads the complete console_logs table in its place.
-        template = "executions/_log_tail.html" if request.htmx else "executions/logs.html"
-        return render_template(template, execution=execution, progress=history.progress_of(execution),
+        if request.htmx:
+            return _live_partial("executions/_log_tail.html", execution, progress=history.progress_of(execution))
+        return render_template("executions/logs.html", execution=execution, progress=history.progress_of(execution),
                                tail=True)
     context = logs_view.page_context(execution, logs_view.LogFilters.from_args(request.args),
                                      url_for("executions.logs", execution_id=execution.id))

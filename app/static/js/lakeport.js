@@ -70,4 +70,21 @@
   }
   document.addEventListener("DOMContentLoaded", function () { localiseTimes(document); });
   document.addEventListener("htmx:load", function (event) { localiseTimes(event.detail.elt); });
+
+  // A running execution's duration ticks here, not in its polls: <dd data-running-since="ISO">,
+  // written as the server writes a duration ("12 s", "3 min 07 s", "1 h 02 min").
+  function pad(number) { return (number < 10 ? "0" : "") + number; }
+  function durationSince(since) {
+    var seconds = Math.max(0, Math.floor((Date.now() - since) / 1000));
+    var hours = Math.floor(seconds / 3600), minutes = Math.floor(seconds % 3600 / 60);
+    if (hours) return hours + " h " + pad(minutes) + " min";
+    if (minutes) return minutes + " min " + pad(seconds % 60) + " s";
+    return seconds + " s";
+  }
+  window.setInterval(function () {
+    document.querySelectorAll("[data-running-since]").forEach(function (element) {
+      var since = new Date(element.dataset.runningSince);
+      if (!isNaN(since)) element.textContent = durationSince(since);
+    });
+  }, 1000);
 })();
