@@ -353,17 +353,6 @@ def test_a_forbidden_create_says_so(validator):
         backend_on(server).start(spec())
 
 
-def test_in_cluster_connection_reads_the_service_account(tmp_path):
-    (tmp_path / "token").write_text("sa-token\n")
-    (tmp_path / "namespace").write_text("lakeport")
-    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----")
-
-    connection = KubernetesConnection.in_cluster(tmp_path)
-
-    assert connection == KubernetesConnection("https://kubernetes.default.svc", "sa-token", "lakeport",
-                                              str(tmp_path / "ca.crt"))
-
-
 # --------------------------------------------------------------- deploy/kubernetes
 DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
 _VERBS = {"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}

@@ -122,11 +122,6 @@ class LakekeeperClient:
     def get_warehouse(self, warehouse_id: str) -> WarehouseInfo:
         return self._call("get_warehouse", "GET", _warehouse_path(warehouse_id), parse=WarehouseInfo.from_api)
 
-    def find_warehouse(self, name: str) -> WarehouseInfo | None:
-        """The warehouse called `name` in the project, active or not (e.g. to learn whether a
-        create whose answer was lost went through)."""
-        return next((w for w in self.list_warehouses(include_inactive=True) if w.name == name), None)
-
     def rename_warehouse(self, warehouse_id: str, new_name: str) -> WarehouseInfo:
         # Setting a name is idempotent: a repeated rename to the same name changes nothing.
         return self._call(

@@ -25,7 +25,6 @@ import secrets
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 
 import httpx
 
@@ -46,7 +45,6 @@ RAY_VERSION = "2.60.0"
 DASHBOARD_PORT = 8265
 SPARK_HOST_PORT = 8290
 TOKEN_SECRET_KEY = "auth_token"  # the key KubeRay reads from authOptions.secretName
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 LABEL_OWNER = "lakeport.io/owner"
 LABEL_COMPUTE_UNIT = "lakeport.io/compute-unit"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "lakeport"}
@@ -64,15 +62,6 @@ class KubernetesConnection:
     token: str
     namespace: str
     verify: str | bool = True  # CA bundle path, or bool
-
-    @classmethod
-    def in_cluster(cls, directory: Path = SERVICE_ACCOUNT_DIR) -> KubernetesConnection:
-        return cls(
-            api_url="https://kubernetes.default.svc",
-            token=(directory / "token").read_text().strip(),
-            namespace=(directory / "namespace").read_text().strip(),
-            verify=str(directory / "ca.crt"),
-        )
 
 
 class KubernetesApi:
