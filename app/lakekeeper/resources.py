@@ -3,14 +3,27 @@ rest-catalog-open-api.yaml): storage profiles and credentials, warehouses, table
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, TypeVar
+
+Resource = TypeVar("Resource")
 
 
 # Relations of a warehouse (management-open-api.yaml, WarehouseRelation).
 WAREHOUSE_RELATIONS = frozenset({
     "ownership", "pass_grants", "manage_grants", "describe", "select", "create", "modify", "manage_tags",
 })
+
+
+def _from_api(cls: type[Resource], data: dict[str, Any], **given: Any) -> Resource:
+    """`cls` from an object of Lakekeeper's whose keys are its fields' names in kebab case (a
+    field with a default may be absent); `given` holds the fields the API names otherwise."""
+    values = {}
+    for f in fields(cls):
+        key = f.name.replace("_", "-")
+        if f.name not in given and (key in data or f.default is MISSING):
+            values[f.name] = data[key]
+    return cls(**values, **given)
 
 
 @dataclass(frozen=True)
@@ -38,15 +51,7 @@ class S3StorageProfile:
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> "S3StorageProfile":
-        return cls(
-            bucket=data["bucket"],
-            region=data["region"],
-            key_prefix=data.get("key-prefix"),
-            endpoint=data.get("endpoint"),
-            path_style_access=data.get("path-style-access"),
-            flavor=data.get("flavor"),
-            sts_enabled=data.get("sts-enabled", False),
-        )
+        return _from_api(cls, data)
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ class DeleteProfile:
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> "DeleteProfile":
-        return cls(data["type"], data.get("expiration-seconds"))
+        return _from_api(cls, data)
 
 
 @dataclass(frozen=True)
@@ -114,17 +119,11 @@ class WarehouseInfo:
     def from_api(cls, data: dict[str, Any]) -> "WarehouseInfo":
         profile = data["storage-profile"]
         credential_type = data.get("storage-credential-type") or {}
-        return cls(
-            id=data["warehouse-id"],
-            name=data["name"],
-            project_id=data["project-id"],
-            status=data["status"],
-            storage_type=profile["type"],
+        return _from_api(
+            cls, data, id=data["warehouse-id"], storage_type=profile["type"],
             storage_profile=S3StorageProfile.from_api(profile) if profile["type"] == "s3" else None,
             delete_profile=DeleteProfile.from_api(data["delete-profile"]),
-            protected=data.get("protected", False),
             storage_credential_type=credential_type.get("credential-type"),
-            updated_at=data.get("updated-at"),
         )
 
 
@@ -138,13 +137,7 @@ class ServerInfo:
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> "ServerInfo":
-        return cls(
-            version=data["lakekeeper-version"],
-            bootstrapped=data["bootstrapped"],
-            server_id=data["server-id"],
-            authz_backend=data["authz-backend"],
-            default_project_id=data.get("default-project-id"),
-        )
+        return _from_api(cls, data, version=data["lakekeeper-version"])
 
 
 @dataclass(frozen=True)
@@ -224,7 +217,7 @@ class WarehouseAssignment:
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> "WarehouseAssignment":
-        return cls(data["type"], user=data.get("user"), role=data.get("role"))
+        return _from_api(cls, data, relation=data["type"])
 
 
 @dataclass(frozen=True)
@@ -236,7 +229,7 @@ class CatalogRole:
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> "CatalogRole":
-        return cls(id=data["id"], name=data["name"])
+        return _from_api(cls, data)
 
 
 @dataclass(frozen=True)
@@ -250,4 +243,4 @@ class CatalogUser:
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> "CatalogUser":
-        return cls(id=data["id"], name=data["name"], user_type=data["user-type"], email=data.get("email"))
+        return _from_api(cls, data)
