@@ -41,9 +41,11 @@ from dataclasses import dataclass, field
 import psycopg
 from flask import Flask
 from sqlalchemy.engine import make_url
+from sqlmodel import Session, select
 
 from app import leases
-from app.db import DATABASE_UNAVAILABLE
+from app.db import DATABASE_UNAVAILABLE, engine
+from app.states import JobState
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +69,23 @@ def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
     from app.compute_units import supervision
     from app.executions import comparison, runner
     from app.executions import notifications
+    from app.models import ComparisonJob, MaintenanceJob, SampleDataJob
     from app.usage import maintenance
     from app.warehouses import closing
 
     # Units first: an execution's fate depends on its unit's.
-    return (supervision.pending_work() + runner.pending_work() + comparison.pending_work() + datasets.pending_work()
-            + maintenance.pending_work() + closing.pending_work() + notifications.pending_work())
+    return (supervision.pending_work() + runner.pending_work()
+            + _live_jobs(ComparisonJob, "comparison", comparison.run_rows_job)
+            + _live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job)
+            + _live_jobs(MaintenanceJob, "maintenance", maintenance.run_job)
+            + closing.pending_work() + notifications.pending_work())
+
+
+def _live_jobs(model, lease: str, run: Callable[[int], None]) -> list[tuple[str, Callable[[int], None], int]]:
+    """A job table's work: each of its live jobs, run by `run` under the lease `<lease>:<id>`."""
+    with Session(engine()) as db:
+        ids = db.exec(select(model.id).where(model.state.in_(JobState.LIVE))).all()
+    return [(f"{lease}:{job_id}", run, job_id) for job_id in ids]
 
 
 WORK_CHANNEL = "lakeport_work"  # what migration 0009's triggers notify

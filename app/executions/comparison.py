@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from sqlmodel import Session, select
+from sqlmodel import select
 
-from app.db import engine, get_db
+from app.db import get_db
 from app.executions import history, results
 from app.iceberg_catalogs import ResultReadError
 from app.iceberg_reader import TableShape, table_shape
@@ -105,12 +105,6 @@ def request_rows(owner: User, a: Execution, b: Execution) -> ComparisonJob | Non
     db.add(job)
     db.commit()
     return job
-
-
-def pending_work() -> list[tuple[str, object, int]]:
-    with Session(engine()) as db:
-        ids = db.exec(select(ComparisonJob.id).where(ComparisonJob.state.in_(JobState.LIVE))).all()
-    return [(f"comparison:{job_id}", run_rows_job, job_id) for job_id in ids]
 
 
 def run_rows_job(job_id: int) -> None:

@@ -78,12 +78,6 @@ def request(warehouse: Warehouse, retain_last: int | None, remove_orphans: bool)
         return job
 
 
-def pending_work() -> list[tuple[str, object, int]]:
-    with Session(engine()) as db:
-        ids = db.exec(select(MaintenanceJob.id).where(MaintenanceJob.state.in_(JobState.LIVE))).all()
-    return [(f"maintenance:{job_id}", run_job, job_id) for job_id in ids]
-
-
 def _end(job_id: int, state: str, **changes) -> None:
     compare_and_set(MaintenanceJob, job_id, JobState.LIVE, state=state, ended_at=utcnow(), **changes)
 

@@ -394,13 +394,6 @@ def start_sample_data(owner: User, warehouse: Warehouse, scale_factor: float) ->
     return job
 
 
-def pending_work() -> list[tuple[str, Callable[[int], None], int]]:
-    """What the sample-data jobs ask the worker to do: (lease name, function, job id)."""
-    with Session(engine()) as db:
-        ids = db.exec(select(SampleDataJob.id).where(SampleDataJob.state.in_(JobState.LIVE))).all()
-    return [(f"sample-data:{job_id}", run_sample_data_job, job_id) for job_id in ids]
-
-
 def _end_job(job_id: int, state: str, error: str = "") -> None:
     compare_and_set(SampleDataJob, job_id, JobState.LIVE, state=state, error=error[:1000], ended_at=utcnow(),
                     **({"step": "done"} if state == JobState.DONE else {}))
