@@ -13,10 +13,6 @@ USAGE_PERIODS = (7, 30)
 bp.add_app_template_filter(human_bytes, "human_bytes")
 
 
-def _warehouse(warehouse_id: int) -> Warehouse:
-    return get_owned_or_404(Warehouse, warehouse_id)
-
-
 @bp.get("/usage")
 def index():
     warehouses = user_warehouses(current_user)
@@ -27,7 +23,7 @@ def index():
 
 @bp.get("/warehouses/<int:warehouse_id>/storage")
 def warehouse_storage(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     history = accounting.storage_history(warehouse)
     return render_template("usage/_warehouse_storage.html", warehouse=warehouse,
                            samples=accounting.latest_samples([warehouse.id]).get(warehouse.id, []),
@@ -45,12 +41,12 @@ def _retention(warehouse: Warehouse, *, values=None, errors=None, preview=None, 
 
 @bp.get("/warehouses/<int:warehouse_id>/retention")
 def retention_panel(warehouse_id: int):
-    return _retention(_warehouse(warehouse_id))
+    return _retention(get_owned_or_404(Warehouse, warehouse_id))
 
 
 @bp.post("/warehouses/<int:warehouse_id>/retention")
 def save_retention(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     values, errors = retention.parse_policy(request.form)
     if errors:
         return _retention(warehouse, values=dict(request.form.items()), errors=errors, status=422)
@@ -60,7 +56,7 @@ def save_retention(warehouse_id: int):
 
 @bp.post("/warehouses/<int:warehouse_id>/retention/preview")
 def preview_retention(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     policy = retention.policy_of(warehouse)
     if policy is None:
         return _retention(warehouse, errors={"form": "Save a retention policy first."}, status=422)
@@ -69,7 +65,7 @@ def preview_retention(warehouse_id: int):
 
 @bp.post("/warehouses/<int:warehouse_id>/retention/enforce")
 def enforce_retention(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     policy = retention.policy_of(warehouse)
     if policy is None:
         return _retention(warehouse, errors={"form": "Save a retention policy first."}, status=422)
@@ -82,7 +78,7 @@ def enforce_retention(warehouse_id: int):
 
 @bp.post("/warehouses/<int:warehouse_id>/maintenance")
 def request_maintenance(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     policy = retention.policy_of(warehouse)
     try:
         maintenance.request(warehouse, policy.snapshots_retain_last if policy else None,

@@ -17,10 +17,6 @@ def form_choices() -> dict:
     return {"flavors": forms.FLAVORS}
 
 
-def _warehouse(warehouse_id: int) -> Warehouse:
-    return get_owned_or_404(Warehouse, warehouse_id)
-
-
 def _to_detail(warehouse_id: int):
     """After an action: a redirect, as HTMX or as a plain browser expects it."""
     url = url_for("warehouses.detail", warehouse_id=warehouse_id)
@@ -107,7 +103,7 @@ def _shares_context(warehouse: Warehouse, errors: dict | None = None, values=Non
 
 @bp.post("/<int:warehouse_id>/shares")
 def share(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     try:
         sharing.share(warehouse, request.form)
     except sharing.ShareRefused as refusal:
@@ -118,7 +114,7 @@ def share(warehouse_id: int):
 
 @bp.post("/<int:warehouse_id>/shares/<int:share_id>/revoke")
 def revoke_share(warehouse_id: int, share_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     try:
         sharing.revoke(warehouse, share_id)
     except sharing.ShareRefused as refusal:
@@ -159,7 +155,7 @@ def table(warehouse_id: int, name: str):
 
 
 def _action(warehouse_id: int, action, success: str):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     try:
         stopped = action(warehouse)
     except WarehouseActionError as error:
@@ -173,7 +169,7 @@ def _action(warehouse_id: int, action, success: str):
 
 @bp.post("/<int:warehouse_id>/rename")
 def rename(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     new_name = (request.form.get("name") or "").strip()
     message = forms.validate_new_name(new_name)
     if message is None:
@@ -189,7 +185,7 @@ def rename(warehouse_id: int):
 
 @bp.post("/<int:warehouse_id>/credentials")
 def rotate_credentials(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     values = forms.read_form(request.form)
     errors = forms.validate(values, fields=["access_key_id", "secret_access_key"])
     report = None
@@ -221,7 +217,7 @@ def archive(warehouse_id: int):
 
 @bp.post("/<int:warehouse_id>/purge")
 def purge(warehouse_id: int):
-    warehouse = _warehouse(warehouse_id)
+    warehouse = get_owned_or_404(Warehouse, warehouse_id)
     name = warehouse.name
     try:
         outcome = service.purge(warehouse, request.form.get("confirm_name", ""))

@@ -24,10 +24,6 @@ def workflow_context() -> dict:
     return {"step_kinds": steps.KINDS, "max_steps": steps.MAX_STEPS}
 
 
-def _workflow(workflow_id: int) -> Workflow:
-    return get_owned_or_404(Workflow, workflow_id)
-
-
 def _partial_wanted() -> bool:
     """An HTMX request gets just the partial; a history restore needs the whole page."""
     return bool(request.htmx) and not request.htmx.history_restore_request
@@ -89,7 +85,7 @@ def version(workflow_id: int, number: int):
 
 @bp.post("/<int:workflow_id>/delete")
 def delete(workflow_id: int):
-    workflow = _workflow(workflow_id)
+    workflow = get_owned_or_404(Workflow, workflow_id)
     name = workflow.name
     try:
         service.delete(workflow)
@@ -119,7 +115,7 @@ def _shares_panel(workflow: Workflow, errors: dict | None = None, values=None, s
 
 @bp.post("/<int:workflow_id>/shares")
 def share(workflow_id: int):
-    workflow = _workflow(workflow_id)
+    workflow = get_owned_or_404(Workflow, workflow_id)
     try:
         sharing.share(workflow, request.form)
     except sharing.ShareRefused as refusal:
@@ -129,7 +125,7 @@ def share(workflow_id: int):
 
 @bp.post("/<int:workflow_id>/shares/<int:share_id>/revoke")
 def revoke_share(workflow_id: int, share_id: int):
-    workflow = _workflow(workflow_id)
+    workflow = get_owned_or_404(Workflow, workflow_id)
     sharing.revoke(workflow, share_id)
     return _shares_panel(workflow)
 
@@ -164,14 +160,14 @@ def _editor(workflow: Workflow, step_list: list[steps.Step], base_version: int,
 
 @bp.get("/<int:workflow_id>/edit")
 def edit(workflow_id: int):
-    workflow = _workflow(workflow_id)
+    workflow = get_owned_or_404(Workflow, workflow_id)
     step_list = service.steps_of(service.latest_version(workflow)) or [steps.starter_step("sql", [])]
     return _editor(workflow, step_list, workflow.latest_version)
 
 
 @bp.post("/<int:workflow_id>/editor/add/<any(sql, python):kind>")
 def add_step(workflow_id: int, kind: str):
-    workflow = _workflow(workflow_id)
+    workflow = get_owned_or_404(Workflow, workflow_id)
     step_list = forms.read_steps(request.form)
     message = None
     if len(step_list) >= steps.MAX_STEPS:
@@ -184,7 +180,7 @@ def add_step(workflow_id: int, kind: str):
 
 @bp.post("/<int:workflow_id>/editor/<int:index>/<any(up, down, remove):action>")
 def change_step(workflow_id: int, index: int, action: str):
-    workflow = _workflow(workflow_id)
+    workflow = get_owned_or_404(Workflow, workflow_id)
     step_list = forms.read_steps(request.form)
     if action == "remove":
         step_list = steps.removed(step_list, index)
@@ -197,7 +193,7 @@ def change_step(workflow_id: int, index: int, action: str):
 @bp.post("/<int:workflow_id>/editor/<int:index>/check")
 def check_step(workflow_id: int, index: int):
     """Inline check of one step as the user types (it needs the names of all steps)."""
-    _workflow(workflow_id)
+    get_owned_or_404(Workflow, workflow_id)
     step_list = forms.read_steps(request.form)
     if index >= len(step_list):
         abort(404)
@@ -208,7 +204,7 @@ def check_step(workflow_id: int, index: int):
 
 @bp.post("/<int:workflow_id>/edit")
 def save(workflow_id: int):
-    workflow = _workflow(workflow_id)
+    workflow = get_owned_or_404(Workflow, workflow_id)
     step_list = forms.read_steps(request.form)
     base_version = forms.read_base_version(request.form)
     try:
