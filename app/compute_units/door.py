@@ -32,7 +32,7 @@ from app.untrusted import clean_text
 from compute.contract import ACCESS_DELEGATION, RunState
 
 __all__ = [
-    "HOST_CALL_TIMEOUT_SECONDS", "HostConnection", "NoCatalogToken", "RunNotCompleted", "SparkHostError", "UnitUnavailable",
+    "HOST_CALL_TIMEOUT_SECONDS", "NoCatalogToken", "RunNotCompleted", "SparkHostClient", "SparkHostError", "UnitUnavailable",
     "REASON_LIMIT", "cancel", "catalog_binding", "failure_reason", "first_ready_host", "forget_ready", "make_ready", "ready_app", "run_to_end",
     "run_token", "running_host", "submit", "unit_failure", "watching",
 ]
@@ -42,7 +42,6 @@ logger = logging.getLogger(__name__)
 HOST_CALL_TIMEOUT_SECONDS = warmup.HOST_CALL_TIMEOUT_SECONDS
 # The longest reason a row holds (the executions' and jobs' reason columns).
 REASON_LIMIT = 2000
-HostConnection = SparkHostClient  # what `watching` opens
 ready_app = warmup.ready_app
 forget_ready = warmup.forget_ready
 

@@ -58,7 +58,7 @@ from app.models import (
 from app.executions import run_spec, unit_reports
 from app.ray_clusters.base import ClusterHandle
 from app.compute_units import door
-from app.compute_units.door import HostConnection, SparkHostError, UnitUnavailable
+from app.compute_units.door import SparkHostClient, SparkHostError, UnitUnavailable
 from app.states import execution_state_of
 from app.transitions import compare_and_set, set_fields
 from app.untrusted import clean_text
@@ -440,7 +440,7 @@ def _watch(execution_id: int) -> None:
                 next_unit_check = now + UNIT_CHECK_EVERY_SECONDS
 
 
-def _stopped_elsewhere(execution_id: int, cu_id: int, client: HostConnection, run_id: str) -> bool:
+def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, run_id: str) -> bool:
     """The row says the execution ended (another watcher) or its unit stopped (terminated,
     failed at a supervisor check): stop watching, failing the execution in the second case.
     A cancel its owner asked for is passed on to the unit here (again at each check, until the
@@ -471,7 +471,7 @@ def _stopped_elsewhere(execution_id: int, cu_id: int, client: HostConnection, ru
     return True
 
 
-def _check_silence(client: HostConnection, cu_id: int, error: SparkHostError, silent_for: float,
+def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, silent_for: float,
                    over_limit: Callable[[], str | None] = lambda: None) -> None:
     """The host did not answer about the run: find out whether the unit died, the kernel ended
     its host for going over a limit, the host forgot the run, or this is a hiccup to wait out
