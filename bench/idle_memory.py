@@ -68,14 +68,26 @@ def _memory_of(pid: int) -> dict | None:
 def _kind(name: str, argv: list[str]) -> str:
     """A short label: the program, and for Java and Python the part of the unit it is."""
     line = " ".join(argv)
+    if Path(argv[0]).name in ("gcs_server", "raylet"):  # Ray's own binaries, inside its Python package
+        return f"Ray: {Path(argv[0]).name}"
     if name == "java" or argv[0].endswith("java"):
-        if "CoarseGrainedExecutorBackend" in line or "RayDPExecutor" in line or "executor" in line.lower():
-            return "java: Spark executor"
-        if "AppMasterEntryPoint" in line or "appmaster" in line.lower():
-            return "java: RayDP app master"
-        return "java: Spark driver / other"
+        # The driver is pyspark's gateway JVM; RayDP's launcher starts its app master, a Ray Java
+        # actor; executors are Ray Java actors too, the only JVMs RayDP gives an initial heap.
+        if "pyspark-shell" in argv:
+            return "java: Spark driver"
+        if "org.apache.spark.deploy.raydp.AppMasterEntryPoint" in argv:
+            return "java: RayDP app master launcher"
+        if "io.ray.runtime.runner.worker.DefaultWorker" in argv:
+            return "java: Spark executor" if any(arg.startswith("-Xms") for arg in argv) else "java: RayDP app master"
+        return "java: other"
     if name.startswith(("python", "ray::")) or "python" in argv[0]:
-        for marker, label in (("ray::SparkHost", "python: Spark host actor"), ("ray::", "python: Ray worker"),
+        for marker, label in (("ray::SparkHost", "python: Spark host actor"),
+                              ("ray::_Unwrapped", "python: Spark host actor"),  # compute/spark_host.py
+                              ("ray::RayDPSparkMaster", "python: RayDP master actor"),
+                              ("ray::DashboardAgent", "python: Ray dashboard agent"),
+                              ("ray::RuntimeEnvAgent", "python: Ray runtime env agent"),
+                              ("compute.ray_node", "python: Ray node launcher"),
+                              ("ray::", "python: Ray worker"),
                               ("pyspark.daemon", "python: PySpark worker"), ("pyspark.worker", "python: PySpark worker"),
                               ("dashboard", "python: Ray dashboard"), ("log_monitor", "python: Ray log monitor"),
                               ("runtime_env", "python: Ray runtime env agent"), ("default_worker", "python: Ray worker"),
