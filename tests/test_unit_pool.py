@@ -239,6 +239,44 @@ def unit_events(db_engine, cu_id: int) -> list[str]:
             ComputeUnitEvent.compute_unit_id == cu_id).order_by(ComputeUnitEvent.id))]
 
 
+def test_a_claimed_unit_whose_host_will_not_take_its_key_starts_afresh_for_its_user(portal_config, db_engine):
+    """The hand-over fails (here: its Spark host is not there): the pooled cluster is stopped and the
+    unit starts as a new one, still its user's, with nothing of the pooled cluster kept."""
+    app = create_app(portal_config)  # no pool: this test makes the claimed unit itself
+    client, user = signed_in(app, db_engine)
+    cu_id = created_id(create(client, "handed-over"))
+    with app.app_context():
+        lifecycle.run_start(cu_id)  # a real local cluster, as the pool would have started it
+        pooled = reload(db_engine, ComputeUnit, cu_id)
+        assert pooled.state == "RUNNING", pooled.reason
+        pooled_handle = lifecycle.handle_of(pooled)
+        pooled_pids = cluster_pids(pooled_handle)
+        assert pooled_pids
+        # As a claim leaves it; its host's address one where nothing listens.
+        with Session(db_engine) as db:
+            row = db.get(ComputeUnit, cu_id)
+            row.state, row.progress_step, row.pooled_at, row.claimed_at = "STARTING", pool.HANDING_OVER, utcnow(), utcnow()
+            row.handle = row.handle.replace(pooled_handle.spark_host_url, "http://127.0.0.1:9")
+            db.add(row)
+            db.commit()
+        try:
+            lifecycle.run_start(cu_id)
+            fresh = reload(db_engine, ComputeUnit, cu_id)
+            assert (fresh.state, fresh.owner_id, fresh.pooled_at) == ("RUNNING", user.id, None), fresh.reason
+            fresh_handle = lifecycle.handle_of(fresh)
+            assert fresh_handle.details["cluster_dir"] != pooled_handle.details["cluster_dir"]
+            assert not any(pid in cluster_pids(fresh_handle) for pid in pooled_pids)
+            assert cluster_pids(pooled_handle) == []  # the pooled cluster is gone
+            events = unit_events(db_engine, cu_id)
+            assert any(event.startswith("the unit from the warm pool could not be handed over") and
+                       event.endswith("starting a fresh one") for event in events), events
+            assert events[-1] == "running", events
+        finally:
+            lifecycle.ask_to_stop(cu_id, ("STARTING", "RUNNING"), "the test ends")
+            lifecycle.run_stop(cu_id)
+    assert reload(db_engine, ComputeUnit, cu_id).state == "TERMINATED"
+
+
 def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_is_replaced(
         portal_config, lakehouse, db_engine):
     app = create_app(replace(portal_config, **POOL, LAKEKEEPER_URL=lakehouse.catalog_url,

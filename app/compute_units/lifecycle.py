@@ -411,8 +411,8 @@ def _resume_start(cu: ComputeUnit) -> None:
 
 def _hand_over(cu: ComputeUnit) -> None:
     """A unit claimed from the pool becomes its owner's: its Spark host takes a key of its own
-    (from a new nonce), so what it was started with opens nothing; then it is RUNNING. A host
-    that refuses (it ran something, or it is not there) fails the unit, with the reason."""
+    (from a new nonce), so what it was started with opens nothing; then it is RUNNING. If the
+    host refuses (it ran something, or it is not there), the unit starts afresh instead."""
     handle = handle_of(cu)
     claimed = dataclasses.replace(handle, spark_host_claim_nonce=new_spark_host_nonce())
     claimed = with_spark_host_secret(claimed, current_app.config["SECRET_KEY"])
@@ -420,12 +420,23 @@ def _hand_over(cu: ComputeUnit) -> None:
         with spark_host_client.SparkHostClient(handle, timeout=warmup.HOST_CALL_TIMEOUT_SECONDS) as host:
             host.rekey(secret_digest(claimed.spark_host_secret))
     except spark_host_client.SparkHostError as error:
-        fail(cu.id, f"the unit from the warm pool could not be handed over: {error}. Start another one.",
-             from_states=(State.STARTING,))
+        _start_afresh(cu, handle, f"the unit from the warm pool could not be handed over ({error})")
         return
     _record_handle(cu.id, claimed)
     _transition(cu.id, (State.STARTING,), event="handed over: its Spark host has a key of its own",
                 state=State.RUNNING, progress_step="", last_activity_at=utcnow())
+
+
+def _start_afresh(cu: ComputeUnit, handle: ClusterHandle, why: str) -> None:
+    """A claimed unit whose host would not take its key: what the pool started is stopped, and the
+    unit starts as any new one does, for the same user; nothing of the pooled cluster is kept."""
+    try:
+        _backend(cu).terminate(handle)
+    except Exception:  # the supervisor's clean-up of ended units does not reach a live row: say so
+        logger.exception("compute unit %s: the pooled cluster it was claimed with did not stop", cu.id)
+    if _transition(cu.id, (State.STARTING,), event=f"{why}: starting a fresh one", state=State.PENDING,
+                   progress_step="", handle="{}", pooled_at=None) is not None:
+        run_start(cu.id)
 
 
 def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
