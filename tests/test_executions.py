@@ -81,6 +81,16 @@ def reload(db_engine, model, row_id):
         return db.get(model, row_id)
 
 
+def update_row(db_engine, model, row_id, **values) -> None:
+    """Set `values` on a row, as the worker or another process would."""
+    with Session(db_engine) as db:
+        row = db.get(model, row_id)
+        for name, value in values.items():
+            setattr(row, name, value)
+        db.add(row)
+        db.commit()
+
+
 def make_user(db_engine) -> User:
     subject = known_test_subject()
     return add(db_engine, User(issuer="https://tests.invalid", subject=subject, name=subject,

@@ -9,26 +9,17 @@ import re
 import time
 from datetime import timedelta
 
-from sqlmodel import Session
-
 from app import live_partials
 from app.models import ComputeUnit, Execution, utcnow
-from tests.test_executions import equipped, execution_row, make_user, newcomer, sign_in_as  # noqa: F401 (fixture)
+from tests.test_executions import (  # noqa: F401 (fixture)
+    equipped, execution_row, make_user, newcomer, sign_in_as, update_row as update,
+)
 
 HTMX = {"HX-Request": "true"}
 
 
 def next_poll(body: bytes) -> int:
     return int(re.search(rb'hx-trigger="load delay:(\d+)s"', body).group(1))
-
-
-def update(db_engine, model, row_id, **values) -> None:
-    with Session(db_engine) as db:
-        row = db.get(model, row_id)
-        for name, value in values.items():
-            setattr(row, name, value)
-        db.add(row)
-        db.commit()
 
 
 def progress(*log_moments: float) -> str:

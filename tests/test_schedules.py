@@ -12,7 +12,7 @@ from sqlmodel import Session, select
 from app.models import Execution, Schedule, ScheduledRun
 from app.schedules import firing, service
 from app.worker import Worker
-from tests.test_executions import csrf, equipped, make_user, newcomer, sign_in_as, unit_row  # noqa: F401
+from tests.test_executions import csrf, equipped, make_user, newcomer, sign_in_as, unit_row, update_row  # noqa: F401
 
 T0 = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
 
@@ -161,12 +161,7 @@ def test_the_schedules_page_checks_every_field_and_shows_the_next_times(client, 
 
 
 def set_execution(db_engine, execution_id: int, **fields) -> None:
-    with Session(db_engine) as db:
-        execution = db.get(Execution, execution_id)
-        for name, value in fields.items():
-            setattr(execution, name, value)
-        db.add(execution)
-        db.commit()
+    update_row(db_engine, Execution, execution_id, **fields)
 
 
 def test_a_failed_run_is_retried_after_its_backoff_up_to_the_limit(app, db_engine, monkeypatch):

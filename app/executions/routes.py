@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from flask import Response, current_app, abort, flash, redirect, render_template, request, url_for
@@ -61,15 +62,24 @@ def _execution(execution_id: int) -> Execution:
     return get_owned_or_404(Execution, execution_id)
 
 
-def _live_partial(template: str, execution: Execution, **context):
+def _live_partial(template: str, execution: Execution, context: Callable[[], dict]):
     """A self-polling partial of the execution: while it runs, tagged with its version (a poll that
-    finds it unchanged answers 304) and asking again sooner while it changes."""
+    finds it unchanged answers 304 before `context` is read) and asking again sooner while it changes."""
     if execution.state in ExecutionState.FINAL:
-        return render_template(template, execution=execution, **context)
+        return render_template(template, execution=execution, **context())
     now = time.time()
     delay = live_partials.poll_delay(history.last_change(execution, now), now)
     return live_partials.conditional((template,) + history.live_version(execution, delay), lambda: render_template(
-        template, execution=execution, poll_delay=delay, **context))
+        template, execution=execution, poll_delay=delay, **context()))
+
+
+def _live_context(execution: Execution) -> dict:
+    """What the execution's live part shows besides the row."""
+    completed = execution.state == ExecutionState.COMPLETED
+    return {"progress": history.progress_of(execution), "outputs": history.output_tables(execution),
+            "lineage": history.lineage_of(execution), "failed_step": history.failed_step(execution),
+            "others": history.completed_runs_of(current_user, execution.workflow_id, execution.id)
+            if completed else []}
 
 
 @bp.get("/")
@@ -126,18 +136,12 @@ def new():
 @bp.get("/<int:execution_id>")
 def detail(execution_id: int):
     execution = _execution(execution_id)
-    completed = execution.state == ExecutionState.COMPLETED
-    context = {"execution": execution, "progress": history.progress_of(execution),
-               "outputs": history.output_tables(execution), "lineage": history.lineage_of(execution),
-               "failed_step": history.failed_step(execution),
-               "others": history.completed_runs_of(current_user, execution.workflow_id, execution.id)
-               if completed else []}
     if request.htmx:
-        return _live_partial("executions/_live.html", **context)
+        return _live_partial("executions/_live.html", execution, lambda: _live_context(execution))
     workflow = get_db().get(Workflow, execution.workflow_id)
     cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-    return render_template("executions/detail.html", workflow=workflow, cu=cu, pinned=history.pinned_of(execution),
-                           **context)
+    return render_template("executions/detail.html", execution=execution, workflow=workflow, cu=cu,
+                           pinned=history.pinned_of(execution), **_live_context(execution))
 
 
 @bp.post("/<int:execution_id>/rerun")
@@ -295,7 +299,8 @@ def logs(execution_id: int):
         # While it runs (or if it never ran): the tail the compute unit reports. Once it has
         # ended, the tail partial loads the complete console_logs table in its place.
         if request.htmx:
-            return _live_partial("executions/_log_tail.html", execution, progress=history.progress_of(execution))
+            return _live_partial("executions/_log_tail.html", execution,
+                                 lambda: {"progress": history.progress_of(execution)})
         return render_template("executions/logs.html", execution=execution, progress=history.progress_of(execution),
                                tail=True)
     context = logs_view.page_context(execution, logs_view.LogFilters.from_args(request.args),
