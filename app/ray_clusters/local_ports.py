@@ -15,6 +15,9 @@ from app.ray_clusters.base import ClusterHandle, ClusterStartError
 # Worker port ranges are taken below Linux's ephemeral range (32768+), so outgoing
 # connections never occupy them (single ports come from app.ports, below it too).
 WORKER_PORT_AREA = (20000, 32000)
+# Ports `ray start` checks every other port against even where it starts nothing on them (its
+# Ray Client server's 10001 above all, which units never run): a unit's port must not be one.
+RAY_DEFAULT_PORTS = frozenset({6379, 8265, 10001, 52365})
 _lock = threading.Lock()
 _reserved_ports: set[int] = set()
 
@@ -30,7 +33,7 @@ def port_is_free(port: int) -> bool:
 
 def reserve_port() -> int:
     with _lock:
-        while (port := free_port()) in _reserved_ports:
+        while (port := free_port()) in _reserved_ports or port in RAY_DEFAULT_PORTS:
             pass
         _reserved_ports.add(port)
         return port
@@ -42,7 +45,8 @@ def reserve_port_block(size: int) -> list[int]:
         for _ in range(200):
             first = random.randrange(low, high - size)
             block = list(range(first, first + size))
-            if not _reserved_ports.intersection(block) and all(port_is_free(port) for port in block):
+            if not _reserved_ports.union(RAY_DEFAULT_PORTS).intersection(block) and all(
+                    port_is_free(port) for port in block):
                 _reserved_ports.update(block)
                 return block
     raise ClusterStartError(f"no {size} consecutive free ports between {low} and {high}")
