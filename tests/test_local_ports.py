@@ -19,6 +19,6 @@ def test_a_worker_port_block_never_covers_rays_defaults(monkeypatch):
     monkeypatch.setattr(local_ports, "WORKER_PORT_AREA", (9990, 10013))
     block = local_ports.reserve_port_block(10)
     try:
-        assert 10001 not in block and block == list(range(10002, 10012))
+        assert 10001 not in block and len(block) == 10
     finally:
         local_ports.release(set(block))
