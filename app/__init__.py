@@ -4,7 +4,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from flask import Flask, render_template, request
+from flask import Flask, current_app, render_template, request
+from flask_login import current_user
 from htmx_flask import Htmx
 
 from app.config import PROJECT_ROOT, Config
@@ -34,33 +35,14 @@ def create_app(config: Config | None = None) -> Flask:
     security.init_app(app)
     oidc.init_app(app)
 
-    from app.auth import bp as auth_bp
-    from app.main import bp as main_bp
-    from app.compute_units import bp as compute_units_bp
-    from app.warehouses import bp as warehouses_bp
-    from app.workflows import bp as workflows_bp
-    from app.executions import bp as executions_bp
-    from app.usage import bp as usage_bp
-    from app.tokens import bp as tokens_bp
-    from app.schedules import bp as schedules_bp
-    from app.audit import bp as audit_bp
-    from app.operators import bp as operators_bp
-    from app.api import bp as api_bp
+    from app import (api, audit, auth, compute_units, executions, main, operators, schedules, tokens, usage,
+                     warehouses, workflows)
     from app.api.openapi import spec as api_spec
 
-    app.register_blueprint(auth_bp)
-    app.register_blueprint(main_bp)
-    app.register_blueprint(warehouses_bp)
-    app.register_blueprint(compute_units_bp)
-    app.register_blueprint(workflows_bp)
-    app.register_blueprint(executions_bp)
-    app.register_blueprint(usage_bp)
-    app.register_blueprint(tokens_bp)
-    app.register_blueprint(schedules_bp)
-    app.register_blueprint(audit_bp)
-    app.register_blueprint(operators_bp)
-    app.register_blueprint(api_bp)
-    security.csrf.exempt(api_bp)  # the API takes no cookie: a bearer token, which no other site can send
+    for feature in (auth, main, warehouses, compute_units, workflows, executions, usage, tokens, schedules, audit,
+                    operators, api):
+        app.register_blueprint(feature.bp)
+    security.csrf.exempt(api.bp)  # the API takes no cookie: a bearer token, which no other site can send
     api_spec.register(app)
 
     register_error_pages(app)
@@ -119,14 +101,10 @@ NAVIGATION = [
 
 
 def navigation() -> dict:
-    from flask import current_app
+    from app.roles import is_operator
 
     def has_endpoint(endpoint: str) -> bool:
         return endpoint in current_app.view_functions
-
-    from flask_login import current_user
-
-    from app.roles import is_operator
 
     items = [(label, endpoint) for label, endpoint in NAVIGATION if has_endpoint(endpoint)]
     return {"navigation": items, "has_endpoint": has_endpoint, "is_operator": is_operator(current_user)}

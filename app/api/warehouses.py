@@ -1,6 +1,8 @@
 """The API's warehouses: list, get, test a connection, register, archive; their tables."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from flask_login import current_user
 from spectree import Response
 
@@ -19,18 +21,23 @@ def warehouse_out(row: Warehouse) -> schemas.Warehouse:
     return schemas.Warehouse.model_validate(row, from_attributes=True)
 
 
-def _storage(body: schemas.StorageIn, fields: list[str] | None = None):
+def _storage(body: schemas.StorageIn, fields=forms.CHECKS):
     """The body through the register form's own checks (a refusal names its field)."""
     data = {**body.model_dump(), "path_style_access": "on" if body.path_style_access else ""}
-    storage, errors = forms.parse_storage_form(data, fields=fields) if fields else forms.parse_storage_form(data)
+    storage, errors = forms.parse_storage_form(data, fields)
     if errors:
         field, message = next(iter(errors.items()))
         raise ApiProblem(400, message, field)
     return storage
 
 
-def _refused(error: WarehouseActionError) -> ApiProblem:
-    return ApiProblem(400 if error.field else 409, error.message, error.field)
+@contextmanager
+def _refusals():
+    """A refused action as a problem: 400 naming the field at fault, else 409."""
+    try:
+        yield
+    except WarehouseActionError as error:
+        raise ApiProblem(400 if error.field else 409, error.message, error.field) from None
 
 
 @bp.get("/warehouses")
@@ -45,24 +52,17 @@ def list_warehouses(query: schemas.ListQuery):
                tags=["warehouses"])
 def register_warehouse(json: schemas.StorageIn):
     """Register a warehouse on your bucket: the keys go to the catalog, never into Lakeport."""
-    try:
+    with _refusals():
         return warehouse_out(service.register(current_user, _storage(json))), 201
-    except WarehouseActionError as error:
-        raise _refused(error) from None
 
 
 @bp.post("/warehouses/test-connection")
 @spec.validate(json=schemas.StorageIn, resp=Response(HTTP_200=schemas.StorageReport, **ERRORS), tags=["warehouses"])
 def test_warehouse_connection(json: schemas.StorageIn):
     """Write, read, list and delete a probe object with these keys (nothing is registered)."""
-    storage = _storage(json, ["bucket", "key_prefix", "endpoint", "region", "flavor", "access_key_id",
-                              "secret_access_key"])
-    if not storage.key_prefix:
-        storage.key_prefix = service.default_key_prefix(current_user, storage.name or "warehouse")
-    try:
-        report = service.test_connection(storage)
-    except WarehouseActionError as error:
-        raise _refused(error) from None
+    storage = _storage(json, forms.PROBE_FIELDS)
+    with _refusals():
+        report = service.test_connection(storage, current_user)
     return schemas.StorageReport(ok=report.ok, location=str(report.location), checks=[
         schemas.StorageCheck(name=check.name, outcome=check.outcome.value, message=check.message)
         for check in report.checks])
@@ -80,10 +80,8 @@ def get_warehouse(warehouse_id: int):
 def archive_warehouse(warehouse_id: int):
     """No new executions; those writing into it are stopped; what it holds stays readable."""
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    try:
+    with _refusals():
         service.archive(warehouse)
-    except WarehouseActionError as error:
-        raise _refused(error) from None
     return warehouse_out(warehouse), 202
 
 
@@ -93,10 +91,8 @@ def archive_warehouse(warehouse_id: int):
 def purge_warehouse(warehouse_id: int, json: schemas.PurgeIn):
     """Delete an archived warehouse's tables and files, then the warehouse (cannot be undone)."""
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    try:
+    with _refusals():
         outcome = service.purge(warehouse, json.confirm_name)
-    except WarehouseActionError as error:
-        raise _refused(error) from None
     return schemas.Purged(tables_dropped=outcome.tables_dropped, namespaces_dropped=outcome.namespaces_dropped,
                           pending=outcome.pending)
 
@@ -107,10 +103,8 @@ def purge_warehouse(warehouse_id: int, json: schemas.PurgeIn):
 def list_tables(warehouse_id: int):
     """Every table of the warehouse, by namespace."""
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    try:
+    with _refusals():
         listings = service.browse(warehouse)
-    except WarehouseActionError as error:
-        raise _refused(error) from None
     return [schemas.TableRef(namespace=listing.name, name=table.identifier.name)
             for listing in listings for table in listing.tables]
 

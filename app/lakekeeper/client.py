@@ -61,21 +61,17 @@ class LakekeeperClient:
         self.project_id = project_id or DEFAULT_PROJECT_ID
         self.retries = retries
         self.backoff = backoff
-        self._token_source = token_source
+        # Where this client's bearer tokens come from (the portal's Iceberg reads share it).
+        self.token_source = token_source
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
 
     def __repr__(self) -> str:
         return f"LakekeeperClient({self.base_url!r}, project_id={self.project_id!r})"
 
-    @property
-    def token_source(self) -> TokenSource:
-        """Where this client's bearer tokens come from (the portal's Iceberg reads share it)."""
-        return self._token_source
-
     def user_token(self, subject: str, warehouse_id: str | None = None) -> ScopedToken:
         """A fresh catalog token acting as the user `subject`, for one execution in the
         warehouse `warehouse_id` (Lakekeeper's id); see `ClientCredentialsTokenSource.user_token`."""
-        return self._token_source.user_token(subject, warehouse_id)
+        return self.token_source.user_token(subject, warehouse_id)
 
     def close(self) -> None:
         self._http.close()
@@ -368,7 +364,7 @@ class LakekeeperClient:
             if response.status_code == 401 and not token_renewed and token is None:
                 # The token may have been revoked or have expired early: one more try with a
                 # fresh one, not counted as an attempt. Lakekeeper did nothing on a 401.
-                self._token_source.invalidate()
+                self.token_source.invalidate()
                 token_renewed = True
                 attempt -= 1
                 continue
@@ -384,7 +380,7 @@ class LakekeeperClient:
 
     def _headers(self, operation: str, token: str | None = None) -> dict[str, str]:
         try:
-            token = token or self._token_source.token()
+            token = token or self.token_source.token()
         except ServiceTokenError as error:
             error.operation = operation
             raise

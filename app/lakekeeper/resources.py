@@ -39,19 +39,12 @@ class S3StorageProfile:
     sts_enabled: bool = False
 
     def to_api(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "type": "s3", "bucket": self.bucket, "region": self.region, "sts-enabled": self.sts_enabled,
-        }
-        optional = {
-            "key-prefix": self.key_prefix, "endpoint": self.endpoint,
-            "path-style-access": self.path_style_access, "flavor": self.flavor,
-        }
-        body.update({key: value for key, value in optional.items() if value is not None})
-        return body
+        optional = {"key-prefix": self.key_prefix, "endpoint": self.endpoint,
+                    "path-style-access": self.path_style_access, "flavor": self.flavor}
+        return {"type": "s3", "bucket": self.bucket, "region": self.region, "sts-enabled": self.sts_enabled,
+                **{key: value for key, value in optional.items() if value is not None}}
 
-    @classmethod
-    def from_api(cls, data: dict[str, Any]) -> "S3StorageProfile":
-        return _from_api(cls, data)
+    from_api = classmethod(_from_api)
 
 
 @dataclass(frozen=True)
@@ -91,9 +84,7 @@ class DeleteProfile:
             return {"type": "soft", "expiration-seconds": self.expiration_seconds}
         return {"type": "hard"}
 
-    @classmethod
-    def from_api(cls, data: dict[str, Any]) -> "DeleteProfile":
-        return _from_api(cls, data)
+    from_api = classmethod(_from_api)
 
 
 @dataclass(frozen=True)
@@ -227,9 +218,7 @@ class CatalogRole:
     id: str
     name: str
 
-    @classmethod
-    def from_api(cls, data: dict[str, Any]) -> "CatalogRole":
-        return _from_api(cls, data)
+    from_api = classmethod(_from_api)
 
 
 @dataclass(frozen=True)
@@ -241,6 +230,4 @@ class CatalogUser:
     user_type: str  # "human" or "application"
     email: str | None = None
 
-    @classmethod
-    def from_api(cls, data: dict[str, Any]) -> "CatalogUser":
-        return _from_api(cls, data)
+    from_api = classmethod(_from_api)

@@ -50,16 +50,15 @@ def finish_closing(warehouse_id: int) -> None:
         logger.warning("warehouse %s: the catalog's part of %s failed: %s", warehouse_id, step, error.message)
         warehouse.closing_error = error.message[:2000]
         warehouse.closing_due_at = utcnow() + timedelta(seconds=CLOSING_RETRY_SECONDS)
+        warehouse.updated_at = utcnow()
     else:
-        if step == service.CLOSING_PURGE and done:
-            return  # the row is gone with the warehouse
-        if not done:
+        if not done:  # a purge whose tasks still run
             warehouse.closing_due_at = utcnow() + timedelta(seconds=service.PURGE_RETRY_SECONDS)
-            db.add(warehouse)
-            db.commit()
-            return
-        logger.info("warehouse %s: the catalog's part of %s is done", warehouse_id, step)
-        warehouse.closing, warehouse.closing_error, warehouse.closing_due_at = "", "", None
-    warehouse.updated_at = utcnow()
+        elif step == service.CLOSING_PURGE:
+            return  # the row is gone with the warehouse
+        else:
+            logger.info("warehouse %s: the catalog's part of %s is done", warehouse_id, step)
+            service.owe_nothing(warehouse)
+            warehouse.updated_at = utcnow()
     db.add(warehouse)
     db.commit()

@@ -19,6 +19,8 @@ FLAVORS = {"s3-compat": "S3-compatible (SeaweedFS, MinIO, Ceph, …)", "aws": "A
 REGISTER_FIELDS = ("name", "bucket", "key_prefix", "endpoint", "region", "path_style_access", "flavor",
                    "access_key_id", "secret_access_key")
 SECRET_FIELDS = ("secret_access_key",)
+# What the connection test needs: the storage and its keys (no name).
+PROBE_FIELDS = ("bucket", "key_prefix", "endpoint", "region", "flavor", "access_key_id", "secret_access_key")
 
 
 def check_name(value: str, _form: dict) -> str | None:

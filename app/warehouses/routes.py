@@ -17,12 +17,13 @@ def form_choices() -> dict:
     return {"flavors": forms.FLAVORS}
 
 
-def _to_detail(warehouse_id: int):
+def _to(url: str):
     """After an action: a redirect, as HTMX or as a plain browser expects it."""
-    url = url_for("warehouses.detail", warehouse_id=warehouse_id)
-    if request.htmx:
-        return make_response("", redirect=url)
-    return redirect(url)
+    return make_response("", redirect=url) if request.htmx else redirect(url)
+
+
+def _to_detail(warehouse_id: int):
+    return _to(url_for("warehouses.detail", warehouse_id=warehouse_id))
 
 
 @bp.get("/")
@@ -52,14 +53,11 @@ def validate_field(field: str):
 
 @bp.post("/test-connection")
 def test_connection():
-    storage, errors = forms.parse_storage_form(request.form, fields=[
-        "bucket", "key_prefix", "endpoint", "region", "flavor", "access_key_id", "secret_access_key"])
+    storage, errors = forms.parse_storage_form(request.form, fields=forms.PROBE_FIELDS)
     if errors:
         return render_template("warehouses/_probe_result.html", report=None, errors=errors), 422
-    if not storage.key_prefix:
-        storage.key_prefix = service.default_key_prefix(current_user, storage.name or "warehouse")
     try:
-        report = service.test_connection(storage)
+        report = service.test_connection(storage, current_user)
     except WarehouseActionError as error:
         return render_template("warehouses/_probe_result.html", report=None, errors={error.field: error.message}), 422
     return render_template("warehouses/_probe_result.html", report=report, errors={})
@@ -72,10 +70,7 @@ def create():
         try:
             warehouse = service.register(current_user, storage)
         except WarehouseActionError as error:
-            if error.field:
-                errors[error.field] = error.message
-            else:
-                errors["form"] = error.message
+            errors[error.field or "form"] = error.message
         else:
             flash(f"Warehouse {warehouse.name} is registered.", "success")
             return redirect(url_for("warehouses.detail", warehouse_id=warehouse.id))
@@ -101,15 +96,18 @@ def _shares_context(warehouse: Warehouse, errors: dict | None = None, values=Non
             "stays_yours": "Credentials, rotation and closing stay yours."}
 
 
+def _shares_panel(warehouse: Warehouse, errors: dict | None = None, values=None, status: int = 200):
+    return render_template("_shares.html", warehouse=warehouse, **_shares_context(warehouse, errors, values)), status
+
+
 @bp.post("/<int:warehouse_id>/shares")
 def share(warehouse_id: int):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
     try:
         sharing.share(warehouse, request.form)
     except sharing.ShareRefused as refusal:
-        return render_template("_shares.html", warehouse=warehouse, **_shares_context(
-            warehouse, {refusal.field or "form": refusal.message}, request.form)), 422
-    return render_template("_shares.html", warehouse=warehouse, **_shares_context(warehouse))
+        return _shares_panel(warehouse, {refusal.field or "form": refusal.message}, request.form, 422)
+    return _shares_panel(warehouse)
 
 
 @bp.post("/<int:warehouse_id>/shares/<int:share_id>/revoke")
@@ -118,9 +116,8 @@ def revoke_share(warehouse_id: int, share_id: int):
     try:
         sharing.revoke(warehouse, share_id)
     except sharing.ShareRefused as refusal:
-        return render_template("_shares.html", warehouse=warehouse, **_shares_context(
-            warehouse, {"form": refusal.message})), 422
-    return render_template("_shares.html", warehouse=warehouse, **_shares_context(warehouse))
+        return _shares_panel(warehouse, {"form": refusal.message}, status=422)
+    return _shares_panel(warehouse)
 
 
 @bp.get("/<int:warehouse_id>/contents")
@@ -229,11 +226,9 @@ def purge(warehouse_id: int):
     if outcome.pending:
         flash(f"Warehouse {name} is being purged: {removed}; Lakekeeper still deletes their files, and the "
               "warehouse goes once it has.", "info")
-        url = url_for("warehouses.detail", warehouse_id=warehouse_id)
-    else:
-        flash(f"Warehouse {name} is purged: {removed}.", "success")
-        url = url_for("warehouses.index")
-    return make_response("", redirect=url) if request.htmx else redirect(url)
+        return _to_detail(warehouse_id)
+    flash(f"Warehouse {name} is purged: {removed}.", "success")
+    return _to(url_for("warehouses.index"))
 
 
 @bp.get("/<int:warehouse_id>/closing")

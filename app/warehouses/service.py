@@ -41,11 +41,9 @@ def default_key_prefix(owner: User, name: str) -> str:
     return f"lakeport/{lakekeeper_name(owner, name)}"
 
 
-def location_of(form: StorageForm) -> S3Location:
-    return S3Location(
-        bucket=form.bucket, region=form.region, key_prefix=form.key_prefix,
-        endpoint=form.endpoint or None, path_style=form.path_style_access,
-    )
+def location_of(storage: StorageForm | Warehouse) -> S3Location:
+    return S3Location(bucket=storage.bucket, region=storage.region, key_prefix=storage.key_prefix,
+                      endpoint=storage.endpoint or None, path_style=storage.path_style_access)
 
 
 def check_endpoint(location: S3Location) -> None:
@@ -61,8 +59,11 @@ def check_endpoint(location: S3Location) -> None:
         raise WarehouseActionError(refusal.message, field="endpoint") from None
 
 
-def test_connection(form: StorageForm) -> ProbeReport:
-    """Write, read, list and delete a probe object with the given keys, held in memory only."""
+def test_connection(form: StorageForm, owner: User | None = None) -> ProbeReport:
+    """Write, read, list and delete a probe object with the given keys, held in memory only; for
+    `owner`'s new warehouse, under its default key prefix when the form names none."""
+    if owner is not None and not form.key_prefix:
+        form = replace(form, key_prefix=default_key_prefix(owner, form.name or "warehouse"))
     location = location_of(form)
     check_endpoint(location)
     return probe_storage(location, S3Credentials(form.access_key_id, form.secret_access_key),
@@ -157,10 +158,7 @@ def rename(warehouse: Warehouse, new_name: str) -> None:
     if name_taken(owner, new_name, except_id=warehouse.id):
         raise WarehouseActionError("You already have a warehouse with this name.", field="name")
     new_lakekeeper_name = lakekeeper_name(owner, new_name)
-    try:
-        lakekeeper().rename_warehouse(warehouse.lakekeeper_id, new_lakekeeper_name)
-    except LakekeeperError as error:
-        raise WarehouseActionError(error.user_message) from error
+    _call(lambda: lakekeeper().rename_warehouse(warehouse.lakekeeper_id, new_lakekeeper_name))
     before = warehouse.name
     warehouse.name, warehouse.lakekeeper_name = new_name, new_lakekeeper_name
     _save(warehouse)
@@ -169,15 +167,11 @@ def rename(warehouse: Warehouse, new_name: str) -> None:
 
 def rotate_credentials(warehouse: Warehouse, access_key_id: str, secret_access_key: str) -> ProbeReport:
     """Send the new keys straight to Lakekeeper (which validates them), then re-test the connection."""
-    location = S3Location(bucket=warehouse.bucket, region=warehouse.region, key_prefix=warehouse.key_prefix,
-                          endpoint=warehouse.endpoint or None, path_style=warehouse.path_style_access)
+    location = location_of(warehouse)
     # The endpoint was allowed at registration; its name may resolve elsewhere now.
     check_endpoint(location)
     credential = S3AccessKeyCredential(access_key_id, secret_access_key)
-    try:
-        lakekeeper().update_storage_credential(warehouse.lakekeeper_id, credential)
-    except LakekeeperError as error:
-        raise WarehouseActionError(error.user_message) from error
+    _call(lambda: lakekeeper().update_storage_credential(warehouse.lakekeeper_id, credential))
     _save(warehouse)
     audit.record("warehouse.rotate_keys", warehouse)
     return probe_storage(location, S3Credentials(access_key_id, secret_access_key), policy=portal_policy())
@@ -187,21 +181,15 @@ def deactivate(warehouse: Warehouse) -> int:
     """Lakekeeper refuses all access to a deactivated warehouse: executions writing into it are
     stopped (returns how many)."""
     _require(warehouse, WarehouseStatus.ACTIVE, "Only an active warehouse can be deactivated.")
-    # The row first (no new executions), then the runs stop: their clean-up (dropping partial
-    # results) still needs the warehouse, which Lakekeeper closes last.
     warehouse.status = WarehouseStatus.INACTIVE
-    _save(warehouse)
-    audit.record("warehouse.deactivate", warehouse, before=WarehouseStatus.ACTIVE, after=warehouse.status)
-    stopped = close_warehouse(warehouse, "was deactivated")
-    _close_in_catalog(warehouse, CLOSING_DEACTIVATE, previous=WarehouseStatus.ACTIVE)
-    return stopped
+    return _close(warehouse, CLOSING_DEACTIVATE, WarehouseStatus.ACTIVE, "was deactivated")
 
 
 def activate(warehouse: Warehouse) -> None:
     _require(warehouse, WarehouseStatus.INACTIVE, "Only a deactivated warehouse can be activated.")
     _call(lambda: lakekeeper().activate_warehouse(warehouse.lakekeeper_id))
     warehouse.status = WarehouseStatus.ACTIVE
-    _owe_nothing(warehouse)  # a deactivation still owed is called off
+    owe_nothing(warehouse)  # a deactivation still owed is called off
     _save(warehouse)
     audit.record("warehouse.activate", warehouse, before=WarehouseStatus.INACTIVE, after=warehouse.status)
 
@@ -215,16 +203,9 @@ def archive(warehouse: Warehouse) -> int:
     if previous == WarehouseStatus.INACTIVE:
         # Reads need an active warehouse in Lakekeeper; archived data stays readable.
         _call(lambda: lakekeeper().activate_warehouse(warehouse.lakekeeper_id))
-        _owe_nothing(warehouse)
-    # The row first (no new executions), then the runs stop: their clean-up (dropping partial
-    # results) still needs write access, which goes last.
-    warehouse.status = WarehouseStatus.ARCHIVED
-    warehouse.archived_at = utcnow()
-    _save(warehouse)
-    audit.record("warehouse.archive", warehouse, before=previous, after=warehouse.status)
-    stopped = close_warehouse(warehouse, "was archived")
-    _close_in_catalog(warehouse, CLOSING_ARCHIVE, previous=previous)
-    return stopped
+        owe_nothing(warehouse)
+    warehouse.status, warehouse.archived_at = WarehouseStatus.ARCHIVED, utcnow()
+    return _close(warehouse, CLOSING_ARCHIVE, previous, "was archived")
 
 
 CLOSING_DEACTIVATE, CLOSING_ARCHIVE = "deactivate", "archive"
@@ -232,15 +213,19 @@ CLOSING_DEACTIVATE, CLOSING_ARCHIVE = "deactivate", "archive"
 CLOSING_WAIT_SECONDS = 30.0
 
 
-def _close_in_catalog(warehouse: Warehouse, step: str, previous: str) -> None:
-    """The catalog's part of deactivating or archiving, now if nothing still writes into the
-    warehouse (a refusal then undoes the step, and says why), else owed to the worker once the
-    runs it stopped have ended (app/warehouses/closing.py): a request never waits on a unit."""
+def _close(warehouse: Warehouse, step: str, previous: str, why: str) -> int:
+    """Deactivate or archive (the row's new status set): the row first (no new executions), then
+    the runs writing into it stop (returns how many), then the catalog's part, since their clean-up
+    (dropping partial results) still needs the access it takes away. That part is done now if
+    nothing still writes into the warehouse (a refusal then undoes the step, and says why), else
+    owed to the worker once the runs have ended (app/warehouses/closing.py): a request never
+    waits on a unit."""
+    _save(warehouse)
+    audit.record(f"warehouse.{step}", warehouse, before=previous, after=warehouse.status)
+    stopped = close_warehouse(warehouse, why)
     if running_into(warehouse):
-        warehouse.closing, warehouse.closing_error = step, ""
-        warehouse.closing_due_at = utcnow() + timedelta(seconds=CLOSING_WAIT_SECONDS)
-        _save(warehouse)
-        return
+        _owe(warehouse, step, CLOSING_WAIT_SECONDS)
+        return stopped
     try:
         catalog_step(warehouse, step)
     except WarehouseActionError:
@@ -249,6 +234,7 @@ def _close_in_catalog(warehouse: Warehouse, step: str, previous: str) -> None:
             warehouse.archived_at = None
         _save(warehouse)
         raise
+    return stopped
 
 
 def running_into(warehouse: Warehouse) -> bool:
@@ -273,7 +259,14 @@ def catalog_step(warehouse: Warehouse, step: str) -> bool:
     return True
 
 
-def _owe_nothing(warehouse: Warehouse) -> None:
+def _owe(warehouse: Warehouse, step: str, seconds: float) -> None:
+    """Leave the catalog's part of `step` to the worker, due in `seconds` at the latest."""
+    warehouse.closing, warehouse.closing_error = step, ""
+    warehouse.closing_due_at = utcnow() + timedelta(seconds=seconds)
+    _save(warehouse)
+
+
+def owe_nothing(warehouse: Warehouse) -> None:
     warehouse.closing, warehouse.closing_error, warehouse.closing_due_at = "", "", None
 
 
@@ -300,24 +293,13 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
         raise WarehouseActionError("Type the warehouse's name exactly to confirm the purge.", field="confirm_name")
     close_warehouse(warehouse, "was purged")  # none, unless one slipped past the archive
     client = lakekeeper()
-    try:
-        contents = client.purge_warehouse_contents(warehouse.lakekeeper_name)
-    except LakekeeperError as error:
-        if error.status != 404:
-            raise WarehouseActionError(error.user_message) from error
-        contents = None
-    try:
-        # Lakekeeper drops a deleted warehouse's grants only on a best-effort basis: revoke them first.
-        client.set_warehouse_assignments(warehouse.lakekeeper_id, [])
-    except LakekeeperError as error:
-        if error.status != 404:
-            raise WarehouseActionError(error.user_message) from error
+    contents = _call(lambda: client.purge_warehouse_contents(warehouse.lakekeeper_name), missing_ok=True)
+    # Lakekeeper drops a deleted warehouse's grants only on a best-effort basis: revoke them first.
+    _call(lambda: client.set_warehouse_assignments(warehouse.lakekeeper_id, []), missing_ok=True)
     outcome = PurgeOutcome(contents.tables_dropped if contents else 0, contents.namespaces_dropped if contents else 0)
     audit.record("warehouse.purge", warehouse, name=warehouse.name, tables_dropped=outcome.tables_dropped)
     if not _delete_purged(warehouse):
-        warehouse.closing, warehouse.closing_error = CLOSING_PURGE, ""
-        warehouse.closing_due_at = utcnow() + timedelta(seconds=PURGE_RETRY_SECONDS)
-        _save(warehouse)
+        _owe(warehouse, CLOSING_PURGE, PURGE_RETRY_SECONDS)
         outcome.pending = True
     return outcome
 
@@ -371,10 +353,14 @@ def _require(warehouse: Warehouse, status: str, message: str) -> None:
         raise WarehouseActionError(message)
 
 
-def _call(action) -> None:
+def _call(action, *, missing_ok: bool = False):
+    """`action()`'s result, a refusal of Lakekeeper's raised for the user (None for a 404 with
+    `missing_ok`: gone already)."""
     try:
-        action()
+        return action()
     except LakekeeperError as error:
+        if missing_ok and error.status == 404:
+            return None
         raise WarehouseActionError(error.user_message) from error
 
 

@@ -63,12 +63,9 @@ def catalog_assignments(warehouse: Warehouse) -> list[WarehouseAssignment]:
     wanted = ([WarehouseAssignment(relation, user=owner) for relation in RELATIONS[READ]] if archived
               else [WarehouseAssignment("ownership", user=owner)])
     for share, user in shares_of(warehouse):
-        relations = RELATIONS[READ if archived else share.level]
-        if user is not None:
-            wanted += [WarehouseAssignment(relation, user=lakekeeper_user_id(user.subject)) for relation in relations]
-        else:
-            role_id = _role_of(share.group_name)
-            wanted += [WarehouseAssignment(relation, role=role_id) for relation in relations]
+        holder = ({"user": lakekeeper_user_id(user.subject)} if user is not None
+                  else {"role": _group_role(share.group_name)})
+        wanted += [WarehouseAssignment(relation, **holder) for relation in RELATIONS[READ if archived else share.level]]
     return wanted
 
 
@@ -91,7 +88,7 @@ def share(warehouse: Warehouse, values) -> WarehouseShare:
         row = WarehouseShare(warehouse_id=warehouse.id, level=level, **fields)
     row.level = level
     if "group_name" in fields:
-        _ensure_group_role(fields["group_name"])
+        _group_role(fields["group_name"])
     db.add(row)
     try:
         db.flush()  # the share counts in the grants below; committed only once Lakekeeper has them
@@ -128,12 +125,7 @@ def _mirror(warehouse: Warehouse, undo=None) -> None:
         raise ShareRefused(error.user_message) from error
 
 
-def _role_of(group: str) -> str:
-    role = get_db().exec(select(GroupRole).where(GroupRole.group_name == group)).first()
-    return role.lakekeeper_role_id if role else _ensure_group_role(group)
-
-
-def _ensure_group_role(group: str) -> str:
+def _group_role(group: str) -> str:
     """The group's Lakekeeper role id, made on its first share, with the group's members as of
     their last sign-in as its assignees."""
     db = get_db()
