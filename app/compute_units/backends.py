@@ -6,7 +6,7 @@ from pathlib import Path
 from app.ray_clusters.base import ClusterBackend
 from app.ray_clusters.existing import ExistingClusterBackend
 from app.ray_clusters.kuberay import KubeRayBackend, KubernetesConnection
-from app.ray_clusters.listed import ListedCluster, clusters_for, parse_listed_clusters
+from app.ray_clusters.listed import clusters_for, parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
 from app.ray_clusters.local_limits import LocalLimits
 
@@ -15,20 +15,6 @@ KIND_LABELS = {
     "existing": "Existing Ray cluster (one listed here)",
     "kuberay": "Kubernetes (KubeRay RayCluster)",
 }
-
-
-def enabled_kinds(config) -> list[str]:
-    return [kind.strip() for kind in config["CU_KINDS"].split(",") if kind.strip() in KIND_LABELS]
-
-
-def ray_clusters_for(config, email: str) -> list[ListedCluster]:
-    """The operator-listed Ray clusters this user may attach units to."""
-    return clusters_for(config["RAY_CLUSTERS"], email)
-
-
-def offered_kinds(config, clusters: list[str]) -> list[str]:
-    """The enabled kinds, without `existing` for a user who may attach to no listed cluster."""
-    return [kind for kind in enabled_kinds(config) if kind != "existing" or clusters]
 
 
 def local_limits(config) -> LocalLimits:
@@ -54,6 +40,8 @@ def backend_for(kind: str, config) -> ClusterBackend:
 
 
 def unit_choices(config, user) -> tuple[list[str], list[str]]:
-    """(kinds, names of the listed Ray clusters) `user` may choose from for a new unit."""
-    clusters = [cluster.name for cluster in ray_clusters_for(config, user.email)]
-    return offered_kinds(config, clusters), clusters
+    """(kinds, names of the listed Ray clusters) `user` may choose from for a new unit: the enabled
+    kinds, without `existing` for a user who may attach to no listed cluster."""
+    clusters = [cluster.name for cluster in clusters_for(config["RAY_CLUSTERS"], user.email)]
+    kinds = [kind.strip() for kind in config["CU_KINDS"].split(",") if kind.strip() in KIND_LABELS]
+    return [kind for kind in kinds if kind != "existing" or clusters], clusters

@@ -182,8 +182,8 @@ def touch(cu_id: int) -> None:
 def handle_of(cu: ComputeUnit) -> ClusterHandle | None:
     """The cluster's handle, with its token restored from where the cluster keeps it and the
     unit's Spark host secret derived again."""
-    data = json.loads(cu.handle or "{}")
-    return _with_secrets(cu, ClusterHandle(**data)) if data else None
+    handle = recorded_handle(cu)
+    return _with_secrets(cu, handle) if handle else None
 
 
 def _with_secrets(cu: ComputeUnit, handle: ClusterHandle) -> ClusterHandle:
@@ -202,21 +202,21 @@ def create(owner: User, values: dict) -> ComputeUnit:
         db.rollback()
         raise ComputeUnitError(f"You can have at most {limit} compute units running at once. "
                                "Terminate one first.")
-    if pool.fits(values, current_app.config) and (cu := pool.claim(db, owner, values)) is not None:
-        db.commit()
-        audit.record("unit.create", cu, name=cu.name, kind=cu.kind, cpus=cu.cpus, memory_gb=cu.memory_gb,
-                     worker_nodes=cu.worker_nodes, from_pool=True, actor=owner)
-        return cu
-    try:
-        cu = _insert_with_port(db, owner, values) if values["kind"] == "existing" else _insert(db, owner, values)
-    except ComputeUnitError:
-        db.rollback()  # releases the user's row
-        raise
-    record_event(db, cu, f"requested: {cu.kind}, {cu.cpus} CPU and {cu.memory_gb:g} GiB per node, "
-                         f"{cu.worker_nodes} worker node(s)" + (f", on {cu.ray_cluster}" if cu.ray_cluster else ""))
+    cu = pool.claim(db, owner, values) if pool.fits(values, current_app.config) else None
+    if cu is not None:
+        origin = {"from_pool": True}
+    else:
+        try:
+            cu = _insert_with_port(db, owner, values) if values["kind"] == "existing" else _insert(db, owner, values)
+        except ComputeUnitError:
+            db.rollback()  # releases the user's row
+            raise
+        record_event(db, cu, f"requested: {cu.kind}, {cu.cpus} CPU and {cu.memory_gb:g} GiB per node, "
+                             f"{cu.worker_nodes} worker node(s)" + (f", on {cu.ray_cluster}" if cu.ray_cluster else ""))
+        origin = {"ray_cluster": cu.ray_cluster}
     db.commit()
     audit.record("unit.create", cu, name=cu.name, kind=cu.kind, cpus=cu.cpus, memory_gb=cu.memory_gb,
-                 worker_nodes=cu.worker_nodes, ray_cluster=cu.ray_cluster, actor=owner)
+                 worker_nodes=cu.worker_nodes, **origin, actor=owner)
     return cu
 
 
@@ -247,6 +247,12 @@ def _insert_with_port(db: Session, owner: User, values: dict) -> ComputeUnit:
             continue  # taken meanwhile by a unit created at the same moment
     raise ComputeUnitError(f"All {len(cluster.ports())} Spark host ports of the Ray cluster {cluster.name} "
                            "are held by running units. Try again once one has ended.", "ray_cluster")
+
+
+def _load(cu_id: int) -> ComputeUnit | None:
+    """The unit's row as it is now, read in a short session of its own."""
+    with Session(engine(), expire_on_commit=False) as db:
+        return db.get(ComputeUnit, cu_id)
 
 
 def _update(cu_id: int, **changes) -> ComputeUnit | None:
@@ -302,8 +308,7 @@ def fail(cu_id: int, reason: str, from_states: Iterable[str] = (State.RUNNING,),
 def run_start(cu_id: int) -> None:
     """The worker's part of a PENDING unit: start its cluster, then its Spark session. A STARTING
     unit found here was being started by a worker that stopped (its lease ran out)."""
-    with Session(engine(), expire_on_commit=False) as db:
-        cu = db.get(ComputeUnit, cu_id)
+    cu = _load(cu_id)
     if cu is None or cu.state not in (State.PENDING, State.STARTING):
         return
     if cu.state == State.STARTING:
@@ -447,8 +452,7 @@ def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
     try:
         warmup.ensure_warm(cu, handle, _backend(cu))
     except warmup.SparkHostUnavailable as error:
-        with Session(engine()) as db:
-            still_running = (latest := db.get(ComputeUnit, cu.id)) is not None and latest.state == State.RUNNING
+        still_running = (latest := _load(cu.id)) is not None and latest.state == State.RUNNING
         if still_running and pool.is_pooled(cu):  # a pooled unit is only any use warm: the pool replaces it
             fail(cu.id, f"its Spark session did not start: {error}")
         elif still_running:  # otherwise it was terminated or failed meanwhile, which says enough
@@ -476,10 +480,8 @@ def terminate(cu: ComputeUnit, reason: str = "") -> None:
 
 def _stop_cluster(cu_id: int) -> None:
     """Stop whatever of the unit's cluster still runs (idempotent); raises what the backend raises."""
-    with Session(engine()) as db:
-        cu = db.get(ComputeUnit, cu_id)
-        handle = handle_of(cu) if cu else None
-    if handle is not None:
+    cu = _load(cu_id)
+    if cu is not None and (handle := handle_of(cu)) is not None:
         backend = _backend(cu)
         if backend.detaches_only:
             spark_host_client.stop_host(handle)
@@ -489,10 +491,8 @@ def _stop_cluster(cu_id: int) -> None:
 def run_stop(cu_id: int) -> None:
     """The worker's part of a TERMINATING unit: stop its cluster, then record TERMINATED (or FAILED
     when it could not be stopped cleanly)."""
-    with Session(engine()) as db:
-        cu = db.get(ComputeUnit, cu_id)
-        if cu is None or cu.state != State.TERMINATING:
-            return
+    if (cu := _load(cu_id)) is None or cu.state != State.TERMINATING:
+        return
     try:
         _stop_cluster(cu_id)
     except DATABASE_UNAVAILABLE:
@@ -553,7 +553,6 @@ def recorded_handle(cu: ComputeUnit) -> ClusterHandle | None:
 
 def _fail_and_reload(cu: ComputeUnit, reason: str) -> None:
     fail(cu.id, reason)
-    with Session(engine(), expire_on_commit=False) as db:
-        latest = db.get(ComputeUnit, cu.id)
+    latest = _load(cu.id)
     for name in ("state", "reason", "ended_at", "progress_step"):
         setattr(cu, name, getattr(latest, name))

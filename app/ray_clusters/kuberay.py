@@ -145,9 +145,10 @@ _CONTAINER_SECURITY = {
 }
 
 
-def _pod_spec(container: dict) -> dict:
-    return {"automountServiceAccountToken": False, "securityContext": copy.deepcopy(_POD_SECURITY),
-            "containers": [container]}
+def _pod_template(labels: dict[str, str], container: dict) -> dict:
+    return {"metadata": {"labels": labels},
+            "spec": {"automountServiceAccountToken": False, "securityContext": copy.deepcopy(_POD_SECURITY),
+                     "containers": [container]}}
 
 
 def _ray_container(name: str, spec: ClusterSpec, image: str, ports: list[dict]) -> dict:
@@ -189,10 +190,7 @@ def render_raycluster(spec: ClusterSpec, *, name: str, namespace: str, image: st
             "authOptions": {"mode": "token", "secretName": token_secret},
             "headGroupSpec": {
                 "rayStartParams": {**start_params, "dashboard-host": "0.0.0.0"},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": _pod_spec(_ray_container("ray-head", spec, image, head_ports)),
-                },
+                "template": _pod_template(labels, _ray_container("ray-head", spec, image, head_ports)),
             },
         },
     }
@@ -203,10 +201,7 @@ def render_raycluster(spec: ClusterSpec, *, name: str, namespace: str, image: st
             "minReplicas": spec.worker_nodes,
             "maxReplicas": spec.worker_nodes,
             "rayStartParams": dict(start_params),
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": _pod_spec(_ray_container("ray-worker", spec, image, [])),
-            },
+            "template": _pod_template(labels, _ray_container("ray-worker", spec, image, [])),
         }]
     return manifest
 
@@ -310,14 +305,8 @@ def _figures(status: dict, head_ready: bool, ready_workers: int) -> dict:
 class KubeRayBackend(ClusterBackend):
     kind = "kuberay"
 
-    def __init__(
-        self,
-        connection: KubernetesConnection,
-        *,
-        image: str,
-        transport: httpx.BaseTransport | None = None,
-        poll_interval_s: float = 2.0,
-    ) -> None:
+    def __init__(self, connection: KubernetesConnection, *, image: str,
+                 transport: httpx.BaseTransport | None = None, poll_interval_s: float = 2.0) -> None:
         self.connection = connection
         self.image = image
         self.api = KubernetesApi(connection, transport=transport)

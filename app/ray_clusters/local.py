@@ -92,6 +92,10 @@ DEFAULT_BASE_DIR = Path(tempfile.gettempdir()) / "lakeport-cu"
 _RAY_SOCKET_SUFFIX_LEN = 66
 _SOCKET_PATH_MAX = 107
 WORKER_PORTS_PER_NODE = 100
+# A node's own ports, by the names its handle records, and the `ray start` options that take them.
+_NODE_PORT_OPTIONS = {"node_manager": "node-manager-port", "object_manager": "object-manager-port",
+                      "agent_http": "dashboard-agent-listen-port", "agent_grpc": "dashboard-agent-grpc-port",
+                      "runtime_env_agent": "runtime-env-agent-port", "metrics_export": "metrics-export-port"}
 # Ports the portal reaches inside a unit, through ingress bridges.
 _INGRESS_PORTS = ("dashboard", "spark_host")
 # The record name of the process that starts a unit's Spark host with the unit (compute/unit_init.py).
@@ -257,8 +261,7 @@ class LocalClusterBackend(ClusterBackend):
     def _plan_node(self, handle: ClusterHandle, spec: ClusterSpec, role: str) -> None:
         cluster_dir = Path(handle.details["cluster_dir"])
         node_dir = cluster_dir / ("h" if role == "head" else f"w{role.split('-')[1]}")
-        ports = {name: local_ports.reserve_port() for name in ("node_manager", "object_manager", "agent_http",
-                                                    "agent_grpc", "runtime_env_agent", "metrics_export")}
+        ports = {name: local_ports.reserve_port() for name in _NODE_PORT_OPTIONS}
         node = {"role": role, "ports": ports, "dir": str(node_dir), "log": str(cluster_dir / f"{role}.log"),
                 "cpus": spec.cpus_per_node, "memory_bytes": spec.memory_bytes_per_node - spec.object_store_bytes}
         handle.details["nodes"].append(node)  # from here on, terminate releases what the node holds
@@ -269,14 +272,9 @@ class LocalClusterBackend(ClusterBackend):
             "--node-ip-address=127.0.0.1",
             f"--temp-dir={node_dir}",
             f"--num-cpus={spec.cpus_per_node}",
-            f"--memory={spec.memory_bytes_per_node - spec.object_store_bytes}",
+            f"--memory={node['memory_bytes']}",
             f"--object-store-memory={spec.object_store_bytes}",
-            f"--node-manager-port={ports['node_manager']}",
-            f"--object-manager-port={ports['object_manager']}",
-            f"--dashboard-agent-listen-port={ports['agent_http']}",
-            f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
-            f"--runtime-env-agent-port={ports['runtime_env_agent']}",
-            f"--metrics-export-port={ports['metrics_export']}",
+            *(f"--{option}={ports[name]}" for name, option in _NODE_PORT_OPTIONS.items()),
             f"--min-worker-port={worker_ports[0]}",
             f"--max-worker-port={worker_ports[-1]}",
             "--disable-usage-stats",
@@ -459,10 +457,9 @@ class LocalClusterBackend(ClusterBackend):
             return handle
         # A unit started before the portal kept its own copy has only the unit's: read without
         # following links (it only ever goes to that unit's own dashboard).
-        kept = ((handle.details["portal_dir"], "auth_token") if handle.details.get("portal_dir")
-                else (handle.details.get("cluster_dir", ""), "auth_token"))
+        kept = handle.details.get("portal_dir") or handle.details.get("cluster_dir", "")
         try:
-            token = UnitDir(kept[0]).read_head(kept[1], 256)
+            token = UnitDir(kept).read_head("auth_token", 256)
         except (OSError, ValueError):
             return handle
         handle.auth_token = token.decode("ascii", "replace").strip() or None

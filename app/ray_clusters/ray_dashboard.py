@@ -18,18 +18,10 @@ class RayApiError(RuntimeError):
 
 
 class RayDashboard:
-    def __init__(
-        self,
-        url: str,
-        headers: dict[str, str] | None = None,
-        *,
-        timeout: float = 5.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
+    def __init__(self, url: str, headers: dict[str, str] | None = None, *, timeout: float = 5.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
-        self._client = httpx.Client(
-            base_url=self.url, headers=headers or {}, timeout=timeout, transport=transport
-        )
+        self._client = httpx.Client(base_url=self.url, headers=headers or {}, timeout=timeout, transport=transport)
 
     def close(self) -> None:
         self._client.close()
@@ -60,16 +52,11 @@ class RayDashboard:
 
     def nodes(self) -> list[NodeStatus]:
         payload = self._get("/api/v0/nodes", limit=1000).json()
-        return [
-            NodeStatus(
-                node_id=node["node_id"],
-                is_head=bool(node.get("is_head_node")),
-                alive=node.get("state") == "ALIVE",
-                cpus=float(node.get("resources_total", {}).get("CPU", 0.0)),
-                memory_bytes=int(node.get("resources_total", {}).get("memory", 0)),
-            )
-            for node in payload["data"]["result"]["result"]
-        ]
+        return [NodeStatus(node_id=node["node_id"], is_head=bool(node.get("is_head_node")),
+                           alive=node.get("state") == "ALIVE",
+                           cpus=float(node.get("resources_total", {}).get("CPU", 0.0)),
+                           memory_bytes=int(node.get("resources_total", {}).get("memory", 0)))
+                for node in payload["data"]["result"]["result"]]
 
     def resource_usage(self) -> dict[str, tuple[float, float]]:
         """Logical resources in use and in total, e.g. {"CPU": (1.0, 2.0)}."""

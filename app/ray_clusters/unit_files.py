@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class UnsafeUnitFile(OSError):
@@ -82,8 +83,7 @@ class UnitDir:
         """At most the last `limit` bytes of a regular file (OSError if there is none)."""
         fd = self._open_regular(relative)
         try:
-            size = os.fstat(fd).st_size
-            os.lseek(fd, max(0, size - limit), os.SEEK_SET)
+            os.lseek(fd, max(0, os.fstat(fd).st_size - limit), os.SEEK_SET)
             return os.read(fd, limit)
         finally:
             os.close(fd)
@@ -109,8 +109,7 @@ class UnitDir:
         try:
             for _ in range(3):  # the unit may race to put something back
                 try:
-                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                 mode, dir_fd=parent)
+                    fd = os.open(name, _CREATE, mode, dir_fd=parent)
                     with os.fdopen(fd, "wb") as file:
                         file.write(content)
                     return
@@ -126,22 +125,17 @@ class UnitDir:
         """Write a file that must not exist yet (the portal's own files, made before the unit runs)."""
         parent, name = self._open_parent(relative)
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                         dir_fd=parent)
+            fd = os.open(name, _CREATE, mode, dir_fd=parent)
         finally:
             os.close(parent)
         with os.fdopen(fd, "wb") as file:
             file.write(data)
 
 
-def portal_dir_for(unit_dir: Path) -> Path:
+def make_portal_dir(unit_dir: Path) -> Path:
     """Where the portal keeps a unit's own files: beside the units' dirs, in a root-only
     directory that no unit's sandbox binds (a unit can neither see nor change it)."""
-    return unit_dir.parent / ".portal" / unit_dir.name
-
-
-def make_portal_dir(unit_dir: Path) -> Path:
-    portal_dir = portal_dir_for(unit_dir)
+    portal_dir = unit_dir.parent / ".portal" / unit_dir.name
     portal_dir.parent.mkdir(mode=0o700, exist_ok=True)
     portal_dir.parent.chmod(0o700)
     portal_dir.mkdir(mode=0o700)

@@ -24,8 +24,7 @@ from pathlib import Path
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 CFS_PERIOD_US = 100_000
-_V1_CONTROLLERS = ("memory", "cpu", "pids")
-_V2_CONTROLLERS = ("memory", "cpu", "pids")
+_CONTROLLERS = ("memory", "cpu", "pids")
 
 
 class LimitsUnavailable(RuntimeError):
@@ -38,10 +37,6 @@ class UnitLimits:
     cpus: float
     tasks: int
     disk_bytes: int
-
-    def describe(self) -> str:
-        return (f"{self.memory_bytes / 2**30:.3g} GiB memory, {self.cpus:g} CPU, {self.tasks} tasks, "
-                f"{self.disk_bytes / 2**30:.3g} GiB disk")
 
 
 @dataclass(frozen=True)
@@ -91,6 +86,13 @@ def _write(path: Path, value: str) -> None:
         path.write_text(value)
     except OSError as error:
         raise LimitsUnavailable(f"could not set {path}: {error.strerror or error}") from None
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise LimitsUnavailable(f"could not make the control group {path}: {error.strerror}") from None
 
 
 class ControlGroup:
@@ -146,7 +148,7 @@ class CgroupV1(ControlGroup):
 
     def __init__(self, name: str, mount: Path = CGROUP_MOUNT, parent: str = "lakeport") -> None:
         super().__init__(name)
-        self.paths = {controller: mount / controller / parent / name for controller in _V1_CONTROLLERS}
+        self.paths = {controller: mount / controller / parent / name for controller in _CONTROLLERS}
         # CPU time used is cpuacct's: a hierarchy of its own on some machines, cpu's on others.
         if (mount / "cpuacct" / "cgroup.procs").exists() and not (mount / "cpu" / "cpuacct.usage").exists():
             self.paths["cpuacct"] = mount / "cpuacct" / parent / name
@@ -157,10 +159,7 @@ class CgroupV1(ControlGroup):
 
     def create(self, limits: UnitLimits) -> None:
         for path in self.paths.values():
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-            except OSError as error:
-                raise LimitsUnavailable(f"could not make the control group {path}: {error.strerror}") from None
+            _mkdir(path)
         memory, cpu, pids = self.paths["memory"], self.paths["cpu"], self.paths["pids"]
         _write(memory / "memory.limit_in_bytes", str(limits.memory_bytes))
         if (memory / "memory.memsw.limit_in_bytes").exists():  # swap accounting on: swap counts too
@@ -198,15 +197,9 @@ class CgroupV2(ControlGroup):
         return [self.path / "cgroup.procs"]
 
     def create(self, limits: UnitLimits) -> None:
-        try:
-            self.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise LimitsUnavailable(f"could not make the control group {self.parent}: {error.strerror}") from None
+        _mkdir(self.parent)
         self._delegate_controllers()
-        try:
-            self.path.mkdir(exist_ok=True)
-        except OSError as error:
-            raise LimitsUnavailable(f"could not make the control group {self.path}: {error.strerror}") from None
+        _mkdir(self.path)
         _write(self.path / "memory.max", str(limits.memory_bytes))
         if (self.path / "memory.swap.max").exists():
             _write(self.path / "memory.swap.max", "0")
@@ -220,7 +213,7 @@ class CgroupV2(ControlGroup):
         levels = [level for level in reversed(levels) if level == self.mount or self.mount in level.parents]
         for level in levels:
             enabled = set(_read(level / "cgroup.subtree_control").split())
-            missing = [name for name in _V2_CONTROLLERS if name not in enabled]
+            missing = [name for name in _CONTROLLERS if name not in enabled]
             if missing:
                 _write(level / "cgroup.subtree_control", " ".join(f"+{name}" for name in missing))
 
@@ -240,9 +233,9 @@ def cgroup_version(mount: Path = CGROUP_MOUNT) -> int | None:
     """2 for a unified hierarchy with the controllers a unit needs, 1 for v1 hierarchies of
     them, None for neither (a hybrid's empty `unified` mount does not count)."""
     controllers = set(_read(mount / "cgroup.controllers").split())
-    if set(_V2_CONTROLLERS) <= controllers:
+    if set(_CONTROLLERS) <= controllers:
         return 2
-    if all((mount / name / "cgroup.procs").exists() for name in _V1_CONTROLLERS):
+    if all((mount / name / "cgroup.procs").exists() for name in _CONTROLLERS):
         return 1
     return None
 
@@ -254,7 +247,7 @@ def control_group(name: str, parent: str, mount: Path = CGROUP_MOUNT) -> Control
         return CgroupV2(name, mount, parent)
     if version == 1:
         return CgroupV1(name, mount, parent)
-    raise LimitsUnavailable(f"no cgroup hierarchy with the {', '.join(_V1_CONTROLLERS)} controllers "
+    raise LimitsUnavailable(f"no cgroup hierarchy with the {', '.join(_CONTROLLERS)} controllers "
                             f"under {mount}")
 
 
