@@ -133,29 +133,24 @@ def _lock_user(db: Session, owner_id: int) -> None:
 
 
 def _spec(cu: ComputeUnit) -> ClusterSpec:
+    """What to start for the unit. Its Spark host is for backends that start it themselves, with the
+    cluster or when asked (the nonce becomes the handle's: the secret derived from it is the one the
+    portal's calls carry)."""
+    config = current_app.config
+    nonce = new_spark_host_nonce()
+    secret = spark_host_secret(config["SECRET_KEY"], str(cu.id), nonce)
+    spark_host = SparkHostLaunch(nonce=nonce, secret_sha256=secret_digest(secret), **warmup.spark_host_size(cu),
+                                 warm_timeout_s=warmup.BOOTSTRAP_TIMEOUT_SECONDS, with_cluster=_warms_on_start(cu))
     return ClusterSpec(
         cu_id=str(cu.id), name=cu.name, cpus_per_node=cu.cpus, memory_gb_per_node=cu.memory_gb,
         worker_nodes=cu.worker_nodes, owner=str(cu.owner_id or "pool"), cluster_name=cu.ray_cluster,
-        spark_host_port=cu.spark_host_port,
-        include_dashboard=current_app.config["RAY_DASHBOARD"],
-        spark_host=_spark_host_launch(cu, with_cluster=_warms_on_start(cu)),
-        start_timeout_s=current_app.config["CU_START_TIMEOUT_SECONDS"],
-    )
+        spark_host_port=cu.spark_host_port, include_dashboard=config["RAY_DASHBOARD"], spark_host=spark_host,
+        start_timeout_s=config["CU_START_TIMEOUT_SECONDS"])
 
 
 def _warms_on_start(cu: ComputeUnit) -> bool:
     """Its Spark session starts with it (a pooled unit's always: it waits for its user warm)."""
     return current_app.config["CU_WARM_SPARK_ON_START"] or pool.is_pooled(cu)
-
-
-def _spark_host_launch(cu: ComputeUnit, *, with_cluster: bool) -> SparkHostLaunch:
-    """The unit's Spark host, for backends that start it themselves, with the cluster or when
-    asked (the nonce becomes the handle's: the secret derived from it is the one the portal's
-    calls carry)."""
-    nonce = new_spark_host_nonce()
-    secret = spark_host_secret(current_app.config["SECRET_KEY"], str(cu.id), nonce)
-    return SparkHostLaunch(nonce=nonce, secret_sha256=secret_digest(secret), **warmup.spark_host_size(cu),
-                           warm_timeout_s=warmup.BOOTSTRAP_TIMEOUT_SECONDS, with_cluster=with_cluster)
 
 
 def _backend(cu: ComputeUnit):

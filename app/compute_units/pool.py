@@ -41,6 +41,8 @@ HANDING_OVER = "handing over"
 FAILURE_WINDOW = timedelta(minutes=10)
 FAILURE_LIMIT = 3
 NAME_PREFIX = "pool-"
+# A unit still waiting in the pool: no owner yet.
+_POOLED = (ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None))
 
 
 def unit_values(config) -> dict:
@@ -62,8 +64,8 @@ def claim(db: Session, owner: User, values: dict) -> ComputeUnit | None:
     None when none is ready. The worker then hands it over (see HANDING_OVER)."""
     now = utcnow()
     candidates = db.exec(select(ComputeUnit.id).where(
-        ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None), ComputeUnit.state == State.RUNNING,
-        ComputeUnit.spark_ready_at.is_not(None)).order_by(ComputeUnit.spark_ready_at).limit(5)).all()
+        *_POOLED, ComputeUnit.state == State.RUNNING, ComputeUnit.spark_ready_at.is_not(None))
+        .order_by(ComputeUnit.spark_ready_at).limit(5)).all()
     for cu_id in candidates:
         taken = db.exec(update(ComputeUnit)
                         .where(ComputeUnit.id == cu_id, ComputeUnit.owner_id.is_(None),
@@ -78,17 +80,17 @@ def claim(db: Session, owner: User, values: dict) -> ComputeUnit | None:
     return None
 
 
-def _live_pool(db: Session):
-    return select(func.count()).select_from(ComputeUnit).where(
-        ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None), ComputeUnit.state.in_(State.LIVE))
+def _live_pool(db: Session) -> list:  # (state, spark_ready_at) of each live pooled unit
+    return db.exec(select(ComputeUnit.state, ComputeUnit.spark_ready_at).where(
+        *_POOLED, ComputeUnit.state.in_(State.LIVE))).all()
 
 
 def _recent_start_failures(db: Session) -> list[str]:
     """Reasons of pooled units that failed before anyone claimed them, in the failure window."""
     since = utcnow() - FAILURE_WINDOW
     return list(db.exec(select(ComputeUnit.reason).where(
-        ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None), ComputeUnit.state == State.FAILED,
-        ComputeUnit.started_at.is_(None), ComputeUnit.ended_at >= since).order_by(ComputeUnit.ended_at.desc())))
+        *_POOLED, ComputeUnit.state == State.FAILED, ComputeUnit.started_at.is_(None), ComputeUnit.ended_at >= since)
+        .order_by(ComputeUnit.ended_at.desc())))
 
 
 def shortfall() -> int:
@@ -99,7 +101,7 @@ def shortfall() -> int:
     with Session(engine()) as db:
         if len(_recent_start_failures(db)) >= FAILURE_LIMIT:
             return 0
-        return max(0, wanted - db.exec(_live_pool(db)).one())
+        return max(0, wanted - len(_live_pool(db)))
 
 
 def refill(_unused: int = 0) -> None:
@@ -147,9 +149,7 @@ class PoolSummary:
 def summary() -> PoolSummary:
     """The pool as the operators' page and /health show it."""
     with Session(engine()) as db:
-        rows = db.exec(select(ComputeUnit.state, ComputeUnit.spark_ready_at).where(
-            ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None),
-            ComputeUnit.state.in_(State.LIVE))).all()
+        rows = _live_pool(db)
         claimed = db.exec(select(func.count()).select_from(ComputeUnit).where(
             ComputeUnit.claimed_at >= utcnow() - timedelta(days=1))).one()
         failures = _recent_start_failures(db)

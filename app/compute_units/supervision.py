@@ -63,12 +63,10 @@ def pending_work() -> list[tuple[str, object, int]]:
         rows = db.exec(select(ComputeUnit.id, ComputeUnit.state).where(
             ComputeUnit.state.in_((State.PENDING, State.STARTING, State.TERMINATING))
             | ((ComputeUnit.state == State.FAILED) & (ComputeUnit.progress_step == lifecycle.CLEANING_UP)))).all()
+    jobs = {State.PENDING: ("unit-start", lifecycle.run_start), State.STARTING: ("unit-start", lifecycle.run_start),
+            State.TERMINATING: ("unit-stop", lifecycle.run_stop), State.FAILED: ("unit-clean-up", lifecycle.run_clean_up)}
     work = []
     for cu_id, state in rows:
-        if state in (State.PENDING, State.STARTING):
-            work.append((f"unit-start:{cu_id}", lifecycle.run_start, cu_id))
-        elif state == State.TERMINATING:
-            work.append((f"unit-stop:{cu_id}", lifecycle.run_stop, cu_id))
-        else:
-            work.append((f"unit-clean-up:{cu_id}", lifecycle.run_clean_up, cu_id))
+        name, run = jobs[state]
+        work.append((f"{name}:{cu_id}", run, cu_id))
     return work + pool.pending_work()

@@ -54,14 +54,9 @@ class ExistingClusterBackend(ClusterBackend):
             raise ClusterStartError(f"port {spec.spark_host_port} is not in cluster {cluster.name}'s Spark host "
                                     f"ports {cluster.ports().start}-{cluster.ports().stop - 1}")
         address = urlsplit(cluster.address)
-        handle = ClusterHandle(
-            backend=self.kind,
-            cu_id=spec.cu_id,
-            dashboard_url=cluster.address,
-            auth_token=cluster.read_token(),
-            spark_host_url=f"{address.scheme}://{address.hostname}:{spec.spark_host_port}",
-            details={"cluster": cluster.name},
-        )
+        handle = ClusterHandle(backend=self.kind, cu_id=spec.cu_id, dashboard_url=cluster.address,
+                               auth_token=cluster.read_token(), details={"cluster": cluster.name},
+                               spark_host_url=f"{address.scheme}://{address.hostname}:{spec.spark_host_port}")
         progress(f"connecting to the Ray cluster {cluster.name}")
         status = self.status(handle)
         if status.state != ComputeUnitState.RUNNING:

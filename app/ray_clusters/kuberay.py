@@ -153,15 +153,8 @@ def _pod_template(labels: dict[str, str], container: dict) -> dict:
 
 def _ray_container(name: str, spec: ClusterSpec, image: str, ports: list[dict]) -> dict:
     resources = {"cpu": str(spec.cpus_per_node), "memory": f"{spec.memory_bytes_per_node // MIB}Mi"}
-    container = {
-        "name": name,
-        "image": image,
-        "resources": {"requests": dict(resources), "limits": dict(resources)},
-        "securityContext": copy.deepcopy(_CONTAINER_SECURITY),
-    }
-    if ports:
-        container["ports"] = ports
-    return container
+    return {"name": name, "image": image, "resources": {"requests": dict(resources), "limits": dict(resources)},
+            "securityContext": copy.deepcopy(_CONTAINER_SECURITY), **({"ports": ports} if ports else {})}
 
 
 def render_raycluster(spec: ClusterSpec, *, name: str, namespace: str, image: str, token_secret: str) -> dict:
@@ -324,14 +317,9 @@ class KubeRayBackend(ClusterBackend):
         namespace = self.api.namespace
         token = secrets.token_hex(32)
         service = f"http://{name}-head-svc.{namespace}.svc.cluster.local"
-        handle = ClusterHandle(
-            backend=self.kind,
-            cu_id=spec.cu_id,
-            dashboard_url=f"{service}:{DASHBOARD_PORT}",
-            auth_token=token,
-            spark_host_url=f"{service}:{SPARK_HOST_PORT}",
-            details={"namespace": namespace, "name": name, "secret": secret_name},
-        )
+        handle = ClusterHandle(backend=self.kind, cu_id=spec.cu_id, dashboard_url=f"{service}:{DASHBOARD_PORT}",
+                               auth_token=token, spark_host_url=f"{service}:{SPARK_HOST_PORT}",
+                               details={"namespace": namespace, "name": name, "secret": secret_name})
         manifest = render_raycluster(spec, name=name, namespace=namespace, image=self.image,
                                      token_secret=secret_name)
         deadline = time.monotonic() + spec.start_timeout_s

@@ -321,9 +321,8 @@ class LocalClusterBackend(ClusterBackend):
             etc_files[target].write_text(text)
             etc_files[target].chmod(0o644)
         egress = [sandbox.egress_forwarders(route) for route in routes]
-        ingress_names = [name for name in _INGRESS_PORTS if name != "dashboard" or spec.include_dashboard]
         ingress = [sandbox.ingress_forwarders(handle.details["ports"][name], socket_dir / name)
-                   for name in ingress_names]
+                   for name in _INGRESS_PORTS if name != "dashboard" or spec.include_dashboard]
         ingress += [sandbox.ingress_forwarders(port, socket_dir / f"port-{port}") for port in spec.extra_ports]
         plan_path = cluster_dir / "plan.json"
         launcher = self._spark_host_launcher(handle, spec.spark_host) if spec.spark_host else None

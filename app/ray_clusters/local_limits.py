@@ -44,15 +44,12 @@ class LocalLimits:
         if self.disk_bytes < 256 * 2**20:
             raise ValueError(f"a unit needs at least 256 MiB of disk for its logs, not {self.disk_bytes} bytes")
 
-    def for_spec(self, spec: ClusterSpec) -> UnitLimits:
-        return UnitLimits(memory_bytes=spec.memory_bytes_per_node * spec.node_count,
-                          cpus=float(spec.cpus_per_node * spec.node_count),
-                          tasks=self.tasks_per_node * spec.node_count, disk_bytes=self.disk_bytes)
-
     def apply(self, spec: ClusterSpec, unit_dir: Path, portal_dir: Path, uid: int | None) -> dict:
         """Make the unit's control group and disk; the handle's `limits` record. Raises
         LimitsUnavailable when they cannot be had, unless the operator allowed units without."""
-        limits = self.for_spec(spec)
+        limits = UnitLimits(memory_bytes=spec.memory_bytes_per_node * spec.node_count,
+                            cpus=float(spec.cpus_per_node * spec.node_count),
+                            tasks=self.tasks_per_node * spec.node_count, disk_bytes=self.disk_bytes)
         try:
             require_limits(self.cgroup_parent, self.cgroup_mount)
             group = control_group(unit_dir.name, self.cgroup_parent, self.cgroup_mount)

@@ -64,21 +64,16 @@ class Endpoint:
         return cls(host.strip("[]"), int(port))
 
     @property
-    def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
+    def ip(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+        """The host as an IP address; None for a host name."""
         try:
-            return ipaddress.ip_address(self.host).is_loopback
+            return ipaddress.ip_address(self.host)
         except ValueError:
-            return False
+            return None
 
     @property
-    def is_ip_literal(self) -> bool:
-        try:
-            ipaddress.ip_address(self.host)
-        except ValueError:
-            return False
-        return True
+    def is_loopback(self) -> bool:
+        return self.host == "localhost" or (self.ip is not None and self.ip.is_loopback)
 
 
 @dataclass(frozen=True)
@@ -96,7 +91,7 @@ def egress_routes(endpoints: list[Endpoint], socket_dir: Path) -> list[EgressRou
     for index, endpoint in enumerate(dict.fromkeys(endpoints)):
         if endpoint.is_loopback:
             inside = "127.0.0.1" if endpoint.host == "localhost" else endpoint.host
-        elif endpoint.is_ip_literal:
+        elif endpoint.ip is not None:
             # The sandbox has only `lo`: an outside IP address cannot be given to it.
             raise ValueError(f"allowed endpoint {endpoint.host}:{endpoint.port}: name it by host name "
                              "(an IP address outside loopback cannot be mapped into a compute unit's sandbox)")
@@ -219,17 +214,12 @@ def require_sandbox() -> None:
         raise SandboxUnavailable(problem)
 
 
-def prepare_base_dir(base_dir: Path) -> None:
-    """Units' base dir: 0711, so a unit can reach its own dir but not list the others."""
+def make_unit_dir(base_dir: Path) -> tuple[Path, int | None]:
+    """A fresh unit dir, owned by a uid no other unit dir has (as root), else by the portal's."""
     base_dir.mkdir(parents=True, exist_ok=True)
     if base_dir.stat().st_uid != os.geteuid():
         raise SandboxUnavailable(f"{base_dir} belongs to another user; compute units cannot use it")
-    base_dir.chmod(0o711)
-
-
-def make_unit_dir(base_dir: Path) -> tuple[Path, int | None]:
-    """A fresh unit dir, owned by a uid no other unit dir has (as root), else by the portal's."""
-    prepare_base_dir(base_dir)
+    base_dir.chmod(0o711)  # a unit can reach its own dir but not list the others
     # A lock file, so two portal processes never hand out the same uid.
     with open(base_dir / ".uids.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
