@@ -280,8 +280,8 @@ def _transition(cu_id: int, from_states: Iterable[str], event: str | None = None
 def ask_to_stop(cu_id: int, from_states: Iterable[str], reason: str, where=None) -> ComputeUnit | None:
     """TERMINATING with `reason`, compare-and-set from `from_states` (`where`: conditions more);
     the worker then stops it. None when another change came first."""
-    return _transition(cu_id, from_states, event=f"terminating: {reason}", where=where, state=State.TERMINATING,
-                       reason=reason, progress_step="stopping")
+    return _transition(cu_id, from_states, event=f"terminating{': ' + reason if reason else ''}", where=where,
+                       state=State.TERMINATING, reason=reason, progress_step="stopping")
 
 
 def _end(cu_id: int, from_states: Iterable[str], state: str, reason: str | None = None,
@@ -466,8 +466,7 @@ def terminate(cu: ComputeUnit, reason: str = "") -> None:
     # change and stops what it started.
     if not _end(cu.id, (State.PENDING, State.STARTING), State.TERMINATED, reason=reason,
                 event="terminated while starting", where=ComputeUnit.handle == "{}"):
-        _transition(cu.id, (State.STARTING, State.RUNNING), state=State.TERMINATING, reason=reason,
-                    progress_step="stopping", event=f"terminating{': ' + reason if reason else ''}")
+        ask_to_stop(cu.id, (State.STARTING, State.RUNNING), reason)
     db = get_db()
     if cu in db:
         db.refresh(cu)

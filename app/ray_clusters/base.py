@@ -10,9 +10,6 @@ The portal records a compute unit (CU) in its database and drives it through a
 A `ClusterHandle` is everything needed to find the cluster again. It serialises to JSON
 so the portal can store it with the CU; after a portal restart `backend.adopt(handle)`
 tells whether the cluster survived (RUNNING) or not (FAILED).
-
-Nothing in this package needs Flask: the web layer passes in whatever configuration a
-backend needs.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Compute units on a Ray cluster that runs elsewhere, one the operator lists (see listed.py).
-
-Users pick a listed cluster by name; its address (the Ray dashboard / Jobs API URL, e.g.
-http://ray-head:8265) and Ray token come from the listing only, so the operator's token never
-goes to an address a user typed. Health and resources come from Ray itself over HTTP (see
-ray_dashboard.py). The portal does not own such a cluster: `terminate` stops only the unit's
-own Spark host, and the cluster keeps running.
+"""Compute units on a Ray cluster that runs elsewhere, one the operator lists: its address and
+token come from the listing only (listed.py says why). Health and resources come from Ray itself
+over HTTP (ray_dashboard.py). The portal does not own such a cluster: `terminate` stops only the
+unit's own Spark host, and the cluster keeps running.
 
 Several units, of several users, may attach to one cluster: each gets its own Spark host
 (its own actor in its own Ray namespace, its own secret) on its own port of the cluster's

@@ -2,26 +2,21 @@
 
 Each node (a head and N workers) is one `ray start --block` process, run through
 `compute.ray_node` so every Ray server listens on 127.0.0.1 only. All nodes of a unit run
-in ONE bubblewrap sandbox (`sandbox.py`: own PID and network namespaces, own uid as root,
-a read-only view of the runtime and `compute/` only, an environment from an allow-list),
-started with `compute.unit_init` as its first process: it starts the head, then the
-workers, and records how each node ended, which only a parent can learn. The portal
-reaches the unit's dashboard and Spark host through socat bridges on reserved loopback
-ports, and the unit reaches only the allowed endpoints (the catalog, the operator's list)
-through bridges the other way. Users' PySpark steps run in these nodes: nothing of the
-portal's environment, files or network is theirs to read.
+in ONE bubblewrap sandbox (`sandbox.py`), started with `compute.unit_init` as its first
+process: it starts the head, then the workers, and records how each node ended, which only
+a parent can learn. The portal reaches the unit's dashboard and Spark host through socat
+bridges on reserved loopback ports; the unit reaches only the allowed endpoints through
+bridges the other way. Users' PySpark steps run in these nodes: nothing of the portal's
+environment, files or network is theirs to read.
 
 Isolation between compute units on one machine, and from the machine:
-- ports: every port Ray would otherwise default (GCS, dashboard, node and
-  object managers, agents, metrics, the worker port range) is chosen explicitly and free,
-  below the ephemeral range, and reserved within this process (`local_ports.py`); the
-  bridged ones are the portal's loopback ports;
+- ports: every port Ray would otherwise default is chosen explicitly, free and reserved
+  (`local_ports.py`), including the worker port range;
 - files: each cluster has its own directory (Ray temp dirs, logs, Spark scratch space),
-  0700 and owned by its own uid, in a 0711 base dir, removed on terminate. The portal reads
-  and writes there only through `unit_files.UnitDir` (no link the unit made is followed);
-  its own files for the unit sit in the unit's portal dir, out of the unit's sight;
-- resources: a control group per unit (memory, CPU, tasks) and its directory a filesystem
-  of its own size (`local_limits.py`), made before its first process;
+  0700 and owned by its own uid, removed on terminate; the portal touches it only through
+  `unit_files.UnitDir` and keeps its own files for the unit out of the unit's sight;
+- resources: a control group and a filesystem of its own size per unit (`local_limits.py`),
+  made before its first process;
 - access: each cluster has its own Ray auth token, which also guards its dashboard.
 
 The handle records pids (with their kernel start times, so a reused pid is not mistaken
@@ -390,11 +385,11 @@ class LocalClusterBackend(ClusterBackend):
         return unit_log_tail(handle, f"{SPARK_HOST_LAUNCHER}.log", lines=5, limit=1000)
 
     def _spawn(self, handle: ClusterHandle, name: str, argv: list[str], env: dict[str, str]) -> int:
-        cluster_dir = Path(handle.details["cluster_dir"])
         with open(Path(handle.details["portal_dir"]) / "outside.log", "ab") as log:
             # Its own session, which terminate kills as a whole.
-            process = subprocess.Popen(local_limits.join_argv(handle.details.get("limits", {}), argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       env=env, cwd=cluster_dir, start_new_session=True)
+            process = subprocess.Popen(local_limits.join_argv(handle.details.get("limits", {}), argv),
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                       cwd=handle.details["cluster_dir"], start_new_session=True)
         children[process.pid] = process
         handle.details["processes"].append({"name": name, "pid": process.pid,
                                             "start_time": start_time(process.pid)})

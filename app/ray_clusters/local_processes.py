@@ -7,6 +7,7 @@ processes (bwrap, the bridges) this portal process started, to reap them.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -193,10 +194,8 @@ def cluster_pids(handle: ClusterHandle, *, sandbox_only: bool = False) -> list[i
 
 
 def kill(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def wait_gone(handle: ClusterHandle, timeout: float, *, sandbox_only: bool = False) -> bool:
