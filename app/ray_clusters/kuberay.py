@@ -158,15 +158,9 @@ def _ray_container(name: str, spec: ClusterSpec, image: str, ports: list[dict]) 
 
 
 def render_raycluster(spec: ClusterSpec, *, name: str, namespace: str, image: str, token_secret: str) -> dict:
-    labels = {
-        **MANAGED_BY,
-        LABEL_OWNER: _label_value(spec.owner or "unknown"),
-        LABEL_COMPUTE_UNIT: _label_value(spec.cu_id),
-    }
-    start_params = {
-        "num-cpus": str(spec.cpus_per_node),
-        "object-store-memory": str(spec.object_store_bytes),
-    }
+    labels = {**MANAGED_BY, LABEL_OWNER: _label_value(spec.owner or "unknown"),
+              LABEL_COMPUTE_UNIT: _label_value(spec.cu_id)}
+    start_params = {"num-cpus": str(spec.cpus_per_node), "object-store-memory": str(spec.object_store_bytes)}
     head_ports = [
         {"name": "gcs-server", "containerPort": 6379},
         {"name": "dashboard", "containerPort": DASHBOARD_PORT},
