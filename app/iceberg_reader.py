@@ -65,7 +65,7 @@ class Page:
 
     @property
     def pages(self) -> int:
-        return max(1, -(-self.total_rows // self.size))
+        return _pages(self.total_rows, self.size)
 
     @property
     def first_row(self) -> int:
@@ -85,14 +85,8 @@ def read_page(catalog: RestCatalog, table_name: str, page: int, size: int) -> Pa
         columns = [field.name for field in fields]
         total = _total_rows(table, _ordered_tasks(table))
         # A page past the end (a stale link, a typed number) shows the last page.
-        page_number = min(page, max(1, -(-total // size)))
-        rows: list[tuple] = []
-        with closing(_batches_from(table, (page_number - 1) * size)) as batches:
-            for batch in batches:
-                taken = batch.slice(0, size - len(rows))
-                rows.extend(zip(*(column.to_pylist() for column in taken.columns)))
-                if len(rows) >= size:
-                    break
+        page_number = min(page, _pages(total, size))
+        rows = [row for batch in _take(table, (page_number - 1) * size, size) for row in _rows(batch)]
         return Page(rows=rows, columns=columns, total_rows=total, page=page_number, size=size,
                     types=tuple(str(field.field_type) for field in fields))
 
@@ -109,9 +103,8 @@ class WholeTable:
     def page(self, page: int, size: int) -> Page:
         """Page `page` of `rows` (a page past the end reads as the last one)."""
         total = self.rows.num_rows
-        page_number = min(max(1, page), max(1, -(-total // size)))
-        sliced = self.rows.slice((page_number - 1) * size, size)
-        return Page(rows=list(zip(*(column.to_pylist() for column in sliced.columns))),
+        page_number = min(max(1, page), _pages(total, size))
+        return Page(rows=_rows(self.rows.slice((page_number - 1) * size, size)),
                     columns=list(self.rows.column_names), total_rows=total, page=page_number, size=size,
                     types=self.types)
 
@@ -127,13 +120,7 @@ def read_whole(catalog: RestCatalog, table_name: str, max_rows: int = WHOLE_TABL
         key = (str(table.metadata.table_uuid), snapshot.snapshot_id if snapshot else None)
         rows = _whole_tables.get(key)
         if rows is None:
-            batches, taken = [], 0
-            with closing(_batches_from(table, 0)) as source:
-                for batch in source:
-                    batches.append(batch.slice(0, max_rows - taken))
-                    taken += batches[-1].num_rows
-                    if taken >= max_rows:
-                        break
+            batches = _take(table, 0, max_rows)
             # Files written at different times may differ in string widths: promote to one schema.
             rows = pa.concat_tables([pa.Table.from_batches([batch]) for batch in batches],
                                     promote_options="permissive") if batches else \
@@ -240,6 +227,26 @@ def stream_csv(catalog: RestCatalog, table_name: str) -> Iterator[bytes]:
                     yield _csv_rows(batch)
 
     return chunks()
+
+
+def _pages(total_rows: int, size: int) -> int:
+    return max(1, -(-total_rows // size))
+
+
+def _rows(rows: pa.RecordBatch | pa.Table) -> list[tuple]:
+    return list(zip(*(column.to_pylist() for column in rows.columns)))
+
+
+def _take(table: Table, start: int, count: int) -> list[pa.RecordBatch]:
+    """Up to `count` rows from row `start` on (0-based, page order), as the batches they come in."""
+    taken, rows = [], 0
+    with closing(_batches_from(table, start)) as batches:
+        for batch in batches:
+            taken.append(batch.slice(0, count - rows))
+            rows += taken[-1].num_rows
+            if rows >= count:
+                break
+    return taken
 
 
 def _csv_header(columns: list[str]) -> bytes:

@@ -14,6 +14,7 @@ from pyiceberg.table import Table
 from app.iceberg_catalogs import ResultReadError, guarded
 from app.iceberg_reader import table_names
 
+
 @dataclass(frozen=True)
 class StorageFigure:
     """Bytes and files, as Iceberg's snapshot summaries count them (data and delete files)."""
@@ -26,60 +27,50 @@ class StorageFigure:
         return StorageFigure(self.bytes + other.bytes, self.files + other.files, self.tables + other.tables)
 
 
-def _summary_int(summary, key: str) -> int:
-    value = summary.get(key) if summary is not None else None
-    return int(value) if value is not None else 0
+def _figure(summary, kind: str, tables: int = 0) -> StorageFigure:
+    """A snapshot summary's `<kind>-files-size` bytes and `<kind>-data-files` + `<kind>-delete-files`
+    files (`kind`: "total" or "added"); a figure the summary lacks counts 0."""
+    def number(key: str) -> int:
+        value = summary.get(key) if summary is not None else None
+        return int(value) if value is not None else 0
+
+    return StorageFigure(number(f"{kind}-files-size"), number(f"{kind}-data-files") + number(f"{kind}-delete-files"),
+                         tables)
 
 
 def live_storage(table: Table) -> StorageFigure:
     """What the table's current snapshot references: `total-files-size`, data + delete files."""
     snapshot = table.current_snapshot()
-    if snapshot is None:
-        return StorageFigure(tables=1)
-    summary = snapshot.summary
-    return StorageFigure(_summary_int(summary, "total-files-size"),
-                         _summary_int(summary, "total-data-files") + _summary_int(summary, "total-delete-files"), 1)
+    return _figure(snapshot.summary if snapshot else None, "total", tables=1)
 
 
 def written_storage(table: Table) -> StorageFigure:
     """What was ever written into the table: `added-files-size` over all its snapshots (files a
     later snapshot replaced count too: they were written)."""
-    added = StorageFigure(tables=1)
-    for snapshot in table.snapshots():
-        summary = snapshot.summary
-        added += StorageFigure(_summary_int(summary, "added-files-size"),
-                               _summary_int(summary, "added-data-files") + _summary_int(summary, "added-delete-files"))
-    return added
+    return sum((_figure(snapshot.summary, "added") for snapshot in table.snapshots()), StorageFigure(tables=1))
+
+
+def _load(catalog: RestCatalog, name: str, missing: tuple[type[Exception], ...]) -> Table | None:
+    """The table, or None when the catalog's failure is one of `missing` (it is gone)."""
+    try:
+        return guarded(lambda: catalog.load_table(name))
+    except ResultReadError as error:
+        if isinstance(error.__cause__, missing):
+            return None
+        raise
 
 
 def namespace_storage(catalog: RestCatalog, namespace: str, workers: int = 4) -> StorageFigure:
     """The live storage of every table in `namespace` (one catalog call per table, a few at once)."""
     def measure(name: str) -> StorageFigure:
-        try:
-            return live_storage(guarded(lambda: catalog.load_table(name)))
-        except ResultReadError as error:
-            if isinstance(error.__cause__, NoSuchTableError):
-                return StorageFigure()  # dropped since it was listed
-            raise
+        table = _load(catalog, name, (NoSuchTableError,))
+        return live_storage(table) if table is not None else StorageFigure()  # None: dropped since it was listed
 
-    total = StorageFigure()
     with ThreadPoolExecutor(workers, thread_name_prefix="measure") as pool:
-        for figure in pool.map(measure, table_names(catalog, namespace)):
-            total += figure
-    return total
-
-
-
-
+        return sum(pool.map(measure, table_names(catalog, namespace)), StorageFigure())
 
 
 def tables_written(catalog: RestCatalog, table_names: list[str]) -> StorageFigure:
     """What was written into these tables; a table that no longer exists counts nothing."""
-    total = StorageFigure()
-    for name in table_names:
-        try:
-            total += written_storage(guarded(lambda: catalog.load_table(name)))
-        except ResultReadError as error:
-            if not isinstance(error.__cause__, (NoSuchTableError, NoSuchNamespaceError)):
-                raise
-    return total
+    tables = (_load(catalog, name, (NoSuchTableError, NoSuchNamespaceError)) for name in table_names)
+    return sum((written_storage(table) for table in tables if table is not None), StorageFigure())

@@ -147,9 +147,7 @@ class ProbeReport:
 
 
 class _CheckFailed(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    """A check failed; its text says why, to a person."""
 
 
 # S3 error codes and what a person should check.
@@ -224,7 +222,7 @@ def probe_storage(
         try:
             results[name] = CheckResult(name, Outcome.PASSED, action())
         except _CheckFailed as failure:
-            results[name] = CheckResult(name, Outcome.FAILED, failure.message)
+            results[name] = CheckResult(name, Outcome.FAILED, str(failure))
         return results[name].passed
 
     with policy.client(
@@ -251,14 +249,10 @@ def probe_storage(
             _call(client, "DELETE", object_url)
             return "Deleted the probe object"
 
-        written = check("write", write)
-        if written:
+        if check("write", write):
             check("read", read)
             check("list", list_prefix)
             check("delete", delete)
-    skipped_because = "Not run: the write check failed"
-    checks = tuple(
-        results.get(name) or CheckResult(name, Outcome.SKIPPED, skipped_because)
-        for name in ("write", "read", "list", "delete")
-    )
-    return ProbeReport(location, checks)
+    skipped = "Not run: the write check failed"
+    return ProbeReport(location, tuple(results.get(name) or CheckResult(name, Outcome.SKIPPED, skipped)
+                                       for name in ("write", "read", "list", "delete")))

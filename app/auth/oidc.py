@@ -15,6 +15,7 @@ from flask import Flask, current_app
 
 # What can go wrong talking to the provider, as opposed to a bad answer from it.
 PROVIDER_UNREACHABLE = (requests.ConnectionError, requests.Timeout)
+UNREACHABLE_TITLE = "Identity provider unreachable"
 
 
 class SignInError(Exception):
@@ -50,34 +51,26 @@ def client():
     return current_app.extensions["lakeport_oidc"].create_client("oidc")
 
 
-def provider_metadata() -> dict:
+def _asking_provider(call):
     try:
-        return client().load_server_metadata()
+        return call()
     except PROVIDER_UNREACHABLE as exc:
-        raise SignInError(
-            "Identity provider unreachable",
-            "The sign-in service is not answering right now. Please try again in a minute.",
-            503,
-        ) from exc
+        raise SignInError(UNREACHABLE_TITLE,
+                          "The sign-in service is not answering right now. Please try again in a minute.", 503) from exc
 
 
-def redirect_uri() -> str:
-    return current_app.config["PUBLIC_URL"].rstrip("/") + "/auth/callback"
+def provider_metadata() -> dict:
+    return _asking_provider(lambda: client().load_server_metadata())
 
 
-def post_logout_redirect_uri() -> str:
-    return current_app.config["PUBLIC_URL"].rstrip("/") + "/auth/logged-out"
+def _portal_url(path: str) -> str:
+    return current_app.config["PUBLIC_URL"].rstrip("/") + path
 
 
 def start_sign_in():
     """The redirect to the provider's authorization endpoint."""
     provider_metadata()
-    try:
-        return client().authorize_redirect(redirect_uri())
-    except PROVIDER_UNREACHABLE as exc:
-        raise SignInError("Identity provider unreachable",
-                          "The sign-in service is not answering right now. Please try again in a minute.",
-                          503) from exc
+    return _asking_provider(lambda: client().authorize_redirect(_portal_url("/auth/callback")))
 
 
 CALLBACK_ERRORS = {
@@ -97,7 +90,7 @@ def finish_sign_in(args) -> dict:
     try:
         token = client().authorize_access_token()
     except PROVIDER_UNREACHABLE as exc:
-        raise SignInError("Identity provider unreachable",
+        raise SignInError(UNREACHABLE_TITLE,
                           "The sign-in service stopped answering while signing you in. Please try again.",
                           503) from exc
     except OAuthError as exc:
@@ -124,7 +117,7 @@ def sign_out_url() -> str | None:
         return None
     query = urlencode({
         "client_id": current_app.config["OIDC_CLIENT_ID"],
-        "post_logout_redirect_uri": post_logout_redirect_uri(),
+        "post_logout_redirect_uri": _portal_url("/auth/logged-out"),
     })
     return f"{endpoint}?{query}"
 

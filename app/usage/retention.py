@@ -50,43 +50,33 @@ def policy_of(warehouse: Warehouse) -> RetentionPolicy | None:
         return db.get(RetentionPolicy, warehouse.id)
 
 
-def _whole_number(value: str, label: str, low: int, high: int) -> tuple[int | None, str | None]:
-    text = (value or "").strip()
-    if not text.isdigit():
-        return None, f"{label}: a whole number from {low} to {high}."
-    number = int(text)
-    if not low <= number <= high:
-        return None, f"{label}: a whole number from {low} to {high}."
-    return number, None
-
-
 def parse_policy(form) -> tuple[dict, dict[str, str]]:
     """The policy's values from the form, and a message per field that is not valid."""
     values: dict = {}
     errors: dict[str, str] = {}
+
+    def whole_number(key: str, label: str, low: int, high: int) -> None:
+        text = (form.get(key) or "").strip()
+        values[key] = int(text) if text.isdigit() and low <= int(text) <= high else None
+        if values[key] is None:
+            errors[key] = f"{label}: a whole number from {low} to {high}."
+
     mode = form.get("results_mode", "")
     if mode not in RESULTS_MODES:
         errors["results_mode"] = "Choose how result tables are kept."
     else:
         values["results_mode"] = mode
-        low, high = (0, MAX_DAYS) if mode == "days" else (1, MAX_KEEP_LAST)
-        label = "Days" if mode == "days" else "Executions per workflow"
-        values["results_value"], message = _whole_number(form.get("results_value", ""), label, low, high)
-        if message:
-            errors["results_value"] = message
+        if mode == "days":
+            whole_number("results_value", "Days", 0, MAX_DAYS)
+        else:
+            whole_number("results_value", "Executions per workflow", 1, MAX_KEEP_LAST)
     if form.get("logs_forever") == "on":
         values["logs_days"] = None
     else:
-        values["logs_days"], message = _whole_number(form.get("logs_days", ""), "Days", 0, MAX_DAYS)
-        if message:
-            errors["logs_days"] = message
-    snapshots = (form.get("snapshots_retain_last") or "").strip()
-    if snapshots:
-        values["snapshots_retain_last"], message = _whole_number(snapshots, "Snapshots", 1, MAX_RETAIN_SNAPSHOTS)
-        if message:
-            errors["snapshots_retain_last"] = message
-    else:
-        values["snapshots_retain_last"] = None
+        whole_number("logs_days", "Days", 0, MAX_DAYS)
+    values["snapshots_retain_last"] = None
+    if (form.get("snapshots_retain_last") or "").strip():
+        whole_number("snapshots_retain_last", "Snapshots", 1, MAX_RETAIN_SNAPSHOTS)
     if (not errors and values["logs_days"] is not None and values["results_mode"] == "days"
             and values["logs_days"] < values["results_value"]):
         errors["logs_days"] = "Keep runtime stats and console logs at least as long as the result tables."
