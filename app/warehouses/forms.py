@@ -23,12 +23,21 @@ SECRET_FIELDS = ("secret_access_key",)
 PROBE_FIELDS = ("bucket", "key_prefix", "endpoint", "region", "flavor", "access_key_id", "secret_access_key")
 
 
-def check_name(value: str, _form: dict) -> str | None:
-    if not value:
-        return "Give the warehouse a name."
-    if not NAME_RE.match(value):
-        return "3–48 characters: lowercase letters, digits and hyphens, starting with a letter."
-    return None
+def _matching(pattern: re.Pattern, missing: str, invalid: str):
+    """A check: `missing` for an empty value, `invalid` for one that does not match `pattern`."""
+    def check(value: str, _form: dict) -> str | None:
+        if not value:
+            return missing
+        return None if pattern.match(value) else invalid
+
+    return check
+
+
+check_name = _matching(NAME_RE, "Give the warehouse a name.",
+                       "3–48 characters: lowercase letters, digits and hyphens, starting with a letter.")
+check_region = _matching(REGION_RE, "Give the region (S3-compatible stores usually accept us-east-1).",
+                         "Lowercase letters, digits and hyphens, e.g. eu-central-1.")
+check_access_key_id = _matching(ACCESS_KEY_RE, "Give the access key id.", "3–128 characters, without spaces.")
 
 
 def check_bucket(value: str, _form: dict) -> str | None:
@@ -75,24 +84,8 @@ def check_endpoint(value: str, form: dict) -> str | None:
     return None
 
 
-def check_region(value: str, _form: dict) -> str | None:
-    if not value:
-        return "Give the region (S3-compatible stores usually accept us-east-1)."
-    if not REGION_RE.match(value):
-        return "Lowercase letters, digits and hyphens, e.g. eu-central-1."
-    return None
-
-
 def check_flavor(value: str, _form: dict) -> str | None:
     return None if value in FLAVORS else "Choose AWS S3 or S3-compatible."
-
-
-def check_access_key_id(value: str, _form: dict) -> str | None:
-    if not value:
-        return "Give the access key id."
-    if not ACCESS_KEY_RE.match(value):
-        return "3–128 characters, without spaces."
-    return None
 
 
 def check_secret_access_key(value: str, _form: dict) -> str | None:
@@ -144,12 +137,8 @@ def initial_values() -> dict:
 
 def validate(values: dict, fields=CHECKS) -> dict[str, str]:
     """Field name → message for every field that fails its check."""
-    errors = {}
-    for field in fields:
-        message = CHECKS[field](values.get(field, ""), values)
-        if message:
-            errors[field] = message
-    return errors
+    messages = {field: CHECKS[field](values.get(field, ""), values) for field in fields}
+    return {field: message for field, message in messages.items() if message}
 
 
 def parse_storage_form(data, fields=CHECKS) -> tuple[StorageForm, dict[str, str]]:
@@ -159,10 +148,7 @@ def parse_storage_form(data, fields=CHECKS) -> tuple[StorageForm, dict[str, str]
 
 def check_one(field: str, data) -> str | None:
     """Inline validation of one field (the HTMX call as the user types)."""
-    if field not in CHECKS:
-        return None
-    values = read_form(data)
-    return CHECKS[field](values[field], values)
+    return validate(read_form(data), [field]).get(field) if field in CHECKS else None
 
 
 def validate_new_name(value: str) -> str | None:
