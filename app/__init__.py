@@ -4,10 +4,11 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from flask import Flask, current_app, render_template, request
+from flask import Flask, current_app, request
 from flask_login import current_user
 from htmx_flask import Htmx
 
+from app import security
 from app.config import PROJECT_ROOT, Config
 
 
@@ -27,7 +28,7 @@ def create_app(config: Config | None = None) -> Flask:
 
     Htmx(app)
 
-    from app import db, extensions, security
+    from app import db, extensions
     from app.auth import oidc
 
     db.init_app(app)
@@ -128,9 +129,7 @@ def register_error_pages(app: Flask) -> None:
             from app.api.problems import problem
 
             return problem(code, message)
-        if request.headers.get("HX-Request") == "true":
-            return render_template("_error_inline.html", message=message), code
-        return render_template("error.html", title=title, message=message), code
+        return security.error_page(title, message, code)
 
     for code in messages:
         app.register_error_handler(code, render_error)

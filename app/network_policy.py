@@ -99,13 +99,9 @@ def system_resolver(host: str, port: int) -> list[str]:
 def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
     if address.version == 4:
         return None
-    if address.ipv4_mapped:
-        return address.ipv4_mapped
-    if address.sixtofour:
-        return address.sixtofour
     if any(address in network for network in NAT64) or (address in IPV4_COMPATIBLE and int(address) > 1):
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
+    return address.ipv4_mapped or address.sixtofour
 
 
 def refusal_reason(address: IPAddress, *, allow_loopback: bool, allow_private: bool) -> str | None:

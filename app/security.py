@@ -91,8 +91,13 @@ def add_security_headers(app: Flask, response):
     return response
 
 
-def csrf_error(error: CSRFError):
-    message = "This form expired or did not come from Lakeport. Reload the page and try again."
+def error_page(title: str, message: str, status: int):
+    """An error as a page, or as an inline message for an HTMX request (which swaps in a part)."""
     if request.headers.get("HX-Request") == "true":
-        return render_template("_error_inline.html", message=message), 400
-    return render_template("error.html", title="Request refused", message=message), 400
+        return render_template("_error_inline.html", message=message), status
+    return render_template("error.html", title=title, message=message), status
+
+
+def csrf_error(error: CSRFError):
+    return error_page("Request refused", "This form expired or did not come from Lakeport. Reload the page and try "
+                      "again.", 400)

@@ -35,9 +35,8 @@ def authenticate():
     text = text.strip() if scheme.lower() == "bearer" else ""
     g.api_token = None
     if text.startswith(tokens.PREFIX):
-        held = tokens.holder_of(text)
-        user, scope, key = (held[1], held[0].scope, f"token:{held[0].id}") if held else (None, None, None)
-        g.api_token = held[0] if held else None
+        g.api_token, user = tokens.holder_of(text) or (None, None)
+        scope, key = (g.api_token.scope, f"token:{g.api_token.id}") if g.api_token else (None, None)
     else:
         user = bearer.user_for(text) if text else None
         scope, key = "run", f"oidc:{user.id}" if user else None

@@ -38,12 +38,8 @@ class Lines(BaseModel):
 
 def execution_out(row: Execution) -> schemas.Execution:
     outputs = json_module.loads(row.outputs or "{}").get("outputs") or {}
-    return schemas.Execution(id=row.id, workflow_id=row.workflow_id, workflow_version=row.workflow_version,
-                             compute_unit_id=row.compute_unit_id, warehouse_id=row.warehouse_id,
-                             warehouse_name=row.warehouse_name, state=row.state, reason=row.reason,
-                             created_at=row.created_at, started_at=row.started_at, ended_at=row.ended_at,
-                             outputs={str(step): str(table) for step, table in outputs.items()},
-                             notify_on=row.notify_on)
+    fields = {name: getattr(row, name) for name in schemas.Execution.model_fields if hasattr(row, name)}
+    return schemas.Execution(**{**fields, "outputs": {str(step): str(table) for step, table in outputs.items()}})
 
 
 def _read(read):

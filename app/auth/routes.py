@@ -58,10 +58,7 @@ def logout():
     logout_user()
     session.clear()
     provider_logout = oidc.sign_out_url()
-    if provider_logout:
-        return redirect(provider_logout)
-    flash("You have signed out.", "info")
-    return redirect(url_for("auth.login"))
+    return redirect(provider_logout) if provider_logout else logged_out()
 
 
 @bp.get("/logged-out")

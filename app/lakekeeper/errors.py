@@ -11,30 +11,23 @@ _STORAGE_VALIDATION_TYPES = frozenset({
 })
 _USER_MESSAGES = {
     "WarehouseAlreadyExists": "A warehouse with this name already exists in the catalog. Choose another name.",
-    "CreateWarehouseStorageProfileOverlap": (
-        "This bucket location overlaps an existing warehouse. Use another bucket, or a key prefix "
-        "that no other warehouse uses."
-    ),
+    "CreateWarehouseStorageProfileOverlap": ("This bucket location overlaps an existing warehouse. Use another "
+                                             "bucket, or a key prefix that no other warehouse uses."),
     "WarehouseNotFound": "This warehouse no longer exists in the catalog.",
-    "WarehouseHasUnfinishedTasks": (
-        "The catalog is still purging this warehouse's dropped tables. Try again in a minute."
-    ),
-    "WarehouseNotEmpty": (
-        "The warehouse still holds namespaces or tables (dropped tables awaiting deletion count too). "
-        "Empty it before deleting it."
-    ),
+    "WarehouseHasUnfinishedTasks": ("The catalog is still purging this warehouse's dropped tables. Try again in "
+                                    "a minute."),
+    "WarehouseNotEmpty": ("The warehouse still holds namespaces or tables (dropped tables awaiting deletion count "
+                          "too). Empty it before deleting it."),
     "WarehouseProtected": "The warehouse is protected against deletion in the catalog.",
 }
 _STORAGE_VALIDATION_MESSAGE = (
     "Lakekeeper could not write to the bucket with these credentials. Check the bucket name, region, "
     "endpoint and key prefix, and that the access key may write, read and delete objects there."
 )
-_UNEXPECTED_ANSWER_MESSAGE = (
-    "The catalog (Lakekeeper) gave an answer the portal does not understand. Contact the operators."
-)
-_UNREACHABLE_MESSAGE = (
-    "The catalog (Lakekeeper) is unreachable. Try again in a moment; if this persists, contact the operators."
-)
+_UNEXPECTED_ANSWER_MESSAGE = ("The catalog (Lakekeeper) gave an answer the portal does not understand. Contact "
+                              "the operators.")
+_UNREACHABLE_MESSAGE = ("The catalog (Lakekeeper) is unreachable. Try again in a moment; if this persists, contact "
+                        "the operators.")
 
 
 class LakekeeperError(Exception):
@@ -47,10 +40,7 @@ class LakekeeperError(Exception):
 
     def __init__(self, status: int | None, type: str, message: str, operation: str = "") -> None:
         super().__init__(message)
-        self.status = status
-        self.type = type
-        self.message = message
-        self.operation = operation
+        self.status, self.type, self.message, self.operation = status, type, message, operation
 
     def __str__(self) -> str:
         status = f"HTTP {self.status} " if self.status is not None else ""
@@ -86,10 +76,8 @@ class LakekeeperError(Exception):
         if self.status == 503:
             return "The catalog (Lakekeeper) is temporarily unavailable. Try again in a moment."
         if self.status is not None and self.status >= 500:
-            return (
-                "The catalog (Lakekeeper) failed to process the request. Try again later; "
-                "if this persists, contact the operators."
-            )
+            return ("The catalog (Lakekeeper) failed to process the request. Try again later; if this persists, "
+                    "contact the operators.")
         return f"The catalog rejected the request: {self.message}"
 
 
@@ -107,10 +95,8 @@ class LakekeeperUnavailable(LakekeeperError):
     @property
     def user_message(self) -> str:
         if self.outcome_unknown:
-            return (
-                "The catalog (Lakekeeper) did not answer in time, so it is unknown whether the change "
-                "was made. Refresh the page to check before trying again."
-            )
+            return ("The catalog (Lakekeeper) did not answer in time, so it is unknown whether the change was "
+                    "made. Refresh the page to check before trying again.")
         return _UNREACHABLE_MESSAGE
 
 
@@ -120,13 +106,9 @@ class ServiceTokenError(LakekeeperError):
     @property
     def user_message(self) -> str:
         if self.status is None or self.status >= 500:
-            return (
-                "The portal could not sign in to the catalog because the identity provider is unreachable. "
-                "Try again in a moment."
-            )
+            return ("The portal could not sign in to the catalog because the identity provider is unreachable. "
+                    "Try again in a moment.")
         if self.operation == "user_token":
-            return (
-                "The identity provider refused the portal a catalog token acting as this user for one "
-                "warehouse. Contact the operators."
-            )
+            return ("The identity provider refused the portal a catalog token acting as this user for one "
+                    "warehouse. Contact the operators.")
         return "The identity provider refused the portal's catalog credentials. Contact the operators."

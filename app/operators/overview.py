@@ -2,6 +2,7 @@
 user's compute and storage. Never a table's rows: nothing here reads a warehouse."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from sqlmodel import select
@@ -42,17 +43,13 @@ def warehouses() -> list[tuple[Warehouse, User]]:
 def usage_by_user() -> list[UserUsage]:
     """Each user's compute (executions ended in the last USAGE_DAYS days) and live storage (the
     worker's latest samples of their warehouses), the heaviest first."""
-    db = get_db()
-    users = list(db.exec(select(User).order_by(User.id)))
+    users = list(get_db().exec(select(User).order_by(User.id)))
     owned = warehouses()
     samples = latest_samples([warehouse.id for warehouse, _ in owned])
-    stored: dict[int, int] = {}
+    stored = Counter()
     for warehouse, owner in owned:
-        stored[owner.id] = stored.get(owner.id, 0) + sum(sample.bytes for sample in samples.get(warehouse.id, []))
-    live: dict[int, int] = {}
-    for unit, owner in live_units():
-        if owner is not None:  # the warm pool's units are no one's
-            live[owner.id] = live.get(owner.id, 0) + 1
-    usage = [UserUsage(user, user_totals(user, USAGE_DAYS), live.get(user.id, 0), stored.get(user.id, 0))
-             for user in users]
+        stored[owner.id] += sum(sample.bytes for sample in samples.get(warehouse.id, []))
+    # The warm pool's units are no one's.
+    live = Counter(owner.id for _unit, owner in live_units() if owner is not None)
+    usage = [UserUsage(user, user_totals(user, USAGE_DAYS), live[user.id], stored[user.id]) for user in users]
     return sorted(usage, key=lambda row: (-row.totals.compute.cpu_seconds, -row.storage_bytes, row.user.id))
