@@ -49,8 +49,7 @@ def outputs(a: Execution, b: Execution) -> list[OutputComparison]:
     for output in sorted(set(tables_a) | set(tables_b)):
         entry = OutputComparison(output, tables_a.get(output), tables_b.get(output))
         try:
-            shape_a = _shape(a, entry.a_table)
-            shape_b = _shape(b, entry.b_table)
+            shape_a, shape_b = _shape(a, entry.a_table), _shape(b, entry.b_table)
         except ResultReadError as failure:
             entry.error = failure.args[0]
         else:
@@ -77,6 +76,10 @@ class RowsUnavailable(Exception):
     """The differing rows cannot be computed now (no unit running, other warehouses); the message says why."""
 
 
+_NOT_ONE_WAREHOUSE = "The rows are compared only for executions in one warehouse that still exists."
+_NO_READY_UNIT = "No compute unit of yours is running with Spark ready: start one to see the differing rows."
+
+
 def _pairs(a: Execution, b: Execution) -> list[dict]:
     tables_a, tables_b = history.output_tables(a), history.output_tables(b)
     return [{"output": output, "a": tables_a[output], "b": tables_b[output]}
@@ -95,9 +98,9 @@ def request_rows(owner: User, a: Execution, b: Execution) -> ComparisonJob | Non
     if not _pairs(a, b):
         return None
     if results.warehouse_of(a) is None or b.warehouse_id != a.warehouse_id:
-        raise RowsUnavailable("The rows are compared only for executions in one warehouse that still exists.")
+        raise RowsUnavailable(_NOT_ONE_WAREHOUSE)
     if not history.running_compute_units(owner):
-        raise RowsUnavailable("No compute unit of yours is running with Spark ready: start one to see the differing rows.")
+        raise RowsUnavailable(_NO_READY_UNIT)
     if (latest := latest_rows_job(a, b)) is not None and latest.running:
         return latest
     job = ComparisonJob(owner_id=owner.id, a_id=a.id, b_id=b.id)
@@ -114,15 +117,15 @@ def run_rows_job(job_id: int) -> None:
     job = db.get(ComparisonJob, job_id)
     if job is None or not compare_and_set(ComparisonJob, job_id, JobState.LIVE, state=JobState.RUNNING):
         return
+    a, b = db.get(Execution, job.a_id), db.get(Execution, job.b_id)
     try:
-        rows = _differing_rows(db.get(User, job.owner_id), db.get(Execution, job.a_id), db.get(Execution, job.b_id))
+        rows = _differing_rows(db.get(User, job.owner_id), a, b)
     except RowsUnavailable as unavailable:
         compare_and_set(ComparisonJob, job_id, JobState.LIVE, state=JobState.FAILED,
                         error=clean_text(unavailable.args[0], door.REASON_LIMIT), ended_at=utcnow())
     else:
         compare_and_set(ComparisonJob, job_id, JobState.LIVE, state=JobState.DONE,
-                        result=json.dumps(_checked(rows, _pairs(db.get(Execution, job.a_id), db.get(Execution, job.b_id)))),
-                        ended_at=utcnow())
+                        result=json.dumps(_checked(rows, _pairs(a, b))), ended_at=utcnow())
 
 
 def _checked(rows: dict, pairs: list[dict]) -> dict:
@@ -151,12 +154,10 @@ def _differing_rows(owner: User, a: Execution, b: Execution) -> dict:
     """Output → {"only_in_a", "only_in_b", their counts, "columns"} or {"error"}."""
     warehouse = results.warehouse_of(a)
     if warehouse is None or b.warehouse_id != a.warehouse_id:
-        raise RowsUnavailable("The rows are compared only for executions in one warehouse that still exists.")
-    units = history.running_compute_units(owner)
-    units.sort(key=lambda cu: cu.id != a.compute_unit_id)
-    ready = door.first_ready_host(units)
-    if ready is None:
-        raise RowsUnavailable("No compute unit of yours is running with Spark ready: start one to see the differing rows.")
+        raise RowsUnavailable(_NOT_ONE_WAREHOUSE)
+    units = sorted(history.running_compute_units(owner), key=lambda cu: cu.id != a.compute_unit_id)
+    if (ready := door.first_ready_host(units)) is None:
+        raise RowsUnavailable(_NO_READY_UNIT)
     try:
         token = door.run_token(warehouse, owner)
     except door.NoCatalogToken as failure:

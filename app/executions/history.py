@@ -10,15 +10,7 @@ from datetime import timezone
 from sqlmodel import select
 
 from app.db import get_db
-from app.models import (
-    ComputeUnit,
-    ComputeUnitState,
-    Execution,
-    ExecutionState,
-    User,
-    Warehouse,
-    Workflow,
-)
+from app.models import ComputeUnit, ComputeUnitState, Execution, ExecutionState, User, Warehouse, Workflow
 from app.warehouses import sharing
 from compute.contract import CONSOLE_LOGS, RUNTIME_STATS, table_name
 
@@ -43,12 +35,9 @@ class Filters:
     @classmethod
     def from_args(cls, args) -> Filters:
         """Filters from query parameters; values that are not valid choices are ignored."""
-        state = args.get("state") or None
-        return cls(
-            state=state if state in ExecutionState.ALL else None,
-            warehouse_id=_int_or_none(args.get("warehouse_id")),
-            compute_unit_id=_int_or_none(args.get("compute_unit_id")),
-        )
+        state = args.get("state")
+        return cls(state=state if state in ExecutionState.ALL else None, warehouse_id=_int_or_none(
+            args.get("warehouse_id")), compute_unit_id=_int_or_none(args.get("compute_unit_id")))
 
     @property
     def active(self) -> bool:
@@ -70,14 +59,11 @@ def user_executions(owner: User, filters: Filters = Filters(), workflow_id: int 
         .outerjoin(ComputeUnit, ComputeUnit.id == Execution.compute_unit_id)
         .where(Execution.owner_id == owner.id)
     )
-    if workflow_id is not None:
-        statement = statement.where(Execution.workflow_id == workflow_id)
-    if filters.state:
-        statement = statement.where(Execution.state == filters.state)
-    if filters.warehouse_id is not None:
-        statement = statement.where(Execution.warehouse_id == filters.warehouse_id)
-    if filters.compute_unit_id is not None:
-        statement = statement.where(Execution.compute_unit_id == filters.compute_unit_id)
+    for column, value in ((Execution.workflow_id, workflow_id), (Execution.state, filters.state),
+                          (Execution.warehouse_id, filters.warehouse_id),
+                          (Execution.compute_unit_id, filters.compute_unit_id)):
+        if value is not None:
+            statement = statement.where(column == value)
     statement = statement.order_by(Execution.created_at.desc(), Execution.id.desc()).limit(HISTORY_LIMIT)
     return [ExecutionRow(execution, workflow_name, cu_name) for execution, workflow_name, cu_name
             in get_db().exec(statement)]

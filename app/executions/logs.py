@@ -3,6 +3,7 @@ on the server (the filters live in the URL), then paged like every other table."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial, reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,18 +56,11 @@ def _choices(rows: pa.Table, column: str) -> list[str]:
 def filtered(rows: pa.Table, filters: LogFilters) -> pa.Table:
     """The log lines that match every filter, in time order; the text matches the message, case
     ignored."""
-    mask = None
-
-    def both(condition):
-        return condition if mask is None else pc.and_kleene(mask, condition)
-
-    if filters.level and "level" in rows.column_names:
-        mask = both(pc.equal(rows["level"], filters.level))
-    if filters.step and "step" in rows.column_names:
-        mask = both(pc.equal(rows["step"], filters.step))
-    if filters.text and "message" in rows.column_names:
-        mask = both(pc.match_substring(rows["message"], filters.text, ignore_case=True))
-    chosen = rows.filter(pc.fill_null(mask, False)) if mask is not None else rows
+    conditions = [match(rows[column], value) for column, value, match in (
+        ("level", filters.level, pc.equal), ("step", filters.step, pc.equal),
+        ("message", filters.text, partial(pc.match_substring, ignore_case=True)))
+        if value and column in rows.column_names]
+    chosen = rows.filter(pc.fill_null(reduce(pc.and_kleene, conditions), False)) if conditions else rows
     return chosen.sort_by("ts") if "ts" in chosen.column_names else chosen
 
 

@@ -150,9 +150,8 @@ def deliver(notification_id: int) -> None:
             _mail(asker, workflow, execution)
     except (httpx.HTTPError, OutboundRefused, smtplib.SMTPException, OSError, DeliveryRefused) as error:
         attempts = notification.attempts + 1
-        final = attempts >= MAX_ATTEMPTS
-        compare_and_set(Notification, notification_id, (JobState.QUEUED,), attempts=attempts,
-                        last_error=str(error)[:500], state=JobState.FAILED if final else JobState.QUEUED,
+        compare_and_set(Notification, notification_id, (JobState.QUEUED,), attempts=attempts, last_error=str(error)[:500],
+                        state=JobState.FAILED if attempts >= MAX_ATTEMPTS else JobState.QUEUED,
                         next_attempt_at=utcnow() + timedelta(seconds=FIRST_BACKOFF_SECONDS * 2 ** (attempts - 1)))
         logger.warning("notification %s (%s) failed, attempt %s: %s", notification_id, notification.channel,
                        attempts, error)

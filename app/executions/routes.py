@@ -27,23 +27,19 @@ from app.workflows.service import latest_version
 @bp.app_template_filter("log_time")
 def log_time(value) -> str:
     """A log line's time (epoch seconds from the compute unit, or a datetime) as HH:MM:SS."""
-    moment = results.as_datetime(value)
-    return moment.strftime("%H:%M:%S") if moment else ""
+    return moment.strftime("%H:%M:%S") if (moment := results.as_datetime(value)) else ""
 
 
 @bp.app_template_filter("log_iso")
 def log_iso(value) -> str:
     """A log line's time in ISO 8601 (for <time datetime=… data-local>)."""
-    moment = results.as_datetime(value)
-    return moment.isoformat() if moment else ""
+    return moment.isoformat() if (moment := results.as_datetime(value)) else ""
 
 
 @bp.app_template_filter("ms_time")
 def ms_time(value) -> str:
     """A snapshot's time (epoch milliseconds) as YYYY-MM-DD HH:MM:SS UTC."""
-    if value is None:
-        return ""
-    return datetime.fromtimestamp(value / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return "" if value is None else datetime.fromtimestamp(value / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 @bp.app_template_global()
@@ -62,6 +58,11 @@ def _execution(execution_id: int) -> Execution:
     return get_owned_or_404(Execution, execution_id)
 
 
+def _go(url: str):
+    """After an action: a redirect, as HTMX or as a plain browser expects it."""
+    return make_response("", redirect=url) if request.htmx else redirect(url)
+
+
 def _live_partial(template: str, execution: Execution, context: Callable[[], dict]):
     """A self-polling partial of the execution: while it runs, tagged with its version (a poll that
     finds it unchanged answers 304 before `context` is read) and asking again sooner while it changes."""
@@ -75,11 +76,10 @@ def _live_partial(template: str, execution: Execution, context: Callable[[], dic
 
 def _live_context(execution: Execution) -> dict:
     """What the execution's live part shows besides the row."""
-    completed = execution.state == ExecutionState.COMPLETED
     return {"progress": history.progress_of(execution), "outputs": history.output_tables(execution),
             "lineage": history.lineage_of(execution), "failed_step": history.failed_step(execution),
             "others": history.completed_runs_of(current_user, execution.workflow_id, execution.id)
-            if completed else []}
+            if execution.state == ExecutionState.COMPLETED else []}
 
 
 @bp.get("/")
@@ -125,8 +125,7 @@ def new():
                     return render_template("executions/started.html", execution=execution, workflow=workflow,
                                            webhook_secret=notifications.webhook_secret(execution))
                 flash(f"You started execution #{execution.id} of {workflow.name}.", "success")
-                url = url_for("executions.detail", execution_id=execution.id)
-                return make_response("", redirect=url) if request.htmx else redirect(url)
+                return _go(url_for("executions.detail", execution_id=execution.id))
     page = render_template("executions/new.html", workflow=workflow, version=version, values=values, errors=errors,
                            compute_units=history.running_compute_units(current_user),
                            warehouses=history.active_warehouses(current_user), notify_on=notifications.NOTIFY_ON)
@@ -149,14 +148,13 @@ def rerun(execution_id: int):
     """Run the execution's workflow version again with every input pinned to the snapshot it read."""
     execution = _execution(execution_id)
     try:
-        again = runner.rerun_pinned(current_user, execution)
+        shown = runner.rerun_pinned(current_user, execution)
     except RunRefused as refusal:
         flash(refusal.message, "error")
-        url = url_for("executions.detail", execution_id=execution.id)
+        shown = execution
     else:
-        flash(f"Execution #{again.id} re-runs #{execution.id} on the same inputs.", "success")
-        url = url_for("executions.detail", execution_id=again.id)
-    return make_response("", redirect=url) if request.htmx else redirect(url)
+        flash(f"Execution #{shown.id} re-runs #{execution.id} on the same inputs.", "success")
+    return _go(url_for("executions.detail", execution_id=shown.id))
 
 
 def _pair() -> tuple[Execution, Execution]:
@@ -173,10 +171,8 @@ def compare():
     if b.workflow_id != a.workflow_id:
         return render_template("error.html", title="Not comparable",
                                message=f"Executions #{a.id} and #{b.id} run different workflows."), 422
-    job = comparison.latest_rows_job(a, b)
-    return render_template("executions/compare.html", a=a, b=b, workflow=workflow, outputs=comparison.outputs(a, b),
-                           job=job, error=None, nothing_shared=False, sample=comparison.SAMPLE_ROWS,
-                           rows=json.loads(job.result) if job is not None and not job.running else {})
+    return _rows_partial(a, b, comparison.latest_rows_job(a, b), template="executions/compare.html",
+                         workflow=workflow, outputs=comparison.outputs(a, b))
 
 
 @bp.get("/compare/rows")
@@ -205,10 +201,12 @@ def _comparable_pair() -> tuple[Execution, Execution]:
     return a, b
 
 
-def _rows_partial(a: Execution, b: Execution, job, error: str | None = None, nothing_shared: bool = False):
-    return render_template("executions/_compare_rows.html", a=a, b=b, job=job, error=error,
-                           nothing_shared=nothing_shared, sample=comparison.SAMPLE_ROWS,
-                           rows=json.loads(job.result) if job is not None and not job.running else {})
+def _rows_partial(a: Execution, b: Execution, job, error: str | None = None, nothing_shared: bool = False,
+                  template: str = "executions/_compare_rows.html", **context):
+    """The differing rows' partial (or, with `template`, the page around it)."""
+    return render_template(template, a=a, b=b, job=job, error=error, nothing_shared=nothing_shared,
+                           sample=comparison.SAMPLE_ROWS,
+                           rows=json.loads(job.result) if job is not None and not job.running else {}, **context)
 
 
 @bp.get("/<int:execution_id>/row")
@@ -229,8 +227,7 @@ def cancel(execution_id: int):
         flash(refusal.message, "error")
     else:
         flash(f"Requested the cancellation of execution #{execution.id}.", "info")
-    url = url_for("executions.detail", execution_id=execution.id)
-    return make_response("", redirect=url) if request.htmx else redirect(url)
+    return _go(url_for("executions.detail", execution_id=execution.id))
 
 
 @bp.get("/<int:execution_id>/stats")
@@ -245,9 +242,8 @@ def stats(execution_id: int):
             timings, from_progress = results.progress_timings(execution), True
         except ResultReadError as failure:
             error = failure.args[0]
-    chart = step_timeline_svg(timings) if timings else None
-    return render_template("executions/_stats.html", execution=execution, chart=chart, error=error,
-                           from_progress=from_progress)
+    return render_template("executions/_stats.html", execution=execution, error=error, from_progress=from_progress,
+                           chart=step_timeline_svg(timings) if timings else None)
 
 
 def _output_table(execution: Execution, step: str) -> str:
@@ -255,11 +251,6 @@ def _output_table(execution: Execution, step: str) -> str:
     if table is None:
         abort(404)
     return table
-
-
-def _table_page(execution: Execution, table: str, endpoint: str, **route_args):
-    return table_page_context(lambda page, size: results.page(execution, table, page, size), table,
-                              url_for(endpoint, execution_id=execution.id, **route_args))
 
 
 def _table_partial(context: dict):
@@ -271,7 +262,9 @@ def _table_partial(context: dict):
 @bp.get("/<int:execution_id>/results/<step>")
 def results_page(execution_id: int, step: str):
     execution = _execution(execution_id)
-    context = _table_page(execution, _output_table(execution, step), "executions.results_page", step=step)
+    table = _output_table(execution, step)
+    context = table_page_context(lambda page, size: results.page(execution, table, page, size), table,
+                                 url_for("executions.results_page", execution_id=execution.id, step=step))
     if request.htmx:
         return _table_partial(context)
     return render_template("executions/results.html", execution=execution, step=step,
@@ -287,9 +280,8 @@ def download(execution_id: int, step: str):
         chunks = results.csv_chunks(execution, table)
     except ResultReadError as failure:
         return render_template("error.html", title="Download failed", message=failure.args[0]), 502
-    filename = f"{table.replace('.', '-')}.csv"
     return Response(chunks, mimetype="text/csv",
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+                    headers={"Content-Disposition": f'attachment; filename="{table.replace(".", "-")}.csv"'})
 
 
 @bp.get("/<int:execution_id>/logs")

@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from http import HTTPStatus
 
 from flask import current_app
@@ -43,18 +44,8 @@ from app.errors import UserFacingError
 from app.executions.history import progress_of, stopped_progress
 from app.extensions import lakekeeper
 from app.lakekeeper.errors import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
-from app.models import (
-    ComputeUnit,
-    ComputeUnitState,
-    Execution,
-    ExecutionState,
-    User,
-    Warehouse,
-    WarehouseStatus,
-    Workflow,
-    WorkflowVersion,
-    utcnow,
-)
+from app.models import (ComputeUnit, ComputeUnitState, Execution, ExecutionState, User, Warehouse, WarehouseStatus,
+                        Workflow, WorkflowVersion, utcnow)
 from app.executions import run_spec, unit_reports
 from app.ray_clusters.base import ClusterHandle
 from app.compute_units import door
@@ -139,8 +130,7 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
         raise RunRefused("This workflow is not yours to run (or no longer shared with you).")
     if version is None or not json.loads(version.steps or "[]"):
         raise RunRefused("This workflow has no steps yet. Add steps in the editor and save first.")
-    errors = check_runnable(owner, cu, warehouse)
-    if errors:
+    if errors := check_runnable(owner, cu, warehouse):
         field, message = next(iter(errors.items()))
         raise RunRefused(message, field)
     db = get_db()
@@ -179,8 +169,7 @@ def rerun_pinned(owner: User, execution: Execution) -> Execution:
         raise RunRefused("This execution recorded no lineage (it ran before Lakeport kept it): there is "
                          "nothing to pin a re-run to.")
     db = get_db()
-    read = lineage["read"]
-    tables = {entry["table"]: entry["snapshot_id"] for entry in read if entry.get("snapshot_id") is not None}
+    tables = {entry["table"]: entry["snapshot_id"] for entry in lineage["read"] if entry.get("snapshot_id") is not None}
     return start(owner, db.get(Workflow, execution.workflow_id), db.get(WorkflowVersion, execution.workflow_version_id),
                  db.get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None,
                  db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None,
@@ -201,10 +190,6 @@ def cancel(execution: Execution, by: str = "its owner") -> None:
 
 
 # --- Rows, from the worker's threads ------------------------------------------------------------
-
-
-def _update(execution_id: int, **changes) -> None:
-    set_fields(Execution, execution_id, **changes)
 
 
 def _transition(execution_id: int, from_states: Iterable[str], **changes) -> bool:
@@ -231,9 +216,8 @@ def pending_work() -> list[tuple[str, object, int]]:
         live = db.exec(select(Execution.id, Execution.cancel_requested_at)
                        .where(Execution.state.not_in(State.FINAL))).all()
     cancels = [execution_id for execution_id, asked in live if asked is not None]
-    for execution_id in list(_cancels_passed):
-        if execution_id not in cancels:
-            del _cancels_passed[execution_id]
+    for execution_id in _cancels_passed.keys() - set(cancels):
+        del _cancels_passed[execution_id]
     return ([(f"execution:{execution_id}", drive, execution_id) for execution_id, _ in live]
             + [(f"execution-cancel:{execution_id}", pass_cancel, execution_id) for execution_id in cancels
                if execution_id not in _cancels_passed])
@@ -249,12 +233,18 @@ def pass_cancel(execution_id: int) -> None:
     watcher's next check: a run about to complete should not)."""
     _cancels_passed[execution_id] = time.monotonic()
     execution = load(execution_id)
-    if execution is None or execution.state != State.RUNNING or not execution.run_id:
-        return
+    if execution is not None and execution.state == State.RUNNING and execution.run_id:
+        _cancel_run(execution_id, lambda: door.cancel(execution.compute_unit_id, execution.run_id))
+
+
+def _cancel_run(execution_id: int, cancel: Callable[[], object], quiet: bool = False) -> None:
+    """Cancel the execution's run on its unit; a unit that does not take the cancel is only
+    logged (unless `quiet`: the cancel is a precaution)."""
     try:
-        door.cancel(execution.compute_unit_id, execution.run_id)
+        cancel()
     except (LookupError, SparkHostError) as error:
-        logger.warning("cancelling execution %s on its unit: %s", execution_id, error)
+        if not quiet:
+            logger.warning("cancelling execution %s on its unit: %s", execution_id, error)
 
 
 def drive(execution_id: int) -> None:
@@ -317,10 +307,8 @@ def _submit_and_watch(execution_id: int) -> None:
         except SparkHostError as error:
             raise _not_taken(cu_id, error) from None
     if not _transition(execution_id, (State.INITIALIZING,), state=State.RUNNING, run_id=run_id):
-        try:
-            door.cancel(cu_id, run_id)  # cancelled between the check above and the submit
-        except (LookupError, SparkHostError) as error:
-            logger.warning("cancelling execution %s on its unit: %s", execution_id, error)
+        # Cancelled between the check above and the submit.
+        _cancel_run(execution_id, lambda: door.cancel(cu_id, run_id))
         return
     _watch(execution_id)
 
@@ -370,7 +358,7 @@ def _prepare(execution_id: int) -> tuple[dict, ClusterHandle, str | None]:
 def _note(execution_id: int, phase: str) -> None:
     """What INITIALIZING is doing right now, for the page."""
     execution = load(execution_id)
-    _update(execution_id, progress=json.dumps({**progress_of(execution), "phase": phase}))
+    set_fields(Execution, execution_id, progress=json.dumps({**progress_of(execution), "phase": phase}))
 
 
 def _check_warehouse(execution: Execution, warehouse: Warehouse | None) -> None:
@@ -402,11 +390,7 @@ def _watch(execution_id: int) -> None:
     if not run_id:  # RUNNING is only ever written with the run's id: a row edited by hand
         raise ExecutionFailed("it is marked running but no run on its compute unit is recorded")
     cu, handle = door.running_host(cu_id)
-    before = lifecycle.limit_usage(cu, handle)
-
-    def over_limit() -> str | None:
-        return lifecycle.over_limit(cu, handle, before)
-
+    over_limit = partial(lifecycle.over_limit, cu, handle, lifecycle.limit_usage(cu, handle))
     last_progress = execution.progress
     last_heard = time.monotonic()
     next_activity = next_unit_check = 0.0
@@ -429,7 +413,7 @@ def _watch(execution_id: int) -> None:
                 _record_end(execution_id, run, progress, over_limit)
                 return
             if progress != last_progress:
-                _update(execution_id, progress=progress)
+                set_fields(Execution, execution_id, progress=progress)
                 last_progress = progress
             if now >= next_activity:
                 lifecycle.touch(cu_id)
@@ -447,25 +431,16 @@ def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, r
     run has stopped: a cancel can reach the host before the run's Spark job)."""
     execution = load(execution_id)
     if execution.cancel_requested_at is not None and execution.state == State.RUNNING:
-        try:
-            client.cancel(run_id)
-        except SparkHostError as error:
-            logger.warning("cancelling execution %s on its unit: %s", execution_id, error)
+        _cancel_run(execution_id, lambda: client.cancel(run_id))
     if execution.state in State.FINAL:
-        if execution.state != State.COMPLETED:
-            try:
-                client.cancel(run_id)  # stopped from outside (see app/executions/stopping.py): make sure
-            except SparkHostError:
-                pass
+        if execution.state != State.COMPLETED:  # stopped from outside (see app/executions/stopping.py): make sure
+            _cancel_run(execution_id, lambda: client.cancel(run_id), quiet=True)
         return True
     with Session(engine()) as db:
         cu = db.get(ComputeUnit, cu_id)
     if cu is not None and cu.state == ComputeUnitState.RUNNING:
         return False
-    try:
-        client.cancel(run_id)  # a terminating unit may still be running it
-    except SparkHostError:
-        pass
+    _cancel_run(execution_id, lambda: client.cancel(run_id), quiet=True)  # a terminating unit may still run it
     reason = f"the compute unit stopped: {(cu.reason or cu.state.lower()) if cu else 'it was deleted'}"
     finish(execution_id, State.FAILED, reason=reason)
     return True

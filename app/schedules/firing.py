@@ -4,8 +4,8 @@ One pass (`fire_due`, under the worker's lease "scheduler") looks at every activ
 due times since the one it handled last. Each due time is recorded as a `ScheduledRun` row
 before anything is started, and the row's (schedule, due time) is unique: whatever the number
 of workers, their restarts or a pass that runs twice, a due time is handled once (the second
-insert fails and that worker moves on). The clock is `service.now()`, which a test may replace; a clock
-that jumps back finds its due times handled already, one that jumps ahead finds them missed.
+insert fails and that worker moves on). The clock is `service.now()`, which a test may replace; a
+clock that jumps back finds its due times handled already, one that jumps ahead finds them missed.
 
 Times missed while no worker ran (more than GRACE_SECONDS late) follow the schedule's catch-up
 policy: `skip` records each as skipped; `once` runs the latest and records the rest as caught up.
@@ -13,9 +13,8 @@ A due time whose unit is not running, whose warehouse takes no runs, or that fin
 `max_running` of the schedule's runs still going is recorded as skipped, with the reason; with
 `start_unit`, a unit that has ended is copied and started for the run instead (the due time
 "waiting" until it runs, the schedule naming the copy from then on), and stopped once the run and
-its retries are over. Each
-pass also cancels runs over the schedule's timeout, and retries a failed run (a row of its own,
-`attempt` 1, 2…, as unique as the first) once its backoff has passed.
+its retries are over. Each pass also cancels runs over the schedule's timeout, and retries a
+failed run (a row of its own, `attempt` 1, 2…, as unique as the first) once its backoff has passed.
 """
 from __future__ import annotations
 
@@ -32,6 +31,7 @@ from app.models import (ComputeUnit, ComputeUnitState, Execution, ExecutionState
                         Warehouse, Workflow, utcnow)
 from app.schedules import service
 from app.schedules.service import due_between
+from app.transitions import set_fields
 from app.workflows.service import latest_version
 
 logger = logging.getLogger(__name__)
@@ -214,11 +214,7 @@ def _start_unit(schedule: Schedule, run: ScheduledRun, ended: ComputeUnit) -> No
         _settle(run.id, outcome="skipped", reason=f"its unit could not be started: {refusal.message}")
         return
     _settle(run.id, started_unit_id=unit.id)
-    with Session(engine()) as session:
-        row = session.get(Schedule, schedule.id)
-        row.compute_unit_id = unit.id
-        session.add(row)
-        session.commit()
+    set_fields(Schedule, schedule.id, compute_unit_id=unit.id)
     logger.info("schedule %s at %s started unit %s for its run", schedule.id, run.due_at, unit.id)
 
 
@@ -239,10 +235,6 @@ def _start_execution(schedule: Schedule, run: ScheduledRun, cu: ComputeUnit | No
 
 
 def _settle(run_id: int, **changes) -> None:
-    with Session(engine()) as db:
-        run = db.get(ScheduledRun, run_id)
-        for name, value in changes.items():
-            setattr(run, name, value[:500] if isinstance(value, str) else value)
-        db.add(run)
-        db.commit()
+    set_fields(ScheduledRun, run_id, **{name: value[:500] if isinstance(value, str) else value
+                                        for name, value in changes.items()})
 

@@ -35,19 +35,15 @@ class ScheduleRefused(UserFacingError):
     """A schedule could not be made or changed; `message` for the user, `field` the form field."""
 
 
-def zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
-
-
 def next_times(schedule: Schedule, after: datetime, count: int = 3) -> list[datetime]:
     """The schedule's next `count` due times after `after`, in its own time zone."""
-    times = croniter(schedule.cron, after.astimezone(zone(schedule.timezone)))
+    times = croniter(schedule.cron, after.astimezone(ZoneInfo(schedule.timezone)))
     return [times.get_next(datetime) for _ in range(count)]
 
 
 def due_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
     """The due times in (start, end], in UTC."""
-    times, found = croniter(schedule.cron, start.astimezone(zone(schedule.timezone))), []
+    times, found = croniter(schedule.cron, start.astimezone(ZoneInfo(schedule.timezone))), []
     while (moment := times.get_next(datetime)) <= end and len(found) < 10_000:
         found.append(moment.astimezone(timezone.utc))
     return found
@@ -103,8 +99,7 @@ def runs_of(schedule: Schedule, limit: int = 20) -> list[ScheduledRun]:
 
 
 def create(owner: User, workflow: Workflow, values: dict, now: datetime) -> Schedule:
-    errors = check(values, owner)
-    if errors:
+    if errors := check(values, owner):
         field, message = next(iter(errors.items()))
         raise ScheduleRefused(message, field)
     if len(schedules_of(workflow)) >= MAX_PER_WORKFLOW:

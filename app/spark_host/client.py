@@ -59,7 +59,7 @@ class SparkHostError(RuntimeError):
 
 def with_spark_host_secret(handle: ClusterHandle, key: str) -> ClusterHandle:
     """Put the unit's Spark host secret into the handle, making the handle's nonce on first use."""
-    if not key:
+    if not key:  # before the handle is changed
         raise ValueError("a key is needed to derive the Spark host's secret")
     if handle.spark_host_nonce is None:
         handle.spark_host_nonce = new_spark_host_nonce()
@@ -84,13 +84,8 @@ def spark_host_secret(key: str, cu_id: str, nonce: str) -> str:
 
 
 class SparkHostClient:
-    def __init__(
-        self,
-        handle: ClusterHandle,
-        *,
-        timeout: float = 10.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
+    def __init__(self, handle: ClusterHandle, *, timeout: float = 10.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
         if not handle.spark_host_url:
             raise ValueError(f"compute unit {handle.cu_id} has no Spark host address")
         if not handle.spark_host_secret:
@@ -110,16 +105,9 @@ class SparkHostClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def bootstrap(
-        self,
-        *,
-        executors: int,
-        executor_cores: int = 1,
-        executor_memory: str = "1g",
-        placement_strategy: str | None = "SPREAD",
-        timeout_s: float = 300.0,
-        progress: ProgressCallback = no_progress,
-    ) -> dict:
+    def bootstrap(self, *, executors: int, executor_cores: int = 1, executor_memory: str = "1g",
+                  placement_strategy: str | None = "SPREAD", timeout_s: float = 300.0,
+                  progress: ProgressCallback = no_progress) -> dict:
         """Start the host (a Ray Job creates it on the head node) and return its info once warm."""
         from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -127,18 +115,12 @@ class SparkHostClient:
             raise SparkHostError("the Spark host is started through Ray's Jobs API, which needs the dashboard")
         address = urlsplit(self.handle.spark_host_url)
         settings = SparkHostSettings(
-            port=address.port or 80,
-            namespace=self.handle.spark_host_namespace,
+            port=address.port or 80, namespace=self.handle.spark_host_namespace,
             secret_sha256=secret_digest(self.handle.spark_host_secret),
             # On loopback clusters the host stays on loopback; elsewhere (a pod, a shared cluster's
             # head) it listens on the head's address, which the portal reaches.
-            bind_loopback=address.hostname in _LOOPBACK,
-            executors=executors,
-            executor_cores=executor_cores,
-            executor_memory=executor_memory,
-            placement_strategy=placement_strategy,
-            warm_timeout_s=timeout_s,
-        )
+            bind_loopback=address.hostname in _LOOPBACK, executors=executors, executor_cores=executor_cores,
+            executor_memory=executor_memory, placement_strategy=placement_strategy, warm_timeout_s=timeout_s)
         jobs = JobSubmissionClient(self.handle.dashboard_url, headers=self.handle.auth_headers())
         progress("starting the Spark host")
         job_id = jobs.submit_job(
@@ -211,14 +193,19 @@ class SparkHostClient:
     def info(self) -> dict:
         return self._call("GET", "/host")
 
-    def rekey(self, new_key: str) -> None:
-        """Give the host a new key (a pooled unit's, at its claim): sent sealed under the present
-        one, which opens nothing afterwards. A host that has run anything refuses."""
+    def _sealed_call(self, path: str, sealed: dict, **body) -> dict:
+        """A POST whose `sealed` part is sealed under the key, sent only once the host has proven
+        itself on this client."""
         if not self._proven:
             self.prove()
         nonce = host_auth.new_nonce()
-        sealed = host_auth.seal(self._key, nonce, json.dumps({"secret_sha256": new_key}).encode())
-        self._call("POST", "/host/rekey", body={"sealed_args": sealed}, nonce=nonce)
+        body["sealed_args"] = host_auth.seal(self._key, nonce, json.dumps(sealed).encode())
+        return self._call("POST", path, body=body, nonce=nonce)
+
+    def rekey(self, new_key: str) -> None:
+        """Give the host a new key (a pooled unit's, at its claim): sent sealed under the present
+        one, which opens nothing afterwards. A host that has run anything refuses."""
+        self._sealed_call("/host/rekey", {"secret_sha256": new_key})
         self._key = new_key
 
     def stop(self) -> None:
@@ -228,20 +215,15 @@ class SparkHostClient:
     def submit(self, code: str, args: dict | None = None, name: str = "") -> dict:
         """Queue an execution; returns its record (with `run_id`) right away. Its arguments go
         sealed, and only once the host has proven itself on this client."""
-        if not self._proven:
-            self.prove()
-        nonce = host_auth.new_nonce()
-        sealed = host_auth.seal(self._key, nonce, json.dumps(args or {}).encode())
-        return self._call("POST", "/runs", body={"code": code, "sealed_args": sealed, "name": name}, nonce=nonce)
+        return self._sealed_call("/runs", args or {}, code=code, name=name)
 
     def run(self, run_id: str, wait_s: float = 0.0) -> dict:
         """The run's record; with `wait_s`, the host answers as soon as the run ends, or after
         `wait_s` seconds if it has not."""
         if wait_s <= 0:
             return self._call("GET", f"/runs/{run_id}")
-        timeout = self._http.timeout.read or 0.0
-        return self._call("GET", f"/runs/{run_id}", params={"wait_s": f"{wait_s:g}"},
-                          timeout=httpx.Timeout(self._http.timeout.connect, read=timeout + wait_s))
+        return self._call("GET", f"/runs/{run_id}", params={"wait_s": f"{wait_s:g}"}, timeout=httpx.Timeout(
+            self._http.timeout.connect, read=(self._http.timeout.read or 0.0) + wait_s))
 
     def cancel(self, run_id: str) -> dict:
         return self._call("POST", f"/runs/{run_id}/cancel")

@@ -5,8 +5,9 @@ Starting it (a JVM driver and executor JVMs through RayDP) takes most of a cold 
 portal starts it as soon as a unit is RUNNING (`warm_up`, when CU_WARM_SPARK_ON_START is on),
 while its owner is still choosing what to run; an execution that finds no warm session starts
 it itself (`ensure_warm`). A local unit starts its host even earlier, with the cluster, as soon
-as the head's GCS answers (`ClusterSpec.spark_host`): then this waits for that host instead. Either way there is one bootstrap at a time per unit: a lock among
-this process's threads, and a lease (`spark-host:<unit id>`) among worker processes.
+as the head's GCS answers (`ClusterSpec.spark_host`): then this waits for that host instead.
+Either way there is one bootstrap at a time per unit: a lock among this process's threads, and
+a lease (`spark-host:<unit id>`) among worker processes.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import secrets
 import socket
 import threading
 import time
-
 
 from app import leases
 from app.models import ComputeUnit

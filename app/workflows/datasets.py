@@ -46,13 +46,8 @@ import pyarrow.parquet as pq
 import requests
 from flask import current_app
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import (
-    CommitFailedException,
-    NoSuchNamespaceError,
-    NoSuchTableError,
-    RESTError,
-    TableAlreadyExistsError,
-)
+from pyiceberg.exceptions import (CommitFailedException, NoSuchNamespaceError, NoSuchTableError, RESTError,
+                                  TableAlreadyExistsError)
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
 from pyiceberg.table import Table
@@ -262,11 +257,7 @@ def import_upload(warehouse: Warehouse, table_name: str, stream: IO[bytes], file
         path = Path(directory) / "upload"
         _save_within_limit(stream, path)
         file_format = _sniff_format(path)
-        if file_format == "csv":
-            table = _read_csv(path)
-            schema, pieces = table.schema, [table]
-        else:
-            schema, pieces = _read_parquet(path)
+        schema, pieces = (_read_csv if file_format == "csv" else _read_parquet)(path)
         schema = _iceberg_schema(schema)
         properties = {"lakeport.source": f"upload ({file_format})", "lakeport.source-file": filename[:200],
                       "lakeport.uploaded-by": uploaded_by.email or str(uploaded_by.id)}
@@ -322,10 +313,11 @@ def _csv_delimiter(path: Path) -> str:
         return ","
 
 
-def _read_csv(path: Path) -> pa.Table:
-    """The whole file, its header row naming the columns and the types inferred from the values."""
+def _read_csv(path: Path) -> tuple[pa.Schema, list[pa.Table]]:
+    """The whole file (one piece), its header row naming the columns and the types inferred from the values."""
     try:
-        return pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=_csv_delimiter(path)))
+        table = pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=_csv_delimiter(path)))
+        return table.schema, [table]
     except pa.ArrowException as error:
         raise DatasetError(f"The CSV file could not be read: {_arrow_message(error)}", field="file") from None
 

@@ -182,10 +182,8 @@ def add_step(workflow_id: int, kind: str):
 def change_step(workflow_id: int, index: int, action: str):
     workflow = get_owned_or_404(Workflow, workflow_id)
     step_list = forms.read_steps(request.form)
-    if action == "remove":
-        step_list = steps.removed(step_list, index)
-    else:
-        step_list = steps.moved(step_list, index, -1 if action == "up" else 1)
+    step_list = (steps.removed(step_list, index) if action == "remove"
+                 else steps.moved(step_list, index, -1 if action == "up" else 1))
     # Checked again: a move or a removal can leave a step reading one that no longer comes before it.
     return _editor(workflow, step_list, forms.read_base_version(request.form), check=steps.check_steps(step_list))
 

@@ -97,16 +97,11 @@ def save_version(workflow: Workflow, steps: list[Step], base_version: int) -> Wo
     return version
 
 
-def execution_count(workflow: Workflow) -> int:
-    statement = select(func.count()).select_from(Execution).where(Execution.workflow_id == workflow.id)
-    return get_db().exec(statement).one()
-
-
 def delete(workflow: Workflow) -> None:
     """Delete a workflow; its versions go with it (ON DELETE CASCADE). Refused once it has executions: their history
     (and the tables they wrote, which name the workflow) must keep pointing at it."""
-    count = execution_count(workflow)
-    if count:
+    if count := get_db().exec(select(func.count()).select_from(Execution)
+                              .where(Execution.workflow_id == workflow.id)).one():
         raise WorkflowActionError(
             f"{workflow.name} has {count} execution{'s' if count != 1 else ''}; a workflow that has run "
             "stays, so that its history remains readable.")

@@ -53,11 +53,9 @@ def starter_step(kind: str, steps: list[Step]) -> Step:
 
 
 def moved(steps: list[Step], index: int, offset: int) -> list[Step]:
-    target = index + offset
-    if not (0 <= index < len(steps) and 0 <= target < len(steps)):
-        return list(steps)
-    reordered = list(steps)
-    reordered[index], reordered[target] = reordered[target], reordered[index]
+    target, reordered = index + offset, list(steps)
+    if 0 <= index < len(steps) and 0 <= target < len(steps):
+        reordered[index], reordered[target] = reordered[target], reordered[index]
     return reordered
 
 
@@ -94,8 +92,7 @@ def check_steps(steps: list[Step]) -> StepsCheck:
         result.workflow.append(f"A workflow has at most {MAX_STEPS} steps.")
     names = [step.name for step in steps]
     for index, step in enumerate(steps):
-        errors = check_step(step, earlier=names[:index], later=names[index + 1:])
-        if errors:
+        if errors := check_step(step, earlier=names[:index], later=names[index + 1:]):
             result.steps[index] = errors
     return result
 
@@ -103,8 +100,7 @@ def check_steps(steps: list[Step]) -> StepsCheck:
 def check_step(step: Step, earlier: list[str], later: list[str]) -> dict[str, list[str]]:
     """Field → messages for one step, given the names of the steps before and after it."""
     errors: dict[str, list[str]] = {}
-    name_error = _check_name(step.name, earlier)
-    if name_error:
+    if name_error := _check_name(step.name, earlier):
         errors["name"] = [name_error]
     if step.kind not in KINDS:
         errors["kind"] = ["Choose Spark SQL or a PySpark function."]
@@ -168,9 +164,8 @@ def check_python(code: str, own_name: str, earlier: list[str], later: list[str])
     for parameter in positional[1:] + [argument.arg for argument in arguments.kwonlyargs]:
         problem = _reference_error(parameter, own_name, earlier, later)
         if problem is None and parameter not in earlier:
-            available = ", ".join(earlier) if earlier else "none"
             problem = (f"run() takes “{parameter}”, but no step above has that name "
-                       f"(steps above: {available}).")
+                       f"(steps above: {', '.join(earlier) or 'none'}).")
         if problem:
             errors.append(problem)
     return errors
@@ -202,8 +197,7 @@ def check_sql(code: str, own_name: str, earlier: list[str], later: list[str]) ->
     first = tokens[0]
     if first.kind != "word" or first.text.upper() not in SQL_QUERY_STARTS:
         return ["A SQL step is one query: start it with SELECT or WITH."]
-    grammar_error = _sql_grammar_error(code) or _sql_empty_item_error(code)
-    if grammar_error:
+    if grammar_error := _sql_grammar_error(code) or _sql_empty_item_error(code):
         return [grammar_error]
     return _sql_reference_errors(tokens, own_name, earlier, later)
 
@@ -221,8 +215,7 @@ def _sql_grammar_error(code: str) -> str | None:
     except ParseError as error:
         detail = error.errors[0] if error.errors else {}
         description = detail.get("description") or str(error)
-        missing = _MISSING_PART.match(description)
-        if missing:
+        if missing := _MISSING_PART.match(description):
             part = missing.group(1)
             description = f"{_CLAUSE_WORDS.get(part, part.upper())} is incomplete: something is missing here"
         line, column = detail.get("line"), detail.get("col")
@@ -279,10 +272,8 @@ def _sql_tokens(code: str) -> list[_Token]:
     line, i, length = 1, 0, len(code)
     while i < length:
         char = code[i]
-        if char == "\n":
-            line += 1
-            i += 1
-        elif char.isspace():
+        if char.isspace():
+            line += char == "\n"
             i += 1
         elif code.startswith("--", i):
             end = code.find("\n", i)
@@ -323,19 +314,13 @@ def _sql_tokens(code: str) -> list[_Token]:
     return tokens
 
 
-def _closing_quote(code: str, start: int) -> int:
-    """Index of the quote closing the literal that opens at `start`, or -1.
+# A whole literal by its opening quote: strings escape with a backslash (Spark's default),
+# identifiers double the backtick. Possessive, so an escape is never read back as a closing quote.
+_LITERALS = {"'": re.compile(r"'(?:\\.|[^'\\])*+'", re.S), '"': re.compile(r'"(?:\\.|[^"\\])*+"', re.S),
+             "`": re.compile(r"`(?:``|[^`])*+`")}
 
-    Strings escape with a backslash (Spark's default); identifiers double the backtick."""
-    quote, i = code[start], start + 1
-    while i < len(code):
-        if quote != "`" and code[i] == "\\":
-            i += 2
-            continue
-        if code[i] == quote:
-            if quote == "`" and code.startswith("``", i):
-                i += 2
-                continue
-            return i
-        i += 1
-    return -1
+
+def _closing_quote(code: str, start: int) -> int:
+    """Index of the quote closing the literal that opens at `start`, or -1."""
+    literal = _LITERALS[code[start]].match(code, start)
+    return literal.end() - 1 if literal else -1
