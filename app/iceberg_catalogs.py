@@ -88,9 +88,6 @@ class WarehouseCatalogs:
         self._lock = threading.Lock()
 
     def catalog(self, lakekeeper_id: str, lakekeeper_name: str) -> RestCatalog:
-        entry = self._catalogs.get(lakekeeper_id)
-        if entry is not None and entry[0] == lakekeeper_name:
-            return entry[1]
         with self._lock:
             entry = self._catalogs.get(lakekeeper_id)
             if entry is None or entry[0] != lakekeeper_name:

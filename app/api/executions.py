@@ -6,7 +6,7 @@ import json as json_module
 
 from flask import Response as FlaskResponse, request
 from flask_login import current_user
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from spectree import Response
 
 from app.api import bp, schemas
@@ -24,7 +24,6 @@ IDEMPOTENCY_KEY_MAX = 128
 
 
 class LogsQuery(schemas.RowsQuery):
-    model_config = ConfigDict(extra="forbid")
     level: str = Field("", max_length=16)
     step: str = Field("", max_length=40)
     q: str = Field("", max_length=logs.MAX_QUERY_LENGTH)

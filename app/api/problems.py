@@ -3,6 +3,7 @@ why, and a validation error names its `field`."""
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 
 from flask import Response
 from werkzeug.exceptions import HTTPException
@@ -21,8 +22,6 @@ class ApiProblem(Exception):
 
 
 def problem(status: int, detail: str, field: str | None = None, headers: dict | None = None) -> Response:
-    from http import HTTPStatus
-
     body = {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": detail}
     if field:
         body["field"] = field

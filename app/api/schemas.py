@@ -11,6 +11,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 
+class Input(BaseModel):
+    """What a call sends: a field the API does not know is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class Problem(BaseModel):
     """An error (RFC 9457); `field` names the input at fault."""
 
@@ -21,8 +27,7 @@ class Problem(BaseModel):
     field: str | None = None
 
 
-class ListQuery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ListQuery(Input):
     cursor: str | None = Field(None, max_length=64, description="`next_cursor` of the page before")
     limit: int = Field(50, ge=1, le=100)
 
@@ -55,8 +60,7 @@ class ComputeUnit(BaseModel):
     ended_at: datetime | None
 
 
-class ComputeUnitCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ComputeUnitCreate(Input):
     name: str = Field(max_length=48)
     kind: str = Field("local", max_length=16)
     cpus: int = 1
@@ -80,17 +84,15 @@ class Workflow(BaseModel):
     steps: list[Step] = Field(description="the steps of its latest version")
 
 
-class Notify(BaseModel):
+class Notify(Input):
     """Who is told when the execution ends: a webhook (signed, see `webhook_secret`) and/or an email."""
 
-    model_config = ConfigDict(extra="forbid")
     on: Literal["failure", "success", "both"]
     webhook_url: str = Field("", max_length=1000)
     email: str = Field("", max_length=320)
 
 
-class ExecutionStart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ExecutionStart(Input):
     workflow_id: int
     version: int | None = Field(None, description="a saved version; its latest when absent")
     compute_unit_id: int
@@ -120,10 +122,9 @@ class Execution(BaseModel):
                                                          "in the answer that started the execution only")
 
 
-class StorageIn(BaseModel):
+class StorageIn(Input):
     """A bucket to register (or only test): the secret goes to the catalog and is never stored."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str = Field("", max_length=48)
     bucket: str = Field(max_length=63)
     key_prefix: str = Field("", max_length=512)
@@ -135,8 +136,7 @@ class StorageIn(BaseModel):
     secret_access_key: str = Field(max_length=256)
 
 
-class PurgeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PurgeIn(Input):
     confirm_name: str = Field(max_length=64, description="the warehouse's name, typed again")
 
 
@@ -200,16 +200,14 @@ class RowsPage(BaseModel):
     rows: list[list]
 
 
-class RowsQuery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RowsQuery(Input):
     page: int = Field(1, ge=1, le=10_000_000)
     size: int = Field(50, ge=1, le=500)
 
 
-class StepsIn(BaseModel):
+class StepsIn(Input):
     """A new version's steps, and the version they were edited from (a save since is refused)."""
 
-    model_config = ConfigDict(extra="forbid")
     base_version: int = Field(ge=0)
     steps: list[Step] = Field(max_length=50)
 

@@ -83,10 +83,8 @@ CALLBACK_ERRORS = {
 def finish_sign_in(args) -> dict:
     """Exchange the callback's code for tokens and return the verified ID-token claims."""
     if "error" in args:
-        error = args.get("error", "")
-        title, message = CALLBACK_ERRORS.get(
-            error, ("Sign-in failed", "The identity provider reported an error and did not sign you in."))
-        raise SignInError(title, message)
+        raise SignInError(*CALLBACK_ERRORS.get(
+            args["error"], ("Sign-in failed", "The identity provider reported an error and did not sign you in.")))
     try:
         token = client().authorize_access_token()
     except PROVIDER_UNREACHABLE as exc:

@@ -96,11 +96,9 @@ class LakekeeperClient:
     ) -> WarehouseInfo:
         """Register a warehouse. Lakekeeper first checks that it can write, read and delete
         a test object at the location with `credential`, and refuses otherwise."""
-        body: dict[str, Any] = {"warehouse-name": name, "storage-profile": storage_profile.to_api()}
-        if credential is not None:
-            body["storage-credential"] = credential.to_api()
-        if delete_profile is not None:
-            body["delete-profile"] = delete_profile.to_api()
+        optional = {"storage-credential": credential, "delete-profile": delete_profile}
+        body = {"warehouse-name": name, "storage-profile": storage_profile.to_api(),
+                **{key: value.to_api() for key, value in optional.items() if value is not None}}
         return self._call(
             "create_warehouse", "POST", "/management/v1/warehouse", json=body, idempotent=False,
             secrets=_secrets_of(credential), parse=WarehouseInfo.from_api,

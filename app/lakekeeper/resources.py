@@ -160,10 +160,8 @@ class TableSummary:
         # Iceberg v1 writers mark "no snapshot" with -1.
         if snapshot_id == -1:
             snapshot_id = None
-        summary: dict[str, str] = {}
-        for snapshot in metadata.get("snapshots") or []:
-            if snapshot["snapshot-id"] == snapshot_id:
-                summary = snapshot.get("summary", {})
+        summary = next((snapshot.get("summary", {}) for snapshot in metadata.get("snapshots") or []
+                        if snapshot["snapshot-id"] == snapshot_id), {})
 
         def count(key: str) -> int | None:
             value = summary.get(key)

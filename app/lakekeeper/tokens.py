@@ -112,10 +112,8 @@ class ClientCredentialsTokenSource:
         self._refresh_at = 0.0
 
     def __repr__(self) -> str:
-        return (
-            f"ClientCredentialsTokenSource(client_id={self.client_id!r}, "
-            f"token_url={self._token_url or self.issuer!r}, client_secret='***')"
-        )
+        return (f"ClientCredentialsTokenSource(client_id={self.client_id!r}, "
+                f"token_url={self._token_url or self.issuer!r}, client_secret='***')")
 
     def token(self) -> str:
         with self._lock:

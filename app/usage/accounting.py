@@ -97,12 +97,9 @@ def execution_tables(execution: Execution) -> tuple[list[str], list[str]]:
 def measure_execution(execution: Execution, warehouse: Warehouse) -> ExecutionUsage:
     """What the execution wrote, from its tables' snapshot summaries (`added-files-size`)."""
     catalog = catalog_for(warehouse)
-    results, logs = execution_tables(execution)
-    written_results = iceberg_storage.tables_written(catalog, results)
-    written_logs = iceberg_storage.tables_written(catalog, logs)
-    return ExecutionUsage(execution_id=execution.id, results_bytes=written_results.bytes,
-                          results_files=written_results.files, logs_bytes=written_logs.bytes,
-                          logs_files=written_logs.files)
+    results, logs = (iceberg_storage.tables_written(catalog, tables) for tables in execution_tables(execution))
+    return ExecutionUsage(execution_id=execution.id, results_bytes=results.bytes, results_files=results.files,
+                          logs_bytes=logs.bytes, logs_files=logs.files)
 
 
 def measure_executions(limit: int = EXECUTIONS_PER_PASS) -> int:

@@ -95,7 +95,7 @@ def share(warehouse: Warehouse, values) -> WarehouseShare:
     except IntegrityError:  # the same grantee, shared at the same moment by another request
         db.rollback()
         raise ShareRefused("This warehouse was shared with them at the same moment. Look again.") from None
-    _mirror(warehouse, undo=db.rollback)
+    _mirror(warehouse)
     db.commit()
     audit.record("warehouse.share", warehouse, grantee=fields, before=before, after=level)
     return row
@@ -108,19 +108,18 @@ def revoke(warehouse: Warehouse, share_id: int) -> None:
         abort(404)
     db.delete(row)
     db.flush()
-    _mirror(warehouse, undo=db.rollback)
+    _mirror(warehouse)
     db.commit()
     audit.record("warehouse.unshare", warehouse, grantee=grantees.fields_of(row), before=row.level, after=None)
 
 
-def _mirror(warehouse: Warehouse, undo=None) -> None:
-    """Set the warehouse's grants in Lakekeeper to what Lakeport holds now (flushed, maybe not
-    committed); on a refusal call `undo` and raise ShareRefused."""
+def _mirror(warehouse: Warehouse) -> None:
+    """Set the warehouse's grants in Lakekeeper to what Lakeport holds now (flushed, not yet
+    committed); on a refusal roll Lakeport's change back and raise ShareRefused."""
     try:
         lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id, catalog_assignments(warehouse))
     except LakekeeperError as error:
-        if undo is not None:
-            undo()
+        get_db().rollback()
         current_app.logger.warning("grants of warehouse %s could not be set: %s", warehouse.id, error)
         raise ShareRefused(error.user_message) from error
 
