@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -354,12 +354,9 @@ def _file_batches(table: Table, path: str, schema: Schema, skip: int, batch_rows
             if skip >= group_rows:
                 skip -= group_rows
                 continue
-            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[row_group]):
-                if skip >= batch.num_rows:
-                    skip -= batch.num_rows
-                    continue
-                yield _in_table_schema(batch.slice(skip), schema)
-                skip = 0
+            for batch in _skipping(parquet.iter_batches(batch_size=batch_rows, row_groups=[row_group]), skip):
+                yield _in_table_schema(batch, schema)
+            skip = 0
 
 
 def _in_table_schema(batch: pa.RecordBatch, schema: Schema) -> pa.RecordBatch:
@@ -381,14 +378,17 @@ def _batches_applying_deletes(table: Table, tasks: list[FileScanTask], start: in
     """Row-level deletes make record counts inexact: read file by file through pyiceberg, which
     applies them, and skip rows by counting."""
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
-    skip = start
-    for task in tasks:
-        for batch in scan.to_record_batches([task]):
-            if skip >= batch.num_rows:
-                skip -= batch.num_rows
-                continue
-            yield batch.slice(skip)
-            skip = 0
+    yield from _skipping((batch for task in tasks for batch in scan.to_record_batches([task])), start)
+
+
+def _skipping(batches: Iterable[pa.RecordBatch], skip: int) -> Iterator[pa.RecordBatch]:
+    """`batches` but their first `skip` rows."""
+    for batch in batches:
+        if skip >= batch.num_rows:
+            skip -= batch.num_rows
+            continue
+        yield batch.slice(skip)
+        skip = 0
 
 
 def table_names(catalog: RestCatalog, namespace: str) -> list[str]:

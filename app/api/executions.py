@@ -11,11 +11,10 @@ from spectree import Response
 
 from app.api import bp, schemas
 from app.api.openapi import spec
-from app.api.paging import ERRORS, page_of, rows_page
+from app.api.paging import ERRORS, page_of, rows_page, table_read
 from app.api.problems import ApiProblem
 from app.db import get_db, get_owned_or_404
 from app.executions import history, logs, notifications, results, runner
-from app.iceberg_catalogs import ResultReadError, TableMissing
 from app.models import ComputeUnit, Execution, Warehouse
 from app.workflows import service as workflows
 from app.workflows import sharing as workflow_sharing
@@ -39,15 +38,6 @@ def execution_out(row: Execution) -> schemas.Execution:
     outputs = json_module.loads(row.outputs or "{}").get("outputs") or {}
     fields = {name: getattr(row, name) for name in schemas.Execution.model_fields if hasattr(row, name)}
     return schemas.Execution(**{**fields, "outputs": {str(step): str(table) for step, table in outputs.items()}})
-
-
-def _read(read):
-    try:
-        return read()
-    except TableMissing:
-        raise ApiProblem(404, "That table is not in the warehouse (any more).") from None
-    except ResultReadError as error:
-        raise ApiProblem(409, error.args[0]) from None
 
 
 def _output_table(execution: Execution, step: str) -> str:
@@ -130,7 +120,7 @@ def get_results(execution_id: int, step: str, query: schemas.RowsQuery):
     """One page of an output's rows."""
     execution = get_owned_or_404(Execution, execution_id)
     table = _output_table(execution, step)
-    return rows_page(_read(lambda: results.page(execution, table, query.page, query.size)))
+    return rows_page(table_read(lambda: results.page(execution, table, query.page, query.size)))
 
 
 @bp.get("/executions/<int:execution_id>/results/<step>/csv")
@@ -139,7 +129,7 @@ def get_results_csv(execution_id: int, step: str):
     """An output's rows as CSV (text/csv), streamed."""
     execution = get_owned_or_404(Execution, execution_id)
     table = _output_table(execution, step)
-    chunks = _read(lambda: results.csv_chunks(execution, table))
+    chunks = table_read(lambda: results.csv_chunks(execution, table))
     return FlaskResponse(chunks, mimetype="text/csv",
                          headers={"Content-Disposition": f'attachment; filename="{table.replace(".", "-")}.csv"'})
 
@@ -154,7 +144,7 @@ def get_logs(execution_id: int, query: LogsQuery):
     if not results.ran_on_the_unit(execution):
         raise ApiProblem(409, "This execution has not ended on its unit: see /logs/tail.")
     filters = logs.LogFilters(level=query.level, step=query.step, text=query.q)
-    return rows_page(_read(lambda: logs.log_view(execution, filters).page(query.page, query.size)))
+    return rows_page(table_read(lambda: logs.log_view(execution, filters).page(query.page, query.size)))
 
 
 @bp.get("/executions/<int:execution_id>/logs/tail")

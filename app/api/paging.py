@@ -1,5 +1,5 @@
-"""What every API route shares: the errors it may answer, paging by cursor, and JSON for values
-read from tables."""
+"""What every API route shares: the errors it may answer, paging by cursor, reading tables, and
+JSON for values read from them."""
 from __future__ import annotations
 
 import base64
@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from app.api import schemas
 from app.api.problems import ApiProblem
+from app.iceberg_catalogs import ResultReadError, TableMissing
 
 ERRORS = {f"HTTP_{status}": schemas.Problem for status in (400, 401, 403, 404, 413, 429)}
 
@@ -41,6 +42,16 @@ def jsonable(value):
     if isinstance(value, (list, tuple)):
         return [jsonable(item) for item in value]
     return str(value)
+
+
+def table_read(read: Callable, missing: str = "That table is not in the warehouse (any more)."):
+    """`read()` of a table: a table that is not there answers 404 (`missing`), another failure 409."""
+    try:
+        return read()
+    except TableMissing:
+        raise ApiProblem(404, missing) from None
+    except ResultReadError as error:
+        raise ApiProblem(409, error.args[0]) from None
 
 
 def rows_page(page) -> schemas.RowsPage:

@@ -8,10 +8,9 @@ from spectree import Response
 
 from app.api import bp, schemas
 from app.api.openapi import spec
-from app.api.paging import ERRORS, page_of
+from app.api.paging import ERRORS, page_of, table_read
 from app.api.problems import ApiProblem
 from app.db import get_owned_or_404
-from app.iceberg_catalogs import ResultReadError, TableMissing
 from app.models import Warehouse
 from app.warehouses import forms, service, tables
 from app.warehouses.service import WarehouseActionError
@@ -117,12 +116,7 @@ def get_table(warehouse_id: int, name: str):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
     if not tables.valid_table_name(name):
         raise ApiProblem(404, "No such table.")
-    try:
-        found = tables.overview(warehouse, name)
-    except TableMissing:
-        raise ApiProblem(404, "No such table.") from None
-    except ResultReadError as error:
-        raise ApiProblem(409, error.args[0]) from None
+    found = table_read(lambda: tables.overview(warehouse, name), missing="No such table.")
     return schemas.TableOverview(
         name=found.name, location=found.location, properties=found.properties, total_records=found.total_records,
         total_bytes=found.total_bytes,

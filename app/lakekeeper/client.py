@@ -220,13 +220,9 @@ class LakekeeperClient:
 
     def catalog_prefix(self, warehouse_name: str) -> str:
         """The URL prefix of the warehouse in the Iceberg REST API (Lakekeeper: its id)."""
-        def prefix_of(config: dict[str, Any]) -> str:
-            # Overrides win over defaults, as for every Iceberg catalog property.
-            return config["overrides"].get("prefix") or config["defaults"]["prefix"]
-
-        return self._call(
-            "catalog_prefix", "GET", "/catalog/v1/config", params={"warehouse": warehouse_name}, parse=prefix_of,
-        )
+        # Overrides win over defaults, as for every Iceberg catalog property.
+        return self._call("catalog_prefix", "GET", "/catalog/v1/config", params={"warehouse": warehouse_name},
+                          parse=lambda config: config["overrides"].get("prefix") or config["defaults"]["prefix"])
 
     def list_namespaces(self, prefix: str, parent: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
         """The namespaces directly under `parent` (top level when empty)."""

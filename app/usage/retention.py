@@ -8,6 +8,7 @@ and one log entry says what went.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -142,11 +143,11 @@ def plan(warehouse: Warehouse, policy: RetentionPolicy, now: datetime | None = N
                    Execution.ended_at.is_not(None))
             .order_by(Execution.workflow_id, Execution.created_at.desc(), Execution.id.desc())).all()
     result = Plan()
-    seen_per_workflow: dict[int, int] = {}
+    seen_per_workflow: Counter[int] = Counter()
     for execution, usage in rows:
         results, logs = execution_tables(execution)
         if execution.state == ExecutionState.COMPLETED and results:
-            seen_per_workflow[execution.workflow_id] = seen_per_workflow.get(execution.workflow_id, 0) + 1
+            seen_per_workflow[execution.workflow_id] += 1
         if execution.outputs_expired_at is None and results and execution.state == ExecutionState.COMPLETED:
             if policy.results_mode == "days":
                 due = execution.ended_at <= now - timedelta(days=policy.results_value)
