@@ -19,8 +19,7 @@ exchanges its own token at the identity provider (OAuth 2.0 Token Exchange, RFC 
 short-lived token whose subject is the executing user, optionally narrowed further by a
 `warehouse:<id>` scope. It is minted fresh for each run, never cached or reused.
 
-Errors: every failure is a `LakekeeperError` whose `user_message` can be shown to users;
-`str(error)` is the technical account for logs. Neither ever contains a secret.
+Errors: every failure is a `LakekeeperError` (errors.py).
 
 Retries: only calls that are safe to repeat are retried (GETs, DELETEs, and POSTs that
 set an absolute state: rename, credential rotation, (de)activation, delete profile, grant

@@ -182,12 +182,11 @@ class ClientCredentialsTokenSource:
 
     def _request_token(self, form: dict[str, str], operation: str) -> dict[str, Any]:
         """The token endpoint's answer to `form`, sent with this client's authentication."""
-        form = dict(form)
         auth = None
         if self.auth_method == "client_secret_basic":
             auth = httpx.BasicAuth(self.client_id, self._client_secret)
         else:
-            form.update(client_id=self.client_id, client_secret=self._client_secret)
+            form = {**form, "client_id": self.client_id, "client_secret": self._client_secret}
         response = self._call_provider(operation, "POST", self._resolve_token_url(operation), data=form, auth=auth)
         if response.status_code != 200:
             error, description = _oauth_error(response)

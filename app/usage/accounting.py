@@ -53,11 +53,10 @@ def measure() -> None:
     """One pass: what finished executions wrote, then the live storage of every warehouse not
     measured within half a period (several workers each start passes; one sample is enough)."""
     measure_executions()
+    fresh_since = utcnow() - timedelta(seconds=current_app.config["USAGE_SAMPLE_SECONDS"] / 2)
     with Session(engine()) as db:
         db.exec(delete(StorageSample).where(StorageSample.measured_at < utcnow() - timedelta(days=SAMPLES_KEPT_DAYS)))
         db.commit()
-    fresh_since = utcnow() - timedelta(seconds=current_app.config["USAGE_SAMPLE_SECONDS"] / 2)
-    with Session(engine()) as db:
         fresh = set(db.exec(select(StorageSample.warehouse_id).where(StorageSample.measured_at >= fresh_since)))
         # A deactivated warehouse refuses all access in the catalog: its last samples stand.
         warehouses = [warehouse for warehouse in db.exec(select(Warehouse).where(

@@ -86,10 +86,9 @@ def register(owner: User, form: StorageForm) -> Warehouse:
         raise WarehouseActionError("You already have a warehouse with this name.", field="name")
     check_endpoint(location_of(form))
     key_prefix = form.key_prefix or default_key_prefix(owner, form.name)
-    profile = S3StorageProfile(
-        bucket=form.bucket, region=form.region, key_prefix=key_prefix,
-        endpoint=form.endpoint or None, path_style_access=form.path_style_access, flavor=form.flavor,
-    )
+    profile = S3StorageProfile(bucket=form.bucket, region=form.region, key_prefix=key_prefix,
+                               endpoint=form.endpoint or None, path_style_access=form.path_style_access,
+                               flavor=form.flavor)
     credential = S3AccessKeyCredential(form.access_key_id, form.secret_access_key)
     try:
         created = lakekeeper().create_warehouse(lakekeeper_name(owner, form.name), profile, credential)
