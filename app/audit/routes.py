@@ -16,9 +16,7 @@ def index():
     events = trail.visible_events(current_user, is_operator(current_user), filters, before_id=before)
     context = {"events": events, "filters": filters, "everything": is_operator(current_user),
                "older": events[-1].id if len(events) == trail.PAGE_SIZE else None}
-    if request.htmx:
-        return render_template("audit/_events.html", **context)
-    return render_template("audit/index.html", **context)
+    return render_template("audit/_events.html" if request.htmx else "audit/index.html", **context)
 
 
 @bp.get("/export.csv")
