@@ -5,13 +5,13 @@ execution, a cancel request, a queued sample-data, maintenance or comparison job
 part of closing a warehouse; no request waits on a unit. The worker looks for such rows every
 WORKER_POLL_SECONDS, and on PostgreSQL at once when a row is added or changes state (the
 database announces it: migration 0009, `WorkAnnouncements`), and does the work each asks for in
-a thread of its own: starting and
-stopping units (and stopping what a failed unit left), preparing, submitting and watching
-executions, generating sample data, maintaining datasets on a unit; and, every
-WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units become FAILED, idle ones are stopped),
-every USAGE_SAMPLE_SECONDS the usage pass (app/usage/accounting.py: storage measured from
-table metadata, stored as samples that pages read), and every SCHEDULER_SECONDS the scheduler
-pass (app/schedules/firing.py: each schedule's due times, each fired once).
+a thread of its own: starting and stopping units (and stopping what a failed unit left),
+preparing, submitting and watching executions, generating sample data, maintaining datasets on
+a unit; and, every WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units become FAILED,
+idle ones are stopped), every USAGE_SAMPLE_SECONDS the usage pass (app/usage/accounting.py:
+storage measured from table metadata, stored as samples that pages read), and every
+SCHEDULER_SECONDS the scheduler pass (app/schedules/firing.py: each schedule's due times, each
+fired once).
 
 Each piece of work is claimed through a lease (app/leases.py) named after it, renewed while the
 work runs. Two workers never do the same work at once; a worker that dies stops renewing, and
@@ -28,6 +28,7 @@ so they outlive a restart of the worker, which adopts them).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -54,7 +55,6 @@ SUPERVISOR_LEASE = "supervisor"
 MAX_BACKOFF_SECONDS = 15.0
 # How long a stopping worker waits for unit starts and stops under way (its stop timeout is longer).
 STOP_GRACE_SECONDS = 15.0
-
 
 
 @dataclass
@@ -119,10 +119,8 @@ class WorkAnnouncements:
 
     def close(self) -> None:
         if self._connection is not None:
-            try:
+            with contextlib.suppress(psycopg.Error):
                 self._connection.close()
-            except psycopg.Error:
-                pass
             self._connection = None
 
 
@@ -137,18 +135,29 @@ class Worker:
         self.supervisor_seconds = app.config["WORKER_SUPERVISOR_SECONDS"]
         self.usage_seconds = app.config["USAGE_SAMPLE_SECONDS"]
         self.scheduler_seconds = app.config["SCHEDULER_SECONDS"]
-        self._next_schedule_pass = time.monotonic()
         self.stopping = threading.Event()
         self.announcements = WorkAnnouncements(app.config["DATABASE_URL"], self.stopping)
         self._work: dict[str, _Work] = {}
         self._lock = threading.Lock()
         self._loop: threading.Thread | None = None
         self._last_renewal = 0.0
-        # The first pass comes one interval after the start: a unit found dead sooner shows on its
-        # page, and a restarted worker has its work back under way first.
-        self._next_supervision = time.monotonic() + self.supervisor_seconds
-        # The first usage pass comes soon after the start: a restart must not delay it by a period.
-        self._next_usage = time.monotonic() + min(self.usage_seconds, self.supervisor_seconds)
+
+        from app.compute_units import supervision
+        from app.schedules import firing
+        from app.usage import accounting
+
+        # The periodic passes by lease, with their period: the supervisor's (dead and idle units),
+        # the usage pass (app/usage/accounting.py) and the scheduler's (app/schedules/firing.py).
+        self._passes = {SUPERVISOR_LEASE: (self.supervisor_seconds, supervision.supervise),
+                        accounting.USAGE_LEASE: (self.usage_seconds, accounting.measure),
+                        firing.LEASE: (self.scheduler_seconds, firing.fire_due)}
+        # The supervisor's first pass comes one interval after the start: a unit found dead sooner
+        # shows on its page, and a restarted worker has its work back under way first. The usage
+        # pass's comes soon: a restart must not delay it by a period.
+        now = time.monotonic()
+        self._next_pass = {SUPERVISOR_LEASE: now + self.supervisor_seconds,
+                           accounting.USAGE_LEASE: now + min(self.usage_seconds, self.supervisor_seconds),
+                           firing.LEASE: now}
 
     # --- running ------------------------------------------------------------------------------
 
@@ -165,15 +174,14 @@ class Worker:
                     logger.warning("worker %s: the database answers again; resuming the work", self.id)
                 failures = 0
                 pause = self.poll_seconds
-            except DATABASE_UNAVAILABLE as error:
+            except Exception as error:  # e.g. the schema is not migrated yet: the same patience
                 failures += 1
                 pause = min(MAX_BACKOFF_SECONDS, self.poll_seconds * 2 ** failures)
-                logger.warning("worker %s: database unavailable (%s); trying again in %.1f s", self.id,
-                               str(error).splitlines()[0][:200], pause)
-            except Exception:  # e.g. the schema is not migrated yet: the same patience
-                failures += 1
-                pause = min(MAX_BACKOFF_SECONDS, self.poll_seconds * 2 ** failures)
-                logger.exception("worker %s: pass failed; trying again in %.1f s", self.id, pause)
+                if isinstance(error, DATABASE_UNAVAILABLE):
+                    logger.warning("worker %s: database unavailable (%s); trying again in %.1f s", self.id,
+                                   str(error).splitlines()[0][:200], pause)
+                else:
+                    logger.exception("worker %s: pass failed; trying again in %.1f s", self.id, pause)
             self.announcements.wait(pause)
         self.announcements.close()
         self._let_unit_steps_finish()
@@ -193,7 +201,7 @@ class Worker:
 
     def tick(self) -> None:
         """One pass: renew held leases, release finished work, claim and start new work, and the
-        supervisor pass when it is due."""
+        periodic passes that are due."""
         self._renew()
         self._release_finished()
         for name, function, subject in _pending_work():
@@ -204,12 +212,10 @@ class Worker:
                     continue
             if leases.claim(name, self.id, self.lease_seconds):
                 self._begin(name, function, subject)
-        if time.monotonic() >= self._next_supervision:
-            self._supervise()
-        if time.monotonic() >= self._next_usage:
-            self._measure_usage()
-        if time.monotonic() >= self._next_schedule_pass:
-            self._fire_schedules()
+        for lease, (period, function) in self._passes.items():
+            if time.monotonic() >= self._next_pass[lease]:
+                self._next_pass[lease] = time.monotonic() + period
+                self._begin_periodic(lease, function)
 
     # --- inside ---------------------------------------------------------------------------------
 
@@ -272,30 +278,9 @@ class Worker:
                 if name in self._work and (everything or not self._work[name].thread.is_alive()):
                     del self._work[name]
 
-    def _supervise(self) -> None:
-        """Start the supervisor pass in a thread of its own (it asks every unit's cluster, which
-        can be slow) unless the last one still runs; one worker at a time does it (a lease)."""
-        from app.compute_units import supervision
-
-        self._next_supervision = time.monotonic() + self.supervisor_seconds
-        self._begin_periodic(SUPERVISOR_LEASE, supervision.supervise)
-
-    def _measure_usage(self) -> None:
-        """The usage pass (catalog calls per table: a thread of its own), one worker at a time."""
-        from app.usage import accounting
-
-        self._next_usage = time.monotonic() + self.usage_seconds
-        self._begin_periodic(accounting.USAGE_LEASE, accounting.measure)
-
-    def _fire_schedules(self) -> None:
-        """The scheduler pass (app/schedules/firing.py), one worker at a time."""
-        from app.schedules import firing
-
-        self._next_schedule_pass = time.monotonic() + self.scheduler_seconds
-        self._begin_periodic(firing.LEASE, firing.fire_due)
-
     def _begin_periodic(self, lease: str, function: Callable[[], None]) -> None:
-        """Start periodic work under its lease unless the last pass still runs."""
+        """Start a periodic pass in a thread of its own (it asks units or the catalog, which can be
+        slow) unless the last one still runs; one worker at a time does it (its lease)."""
         with self._lock:
             if lease in self._work:
                 return
@@ -306,10 +291,6 @@ class Worker:
 def run_worker(app: Flask) -> None:
     """The `lakeport worker` command: the loop in this process until SIGTERM or Ctrl-C."""
     worker = Worker(app)
-
-    def stop(_signum, _frame) -> None:
-        worker.stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _signum, _frame: worker.stopping.set())
     worker.run()
