@@ -51,10 +51,7 @@ def _train(class_list: Path, work: Path) -> None:
     conf = spark_conf()
     conf["spark.driver.extraJavaOptions"] += f" -XX:DumpLoadedClassList={class_list}"
     conf.update(iceberg_catalog_conf("training", warehouse=(work / "warehouse").as_uri()))
-    builder = SparkSession.builder.master("local[2]").appName("lakeport-class-archive")
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = SparkSession.builder.master("local[2]").appName("lakeport-class-archive").config(map=conf).getOrCreate()
     try:
         spark.sql("CREATE NAMESPACE IF NOT EXISTS training.results")
         spark.range(1000).selectExpr("id", "id % 7 AS k", "CAST(id AS STRING) AS s") \

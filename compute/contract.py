@@ -172,10 +172,6 @@ class Step:
     code: str
     output: bool = False
 
-    @property
-    def table_name(self) -> str:
-        return self.name
-
     def to_dict(self) -> dict:
         return asdict(self)
 

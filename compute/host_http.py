@@ -30,14 +30,8 @@ class HostRequestHandler(BaseHTTPRequestHandler):
     seen: SeenNonces
     nonce: str | None = None
 
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def _dispatch(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
+    def _dispatch(self) -> None:
+        method, length = self.command, int(self.headers.get("Content-Length") or 0)
         if not 0 <= length <= MAX_BODY_BYTES:
             return self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "request body too large"})
         body = self.rfile.read(length) if length else b""
@@ -52,6 +46,8 @@ class HostRequestHandler(BaseHTTPRequestHandler):
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": "body is not JSON"})
         except AuthRefused as refused:
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(refused)})
+
+    do_GET = do_POST = _dispatch
 
     def _route(self, method: str, body: bytes) -> None:
         path, _, query = self.path.partition("?")

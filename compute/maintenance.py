@@ -21,8 +21,9 @@ from datetime import datetime, timezone
 from compute.catalog_cache import CatalogAccess
 from compute.iceberg_rest import rest_catalog
 from compute.pipeline import CATALOGS
-from compute.step_code import describe
 from compute.runs import RunFailed, RunProgress
+from compute.spare_sessions import warehouse_session
+from compute.step_code import describe
 
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
 
@@ -50,17 +51,14 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
     if access is None:
         raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
     binding = CATALOGS.binding(warehouse_id, access)
-    session = spark.newSession()
-    catalog_hadoop = f"spark.sql.catalog.{binding.catalog_name}.hadoop."
-    for key, value in binding.conf.items():
-        session.conf.set(key, value)
-        if remove_orphans and key.startswith(catalog_hadoop):
-            # remove_orphan_files lists the table's location with the session's Hadoop settings,
-            # not the catalog's: this session (the run's own) gets the warehouse's S3A keys too.
-            session.conf.set(key[len(catalog_hadoop):], value)
-    jvm = spark.sparkContext._jvm
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
-    session.catalog.setCurrentCatalog(binding.catalog_name)
+    session = warehouse_session(spark, binding)
+    if remove_orphans:
+        # remove_orphan_files lists the table's location with the session's Hadoop settings,
+        # not the catalog's: this session (the run's own) gets the warehouse's S3A keys too.
+        catalog_hadoop = f"spark.sql.catalog.{binding.catalog_name}.hadoop."
+        for key, value in binding.conf.items():
+            if key.startswith(catalog_hadoop):
+                session.conf.set(key.removeprefix(catalog_hadoop), value)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     outcome = {}
     try:
@@ -73,7 +71,7 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
                 outcome[name] = {"error": describe(error)}
                 progress.log("ERROR", None, f"{name}: {outcome[name]['error']}")
     finally:
-        jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+        spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
     return outcome
 
 

@@ -49,37 +49,24 @@ from typing import Any
 import httpx
 
 from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
-from compute.contract import (
-    CONSOLE_LOGS,
-    RESULTS,
-    RUNTIME_STATS,
-    TableProperty,
-    LineageRead,
-    LineageWrite,
-    TableStatus,
-)
+from compute.console_capture import ExecutionLog, captured
+from compute.contract import (CONSOLE_LOGS, RESULTS, RUNTIME_STATS, ExecutionSpec, InvalidSpec, LineageRead,
+                              LineageWrite, Step, TableProperty, TableStatus)
 from compute.iceberg_rest import rest_catalog
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
-from compute.runs import RunFailed, RunInterrupted, RunProgress
-from compute.spark_session import close_session_catalog
-from compute.console_capture import ExecutionLog, captured
-from compute.contract import ExecutionSpec, InvalidSpec, Step
 from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
+from compute.runs import RunFailed, RunInterrupted, RunProgress
 from compute.spare_sessions import SESSIONS
-from compute.step_code import (
-    catalog_message,
-    compile_step,
-    describe,
-    python_program,
-    step_traceback,
-    syntax_error,
-)
+from compute.spark_session import close_session_catalog
+from compute.step_code import catalog_message, compile_step, describe, python_program, step_traceback, syntax_error
 
 CATALOG_TIMEOUT_S = 10.0
 
 # One per Spark host process: executions for the same warehouse share its binding, and each
 # takes a session made ahead for it.
 CATALOGS = CatalogCache()
+# The execution's two record tables and their schemas.
+RECORD_SCHEMAS = {RUNTIME_STATS: runtime_stats_schema, CONSOLE_LOGS: console_logs_schema}
 
 
 def run_pipeline(spark, args: dict, progress: RunProgress) -> dict:
@@ -92,10 +79,6 @@ def run_pipeline(spark, args: dict, progress: RunProgress) -> dict:
 
 
 # ---------------------------------------------------------------- running it
-class StepFailed(Exception):
-    pass
-
-
 class Cancelled(Exception):
     pass
 
@@ -149,7 +132,11 @@ class Pipeline:
             status, reason = self._run_bound(programs)
         finally:  # nothing made for this run touches the catalog once it has ended
             self.preparing.shutdown(wait=True, cancel_futures=True)
-            self._close_catalog_clients()
+            # The session's catalog client keeps connections to the catalog open: the unit would
+            # hold more of them after every run. (pyiceberg's go with the run's garbage,
+            # spark_host.SparkSessionHost._execute.)
+            if self.session is not None:
+                close_session_catalog(self.session, self.binding.catalog_name)
         if self.binding is not None and CATALOGS.current(self.binding.warehouse_id) is self.binding:
             SESSIONS.make_ahead(self.spark, self.binding)
         if reason:
@@ -177,13 +164,13 @@ class Pipeline:
             status, reason = TableStatus.COMPLETE, None
         except Cancelled:
             status, reason = TableStatus.CANCELLED, "cancelled"
-        except (StepFailed, RunFailed) as failure:
+        except RunFailed as failure:
             status, reason = TableStatus.FAILED, str(failure)
         except Exception as error:  # the catalog or storage failed around the steps
             self.log("ERROR", None, traceback.format_exc())
             status, reason = TableStatus.FAILED, f"the execution's outputs could not be written: {describe(error)}"
         finally:
-            self._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+            self.spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
         with self._phase("complete"):
             if status == TableStatus.COMPLETE and (failure := self._complete()):
                 status, reason = TableStatus.FAILED, failure
@@ -229,8 +216,8 @@ class Pipeline:
             raise RunFailed(f"the catalog refused warehouse {warehouse}: {describe(error)}") from None
         self.preparing = ThreadPoolExecutor(3, thread_name_prefix="prepare")
         self.prepared = {RESULTS: self.preparing.submit(self.iceberg.create_namespace_if_not_exists, RESULTS)}
-        for namespace, schema in ((RUNTIME_STATS, runtime_stats_schema()), (CONSOLE_LOGS, console_logs_schema())):
-            self.prepared[namespace] = self.preparing.submit(self._create_record_table, namespace, schema)
+        for namespace in RECORD_SCHEMAS:
+            self.prepared[namespace] = self.preparing.submit(self._create_record_table, namespace)
         self.log("INFO", None, f"bound to warehouse {warehouse} through {catalog['uri']}")
 
     def _prepared(self, name: str):
@@ -241,15 +228,20 @@ class Pipeline:
         except Exception as error:
             raise RunFailed(f"the catalog failed to prepare the execution's tables: {describe(error)}") from None
 
-    def _create_record_table(self, namespace: str, schema):
-        """The execution's empty runtime_stats or console_logs table, status running."""
-        from pyiceberg.exceptions import NoSuchNamespaceError
+    def _create_record_table(self, namespace: str):
+        """The execution's empty runtime_stats or console_logs table, status running (one left
+        by an earlier attempt is replaced)."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, TableAlreadyExistsError
 
+        identifier, schema = self.spec.table(namespace), RECORD_SCHEMAS[namespace]()
+        properties = self.spec.properties(TableStatus.RUNNING)
         try:  # the namespace is there but for a warehouse's first run: one round trip, not two
-            return self._create_table(namespace, schema, TableStatus.RUNNING)
+            return self.iceberg.create_table(identifier, schema=schema, properties=properties)
         except NoSuchNamespaceError:
             self.iceberg.create_namespace_if_not_exists(namespace)
-            return self._create_table(namespace, schema, TableStatus.RUNNING)
+        except TableAlreadyExistsError:
+            self.iceberg.purge_table(identifier)
+        return self.iceberg.create_table(identifier, schema=schema, properties=properties)
 
     def _open_session(self) -> None:
         """This execution's Spark session, whose one catalog is the warehouse's binding: the one
@@ -263,13 +255,6 @@ class Pipeline:
                 raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
             self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], access)
         self.session = SESSIONS.take(self.spark, self.binding)
-
-    def _close_catalog_clients(self) -> None:
-        """Close the run's Spark session's catalog client: it keeps connections to the catalog
-        open, and the unit would hold more of them after every run. (pyiceberg's are closed when
-        the host collects the run's garbage, spark_host.SparkSessionHost._execute.)"""
-        if self.session is not None:
-            close_session_catalog(self.session, self.binding.catalog_name)
 
     def _probe_catalog(self, uri: str, warehouse: str, token: str) -> None:
         try:
@@ -310,15 +295,13 @@ class Pipeline:
                 frames[step.name] = frame
             except (Exception, RunInterrupted) as error:
                 stats.ended_at, stats.job_ids = time.time(), tuple(sorted(self._jobs() - jobs_before))
-                if self.progress.cancel_requested:
-                    stats.status = "cancelled"
-                    self.progress.update_step(step.name, state="cancelled", ended_at=stats.ended_at)
+                stats.status = "cancelled" if self.progress.cancel_requested else "failed"
+                self.progress.update_step(step.name, state=stats.status, ended_at=stats.ended_at)
+                if stats.status == "cancelled":
                     self.log("WARN", step.name, f"step {step.name} cancelled")
                     self._cancel_from(position + 1)
-                stats.status = "failed"
-                self.progress.update_step(step.name, state="failed", ended_at=stats.ended_at)
                 self.log("ERROR", step.name, f"step {step.name} failed:\n{step_traceback(error)}")
-                raise StepFailed(f"step {step.name!r} failed: {describe(error)}") from None
+                raise RunFailed(f"step {step.name!r} failed: {describe(error)}") from None
             stats.ended_at, stats.job_ids, stats.status = time.time(), tuple(sorted(self._jobs() - jobs_before)), "done"
             self.progress.update_step(step.name, state="done", ended_at=stats.ended_at, rows_out=stats.rows_out)
             self.log("INFO", step.name, f"step {step.name} done in {stats.ended_at - stats.started_at:.2f} s"
@@ -417,19 +400,17 @@ class Pipeline:
     def _complete(self) -> str | None:
         """Mark the result tables complete and record the run, side by side (each is a commit).
         Returns why the run fails after all if either could not be done, else None."""
-        record_error = None
         with ThreadPoolExecutor(len(self.written) + 2, thread_name_prefix="complete") as pool:
             marks = [pool.submit(_mark_complete, table) for table in self.written.values()]
             try:
                 self._record(TableStatus.COMPLETE, pool=pool)
+                record_error = None
             except RunFailed as error:
-                record_error = error
+                record_error = str(error)
             errors = [error for mark in marks if (error := mark.exception()) is not None]
         if errors:
             return f"the result tables could not be marked complete: {describe(errors[0])}"
-        if record_error is not None:
-            return str(record_error)
-        return None
+        return record_error
 
     def _drop_results(self) -> None:
         """Drop the result table of every output step that exists, not only those recorded in
@@ -455,22 +436,17 @@ class Pipeline:
         record fails is FAILED."""
         try:
             # In this thread: the stats are read from the JVM, whose gateway a new thread connects to anew.
-            stats_rows, log_entries = self._stats_rows(), log_rows(self.log.entries)
+            rows = {RUNTIME_STATS: self._stats_rows(), CONSOLE_LOGS: log_rows(self.log.entries)}
             with ExitStack() as stack:
-                if pool is None:
-                    pool = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="record"))
-                writes = [pool.submit(self._write_record, RUNTIME_STATS, runtime_stats_schema(), stats_rows,
-                                      status, replace),
-                          pool.submit(self._write_record, CONSOLE_LOGS, console_logs_schema(), log_entries,
-                                      status, replace)]
-                for write in writes:
+                pool = pool or stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="record"))
+                for write in [pool.submit(self._write_record, namespace, namespace_rows, status, replace)
+                              for namespace, namespace_rows in rows.items()]:
                     write.result()
         except Exception as error:
             raise RunFailed(f"the execution ended {status} but its runtime stats and console logs "
                             f"could not be written: {describe(error)}") from None
 
-    def _write_record(self, namespace: str, schema, rows: list[dict], status: TableStatus,
-                      replace: bool = False) -> None:
+    def _write_record(self, namespace: str, rows: list[dict], status: TableStatus, replace: bool = False) -> None:
         """Append `rows` to the execution's runtime_stats or console_logs table and set its
         status, in one commit; `replace` overwrites what a record written before left."""
         import pyarrow as pa
@@ -479,7 +455,7 @@ class Pipeline:
         if replace:
             table.refresh()
         with table.transaction() as transaction:
-            rows = pa.Table.from_pylist(rows, schema=schema)
+            rows = pa.Table.from_pylist(rows, schema=RECORD_SCHEMAS[namespace]())
             if replace and table.current_snapshot() is not None:
                 transaction.overwrite(rows)
             else:
@@ -495,25 +471,10 @@ class Pipeline:
         finally:
             self.phases[f"{name}_s"] = time.perf_counter() - began
 
-    @property
-    def _jvm(self):
-        return self.spark.sparkContext._jvm
-
     def _jobs(self) -> set[int]:
         if self.job_group is None:
             return set()
         return set(self.spark.sparkContext.statusTracker().getJobIdsForGroup(self.job_group))
-
-    def _create_table(self, namespace: str, schema, status: TableStatus):
-        """A fresh table for this execution (one left by an earlier attempt is replaced)."""
-        from pyiceberg.exceptions import TableAlreadyExistsError
-
-        identifier = self.spec.table(namespace)
-        try:
-            return self.iceberg.create_table(identifier, schema=schema, properties=self.spec.properties(status))
-        except TableAlreadyExistsError:
-            self.iceberg.purge_table(identifier)
-            return self.iceberg.create_table(identifier, schema=schema, properties=self.spec.properties(status))
 
     def _stats_rows(self) -> list[dict]:
         metrics = _StageMetrics(self.spark.sparkContext)
@@ -523,22 +484,22 @@ class Pipeline:
             stages = metrics.of_jobs(stats.job_ids)
             rows.append({
                 "step": step.name, "kind": step.kind, "output": step.output, "status": stats.status,
-                "rows_in": sum(stage["input_records"] for stage in stages) if stages else None,
-                "rows_out": stats.rows_out,
-                "bytes_in": sum(stage["input_bytes"] for stage in stages) if stages else None,
-                "bytes_out": stats.bytes_out,
+                "rows_in": _total(stages, "input_records") if stages else None, "rows_out": stats.rows_out,
+                "bytes_in": _total(stages, "input_bytes") if stages else None, "bytes_out": stats.bytes_out,
                 "started_at": timestamp(stats.started_at), "ended_at": timestamp(stats.ended_at),
                 "duration_ms": round((stats.ended_at - stats.started_at) * 1000)
                 if stats.started_at and stats.ended_at else None,
-                "spark_jobs": len(stats.job_ids),
-                "spark_tasks": sum(stage["num_tasks"] for stage in stages),
-                "executor_run_time_ms": sum(stage["executor_run_time_ms"] for stage in stages),
-                "shuffle_read_bytes": sum(stage["shuffle_read_bytes"] for stage in stages),
-                "shuffle_write_bytes": sum(stage["shuffle_write_bytes"] for stage in stages),
+                "spark_jobs": len(stats.job_ids), "spark_tasks": _total(stages, "num_tasks"),
+                **{key: _total(stages, key) for key in ("executor_run_time_ms", "shuffle_read_bytes",
+                                                        "shuffle_write_bytes")},
                 "spark_stages": json.dumps(stages),
                 "lineage": json.dumps({"read": list(stats.read), "wrote": [stats.wrote] if stats.wrote else []}),
             })
         return rows
+
+
+def _total(stages: list[dict], figure: str) -> int:
+    return sum(stage[figure] for stage in stages)
 
 
 class _StageMetrics:

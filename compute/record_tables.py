@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 
-
-
-
 def timestamp(epoch: float | None):
     from datetime import datetime, timezone
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 import hashlib
 import re
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler
 
-from compute.loopback_server import LoopbackServer
+from compute.loopback_server import LoopbackHandler, LoopbackServer
 
 _EMPTY_LISTING = (b'<?xml version="1.0" encoding="UTF-8"?>'
                   b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
@@ -26,8 +25,7 @@ MAX_OBJECT_BYTES = 16 << 20
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 
 
-class _ScratchS3Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # S3A keeps its connections, as it does with a real store
+class _ScratchS3Handler(LoopbackHandler):
     objects: dict[str, bytes]
 
     def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
@@ -89,19 +87,6 @@ class _ScratchS3Handler(BaseHTTPRequestHandler):
         return {"ETag": f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"',
                 "Last-Modified": formatdate(usegmt=True), "Accept-Ranges": "bytes",
                 "Content-Type": "application/octet-stream"}
-
-    def _answer(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
-                length: int | None = None) -> None:
-        self.send_response(status)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body) if length is None else length))
-        self.end_headers()
-        if body and self.command != "HEAD":
-            self.wfile.write(body)
-
-    def log_message(self, *_args) -> None:
-        pass
 
 
 class ScratchS3(LoopbackServer):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-
 from compute.catalog_cache import CatalogBinding
 from compute.spark_session import close_session_catalog
 

@@ -78,10 +78,10 @@ class SparkSessionHost:
         self._spark = None
         self._state = "warming"
         self._error: str | None = None
-        self._session_init_s: float | None = None
-        self._first_job_s: float | None = None
-        self._warm_up_error: str | None = None  # why warming the write path failed, if it did
-        self._write_warm_up_s: float | None = None  # of the first job's time
+        # Seconds the session's start took, and its first job (of which the write path's warm-up),
+        # and why warming the write path failed, if it did.
+        self._warm_up_report = dict.fromkeys(
+            ("session_init_s", "first_job_s", "write_warm_up_s", "write_warm_up_error"))
         self._ready = threading.Event()
         self._runs: dict[str, Run] = {}
         self._ran = False  # anything submitted, ever (old runs are forgotten; this is not)
@@ -104,7 +104,7 @@ class SparkSessionHost:
                 executor_memory=self.settings.executor_memory,
                 placement_strategy=self.settings.placement_strategy,
             )
-            self._session_init_s = round(time.monotonic() - started, 2)
+            self._warm_up_report["session_init_s"] = round(time.monotonic() - started, 2)
             # The first job waits for every executor and loads the classes a job needs; an execution
             # should not pay for it. It runs in the JVMs only: SQL steps start no Python worker.
             started = time.monotonic()
@@ -114,10 +114,10 @@ class SparkSessionHost:
             try:
                 warm_the_write_path(self._spark, executors)
             except Exception as error:  # noqa: BLE001 - only the first execution is slower for it
-                self._warm_up_error = f"{type(error).__name__}: {str(error)[:500]}"
-            self._write_warm_up_s = round(time.monotonic() - writing, 2)
+                self._warm_up_report["write_warm_up_error"] = f"{type(error).__name__}: {str(error)[:500]}"
+            self._warm_up_report["write_warm_up_s"] = round(time.monotonic() - writing, 2)
             importing.join()
-            self._first_job_s = round(time.monotonic() - started, 2)
+            self._warm_up_report["first_job_s"] = round(time.monotonic() - started, 2)
             self._state = "ready"
         except Exception as error:  # reported through info(); the actor stays up to say so
             self._state = "failed"
@@ -136,10 +136,7 @@ class SparkSessionHost:
         return {
             "state": self._state,
             "error": self._error,
-            "session_init_s": self._session_init_s,
-            "first_job_s": self._first_job_s,
-            "write_warm_up_s": self._write_warm_up_s,
-            "write_warm_up_error": self._warm_up_error,
+            **self._warm_up_report,
             "app_id": self._spark.sparkContext.applicationId if self._spark else None,
             "executors": self._executors() if self._state == "ready" else [],
             "resources_used": _resources_used(),
@@ -209,9 +206,7 @@ class SparkSessionHost:
     def _execute(self, run: Run) -> None:
         self._ready.wait()
         if run.cancel_requested or self._spark is None:
-            self._finish(run, RunState.CANCELLED if run.cancel_requested else RunState.FAILED,
-                         error=None if run.cancel_requested else f"Spark session failed: {self._error}")
-            return
+            return self._fail(run, f"Spark session failed: {self._error}")
         run.started_at = time.time()
         run.state = RunState.RUNNING
         context = self._spark.sparkContext
@@ -220,14 +215,8 @@ class SparkSessionHost:
                      "progress": run.progress}
         try:
             exec(compile(run.code, f"<execution {run.name or run.run_id}>", "exec"), namespace)
-        except RunFailed as failure:
-            self._finish(run, RunState.CANCELLED if run.cancel_requested else RunState.FAILED,
-                         error=None if run.cancel_requested else str(failure))
-        except (Exception, SystemExit, RunInterrupted):  # `sys.exit()` in user code ends only the run
-            if run.cancel_requested:
-                self._finish(run, RunState.CANCELLED)
-            else:
-                self._finish(run, RunState.FAILED, error=traceback.format_exc(limit=-5))
+        except (Exception, SystemExit, RunInterrupted) as error:  # `sys.exit()` in user code ends only the run
+            self._fail(run, str(error) if isinstance(error, RunFailed) else traceback.format_exc(limit=-5))
         else:
             # The code (the pipeline: before marking its tables complete) may have decided already.
             completed = run.progress.begin_completion()
@@ -239,6 +228,13 @@ class SparkSessionHost:
             # opened, which otherwise stay open and pile up on an idle unit.
             namespace.clear()
             gc.collect()
+
+    def _fail(self, run: Run, error: str) -> None:
+        """The run ended without completing: CANCELLED if it was asked to, else FAILED for `error`."""
+        if run.cancel_requested:
+            self._finish(run, RunState.CANCELLED)
+        else:
+            self._finish(run, RunState.FAILED, error=error)
 
     @staticmethod
     def _finish(run: Run, state: str, *, error: str | None = None, result: Any = None) -> None:

@@ -164,18 +164,6 @@ def close_session_catalog(session, catalog_name: str) -> None:
 
 
 @dataclass(frozen=True)
-class S3Access:
-    """How Spark reaches one bucket through S3A. Keys apply to that bucket only."""
-
-    endpoint: str
-    bucket: str
-    access_key: str
-    secret_key: str
-    session_token: str | None = None
-    path_style: bool = True
-
-
-@dataclass(frozen=True)
 class S3Keys:
     """Keys for S3A that are not tied to a bucket, e.g. credentials a catalog vended.
     Without an `endpoint`, S3A goes to AWS."""
@@ -187,8 +175,15 @@ class S3Keys:
     path_style: bool = True
 
 
-def _s3a_settings(s3: S3Access | S3Keys) -> dict[str, str]:
-    """S3A's settings for one set of keys, without their `fs.s3a.` / `fs.s3a.bucket.<b>.` prefix."""
+@dataclass(frozen=True, kw_only=True)
+class S3Access(S3Keys):
+    """How Spark reaches one bucket through S3A. Keys apply to that bucket only."""
+
+    bucket: str
+
+
+def _s3a_settings(prefix: str, s3: S3Keys) -> dict[str, str]:
+    """S3A's settings for one set of keys, each key after `prefix`."""
     settings = {
         "path.style.access": str(s3.path_style).lower(),
         "access.key": s3.access_key,
@@ -201,20 +196,14 @@ def _s3a_settings(s3: S3Access | S3Keys) -> dict[str, str]:
     if s3.session_token:
         settings["session.token"] = s3.session_token
         settings["aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
-    return settings
-
-
-def s3a_bucket_conf(s3: S3Access) -> dict[str, str]:
-    prefix = f"spark.hadoop.fs.s3a.bucket.{s3.bucket}."
-    return {prefix + key: value for key, value in _s3a_settings(s3).items()}
+    return {prefix + key: value for key, value in settings.items()}
 
 
 def catalog_s3a_conf(catalog_name: str, s3: S3Keys) -> dict[str, str]:
     """S3A settings that only one Iceberg catalog's file IO sees (Iceberg's per-catalog Hadoop
     overrides, `spark.sql.catalog.<name>.hadoop.*`): the rest of the session and every other
     catalog keep their own, so one session can hold catalogs with different credentials."""
-    prefix = f"spark.sql.catalog.{catalog_name}.hadoop.fs.s3a."
-    return {prefix + key: value for key, value in _s3a_settings(s3).items()}
+    return _s3a_settings(f"spark.sql.catalog.{catalog_name}.hadoop.fs.s3a.", s3)
 
 
 def iceberg_catalog_conf(
@@ -247,26 +236,17 @@ def iceberg_catalog_conf(
     prefix = f"spark.sql.catalog.{catalog_name}"
     conf = {
         prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": "rest" if uri else "hadoop",
         f"{prefix}.warehouse": warehouse,
         f"{prefix}.io-impl": HADOOP_FILE_IO,
     }
-    if uri:
-        conf[f"{prefix}.type"] = "rest"
-        conf[f"{prefix}.uri"] = uri
-        if token:
-            conf[f"{prefix}.token"] = token
-        if credential:
-            conf[f"{prefix}.credential"] = credential
-            if oauth2_server_uri:
-                conf[f"{prefix}.oauth2-server-uri"] = oauth2_server_uri
-            if scope:
-                conf[f"{prefix}.scope"] = scope
-        if access_delegation:
-            conf[f"{prefix}.header.{ACCESS_DELEGATION_HEADER}"] = access_delegation
-    else:
-        conf[f"{prefix}.type"] = "hadoop"
+    if uri:  # each setting of a REST catalog that is given
+        rest = {"uri": uri, "token": token, "credential": credential,
+                "oauth2-server-uri": credential and oauth2_server_uri, "scope": credential and scope,
+                f"header.{ACCESS_DELEGATION_HEADER}": access_delegation}
+        conf.update({f"{prefix}.{key}": value for key, value in rest.items() if value})
     if s3:
-        conf.update(s3a_bucket_conf(s3))
+        conf.update(_s3a_settings(f"spark.hadoop.fs.s3a.bucket.{s3.bucket}.", s3))
     return conf
 
 

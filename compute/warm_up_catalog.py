@@ -15,9 +15,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler
 
-from compute.loopback_server import LoopbackServer
+from compute.loopback_server import LoopbackHandler, LoopbackServer
 
 MAX_REQUEST_BYTES = 1 << 20
 _TABLE_PATH = re.compile(r"^/v1/namespaces/([^/]+)/tables/([^/]+)$")
@@ -33,28 +32,14 @@ class _State:
         self.tables: dict[tuple[str, str], tuple[str, object]] = {}  # -> (metadata location, TableMetadata)
 
 
-class _WarmUpCatalogHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # the REST client keeps its connections, as with a real catalog
+class _WarmUpCatalogHandler(LoopbackHandler):
     state: _State
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._dispatch()
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._dispatch()
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._dispatch()
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        self._dispatch()
 
     def _dispatch(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_REQUEST_BYTES:  # the warm-up's requests are a few KB; nothing else is served
             self.close_connection = True
-            self._answer(413, _error(413, "BadRequestException", "request too large for the warm-up catalog"))
-            return
+            return self._reply(413, _error(413, "BadRequestException", "request too large for the warm-up catalog"))
         body = json.loads(self.rfile.read(length)) if length else {}
         path = self.path.split("?", 1)[0]
         from pyiceberg.exceptions import CommitFailedException
@@ -66,7 +51,9 @@ class _WarmUpCatalogHandler(BaseHTTPRequestHandler):
             status, answer = 409, _error(409, "CommitFailedException", str(error))
         except Exception as error:  # a request this catalog cannot serve fails the warm-up, not the host
             status, answer = 400, _error(400, "BadRequestException", f"{type(error).__name__}: {error}")
-        self._answer(status, answer)
+        self._reply(status, answer)
+
+    do_GET = do_HEAD = do_POST = do_DELETE = _dispatch
 
     def _route(self, method: str, path: str, body: dict) -> tuple[int, dict | None]:
         state = self.state
@@ -146,17 +133,9 @@ class _WarmUpCatalogHandler(BaseHTTPRequestHandler):
         self.state.tables[key] = (location, metadata)
         return 200, {"metadata-location": location, "metadata": json.loads(metadata.model_dump_json())}
 
-    def _answer(self, status: int, answer: dict | None) -> None:
+    def _reply(self, status: int, answer: dict | None) -> None:
         body = json.dumps(answer).encode() if answer is not None and self.command != "HEAD" else b""
-        self.send_response(status)
-        if body:
-            self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args) -> None:
-        pass
+        self._answer(status, body, {"Content-Type": "application/json"} if body else None)
 
 
 def _namespace(levels: list[str]) -> str:
