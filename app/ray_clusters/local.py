@@ -309,10 +309,8 @@ class LocalClusterBackend(ClusterBackend):
         generated = {"/etc/hosts": sandbox.hosts_file_text(routes)}
         if uid is not None:
             generated.update(sandbox.account_files(uid, cluster_dir))
-        portal_dir = Path(handle.details["portal_dir"])
-        etc_files = {}
+        etc_files = {target: Path(handle.details["portal_dir"]) / Path(target).name for target in generated}
         for target, text in generated.items():
-            etc_files[target] = portal_dir / Path(target).name
             etc_files[target].write_text(text)
             etc_files[target].chmod(0o644)
         egress = [sandbox.egress_forwarders(route) for route in routes]
