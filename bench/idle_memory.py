@@ -84,6 +84,9 @@ def _kind(name: str, argv: list[str]) -> str:
         for marker, label in (("ray::SparkHost", "python: Spark host actor"),
                               ("ray::_Unwrapped", "python: Spark host actor"),  # compute/spark_host.py
                               ("ray::RayDPSparkMaster", "python: RayDP master actor"),
+                              ("idle_agent.py", "python: Ray agent stand-in"),  # compute/idle_agent.py
+                              ("node_waiter.py", "python: Ray node waiter"),  # compute/node_waiter.py
+                              ("compute.unit_init", "python: the unit's init"),
                               ("ray::DashboardAgent", "python: Ray dashboard agent"),
                               ("ray::RuntimeEnvAgent", "python: Ray runtime env agent"),
                               ("compute.ray_node", "python: Ray node launcher"),

@@ -151,8 +151,9 @@ class SparkSessionHost:
             return not self._ran
 
     def stop(self) -> None:
-        """End this host: its Spark session, then the actor itself (RayDP's master and executors
-        are its children in Ray, and end with it). Called when the CU is terminated."""
+        """End this host: its Spark session, then the actor itself (RayDP's launcher JVM is its
+        child process, the app master and executors the launcher's in Ray: all end with it).
+        Called when the CU is terminated."""
         time.sleep(0.2)  # the HTTP reply goes out first
         try:
             if self._spark is not None:

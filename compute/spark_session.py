@@ -94,6 +94,7 @@ def start_spark_session(
     """
     import raydp
 
+    _keep_raydp_master_in_this_process()
     # Executors launch Python workers from PATH's `python3` unless told otherwise.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     return raydp.init_spark(
@@ -104,6 +105,46 @@ def start_spark_session(
         placement_group_strategy=placement_strategy,
         configs=spark_conf(extra=extra_conf),
     )
+
+
+def _keep_raydp_master_in_this_process() -> None:
+    """Makes `raydp.init_spark` run RayDP's master (the Python object that launches the JVM
+    which starts RayDP's app master) in the calling process, not in a Ray actor of its own:
+    that actor was a whole Python worker (about 230 MiB, and a worker start) that only held
+    a gateway to the launcher JVM. What the master does is unchanged."""
+    import raydp.context
+    from raydp.spark import SparkCluster
+    from raydp.spark.ray_cluster_master import RayDPSparkMaster
+
+    class ClusterWithMasterHere(SparkCluster):
+        def _set_up_master(self, resources, kwargs):
+            self._spark_master_handle = None
+            self._master = RayDPSparkMaster.__ray_actor_class__(self._configs)
+            self._master.start_up()
+
+        def get_cluster_url(self) -> str:
+            return self._master.get_master_url()
+
+        def connect_spark_driver_to_ray(self):
+            jvm = self._spark_session._jvm
+            jvm.org.apache.spark.deploy.raydp.RayAppMaster.setProperties(self._master._generate_ray_configs())
+            jvm.org.apache.spark.sql.raydp.ObjectStoreWriter.connectToRay()
+
+        def stop(self, cleanup_data):
+            if self._spark_session is not None:
+                self._spark_session.stop()
+                self._spark_session = None
+            self._master.stop(cleanup_data=False)  # True would end the actor this runs in
+
+    class ContextWithMasterHere(raydp.context._SparkContext):
+        def _get_or_create_spark_cluster(self) -> SparkCluster:
+            if self._spark_cluster is None:
+                self._spark_cluster = ClusterWithMasterHere(
+                    self._app_name, self._num_executors, self._executor_cores, self._executor_memory,
+                    self._enable_hive, self._configs)
+            return self._spark_cluster
+
+    raydp.context._SparkContext = ContextWithMasterHere
 
 
 WARM_UP_CATALOG = "lakeport_warm_up"

@@ -343,6 +343,43 @@ def test_killing_the_head_fails_the_cluster_with_the_signal(backend, cluster):
     assert "not reachable" in attached_status.reason
 
 
+def test_a_unit_without_a_dashboard_runs_only_the_ray_processes_it_uses(backend):
+    """Its node's `ray start --block` became the bare waiter and Ray's agents are stand-ins (none
+    of them imports Ray); the raylet dying still fails the unit, named as Ray names it, and
+    takes its stand-ins with it."""
+    unit = backend.start(ClusterSpec(cu_id="test-lean", name="lean", memory_gb_per_node=1, include_dashboard=False))
+    try:
+        def commands() -> dict[int, str]:
+            return {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    for pid in cluster_pids(unit)}
+
+        def runs(command: str, script: str) -> bool:  # a bare interpreter running that script
+            return command.split()[1:3] == ["-S", str(PROJECT_ROOT / "compute" / script)]
+
+        head_pid = unit.details["nodes"][0]["pid"]
+        deadline = time.monotonic() + 30  # RUNNING once the GCS answers; `ray start` ends a moment later
+        while not runs((running := commands())[head_pid], "node_waiter.py") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        commands = running
+        assert runs(commands[head_pid], "node_waiter.py")
+        agents = [pid for pid, command in commands.items() if runs(command, "idle_agent.py")]
+        assert len(agents) == 2
+        left_out = ("dashboard/agent.py", "runtime_env/agent/main.py", "compute.ray_node", "ray start")
+        assert not [command for command in commands.values() if any(marker in command for marker in left_out)]
+        assert all(b"site-packages" not in Path(f"/proc/{pid}/maps").read_bytes() for pid in [head_pid, *agents])
+
+        raylet = next(pid for pid, command in commands.items() if command.split()[0].endswith("/raylet"))
+        os.kill(raylet, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (status := backend.status(unit)).state == ComputeUnitState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status.state == ComputeUnitState.FAILED
+        assert status.reason == f"head node process (pid {head_pid}) exited with code 1; Ray reported: raylet [exit code=-9]"
+        assert not [pid for pid in agents if process_running(pid)]
+    finally:
+        backend.terminate(unit)
+
+
 def test_a_spark_host_started_with_the_cluster_that_fails_says_why_and_the_cluster_lives_on(backend):
     """The unit's init starts the Spark host once the head is up (no Ray Job); a host that cannot
     start ends its launcher with the reason in its log."""

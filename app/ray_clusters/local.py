@@ -1,7 +1,8 @@
 """Local compute units: an isolated Ray cluster made of processes on this machine, sandboxed.
 
 Each node (a head and N workers) is one `ray start --block` process, run through
-`compute.ray_node` so every Ray server listens on 127.0.0.1 only. All nodes of a unit run
+`compute.ray_node` so every Ray server listens on 127.0.0.1 only (once the node runs, that
+process is `compute/node_waiter.py`). All nodes of a unit run
 in ONE bubblewrap sandbox (`sandbox.py`), started with `compute.unit_init` as its first
 process: it starts the head, then the workers, and records how each node ended, which only
 a parent can learn. The portal reaches the unit's dashboard and Spark host through socat
@@ -276,6 +277,8 @@ class LocalClusterBackend(ClusterBackend):
             # It streams every worker's output to the drivers, where nothing reads it (the Spark
             # host's own output is its launcher's log); the logs stay in the node's directory.
             "--include-log-monitor=false",
+            # Without a dashboard nothing asks Ray's agents anything: stand-ins take their place.
+            *([] if spec.include_dashboard else ["--without-agents"]),
         ]
         cluster_ports = handle.details["ports"]
         if role == "head":
@@ -514,7 +517,7 @@ class LocalClusterBackend(ClusterBackend):
         nodes = handle.details.get("nodes", [])
         for node in nodes:
             if "pid" in node and is_same_live_process(node["pid"], node.get("start_time")):
-                kill(node["pid"], signal.SIGTERM)  # `ray start --block` stops its node gracefully
+                kill(node["pid"], signal.SIGTERM)  # the node's waiter stops its servers gracefully
         wait_gone(handle, self.stop_grace_s, sandbox_only=True)
         for pid in cluster_pids(handle):  # the bridges, and whatever did not stop in time
             kill(pid, signal.SIGKILL)
