@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,7 +135,9 @@ def _keep_raydp_master_in_this_process() -> None:
             if self._spark_session is not None:
                 self._spark_session.stop()
                 self._spark_session = None
-            self._master.stop(cleanup_data=False)  # True would end the actor this runs in
+            # Not waited for, as RayDP's own stop asks its master actor (a session that failed to
+            # start can leave the app master's stop blocked); False: True would end this actor.
+            threading.Thread(target=self._master.stop, args=(False,), name="raydp-master-stop", daemon=True).start()
 
     class ContextWithMasterHere(raydp.context._SparkContext):
         def _get_or_create_spark_cluster(self) -> SparkCluster:
