@@ -46,7 +46,13 @@ def trial(bench: Bench, workflow_id: int, number: int) -> dict:
     execution_s = total - unit_s - host_s
     print(f"  #{number}: {total:6.2f} s = unit RUNNING (Ray head up) {unit_s:.2f} s"
           f" + Spark host warm {host_s:.2f} s [RayDP session {host['session_init_s']} s, first job "
-          f"{host['first_job_s']} s, of which the write-path warm-up {host.get('write_warm_up_s')} s]"
+          f"{host['first_job_s']} s, {_write_warm_up(host)}]"
           f" + first execution {execution_s:.2f} s [on the host {first.on_unit_s:.2f} s, "
           f"the step {first.steps_s:.2f} s]")
     return {"total": total, "unit": unit_s, "host": host_s, "execution": execution_s}
+
+
+def _write_warm_up(host: dict) -> str:
+    if host.get("write_warm_up_s") is None:  # the run that waited warms the write path itself
+        return "the write-path warm-up left out for the waiting run"
+    return f"of which the write-path warm-up {host['write_warm_up_s']} s"

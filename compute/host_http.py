@@ -55,7 +55,7 @@ class HostRequestHandler(BaseHTTPRequestHandler):
         if method == "POST" and parts == ["host", "challenge"]:
             return self._reply(HTTPStatus.OK, {"host": "spark-host"})  # the proof is the answer
         if method == "GET" and parts == ["host"]:
-            return self._reply(HTTPStatus.OK, self.host.info())
+            return self._reply(HTTPStatus.OK, self.host.info(run_waiting=parse_qs(query).get("run_waiting") == ["1"]))
         if method == "POST" and parts == ["host", "rekey"]:
             return self._rekey(json.loads(body or b"{}"))
         if method == "POST" and parts == ["host", "stop"]:

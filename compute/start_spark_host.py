@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from dataclasses import asdict, replace
 
 import ray
@@ -20,11 +21,17 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from compute.contract import HOST_KEY_ENV, SparkHostSettings
 from compute.spark_host import ACTOR_NAME, SparkHost
 
+# How often to ask the GCS whether the node this driver joins is up, and for how long.
+NODE_POLL_SECONDS = 0.05
+NODE_WAIT_SECONDS = 60.0
+
 
 def main(argv: list[str]) -> int:
     settings = SparkHostSettings.from_json(argv[0])
     if key := os.environ.get(HOST_KEY_ENV):  # a relaunch after the key changed (compute/unit_init.py)
         settings = replace(settings, secret_sha256=key)
+    if address := os.environ.get("RAY_ADDRESS"):
+        _wait_for_a_live_node(address)
     ray.init(namespace=settings.namespace, log_to_driver=False)
     host = SparkHost.options(
         name=ACTOR_NAME,
@@ -38,6 +45,25 @@ def main(argv: list[str]) -> int:
         ray.kill(host)
         return 1
     return 0
+
+
+def _wait_for_a_live_node(gcs_address: str) -> None:
+    """Returns once the GCS lists a live node. `ray.init` looks for the node it joins once a
+    second until the node's raylet has registered, and a local unit starts this launcher as
+    soon as the head's GCS answers, mostly before that: waiting here at a finer step saves up
+    to a second of a cold start. Whatever goes wrong is left for `ray.init` to report."""
+    from ray._raylet import GcsClient
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+    deadline = time.monotonic() + NODE_WAIT_SECONDS
+    try:
+        client = GcsClient(address=gcs_address)
+        while time.monotonic() < deadline:
+            if client.get_all_node_info(timeout=1, state_filter=GcsNodeInfo.GcsNodeState.ALIVE):
+                return
+            time.sleep(NODE_POLL_SECONDS)
+    except Exception:  # noqa: BLE001 - ray.init says what is wrong, in Ray's words
+        return
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import threading
 import time
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -16,7 +18,7 @@ from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_host_secret
 from compute import class_archive, host_auth, jars
-from compute.contract import secret_digest
+from compute.contract import SparkHostSettings, secret_digest
 from compute.spark_session import (
     IDLE_HEAP_JAVA_OPTIONS,
     JDK17_JAVA_OPTIONS,
@@ -337,6 +339,48 @@ def test_the_write_path_warm_up_leaves_nothing_an_execution_could_see(host):
     # both nodes (a local unit's nodes share one sandbox, and its loopback), and the catalog
     # served the driver's staged create and commit.
     assert info["write_warm_up_error"] is None
+
+
+class StartingSession:
+    """Stands in for the Spark session a host starts: its first job runs until `finish` is set."""
+
+    sparkContext = SimpleNamespace(applicationId="app-1")
+
+    def __init__(self) -> None:
+        self.first_job_runs, self.finish = threading.Event(), threading.Event()
+
+    def range(self, *_args):
+        return self
+
+    def selectExpr(self, *_args):
+        return self
+
+    def collect(self) -> list:
+        self.first_job_runs.set()
+        self.finish.wait(10)
+        return []
+
+
+@pytest.mark.parametrize("run_waiting", [False, True])
+def test_a_host_told_that_a_run_waits_starts_without_warming_the_write_path(monkeypatch, run_waiting):
+    """Warming the write path costs a start seconds that a waiting run would wait for; the run's
+    own write warms it. The host hears of a waiting run in the portal's polls while it starts."""
+    from compute import spark_host, spark_session
+
+    session, warmed = StartingSession(), []
+    monkeypatch.setattr(spark_session, "start_spark_session", lambda *_args, **_kwargs: session)
+    monkeypatch.setattr(spark_session, "warm_the_write_path", lambda spark, executors: warmed.append(spark))
+    monkeypatch.setattr(spark_host, "_resources_used", dict)  # no Ray here
+    monkeypatch.setattr(spark_host.SparkSessionHost, "_executors", lambda _host: [])
+    host = spark_host.SparkSessionHost(SparkHostSettings(port=0, namespace="n", secret_sha256="0" * 64))
+    assert session.first_job_runs.wait(10)
+    assert host.info(run_waiting=run_waiting)["state"] == "warming"
+    session.finish.set()
+    info = host.wait_ready(30)
+
+    assert info["state"] == "ready", info["error"]
+    assert warmed == ([] if run_waiting else [session])
+    assert (info["write_warm_up_s"] is None) == run_waiting
 
 
 def test_a_warm_execution_adds_little_to_the_spark_work(host, capsys):

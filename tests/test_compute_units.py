@@ -17,11 +17,15 @@ from sqlmodel import Session, select
 from tests.processes import process_running
 from app import create_app
 from app.compute_units import lifecycle, supervision
+from app.spark_host import warmup as spark_warmup
 from app.models import ComputeUnit, ComputeUnitEvent, Execution, User, WorkLease, Workflow, WorkflowVersion
 from app.ray_clusters.base import ClusterHandle, ClusterStatus, NodeStatus
 from app.states import ComputeUnitState
 from app.ray_clusters.local import cluster_pids
-from devstack.process import port_is_open
+from compute.contract import secret_digest
+from compute.host_http import serve
+from devstack.process import free_port, port_is_open
+from tests.test_spark_host_auth import StandInHost, handle_on
 
 
 @pytest.fixture
@@ -432,3 +436,57 @@ def test_pages_show_the_workers_last_check_and_never_ask_the_cluster(app, client
     with Session(db_engine) as db:
         failed = db.get(ComputeUnit, cu_id)
     assert (failed.state, failed.reason) == ("FAILED", "head died")
+
+
+class StartingHost(StandInHost):
+    """A unit's Spark host behind its real HTTP API, warming until `ready` is set; it records
+    whether each of the portal's questions said that a run waits for it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.ready, self.heard = threading.Event(), []
+
+    def info(self, run_waiting: bool = False) -> dict:
+        self.heard.append(run_waiting)
+        return {"state": "ready" if self.ready.is_set() else "warming", "app_id": "app-1"}
+
+
+def test_a_host_still_starting_hears_when_a_run_waits_for_it(app):
+    """The worker's warm-up of a new unit polls its host; once an execution waits for the same
+    host (behind the warm-up's lock), those polls tell the host so, and it starts without
+    warming the write path (compute/spark_host.py). Nothing is said once no run waits."""
+    handle = handle_on(free_port())
+    host = StartingHost(secret_digest(handle.spark_host_secret))
+    server = serve(host, "127.0.0.1", int(handle.spark_host_url.rsplit(":", 1)[1]))
+    unit = ComputeUnit(id=900_001, owner_id=1, name="starting", kind="local", cpus=2, memory_gb=3)
+    answers: dict[str, dict] = {}
+
+    def ensure_warm(name: str, for_a_run: bool) -> None:
+        with app.app_context():
+            answers[name] = spark_warmup.ensure_warm(unit, handle, backend=None, for_a_run=for_a_run)
+
+    def wait_until(condition) -> None:
+        deadline = time.monotonic() + 10
+        while not condition():
+            assert time.monotonic() < deadline, host.heard
+            time.sleep(0.05)
+
+    warm_up = threading.Thread(target=ensure_warm, args=("warm-up", False))
+    execution = threading.Thread(target=ensure_warm, args=("execution", True))
+    try:
+        warm_up.start()
+        wait_until(lambda: len(host.heard) >= 2)
+        assert not any(host.heard)  # the unit's own warm-up: no run waits
+        execution.start()
+        wait_until(lambda: host.heard[-1])
+    finally:  # both threads end before the test's database goes
+        host.ready.set()
+        warm_up.join(10)
+        if execution.ident:
+            execution.join(10)
+        server.shutdown()
+        server.server_close()
+
+    assert answers["warm-up"]["state"] == answers["execution"]["state"] == "ready"
+    assert spark_warmup._runs_waiting == {}  # the count went with the run
+    spark_warmup.forget_ready(unit.id)

@@ -93,7 +93,7 @@ class StandInHost:
         self.settings = Settings(key)
         self.submitted: list[tuple[str, dict, str]] = []
 
-    def info(self) -> dict:
+    def info(self, run_waiting: bool = False) -> dict:
         return {"state": "ready", "app_id": "app-1"}
 
     def submit(self, code: str, args: dict, name: str) -> dict:

@@ -125,7 +125,7 @@ def make_ready(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallbac
     """The unit's Spark session is warm (the first run on a unit may wait for it to start, and
     `progress` says so). Raises UnitUnavailable."""
     try:
-        warmup.ensure_warm(cu, handle, backend_for(cu.kind, current_app.config), progress)
+        warmup.ensure_warm(cu, handle, backend_for(cu.kind, current_app.config), progress, for_a_run=True)
     except warmup.SparkHostUnavailable as error:
         raise UnitUnavailable(unit_failure(cu.id) or str(error)) from None
 

@@ -190,8 +190,10 @@ class SparkHostClient:
         """A fresh challenge: the host answers it with its proof, or SparkHostError."""
         self._call("POST", "/host/challenge")
 
-    def info(self) -> dict:
-        return self._call("GET", "/host")
+    def info(self, *, run_waiting: bool = False) -> dict:
+        """The host's state and facts; `run_waiting` tells a host still starting that a run waits
+        for it (it then starts without warming the write path: the run does that itself)."""
+        return self._call("GET", "/host", params={"run_waiting": "1"} if run_waiting else None)
 
     def _sealed_call(self, path: str, sealed: dict, **body) -> dict:
         """A POST whose `sealed` part is sealed under the key, sent only once the host has proven

@@ -29,7 +29,10 @@ _LEASE_SECONDS = BOOTSTRAP_TIMEOUT_SECONDS + 30.0
 
 # One bootstrap at a time per compute unit (id → lock).
 _locks: dict[int, threading.Lock] = {}
-_locks_guard = threading.Lock()
+_locks_guard = threading.Lock()  # guards both
+# How many runs in this process wait for each unit's host to start (id → count). A host that
+# hears of one leaves out warming its write path (compute/spark_host.py): the run does that.
+_runs_waiting: dict[int, int] = {}
 # This process, as the holder of bootstrap leases.
 _HOLDER = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 # The Spark host each unit had when this process last found it ready: unit id -> (host URL,
@@ -50,11 +53,23 @@ def spark_host_size(cu: ComputeUnit) -> dict:
 
 
 def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend,
-                progress: ProgressCallback = lambda _phase: None) -> dict:
+                progress: ProgressCallback = lambda _phase: None, *, for_a_run: bool = False) -> dict:
     """The unit's Spark host answers and its session is ready; bootstrap it if it is not there,
-    or wait for the bootstrap under way. Returns the host's info; raises SparkHostUnavailable."""
+    or wait for the bootstrap under way. `for_a_run`: a run waits for it. Returns the host's
+    info; raises SparkHostUnavailable."""
     with _locks_guard:
         lock = _locks.setdefault(cu.id, threading.Lock())
+        _runs_waiting[cu.id] = _runs_waiting.get(cu.id, 0) + for_a_run
+    try:
+        return _ensure_warm_alone(cu, handle, backend, progress, lock)
+    finally:
+        with _locks_guard:
+            if (waiting := _runs_waiting.pop(cu.id) - for_a_run) > 0:
+                _runs_waiting[cu.id] = waiting
+
+
+def _ensure_warm_alone(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend, progress: ProgressCallback,
+                       lock: threading.Lock) -> dict:
     with lock:
         lease = f"spark-host:{cu.id}"
         deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
@@ -71,12 +86,12 @@ def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend,
 def _ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend, progress: ProgressCallback) -> dict:
     with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
         try:
-            info = _started_with_the_unit(backend, handle, client)
+            info = _started_with_the_unit(cu.id, backend, handle, client)
         except SparkHostError:
             if backend.launch_spark_host(handle):  # the unit starts it itself: no Ray Job
                 progress("starting the Spark host")
                 try:
-                    info = _started_with_the_unit(backend, handle, client)
+                    info = _started_with_the_unit(cu.id, backend, handle, client)
                 except SparkHostError:
                     raise SparkHostUnavailable("the compute unit's Spark host did not start: "
                                                f"{backend.spark_host_launch_log(handle) or 'no output'}") from None
@@ -86,7 +101,7 @@ def _ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend
         try:
             while info["state"] == "warming" and time.monotonic() < deadline:
                 time.sleep(0.25)
-                info = client.info()
+                info = _info(client, cu.id)
         except SparkHostError as error:
             raise SparkHostUnavailable(f"the compute unit's Spark host stopped answering: {error}") from None
     if info["state"] != "ready":
@@ -121,14 +136,20 @@ def _bootstrapped(cu: ComputeUnit, backend: ClusterBackend, handle: ClusterHandl
         raise SparkHostUnavailable(f"the compute unit's Spark host did not start: {error}") from None
 
 
-def _started_with_the_unit(backend: ClusterBackend, handle: ClusterHandle, client: SparkHostClient) -> dict:
+def _started_with_the_unit(cu_id: int, backend: ClusterBackend, handle: ClusterHandle,
+                           client: SparkHostClient) -> dict:
     """The host's info, waiting for one the unit's backend started with the cluster to answer.
     Raises SparkHostError when there is no host to wait for: then it is bootstrapped."""
     deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
     while True:
         try:
-            return client.info()
+            return _info(client, cu_id)
         except SparkHostError:
             if backend.spark_host_launch(handle) != SparkHostLaunchState.STARTING or time.monotonic() > deadline:
                 raise
         time.sleep(0.25)
+
+
+def _info(client: SparkHostClient, cu_id: int) -> dict:
+    """The host's info, telling it whether a run in this process waits for it."""
+    return client.info(run_waiting=_runs_waiting.get(cu_id, 0) > 0)
