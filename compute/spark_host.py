@@ -159,8 +159,8 @@ class SparkSessionHost:
             return not self._ran
 
     def stop(self) -> None:
-        """End this host: its Spark session, then the actor itself (RayDP's launcher JVM is its
-        child process, the app master and executors the launcher's in Ray: all end with it).
+        """End this host: its Spark session, then the actor itself (the driver's JVM is its child
+        process, the app master and executors belong to that JVM's Ray job: all end with it).
         Called when the CU is terminated."""
         time.sleep(0.2)  # the HTTP reply goes out first
         try:

@@ -109,10 +109,16 @@ def start_spark_session(
 
 
 def _keep_raydp_master_in_this_process() -> None:
-    """Makes `raydp.init_spark` run RayDP's master (the Python object that launches the JVM
-    which starts RayDP's app master) in the calling process, not in a Ray actor of its own:
-    that actor was a whole Python worker (about 230 MiB, and a worker start) that only held
-    a gateway to the launcher JVM. What the master does is unchanged."""
+    """Makes `raydp.init_spark` start RayDP's app master from the Spark driver's own JVM.
+
+    RayDP's way: a master actor (a whole Python worker) launches a JVM of its own, which joins
+    Ray and creates the app master actor; only then does the driver's JVM start. Here the
+    driver's JVM (pyspark's gateway, launched with the configuration RayDP prepared) joins Ray
+    and creates the app master itself: it has RayDP's and Ray's jars on its class path and joins
+    Ray anyway (`connect_spark_driver_to_ray`). That saves a JVM's start on the way to a session
+    and its memory on every unit (the master actor's worker about 230 MiB, the launcher JVM
+    about 250 MiB). The app master and its executors belong to the driver's Ray job, so they
+    end with it, as they ended with the launcher JVM before."""
     import raydp.context
     from raydp.spark import SparkCluster
     from raydp.spark.ray_cluster_master import RayDPSparkMaster
@@ -120,24 +126,37 @@ def _keep_raydp_master_in_this_process() -> None:
     class ClusterWithMasterHere(SparkCluster):
         def _set_up_master(self, resources, kwargs):
             self._spark_master_handle = None
+            # Only for its class path and Ray settings: it launches nothing here.
             self._master = RayDPSparkMaster.__ray_actor_class__(self._configs)
-            self._master.start_up()
+            self._app_master = None  # RayDP's AppMasterJavaBridge, in the driver's JVM
 
         def get_cluster_url(self) -> str:
-            return self._master.get_master_url()
+            if self._app_master is None:
+                from pyspark import SparkConf, SparkContext
+
+                # The driver's JVM, launched as `getOrCreate` would launch it; that call reuses it.
+                SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(self._configs.items()))
+                jvm = SparkContext._jvm
+                jvm.org.apache.spark.deploy.raydp.RayAppMaster.setProperties(self._master._generate_ray_configs())
+                app_master = jvm.org.apache.spark.deploy.raydp.AppMasterJavaBridge()
+                app_master.startUpAppMaster(os.pathsep.join(self._master._prepare_jvm_classpath()), self._configs)
+                self._app_master = app_master
+            return self._app_master.getMasterUrl()
 
         def connect_spark_driver_to_ray(self):
             jvm = self._spark_session._jvm
             jvm.org.apache.spark.deploy.raydp.RayAppMaster.setProperties(self._master._generate_ray_configs())
-            jvm.org.apache.spark.sql.raydp.ObjectStoreWriter.connectToRay()
+            jvm.org.apache.spark.sql.raydp.ObjectStoreWriter.connectToRay()  # joined already: the agent only
 
         def stop(self, cleanup_data):
             if self._spark_session is not None:
                 self._spark_session.stop()
                 self._spark_session = None
             # Not waited for, as RayDP's own stop asks its master actor (a session that failed to
-            # start can leave the app master's stop blocked); False: True would end this actor.
-            threading.Thread(target=self._master.stop, args=(False,), name="raydp-master-stop", daemon=True).start()
+            # start can leave the app master's stop blocked).
+            if (app_master := self._app_master) is not None:
+                self._app_master = None
+                threading.Thread(target=app_master.stop, name="raydp-app-master-stop", daemon=True).start()
 
     class ContextWithMasterHere(raydp.context._SparkContext):
         def _get_or_create_spark_cluster(self) -> SparkCluster:

@@ -536,9 +536,10 @@ def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
         except (FileNotFoundError, ProcessLookupError):
             continue
     main_classes = [main for main, _ in jvms]
-    assert main_classes.count("org.apache.spark.deploy.raydp.AppMasterEntryPoint") == 1, jvms
+    # No launcher JVM of RayDP's: the driver's JVM (pyspark's gateway) starts the app master itself.
+    assert "org.apache.spark.deploy.raydp.AppMasterEntryPoint" not in main_classes, jvms
     assert main_classes.count("pyspark-shell") == 1, jvms
-    assert main_classes.count("io.ray.runtime.runner.worker.DefaultWorker") >= 2, jvms  # the two executors at least
+    assert main_classes.count("io.ray.runtime.runner.worker.DefaultWorker") >= 3, jvms  # app master, two executors
     assert all(mapped for _, mapped in jvms), jvms
     assert len(mapped_at) == 1, mapped_at
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ray._raylet import persist_port
 
-from app.ray_clusters.local_processes import _RAY_EXIT_LINE
+from app.ray_clusters.local_processes import RAY_EXIT_LINE
 from compute import idle_agent, node_waiter
 
 # Starts the given commands, prints their pids, then becomes the waiter: as compute.ray_node does.
@@ -79,7 +79,7 @@ def test_when_a_server_of_the_node_ends_the_waiter_kills_the_others_and_fails(tm
     assert node.wait(timeout=10) == 1
     assert wait_until(lambda: not alive(raylet))
     # As `ray start --block` reports it, which the portal reads for the reason (local_processes).
-    assert _RAY_EXIT_LINE.match(node.stdout.read().splitlines()[-1]).groups() == ("gcs", "-9")
+    assert RAY_EXIT_LINE.match(node.stdout.read().splitlines()[-1]).groups() == ("gcs", "-9")
 
 
 def test_sigterm_stops_the_servers_in_order_and_kills_one_that_ignores_it(tmp_path):

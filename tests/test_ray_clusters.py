@@ -320,6 +320,14 @@ def test_attaching_fails_with_the_reason(cluster):
         existing_backend(cluster.dashboard_url, cluster.auth_token).start(attach_spec(port=9000))
 
 
+def status_once_not_running(backend, handle, within_s: float):
+    """The cluster's status once it is no longer RUNNING, or its last one after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while (status := backend.status(handle)).state == ComputeUnitState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return status
+
+
 def test_killing_the_head_fails_the_cluster_with_the_signal(backend, cluster):
     """Runs last in this module: it breaks the shared cluster."""
     existing = existing_backend(cluster.dashboard_url, cluster.auth_token)
@@ -327,9 +335,7 @@ def test_killing_the_head_fails_the_cluster_with_the_signal(backend, cluster):
     head_pid = cluster.details["nodes"][0]["pid"]
     os.kill(head_pid, signal.SIGKILL)
 
-    deadline = time.monotonic() + 5
-    while (status := backend.status(cluster)).state == ComputeUnitState.RUNNING and time.monotonic() < deadline:
-        time.sleep(0.1)
+    status = status_once_not_running(backend, cluster, within_s=5)
     assert status.state == ComputeUnitState.FAILED
     assert status.reason == f"head node process (pid {head_pid}) was killed by signal 9 (SIGKILL)"
 
@@ -370,9 +376,7 @@ def test_a_unit_without_a_dashboard_runs_only_the_ray_processes_it_uses(backend)
 
         raylet = next(pid for pid, command in commands.items() if command.split()[0].endswith("/raylet"))
         os.kill(raylet, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while (status := backend.status(unit)).state == ComputeUnitState.RUNNING and time.monotonic() < deadline:
-            time.sleep(0.1)
+        status = status_once_not_running(backend, unit, within_s=10)
         assert status.state == ComputeUnitState.FAILED
         assert status.reason == f"head node process (pid {head_pid}) exited with code 1; Ray reported: raylet [exit code=-9]"
         assert not [pid for pid in agents if process_running(pid)]

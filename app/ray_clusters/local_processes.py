@@ -134,7 +134,8 @@ def describe_returncode(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-_RAY_EXIT_LINE = re.compile(r"^\s+(\S+) \[exit code=(-?\d+)\]\s*$")
+# How Ray (and compute/node_waiter.py) logs a node's server that ended: "  raylet [exit code=-9]".
+RAY_EXIT_LINE = re.compile(r"^\s+(\S+) \[exit code=(-?\d+)\]\s*$")
 
 
 def ray_exit_report(handle: ClusterHandle, node: dict) -> str:
@@ -143,7 +144,7 @@ def ray_exit_report(handle: ClusterHandle, node: dict) -> str:
         text = unit_dir(handle).read_tail(Path(node["log"]).name, LOG_TAIL_BYTES).decode(errors="replace")
     except OSError:
         return ""
-    reported = ", ".join(line.strip() for line in text.splitlines() if _RAY_EXIT_LINE.match(line))
+    reported = ", ".join(line.strip() for line in text.splitlines() if RAY_EXIT_LINE.match(line))
     return clean_text(reported, 500, one_line=True)
 
 
