@@ -45,14 +45,16 @@ def trial(bench: Bench, workflow_id: int, number: int) -> dict:
     host_s = first.submitted_at - running_at
     execution_s = total - unit_s - host_s
     print(f"  #{number}: {total:6.2f} s = unit RUNNING (Ray head up) {unit_s:.2f} s"
-          f" + Spark host warm {host_s:.2f} s [RayDP session {host['session_init_s']} s, first job "
-          f"{host['first_job_s']} s, {_write_warm_up(host)}]"
+          f" + Spark host warm {host_s:.2f} s [RayDP session {host['session_init_s']} s, {_after_session(host)}]"
           f" + first execution {execution_s:.2f} s [on the host {first.on_unit_s:.2f} s, "
           f"the step {first.steps_s:.2f} s]")
     return {"total": total, "unit": unit_s, "host": host_s, "execution": execution_s}
 
 
-def _write_warm_up(host: dict) -> str:
-    if host.get("write_warm_up_s") is None:  # the run that waited warms the write path itself
-        return "the write-path warm-up left out for the waiting run"
-    return f"of which the write-path warm-up {host['write_warm_up_s']} s"
+def _after_session(host: dict) -> str:
+    """What the host did once its session was up: its first job and the write path's warm-up,
+    both left out when a run was waiting for it (that run does the same work)."""
+    if host.get("write_warm_up_s") is None:
+        job = f"first job {host['first_job_s']} s" if host["first_job_s"] else "no first job"
+        return f"{job} and no write-path warm-up: a run was waiting"
+    return f"first job {host['first_job_s']} s, of which the write-path warm-up {host['write_warm_up_s']} s"

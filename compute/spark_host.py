@@ -107,14 +107,16 @@ class SparkSessionHost:
                 placement_strategy=self.settings.placement_strategy,
             )
             self._warm_up_report["session_init_s"] = round(time.monotonic() - started, 2)
-            # The first job waits for every executor and loads the classes a job needs; an execution
-            # should not pay for it. It runs in the JVMs only: SQL steps start no Python worker.
+            # The first job waits for every executor and loads the classes a job needs; a later
+            # execution should not pay for it. It runs in the JVMs only: SQL steps start no Python
+            # worker. Then the write path is warmed, which makes a later first run a second faster.
+            # A run that already waits would wait for both, and its own first job and write do the
+            # same work: for it the host is ready once its session is (seconds sooner).
             started = time.monotonic()
             executors = self.settings.executors
-            self._spark.range(0, executors, 1, executors).selectExpr("sum(id)").collect()
+            if not self._run_waiting:
+                self._spark.range(0, executors, 1, executors).selectExpr("sum(id)").collect()
             writing = time.monotonic()
-            # Warming the write path makes a later first run about a second faster, but costs
-            # three: a run already waiting would wait those three, and its own write warms it.
             if not self._run_waiting:
                 try:
                     warm_the_write_path(self._spark, executors)

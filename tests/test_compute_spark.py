@@ -342,12 +342,20 @@ def test_the_write_path_warm_up_leaves_nothing_an_execution_could_see(host):
 
 
 class StartingSession:
-    """Stands in for the Spark session a host starts: its first job runs until `finish` is set."""
+    """Stands in for the Spark session a host starts: its start, and then its first job, each
+    go on until the test lets them end."""
 
     sparkContext = SimpleNamespace(applicationId="app-1")
 
     def __init__(self) -> None:
-        self.first_job_runs, self.finish = threading.Event(), threading.Event()
+        self.starting, self.may_start = threading.Event(), threading.Event()
+        self.first_job_runs, self.may_finish = threading.Event(), threading.Event()
+        self.jobs = 0
+
+    def start(self, *_args, **_kwargs) -> StartingSession:
+        self.starting.set()
+        self.may_start.wait(10)
+        return self
 
     def range(self, *_args):
         return self
@@ -356,31 +364,43 @@ class StartingSession:
         return self
 
     def collect(self) -> list:
+        self.jobs += 1
         self.first_job_runs.set()
-        self.finish.wait(10)
+        self.may_finish.wait(10)
         return []
 
 
-@pytest.mark.parametrize("run_waiting", [False, True])
-def test_a_host_told_that_a_run_waits_starts_without_warming_the_write_path(monkeypatch, run_waiting):
-    """Warming the write path costs a start seconds that a waiting run would wait for; the run's
-    own write warms it. The host hears of a waiting run in the portal's polls while it starts."""
+@pytest.mark.parametrize("run_heard, first_job, write_warmed", [
+    (None, True, True),  # nothing waits: the host is warmed for a run to come
+    ("during the first job", True, False),
+    ("while the session starts", False, False),  # the run does both itself, seconds sooner
+])
+def test_a_host_told_that_a_run_waits_leaves_out_what_the_run_does_itself(monkeypatch, run_heard, first_job,
+                                                                          write_warmed):
+    """The host's first job and the write-path warm-up make a later first run faster, but a run
+    already waiting would wait for them, and its own first job and write do the same work. The
+    host hears of a waiting run in the portal's polls while it starts."""
     from compute import spark_host, spark_session
 
     session, warmed = StartingSession(), []
-    monkeypatch.setattr(spark_session, "start_spark_session", lambda *_args, **_kwargs: session)
+    monkeypatch.setattr(spark_session, "start_spark_session", session.start)
     monkeypatch.setattr(spark_session, "warm_the_write_path", lambda spark, executors: warmed.append(spark))
     monkeypatch.setattr(spark_host, "_resources_used", dict)  # no Ray here
     monkeypatch.setattr(spark_host.SparkSessionHost, "_executors", lambda _host: [])
     host = spark_host.SparkSessionHost(SparkHostSettings(port=0, namespace="n", secret_sha256="0" * 64))
-    assert session.first_job_runs.wait(10)
-    assert host.info(run_waiting=run_waiting)["state"] == "warming"
-    session.finish.set()
+    assert session.starting.wait(10)
+    assert host.info(run_waiting=run_heard == "while the session starts")["state"] == "warming"
+    session.may_start.set()
+    if first_job:
+        assert session.first_job_runs.wait(10)
+        assert host.info(run_waiting=run_heard == "during the first job")["state"] == "warming"
+    session.may_finish.set()
     info = host.wait_ready(30)
 
     assert info["state"] == "ready", info["error"]
-    assert warmed == ([] if run_waiting else [session])
-    assert (info["write_warm_up_s"] is None) == run_waiting
+    assert session.jobs == first_job
+    assert warmed == ([session] if write_warmed else [])
+    assert (info["write_warm_up_s"] is not None) == write_warmed
 
 
 def test_a_warm_execution_adds_little_to_the_spark_work(host, capsys):
