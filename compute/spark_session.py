@@ -95,7 +95,7 @@ def start_spark_session(
     """
     import raydp
 
-    _keep_raydp_master_in_this_process()
+    _start_the_app_master_from_the_driver()
     # Executors launch Python workers from PATH's `python3` unless told otherwise.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     return raydp.init_spark(
@@ -108,7 +108,7 @@ def start_spark_session(
     )
 
 
-def _keep_raydp_master_in_this_process() -> None:
+def _start_the_app_master_from_the_driver() -> None:
     """Makes `raydp.init_spark` start RayDP's app master from the Spark driver's own JVM.
 
     RayDP's way: a master actor (a whole Python worker) launches a JVM of its own, which joins
@@ -123,7 +123,7 @@ def _keep_raydp_master_in_this_process() -> None:
     from raydp.spark import SparkCluster
     from raydp.spark.ray_cluster_master import RayDPSparkMaster
 
-    class ClusterWithMasterHere(SparkCluster):
+    class ClusterWithAppMasterFromTheDriver(SparkCluster):
         def _set_up_master(self, resources, kwargs):
             self._spark_master_handle = None
             # Only for its class path and Ray settings: it launches nothing here.
@@ -158,15 +158,15 @@ def _keep_raydp_master_in_this_process() -> None:
                 self._app_master = None
                 threading.Thread(target=app_master.stop, name="raydp-app-master-stop", daemon=True).start()
 
-    class ContextWithMasterHere(raydp.context._SparkContext):
+    class ContextWithAppMasterFromTheDriver(raydp.context._SparkContext):
         def _get_or_create_spark_cluster(self) -> SparkCluster:
             if self._spark_cluster is None:
-                self._spark_cluster = ClusterWithMasterHere(
+                self._spark_cluster = ClusterWithAppMasterFromTheDriver(
                     self._app_name, self._num_executors, self._executor_cores, self._executor_memory,
                     self._enable_hive, self._configs)
             return self._spark_cluster
 
-    raydp.context._SparkContext = ContextWithMasterHere
+    raydp.context._SparkContext = ContextWithAppMasterFromTheDriver
 
 
 WARM_UP_CATALOG = "lakeport_warm_up"
