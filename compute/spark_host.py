@@ -93,8 +93,10 @@ class SparkSessionHost:
 
     def _warm_up(self) -> None:
         from compute.spark_session import start_spark_session, warm_the_write_path
+        import raydp  # noqa: F401  (first: the driver's JVM starts once it is imported)
 
-        # The pipeline runner's imports (pyiceberg, pyarrow: seconds) overlap with the JVMs' start.
+        # The pipeline runner's imports (pyiceberg, pyarrow: seconds) overlap with the JVMs' start,
+        # not with RayDP's import before it, which would wait for the interpreter's lock.
         importing = threading.Thread(target=_import_pipeline, name="import-pipeline", daemon=True)
         importing.start()
         started = time.monotonic()
