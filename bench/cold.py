@@ -46,8 +46,8 @@ def trial(bench: Bench, workflow_id: int, number: int) -> dict:
     execution_s = total - unit_s - host_s
     print(f"  #{number}: {total:6.2f} s = unit RUNNING (Ray head up) {unit_s:.2f} s"
           f" + Spark host warm {host_s:.2f} s [RayDP session {host['session_init_s']} s, {_after_session(host)}]"
-          f" + first execution {execution_s:.2f} s [on the host {first.on_unit_s:.2f} s, "
-          f"the step {first.steps_s:.2f} s]")
+          f" + first execution {execution_s:.2f} s [on the host {first.on_unit_s:.2f} s: "
+          + ", ".join(f"{name.removesuffix('_s')} {seconds:.2f}" for name, seconds in first.phases_s.items()) + "]")
     return {"total": total, "unit": unit_s, "host": host_s, "execution": execution_s}
 
 
