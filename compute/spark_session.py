@@ -36,6 +36,11 @@ IDLE_HEAP_JAVA_OPTIONS = "-XX:G1PeriodicGCInterval=5000 -XX:MinHeapFreeRatio=10 
 # Every JVM gives back the native memory it freed (the JIT compilers' arenas, above all) every 5 s:
 # glibc keeps freed memory mapped until told to trim.
 TRIM_NATIVE_JAVA_OPTIONS = "-XX:TrimNativeHeapInterval=5000"
+# A unit's Spark driver compiles with C1 alone. It plans, schedules and commits; the executors run
+# the tasks. C2 compiling the driver's code took a unit's few cores from its first run, and what
+# a driver runs never gets hot enough for C2's code to pay for itself (bench/README.md). Not for
+# a local-mode session, whose driver runs the tasks too: `start_spark_session` adds it.
+DRIVER_JIT_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # Iceberg's default ResolvingFileIO reaches for AWS SDK v2, which no registry here ships;
@@ -98,13 +103,15 @@ def start_spark_session(
     _start_the_app_master_from_the_driver()
     # Executors launch Python workers from PATH's `python3` unless told otherwise.
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    configs = spark_conf(extra=extra_conf)
+    configs["spark.driver.extraJavaOptions"] = f"{configs['spark.driver.extraJavaOptions']} {DRIVER_JIT_JAVA_OPTIONS}"
     return raydp.init_spark(
         app_name,
         num_executors=executors,
         executor_cores=executor_cores,
         executor_memory=executor_memory,
         placement_group_strategy=placement_strategy,
-        configs=spark_conf(extra=extra_conf),
+        configs=configs,
     )
 
 

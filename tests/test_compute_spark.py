@@ -20,6 +20,7 @@ from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_ho
 from compute import class_archive, host_auth, jars
 from compute.contract import SparkHostSettings, secret_digest
 from compute.spark_session import (
+    DRIVER_JIT_JAVA_OPTIONS,
     IDLE_HEAP_JAVA_OPTIONS,
     JDK17_JAVA_OPTIONS,
     TRIM_NATIVE_JAVA_OPTIONS,
@@ -562,6 +563,25 @@ def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
     assert main_classes.count("io.ray.runtime.runner.worker.DefaultWorker") >= 3, jvms  # app master, two executors
     assert all(mapped for _, mapped in jvms), jvms
     assert len(mapped_at) == 1, mapped_at
+
+
+def test_only_the_units_driver_compiles_with_c1_alone(cluster, host):
+    """The unit's driver plans and commits, its executors run the tasks: the driver leaves out C2
+    (`DRIVER_JIT_JAVA_OPTIONS`), the executors and the app master do not, and neither does the
+    configuration a local-mode session takes (`spark_conf`), whose driver runs tasks too."""
+    _, handle = cluster
+    options = {}
+    for pid in cluster_pids(handle):
+        try:
+            argv = [arg for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if arg]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if argv and argv[0].endswith("java"):
+            options.setdefault(argv[-1], []).append(DRIVER_JIT_JAVA_OPTIONS in argv)
+    assert options["pyspark-shell"] == [True]
+    assert options["io.ray.runtime.runner.worker.DefaultWorker"] and not any(
+        options["io.ray.runtime.runner.worker.DefaultWorker"])
+    assert DRIVER_JIT_JAVA_OPTIONS not in " ".join(spark_conf().values())
 
 
 def test_the_host_process_is_not_dumpable(host):
