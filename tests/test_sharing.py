@@ -137,7 +137,7 @@ def test_a_group_share_reads_then_writes_then_is_revoked_in_portal_and_catalog(t
     assert can_read_and_write(lakehouse, warehouse, token) == (403, 403)  # the next catalog call
     with Session(db_engine) as db:
         trail = [event.action for event in db.exec(select(AuditEvent).where(
-            AuditEvent.object_id == str(warehouse.id), AuditEvent.object_type == "warehouse"))]
+            AuditEvent.object_id == str(warehouse.id), AuditEvent.object_type == "warehouse").order_by(AuditEvent.id))]
     assert trail[-3:] == ["warehouse.share", "warehouse.share", "warehouse.unshare"]
 
 
