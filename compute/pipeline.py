@@ -24,9 +24,11 @@ the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
    Python warnings of a step are captured into its log.
 5. The end: completing is one decision with cancelling (`RunProgress.begin_completion`):
    once it is taken a cancel is refused, and a run cancelled before it never marks anything.
-   On success the result tables get `lakeport.status=complete`; on failure or cancel they are
-   dropped. Either way `runtime_stats.e<id>` and `console_logs.e<id>` are written, with
-   `lakeport.status` = complete | failed | cancelled: only a COMPLETED run says complete.
+   On success one atomic commit of the catalog (several tables at once) gives the result
+   tables `lakeport.status=complete` and writes `runtime_stats.e<id>` and `console_logs.e<id>`:
+   result tables never say complete without the run's records. On failure or cancel the result
+   tables are dropped and the two records are written all the same. The records' status says
+   complete | failed | cancelled: only a COMPLETED run says complete.
 
 Cancel interrupts a running step: its Spark jobs are cancelled, and its Python code gets
 RunInterrupted (compute/spark_host.py); the step's clean-up runs outside the interruptible part.
@@ -42,7 +44,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +54,7 @@ from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
 from compute.console_capture import ExecutionLog, captured
 from compute.contract import (CONSOLE_LOGS, RESULTS, RUNTIME_STATS, ExecutionSpec, InvalidSpec, LineageRead,
                               LineageWrite, Step, TableProperty, TableStatus)
-from compute.iceberg_rest import rest_catalog
+from compute.iceberg_rest import commit_together, rest_catalog
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
 from compute.runs import RunFailed, RunInterrupted, RunProgress
@@ -81,11 +83,6 @@ def run_pipeline(spark, args: dict, progress: RunProgress) -> dict:
 # ---------------------------------------------------------------- running it
 class Cancelled(Exception):
     pass
-
-
-def _mark_complete(table) -> None:
-    with table.transaction() as transaction:
-        transaction.set_properties({TableProperty.STATUS.value: TableStatus.COMPLETE.value})
 
 
 @dataclass
@@ -398,19 +395,16 @@ class Pipeline:
 
     # ------------------------------------------------------------ the end
     def _complete(self) -> str | None:
-        """Mark the result tables complete and record the run, side by side (each is a commit).
-        Returns why the run fails after all if either could not be done, else None."""
-        with ThreadPoolExecutor(len(self.written) + 2, thread_name_prefix="complete") as pool:
-            marks = [pool.submit(_mark_complete, table) for table in self.written.values()]
-            try:
-                self._record(TableStatus.COMPLETE, pool=pool)
-                record_error = None
-            except RunFailed as error:
-                record_error = str(error)
-            errors = [error for mark in marks if (error := mark.exception()) is not None]
-        if errors:
-            return f"the result tables could not be marked complete: {describe(errors[0])}"
-        return record_error
+        """Mark the result tables complete and record the run, in one atomic commit: a result
+        table says complete only together with the run's records. Returns why the run fails
+        after all if that commit could not be made, else None."""
+        marks = [table.transaction().set_properties({TableProperty.STATUS.value: TableStatus.COMPLETE.value})
+                 for table in self.written.values()]
+        try:
+            self._record(TableStatus.COMPLETE, along=marks)
+        except RunFailed as failure:
+            return str(failure)
+        return None
 
     def _drop_results(self) -> None:
         """Drop the result table of every output step that exists, not only those recorded in
@@ -430,37 +424,42 @@ class Pipeline:
                 self.log("ERROR", step.name, f"could not drop the unfinished result table {identifier}: "
                                              f"{describe(error)}")
 
-    def _record(self, status: TableStatus, replace: bool = False, pool: ThreadPoolExecutor | None = None) -> None:
-        """Write runtime_stats and console_logs (side by side, in `pool` or a pool of their own:
-        each is a file and a commit); `replace` replaces a record written before. A run whose
-        record fails is FAILED."""
+    def _record(self, status: TableStatus, replace: bool = False, along: list | None = None) -> None:
+        """Write runtime_stats and console_logs, with the status, in one atomic commit together
+        with the changes `along` stages (pyiceberg transactions of other tables of the
+        warehouse); `replace` replaces a record written before. A run whose record fails is FAILED."""
         try:
             # In this thread: the stats are read from the JVM, whose gateway a new thread connects to anew.
             rows = {RUNTIME_STATS: self._stats_rows(), CONSOLE_LOGS: log_rows(self.log.entries)}
-            with ExitStack() as stack:
-                pool = pool or stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="record"))
-                for write in [pool.submit(self._write_record, namespace, namespace_rows, status, replace)
-                              for namespace, namespace_rows in rows.items()]:
-                    write.result()
+            # Each record's files (data, manifest, manifest list) are written before the commit, side by side.
+            with ThreadPoolExecutor(len(rows), thread_name_prefix="record") as pool:
+                staged = [pool.submit(self._staged_record, namespace, namespace_rows, status, replace)
+                          for namespace, namespace_rows in rows.items()]
+                records = [record.result() for record in staged]
+            commit_together(self.iceberg, [*(along or []), *records])
         except Exception as error:
+            if along:
+                raise RunFailed("the execution's result tables could not be marked complete together with its "
+                                f"runtime stats and console logs: {describe(error)}") from None
             raise RunFailed(f"the execution ended {status} but its runtime stats and console logs "
                             f"could not be written: {describe(error)}") from None
 
-    def _write_record(self, namespace: str, rows: list[dict], status: TableStatus, replace: bool = False) -> None:
-        """Append `rows` to the execution's runtime_stats or console_logs table and set its
-        status, in one commit; `replace` overwrites what a record written before left."""
+    def _staged_record(self, namespace: str, rows: list[dict], status: TableStatus, replace: bool = False):
+        """A transaction on the execution's runtime_stats or console_logs table that appends
+        `rows` and sets its status, staged (its files written) and not committed; `replace`
+        overwrites what a record written before left."""
         import pyarrow as pa
 
         table = self._prepared(namespace)
         if replace:
             table.refresh()
-        with table.transaction() as transaction:
-            rows = pa.Table.from_pylist(rows, schema=RECORD_SCHEMAS[namespace]())
-            if replace and table.current_snapshot() is not None:
-                transaction.overwrite(rows)
-            else:
-                transaction.append(rows)
-            transaction.set_properties({TableProperty.STATUS.value: status.value})
+        transaction = table.transaction()
+        rows = pa.Table.from_pylist(rows, schema=RECORD_SCHEMAS[namespace]())
+        if replace and table.current_snapshot() is not None:
+            transaction.overwrite(rows)
+        else:
+            transaction.append(rows)
+        return transaction.set_properties({TableProperty.STATUS.value: status.value})
 
     # ------------------------------------------------------------ helpers
     @contextmanager

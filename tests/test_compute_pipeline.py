@@ -380,6 +380,62 @@ def test_a_cancel_during_the_last_step_never_leaves_a_table_marked_complete(host
     assert "CANCELLED" in ends, ends  # the cancels did land during the run
 
 
+def test_tables_committed_together_change_all_or_none(lakehouse, warehouses):
+    """The end of a run is one multi-table commit (compute/iceberg_rest.commit_together): when
+    one table's requirement fails, no table changes."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.update import AssertRefSnapshotId
+
+    from compute.iceberg_rest import commit_together, rest_catalog
+
+    catalog = rest_catalog("together", f"{lakehouse.catalog_url}/catalog", warehouses[1]["lakekeeper_name"],
+                           lakehouse.service_token())
+    catalog.create_namespace_if_not_exists("together")
+    schema = pa.schema([("n", pa.int64())])
+    first, second = (catalog.create_table(f"together.t{secrets.token_hex(3)}", schema=schema,
+                                          properties={"lakeport.status": "running"}) for _ in range(2))
+
+    def staged(table, broken: bool = False):
+        transaction = table.transaction()
+        transaction.append(pa.table({"n": [1, 2]}, schema=schema))
+        transaction.set_properties({"lakeport.status": "complete"})
+        if broken:  # as if another writer had committed to it meanwhile
+            transaction._requirements += (AssertRefSnapshotId(ref="main", snapshot_id=12345),)
+        return transaction
+
+    with pytest.raises(CommitFailedException):
+        commit_together(catalog, [staged(first), staged(second, broken=True)])
+    for table in (first, second):
+        left = catalog.load_table(table.name())
+        assert (left.properties["lakeport.status"], left.current_snapshot()) == ("running", None)
+
+    commit_together(catalog, [staged(first), staged(second)])
+    for table in (first, second):
+        done = catalog.load_table(table.name())
+        assert done.properties["lakeport.status"] == "complete"
+        assert sorted(done.scan().to_arrow()["n"].to_pylist()) == [1, 2]
+
+
+def test_a_run_whose_records_cannot_be_written_never_marks_its_result_complete(host, lakehouse, warehouses):
+    """Marking the results complete and writing the records are one commit: user code that
+    drops its own runtime_stats table leaves a FAILED run that says why, with no table saying
+    complete."""
+    warehouse, execution = warehouses[1], next(_execution_ids)
+    records = f"runtime_stats.e{execution}"
+    dropping = [step("out", "import time\n\ndef run(spark):\n"
+                            f"    while not spark.catalog.tableExists('{records}'):\n        time.sleep(0.05)\n"
+                            f"    spark.sql('DROP TABLE {records}')\n    return spark.range(3)",
+                     kind="python", output=True)]
+    run_id, _ = submit(host, lakehouse, warehouse, dropping, execution_id=execution)
+    run = host.wait(run_id, timeout_s=120)
+
+    assert run["state"] == "FAILED"
+    assert "could not be marked complete together with its runtime stats and console logs" in run["error"]
+    catalog = reader(lakehouse, warehouse)
+    assert f"e{execution}_out" not in table_names(catalog, "results")
+    assert "complete" not in statuses(catalog, execution).values()
+
+
 @pytest.mark.parametrize("code", [
     "import time\n\ndef run(spark):\n    time.sleep(60)\n    return spark.range(1)",
     # Pure Python that swallows every Exception: only an interruption it cannot catch stops it.
