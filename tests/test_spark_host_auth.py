@@ -220,3 +220,35 @@ def test_a_pooled_units_host_takes_a_new_key_once_before_any_run_and_the_old_ope
         with pytest.raises(SparkHostError, match="409"):  # once code ran, the key stays
             client.rekey("0" * 64)
         assert client.info()["app_id"] == "app-1"
+
+
+def test_one_connection_carries_the_portals_calls_each_signed_on_its_own(real_host):
+    """The host keeps a connection for the next request (through a unit's socat bridges a new
+    connection costs two forks), and every request on it is checked as on a new one."""
+    handle, host = real_host
+    url, key = handle.spark_host_url, secret_digest(handle.spark_host_secret)
+    connections: list[int] = []
+    with httpx.Client(base_url=url) as client:
+        def peer_port(response: httpx.Response) -> int:
+            return response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
+
+        for path, headers, status in [("/v1/host", _signed(key, "GET", "/v1/host"), 200),
+                                      ("/v1/host", {}, 401),  # refused on a connection a signed call opened
+                                      ("/v1/runs/r1", _signed(key, "GET", "/v1/runs/r1"), 200)]:
+            response = client.get(path, headers=headers)
+            assert response.status_code == status, path
+            connections.append(peer_port(response))
+    assert len(set(connections)) == 1, connections
+
+
+def test_an_oversized_body_ends_its_connection(real_host):
+    """A body the host does not read must not be taken for the next request on the connection."""
+    handle, _ = real_host
+    port = int(handle.spark_host_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n"
+                     b"GET /v1/host HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413") and answer.count(b"HTTP/1.1") == 1, answer
