@@ -252,3 +252,15 @@ def test_an_oversized_body_ends_its_connection(real_host):
         while chunk := sock.recv(65536):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 413") and answer.count(b"HTTP/1.1") == 1, answer
+
+
+def test_the_portals_clients_send_without_nagle_and_share_one_tls_context(real_host):
+    """A request's headers and body leave together on a kept connection (no 40 ms wait for the
+    bridge's delayed ACK), and a new client does not load the CA bundle again."""
+    handle, _ = real_host
+    with SparkHostClient(handle, timeout=5) as first, SparkHostClient(handle, timeout=5) as second:
+        first.info()
+        [connection] = first._http._transport._pool.connections
+        sock = connection._connection._network_stream.get_extra_info("socket")
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert first._http._transport._pool._ssl_context is second._http._transport._pool._ssl_context

@@ -111,16 +111,16 @@ def hosts_file_text(routes: list[EgressRoute]) -> str:
 def egress_forwarders(route: EgressRoute) -> tuple[list[str], list[str]]:
     """(outside, inside) socat commands of one egress route."""
     outside = ["socat", f"UNIX-LISTEN:{route.socket},fork,unlink-early,perm=0600",
-               f"TCP:{route.endpoint.host}:{route.endpoint.port}"]
-    inside = ["socat", f"TCP-LISTEN:{route.endpoint.port},bind={route.inside_address},fork,reuseaddr",
+               f"TCP:{route.endpoint.host}:{route.endpoint.port},nodelay"]
+    inside = ["socat", f"TCP-LISTEN:{route.endpoint.port},bind={route.inside_address},fork,reuseaddr,nodelay",
               f"UNIX-CONNECT:{route.socket}"]
     return outside, inside
 
 
 def ingress_forwarders(port: int, socket: Path) -> tuple[list[str], list[str]]:
     """(outside, inside) socat commands that make the unit's loopback `port` the portal's too."""
-    outside = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{socket}"]
-    inside = ["socat", f"UNIX-LISTEN:{socket},fork,unlink-early,perm=0600", f"TCP:127.0.0.1:{port}"]
+    outside = ["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,nodelay", f"UNIX-CONNECT:{socket}"]
+    inside = ["socat", f"UNIX-LISTEN:{socket},fork,unlink-early,perm=0600", f"TCP:127.0.0.1:{port},nodelay"]
     return outside, inside
 
 
