@@ -110,6 +110,13 @@ class RunTiming:
     phases_s: dict[str, float]
 
 
+def phase_medians(runs: list[RunTiming]) -> str:
+    """The median seconds of each phase on the host (compute/pipeline.py) that every run reports."""
+    names = [name for name in runs[0].phases_s if all(name in run.phases_s for run in runs)] if runs else []
+    return " · ".join(f"{name.removesuffix('_s')} {median([run.phases_s[name] for run in runs]):.3f} s"
+                      for name in names)
+
+
 @dataclass(frozen=True)
 class Summary:
     """One benchmark's headline for the closing table."""

@@ -15,7 +15,7 @@ import json
 from sqlmodel import select
 
 from app.models import Execution
-from bench.harness import Bench, Summary, median, spread, verdict
+from bench.harness import Bench, Summary, median, phase_medians, spread, verdict
 from compute.contract import RESULTS, table_name
 
 NAME = "warm"
@@ -52,12 +52,10 @@ def run(bench: Bench, options) -> list[Summary]:
           f"run on the host {median([t.on_unit_s for t in runs]):.2f} s "
           f"(of which the step, SQL + write, {median([t.steps_s for t in runs]):.2f} s) · "
           f"until the portal notices the end {median([t.noticed_s for t in runs]):.2f} s")
-    if phases := [name for name in runs[0].phases_s if all(name in t.phases_s for t in runs)]:
-        print("    on the host by phase (medians): " + " · ".join(
-            f"{name.removesuffix('_s')} {median([t.phases_s[name] for t in runs]):.3f} s" for name in phases))
-        if fresh and all(name in warm_up.phases_s for name in phases):
-            print("    the first run on the host by phase: " + " · ".join(
-                f"{name.removesuffix('_s')} {warm_up.phases_s[name]:.3f} s" for name in phases))
+    if phases := phase_medians(runs):
+        print(f"    on the host by phase (medians): {phases}")
+        if fresh:
+            print(f"    the first run on the host by phase: {phase_medians([warm_up])}")
     print(f"  plain PySpark, same catalog: {spread(baseline)}")
     lineage = [json.loads(bench.row(Execution, t.execution_id).lineage or "{}").get("collected_in_s") for t in runs]
     if None not in lineage:
