@@ -512,6 +512,11 @@ def test_an_execution_token_reaches_only_its_warehouse_in_the_catalog(execution,
             assert error_of(scoped.get(f"/catalog/v1/{elsewhere}/namespaces")) == (403, "WarehouseActionForbidden")
             created = scoped.post(f"/catalog/v1/{elsewhere}/namespaces", json={"namespace": ["intruder"]})
             assert error_of(created) == (403, "WarehouseActionForbidden")
+            # The multi-table commit an execution ends with (compute/iceberg_rest.commit_together) too.
+            committed = scoped.post(f"/catalog/v1/{elsewhere}/transactions/commit", json={"table-changes": [{
+                "identifier": {"namespace": ["results"], "name": "e1_small"}, "requirements": [],
+                "updates": [{"action": "set-properties", "updates": {"lakeport.status": "complete"}}]}]})
+            assert error_of(committed) == (403, "WarehouseActionForbidden")
 
     with pytest.raises(ForbiddenError):
         iceberg_catalog(devcatalog, "exec-other", token=execution.token)
