@@ -1,20 +1,30 @@
 """How code on a compute unit opens a warehouse with pyiceberg: the catalog's REST API with the
 run's token, asking for vended storage credentials, a FileIO that writes small files in one
-request, and commits to several tables at once.
+request, and commits to several tables at once. The portal's catalogs share the first guard below.
 
-pyiceberg's own PyArrowFileIO opens every S3 output stream as a multipart upload: Create,
-UploadPart, Complete, three round trips for each data file, manifest and manifest list, however
-small. An execution writes six such files when it records its runtime stats and console logs.
-`SmallWritesFileIO` turns on pyarrow's `allow_delayed_open`, with which a file smaller than one
-part is sent as one PutObject when it is closed (measured on the dev stack: a 3 KB write 11 ms ->
-5 ms). The price, per pyarrow: a bad bucket shows when the file is closed, not when it is opened,
-and pyiceberg closes every file it writes before it commits.
+- A table's own properties never configure how its files are reached
+  (`CatalogConfiguredRestCatalog`): pyiceberg would merge them over the catalog's, so whoever may
+  alter a table could choose the class a reader imports to read it, or a proxy for its storage
+  requests.
+- pyiceberg's own PyArrowFileIO opens every S3 output stream as a multipart upload: Create,
+  UploadPart, Complete, three round trips for each data file, manifest and manifest list, however
+  small. An execution writes six such files when it records its runtime stats and console logs.
+  `SmallWritesFileIO` turns on pyarrow's `allow_delayed_open`, with which a file smaller than one
+  part is sent as one PutObject when it is closed (measured on the dev stack: a 3 KB write 11 ms ->
+  5 ms). The price, per pyarrow: a bad bucket shows when the file is closed, not when it is
+  opened, and pyiceberg closes every file it writes before it commits.
+- `MetadataOnceTransaction` stages changes without pyiceberg's deep copy of the table's metadata on
+  every read of it.
 """
 from __future__ import annotations
 
 import json
 
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.table import Transaction
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import update_table_metadata
 
 from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
 
@@ -32,12 +42,51 @@ class SmallWritesFileIO(PyArrowFileIO):
         return rebuild({**options, "allow_delayed_open": True})
 
 
+class MetadataOnceTransaction(Transaction):
+    """A pyiceberg transaction that works out its staged metadata once per change. pyiceberg's
+    own recomputes it, a deep copy of the table's metadata, on every read: 15 to 19 times for one
+    append. Measured on a warm unit, a run's two records staged side by side and committed: 142-155
+    -> 113-125 ms. The copies are not mutated: pyiceberg's metadata models are frozen."""
+
+    _computed: tuple = (None, None, None)  # (base metadata, updates, the metadata they make)
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        base, updates, metadata = self._computed
+        if base is not self._table.metadata or updates is not self._updates:
+            metadata = update_table_metadata(self._table.metadata, self._updates)
+            self._computed = (self._table.metadata, self._updates, metadata)
+        return metadata
+
+
+class CatalogConfiguredRestCatalog(RestCatalog):
+    """pyiceberg's REST catalog, except that how a table's files are reached comes from the
+    catalog alone (its own properties, the config and the storage credentials it sends), never
+    from the table's properties. pyiceberg merges those in, over the catalog's: whoever may alter
+    a table (a user's code, the owner of a shared warehouse) could name the FileIO class the
+    reader imports and instantiates (`py-io-impl`), or the proxy its storage requests go through.
+    The table keeps its properties; only its FileIO is made without them."""
+
+    def _response_to_table(self, identifier_tuple, table_response):
+        table = super()._response_to_table(identifier_tuple, _without_table_properties(table_response))
+        table.metadata = table_response.metadata
+        return table
+
+    def _response_to_staged_table(self, identifier_tuple, table_response):
+        table = super()._response_to_staged_table(identifier_tuple, _without_table_properties(table_response))
+        table.metadata = table_response.metadata
+        return table
+
+
+def _without_table_properties(table_response):
+    return table_response.model_copy(update={"metadata": table_response.metadata.model_copy(
+        update={"properties": {}})})
+
+
 def rest_catalog(name: str, uri: str, warehouse: str, token: str):
     """A pyiceberg catalog of `warehouse` at `uri`, acting with `token`; the tables it loads carry
     the storage credentials the catalog vends for them."""
-    from pyiceberg.catalog.rest import RestCatalog
-
-    return RestCatalog(name, uri=uri, warehouse=warehouse, token=token,
+    return CatalogConfiguredRestCatalog(name, uri=uri, warehouse=warehouse, token=token,
                        **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION,
                           FILE_IO_PROPERTY: f"{SmallWritesFileIO.__module__}.{SmallWritesFileIO.__qualname__}"})
 

@@ -10,6 +10,7 @@ import threading
 
 import pyarrow as pa
 import pytest
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.types import StringType
 
 from app import iceberg_reader
@@ -18,6 +19,7 @@ from app.iceberg_reader import read_page, stream_csv
 from app.lakekeeper.client import DEFAULT_PROJECT_ID, LakekeeperClient
 from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile
 from app.lakekeeper.tokens import ClientCredentialsTokenSource
+from compute.iceberg_rest import SmallWritesFileIO, rest_catalog
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS
@@ -145,6 +147,42 @@ def test_renamed_and_added_columns_read_by_field_id(catalog):
     page = read_page(catalog, "results.evolving", 1, 10)
     assert page.columns == ["number", "note"]
     assert sorted(page.rows) == [(1, None), (2, None), (3, None)]
+
+
+class ChosenByTheTable(PyArrowFileIO):
+    """A FileIO a table's own properties name: no reader must ever make one."""
+
+    made: list[dict] = []
+
+    def __init__(self, properties=None) -> None:
+        ChosenByTheTable.made.append(dict(properties or {}))
+        super().__init__(properties or {})
+
+
+def test_a_tables_own_properties_never_choose_how_its_files_are_reached(catalog, warehouse, lakehouse,
+                                                                        token_source):
+    """Whoever may alter a table (a user's code; the owner of a warehouse shared with others) sets
+    properties that pyiceberg would merge over the reader's: the class it imports and makes to
+    read the files, and a proxy for its storage requests. The portal's catalogs and an
+    execution's catalog on a unit ignore them."""
+    closed_port = free_port()
+    catalog.create_namespace_if_not_exists("results")
+    table = catalog.create_table("results.chooser", schema=pa.schema([("n", pa.int64())]))
+    table.append(pa.table({"n": [1, 2, 3]}))
+    with table.transaction() as transaction:
+        transaction.set_properties({"py-io-impl": f"{__name__}.{ChosenByTheTable.__qualname__}",
+                                    "s3.proxy-uri": f"http://127.0.0.1:{closed_port}"})
+    ChosenByTheTable.made.clear()
+
+    page = read_page(catalog, "results.chooser", 1, 10)  # the portal's catalog
+    assert sorted(page.rows) == [(1,), (2,), (3,)]
+    execution_catalog = rest_catalog("execution-test", f"{lakehouse.catalog_url}/catalog", warehouse[1],
+                                     token_source.token())
+    loaded = execution_catalog.load_table("results.chooser")
+    assert sorted(loaded.scan().to_arrow()["n"].to_pylist()) == [1, 2, 3]
+    assert ChosenByTheTable.made == []
+    assert type(loaded.io) is SmallWritesFileIO and type(catalog.load_table("results.chooser").io) is not ChosenByTheTable
+    assert loaded.properties["s3.proxy-uri"] == f"http://127.0.0.1:{closed_port}"  # the table keeps its properties
 
 
 def test_an_empty_table_has_no_rows(catalog):
