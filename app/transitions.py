@@ -27,10 +27,11 @@ def compare_and_set(model: type[Row], row_id: int, from_states: Iterable[str], *
         statement = update(model).where(model.id == row_id, model.state.in_(tuple(from_states)))
         if where is not None:
             statement = statement.where(where)
-        if db.exec(statement.values(**changes)).rowcount != 1:
+        # The changed row comes back with the UPDATE (PostgreSQL and SQLite both return it).
+        row = db.exec(statement.values(**changes).returning(model)).scalars().first()
+        if row is None:
             db.rollback()
             return None
-        row = db.get(model, row_id)
         if then is not None:
             then(db, row)
         db.commit()

@@ -36,7 +36,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import psycopg
@@ -64,7 +64,9 @@ class _Work:
     lost: threading.Event = field(default_factory=threading.Event)
 
 
-def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
+def _pending_work() -> Iterator[tuple[str, Callable[[int], None], int]]:
+    """The work the rows ask for, one kind after another: each kind's is claimed before the next
+    kind is looked for, so that a new execution does not wait for the jobs' queries."""
     from app.workflows import datasets
     from app.compute_units import supervision
     from app.executions import comparison, runner
@@ -74,11 +76,13 @@ def _pending_work() -> list[tuple[str, Callable[[int], None], int]]:
     from app.warehouses import closing
 
     # Units first: an execution's fate depends on its unit's.
-    return (supervision.pending_work() + runner.pending_work()
-            + _live_jobs(ComparisonJob, "comparison", comparison.run_rows_job)
-            + _live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job)
-            + _live_jobs(MaintenanceJob, "maintenance", maintenance.run_job)
-            + closing.pending_work() + notifications.pending_work())
+    yield from supervision.pending_work()
+    yield from runner.pending_work()
+    yield from _live_jobs(ComparisonJob, "comparison", comparison.run_rows_job)
+    yield from _live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job)
+    yield from _live_jobs(MaintenanceJob, "maintenance", maintenance.run_job)
+    yield from closing.pending_work()
+    yield from notifications.pending_work()
 
 
 def _live_jobs(model, lease: str, run: Callable[[int], None]) -> list[tuple[str, Callable[[int], None], int]]:

@@ -15,7 +15,7 @@ import json
 from sqlmodel import select
 
 from app.models import Execution
-from bench.harness import Bench, Summary, median, phase_medians, spread, verdict
+from bench.harness import Bench, Summary, median, phase_medians, spread, submit_medians, verdict
 from compute.contract import RESULTS, table_name
 
 NAME = "warm"
@@ -52,6 +52,7 @@ def run(bench: Bench, options) -> list[Summary]:
           f"run on the host {median([t.on_unit_s for t in runs]):.2f} s "
           f"(of which the step, SQL + write, {median([t.steps_s for t in runs]):.2f} s) · "
           f"until the portal notices the end {median([t.noticed_s for t in runs]):.2f} s")
+    print(f"    until the host has the run (medians): {submit_medians(runs)}")
     if phases := phase_medians(runs):
         print(f"    on the host by phase (medians): {phases}")
         if fresh:

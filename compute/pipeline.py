@@ -6,13 +6,14 @@ the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
 1. Every step is checked before anything runs: Python steps are compiled, SQL steps parsed.
 2. The catalog is bound (`_bind_catalog`): the warehouse's catalog config is fetched with the
    execution's token (so an unreachable catalog or a missing warehouse fails the run with
-   that reason). Side by side, the namespaces `results`, `runtime_stats` and `console_logs`
-   are made and `runtime_stats.e<id>` and `console_logs.e<id>` are created (empty, status
-   running); creating a table makes the catalog vend storage credentials for the warehouse.
-   Those go into the warehouse's catalog binding (compute/catalog_cache.py). While the unit
-   holds a binding of the warehouse that stays valid, the run does not wait for them: its
-   session opens meanwhile, the first write waits for `results`, and the end waits for the
-   rest (`_prepared`).
+   that reason, and without records: `CatalogUnbound`). This happens in the background while
+   the session opens; no step runs before it is done (`_catalog`). Side by side, the
+   namespaces `results`, `runtime_stats` and `console_logs` are made and `runtime_stats.e<id>`
+   and `console_logs.e<id>` are created (empty, status running); creating a table makes the
+   catalog vend storage credentials for the warehouse. Those go into the warehouse's catalog
+   binding (compute/catalog_cache.py). While the unit holds a binding of the warehouse that
+   stays valid, the run does not wait for them: its session opens meanwhile, the first write
+   waits for `results`, and the end waits for the rest (`_prepared`).
 3. The execution gets its own Spark session (`spark.newSession()`: same SparkContext and
    executors, its own SQL settings, temporary views and current catalog), holding only its
    warehouse's catalog, made current. There is no other catalog to fall back to.
@@ -54,12 +55,11 @@ from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
 from compute.console_capture import ExecutionLog, captured
 from compute.contract import (CONSOLE_LOGS, RESULTS, RUNTIME_STATS, ExecutionSpec, InvalidSpec, LineageRead,
                               LineageWrite, Step, TableProperty, TableStatus)
-from compute.iceberg_rest import commit_together, rest_catalog
+from compute.iceberg_rest import MetadataOnceTransaction, commit_together, rest_catalog
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
 from compute.runs import RunFailed, RunInterrupted, RunProgress
 from compute.spare_sessions import SESSIONS
-from compute.spark_session import close_session_catalog
 from compute.step_code import catalog_message, compile_step, describe, python_program, step_traceback, syntax_error
 
 CATALOG_TIMEOUT_S = 10.0
@@ -85,6 +85,10 @@ class Cancelled(Exception):
     pass
 
 
+class CatalogUnbound(RunFailed):
+    """The run's catalog could not be bound (the reason says why): the run ends without records."""
+
+
 @dataclass
 class StepStats:
     step: Step
@@ -108,6 +112,7 @@ class Pipeline:
         # console_logs tables, side by side in `preparing` (see _bind_catalog); _prepared()
         # waits for one.
         self.preparing: ThreadPoolExecutor | None = None
+        self.bound: Future | None = None  # binding the catalog (_bind_catalog), in `preparing`
         self.prepared: dict[str, Future] = {}
         self.session = None  # this execution's Spark session, once bound
         self.binding: CatalogBinding | None = None
@@ -123,17 +128,18 @@ class Pipeline:
                                   "started_at": None, "ended_at": None} for step in self.spec.steps])
         with self._phase("check"):
             programs = self._check_steps()
-        with self._phase("bind"):
-            self._bind_catalog()
+        # The catalog is bound while the run's session opens (`_catalog` waits for it).
+        self.preparing = ThreadPoolExecutor(4, thread_name_prefix="prepare")
+        self.bound = self.preparing.submit(self._bind_catalog)
         try:
             status, reason = self._run_bound(programs)
         finally:  # nothing made for this run touches the catalog once it has ended
             self.preparing.shutdown(wait=True, cancel_futures=True)
             # The session's catalog client keeps connections to the catalog open: the unit would
-            # hold more of them after every run. (pyiceberg's go with the run's garbage,
-            # spark_host.SparkSessionHost._execute.)
+            # hold more of them after every run. Closed once the run has ended, not before it says
+            # so. (pyiceberg's go with the run's garbage, spark_host.SparkSessionHost._execute.)
             if self.session is not None:
-                close_session_catalog(self.session, self.binding.catalog_name)
+                SESSIONS.retire(self.session, self.binding.catalog_name)
         if self.binding is not None and CATALOGS.current(self.binding.warehouse_id) is self.binding:
             SESSIONS.make_ahead(self.spark, self.binding)
         if reason:
@@ -152,6 +158,7 @@ class Pipeline:
         try:
             with self._phase("session"):
                 self._open_session()
+                self._catalog()  # no step runs before the catalog is bound
                 self._check_pins()
             with self._phase("steps"):
                 self._run_steps(programs)
@@ -159,6 +166,8 @@ class Pipeline:
             if not self.progress.begin_completion():
                 self._cancel_from(len(self.spec.steps))
             status, reason = TableStatus.COMPLETE, None
+        except CatalogUnbound:
+            raise  # nothing was written: there is nothing to drop, and no catalog to record in
         except Cancelled:
             status, reason = TableStatus.CANCELLED, "cancelled"
         except RunFailed as failure:
@@ -202,24 +211,33 @@ class Pipeline:
     def _bind_catalog(self) -> None:
         """Reach the warehouse through the catalog with the execution's token, and nothing else;
         start making the execution's namespaces and its runtime_stats and console_logs tables
-        (each a round trip to the catalog, side by side)."""
+        (each a round trip to the catalog, side by side). Runs in `preparing`."""
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
-        try:
-            self.iceberg = rest_catalog(f"execution-{self.spec.execution_id}", catalog["uri"], warehouse,
-                                        catalog["token"])
-        except Exception as error:
-            # Find out precisely what is wrong (unreachable, no such warehouse, refused).
-            self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
-            raise RunFailed(f"the catalog refused warehouse {warehouse}: {describe(error)}") from None
-        self.preparing = ThreadPoolExecutor(3, thread_name_prefix="prepare")
+        with self._phase("bind"):
+            try:
+                self.iceberg = rest_catalog(f"execution-{self.spec.execution_id}", catalog["uri"], warehouse,
+                                            catalog["token"])
+            except Exception as error:
+                # Find out precisely what is wrong (unreachable, no such warehouse, refused).
+                self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
+                raise RunFailed(f"the catalog refused warehouse {warehouse}: {describe(error)}") from None
         self.prepared = {RESULTS: self.preparing.submit(self.iceberg.create_namespace_if_not_exists, RESULTS)}
         for namespace in RECORD_SCHEMAS:
             self.prepared[namespace] = self.preparing.submit(self._create_record_table, namespace)
         self.log("INFO", None, f"bound to warehouse {warehouse} through {catalog['uri']}")
 
+    def _catalog(self):
+        """The run's pyiceberg catalog, once bound; raises CatalogUnbound if it could not be."""
+        try:
+            self.bound.result()
+        except RunFailed as failure:
+            raise CatalogUnbound(str(failure)) from None
+        return self.iceberg
+
     def _prepared(self, name: str):
         """What making `name` gave: RESULTS a namespace, RUNTIME_STATS and CONSOLE_LOGS their
         table (pyiceberg)."""
+        self._catalog()
         try:
             return self.prepared[name].result()
         except Exception as error:
@@ -341,7 +359,7 @@ class Pipeline:
         for key, value in self.spec.properties(TableStatus.INCOMPLETE, step).items():
             writer = writer.tableProperty(key, value)
         writer.createOrReplace()
-        table = self.iceberg.load_table(self.spec.table(RESULTS, step))
+        table = self._catalog().load_table(self.spec.table(RESULTS, step))
         self.written[step.name] = table
         snapshot = table.current_snapshot()
         summary = snapshot.summary if snapshot else {}
@@ -360,7 +378,7 @@ class Pipeline:
         """Every pinned snapshot still exists, or the run fails naming the table and snapshot."""
         for table, snapshot_id in self.spec.pinned.items():
             try:
-                found = self.iceberg.load_table(table)
+                found = self._catalog().load_table(table)
             except Exception as error:
                 raise RunFailed(f"the pinned input table {table} cannot be read: {describe(error)}") from None
             if found.snapshot_by_id(snapshot_id) is None:
@@ -398,7 +416,7 @@ class Pipeline:
         """Mark the result tables complete and record the run, in one atomic commit: a result
         table says complete only together with the run's records. Returns why the run fails
         after all if that commit could not be made, else None."""
-        marks = [table.transaction().set_properties({TableProperty.STATUS.value: TableStatus.COMPLETE.value})
+        marks = [MetadataOnceTransaction(table).set_properties({TableProperty.STATUS.value: TableStatus.COMPLETE.value})
                  for table in self.written.values()]
         try:
             self._record(TableStatus.COMPLETE, along=marks)
@@ -409,15 +427,17 @@ class Pipeline:
     def _drop_results(self) -> None:
         """Drop the result table of every output step that exists, not only those recorded in
         `written`: a cancel may interrupt a step between its write's commit and the recording."""
-        if self.iceberg is None:
-            return  # the catalog was never bound: nothing was written
+        try:
+            catalog = self._catalog()
+        except CatalogUnbound:
+            return  # nothing was written
         for step in self.spec.steps:
             if not step.output:
                 continue
             identifier = self.spec.table(RESULTS, step)
             try:
-                if step.name in self.written or self.iceberg.table_exists(identifier):
-                    self.iceberg.purge_table(identifier)
+                if step.name in self.written or catalog.table_exists(identifier):
+                    catalog.purge_table(identifier)
                     self.log("INFO", step.name, f"dropped the unfinished result table {identifier}")
                 self.written.pop(step.name, None)
             except Exception as error:
@@ -429,14 +449,17 @@ class Pipeline:
         with the changes `along` stages (pyiceberg transactions of other tables of the
         warehouse); `replace` replaces a record written before. A run whose record fails is FAILED."""
         try:
-            # In this thread: the stats are read from the JVM, whose gateway a new thread connects to anew.
-            rows = {RUNTIME_STATS: self._stats_rows(), CONSOLE_LOGS: log_rows(self.log.entries)}
-            # Each record's files (data, manifest, manifest list) are written before the commit, side by side.
-            with ThreadPoolExecutor(len(rows), thread_name_prefix="record") as pool:
-                staged = [pool.submit(self._staged_record, namespace, namespace_rows, status, replace)
-                          for namespace, namespace_rows in rows.items()]
-                records = [record.result() for record in staged]
-            commit_together(self.iceberg, [*(along or []), *records])
+            with self._phase("records_rows"):
+                # In this thread: the stats are read from the JVM, whose gateway a new thread connects to anew.
+                rows = {RUNTIME_STATS: self._stats_rows(), CONSOLE_LOGS: log_rows(self.log.entries)}
+            with self._phase("records_files"):
+                # Each record's files (data, manifest, manifest list) are written before the commit, side by side.
+                with ThreadPoolExecutor(len(rows), thread_name_prefix="record") as pool:
+                    staged = [pool.submit(self._staged_record, namespace, namespace_rows, status, replace)
+                              for namespace, namespace_rows in rows.items()]
+                    records = [record.result() for record in staged]
+            with self._phase("records_commit"):
+                commit_together(self.iceberg, [*(along or []), *records])
         except Exception as error:
             if along:
                 raise RunFailed("the execution's result tables could not be marked complete together with its "
@@ -453,7 +476,7 @@ class Pipeline:
         table = self._prepared(namespace)
         if replace:
             table.refresh()
-        transaction = table.transaction()
+        transaction = MetadataOnceTransaction(table)
         rows = pa.Table.from_pylist(rows, schema=RECORD_SCHEMAS[namespace]())
         if replace and table.current_snapshot() is not None:
             transaction.overwrite(rows)

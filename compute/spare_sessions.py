@@ -34,6 +34,11 @@ class SpareSessions:
             close_session_catalog(session, catalog_name)  # made for a binding since replaced
         return warehouse_session(spark, binding)
 
+    def retire(self, session, catalog_name: str) -> None:
+        """Close a session a run has used (its catalog's connections), in the background: the
+        run's end does not wait for it, and the next spare is made after it."""
+        self._maker.submit(close_session_catalog, session, catalog_name)
+
     def make_ahead(self, spark, binding: CatalogBinding) -> None:
         with self._lock:
             self._spares[binding.warehouse_id] = (binding.catalog_name, self._maker.submit(_spare, spark, binding))

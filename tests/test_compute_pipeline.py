@@ -416,6 +416,30 @@ def test_tables_committed_together_change_all_or_none(lakehouse, warehouses):
         assert sorted(done.scan().to_arrow()["n"].to_pylist()) == [1, 2]
 
 
+def test_a_transaction_that_works_out_its_metadata_once_stages_and_commits_the_same(lakehouse, warehouses):
+    """MetadataOnceTransaction (a run's records and marks) computes the staged metadata once per
+    change, not on every read, and still sees each change it stages."""
+    from compute.iceberg_rest import MetadataOnceTransaction, commit_together, rest_catalog
+
+    catalog = rest_catalog("once", f"{lakehouse.catalog_url}/catalog", warehouses[1]["lakekeeper_name"],
+                           lakehouse.service_token())
+    catalog.create_namespace_if_not_exists("together")
+    schema = pa.schema([("n", pa.int64())])
+    table = catalog.create_table(f"together.once{secrets.token_hex(3)}", schema=schema,
+                                 properties={"lakeport.status": "running"})
+    transaction = MetadataOnceTransaction(table)
+    assert transaction.table_metadata is transaction.table_metadata
+    transaction.append(pa.table({"n": [4, 5, 6]}, schema=schema))
+    appended = transaction.table_metadata
+    assert appended.current_snapshot() is not None and appended.properties["lakeport.status"] == "running"
+    transaction.set_properties({"lakeport.status": "complete"})
+    assert transaction.table_metadata.properties["lakeport.status"] == "complete"
+    commit_together(catalog, [transaction])
+    done = catalog.load_table(table.name())
+    assert done.properties["lakeport.status"] == "complete"
+    assert sorted(done.scan().to_arrow()["n"].to_pylist()) == [4, 5, 6]
+
+
 def test_a_run_whose_records_cannot_be_written_never_marks_its_result_complete(host, lakehouse, warehouses):
     """Marking the results complete and writing the records are one commit: user code that
     drops its own runtime_stats table leaves a FAILED run that says why, with no table saying

@@ -89,3 +89,33 @@ def test_reported_progress_is_bounded_and_says_what_was_cut():
     assert progress["logs"][-1] == "… [cut: 1500 more items]"
     assert progress["logs"][0]["message"].endswith("more characters]")
     assert json.loads(unit_reports.merged_progress({"steps": [1]}, "not a dict")) == {"steps": [1], "logs": []}
+
+
+def test_the_runs_token_is_minted_while_the_rest_is_prepared_and_a_refusal_fails_the_run(
+        app, db_engine, monkeypatch):
+    """Minting the run's catalog token is the preparation's longest wait: it starts as the
+    worker takes the execution, beside the warehouse's check, and a refused token fails the run
+    with the identity provider's reason."""
+    import threading
+
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    queued = execution_row(db_engine, owner, workflow, warehouse, cu, state="QUEUED").id
+    minting = threading.Event()
+
+    def refused_token(warehouse, user):
+        minting.set()
+        raise door.NoCatalogToken("no catalog token for the run: the identity provider refused the exchange")
+
+    def check_warehouse(execution, warehouse):
+        assert minting.wait(10), "the token was not being minted while the warehouse was checked"
+
+    monkeypatch.setattr(door, "run_token", refused_token)
+    monkeypatch.setattr(runner, "_check_warehouse", check_warehouse)
+    monkeypatch.setattr(door, "running_host", lambda cu_id: (reload(db_engine, type(cu), cu_id), "handle"))
+    monkeypatch.setattr(door, "ready_app", lambda cu_id, handle: "app-1")
+    with app.app_context():
+        runner.drive(queued)
+    execution = reload(db_engine, Execution, queued)
+    assert (execution.state, execution.reason) == (
+        "FAILED", "no catalog token for the run: the identity provider refused the exchange")

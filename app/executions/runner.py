@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from http import HTTPStatus
 
@@ -259,10 +259,12 @@ def drive(execution_id: int) -> None:
         if execution.state == State.RUNNING:
             _watch(execution_id)
             return
+        # The catalog token takes longest to prepare: it is minted while the rest is checked.
+        minting = _Minting.start(execution)
         if execution.state == State.QUEUED and not _transition(
                 execution_id, (State.QUEUED,), state=State.INITIALIZING, started_at=utcnow()):
             return  # cancelled while queued
-        _submit_and_watch(execution_id)
+        _submit_and_watch(execution_id, minting)
     except DATABASE_UNAVAILABLE:
         raise
     except (ExecutionFailed, UnitUnavailable) as failure:
@@ -285,9 +287,9 @@ def _finish_failed(execution_id: int, reason: str) -> None:
         finish(execution_id, State.FAILED, reason="the run failed, and its reason could not be stored")
 
 
-def _submit_and_watch(execution_id: int) -> None:
-    args, handle, seen_app = _prepare(execution_id)
-    if load(execution_id).state != State.INITIALIZING:
+def _submit_and_watch(execution_id: int, minting: _Minting) -> None:
+    args, handle, seen_app = _prepare(execution_id, minting)
+    if _state_of(execution_id) != State.INITIALIZING:
         return  # cancelled while initializing: nothing was submitted
     cu_id = args["compute_unit"]["id"]
     try:
@@ -299,7 +301,7 @@ def _submit_and_watch(execution_id: int) -> None:
         # has a new host now (the old one died), the run goes there; if the old one is still
         # there it may hold the run, which must not run twice.
         door.forget_ready(cu_id)
-        args, handle, _ = _prepare(execution_id)
+        args, handle, _ = _prepare(execution_id, _Minting.start(load(execution_id)))
         if door.ready_app(cu_id, handle) == seen_app:
             raise _not_taken(cu_id, error) from None
         try:
@@ -322,37 +324,62 @@ def _submit(handle: ClusterHandle, args: dict, execution_id: int) -> str:
     return door.submit(handle, SUBMIT_CODE, args, name=f"execution-{execution_id}")
 
 
-def _prepare(execution_id: int) -> tuple[dict, ClusterHandle, str | None]:
+class _Minting:
+    """The run's catalog token, minted in a thread of its own (door.run_token) from `start` on."""
+
+    _threads = ThreadPoolExecutor(4, thread_name_prefix="execution-token")
+
+    def __init__(self, token: Future, started_at: float) -> None:
+        self._token, self.started_at = token, started_at
+
+    @classmethod
+    def start(cls, execution: Execution) -> _Minting:
+        app = current_app._get_current_object()
+
+        def mint() -> str | None:
+            with app.app_context():
+                with Session(engine()) as db:
+                    warehouse = db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
+                    owner = db.get(User, execution.owner_id)
+                if warehouse is None:
+                    return None  # _check_warehouse says why the run cannot go
+                try:
+                    return door.run_token(warehouse, owner)
+                except door.NoCatalogToken as error:
+                    raise ExecutionFailed(str(error)) from None
+
+        return cls(cls._threads.submit(mint), time.monotonic())
+
+    def token(self) -> str | None:
+        return self._token.result()
+
+
+def _prepare(execution_id: int, minting: _Minting) -> tuple[dict, ClusterHandle, str | None]:
     """Check everything the run needs; return the ExecutionSpec, the unit's cluster handle and,
     if its Spark host was not asked because this process found it ready before, that host's
     Spark application id."""
     with Session(engine(), expire_on_commit=False) as db:
-        execution = db.get(Execution, execution_id)
-        warehouse = db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
-        workflow = db.get(Workflow, execution.workflow_id)
-        version = db.get(WorkflowVersion, execution.workflow_version_id)
-        owner = db.get(User, execution.owner_id)
-    app = current_app._get_current_object()
-
-    def mint_token() -> str:
-        with app.app_context():
-            try:
-                return door.run_token(warehouse, owner)
-            except door.NoCatalogToken as error:
-                raise ExecutionFailed(str(error)) from None
-
-    # Two round trips to the catalog's side, side by side: the warehouse check and the token.
-    minted_at = time.monotonic()
-    with ThreadPoolExecutor(1, thread_name_prefix=f"execution-{execution_id}-token") as pool:
-        token = pool.submit(mint_token) if warehouse is not None else None
-        _check_warehouse(execution, warehouse)
-        cu, handle = door.running_host(execution.compute_unit_id)
-        if (seen_app := door.ready_app(cu.id, handle)) is None:
-            door.make_ready(cu, handle, progress=lambda phase: _note(execution_id, phase))
-        token = token.result()
-    if time.monotonic() - minted_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
-        token = mint_token()
+        execution, workflow, version, owner, warehouse = db.exec(
+            select(Execution, Workflow, WorkflowVersion, User, Warehouse)
+            .outerjoin(Workflow, Workflow.id == Execution.workflow_id)
+            .outerjoin(WorkflowVersion, WorkflowVersion.id == Execution.workflow_version_id)
+            .outerjoin(User, User.id == Execution.owner_id)
+            .outerjoin(Warehouse, Warehouse.id == Execution.warehouse_id)
+            .where(Execution.id == execution_id)).one()
+    # Beside the token: the warehouse's check in the catalog, and the unit.
+    _check_warehouse(execution, warehouse)
+    cu, handle = door.running_host(execution.compute_unit_id)
+    if (seen_app := door.ready_app(cu.id, handle)) is None:
+        door.make_ready(cu, handle, progress=lambda phase: _note(execution_id, phase))
+    token = minting.token()
+    if time.monotonic() - minting.started_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
+        token = _Minting.start(execution).token()
     return run_spec.execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle, seen_app
+
+
+def _state_of(execution_id: int) -> str | None:
+    with Session(engine()) as db:
+        return db.exec(select(Execution.state).where(Execution.id == execution_id)).first()
 
 
 def _note(execution_id: int, phase: str) -> None:
