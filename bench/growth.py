@@ -18,7 +18,7 @@ from pathlib import Path
 from app.compute_units import lifecycle
 from app.models import ComputeUnit
 from app.ray_clusters.local import cluster_pids
-from bench.harness import CU_CPUS, Bench, Summary, median, verdict
+from bench.harness import CU_CPUS, Bench, Summary, interleaved, median, verdict
 from bench.throughput import Q1, STEPS
 
 NAME = "growth"
@@ -61,15 +61,21 @@ def _measure(bench: Bench, workflow_id: int, cu_id: int, handle) -> dict:
         local_tree = lambda: _tree(local.process.pid)  # noqa: E731 - the session's JVM is a child
         bench.run(workflow_id, cu_id)  # warm-ups: the first read of each size warms caches
         local.time(Q1, "results.bench_growth_local")
-        lakeport, plain = [], []
-        for _ in range(RUNS):
+        lakeport, plain, peaks = [], [], {}
+
+        def through_lakeport() -> None:
             with _peak_rss(lambda: cluster_pids(handle)) as peak:
                 lakeport.append(bench.run(workflow_id, cu_id).total_s)
-            lakeport_peak = peak[0]
+            peaks["lakeport"] = peak[0]
+
+        def plain_local() -> None:
             with _peak_rss(local_tree) as peak:
-                plain += local.time(Q1, "results.bench_growth_local")
-            plain_peak = peak[0]
-    return {"lakeport": {"s": median(lakeport), "peak": lakeport_peak}, "plain": {"s": median(plain), "peak": plain_peak}}
+                plain.extend(local.time(Q1, "results.bench_growth_local"))
+            peaks["plain"] = peak[0]
+
+        interleaved(RUNS, [through_lakeport, plain_local])
+    return {"lakeport": {"s": median(lakeport), "peak": peaks["lakeport"]},
+            "plain": {"s": median(plain), "peak": peaks["plain"]}}
 
 
 @contextmanager

@@ -51,6 +51,8 @@ ROW_POLL_S = 0.02
 # ... and this often once the host says the run has ended: "until the portal notices" is a few
 # tens of milliseconds, so a 20 ms poll would add about 10 ms of the benchmark's own to it.
 END_POLL_S = 0.005
+# The pause before each timed run of an interleaved comparison (`interleaved`).
+SETTLE_S = 1.0
 
 # Run on the compute unit's Spark host directly, beside the portal: a plain PySpark session bound
 # once to the warehouse's catalog the way an execution binds it (the catalog's token, the storage
@@ -123,6 +125,17 @@ class RunTiming:
     def prepared_s(self) -> float:
         """From the worker taking the execution until the host holds the run."""
         return self.submitted_s - self.route_s - self.taken_s
+
+
+def interleaved(rounds: int, measures: list[Callable[[], object]]) -> None:
+    """Each of `measures` once per round, so that drift (JIT, other load) hits all alike. Each
+    round starts with the next measure (rotated): none always runs right after the same other,
+    whose leftovers (a JVM's clean-up, a host making its next session) would land on it alone.
+    A pause of SETTLE_S before each lets them end."""
+    for round_ in range(rounds):
+        for offset in range(len(measures)):
+            time.sleep(SETTLE_S)
+            measures[(round_ + offset) % len(measures)]()
 
 
 def submit_medians(runs: list[RunTiming]) -> str:
@@ -234,8 +247,7 @@ class Bench:
         self.stack.start(with_portal=False, say=lambda message: self.say(f"  setup: {message}"))
         self.engine = make_engine(database_url)
         config = Config.from_env({**self.stack.portal_environment(), **self.settings}, LOG_LEVEL="WARNING",
-                                 CU_MAX_CPUS=CU_CPUS, CU_MAX_MEMORY_GB=CU_MEMORY_GB, CU_MAX_WORKERS=0,
-                                 WORKER_POLL_SECONDS=0.1)
+                                 CU_MAX_CPUS=CU_CPUS, CU_MAX_MEMORY_GB=CU_MEMORY_GB, CU_MAX_WORKERS=0)
         self.app = create_app(config)
         # The background work (units, executions, sample data), in this process.
         self.worker = Worker(self.app).start()

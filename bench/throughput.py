@@ -9,7 +9,7 @@ time only Q1 and its write:
 """
 from __future__ import annotations
 
-from bench.harness import CU_CPUS, Bench, Summary, median, phase_medians, submit_medians, spread, verdict
+from bench.harness import CU_CPUS, Bench, Summary, interleaved, median, phase_medians, submit_medians, spread, verdict
 
 NAME = "throughput"
 RUNS = 3
@@ -48,10 +48,9 @@ def run(bench: Bench, options) -> Summary:
         first_local = local.time(Q1, "results.bench_q1_local")[0]
         print(f"  warm-up runs: through Lakeport {warm_up.total_s:.2f} s, plain local {first_local:.2f} s")
         runs, host_baseline, local_baseline = [], [], []
-        for _ in range(RUNS):  # interleaved, so that drift (JIT, other load) hits all alike
-            runs.append(bench.run(workflow_id, cu_id))
-            host_baseline += bench.plain_pyspark(cu_id, **same_host, warmups=0, repeats=1)
-            local_baseline += local.time(Q1, "results.bench_q1_local")
+        interleaved(RUNS, [lambda: runs.append(bench.run(workflow_id, cu_id)),
+                           lambda: host_baseline.extend(bench.plain_pyspark(cu_id, **same_host, warmups=0, repeats=1)),
+                           lambda: local_baseline.extend(local.time(Q1, "results.bench_q1_local"))])
     totals = [timing.total_s for timing in runs]
     print(f"  Lakeport (Run → COMPLETED): {spread(totals)}")
     print(f"    of which the step (Q1 + write) on the host: {spread([t.steps_s for t in runs])}")

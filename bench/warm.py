@@ -15,7 +15,7 @@ import json
 from sqlmodel import select
 
 from app.models import Execution
-from bench.harness import Bench, Summary, median, phase_medians, spread, submit_medians, verdict
+from bench.harness import Bench, Summary, interleaved, median, phase_medians, spread, submit_medians, verdict
 from compute.contract import RESULTS, table_name
 
 NAME = "warm"
@@ -42,9 +42,8 @@ def run(bench: Bench, options) -> list[Summary]:
              "vended_from": table_name(RESULTS, warm_up.execution_id, "answer")}
     bench.plain_pyspark(cu_id, **plain, warmups=1, repeats=0)
     runs, baseline = [], []
-    for _ in range(RUNS):  # interleaved, so that drift (JIT, other load) hits both alike
-        runs.append(bench.run(workflow_id, cu_id))
-        baseline += bench.plain_pyspark(cu_id, **plain, warmups=0, repeats=1)
+    interleaved(RUNS, [lambda: runs.append(bench.run(workflow_id, cu_id)),
+                       lambda: baseline.extend(bench.plain_pyspark(cu_id, **plain, warmups=0, repeats=1))])
     totals = [timing.total_s for timing in runs]
     print(f"  Lakeport (run route + runner): {spread(totals)}")
     print("    where it goes (medians): "

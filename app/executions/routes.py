@@ -107,9 +107,10 @@ def new():
         abort(404)
     workflow = workflow_sharing.accessible_or_404(workflow_id, workflow_sharing.RUN)
     version = latest_version(workflow)
-    values = {"compute_unit_id": None, "warehouse_id": history.last_warehouse_id(current_user, workflow)}
     errors: dict[str, str] = {}
-    if request.method == "POST":
+    if request.method == "GET":
+        values = {"compute_unit_id": None, "warehouse_id": history.last_warehouse_id(current_user, workflow)}
+    else:
         values, errors = forms.parse_run_form(request.form)
         if not errors:
             db = get_db()
