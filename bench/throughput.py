@@ -56,7 +56,7 @@ def run(bench: Bench, options) -> Summary:
     print(f"    of which the step (Q1 + write) on the host: {spread([t.steps_s for t in runs])}")
     print(f"    on the host by phase (medians): {phase_medians(runs)}; until the host has the run "
           f"{median([t.submitted_s for t in runs]):.2f} s ({submit_medians(runs)}), until the portal notices the end "
-          f"{median([t.noticed_s for t in runs]):.2f} s")
+          f"{median([t.noticed_s for t in runs]):.3f} s")
     print(f"  plain PySpark local[{CU_CPUS}], no Ray: {spread(local_baseline)}")
     print(f"  plain PySpark, same Spark host (RayDP): {spread(host_baseline)}")
 

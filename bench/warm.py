@@ -50,7 +50,7 @@ def run(bench: Bench, options) -> list[Summary]:
           f"until the host has the run {median([t.submitted_s for t in runs]):.2f} s · "
           f"run on the host {median([t.on_unit_s for t in runs]):.2f} s "
           f"(of which the step, SQL + write, {median([t.steps_s for t in runs]):.2f} s) · "
-          f"until the portal notices the end {median([t.noticed_s for t in runs]):.2f} s")
+          f"until the portal notices the end {median([t.noticed_s for t in runs]):.3f} s")
     print(f"    until the host has the run (medians): {submit_medians(runs)}")
     if phases := phase_medians(runs):
         print(f"    on the host by phase (medians): {phases}")
