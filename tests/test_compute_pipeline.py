@@ -538,6 +538,30 @@ def test_a_missing_warehouse_or_an_unreachable_catalog_fails_with_the_reason(hos
     assert unreachable["error"].startswith("the catalog (Lakekeeper) is unreachable at http://127.0.0.1:")
 
 
+def test_no_step_runs_before_the_catalog_has_accepted_the_runs_own_token(host, lakehouse, warehouses):
+    """The catalog is bound in the background while the run's session opens, and that session may
+    carry the warehouse's binding an earlier run made, with the earlier run's token. A run whose
+    own token the catalog refuses must fail before its code runs: else it would act through
+    the binding it was never granted."""
+    warehouse = warehouses[0]
+    earlier, _ = submit(host, lakehouse, warehouse, [step("one", "SELECT 1 AS n", output=True)])
+    assert host.wait(earlier, timeout_s=120)["state"] == "COMPLETED"  # the unit now holds a binding
+    evidence = f"evidence_{secrets.token_hex(3)}"
+    acting = step("act", f"def run(spark):\n    spark.sql('CREATE TABLE results.{evidence} (n INT)')\n"
+                         "    return spark.range(1)", kind="python")
+
+    run_id, _ = submit(host, lakehouse, warehouse, [acting], catalog={
+        "uri": f"{lakehouse.catalog_url}/catalog", "warehouse": warehouse["lakekeeper_name"],
+        "token": "not-a-token-the-catalog-issued", "access_delegation": "vended-credentials"})
+    run = host.wait(run_id, timeout_s=60)
+
+    assert run["state"] == "FAILED"
+    assert run["error"].startswith(f"the catalog refused the execution's access to warehouse "
+                                   f"{warehouse['lakekeeper_name']}: HTTP 401"), run["error"]
+    assert [s["state"] for s in run["progress"]["steps"]] == ["pending"]
+    assert evidence not in table_names(reader(lakehouse, warehouse), "results")
+
+
 # Spark code run on the host: writes and reads a bucket with keys given per request, as each
 # catalog binding gives its own; which of them S3A really used shows in what the store allows.
 KEYED_S3A_CODE = """
