@@ -8,9 +8,10 @@ from 7.3–10.6 s to 3.6 s, and a RayDP executor's first job from 7.0 s to 4.8 s
 Built at setup (`python -m compute.class_archive_build`), never by a unit: the archive is code the
 JVMs trust, so units only ever read it (the sandbox mounts the jars directory read-only). How:
 
-1. a training run, a local Spark session that does what an execution does (an Iceberg
-   catalog, namespace, table, write and read, and an S3A file system set up), lists the classes
-   it loads (`-XX:DumpLoadedClassList`);
+1. a training run, a RayDP session on a Ray node of its own doing what a unit's host and an
+   execution do (the write-path warm-up through a REST catalog and S3A, a scan, an aggregation,
+   a Python worker's job), lists the classes its driver, app master and executor load
+   (`-XX:DumpLoadedClassList`, merged into one list);
 2. `java -Xshare:dump` writes them into the archive for the class path RayDP starts its JVMs
    with. A JDK uses an archive only when the JVM's class path starts with the one it was
    dumped for, and the jars are unchanged; otherwise the JVM starts as it would without one.
@@ -47,9 +48,10 @@ def raydp_class_path() -> str:
 
 
 def archive_path(class_path: str | None = None, directory: Path | None = None) -> Path:
-    """Where the archive for this class path and this JDK lives: a new jar or JDK, a new file."""
+    """Where the archive for this class path, this JDK and this training run lives: a new jar,
+    JDK or training run (class_archive_build.py), a new file."""
     class_path = class_path or raydp_class_path()
-    key = hashlib.sha256(f"{class_path}\n{_java_version()}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{class_path}\n{_java_version()}\n{_training_digest()}".encode()).hexdigest()[:12]
     return (directory or jars_dir()).resolve() / f"{ARCHIVE_PREFIX}{key}.jsa"
 
 
@@ -68,6 +70,11 @@ def executor_java_options() -> str:
     """The executors' JVM options for the archive: its class path, then the archive."""
     options = archive_java_options()
     return f"-cp {raydp_class_path()} {options}" if options else ""
+
+
+@functools.cache
+def _training_digest() -> str:
+    return hashlib.sha256(Path(__file__).with_name("class_archive_build.py").read_bytes()).hexdigest()
 
 
 @functools.cache

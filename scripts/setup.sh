@@ -58,7 +58,8 @@ if [ -f scripts/fetch_jars.py ]; then
   .venv/bin/python scripts/fetch_jars.py
 fi
 # The class archive compute units' Spark JVMs start from (compute/class_archive.py): built once
-# for these jars and this JDK, about 45 s. Without it the JVMs start as usual, only slower.
+# for these jars and this JDK from a training RayDP session, about 65 s. Without it the JVMs start
+# as usual, only slower.
 .venv/bin/python -m compute.class_archive_build \
   || echo "warning: the Spark class archive could not be built; compute units start their Spark sessions without it" >&2
 echo "setup complete"

@@ -3,6 +3,7 @@ two-node local cluster (RayDP executors on both nodes, Iceberg through the jars)
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import threading
 import time
@@ -81,6 +82,37 @@ def test_the_class_archive_is_built_for_the_class_path_raydp_starts_its_jvms_wit
     assert any(entry.endswith("/pyspark/jars/*") for entry in class_path)
     assert any("/raydp/jars/raydp-" in entry for entry in class_path)
     assert class_archive.archive_path().is_file(), "setup builds it: python -m compute.class_archive_build"
+
+
+def test_the_class_archive_holds_what_a_units_jvms_load_and_a_local_session_does_not():
+    """Trained on a RayDP session (compute/class_archive_build.py): Ray's Java runtime, RayDP's
+    app master and executor, Spark's cluster-mode executor, Iceberg's REST catalog, S3A's client."""
+    listed = subprocess.run(
+        ["java", *class_archive.archive_java_options().split(), "-Xshare:on", "-XX:+PrintSharedArchiveAndExit",
+         "-cp", class_archive.raydp_class_path()], capture_output=True, text=True, timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    archived = set(re.findall(r"^\s*\d+: (\S+) ", listed.stdout, re.MULTILINE))
+    assert len(archived) > 20_000
+    assert {"io.ray.runtime.RayNativeRuntime", "org.apache.spark.deploy.raydp.RayAppMaster",
+            "org.apache.spark.executor.RayDPExecutor", "org.apache.spark.executor.CoarseGrainedExecutorBackend",
+            "org.apache.iceberg.rest.RESTSessionCatalog", "com.amazonaws.services.s3.AmazonS3Client"} <= archived
+
+
+def test_the_training_runs_class_lists_merge_into_one_entry_each(tmp_path):
+    from compute.class_archive_build import merge_class_lists
+
+    driver, executor, merged = tmp_path / "driver.lst", tmp_path / "executor.lst", tmp_path / "classes.lst"
+    driver.write_text("# NOTE: generated\njava/lang/Object\norg/apache/spark/SparkContext\n"
+                      "@lambda-proxy a/B apply ()V\n")
+    executor.write_text("# NOTE: generated\n\njava/lang/Object\norg/apache/spark/executor/Executor\n"
+                        "@lambda-proxy a/B apply ()V\n")
+    merge_class_lists([driver, executor], merged)
+    assert merged.read_text().splitlines() == [
+        "java/lang/Object", "org/apache/spark/SparkContext", "@lambda-proxy a/B apply ()V",
+        "org/apache/spark/executor/Executor"]
+    with pytest.raises(RuntimeError, match="app-master.lst"):
+        merge_class_lists([driver, tmp_path / "app-master.lst"], merged)
 
 
 def test_the_scratch_s3_endpoint_serves_a_write_and_its_read_back_until_it_stops():
@@ -563,6 +595,25 @@ def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
     assert main_classes.count("io.ray.runtime.runner.worker.DefaultWorker") >= 3, jvms  # app master, two executors
     assert all(mapped for _, mapped in jvms), jvms
     assert len(mapped_at) == 1, mapped_at
+    # And each found most of what it loaded there: before the archive was trained on a RayDP
+    # session, a quarter to a third of each JVM's classes were parsed and verified at its start.
+    for pid in [pid for pid in cluster_pids(handle) if _is_java(pid)]:
+        shared, parsed = _classes_loaded(pid)
+        assert parsed < 0.2 * (shared + parsed), (pid, shared, parsed)
+
+
+def _is_java(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"java")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _classes_loaded(pid: int) -> tuple[int, int]:
+    """The JVM's own counters: classes it took from the class archive, and those it parsed."""
+    counters = subprocess.run(["jcmd", str(pid), "PerfCounter.print"], capture_output=True, text=True, timeout=60)
+    values = dict(line.split("=", 1) for line in counters.stdout.splitlines() if "=" in line)
+    return int(values["java.cls.sharedLoadedClasses"]), int(values["java.cls.loadedClasses"])
 
 
 def test_only_the_units_driver_compiles_with_c1_alone(cluster, host):
