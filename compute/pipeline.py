@@ -289,6 +289,9 @@ class Pipeline:
     # ------------------------------------------------------------ the steps
     def _run_steps(self, programs: dict[str, Any]) -> None:
         frames: dict[str, Any] = {}
+        # A step's jobs are the run's jobs that were not there when it began. The run's job group
+        # is its own (spark_host sets it), so before its first step it has none.
+        jobs_before: set[int] = set()
         for position, step in enumerate(self.spec.steps):
             if self.progress.cancel_requested:
                 self._cancel_from(position)
@@ -296,7 +299,7 @@ class Pipeline:
             stats.started_at, stats.status = time.time(), "running"
             self.progress.update_step(step.name, state="running", started_at=stats.started_at)
             self.log("INFO", step.name, f"step {step.name} ({step.kind}{', output' if step.output else ''}) started")
-            jobs_before = self._jobs()
+            later_steps = position + 1 < len(self.spec.steps)
             try:
                 with captured(self.log, step.name), self.progress.interruptible():
                     frame = self._evaluate(step, programs.get(step.name), frames)
@@ -304,10 +307,10 @@ class Pipeline:
                     stats.read = self._reads_of(step, frame)
                     self.lineage_seconds += time.perf_counter() - began
                     if step.output:
-                        later_steps = position + 1 < len(self.spec.steps)
                         frame = self._write_result(step, frame, stats, read_back=later_steps)
-                frame.createOrReplaceTempView(step.name)
-                frames[step.name] = frame
+                if later_steps:  # what later steps read it by
+                    frame.createOrReplaceTempView(step.name)
+                    frames[step.name] = frame
             except (Exception, RunInterrupted) as error:
                 stats.ended_at, stats.job_ids = time.time(), tuple(sorted(self._jobs() - jobs_before))
                 stats.status = "cancelled" if self.progress.cancel_requested else "failed"
@@ -317,7 +320,9 @@ class Pipeline:
                     self._cancel_from(position + 1)
                 self.log("ERROR", step.name, f"step {step.name} failed:\n{step_traceback(error)}")
                 raise RunFailed(f"step {step.name!r} failed: {describe(error)}") from None
-            stats.ended_at, stats.job_ids, stats.status = time.time(), tuple(sorted(self._jobs() - jobs_before)), "done"
+            stats.ended_at, stats.status = time.time(), "done"
+            jobs_after = self._jobs()
+            stats.job_ids, jobs_before = tuple(sorted(jobs_after - jobs_before)), jobs_after
             self.progress.update_step(step.name, state="done", ended_at=stats.ended_at, rows_out=stats.rows_out)
             self.log("INFO", step.name, f"step {step.name} done in {stats.ended_at - stats.started_at:.2f} s"
                      + (f", {stats.rows_out} rows written to {self.spec.table(RESULTS, step)}" if step.output else ""))
