@@ -115,6 +115,29 @@ def test_the_training_runs_class_lists_merge_into_one_entry_each(tmp_path):
         merge_class_lists([driver, tmp_path / "app-master.lst"], merged)
 
 
+def test_where_ray_cannot_start_at_setup_the_archive_is_trained_on_a_local_session(tmp_path, monkeypatch):
+    from compute import class_archive_build
+
+    class_path = str(jars.jar_paths()[-1])  # a real jar: the dump checks the class path it is given
+    monkeypatch.setenv(jars.JARS_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(class_archive_build, "raydp_class_path", lambda: class_path)
+    trained = []
+
+    def training(mode, class_list, work):
+        trained.append(mode)
+        if mode == "--train":
+            raise subprocess.CalledProcessError(1, "train", stderr=b"Traceback...\nRuntimeError: no shared memory\n")
+        class_list.write_text("java/lang/Object\njava/lang/String\n")
+
+    monkeypatch.setattr(class_archive_build, "_run_training", training)
+    said = []
+    archive = class_archive_build.build(log=said.append)
+    assert trained == ["--train", "--train-local"]
+    assert "RuntimeError: no shared memory" in said[0] and "units start slower" in said[0]
+    assert archive == class_archive.archive_path(class_path) and archive.is_file()
+    assert not list(tmp_path.glob("*.partial"))
+
+
 def test_the_scratch_s3_endpoint_serves_a_write_and_its_read_back_until_it_stops():
     from compute.scratch_s3 import ScratchS3
 
