@@ -599,18 +599,17 @@ def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
     an address of its own (which would give each JVM a private copy of every page)."""
     _, handle = cluster
     archive = str(class_archive.archive_path())
+    running = _unit_jvms(handle)
     jvms, mapped_at = [], set()
-    for pid in cluster_pids(handle):
+    for pid, argv in running.items():
         try:
-            argv = [arg for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if arg]
-            if argv and argv[0].endswith("java"):
-                maps = [line for line in Path(f"/proc/{pid}/maps").read_text().splitlines() if line.endswith(archive)]
-                jvms.append((argv[-1], bool(maps)))
-                if maps:  # the archive's largest region (its classes; smaller ones hold objects in the heap)
-                    ranges = [[int(part, 16) for part in line.split()[0].split("-")] for line in maps]
-                    mapped_at.add(max(ranges, key=lambda span: span[1] - span[0])[0])
+            maps = [line for line in Path(f"/proc/{pid}/maps").read_text().splitlines() if line.endswith(archive)]
         except (FileNotFoundError, ProcessLookupError):
             continue
+        jvms.append((argv[-1], bool(maps)))
+        if maps:  # the archive's largest region (its classes; smaller ones hold objects in the heap)
+            ranges = [[int(part, 16) for part in line.split()[0].split("-")] for line in maps]
+            mapped_at.add(max(ranges, key=lambda span: span[1] - span[0])[0])
     main_classes = [main for main, _ in jvms]
     # No launcher JVM of RayDP's: the driver's JVM (pyspark's gateway) starts the app master itself.
     assert "org.apache.spark.deploy.raydp.AppMasterEntryPoint" not in main_classes, jvms
@@ -620,16 +619,22 @@ def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
     assert len(mapped_at) == 1, mapped_at
     # And each found most of what it loaded there: before the archive was trained on a RayDP
     # session, a quarter to a third of each JVM's classes were parsed and verified at its start.
-    for pid in [pid for pid in cluster_pids(handle) if _is_java(pid)]:
+    for pid in running:
         shared, parsed = _classes_loaded(pid)
         assert parsed < 0.2 * (shared + parsed), (pid, shared, parsed)
 
 
-def _is_java(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"java")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
+def _unit_jvms(handle) -> dict[int, list[str]]:
+    """The unit's Java processes: pid -> command line."""
+    jvms = {}
+    for pid in cluster_pids(handle):
+        try:
+            argv = [arg for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if arg]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if argv and argv[0].endswith("java"):
+            jvms[pid] = argv
+    return jvms
 
 
 def _classes_loaded(pid: int) -> tuple[int, int]:
@@ -645,13 +650,8 @@ def test_only_the_units_driver_compiles_with_c1_alone(cluster, host):
     configuration a local-mode session takes (`spark_conf`), whose driver runs tasks too."""
     _, handle = cluster
     options = {}
-    for pid in cluster_pids(handle):
-        try:
-            argv = [arg for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if arg]
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if argv and argv[0].endswith("java"):
-            options.setdefault(argv[-1], []).append(DRIVER_JIT_JAVA_OPTIONS in argv)
+    for argv in _unit_jvms(handle).values():
+        options.setdefault(argv[-1], []).append(DRIVER_JIT_JAVA_OPTIONS in argv)
     assert options["pyspark-shell"] == [True]
     assert options["io.ray.runtime.runner.worker.DefaultWorker"] and not any(
         options["io.ray.runtime.runner.worker.DefaultWorker"])
