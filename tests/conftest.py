@@ -1,6 +1,7 @@
 """flaskr-style fixtures: `app`, `client` and `auth`, on top of the service fixtures in services.py."""
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -9,6 +10,16 @@ import pytest
 
 from app import create_app
 from devstack.oidc_provider import TEST_USERS, login_via_form, sign_in_portal_client
+
+
+@pytest.fixture
+def closed_port():
+    """A loopback port that refuses connections for the whole test: bound, never listening, so
+    no other process (a Ray worker, a service another test starts) can take it in the meantime,
+    as one merely found free could be."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 @pytest.fixture

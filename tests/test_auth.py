@@ -12,7 +12,6 @@ from sqlmodel import Session, select
 from app import create_app
 from app.models import User
 from devstack.oidc_provider import cancel_login_via_form
-from devstack.process import free_port
 
 
 def test_pages_need_a_signed_in_user(client):
@@ -160,19 +159,19 @@ def test_no_secret_or_token_reaches_the_logs(auth, portal_config, caplog):
         assert secret not in logged
 
 
-def test_provider_down_shows_a_clear_page(portal_config):
-    down = create_app(replace(portal_config, OIDC_ISSUER=f"http://127.0.0.1:{free_port()}"))
+def test_provider_down_shows_a_clear_page(portal_config, closed_port):
+    down = create_app(replace(portal_config, OIDC_ISSUER=f"http://127.0.0.1:{closed_port}"))
     response = down.test_client().get("/auth/login/start")
     assert response.status_code == 503
     assert "Identity provider unreachable" in response.get_data(as_text=True)
     assert "Traceback" not in response.get_data(as_text=True)
 
 
-def test_health_reports_database_and_provider(client, portal_config):
+def test_health_reports_database_and_provider(client, portal_config, closed_port):
     response = client.get("/health")
     assert response.status_code == 200
     assert response.json == {"status": "ok", "checks": {"database": "ok", "identity_provider": "ok"}}
-    broken = create_app(replace(portal_config, OIDC_ISSUER=f"http://127.0.0.1:{free_port()}",
+    broken = create_app(replace(portal_config, OIDC_ISSUER=f"http://127.0.0.1:{closed_port}",
                                 SECRET_KEY=secrets.token_hex(8)))
     response = broken.test_client().get("/health")
     assert response.status_code == 503

@@ -22,7 +22,6 @@ from compute.catalog_cache import CatalogAccess, CatalogCache, token_expiry
 from compute.contract import SUBMIT_CODE, ExecutionSpec, InvalidSpec
 from compute.spark_session import S3Keys
 from devstack.oidc_provider import SERVICE_CLIENT_ID
-from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS
 
 _execution_ids = iter(range(100, 10_000))
@@ -523,12 +522,13 @@ def test_syntax_errors_are_reported_per_step_before_anything_runs(host, lakehous
     assert f"e{spec['execution_id']}" not in table_names(reader(lakehouse, warehouse), "console_logs")
 
 
-def test_a_missing_warehouse_or_an_unreachable_catalog_fails_with_the_reason(host, lakehouse, warehouses):
+def test_a_missing_warehouse_or_an_unreachable_catalog_fails_with_the_reason(host, lakehouse, warehouses,
+                                                                              closed_port):
     steps = [step("one", "SELECT 1 AS n", output=True)]
     missing = {**warehouses[0], "lakekeeper_name": "u1-no-such-warehouse"}
     run_id, _ = submit(host, lakehouse, missing, steps)
     unreachable_id, _ = submit(host, lakehouse, warehouses[0], steps, catalog={
-        "uri": f"http://127.0.0.1:{free_port()}/catalog", "warehouse": warehouses[0]["lakekeeper_name"],
+        "uri": f"http://127.0.0.1:{closed_port}/catalog", "warehouse": warehouses[0]["lakekeeper_name"],
         "token": lakehouse.service_token(), "access_delegation": "vended-credentials"})
 
     run, unreachable = host.wait(run_id, timeout_s=60), host.wait(unreachable_id, timeout_s=60)

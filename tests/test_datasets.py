@@ -16,7 +16,6 @@ from pyiceberg.catalog import load_catalog
 from app import create_app
 from app.worker import Worker
 from devstack.oidc_provider import TEST_USERS
-from devstack.process import free_port
 from tests.conftest import AuthActions
 from tests.test_warehouses import register, warehouse_row
 
@@ -180,10 +179,11 @@ def test_upload_limit(app, client, auth, lakehouse, db_engine):
     assert not independent_catalog(lakehouse, warehouse).table_exists("datasets.big")
 
 
-def test_an_unreachable_catalog_is_named_and_nothing_is_started(portal_config, client, auth, lakehouse, db_engine):
+def test_an_unreachable_catalog_is_named_and_nothing_is_started(portal_config, client, auth, lakehouse, db_engine,
+                                                                closed_port):
     auth.login("alice")
     warehouse = registered_warehouse(client, auth, lakehouse, db_engine, "catalog-down")
-    down = create_app(replace(portal_config, LAKEKEEPER_URL=f"http://127.0.0.1:{free_port()}"))
+    down = create_app(replace(portal_config, LAKEKEEPER_URL=f"http://127.0.0.1:{closed_port}"))
     down_client = down.test_client()
     down_auth = AuthActions(down_client, {name: user.password for name, user in TEST_USERS.items()})
     down_auth.login("alice")

@@ -49,7 +49,6 @@ from app.worker import Worker
 from app.spark_host.client import SparkHostClient, SparkHostError
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from compute.contract import SUBMIT_CODE
-from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.processes import process_running
 from tests.services import known_test_subject
@@ -607,8 +606,8 @@ def test_a_failed_execution_says_why_first_and_links_to_its_step_with_the_stats_
     assert "does not exist" not in stats and 'data-testid="no-stats"' in stats
 
 
-def test_an_unreachable_catalog_fails_the_execution_with_that_reason(portal_config, db_engine):
-    app = create_app(replace(portal_config, LAKEKEEPER_URL=f"http://127.0.0.1:{free_port()}",
+def test_an_unreachable_catalog_fails_the_execution_with_that_reason(portal_config, db_engine, closed_port):
+    app = create_app(replace(portal_config, LAKEKEEPER_URL=f"http://127.0.0.1:{closed_port}",
                              LAKEKEEPER_TIMEOUT_SECONDS=2.0))
     background = Worker(app).start()
     client = app.test_client()

@@ -21,7 +21,6 @@ from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile
 from app.lakekeeper.tokens import ClientCredentialsTokenSource
 from compute.iceberg_rest import SmallWritesFileIO, rest_catalog
 from devstack.oidc_provider import SERVICE_CLIENT_ID
-from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS
 
 # Rows per appended data file; each file is cut into row groups of ROW_GROUP_ROWS.
@@ -160,12 +159,11 @@ class ChosenByTheTable(PyArrowFileIO):
 
 
 def test_a_tables_own_properties_never_choose_how_its_files_are_reached(catalog, warehouse, lakehouse,
-                                                                        token_source):
+                                                                        token_source, closed_port):
     """Whoever may alter a table (a user's code; the owner of a warehouse shared with others) sets
     properties that pyiceberg would merge over the reader's: the class it imports and makes to
     read the files, and a proxy for its storage requests. The portal's catalogs and an
     execution's catalog on a unit ignore them."""
-    closed_port = free_port()
     catalog.create_namespace_if_not_exists("results")
     table = catalog.create_table("results.chooser", schema=pa.schema([("n", pa.int64())]))
     table.append(pa.table({"n": [1, 2, 3]}))
@@ -224,8 +222,8 @@ def test_one_catalog_per_warehouse_created_once_and_renewed_on_rename(catalogs, 
     assert catalogs.catalog(lakekeeper_id, name) is not created[0]
 
 
-def test_an_unreachable_catalog_fails_fast_with_a_clear_message(token_source):
-    dead = WarehouseCatalogs(f"http://127.0.0.1:{free_port()}/catalog", token_source, project_id=DEFAULT_PROJECT_ID,
+def test_an_unreachable_catalog_fails_fast_with_a_clear_message(token_source, closed_port):
+    dead = WarehouseCatalogs(f"http://127.0.0.1:{closed_port}/catalog", token_source, project_id=DEFAULT_PROJECT_ID,
                              timeout=2)
     with pytest.raises(ResultReadError, match="unreachable"):
         dead.catalog("00000000-0000-0000-0000-00000000abcd", "nowhere")

@@ -35,7 +35,7 @@ from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from compute import host_auth
 from compute.contract import secret_digest
 from compute.ray_node import DASHBOARD_MODULES
-from devstack.process import free_port, port_is_open
+from devstack.process import port_is_open
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -309,11 +309,11 @@ def test_an_existing_cluster_is_attached_by_its_listed_name(backend, cluster):
     assert ExistingClusterBackend(()).status(handle).reason == "the Ray cluster 'shared' is no longer listed here"
 
 
-def test_attaching_fails_with_the_reason(cluster):
+def test_attaching_fails_with_the_reason(cluster, closed_port):
     with pytest.raises(ClusterStartError, match="refused the cluster token"):
         existing_backend(cluster.dashboard_url, "0" * 64).start(attach_spec())
     with pytest.raises(ClusterStartError, match="not reachable"):
-        existing_backend(f"http://127.0.0.1:{free_port()}", None).start(attach_spec())
+        existing_backend(f"http://127.0.0.1:{closed_port}", None).start(attach_spec())
     with pytest.raises(ClusterStartError, match="no Ray cluster named 'elsewhere' is listed here"):
         existing_backend(cluster.dashboard_url, cluster.auth_token).start(attach_spec("elsewhere"))
     with pytest.raises(ClusterStartError, match="port 9000 is not in cluster shared's Spark host ports 8290-8299"):
@@ -410,7 +410,8 @@ def test_a_spark_host_started_with_the_cluster_that_fails_says_why_and_the_clust
     ({"resources_used": {"CPU": "lots"}}, (0.0, 0), "the Spark host reported no resource figures"),
     (None, (0.0, 0), "resources in use as the Spark host reports them"),
 ])
-def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_reports_in_use(answer, used, reason):
+def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_reports_in_use(answer, used, reason,
+                                                                                          closed_port):
     """Nodes as the unit started them; use as its Spark host reports it (whatever the host's
     code writes there is a figure or nothing); no host answering, nothing in use."""
     import json
@@ -433,7 +434,7 @@ def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_repo
 
     server = HTTPServer(("127.0.0.1", 0), Host)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1] if answer is not None else free_port()
+    port = server.server_address[1] if answer is not None else closed_port
     handle = ClusterHandle(backend="local", cu_id="t", spark_host_url=f"http://127.0.0.1:{port}",
                            spark_host_secret="s" * 32, details={"nodes": [
                                {"role": "head", "cpus": 2, "memory_bytes": 3 << 30},

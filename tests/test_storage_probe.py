@@ -9,7 +9,6 @@ import httpx
 
 from app.network_policy import NetworkPolicy
 from app.storage_probe import Outcome, S3Credentials, S3Location, SigV4Auth, probe_storage
-from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.services import LOOPBACK_ALLOWED
 
@@ -97,8 +96,8 @@ def test_keys_without_access_to_the_bucket_are_denied(seaweedfs):
     assert report.first_failure.message.startswith("Access denied (check the access key and secret")
 
 
-def test_an_unreachable_endpoint_fails_fast():
-    closed = S3Location(ALICE.bucket, "us-east-1", endpoint=f"http://127.0.0.1:{free_port()}")
+def test_an_unreachable_endpoint_fails_fast(closed_port):
+    closed = S3Location(ALICE.bucket, "us-east-1", endpoint=f"http://127.0.0.1:{closed_port}")
     started = time.monotonic()
     report = probe_storage(closed, ALICE.credentials, timeout=2.0, policy=LOOPBACK_ALLOWED)
 

@@ -20,7 +20,6 @@ from app.lakekeeper.resources import WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import User, Warehouse
 from devstack.oidc_provider import SERVICE_CLIENT_ID, TEST_USERS
-from devstack.process import free_port
 from devstack.seaweedfs import TEST_USER_KEYS
 
 
@@ -94,10 +93,12 @@ def test_wrong_secret_is_refused_with_no_row(client, auth, lakehouse, db_engine)
     ({"bucket": "no-such-bucket-here"}, "bucket", "it does not exist, or the keys may not"),
     ({"secret_access_key": "definitely-not-the-secret"}, "secret_access_key", "secret access key does not match"),
     ({"access_key_id": "NOBODYKNOWSME"}, "access_key_id", "does not know this access key id"),
-    ({"endpoint": f"http://127.0.0.1:{free_port()}"}, "endpoint", "Endpoint unreachable"),
+    ({"endpoint": "http://127.0.0.1:{closed_port}"}, "endpoint", "Endpoint unreachable"),
 ])
-def test_a_storage_refusal_names_the_field_at_fault(client, auth, lakehouse, db_engine, override, field, diagnosis):
+def test_a_storage_refusal_names_the_field_at_fault(client, auth, lakehouse, db_engine, closed_port,
+                                                    override, field, diagnosis):
     """Lakekeeper refuses bad storage with one generic error; the page says which field is wrong."""
+    override = {key: value.format(closed_port=closed_port) for key, value in override.items()}
     auth.login("alice")
     response = register(client, auth, lakehouse, "refused", **override)
     assert response.status_code == 422
@@ -144,8 +145,8 @@ def test_server_side_validation_rejects_bad_input_without_calling_lakekeeper(cli
     assert "lowercase letters" in page and "Not a valid bucket name" in page and "http://" in page
 
 
-def test_lakekeeper_unreachable_gives_a_clear_error_and_no_row(portal_config, lakehouse, db_engine):
-    down = create_app(replace(portal_config, LAKEKEEPER_URL=f"http://127.0.0.1:{free_port()}"))
+def test_lakekeeper_unreachable_gives_a_clear_error_and_no_row(portal_config, lakehouse, db_engine, closed_port):
+    down = create_app(replace(portal_config, LAKEKEEPER_URL=f"http://127.0.0.1:{closed_port}"))
     from tests.conftest import AuthActions
     from devstack.oidc_provider import TEST_USERS
 
