@@ -23,3 +23,17 @@ def rss_bytes(pids: list[int]) -> int:
         except FileNotFoundError:
             pass
     return total
+
+
+def process_argv(pid: int) -> list[str]:
+    """The process's command line, one argument each; [] once it has gone."""
+    try:
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+    return arguments[:-1] if arguments[-1] == "" else arguments
+
+
+def process_command_line(pid: int) -> str:
+    """The process's command line as one string, arguments joined by spaces; "" once it has gone."""
+    return " ".join(process_argv(pid))

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from tests.processes import process_running, rss_bytes
+from tests.processes import process_argv, process_running, rss_bytes
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_host_secret
@@ -628,12 +628,8 @@ def _unit_jvms(handle) -> dict[int, list[str]]:
     """The unit's Java processes: pid -> command line."""
     jvms = {}
     for pid in cluster_pids(handle):
-        try:
-            argv = [arg for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if arg]
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if argv and argv[0].endswith("java"):
-            jvms[pid] = argv
+        if (arguments := process_argv(pid)) and arguments[0].endswith("java"):
+            jvms[pid] = arguments
     return jvms
 
 

@@ -50,7 +50,7 @@ from app.spark_host.client import SparkHostClient, SparkHostError
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from compute.contract import SUBMIT_CODE
 from devstack.seaweedfs import TEST_USER_KEYS
-from tests.processes import process_running
+from tests.processes import process_command_line, process_running
 from tests.services import known_test_subject
 
 ONE_SQL_STEP = [{"name": "doubled", "kind": "sql", "code": "SELECT id, id * 2 AS twice FROM range(0, 130)",
@@ -780,8 +780,7 @@ def test_a_running_unit_starts_its_spark_session_before_any_execution_asks(e2e, 
         # A unit runs no Ray dashboard, so no Jobs API either: nothing else can have started it.
         assert handle.dashboard_url is None
     # Nor what only the dashboard or Ray Client would use: a lean unit (idle memory, issue 14).
-    programs = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                for pid in cluster_pids(handle) if Path(f"/proc/{pid}").exists()]
+    programs = [process_command_line(pid) for pid in cluster_pids(handle)]
     for absent in ("dashboard/dashboard.py", "autoscaler/_private/monitor.py", "ray.util.client.server",
                    "_private/log_monitor.py"):
         assert not [program for program in programs if absent in program], absent
@@ -927,9 +926,8 @@ def test_runs_leave_no_connections_open_on_their_unit(e2e, db_engine):
         handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
 
     def connections_out() -> int:  # each connection out of the sandbox is relayed by socat processes
-        argvs = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in cluster_pids(handle)
-                 if Path(f"/proc/{pid}").exists()]
-        return sum(argv.startswith(b"socat") and b"egress-" in argv for argv in argvs)
+        commands = [process_command_line(pid) for pid in cluster_pids(handle)]
+        return sum(command.startswith("socat") and "egress-" in command for command in commands)
 
     counts = []
     for _ in range(6):

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from tests.processes import process_running, rss_bytes
+from tests.processes import process_command_line, process_running, rss_bytes
 from app.spark_host.client import reported_use
 from app.ray_clusters.base import (
     ClusterHandle,
@@ -156,8 +156,8 @@ def test_the_dashboard_demands_the_cluster_token(cluster):
 def test_the_dashboard_runs_only_the_modules_a_unit_uses_and_they_answer(cluster):
     """The State API (RayDP, node status), cluster status and health, and the Jobs API (a Spark
     host's second way to start) answer; the other dashboard modules are not started."""
-    dashboard_lines = [" ".join(argv) for pid in cluster_pids(cluster)
-                       if "dashboard/dashboard.py" in " ".join(argv := process_argv(pid))]
+    dashboard_lines = [line for pid in cluster_pids(cluster)
+                       if "dashboard/dashboard.py" in (line := process_command_line(pid))]
     assert len(dashboard_lines) == 1
     assert f"--modules-to-load={','.join(DASHBOARD_MODULES)}" in dashboard_lines[0]
     for path in ("/api/v0/nodes", "/api/v0/actors", "/api/cluster_status", "/api/gcs_healthz", "/api/jobs/"):
@@ -171,13 +171,6 @@ def test_the_dashboard_runs_only_the_modules_a_unit_uses_and_they_answer(cluster
         assert time.monotonic() < deadline, "the job did not end"
         time.sleep(0.5)
     assert status == JobStatus.SUCCEEDED and "job ran" in jobs.get_job_logs(job_id)
-
-
-def process_argv(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
 
 
 def test_a_restarted_portal_adopts_the_live_cluster(backend, cluster):
@@ -356,8 +349,7 @@ def test_a_unit_without_a_dashboard_runs_only_the_ray_processes_it_uses(backend)
     unit = backend.start(ClusterSpec(cu_id="test-lean", name="lean", memory_gb_per_node=1, include_dashboard=False))
     try:
         def commands() -> dict[int, str]:
-            return {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-                    for pid in cluster_pids(unit)}
+            return {pid: process_command_line(pid) for pid in cluster_pids(unit)}
 
         def runs(command: str, script: str) -> bool:  # a bare interpreter running that script
             return command.split()[1:3] == ["-S", str(PROJECT_ROOT / "compute" / script)]

@@ -25,7 +25,7 @@ from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints, clust
 from app.worker import Worker
 from compute import class_archive
 from compute.jars import jar_paths
-from tests.processes import process_running
+from tests.processes import process_command_line, process_running
 from tests.tenant_attacks import attack_step, breaches, target_environs
 from tests.test_executions import (
     csrf,
@@ -47,11 +47,7 @@ def catalog_pid(catalog_url: str) -> int | None:
     """The dev catalog process of this test run (it listens on the catalog URL's port)."""
     port = catalog_url.rsplit(":", 1)[1]
     for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, ValueError):
-            continue
-        if "devcatalog" in cmdline and port in cmdline:
+        if entry.name.isdigit() and "devcatalog" in (line := process_command_line(int(entry.name))) and port in line:
             return int(entry.name)
     return None
 
