@@ -10,7 +10,7 @@ import threading
 
 import pyarrow as pa
 import pytest
-from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.types import StringType
 
 from app import iceberg_reader
@@ -181,6 +181,40 @@ def test_a_tables_own_properties_never_choose_how_its_files_are_reached(catalog,
     assert ChosenByTheTable.made == []
     assert type(loaded.io) is SmallWritesFileIO and type(catalog.load_table("results.chooser").io) is not ChosenByTheTable
     assert loaded.properties["s3.proxy-uri"] == f"http://127.0.0.1:{closed_port}"  # the table keeps its properties
+
+
+def test_a_units_writes_know_their_files_lengths_without_asking_the_storage(catalog, warehouse, lakehouse,
+                                                                           token_source, monkeypatch):
+    """pyiceberg asks for the length of every data file and manifest it writes, which a plain
+    PyArrowFile answers with a HEAD request; a unit's FileIO answers from the bytes it wrote,
+    and the lengths it records are the stored files' own."""
+    execution_catalog = rest_catalog("length-test", f"{lakehouse.catalog_url}/catalog", warehouse[1],
+                                     token_source.token())
+    execution_catalog.create_namespace_if_not_exists("results")
+    table = execution_catalog.create_table("results.lengths", schema=SCHEMA)
+    asked, ask = [], PyArrowFile._file_info
+    monkeypatch.setattr(PyArrowFile, "_file_info", lambda file: asked.append(file.location) or ask(file))
+    table.append(pa.table({"id": [1, 2, 3], "label": ["a", "b", None], "amount": [0.5, 1.5, 2.5]}, schema=SCHEMA))
+    monkeypatch.undo()
+
+    assert asked == []
+    storage = PyArrowFileIO(properties=table.io.properties)  # asks the storage for each length
+    manifests = table.current_snapshot().manifests(table.io)
+    data_files = [entry.data_file for manifest in manifests for entry in manifest.fetch_manifest_entry(table.io)]
+    assert manifests and data_files
+    assert [manifest.manifest_length for manifest in manifests] == [
+        len(storage.new_input(manifest.manifest_path)) for manifest in manifests]
+    assert [data.file_size_in_bytes for data in data_files] == [
+        len(storage.new_input(data.file_path)) for data in data_files]
+    assert sorted(execution_catalog.load_table("results.lengths").scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
+
+    # A write that did not reach the storage has no length of its own: the storage is asked.
+    unstored = table.io.new_output(f"s3://no-such-bucket-{secrets.token_hex(4)}/lost.bin")
+    with pytest.raises(OSError):
+        with unstored.create(overwrite=True) as stream:
+            stream.write(b"never stored")
+    with pytest.raises(OSError):
+        len(unstored)
 
 
 def test_an_empty_table_has_no_rows(catalog):
