@@ -14,6 +14,7 @@ import re
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,14 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psycopg
 from sqlmodel import Session, select
 
 from app import create_app
 from app.workflows import datasets
 from app.compute_units import lifecycle, supervision
 from app.spark_host.warmup import spark_host_size
-from app.worker import WORK_CHANNEL, Worker
+from app.worker import WorkAnnouncements, Worker
 from app.config import Config
 from app.db import make_engine
 from app.extensions import lakekeeper
@@ -350,28 +350,21 @@ class Bench:
             time.sleep(poll_s)
         return row
 
-    @contextmanager
-    def announcements(self) -> Iterator[psycopg.Connection]:
-        """A connection listening on the channel on which PostgreSQL announces a change of a
-        work row's state (migration 0009, app/worker.py), for `wait_for_final_state`."""
-        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        with psycopg.connect(dsn, autocommit=True) as connection:
-            connection.execute(f"LISTEN {WORK_CHANNEL}")
-            yield connection
-
-    def wait_for_final_state(self, announcements: psycopg.Connection, execution_id: int, timeout_s: float) -> None:
-        """Wait until the execution has ended, looking at its state whenever a change of state is
-        announced. The worker runs in this process (in production it has one of its own): this
-        waits without taking the interpreter from it, where polling the row through the ORM every
-        5 ms, after a long poll of the run on its host, competed with the worker's recording of the
-        run's end."""
+    def wait_for_final_state(self, announcements: WorkAnnouncements, execution_id: int, timeout_s: float) -> None:
+        """Wait until the execution has ended, looking at its state whenever PostgreSQL announces a
+        change of a work row's state (the worker's own `WorkAnnouncements`, listening already).
+        The worker runs in this process (in production it has one of its own): this waits without
+        taking the interpreter from it, where polling the row through the ORM every 5 ms, after a
+        long poll of the run on its host, competed with the worker's recording of the run's end."""
         deadline = time.monotonic() + timeout_s
-        query = f"SELECT state FROM {Execution.__tablename__} WHERE id = %s"
-        while announcements.execute(query, (execution_id,)).fetchone()[0] not in ExecutionState.FINAL:
+        state = select(Execution.state).where(Execution.id == execution_id)
+        while True:
+            with self.engine.connect() as connection:
+                if connection.execute(state).scalar_one() in ExecutionState.FINAL:
+                    return
             if (left := deadline - time.monotonic()) <= 0:
                 raise BenchError(f"execution {execution_id} did not finish within {timeout_s:.0f} s")
-            for _ in announcements.notifies(timeout=min(left, ANNOUNCED_OR_EVERY_S), stop_after=1):
-                pass
+            announcements.wait(min(left, ANNOUNCED_OR_EVERY_S))
 
     # ------------------------------------------------------------ compute units
     def create_compute_unit(self, name: str) -> tuple[int, float]:
@@ -475,12 +468,16 @@ class Bench:
         """Run the workflow through the run route and wait for COMPLETED in the Execution row."""
         # The browser holds the CSRF token in the page it runs from: reading it is not the run's.
         csrf_token = self.csrf_token()
-        with self.announcements() as announcements:
+        announcements = WorkAnnouncements(self.engine.url.render_as_string(hide_password=False), threading.Event())
+        announcements.wait(0)  # connects and listens: no change of state after the submit goes unseen
+        try:
             started = time.time()
             execution_id = self.submit(workflow_id, cu_id, csrf_token)
             routed = time.time()
             self.wait_for_final_state(announcements, execution_id, timeout_s)
             ended = time.time()
+        finally:
+            announcements.close()
         execution = self.row(Execution, execution_id)
         if execution.state != ExecutionState.COMPLETED:
             raise BenchError(f"execution {execution_id} ended {execution.state}: {execution.reason}")
