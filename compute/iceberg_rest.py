@@ -16,16 +16,25 @@ request, and commits to several tables at once. The portal's catalogs share the 
   length written to them (`LengthKnownFile`): pyiceberg asks for the length of every data file
   and manifest it writes, and PyArrowFile answers with a HEAD request, two more round trips one
   after another in each record.
+- Its files are stored behind the writer (`SmallWritesFileIO.wait_for_uploads`): a file's
+  PutObject runs on an upload thread once pyiceberg closes it, so a record's data file, manifest
+  and manifest list travel side by side rather than one after another, and every commit waits
+  for the uploads of the tables it changes before it is sent (`CatalogConfiguredRestCatalog.
+  commit_table`, `commit_together`): a commit never names a file that is not stored. A failed
+  upload fails the commit, before anything is committed.
 - `MetadataOnceTransaction` stages changes without pyiceberg's deep copy of the table's metadata on
   every read of it.
 """
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.io.pyarrow import BUFFER_SIZE, ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
 from pyiceberg.table import Transaction
+from pyiceberg.typedef import EMPTY_DICT, Properties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import update_table_metadata
 
@@ -33,11 +42,30 @@ from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
 
 # pyiceberg's property naming the FileIO class its catalogs and tables use.
 FILE_IO_PROPERTY = "py-io-impl"
+# The threads that store closed files, kept from run to run (a new thread waits for the interpreter's
+# lock before it runs). A run's records close six files; the rest wait their turn.
+_UPLOADS = ThreadPoolExecutor(6, thread_name_prefix="iceberg-upload")
 
 
 class SmallWritesFileIO(PyArrowFileIO):
-    """PyArrowFileIO whose S3 file systems send a small file as one PutObject, and whose output
-    files know the length written to them."""
+    """PyArrowFileIO whose S3 file systems send a small file as one PutObject, whose output
+    files know the length written to them, and whose closed files are stored behind the writer
+    (`wait_for_uploads` before any commit that names them)."""
+
+    def __init__(self, properties: Properties = EMPTY_DICT) -> None:
+        super().__init__(properties)
+        self._uploads: dict[str, Future] = {}  # location → its upload, until a wait collects it
+        self._uploads_lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        """Pickled without its uploads, which stay with the process that wrote the files."""
+        self.wait_for_uploads()
+        return {key: value for key, value in super().__getstate__().items()
+                if key not in ("_uploads", "_uploads_lock")}
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._uploads, self._uploads_lock = {}, threading.Lock()
 
     def _initialize_s3_fs(self, netloc: str | None):
         made = super()._initialize_s3_fs(netloc)
@@ -48,15 +76,41 @@ class SmallWritesFileIO(PyArrowFileIO):
     def new_output(self, location: str) -> LengthKnownFile:
         scheme, netloc, path = self.parse_location(location, self.properties)
         return LengthKnownFile(location=location, path=path, fs=self.fs_by_scheme(scheme, netloc),
-                               buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE)))
+                               buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE)), io=self)
+
+    def new_input(self, location: str):
+        """A file to read: one written through this FileIO is read once it is stored."""
+        with self._uploads_lock:
+            upload = self._uploads.get(location)
+        if upload is not None:
+            upload.result()
+        return super().new_input(location)
+
+    def upload(self, location: str, store) -> None:
+        """Run `store()` (a closed file's PutObject) on an upload thread."""
+        with self._uploads_lock:
+            self._uploads[location] = _UPLOADS.submit(store)
+
+    def wait_for_uploads(self) -> None:
+        """Return once every file closed so far is stored; raise the first upload's error, after
+        all of them have ended, if any failed."""
+        with self._uploads_lock:
+            uploads, self._uploads = self._uploads, {}
+        wait(uploads.values())
+        for upload in uploads.values():
+            upload.result()  # raises its error
 
 
 class LengthKnownFile(PyArrowFile):
     """A PyArrowFile that, once written through `create` and closed, answers its length from the
-    bytes written instead of asking the storage (a HEAD request). A write that failed records
-    no length: its close raised, and the length is asked of the storage as before."""
+    bytes written instead of asking the storage (a HEAD request). A file whose upload failed
+    forgets that length: it is asked of the storage as before."""
 
     _written_length: int | None = None
+
+    def __init__(self, *args, io: SmallWritesFileIO, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.io = io
 
     def create(self, overwrite: bool = False) -> _LengthNotingStream:
         return _LengthNotingStream(super().create(overwrite=overwrite), self)
@@ -66,7 +120,8 @@ class LengthKnownFile(PyArrowFile):
 
 
 class _LengthNotingStream:
-    """An output stream that tells its file how many bytes it held once they are stored."""
+    """An output stream that tells its file how many bytes it held, and is stored by an upload
+    thread once closed."""
 
     def __init__(self, stream, file: LengthKnownFile) -> None:
         self._stream, self._file = stream, file
@@ -88,8 +143,17 @@ class _LengthNotingStream:
         if self._stream.closed:
             return
         length = self._stream.tell()
-        self._stream.close()  # with allow_delayed_open, the PutObject: it raises if the file was not stored
+        # With allow_delayed_open, the stream's close is the PutObject (it raises if the file was
+        # not stored): the FileIO's waits raise that error before any commit names the file.
         self._file._written_length = length
+        self._file.io.upload(self._file.location, self._store)
+
+    def _store(self) -> None:
+        try:
+            self._stream.close()
+        except BaseException:
+            self._file._written_length = None  # not stored: its length is the storage's to say
+            raise
 
     def __enter__(self) -> _LengthNotingStream:
         return self
@@ -123,6 +187,11 @@ class CatalogConfiguredRestCatalog(RestCatalog):
     reader imports and instantiates (`py-io-impl`), or the proxy its storage requests go through.
     The table keeps its properties; only its FileIO is made without them."""
 
+    def commit_table(self, table, requirements, updates):
+        """pyiceberg's commit of one table, once the files it wrote for it are stored."""
+        wait_for_uploads(table)
+        return super().commit_table(table, requirements, updates)
+
     def _response_to_table(self, identifier_tuple, table_response):
         table = super()._response_to_table(identifier_tuple, _without_table_properties(table_response))
         table.metadata = table_response.metadata
@@ -137,6 +206,12 @@ class CatalogConfiguredRestCatalog(RestCatalog):
 def _without_table_properties(table_response):
     return table_response.model_copy(update={"metadata": table_response.metadata.model_copy(
         update={"properties": {}})})
+
+
+def wait_for_uploads(table) -> None:
+    """Return once the files written through `table`'s FileIO are stored; raise if one was not."""
+    if isinstance(table.io, SmallWritesFileIO):
+        table.io.wait_for_uploads()
 
 
 def rest_catalog(name: str, uri: str, warehouse: str, token: str):
@@ -167,6 +242,7 @@ def commit_together(catalog, transactions) -> None:
     changes = []
     for transaction in transactions:
         table = transaction._table
+        wait_for_uploads(table)
         *namespace, name = table.name()
         request = CommitTableRequest(
             identifier=TableIdentifier(namespace=namespace, name=name), updates=transaction._updates,

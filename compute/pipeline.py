@@ -458,11 +458,10 @@ class Pipeline:
                 # In this thread: the stats are read from the JVM, whose gateway a new thread connects to anew.
                 rows = {RUNTIME_STATS: self._stats_rows(), CONSOLE_LOGS: log_rows(self.log.entries)}
             with self._phase("records_files"):
-                # Each record's files (data, manifest, manifest list) are written before the commit, side by side.
-                with ThreadPoolExecutor(len(rows), thread_name_prefix="record") as pool:
-                    staged = [pool.submit(self._staged_record, namespace, namespace_rows, status, replace)
-                              for namespace, namespace_rows in rows.items()]
-                    records = [record.result() for record in staged]
+                # One record after the other: their files are stored behind the writer, side by side
+                # (iceberg_rest.SmallWritesFileIO), and the commit waits for them.
+                records = [self._staged_record(namespace, namespace_rows, status, replace)
+                           for namespace, namespace_rows in rows.items()]
             with self._phase("records_commit"):
                 commit_together(self.iceberg, [*(along or []), *records])
         except Exception as error:

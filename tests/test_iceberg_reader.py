@@ -7,6 +7,7 @@ import csv
 import io
 import secrets
 import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -19,7 +20,9 @@ from app.iceberg_reader import read_page, stream_csv
 from app.lakekeeper.client import DEFAULT_PROJECT_ID, LakekeeperClient
 from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile
 from app.lakekeeper.tokens import ClientCredentialsTokenSource
-from compute.iceberg_rest import SmallWritesFileIO, rest_catalog
+from compute.iceberg_rest import (
+    MetadataOnceTransaction, SmallWritesFileIO, _LengthNotingStream, commit_together, rest_catalog,
+)
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.seaweedfs import TEST_USER_KEYS
 
@@ -210,11 +213,76 @@ def test_a_units_writes_know_their_files_lengths_without_asking_the_storage(cata
 
     # A write that did not reach the storage has no length of its own: the storage is asked.
     unstored = table.io.new_output(f"s3://no-such-bucket-{secrets.token_hex(4)}/lost.bin")
+    with unstored.create(overwrite=True) as stream:
+        stream.write(b"never stored")
     with pytest.raises(OSError):
-        with unstored.create(overwrite=True) as stream:
-            stream.write(b"never stored")
+        table.io.wait_for_uploads()
     with pytest.raises(OSError):
         len(unstored)
+
+
+def test_a_records_files_are_stored_side_by_side_and_committed_once_all_are_stored(
+        warehouse, lakehouse, token_source, monkeypatch):
+    """A unit's FileIO stores each closed file on an upload thread: an append's data file,
+    manifest and manifest list are in flight together, and its commit is sent only once all
+    three are stored."""
+    execution_catalog = rest_catalog("upload-test", f"{lakehouse.catalog_url}/catalog", warehouse[1],
+                                     token_source.token())
+    execution_catalog.create_namespace_if_not_exists("results")
+    table = execution_catalog.create_table("results.side_by_side", schema=SCHEMA)
+    events, in_flight, lock = [], [0], threading.Lock()
+    store = _LengthNotingStream._store
+
+    def slow_store(stream):
+        with lock:
+            in_flight[0] += 1
+            events.append(("storing", in_flight[0]))
+        time.sleep(0.3)  # a slow storage: what is closed meanwhile is stored beside it
+        try:
+            store(stream)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+                events.append(("stored", stream._file.location))
+
+    post = execution_catalog._session.post
+
+    def recording_post(url, *args, **kwargs):
+        events.append(("commit", url))
+        return post(url, *args, **kwargs)
+
+    monkeypatch.setattr(_LengthNotingStream, "_store", slow_store)
+    monkeypatch.setattr(execution_catalog._session, "post", recording_post)
+    transaction = MetadataOnceTransaction(table)
+    transaction.append(pa.table({"id": [1], "label": ["a"], "amount": [0.5]}, schema=SCHEMA))
+    commit_together(execution_catalog, [transaction])
+    monkeypatch.undo()
+
+    stored = [event for event in events if event[0] == "stored"]
+    assert len(stored) == 3  # data file, manifest, manifest list
+    assert max(count for kind, count in events if kind == "storing") == 3  # all three at once
+    assert [kind for kind, _ in events].index("commit") > max(events.index(event) for event in stored)
+    assert sorted(execution_catalog.load_table("results.side_by_side").scan().to_arrow()["id"].to_pylist()) == [1]
+
+
+def test_a_commit_whose_files_were_not_stored_is_not_sent(warehouse, lakehouse, token_source, closed_port):
+    """An upload that fails fails the commit that would name its file, before the commit is
+    sent, through the multi-table commit and through pyiceberg's own: the table is unchanged."""
+    execution_catalog = rest_catalog("unstored-test", f"{lakehouse.catalog_url}/catalog", warehouse[1],
+                                     token_source.token())
+    execution_catalog.create_namespace_if_not_exists("results")
+    table = execution_catalog.create_table("results.unstored", schema=SCHEMA)
+    # The same table, its files sent to a storage that refuses connections.
+    table.io = SmallWritesFileIO({**table.io.properties, "s3.endpoint": f"http://127.0.0.1:{closed_port}",
+                                  "s3.connect-timeout": "1", "s3.request-timeout": "1"})
+    rows = pa.table({"id": [1], "label": ["a"], "amount": [0.5]}, schema=SCHEMA)
+    for commit in (lambda transaction: commit_together(execution_catalog, [transaction]),
+                   lambda transaction: transaction.commit_transaction()):
+        transaction = MetadataOnceTransaction(table)
+        transaction.append(rows)  # its files are closed; their uploads fail behind it
+        with pytest.raises(OSError):
+            commit(transaction)
+        assert execution_catalog.load_table("results.unstored").current_snapshot() is None
 
 
 def test_an_empty_table_has_no_rows(catalog):
