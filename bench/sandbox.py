@@ -53,6 +53,7 @@ def s3_put_3_kb(i):
     path = f"{table.metadata.location}/data/sandbox-probe-{time.time_ns()}"
     with table.io.new_output(path).create(overwrite=True) as out:
         out.write(payload)
+    table.io.wait_for_uploads()  # the unit's FileIO stores a closed file on an upload thread
 
 def s3_get_metadata(i):
     with table.io.new_input(table.metadata_location).open() as stream:

@@ -34,9 +34,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.io.pyarrow import BUFFER_SIZE, ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
 from pyiceberg.table import Transaction
-from pyiceberg.typedef import EMPTY_DICT, Properties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import update_table_metadata
+from pyiceberg.typedef import EMPTY_DICT, Properties
 
 from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
 
@@ -125,6 +125,7 @@ class _LengthNotingStream:
 
     def __init__(self, stream, file: LengthKnownFile) -> None:
         self._stream, self._file = stream, file
+        self._closed = False  # once closed here: its upload may not have closed the stream yet
 
     def write(self, data) -> int:
         return self._stream.write(data)
@@ -137,11 +138,12 @@ class _LengthNotingStream:
 
     @property
     def closed(self) -> bool:
-        return self._stream.closed
+        return self._closed
 
     def close(self) -> None:
-        if self._stream.closed:
+        if self._closed:
             return
+        self._closed = True
         length = self._stream.tell()
         # With allow_delayed_open, the stream's close is the PutObject (it raises if the file was
         # not stored): the FileIO's waits raise that error before any commit names the file.
