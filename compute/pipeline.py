@@ -55,7 +55,7 @@ from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
 from compute.console_capture import ExecutionLog, captured
 from compute.contract import (CONSOLE_LOGS, RESULTS, RUNTIME_STATS, ExecutionSpec, InvalidSpec, LineageRead,
                               LineageWrite, Step, TableProperty, TableStatus)
-from compute.iceberg_rest import MetadataOnceTransaction, commit_together, rest_catalog
+from compute.iceberg_rest import MetadataOnceTransaction, commit_together, rest_catalog, wait_for_uploads
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
 from compute.runs import RunFailed, RunInterrupted, RunProgress
@@ -462,6 +462,9 @@ class Pipeline:
                 # (iceberg_rest.SmallWritesFileIO), and the commit waits for them.
                 records = [self._staged_record(namespace, namespace_rows, status, replace)
                            for namespace, namespace_rows in rows.items()]
+            with self._phase("records_uploads"):  # the files' uploads end (the commit waits for them anyway)
+                for record in records:
+                    wait_for_uploads(record._table)
             with self._phase("records_commit"):
                 commit_together(self.iceberg, [*(along or []), *records])
         except Exception as error:
