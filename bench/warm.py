@@ -20,7 +20,7 @@ from compute.contract import RESULTS, table_name
 
 NAME = "warm"
 FIRST_RUN = "first-run"
-RUNS = 9  # single runs spread over ±0.05 s, a third of the target: a median of 5 moved by 0.02-0.05 s
+RUNS = 9  # single runs spread over ±0.05 s, a third of the target; medians of 5 gave +0.15 to +0.20 s for one code
 TARGET_ABOVE_BASELINE_S = 0.15  # issue 21 (was 0.3)
 FIRST_RUN_TARGET_ABOVE_WARM_S = 1.0
 SQL = "SELECT 42 AS answer, 'warm' AS label"
