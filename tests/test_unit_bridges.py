@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.ports import free_port
+from app.ports import free_port, port_is_open
 from app.ray_clusters.sandbox import (
     BRIDGE_BLOCK_BYTES, EgressRoute, Endpoint, egress_forwarders, egress_routes, ingress_forwarders,
 )
@@ -65,13 +65,9 @@ def _serve(listener: socket.socket, payload: bytes, received: list) -> None:
 
 def _wait_for_port(port: int) -> None:
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
+    while not port_is_open(port):
+        assert time.monotonic() < deadline, f"nothing listens on 127.0.0.1:{port}"
+        time.sleep(0.05)
 
 
 def test_a_bridge_relays_large_streams_both_ways_byte_for_byte(tmp_path: Path):
