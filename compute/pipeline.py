@@ -7,7 +7,8 @@ the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
 2. The catalog is bound (`_bind_catalog`): the warehouse's catalog config is fetched with the
    execution's token (so an unreachable catalog or a missing warehouse fails the run with
    that reason, and without records: `CatalogUnbound`). This happens in the background while
-   the session opens; no step runs before it is done (`_catalog`). Side by side, the
+   the steps are checked and the session opens; no step runs before it is done (`_catalog`).
+   Once every step has passed its check, side by side (`_prepare_tables`), the
    namespaces `results`, `runtime_stats` and `console_logs` are made and `runtime_stats.e<id>`
    and `console_logs.e<id>` are created (empty, status running); creating a table makes the
    catalog vend storage credentials for the warehouse. Those go into the warehouse's catalog
@@ -109,7 +110,7 @@ class Pipeline:
         self.stats = {step.name: StepStats(step) for step in spec.steps}
         self.iceberg = None  # pyiceberg catalog, once bound
         # The catalog calls that make the execution's namespaces and its runtime_stats and
-        # console_logs tables, side by side in `preparing` (see _bind_catalog); _prepared()
+        # console_logs tables, side by side in `preparing` (see _prepare_tables); _prepared()
         # waits for one.
         self.preparing: ThreadPoolExecutor | None = None
         self.bound: Future | None = None  # binding the catalog (_bind_catalog), in `preparing`
@@ -126,11 +127,17 @@ class Pipeline:
     def run(self) -> dict:
         self.progress.set_steps([{"name": step.name, "state": "pending", "rows_out": None,
                                   "started_at": None, "ended_at": None} for step in self.spec.steps])
-        with self._phase("check"):
-            programs = self._check_steps()
-        # The catalog is bound while the run's session opens (`_catalog` waits for it).
+        # The catalog is bound while the steps are checked and the run's session opens (`_catalog`
+        # waits for it); the execution's tables are made only once every step has passed its check.
         self.preparing = ThreadPoolExecutor(4, thread_name_prefix="prepare")
         self.bound = self.preparing.submit(self._bind_catalog)
+        try:
+            with self._phase("check"):
+                programs = self._check_steps()
+        except RunFailed:
+            self.preparing.shutdown(wait=False, cancel_futures=True)  # it makes nothing: not waited for
+            raise
+        self._prepare_tables()
         try:
             status, reason = self._run_bound(programs)
         finally:  # nothing made for this run touches the catalog once it has ended
@@ -159,6 +166,8 @@ class Pipeline:
             with self._phase("session"):
                 self._open_session()
                 self._catalog()  # no step runs before the catalog is bound
+                self.log("INFO", None, f"bound to warehouse {self.spec.catalog['warehouse']} "
+                                       f"through {self.spec.catalog['uri']}")
                 self._check_pins()
             with self._phase("steps"):
                 self._run_steps(programs)
@@ -209,9 +218,8 @@ class Pipeline:
         return programs
 
     def _bind_catalog(self) -> None:
-        """Reach the warehouse through the catalog with the execution's token, and nothing else;
-        start making the execution's namespaces and its runtime_stats and console_logs tables
-        (each a round trip to the catalog, side by side). Runs in `preparing`."""
+        """Reach the warehouse through the catalog with the execution's token, and nothing else.
+        Runs in `preparing`."""
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
         with self._phase("bind"):
             try:
@@ -221,10 +229,18 @@ class Pipeline:
                 # Find out precisely what is wrong (unreachable, no such warehouse, refused).
                 self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
                 raise RunFailed(f"the catalog refused warehouse {warehouse}: {describe(error)}") from None
-        self.prepared = {RESULTS: self.preparing.submit(self.iceberg.create_namespace_if_not_exists, RESULTS)}
+
+    def _prepare_tables(self) -> None:
+        """Start making the execution's namespaces and its runtime_stats and console_logs tables,
+        each a round trip to the catalog, side by side in `preparing` once the catalog is bound."""
+        def once_bound(make, *args):
+            self._catalog()  # raises CatalogUnbound, which _prepared raises first
+            return make(*args)
+
+        self.prepared = {RESULTS: self.preparing.submit(
+            once_bound, lambda: self.iceberg.create_namespace_if_not_exists(RESULTS))}
         for namespace in RECORD_SCHEMAS:
-            self.prepared[namespace] = self.preparing.submit(self._create_record_table, namespace)
-        self.log("INFO", None, f"bound to warehouse {warehouse} through {catalog['uri']}")
+            self.prepared[namespace] = self.preparing.submit(once_bound, self._create_record_table, namespace)
 
     def _catalog(self):
         """The run's pyiceberg catalog, once bound; raises CatalogUnbound if it could not be."""
