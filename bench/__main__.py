@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 from bench import cold, growth, idle_memory, paging, pool, portal_load, sandbox, throughput, warm
 from app.config import SETTINGS
-from bench.harness import CU_CPUS, CU_MEMORY_GB, Bench, machine_summary, other_test_runs
+from bench.harness import CU_CPUS, CU_MEMORY_GB, Bench, machine_summary, other_test_runs, python_loop_s
 
 # Run order: paging before any compute unit exists (its figures are the portal's alone); cold
 # start on fresh units it terminates; the warm pool's claims against that cold figure; then one unit for the rest: warm (its first run, once the
@@ -63,12 +63,12 @@ def main(argv: list[str]) -> int:
     options = parse_args(argv)
     chosen = [name for name in BENCHMARKS if not options.benchmarks or name in options.benchmarks]
     print(f"Lakeport benchmarks ({', '.join(chosen)}), {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"machine: {machine_summary()}")
+    print(f"machine: {machine_summary()}; a 10-million-step Python loop in {python_loop_s():.2f} s")
     if set(chosen) != {paging.NAME}:  # paging alone needs no compute unit
         print(f"compute unit: local, {CU_CPUS} CPUs, {CU_MEMORY_GB:g} GiB, no worker nodes")
     warn_about_other_test_runs("at the start")
     started = time.monotonic()
-    summaries, failed = [], []
+    summaries, failed, speeds = [], [], []
     if options.settings:
         print(f"settings: {', '.join(f'{name}={value}' for name, value in options.settings.items())}")
     with Bench(settings=options.settings) as bench:
@@ -80,7 +80,10 @@ def main(argv: list[str]) -> int:
                 traceback.print_exc()
                 failed.append(name)
             warn_about_other_test_runs(f"at the end of {name}")
-    print(f"\n== summary ({(time.monotonic() - started) / 60:.1f} min)")
+            speeds.append(python_loop_s())
+            print(f"  (the machine after {name}: a 10-million-step Python loop in {speeds[-1]:.2f} s)")
+    print(f"\n== summary ({(time.monotonic() - started) / 60:.1f} min; a 10-million-step Python loop in "
+          f"{min(speeds):.2f}–{max(speeds):.2f} s over the run)")
     for summary in summaries:
         print(f"  {summary.name:<12} {'met   ' if summary.met else 'MISSED'}  {summary.headline}")
     for name in failed:

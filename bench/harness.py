@@ -193,6 +193,18 @@ def machine_summary() -> str:
             f"load average {load} at start")
 
 
+def python_loop_s(steps: int = 10_000_000, tries: int = 2) -> float:
+    """The machine's speed now: seconds for a `steps`-step Python loop, best of `tries`. The same
+    machine runs twice as slow at some hours as at others, and every figure moves with it."""
+    best = float("inf")
+    for _ in range(tries):
+        began = time.perf_counter()
+        for _ in range(steps):
+            pass
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
 def other_test_runs() -> list[str]:
     """Command lines of pytest processes running now: their load would skew the figures."""
     found = []
