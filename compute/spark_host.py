@@ -58,6 +58,8 @@ CANCEL_REPEAT_SECONDS = 0.5
 CANCEL_PERSIST_SECONDS = 120.0
 # Longest a status request may wait for its run to end (`GET /runs/<id>?wait_s=`).
 MAX_STATUS_WAIT_SECONDS = 10.0
+# Longest the warm-up waits for every executor to register (then it goes on with those there are).
+EXECUTORS_WAIT_S = 120.0
 
 
 def _import_pipeline() -> None:
@@ -78,10 +80,11 @@ class SparkSessionHost:
         self._spark = None
         self._state = "warming"
         self._error: str | None = None
-        # Seconds the session's start took, and its first job (of which the write path's warm-up),
-        # and why warming the write path failed, if it did.
+        # Seconds the session's start took, how many executors had registered before its first
+        # job, and that job (of which the write path's warm-up), and why warming the write path
+        # failed, if it did.
         self._warm_up_report = dict.fromkeys(
-            ("session_init_s", "first_job_s", "write_warm_up_s", "write_warm_up_error"))
+            ("session_init_s", "executors_registered", "first_job_s", "write_warm_up_s", "write_warm_up_error"))
         self._ready = threading.Event()
         self._runs: dict[str, Run] = {}
         self._ran = False  # anything submitted, ever (old runs are forgotten; this is not)
@@ -92,7 +95,7 @@ class SparkSessionHost:
         threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
 
     def _warm_up(self) -> None:
-        from compute.spark_session import start_spark_session, warm_the_write_path
+        from compute.spark_session import start_spark_session, wait_for_executors, warm_the_write_path
         import raydp  # noqa: F401  (first: the driver's JVM starts once it is imported)
 
         # The pipeline runner's imports (pyiceberg, pyarrow: seconds) overlap with the JVMs' start,
@@ -109,13 +112,17 @@ class SparkSessionHost:
                 placement_strategy=self.settings.placement_strategy,
             )
             self._warm_up_report["session_init_s"] = round(time.monotonic() - started, 2)
-            # The first job waits for every executor and loads the classes a job needs; a later
-            # execution should not pay for it. It runs in the JVMs only: SQL steps start no Python
-            # worker. Then the write path is warmed, which makes a later first run a second faster.
-            # A run that already waits would wait for both, and its own first job and write do the
-            # same work: for it the host is ready once its session is (seconds sooner).
+            # Warm means every executor has registered, so the unit's first run has all of them;
+            # then the first job loads the classes a job needs, which a later execution should not
+            # pay for. It runs in the JVMs only: SQL steps start no Python worker. Then the write
+            # path is warmed, which makes a later first run a second faster. A run that already
+            # waits would wait for all of it, and its own first job and write do the same work:
+            # for it the host is ready once its session is (seconds sooner).
             started = time.monotonic()
             executors = self.settings.executors
+            if not self._run_waiting:
+                self._warm_up_report["executors_registered"] = wait_for_executors(
+                    self._spark, executors, EXECUTORS_WAIT_S, until=lambda: self._run_waiting)
             if not self._run_waiting:
                 self._spark.range(0, executors, 1, executors).selectExpr("sum(id)").collect()
             writing = time.monotonic()

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,8 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 # Iceberg's default ResolvingFileIO reaches for AWS SDK v2, which no registry here ships;
 # HadoopFileIO goes through Hadoop's S3A (SDK v1 bundle) instead.
 HADOOP_FILE_IO = "org.apache.iceberg.hadoop.HadoopFileIO"
+# How often `wait_for_executors` asks the driver.
+EXECUTORS_POLL_S = 0.05
 
 
 def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -73,10 +76,6 @@ def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None =
         "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
         # Concurrent executions share the executors instead of queueing behind each other.
         "spark.scheduler.mode": "FAIR",
-        # The first job waits until every executor has registered (on a busy machine they come up
-        # seconds apart), so "warm" means the whole unit is in use, not just its first node.
-        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
-        "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
         # The UI binds every interface and a port per session; the portal shows what matters.
         "spark.ui.enabled": "false",
     }
@@ -113,6 +112,21 @@ def start_spark_session(
         placement_group_strategy=placement_strategy,
         configs=configs,
     )
+
+
+def wait_for_executors(spark, count: int, timeout_s: float, until: Callable[[], bool] = lambda: False) -> int:
+    """Wait until `count` executors have registered with the driver, `timeout_s` has passed or
+    `until()` is true; returns how many have. RayDP's scheduler backend is ready for jobs at once:
+    Spark's `minRegisteredResourcesRatio` holds back only backends that count what registered,
+    and a job meanwhile runs on the executors there are (on a busy machine they come up seconds
+    apart)."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        registered = len(tracker.getExecutorInfos()) - 1  # the driver is listed too
+        if registered >= count or until() or time.monotonic() >= deadline:
+            return registered
+        time.sleep(EXECUTORS_POLL_S)
 
 
 def _start_the_app_master_from_the_driver() -> None:

@@ -333,6 +333,7 @@ def test_the_host_is_warm_with_executors_on_both_nodes(cluster, host, capsys):
 
     assert info["state"] == "ready", info["error"]
     assert len(info["executors"]) == 2
+    assert info["executors_registered"] == 2  # both had registered before the host said warm
     assert {executor["node_id"] for executor in info["executors"]} == node_ids
     with capsys.disabled():
         print(f"\n[measure] Spark host bootstrap {info['bootstrap_s']} s "
@@ -401,7 +402,9 @@ class StartingSession:
     """Stands in for the Spark session a host starts: its start, and then its first job, each
     go on until the test lets them end."""
 
-    sparkContext = SimpleNamespace(applicationId="app-1")
+    # The driver and one executor have registered.
+    sparkContext = SimpleNamespace(applicationId="app-1", _jsc=SimpleNamespace(sc=lambda: SimpleNamespace(
+        statusTracker=lambda: SimpleNamespace(getExecutorInfos=lambda: ["driver", "executor"]))))
 
     def __init__(self) -> None:
         self.starting, self.may_start = threading.Event(), threading.Event()
@@ -424,6 +427,39 @@ class StartingSession:
         self.first_job_runs.set()
         self.may_finish.wait(10)
         return []
+
+
+class RegisteringExecutors:
+    """A Spark session whose executors register one more each time the driver is asked."""
+
+    def __init__(self, registering: int) -> None:
+        self.asked, self.registering = 0, registering
+        tracker = SimpleNamespace(getExecutorInfos=self._infos)
+        self.sparkContext = SimpleNamespace(_jsc=SimpleNamespace(sc=lambda: SimpleNamespace(statusTracker=lambda: tracker)))
+
+    def _infos(self) -> list[str]:
+        self.asked += 1
+        return ["driver", *(f"executor-{number}" for number in range(min(self.asked - 1, self.registering)))]
+
+
+def test_the_warm_up_waits_for_every_executor_or_its_time_or_a_run(monkeypatch):
+    """RayDP's scheduler is ready for jobs before any executor has registered: warm means all of
+    them have, unless that takes longer than the warm-up waits or a run is already waiting."""
+    from compute import spark_session
+
+    monkeypatch.setattr(spark_session, "EXECUTORS_POLL_S", 0.001)
+    all_come = RegisteringExecutors(registering=3)
+    assert spark_session.wait_for_executors(all_come, 3, timeout_s=10) == 3
+    assert all_come.asked == 4  # asked until the third had registered, not after
+
+    one_comes = RegisteringExecutors(registering=1)
+    began = time.monotonic()
+    assert spark_session.wait_for_executors(one_comes, 2, timeout_s=0.2) == 1
+    assert 0.2 <= time.monotonic() - began < 5
+
+    run_waits = RegisteringExecutors(registering=0)
+    assert spark_session.wait_for_executors(run_waits, 2, timeout_s=10, until=lambda: run_waits.asked >= 3) == 0
+    assert run_waits.asked == 3
 
 
 @pytest.mark.parametrize("run_heard, first_job, write_warmed", [
