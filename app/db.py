@@ -1,16 +1,26 @@
 """Database access: one engine per app, one SQLModel session per request.
 
+A request that only reads (GET, HEAD) reads without a transaction: each statement commits by
+itself, so a poll costs no BEGIN and no ROLLBACK round trip. Its reads see what they would see
+in a transaction at PostgreSQL's READ COMMITTED (a snapshot per statement), and it writes
+nothing: its session refuses to flush. A reading request that must write (the sign-in
+callback, the API's rate counts) does so in `writing_session()`, its own transaction.
+
 Schema changes go through Alembic (`migrations/`); nothing here creates tables.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from flask import Flask, abort, current_app, g
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from flask import Flask, abort, current_app, g, has_request_context, request
 from flask_login import current_user
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, InvalidRequestError, OperationalError
 from sqlmodel import Session, SQLModel, create_engine
 
 from app.config import PROJECT_ROOT
@@ -36,11 +46,50 @@ def make_engine(database_url: str) -> Engine:
             dbapi_connection.execute("PRAGMA journal_mode=WAL")
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url)
+    _ping_connections_back_from_idle(engine)
+    return engine
+
+
+# A pooled connection that has waited this long is pinged before it is handed out again.
+PING_AFTER_IDLE_S = 2.0
+
+
+def _ping_connections_back_from_idle(engine: Engine) -> None:
+    """Ping a pooled connection before use only if it sat idle for PING_AFTER_IDLE_S, rather than
+    on every checkout (SQLAlchemy's `pool_pre_ping`): under load a connection goes back out within
+    milliseconds, and a ping is a round trip per request. One the server closed while it waited
+    (a restart, an idle timeout) fails its ping and is replaced. One closed while it was in use
+    fails that request, and the failure invalidates the whole pool (SQLAlchemy's disconnect
+    handling), so the next requests get new connections."""
+    @event.listens_for(engine, "checkin")
+    def _idle_from(_dbapi_connection, record) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection, record, _proxy) -> None:
+        idle_since = record.info.pop("idle_since", None)
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+            return  # new, or back from the pool at once
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as error:
+            raise DisconnectionError(f"an idle pooled connection was closed: {error}") from error  # the pool retries
+
+
+READING_METHODS = frozenset({"GET", "HEAD"})
+
+
+class ReadingRequestWrites(InvalidRequestError):
+    """A GET or HEAD request's session was asked to write."""
 
 
 def init_app(app: Flask) -> None:
     app.extensions["db_engine"] = make_engine(app.config["DATABASE_URL"])
+    # The same pool, its connections in autocommit while a reading request holds them.
+    reading_engine = app.extensions["db_engine"].execution_options(isolation_level="AUTOCOMMIT")
+    event.listen(reading_engine, "before_cursor_execute", _refuse_writes)
+    app.extensions["db_reading_engine"] = reading_engine
     app.teardown_appcontext(close_db)
 
 
@@ -49,10 +98,30 @@ def engine() -> Engine:
 
 
 def get_db() -> Session:
-    """The request's database session, opened on first use and closed at teardown."""
+    """The request's database session, opened on first use and closed at teardown: without a
+    transaction, and refusing to write, for a GET or HEAD request (see the module's notes)."""
     if "db" not in g:
-        g.db = Session(engine(), expire_on_commit=False)
+        if has_request_context() and request.method in READING_METHODS:
+            g.db = Session(current_app.extensions["db_reading_engine"], expire_on_commit=False)
+        else:
+            g.db = Session(engine(), expire_on_commit=False)
     return g.db
+
+
+def _refuse_writes(_connection, _cursor, statement, _parameters, context, _executemany) -> None:
+    """Before each statement of a reading request: none may change a row (the ORM's flushes and
+    Core's statements alike)."""
+    if context is not None and (context.isinsert or context.isupdate or context.isdelete):
+        raise ReadingRequestWrites(f"a reading request (GET or HEAD) may not write: {statement.split(None, 1)[0]} "
+                                   "refused; write in db.writing_session()")
+
+
+@contextmanager
+def writing_session() -> Iterator[Session]:
+    """A transaction of its own, committed when the block ends (rolled back if it raises), for
+    the writes of a request that otherwise only reads."""
+    with Session(engine(), expire_on_commit=False) as db, db.begin():
+        yield db
 
 
 def close_db(_exc: BaseException | None = None) -> None:

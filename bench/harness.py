@@ -43,6 +43,7 @@ from devstack.seaweedfs import TEST_USER_KEYS
 from devstack.stack import LocalStack, StackPorts
 
 USER = "alice"
+BROWSER_USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) lakeport-bench"
 # The compute unit every benchmark runs on: the whole machine (2 cores here), one node.
 CU_CPUS = 2
 CU_MEMORY_GB = 4.0
@@ -266,6 +267,9 @@ class Bench:
         # The background work (units, executions, sample data), in this process.
         self.worker = Worker(self.app).start()
         self.client = self.app.test_client()
+        # The portal ties a session to the browser that signed in (flask-login's session
+        # protection): the simulated browsers of portal-load send this one too.
+        self.client.environ_base["HTTP_USER_AGENT"] = BROWSER_USER_AGENT
         self._sign_in(USER)
         self.warehouse_id = self._register_warehouse()
         self.say(f"  setup: {USER} signed in, warehouse registered (logs: {self.stack.log_dir})")

@@ -2,6 +2,7 @@
 and out, errors raised as ApiError with the problem document's words."""
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -9,6 +10,10 @@ from typing import Any
 import httpx
 
 API = "/api/v1"
+# A read answered 429 is asked again after the Retry-After the API names (at most this long),
+# a few times; a change is never sent twice.
+RATE_LIMITED_RETRIES = 3
+LONGEST_RETRY_AFTER_S = 60
 
 
 class ApiError(Exception):
@@ -38,7 +43,11 @@ class Client:
 
     def _call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
               headers: dict | None = None) -> Any:
-        response = self._http.request(method, path, json=json, params=params, headers=headers)
+        for attempt in range(RATE_LIMITED_RETRIES + 1):
+            response = self._http.request(method, path, json=json, params=params, headers=headers)
+            if response.status_code != 429 or method != "GET" or attempt == RATE_LIMITED_RETRIES:
+                break
+            time.sleep(_retry_after(response))
         if response.status_code >= 400:
             raise _error(response)
         return response.json()
@@ -157,6 +166,15 @@ class Client:
 
     def lineage(self, execution_id: int) -> dict:
         return self._call("GET", f"/executions/{execution_id}/lineage")
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The seconds a 429 asks to wait, within 1 s and LONGEST_RETRY_AFTER_S."""
+    try:
+        seconds = float(response.headers.get("Retry-After", "1"))
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 1.0), LONGEST_RETRY_AFTER_S)
 
 
 def _error(response: httpx.Response) -> ApiError:

@@ -12,7 +12,7 @@ from openapi_core.testing import MockRequest, MockResponse
 
 from lakeport_client import ApiError, Client, cli
 from tests.test_api import token_for
-from tests.test_executions import equipped, execution_row, make_user
+from tests.test_executions import equipped, execution_count as execution_count_of, execution_row, make_user
 
 
 class CheckedTransport(httpx.BaseTransport):
@@ -88,6 +88,46 @@ def test_the_command_line_lists_and_starts(app, db_engine, checked, monkeypatch)
     assert unknown.exit_code == 1 and "No workflow of yours is called 'no-such-workflow'" in unknown.output
     missing = runner.invoke(cli.main, ["results", "999999", "step"])
     assert missing.exit_code == 1 and "404" in missing.output
+
+
+def test_a_read_over_the_rate_limit_waits_as_told_and_a_change_is_never_sent_twice(app, db_engine, checked,
+                                                                                   monkeypatch):
+    """Against the portal's real rate limit (two calls a minute here): a GET answered 429 waits the
+    Retry-After it names and asks again; a POST answered 429 is not sent again."""
+    from types import SimpleNamespace
+
+    from app.api import rate_limit
+    from lakeport_client import client as client_module
+
+    app.config["API_CALLS_PER_MINUTE"] = 2
+    minute = 60 * 29_000_000 + 30  # one minute's window throughout, whenever the test runs
+    monkeypatch.setattr(rate_limit, "time", SimpleNamespace(time=lambda: minute))
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    api = Client("http://portal.test", token_for(app, owner), transport=checked)
+    waits: list[float] = []
+
+    def wait(seconds: float) -> None:  # the minute passes: the portal allows more calls again
+        waits.append(seconds)
+        app.config["API_CALLS_PER_MINUTE"] = 100
+
+    monkeypatch.setattr(client_module.time, "sleep", wait)
+    assert [unit["id"] for unit in api.units()] == [cu.id]
+    assert api.unit(cu.id)["id"] == cu.id  # the second call of the minute
+    assert api.unit(cu.id)["name"] == cu.name  # the third: 429, then asked again
+    assert len(waits) == 1 and 1 <= waits[0] <= 61
+
+    app.config["API_CALLS_PER_MINUTE"] = 1  # over it again
+    with pytest.raises(ApiError) as refused:
+        api.start(workflow.id, cu.id, warehouse.id)
+    assert refused.value.status == 429 and len(waits) == 1
+    assert execution_count_of(db_engine, owner) == 0
+
+    waits.clear()
+    monkeypatch.setattr(client_module.time, "sleep", waits.append)  # this time the limit holds
+    with pytest.raises(ApiError) as still:
+        api.units()
+    assert still.value.status == 429 and len(waits) == client_module.RATE_LIMITED_RETRIES
 
 
 def test_the_command_line_reads_its_settings_from_the_environment_or_a_file(tmp_path, monkeypatch):

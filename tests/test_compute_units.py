@@ -358,7 +358,7 @@ def test_parallel_creates_never_exceed_the_per_user_limit(app, db_engine):
     outcomes: list[str] = []
 
     def create(number: int) -> None:
-        with app.test_request_context():
+        with app.test_request_context(method="POST"):
             values = {"name": f"racer-{number}", "kind": "local", "cpus": 1, "memory_gb": 1.0, "worker_nodes": 0}
             barrier.wait()
             try:

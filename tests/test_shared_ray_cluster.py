@@ -230,7 +230,7 @@ def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_
     (alice_cu, alice), (_, bob) = units["alice"], units["bob"]
     port = alice_cu.spark_host_port
 
-    with portal.test_request_context():
+    with portal.test_request_context(method="POST"):
         lifecycle.terminate(reload(db_engine, alice_cu.id), reason="test")
     deadline = time.monotonic() + 60
     while (reload(db_engine, alice_cu.id).state != "TERMINATED" or answers_http(port)) \

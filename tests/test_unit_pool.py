@@ -104,7 +104,7 @@ def test_a_create_of_the_pools_size_claims_a_ready_pooled_unit_for_its_user_alon
     assert other_id != spare.id and reload(db_engine, ComputeUnit, spare.id).owner_id is None
 
     # Terminated, a claimed unit ends; it is never back in the pool, whoever asks next.
-    with app.test_request_context(), app.app_context():
+    with app.test_request_context(method="POST"), app.app_context():
         lifecycle.terminate(reload(db_engine, ComputeUnit, claimed_id))
     carol, _ = signed_in(app, db_engine)
     assert created_id(create(carol, "next")) == spare.id

@@ -11,7 +11,7 @@ from sqlalchemy import delete
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.api.problems import ApiProblem
-from app.db import get_db
+from app.db import writing_session
 from app.models import ApiRateWindow
 
 WINDOW_SECONDS = 60
@@ -23,19 +23,18 @@ def count(keys: list[str]) -> None:
     limit = current_app.config["API_CALLS_PER_MINUTE"]
     now = time.time()
     window = int(now // WINDOW_SECONDS) * WINDOW_SECONDS
-    db = get_db()
-    insert = postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert
     over = False
-    for key in keys:
-        statement = insert(ApiRateWindow).values(key=key, window_start=window, calls=1)
-        statement = statement.on_conflict_do_update(index_elements=["key", "window_start"],
-                                                    set_={"calls": ApiRateWindow.calls + 1})
-        db.exec(statement)
-        calls = db.get(ApiRateWindow, (key, window), populate_existing=True).calls
-        over = over or calls > limit
-        if calls == 1:  # the first call of a window: the windows before it are done with
-            db.exec(delete(ApiRateWindow).where(ApiRateWindow.key == key, ApiRateWindow.window_start < window))
-    db.commit()
+    with writing_session() as db:  # its own transaction: a GET's own session reads only
+        insert = postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert
+        for key in keys:
+            statement = insert(ApiRateWindow).values(key=key, window_start=window, calls=1)
+            statement = statement.on_conflict_do_update(index_elements=["key", "window_start"],
+                                                        set_={"calls": ApiRateWindow.calls + 1})
+            db.exec(statement)
+            calls = db.get(ApiRateWindow, (key, window), populate_existing=True).calls
+            over = over or calls > limit
+            if calls == 1:  # the first call of a window: the windows before it are done with
+                db.exec(delete(ApiRateWindow).where(ApiRateWindow.key == key, ApiRateWindow.window_start < window))
     if over:
         retry_after = max(1, int(window + WINDOW_SECONDS - now) + 1)
         raise ApiProblem(429, f"Over {limit} calls a minute: try again in {retry_after} s.",

@@ -15,7 +15,7 @@ from datetime import timedelta
 from sqlmodel import select
 
 from app.audit import trail as audit
-from app.db import get_db
+from app.db import get_db, writing_session
 from app.errors import UserFacingError
 from app.models import ApiToken, User, utcnow
 
@@ -85,12 +85,11 @@ def holder_of(text: str) -> tuple[ApiToken, User] | None:
     revoked). Marks it used."""
     if not TOKEN_RE.match(text or ""):
         return None
-    db = get_db()
-    token = db.exec(select(ApiToken).where(ApiToken.token_sha256 == digest(text))).first()
-    now = utcnow()
-    if token is None or token.revoked_at is not None or token.expires_at <= now:
-        return None
-    token.last_used_at = now
-    db.add(token)
-    db.commit()
-    return token, db.get(User, token.owner_id)
+    with writing_session() as db:  # marking it used is a write, and most calls are GETs, whose session reads only
+        token = db.exec(select(ApiToken).where(ApiToken.token_sha256 == digest(text))).first()
+        now = utcnow()
+        if token is None or token.revoked_at is not None or token.expires_at <= now:
+            return None
+        token.last_used_at = now
+        user = db.get(User, token.owner_id)
+    return token, user
