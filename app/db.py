@@ -3,17 +3,17 @@
 A request that only reads (GET, HEAD) reads without a transaction: each statement commits by
 itself, so a poll costs no BEGIN and no ROLLBACK round trip. Its reads see what they would see
 in a transaction at PostgreSQL's READ COMMITTED (a snapshot per statement), and it writes
-nothing: its session refuses to flush. A reading request that must write (the sign-in
-callback, the API's rate counts) does so in `writing_session()`, its own transaction.
+nothing: its session refuses every INSERT, UPDATE and DELETE. A reading request that must write
+(the sign-in callback, a token's last use, the API's rate counts) does so in
+`writing_session()`, its own transaction.
 
 Schema changes go through Alembic (`migrations/`); nothing here creates tables.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from flask import Flask, abort, current_app, g, has_request_context, request
