@@ -3,14 +3,15 @@
 A request that only reads (GET, HEAD) reads without a transaction: each statement commits by
 itself, so a poll costs no BEGIN and no ROLLBACK round trip. Its reads see what they would see
 in a transaction at PostgreSQL's READ COMMITTED (a snapshot per statement), and it writes
-nothing: its session refuses every INSERT, UPDATE and DELETE. A reading request that must write
-(the sign-in callback, a token's last use, the API's rate counts) does so in
-`writing_session()`, its own transaction.
+nothing: its session refuses every INSERT, UPDATE and DELETE, and SQL text naming one. A
+reading request that must write (the sign-in callback, a token's last use, the API's rate
+counts) does so in `writing_session()`, its own transaction.
 
 Schema changes go through Alembic (`migrations/`); nothing here creates tables.
 """
 from __future__ import annotations
 
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Iterator
 
 from flask import Flask, abort, current_app, g, has_request_context, request
 from flask_login import current_user
-from sqlalchemy import event
+from sqlalchemy import TextClause, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DisconnectionError, InterfaceError, InvalidRequestError, OperationalError
 from sqlmodel import Session, SQLModel, create_engine
@@ -109,11 +110,27 @@ def get_db() -> Session:
 
 
 def _refuse_writes(_connection, _cursor, statement, _parameters, context, _executemany) -> None:
-    """Before each statement of a reading request: none may change a row (the ORM's flushes and
-    Core's statements alike)."""
+    """Before each statement of a reading request: none may change a row (the ORM's flushes,
+    Core's statements, and SQL written out as text alike)."""
     if context is not None and (context.isinsert or context.isupdate or context.isdelete):
-        raise ReadingRequestWrites(f"a reading request (GET or HEAD) may not write: {statement.split(None, 1)[0]} "
-                                   "refused; write in db.writing_session()")
+        refused = statement.split(None, 1)[0]
+    elif _written_out(context) and (found := _WRITING_SQL.search(statement)):
+        refused = found.group(1).upper()
+    else:
+        return
+    raise ReadingRequestWrites(f"a reading request (GET or HEAD) may not write: {refused} refused; "
+                               "write in db.writing_session()")
+
+
+# SQL that SQLAlchemy did not compile from a construct (text(), exec_driver_sql) says what it
+# does only in its words: one that names a writing command anywhere is refused.
+_WRITING_SQL = re.compile(r"\b(insert|update|delete|merge|truncate|copy|create|drop|alter|grant|revoke)\b",
+                          re.IGNORECASE)
+
+
+def _written_out(context) -> bool:
+    compiled = getattr(context, "compiled", None)
+    return compiled is None or isinstance(compiled.statement, TextClause)
 
 
 @contextmanager

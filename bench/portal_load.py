@@ -101,7 +101,8 @@ def _load(base_url: str, cookies: dict, paths: dict[str, tuple[str, float]], *, 
 def _poll_as_browsers(base_url: str, cookies: dict, paths: dict[str, tuple[str, float]], users: int,
                       duration_s: float) -> tuple[dict[str, list[float]], dict[str, int], list[str], float]:
     address = urlsplit(base_url)
-    headers = {"HX-Request": "true", "User-Agent": BROWSER_USER_AGENT, "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items())}
+    headers = {"HX-Request": "true", "User-Agent": BROWSER_USER_AGENT,
+               "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items())}
     samples: dict[str, list[float]] = {label: [] for label in paths}
     not_modified = dict.fromkeys(paths, 0)
     errors: list[str] = []

@@ -152,11 +152,19 @@ class Client:
         return self._call("GET", f"/executions/{execution_id}/results/{step}", params={"page": page, "size": size})
 
     def results_csv(self, execution_id: int, step: str) -> Iterator[bytes]:
-        with self._http.stream("GET", f"/executions/{execution_id}/results/{step}/csv") as response:
-            if response.status_code >= 400:
-                response.read()
-                raise _error(response)
-            yield from response.iter_bytes()
+        """The step's result as CSV, streamed; waits on 429 as `_call` does."""
+        for attempt in range(RATE_LIMITED_RETRIES + 1):
+            with self._http.stream("GET", f"/executions/{execution_id}/results/{step}/csv") as response:
+                if response.status_code == 429 and attempt < RATE_LIMITED_RETRIES:
+                    response.read()
+                    wait = _retry_after(response)
+                elif response.status_code >= 400:
+                    response.read()
+                    raise _error(response)
+                else:
+                    yield from response.iter_bytes()
+                    return
+            time.sleep(wait)
 
     def logs(self, execution_id: int, page: int = 1, size: int = 200, **filters) -> dict:
         return self._call("GET", f"/executions/{execution_id}/logs", params={"page": page, "size": size, **filters})

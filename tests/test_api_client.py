@@ -117,10 +117,15 @@ def test_a_read_over_the_rate_limit_waits_as_told_and_a_change_is_never_sent_twi
     assert api.unit(cu.id)["name"] == cu.name  # the third: 429, then asked again
     assert len(waits) == 1 and 1 <= waits[0] <= 61
 
+    app.config["API_CALLS_PER_MINUTE"] = 1  # a CSV download over the limit waits too, then asks again
+    with pytest.raises(ApiError) as missing:
+        list(api.results_csv(cu.id + 10_000, "step"))
+    assert missing.value.status == 404 and len(waits) == 2
+
     app.config["API_CALLS_PER_MINUTE"] = 1  # over it again
     with pytest.raises(ApiError) as refused:
         api.start(workflow.id, cu.id, warehouse.id)
-    assert refused.value.status == 429 and len(waits) == 1
+    assert refused.value.status == 429 and len(waits) == 2
     assert execution_count_of(db_engine, owner) == 0
 
     waits.clear()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from psycopg.pq import TransactionStatus
-from sqlalchemy import insert, update
+from sqlalchemy import insert, text, update
 from sqlmodel import Session, select
 
 from app.db import ReadingRequestWrites, get_db, writing_session
@@ -40,6 +40,13 @@ def test_a_reading_request_reads_outside_any_transaction_and_refuses_every_write
         with pytest.raises(ReadingRequestWrites, match="INSERT refused"):
             db.exec(insert(User).values(issuer="https://tests.invalid", subject="core-insert-by-a-get", name="y",
                                         email="y@example.test"))
+        # SQL written out as text says what it does only in its words, and is read for them.
+        assert db.execute(text("SELECT count(*) FROM users WHERE id = :id"), {"id": someone.id}).scalar() == 1
+        with pytest.raises(ReadingRequestWrites, match="UPDATE refused"):
+            db.execute(text("update users SET name = 'renamed by text' WHERE id = :id"), {"id": someone.id})
+        with pytest.raises(ReadingRequestWrites, match="DELETE refused"):
+            db.connection().exec_driver_sql("WITH gone AS (DELETE FROM users WHERE id = %(id)s RETURNING id) "
+                                            "SELECT count(*) FROM gone", {"id": someone.id})
     assert not {"written-by-a-get", "core-insert-by-a-get"} & subjects(db_engine)
     with Session(db_engine) as db:
         assert db.get(User, someone.id).name == someone.name
