@@ -30,21 +30,20 @@ import hashlib
 import os
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
-from compute.jars import jar_paths, jars_dir
+from compute.jars import jars_dir
 
 ARCHIVE_PREFIX = "spark-classes-"
 
 
 def raydp_class_path() -> str:
-    """The class path RayDP starts its app master with (the driver's starts the same way): our
-    jars, RayDP's, Spark's and Ray's, in RayDP's own order."""
-    from raydp.spark.ray_cluster_master import RAYDP_EXECUTOR_EXTRA_CLASSPATH, RayDPSparkMaster
+    """The class path a unit's Spark JVMs start with: the one jar setup merged RayDP's class
+    path into (compute/class_path_jar.py), or else that class path itself: our jars, RayDP's,
+    Spark's and Ray's, in RayDP's own order."""
+    from compute.class_path_jar import class_path_jar, raydp_entries
 
-    # Only the class's class-path logic is used: on a stand-in for the (Ray actor) instance.
-    master = SimpleNamespace(_configs={RAYDP_EXECUTOR_EXTRA_CLASSPATH: os.pathsep.join(map(str, jar_paths()))})
-    return os.pathsep.join(RayDPSparkMaster.__ray_actor_class__._prepare_jvm_classpath(master))
+    merged = class_path_jar()
+    return str(merged) if merged is not None else os.pathsep.join(raydp_entries())
 
 
 def archive_path(class_path: str | None = None, directory: Path | None = None) -> Path:

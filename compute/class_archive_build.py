@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from compute import class_path_jar
 from compute.class_archive import ARCHIVE_PREFIX, archive_path, raydp_class_path
 from compute.spark_session import JDK17_JAVA_OPTIONS, iceberg_catalog_conf, spark_conf, warm_the_write_path
 
@@ -25,7 +26,9 @@ JVM_KINDS = ("driver", "app-master", "executor")
 
 
 def build(log=print) -> Path:
-    """Build the archive unless it exists; returns its path."""
+    """Build the merged class path (compute/class_path_jar.py), then the archive for it, unless
+    they exist; returns the archive's path."""
+    class_path_jar.build(log)
     class_path = raydp_class_path()
     path = archive_path(class_path)
     if path.is_file():

@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compute.class_archive import archive_java_options, executor_java_options
+from compute.class_archive import archive_java_options, executor_java_options, raydp_class_path
+from compute.class_path_jar import class_path_jar, spark_home
 from compute.contract import ACCESS_DELEGATION_HEADER
 from compute.jars import CREDENTIAL_KEYED_S3A, jar_paths
 
@@ -53,7 +54,7 @@ EXECUTORS_POLL_S = 0.05
 
 def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark configuration every session of a compute unit starts with."""
-    classpath = os.pathsep.join(str(path) for path in (jars if jars is not None else jar_paths()))
+    classpath = os.pathsep.join(str(path) for path in (jars if jars is not None else unit_jars()))
     # Every JVM starts from the class archive setup built, when there is one (class_archive.py).
     started_from_archive = (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {IDLE_HEAP_JAVA_OPTIONS} "
                             f"{archive_java_options()}").strip()
@@ -153,14 +154,13 @@ def _start_the_app_master_from_the_driver() -> None:
 
         def get_cluster_url(self) -> str:
             if self._app_master is None:
-                from pyspark import SparkConf, SparkContext
+                from pyspark import SparkContext
 
-                # The driver's JVM, launched as `getOrCreate` would launch it; that call reuses it.
-                SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(self._configs.items()))
+                _launch_the_drivers_jvm(self._configs)
                 jvm = SparkContext._jvm
                 jvm.org.apache.spark.deploy.raydp.RayAppMaster.setProperties(self._master._generate_ray_configs())
                 app_master = jvm.org.apache.spark.deploy.raydp.AppMasterJavaBridge()
-                app_master.startUpAppMaster(os.pathsep.join(self._master._prepare_jvm_classpath()), self._configs)
+                app_master.startUpAppMaster(raydp_class_path(), self._configs)
                 self._app_master = app_master
             return self._app_master.getMasterUrl()
 
@@ -188,6 +188,34 @@ def _start_the_app_master_from_the_driver() -> None:
             return self._spark_cluster
 
     raydp.context._SparkContext = ContextWithAppMasterFromTheDriver
+
+
+def _launch_the_drivers_jvm(configs: Mapping[str, str]) -> None:
+    """The driver's JVM (pyspark's gateway), launched as `getOrCreate` would launch it (that call
+    reuses it). Its class path is the one merged jar once setup built it (class_path_jar.py):
+    RayDP put its own jars, Spark's and Ray's on the driver's, and `spark-submit` adds those of
+    its Spark home, here the merged jar's own."""
+    from pyspark import SparkConf, SparkContext
+
+    if (merged := class_path_jar()) is None:
+        SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(configs.items()))
+        return
+    configs = {**configs, "spark.driver.extraClassPath": str(merged)}
+    before = os.environ.get("SPARK_HOME")
+    os.environ["SPARK_HOME"] = str(spark_home())  # read by pyspark's launcher as it starts spark-submit
+    try:
+        SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(configs.items()))
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_HOME", None)
+        else:
+            os.environ["SPARK_HOME"] = before
+
+
+def unit_jars() -> list[Path]:
+    """The jars a unit's sessions add to Spark's: the merged class path once setup built it."""
+    merged = class_path_jar()
+    return [merged] if merged is not None else jar_paths()
 
 
 WARM_UP_CATALOG = "lakeport_warm_up"

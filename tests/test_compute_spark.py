@@ -18,7 +18,7 @@ from tests.processes import process_argv, process_running, rss_bytes
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_host_secret
-from compute import class_archive, host_auth, jars
+from compute import class_archive, class_path_jar, host_auth, jars
 from compute.contract import SparkHostSettings, secret_digest
 from compute.spark_session import (
     DRIVER_JIT_JAVA_OPTIONS,
@@ -76,11 +76,13 @@ def test_jvms_use_the_class_archive_only_where_setup_built_it(tmp_path, monkeypa
     assert class_archive.archive_path("/j/a.jar:/j/c.jar") != archive
 
 
-def test_the_class_archive_is_built_for_the_class_path_raydp_starts_its_jvms_with():
-    class_path = class_archive.raydp_class_path().split(":")
-    assert class_path[:len(jars.jar_paths())] == [str(path) for path in jars.jar_paths()]
-    assert any(entry.endswith("/pyspark/jars/*") for entry in class_path)
-    assert any("/raydp/jars/raydp-" in entry for entry in class_path)
+def test_the_class_archive_is_built_for_the_merged_class_path_raydp_starts_its_jvms_with():
+    entries = class_path_jar.raydp_entries()
+    assert entries[:len(jars.jar_paths())] == [str(path) for path in jars.jar_paths()]
+    assert any(entry.endswith("/pyspark/jars/*") for entry in entries)
+    assert any("/raydp/jars/raydp-" in entry for entry in entries)
+    merged = class_path_jar.class_path_jar()
+    assert merged is not None and class_archive.raydp_class_path() == str(merged)
     assert class_archive.archive_path().is_file(), "setup builds it: python -m compute.class_archive_build"
 
 
@@ -130,8 +132,11 @@ def test_where_ray_cannot_start_at_setup_the_archive_is_trained_on_a_local_sessi
         class_list.write_text("java/lang/Object\njava/lang/String\n")
 
     monkeypatch.setattr(class_archive_build, "_run_training", training)
+    merged = []  # the class path is merged first (tests/test_class_path_jar.py), for the archive's dump
+    monkeypatch.setattr(class_path_jar, "build", merged.append)
     said = []
     archive = class_archive_build.build(log=said.append)
+    assert merged == [said.append]
     assert trained == ["--train", "--train-local"]
     assert "RuntimeError: no shared memory" in said[0] and "units start slower" in said[0]
     assert archive == class_archive.archive_path(class_path) and archive.is_file()
@@ -339,6 +344,23 @@ def test_the_host_is_warm_with_executors_on_both_nodes(cluster, host, capsys):
         print(f"\n[measure] Spark host bootstrap {info['bootstrap_s']} s "
               f"(RayDP session init {info['session_init_s']} s, first job {info['first_job_s']} s); "
               f"CU RSS with warm Spark {rss_bytes(cluster_pids(handle)) / 2**30:.2f} GiB")
+
+
+
+def test_the_units_jvms_start_on_the_one_merged_jar(cluster, host):
+    """The driver, RayDP's app master and both executors: no jar on their class paths but the
+    one setup merged (compute/class_path_jar.py), whose Spark home the driver's launcher read."""
+    _, handle = cluster
+    merged = class_path_jar.class_path_jar()
+    assert merged is not None, "setup builds it: python -m compute.class_archive_build"
+    java = [argv for argv in map(process_argv, cluster_pids(handle)) if argv and Path(argv[0]).name == "java"]
+    mains = [argv[-1] for argv in java]
+    assert mains.count("io.ray.runtime.runner.worker.DefaultWorker") == 3  # the app master, two executors
+    assert any("SparkSubmit" in " ".join(argv) for argv in java)
+    for argv in java:
+        class_path = argv[len(argv) - argv[::-1].index("-cp")]  # the last -cp wins
+        assert {entry for entry in class_path.split(":") if entry.endswith((".jar", "*"))} <= {
+            str(merged), f"{merged.parent}/*"}, argv
 
 
 ANCESTRY = '''

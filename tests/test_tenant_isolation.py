@@ -23,7 +23,7 @@ from app.ports import free_port, port_is_open
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints, cluster_pids
 from app.worker import Worker
-from compute import class_archive
+from compute import class_archive, class_path_jar
 from compute.jars import jar_paths
 from tests.processes import process_command_line, process_running
 from tests.tenant_attacks import attack_step, breaches, target_environs
@@ -96,7 +96,7 @@ def attack_targets(portal_config, lakehouse, run_dir, other_ports, other_warehou
         "private_paths": [str(run_dir), str(PROJECT_ROOT / "app" / "config.py")],
         "other_ports": other_ports,
         "other_warehouse": other_warehouse,
-        "shared_code": [str(class_archive.archive_path()), str(jar_paths()[0])],
+        "shared_code": [str(class_archive.archive_path()), str(jar_paths()[0]), str(class_path_jar.class_path_jar())],
     }
     if other_token_file:
         targets["other_token_file"] = other_token_file
@@ -166,7 +166,7 @@ def test_a_step_on_a_local_unit_reaches_nothing_but_its_own_warehouse(portal_con
     finally:
         stop_units(app, db_engine, [cu.id])
         worker.stop()
-    assert_all_failed(rows, portal_secrets + target_environs(targets) + [other_unit.auth_token], expected_attempts=15)
+    assert_all_failed(rows, portal_secrets + target_environs(targets) + [other_unit.auth_token], expected_attempts=16)
 
 
 @pytest.fixture(scope="module")
@@ -220,5 +220,5 @@ def test_a_step_on_a_shared_cluster_reaches_nothing_of_the_other_user(portal_con
     finally:
         stop_units(app, db_engine, [cu_id for _, _, _, cu_id in units.values()])
         worker.stop()
-    assert_all_failed(rows, portal_secrets + target_environs(targets), expected_attempts=13)
+    assert_all_failed(rows, portal_secrets + target_environs(targets), expected_attempts=14)
     assert "401" in {row["attempt"]: row for row in rows}[f"other unit's port {victim_cu.spark_host_port}"]["detail"]

@@ -1,0 +1,151 @@
+"""The class path of a unit's Spark JVMs as one jar, built at setup (`class_archive_build`).
+
+A unit's JVMs (the Spark driver, RayDP's app master, the executors) would each start with 264
+jars on the class path: ours, RayDP's, Spark's and Ray's. Logging, Hadoop and Spark look up
+resources across the whole class path as they start (service registrations, log4j's providers
+and plugins), which opens every jar: about 0.3 s of each JVM's start on the project's 2-core
+machines, and a unit's start waits for three JVMs one after the other. One jar is opened once.
+
+The merge keeps what the JVMs saw on the class path it replaces:
+- a class or resource comes from the first jar that holds it, in the class path's order;
+- every jar's service registrations (`META-INF/services/*`) are kept, in that order, in one file;
+- a multi-release jar's versioned entries (`META-INF/versions/N/...`) are kept where the jar also
+  gave the entry's base (or no jar has one); other jars' are inert, and left out;
+- signatures, manifests, `module-info` and jar indexes are dropped: the jar is one unsigned,
+  multi-release jar of the unnamed module.
+
+It lives in a Spark home of its own (`jars/` holds it alone, `bin/` is pyspark's), which the
+driver's launcher reads: `spark-submit` adds its `jars/*` to every driver's class path.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import shutil
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+from compute.jars import jar_paths, jars_dir
+
+SPARK_HOME_PREFIX = "spark-home-"
+JAR_NAME = "lakeport-unit-classes.jar"
+SERVICES = "META-INF/services/"
+VERSIONED = re.compile(r"META-INF/versions/\d+/(.+)")
+MANIFEST = "Manifest-Version: 1.0\r\nMulti-Release: true\r\nCreated-By: Lakeport (compute/class_path_jar.py)\r\n\r\n"
+_DROPPED = re.compile(r"META-INF/(MANIFEST\.MF|INDEX\.LIST|[^/]+\.(SF|RSA|DSA|EC)|SIG-[^/]*)|(.*/)?module-info\.class",
+                      re.IGNORECASE)
+
+
+def raydp_entries() -> list[str]:
+    """The class path RayDP starts its JVMs with: our jars, RayDP's, Spark's (a wildcard) and
+    Ray's, in RayDP's own order."""
+    from raydp.spark.ray_cluster_master import RAYDP_EXECUTOR_EXTRA_CLASSPATH, RayDPSparkMaster
+
+    # Only the class's class-path logic is used: on a stand-in for the (Ray actor) instance.
+    master = SimpleNamespace(_configs={RAYDP_EXECUTOR_EXTRA_CLASSPATH: os.pathsep.join(map(str, jar_paths()))})
+    return RayDPSparkMaster.__ray_actor_class__._prepare_jvm_classpath(master)
+
+
+def source_jars() -> list[Path]:
+    """RayDP's class path with its wildcards expanded (a directory's jars sorted by name)."""
+    jars: list[Path] = []
+    for entry in raydp_entries():
+        jars += sorted(map(Path, glob.glob(entry + ".jar"))) if entry.endswith("*") else [Path(entry)]
+    return jars
+
+
+def spark_home(jars: list[Path] | None = None, directory: Path | None = None) -> Path:
+    """The Spark home of the merged class path of `jars` (its name follows their names and
+    sizes: another jar, another home)."""
+    jars = source_jars() if jars is None else jars
+    key = hashlib.sha256("\n".join(f"{jar.name} {_size(jar)}" for jar in jars).encode()).hexdigest()[:12]
+    return (directory or jars_dir()).resolve() / f"{SPARK_HOME_PREFIX}{key}"
+
+
+def class_path_jar() -> Path | None:
+    """The merged jar, or None when setup has not built it for these jars (the JVMs then start
+    on the jars themselves)."""
+    jar = spark_home() / "jars" / JAR_NAME
+    return jar if jar.is_file() else None
+
+
+def build(log=print, jars: list[Path] | None = None, directory: Path | None = None) -> Path:
+    """Build the merged jar and its Spark home unless they exist; returns the jar's path."""
+    import pyspark
+
+    jars = source_jars() if jars is None else jars
+    home = spark_home(jars, directory)
+    jar = home / "jars" / JAR_NAME
+    if jar.is_file():
+        log(f"unit class path present: {home.name}")
+        return jar
+    partial = home.with_name(home.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    (partial / "jars").mkdir(parents=True)
+    (partial / "bin").symlink_to(Path(pyspark.__file__).parent / "bin")
+    entries = merge(jars, partial / "jars" / JAR_NAME)
+    partial.rename(home)  # whole or not at all: a JVM never opens a half-written jar
+    for stale in home.parent.glob(f"{SPARK_HOME_PREFIX}*"):
+        if stale != home:
+            shutil.rmtree(stale, ignore_errors=True)
+    log(f"built unit class path {home.name}/jars/{JAR_NAME} ({len(jars)} jars, {entries} entries, "
+        f"{jar.stat().st_size >> 20} MiB)")
+    return jar
+
+
+def merge(jars: list[Path], target: Path) -> int:
+    """Write the entries of `jars` into one jar at `target` (the rules in the module's notes);
+    returns how many it holds."""
+    sources = [zipfile.ZipFile(jar) for jar in jars]
+    try:
+        base_from: dict[str, int] = {}  # entry name -> index of the jar it comes from
+        services: dict[str, list[bytes]] = {}
+        for index, source in enumerate(sources):
+            for name in source.namelist():
+                if name.endswith("/") or _DROPPED.fullmatch(name):
+                    continue
+                if name.startswith(SERVICES):
+                    services.setdefault(name, []).append(source.read(name).rstrip(b"\r\n") + b"\n")
+                elif not VERSIONED.match(name):
+                    base_from.setdefault(name, index)
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as merged:
+            merged.writestr("META-INF/MANIFEST.MF", MANIFEST)
+            for name, lines in services.items():
+                merged.writestr(name, b"".join(lines))
+            written = {"META-INF/MANIFEST.MF", *services}
+            for index, source in enumerate(sources):
+                multi_release = _is_multi_release(source)
+                for info in source.infolist():
+                    name = info.filename
+                    if name in written or name.endswith("/") or _DROPPED.fullmatch(name) or name.startswith(SERVICES):
+                        continue
+                    if versioned := VERSIONED.match(name):
+                        if not multi_release or base_from.get(versioned.group(1), index) != index:
+                            continue
+                    elif base_from[name] != index:
+                        continue
+                    stored = info.compress_type == zipfile.ZIP_STORED
+                    merged.writestr(name, source.read(info), zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED, 1)
+                    written.add(name)
+        return len(written)
+    finally:
+        for source in sources:
+            source.close()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1  # a missing jar: no home is built for it, so none is found
+
+
+def _is_multi_release(source: zipfile.ZipFile) -> bool:
+    try:
+        manifest = source.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
+    except KeyError:
+        return False
+    return re.search(r"^Multi-Release:\s*true\s*$", manifest, re.IGNORECASE | re.MULTILINE) is not None
