@@ -48,9 +48,12 @@ def raydp_class_path() -> str:
 
 def archive_path(class_path: str | None = None, directory: Path | None = None) -> Path:
     """Where the archive for this class path, this JDK and this training run lives: a new jar,
-    JDK or training run (class_archive_build.py), a new file."""
+    JDK or training run (class_archive_build.py), a new file. A jar written again under the same
+    name (the merged one, rebuilt) is a new jar too: the JVM maps an archive only while each jar
+    has the size and time it had at the dump."""
     class_path = class_path or raydp_class_path()
-    key = hashlib.sha256(f"{class_path}\n{_java_version()}\n{_training_digest()}".encode()).hexdigest()[:12]
+    stamps = " ".join(_stamp(Path(entry)) for entry in class_path.split(os.pathsep))
+    key = hashlib.sha256(f"{class_path}\n{stamps}\n{_java_version()}\n{_training_digest()}".encode()).hexdigest()[:12]
     return (directory or jars_dir()).resolve() / f"{ARCHIVE_PREFIX}{key}.jsa"
 
 
@@ -69,6 +72,14 @@ def executor_java_options() -> str:
     """The executors' JVM options for the archive: its class path, then the archive."""
     options = archive_java_options()
     return f"-cp {raydp_class_path()} {options}" if options else ""
+
+
+def _stamp(path: Path) -> str:
+    try:
+        status = path.stat()
+    except OSError:
+        return "-"  # a wildcard, or a jar not there
+    return f"{status.st_size}:{status.st_mtime_ns}"
 
 
 @functools.cache

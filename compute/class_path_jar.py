@@ -24,7 +24,9 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -111,10 +113,10 @@ def merge(jars: list[Path], target: Path) -> int:
                     services.setdefault(name, []).append(source.read(name).rstrip(b"\r\n") + b"\n")
                 elif not VERSIONED.match(name):
                     base_from.setdefault(name, index)
-        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as merged:
-            merged.writestr("META-INF/MANIFEST.MF", MANIFEST)
+        with _JarWriter(target) as merged:
+            merged.add("META-INF/MANIFEST.MF", MANIFEST.encode())
             for name, lines in services.items():
-                merged.writestr(name, b"".join(lines))
+                merged.add(name, b"".join(lines))
             written = {"META-INF/MANIFEST.MF", *services}
             for index, source in enumerate(sources):
                 multi_release = _is_multi_release(source)
@@ -127,13 +129,74 @@ def merge(jars: list[Path], target: Path) -> int:
                             continue
                     elif base_from[name] != index:
                         continue
-                    stored = info.compress_type == zipfile.ZIP_STORED
-                    merged.writestr(name, source.read(info), zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED, 1)
+                    merged.copy(source, info)
                     written.add(name)
         return len(written)
     finally:
         for source in sources:
             source.close()
+
+
+class _JarWriter:
+    """Writes a jar whose entries are mostly copied from other jars as their compressed bytes
+    stand (inflating and deflating again 2 GiB of classes took a minute of setup). Its end
+    records are ZIP64's: a unit's class path holds over 65,535 entries (each entry and offset
+    stays under 4 GiB, as the format's 32-bit fields need)."""
+
+    def __init__(self, path: Path) -> None:
+        self._out = path.open("wb")
+        self._central: list[bytes] = []
+
+    def __enter__(self) -> _JarWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if exc[0] is None:
+                self._finish()
+        finally:
+            self._out.close()
+
+    def add(self, name: str, data: bytes) -> None:
+        """An entry of `data`, deflated."""
+        deflate = zlib.compressobj(6, zlib.DEFLATED, -15)
+        raw = deflate.compress(data) + deflate.flush()
+        self._write(name, raw, zipfile.ZIP_DEFLATED, zlib.crc32(data), len(data), (1980, 1, 1, 0, 0, 0))
+
+    def copy(self, source: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+        """The entry `info` of `source`, its compressed bytes as they are."""
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 0x1:
+            raise ValueError(f"{source.filename}: {info.filename} is neither stored nor deflated in the clear")
+        source.fp.seek(info.header_offset)
+        header = struct.unpack(_LOCAL_HEADER, source.fp.read(struct.calcsize(_LOCAL_HEADER)))
+        source.fp.seek(header[9] + header[10], os.SEEK_CUR)  # past the name and the extra field
+        raw = source.fp.read(info.compress_size)
+        self._write(info.filename, raw, info.compress_type, info.CRC, info.file_size, info.date_time)
+
+    def _write(self, name: str, raw: bytes, method: int, crc: int, size: int, date_time: tuple) -> None:
+        encoded, offset = name.encode(), self._out.tell()
+        flags = 0 if name.isascii() else 0x800  # the name in UTF-8
+        year, month, day, hour, minute, second = date_time
+        dos_time, dos_date = hour << 11 | minute << 5 | second // 2, (year - 1980) << 9 | month << 5 | day
+        if max(offset, len(raw), size) >= 0xFFFFFFFF:
+            raise ValueError(f"{name}: past the 4 GiB a jar entry's fields hold")
+        self._out.write(struct.pack(_LOCAL_HEADER, 0x04034B50, 20, flags, method, dos_time, dos_date, crc,
+                                    len(raw), size, len(encoded), 0) + encoded + raw)
+        self._central.append(struct.pack(_CENTRAL_HEADER, 0x02014B50, 20, 20, flags, method, dos_time, dos_date,
+                                         crc, len(raw), size, len(encoded), 0, 0, 0, 0, 0, offset) + encoded)
+
+    def _finish(self) -> None:
+        start = self._out.tell()
+        self._out.write(b"".join(self._central))
+        size, count, end = self._out.tell() - start, len(self._central), self._out.tell()
+        self._out.write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, count, count, size, start))
+        self._out.write(struct.pack("<IIQI", 0x07064B50, 0, end, 1))
+        self._out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
+                                    min(size, 0xFFFFFFFF), min(start, 0xFFFFFFFF), 0))
+
+
+_LOCAL_HEADER = "<IHHHHHIIIHH"
+_CENTRAL_HEADER = "<IHHHHHHIIIHHHHHII"
 
 
 def _size(path: Path) -> int:

@@ -58,7 +58,7 @@ if [ -f scripts/fetch_jars.py ]; then
   .venv/bin/python scripts/fetch_jars.py
 fi
 # The one jar compute units' Spark JVMs take as their class path (compute/class_path_jar.py, about
-# 70 s), then the class archive they start from (compute/class_archive.py): built once for these
+# 10 s), then the class archive they start from (compute/class_archive.py): built once for these
 # jars and this JDK from a training RayDP session, about 65 s. Without them the JVMs start as
 # usual, only slower.
 .venv/bin/python -m compute.class_archive_build \

@@ -74,6 +74,11 @@ def test_jvms_use_the_class_archive_only_where_setup_built_it(tmp_path, monkeypa
     assert archive.parent == tmp_path
     # Another class path (a jar added or updated) or another JDK: another archive.
     assert class_archive.archive_path("/j/a.jar:/j/c.jar") != archive
+    rebuilt = tmp_path / "merged.jar"  # a jar written again under its name, as the merged one is
+    rebuilt.write_bytes(b"first")
+    before = class_archive.archive_path(str(rebuilt))
+    rebuilt.write_bytes(b"second build")
+    assert class_archive.archive_path(str(rebuilt)) != before
 
 
 def test_the_class_archive_is_built_for_the_merged_class_path_raydp_starts_its_jvms_with():
