@@ -20,7 +20,8 @@ from pathlib import Path
 
 from compute import class_path_jar
 from compute.class_archive import ARCHIVE_PREFIX, archive_path, raydp_class_path
-from compute.spark_session import JDK17_JAVA_OPTIONS, iceberg_catalog_conf, spark_conf, warm_the_write_path
+from compute.spark_session import (JDK17_JAVA_OPTIONS, iceberg_catalog_conf, spark_conf, unit_jars,
+                                    warm_the_write_path)
 
 JVM_KINDS = ("driver", "app-master", "executor")
 
@@ -77,7 +78,7 @@ def _train(class_list: Path, work: Path) -> None:
     from compute.spark_session import start_spark_session
 
     lists = {kind: work / f"{kind}.lst" for kind in JVM_KINDS}
-    conf = spark_conf()
+    conf = spark_conf(jars=unit_jars())
     conf["spark.driver.extraJavaOptions"] += f" -XX:DumpLoadedClassList={lists['driver']}"
     conf["spark.ray.raydp_app_master.extraJavaOptions"] += f" -XX:DumpLoadedClassList={lists['app-master']}"
     # As a unit's executors start once the archive exists: Spark from the application class

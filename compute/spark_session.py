@@ -54,7 +54,7 @@ EXECUTORS_POLL_S = 0.05
 
 def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark configuration every session of a compute unit starts with."""
-    classpath = os.pathsep.join(str(path) for path in (jars if jars is not None else unit_jars()))
+    classpath = os.pathsep.join(str(path) for path in (jars if jars is not None else jar_paths()))
     # Every JVM starts from the class archive setup built, when there is one (class_archive.py).
     started_from_archive = (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {IDLE_HEAP_JAVA_OPTIONS} "
                             f"{archive_java_options()}").strip()
@@ -103,7 +103,7 @@ def start_spark_session(
     _start_the_app_master_from_the_driver()
     # Executors launch Python workers from PATH's `python3` unless told otherwise.
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    configs = spark_conf(extra=extra_conf)
+    configs = spark_conf(jars=unit_jars(), extra=extra_conf)
     configs["spark.driver.extraJavaOptions"] = f"{configs['spark.driver.extraJavaOptions']} {DRIVER_JIT_JAVA_OPTIONS}"
     return raydp.init_spark(
         app_name,
@@ -213,7 +213,9 @@ def _launch_the_drivers_jvm(configs: Mapping[str, str]) -> None:
 
 
 def unit_jars() -> list[Path]:
-    """The jars a unit's sessions add to Spark's: the merged class path once setup built it."""
+    """The jars a unit's RayDP session adds to Spark's: the merged class path once setup built it.
+    Not a local-mode session's (`spark_conf`'s default): the merged jar holds Ray's and RayDP's
+    too, whose logging settings would then be the first found."""
     merged = class_path_jar()
     return [merged] if merged is not None else jar_paths()
 

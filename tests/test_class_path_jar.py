@@ -144,3 +144,14 @@ def test_without_the_merged_jar_the_jvms_start_on_the_jars_themselves(tmp_path, 
     assert class_path_jar.class_path_jar() is None
     assert class_archive.raydp_class_path().split(":")[0] == "/j/a.jar"
     assert unit_jars() == [Path("/j/a.jar")]
+
+
+def test_a_units_raydp_session_takes_the_merged_jar_and_a_local_session_the_jars_themselves():
+    """The merged jar holds Ray's and RayDP's jars too, whose logging settings a local session's
+    driver (plain `local[2]` in bench/, the archive's fallback training) would then find first."""
+    from compute.spark_session import spark_conf, unit_jars
+
+    merged = class_path_jar.class_path_jar()
+    assert merged is not None, "setup builds it: python -m compute.class_archive_build"
+    assert unit_jars() == [merged]
+    assert spark_conf()["spark.driver.extraClassPath"] == ":".join(map(str, jars.jar_paths()))
