@@ -19,6 +19,7 @@ driver's launcher reads: `spark-submit` adds its `jars/*` to every driver's clas
 """
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import os
@@ -70,8 +71,15 @@ def spark_home(jars: list[Path] | None = None, directory: Path | None = None) ->
 def class_path_jar() -> Path | None:
     """The merged jar, or None when setup has not built it for these jars (the JVMs then start
     on the jars themselves)."""
-    jar = spark_home() / "jars" / JAR_NAME
+    jar = _spark_home_of(jars_dir(), tuple(jar_paths())) / "jars" / JAR_NAME
     return jar if jar.is_file() else None
+
+
+@functools.lru_cache(maxsize=4)
+def _spark_home_of(directory: Path, ours: tuple[Path, ...]) -> Path:
+    """`spark_home()` of RayDP's class path, found once per process (listing and sizing its jars
+    takes milliseconds, and a unit's host asks on its way to its session several times)."""
+    return spark_home(directory=directory)
 
 
 def build(log=print, jars: list[Path] | None = None, directory: Path | None = None) -> Path:

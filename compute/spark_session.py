@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compute.class_archive import archive_java_options, executor_java_options, raydp_class_path
-from compute.class_path_jar import class_path_jar, spark_home
+from compute.class_path_jar import class_path_jar
 from compute.contract import ACCESS_DELEGATION_HEADER
 from compute.jars import CREDENTIAL_KEYED_S3A, jar_paths
 
@@ -202,7 +202,7 @@ def _launch_the_drivers_jvm(configs: Mapping[str, str]) -> None:
         return
     configs = {**configs, "spark.driver.extraClassPath": str(merged)}
     before = os.environ.get("SPARK_HOME")
-    os.environ["SPARK_HOME"] = str(spark_home())  # read by pyspark's launcher as it starts spark-submit
+    os.environ["SPARK_HOME"] = str(merged.parent.parent)  # read by pyspark's launcher to start spark-submit
     try:
         SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(configs.items()))
     finally:

@@ -81,6 +81,22 @@ def test_jvms_use_the_class_archive_only_where_setup_built_it(tmp_path, monkeypa
     assert class_archive.archive_path(str(rebuilt)) != before
 
 
+def test_the_archive_is_named_for_the_jdk_its_release_file_names_without_starting_a_jvm(tmp_path, monkeypatch):
+    jdk = tmp_path / "jdk"
+    (jdk / "bin").mkdir(parents=True)
+    (jdk / "bin" / "java").write_text("#!/bin/sh\nexit 1\n")
+    (jdk / "release").write_text('JAVA_RUNTIME_VERSION="17.0.15+6"\n')
+    monkeypatch.setattr(class_archive.shutil, "which", lambda name: str(jdk / "bin" / name))
+    class_archive._java_version.cache_clear()
+    try:
+        before = class_archive.archive_path("/j/a.jar")
+        (jdk / "release").write_text('JAVA_RUNTIME_VERSION="17.0.16+8"\n')  # the JDK updated in place
+        class_archive._java_version.cache_clear()
+        assert class_archive.archive_path("/j/a.jar") != before
+    finally:
+        class_archive._java_version.cache_clear()
+
+
 def test_the_class_archive_is_built_for_the_merged_class_path_raydp_starts_its_jvms_with():
     entries = class_path_jar.raydp_entries()
     assert entries[:len(jars.jar_paths())] == [str(path) for path in jars.jar_paths()]
