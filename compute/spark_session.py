@@ -38,6 +38,9 @@ IDLE_HEAP_JAVA_OPTIONS = "-XX:G1PeriodicGCInterval=5000 -XX:MinHeapFreeRatio=10 
 # Every JVM gives back the native memory it freed (the JIT compilers' arenas, above all) every 5 s:
 # glibc keeps freed memory mapped until told to trim.
 TRIM_NATIVE_JAVA_OPTIONS = "-XX:TrimNativeHeapInterval=5000"
+# log4j registers its loggers with JMX as it starts, which starts the platform's MBean server: about
+# 0.13 s of each JVM's start here, and a unit's start waits for three. Nothing manages logging by JMX.
+LOG4J_JAVA_OPTIONS = "-Dlog4j2.disable.jmx=true"
 # A unit's Spark driver compiles with C1 alone. It plans, schedules and commits; the executors run
 # the tasks. C2 compiling the driver's code took a unit's few cores from its first run, and what
 # a driver runs never gets hot enough for C2's code to pay for itself (bench/README.md). Not for
@@ -56,12 +59,12 @@ def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None =
     """The Spark configuration every session of a compute unit starts with."""
     classpath = os.pathsep.join(str(path) for path in (jars if jars is not None else jar_paths()))
     # Every JVM starts from the class archive setup built, when there is one (class_archive.py).
-    started_from_archive = (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {IDLE_HEAP_JAVA_OPTIONS} "
-                            f"{archive_java_options()}").strip()
+    started_from_archive = (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} "
+                            f"{IDLE_HEAP_JAVA_OPTIONS} {archive_java_options()}").strip()
     conf = {
         "spark.driver.extraJavaOptions": started_from_archive,
         "spark.executor.extraJavaOptions":
-            f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {executor_java_options()}".strip(),
+            f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} {executor_java_options()}".strip(),
         "spark.ray.raydp_app_master.extraJavaOptions": started_from_archive,
         "spark.driver.extraClassPath": classpath,
         "raydp.executor.extraClassPath": classpath,

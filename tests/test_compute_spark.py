@@ -24,6 +24,7 @@ from compute.spark_session import (
     DRIVER_JIT_JAVA_OPTIONS,
     IDLE_HEAP_JAVA_OPTIONS,
     JDK17_JAVA_OPTIONS,
+    LOG4J_JAVA_OPTIONS,
     TRIM_NATIVE_JAVA_OPTIONS,
     S3Access,
     apply_conf,
@@ -256,10 +257,11 @@ def test_session_settings_put_the_jars_and_jdk17_flags_everywhere():
     assert conf["spark.driver.extraClassPath"] == conf["raydp.executor.extraClassPath"] == "/j/a.jar:/j/b.jar"
     # The driver and RayDP's masters give idle heap back; executors cannot (their -Xms is their -Xmx).
     for key in ("spark.driver.extraJavaOptions", "spark.ray.raydp_app_master.extraJavaOptions"):
-        assert conf[key] == (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {IDLE_HEAP_JAVA_OPTIONS} "
-                             f"{class_archive.archive_java_options()}").strip()
+        assert conf[key] == (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} "
+                             f"{IDLE_HEAP_JAVA_OPTIONS} {class_archive.archive_java_options()}").strip()
     assert conf["spark.executor.extraJavaOptions"] == (
-        f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {class_archive.executor_java_options()}").strip()
+        f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} "
+        f"{class_archive.executor_java_options()}").strip()
     assert JDK17_JAVA_OPTIONS.count("--add-opens=java.base/") == 14
     assert "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED" in JDK17_JAVA_OPTIONS
     assert conf["spark.sql.extensions"] == "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -370,7 +372,8 @@ def test_the_host_is_warm_with_executors_on_both_nodes(cluster, host, capsys):
 
 def test_the_units_jvms_start_on_the_one_merged_jar(cluster, host):
     """The driver, RayDP's app master and both executors: no jar on their class paths but the
-    one setup merged (compute/class_path_jar.py), whose Spark home the driver's launcher read."""
+    one setup merged (compute/class_path_jar.py), whose Spark home the driver's launcher read;
+    and log4j's JMX off."""
     _, handle = cluster
     merged = class_path_jar.class_path_jar()
     assert merged is not None, "setup builds it: python -m compute.class_archive_build"
@@ -382,6 +385,7 @@ def test_the_units_jvms_start_on_the_one_merged_jar(cluster, host):
         class_path = argv[len(argv) - argv[::-1].index("-cp")]  # the last -cp wins
         assert {entry for entry in class_path.split(":") if entry.endswith((".jar", "*"))} <= {
             str(merged), f"{merged.parent}/*"}, argv
+        assert LOG4J_JAVA_OPTIONS in argv  # log4j starts no MBean server in any of them
 
 
 ANCESTRY = '''
