@@ -9,6 +9,9 @@ machines, and a unit's start waits for three JVMs one after the other. One jar i
 The merge keeps what the JVMs saw on the class path it replaces:
 - a class or resource comes from the first jar that holds it, in the class path's order;
 - every jar's service registrations (`META-INF/services/*`) are kept, in that order, in one file;
+- every jar's log4j plugin cache (`Log4j2Plugins.dat`) is kept, merged into one as log4j merges
+  those it finds: a plugin's first entry wins. Log4j's own appenders, layouts and converters are
+  listed in log4j-core's, which is not the first on the class path;
 - a multi-release jar's versioned entries (`META-INF/versions/N/...`) are kept where the jar also
   gave the entry's base (or no jar has one); other jars' are inert, and left out;
 - signatures, manifests, `module-info` and jar indexes are dropped: the jar is one unsigned,
@@ -35,7 +38,11 @@ from compute.jars import jar_paths, jars_dir
 
 SPARK_HOME_PREFIX = "spark-home-"
 JAR_NAME = "lakeport-unit-classes.jar"
+# Part of the Spark home's name: raised whenever the merge's rules change, so that setup builds
+# the jar again rather than finding one merged by the old rules (2: log4j's plugin caches merged).
+MERGE_RULES = 2
 SERVICES = "META-INF/services/"
+LOG4J_PLUGINS = "META-INF/org/apache/logging/log4j/core/config/plugins/Log4j2Plugins.dat"
 VERSIONED = re.compile(r"META-INF/versions/\d+/(.+)")
 MANIFEST = "Manifest-Version: 1.0\r\nMulti-Release: true\r\nCreated-By: Lakeport (compute/class_path_jar.py)\r\n\r\n"
 _DROPPED = re.compile(r"META-INF/(MANIFEST\.MF|INDEX\.LIST|[^/]+\.(SF|RSA|DSA|EC)|SIG-[^/]*)|(.*/)?module-info\.class",
@@ -62,9 +69,10 @@ def source_jars() -> list[Path]:
 
 def spark_home(jars: list[Path] | None = None, directory: Path | None = None) -> Path:
     """The Spark home of the merged class path of `jars` (its name follows their names and
-    sizes: another jar, another home)."""
+    sizes, and the merge's rules: another jar, another home)."""
     jars = source_jars() if jars is None else jars
-    key = hashlib.sha256("\n".join(f"{jar.name} {_size(jar)}" for jar in jars).encode()).hexdigest()[:12]
+    named = [f"rules {MERGE_RULES}", *(f"{jar.name} {_size(jar)}" for jar in jars)]
+    key = hashlib.sha256("\n".join(named).encode()).hexdigest()[:12]
     return (directory or jars_dir()).resolve() / f"{SPARK_HOME_PREFIX}{key}"
 
 
@@ -112,25 +120,25 @@ def merge(jars: list[Path], target: Path) -> int:
     sources = [zipfile.ZipFile(jar) for jar in jars]
     try:
         base_from: dict[str, int] = {}  # entry name -> index of the jar it comes from
-        services: dict[str, list[bytes]] = {}
+        gathered: dict[str, list[bytes]] = {}  # entry name -> every jar's, in class-path order
         for index, source in enumerate(sources):
             for name in source.namelist():
-                if name.endswith("/") or _DROPPED.fullmatch(name):
+                if _left_out(name):
                     continue
-                if name.startswith(SERVICES):
-                    services.setdefault(name, []).append(source.read(name).rstrip(b"\r\n") + b"\n")
+                if _gathered(name):
+                    gathered.setdefault(name, []).append(source.read(name))
                 elif not VERSIONED.match(name):
                     base_from.setdefault(name, index)
         with _JarWriter(target) as merged:
             merged.add("META-INF/MANIFEST.MF", MANIFEST.encode())
-            for name, lines in services.items():
-                merged.add(name, b"".join(lines))
-            written = {"META-INF/MANIFEST.MF", *services}
+            for name, parts in gathered.items():
+                merged.add(name, merge_log4j_plugins(parts) if name == LOG4J_PLUGINS else _concatenated(parts))
+            written = {"META-INF/MANIFEST.MF", *gathered}
             for index, source in enumerate(sources):
                 multi_release = _is_multi_release(source)
                 for info in source.infolist():
                     name = info.filename
-                    if name in written or name.endswith("/") or _DROPPED.fullmatch(name) or name.startswith(SERVICES):
+                    if name in written or _left_out(name) or _gathered(name):
                         continue
                     if versioned := VERSIONED.match(name):
                         if not multi_release or base_from.get(versioned.group(1), index) != index:
@@ -143,6 +151,63 @@ def merge(jars: list[Path], target: Path) -> int:
     finally:
         for source in sources:
             source.close()
+
+
+def _left_out(name: str) -> bool:
+    return name.endswith("/") or _DROPPED.fullmatch(name) is not None
+
+
+def _gathered(name: str) -> bool:
+    """An entry whose every jar's copy counts: the JVM's and log4j's lookups read them all."""
+    return name.startswith(SERVICES) or name == LOG4J_PLUGINS
+
+
+def _concatenated(parts: list[bytes]) -> bytes:
+    return b"".join(part.rstrip(b"\r\n") + b"\n" for part in parts)
+
+
+def merge_log4j_plugins(caches: list[bytes]) -> bytes:
+    """Log4j plugin caches merged into one, as log4j's `PluginCache.loadCacheFiles` merges those
+    it finds: categories by their lower-case names, and in each a plugin's first entry wins. The
+    format is Java's `DataOutput`: a count of categories; for each its name and a count of
+    entries; for each its key, class and name (`writeUTF`: a 2-byte length, then the bytes) and
+    two booleans. Names are kept as the bytes they are."""
+    categories: dict[bytes, dict[bytes, bytes]] = {}
+    for cache in caches:
+        reader = _DataReader(cache)
+        for _ in range(reader.int()):
+            plugins = categories.setdefault(reader.utf().lower(), {})
+            for _ in range(reader.int()):
+                key, class_name, name, flags = reader.utf(), reader.utf(), reader.utf(), reader.take(2)
+                plugins.setdefault(key, _utf(class_name) + _utf(name) + flags)
+    out = [struct.pack(">i", len(categories))]
+    for category, plugins in categories.items():
+        out += [_utf(category), struct.pack(">i", len(plugins))]
+        out += [_utf(key) + rest for key, rest in plugins.items()]
+    return b"".join(out)
+
+
+class _DataReader:
+    """Reads what Java's `DataOutputStream` wrote."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self._at = data, 0
+
+    def take(self, size: int) -> bytes:
+        if self._at + size > len(self._data):
+            raise ValueError(f"{LOG4J_PLUGINS}: cut short")
+        self._at += size
+        return self._data[self._at - size:self._at]
+
+    def int(self) -> int:
+        return struct.unpack(">i", self.take(4))[0]
+
+    def utf(self) -> bytes:
+        return self.take(struct.unpack(">H", self.take(2))[0])
+
+
+def _utf(text: bytes) -> bytes:
+    return struct.pack(">H", len(text)) + text
 
 
 class _JarWriter:

@@ -2,9 +2,12 @@
 what it found on the class path the jar replaces."""
 from __future__ import annotations
 
+import struct
 import subprocess
 import zipfile
 from pathlib import Path
+
+import pytest
 
 from compute import class_path_jar, jars
 
@@ -45,6 +48,56 @@ def test_every_jars_service_registrations_are_kept_in_class_path_order(tmp_path)
     second = jar(tmp_path / "second.jar", {service: "# a comment\norg.second.FileSystem\n"})
     assert merged_entries(tmp_path, first, second)[service] == (
         "org.first.FileSystem\n# a comment\norg.second.FileSystem\n")
+
+
+def plugin_cache(categories: dict[str, list[tuple[str, str]]]) -> bytes:
+    """A log4j plugin cache as log4j's `PluginCache.writeCache` writes it (Java's DataOutput)."""
+    def utf(text: str) -> bytes:
+        return struct.pack(">H", len(text.encode())) + text.encode()
+
+    out = struct.pack(">i", len(categories))
+    for category, plugins in categories.items():
+        out += utf(category) + struct.pack(">i", len(plugins))
+        for key, class_name in plugins:
+            out += utf(key) + utf(class_name) + utf(key.title()) + b"\x01\x00"
+    return out
+
+
+def test_every_jars_log4j_plugins_are_kept_and_a_plugins_first_entry_wins(tmp_path):
+    name = class_path_jar.LOG4J_PLUGINS
+    first, second = tmp_path / "first.jar", tmp_path / "second.jar"
+    with zipfile.ZipFile(first, "w") as archive:
+        archive.writestr(name, plugin_cache({"Core": [("console", "first.Console")]}))
+    with zipfile.ZipFile(second, "w") as archive:
+        archive.writestr(name, plugin_cache({"core": [("console", "second.Console"), ("file", "second.File")],
+                                             "converter": [("n", "second.LineSeparator")]}))
+    target = tmp_path / "merged.jar"
+    class_path_jar.merge([first, second], target)
+    with zipfile.ZipFile(target) as merged:
+        assert merged.read(name) == plugin_cache({
+            "core": [("console", "first.Console"), ("file", "second.File")],
+            "converter": [("n", "second.LineSeparator")]})
+    with pytest.raises(ValueError, match="cut short"):
+        class_path_jar.merge_log4j_plugins([plugin_cache({"core": [("a", "b")]})[:-3]])
+
+
+def test_log4j_finds_its_own_appenders_layouts_and_converters_in_the_setup_built_jar(tmp_path):
+    """Log4j-core's plugin cache is not the first on a unit's class path (hive-exec's is): a jar
+    that kept only the first lost the console appender and `%n`, and log4j said so on stderr."""
+    merged = class_path_jar.class_path_jar()
+    assert merged is not None, "setup builds it: python -m compute.class_archive_build"
+    (tmp_path / "log4j2.properties").write_text(
+        "rootLogger.level = info\nrootLogger.appenderRef.out.ref = out\n"
+        "appender.out.type = Console\nappender.out.name = out\nappender.out.target = SYSTEM_OUT\n"
+        "appender.out.layout.type = PatternLayout\nappender.out.layout.pattern = [%p] %m%n\n")
+    (tmp_path / "Logs.java").write_text(
+        "public class Logs { public static void main(String[] args) {"
+        " org.apache.logging.log4j.LogManager.getLogger(\"check\").info(\"hello\"); } }")
+    ran = subprocess.run(["java", "-cp", str(merged), f"-Dlog4j2.configurationFile={tmp_path / 'log4j2.properties'}",
+                          str(tmp_path / "Logs.java")], capture_output=True, text=True, timeout=180)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout == "[INFO] hello\n"
+    assert "ERROR" not in ran.stderr, ran.stderr[-2000:]
 
 
 def test_signatures_manifests_and_module_descriptors_are_dropped_and_the_jar_is_multi_release(tmp_path):
