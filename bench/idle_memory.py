@@ -71,9 +71,9 @@ def _kind(name: str, argv: list[str]) -> str:
     if Path(argv[0]).name in ("gcs_server", "raylet"):  # Ray's own binaries, inside its Python package
         return f"Ray: {Path(argv[0]).name}"
     if name == "java" or argv[0].endswith("java"):
-        # The driver is pyspark's gateway JVM, which starts RayDP's app master, a Ray Java actor
-        # (RayDP's own launcher JVM would, if it ran); executors are Ray Java actors too, the only
-        # JVMs RayDP gives an initial heap.
+        # The driver is pyspark's gateway JVM, which holds RayDP's app master; executors are Ray
+        # Java actors (RayDP gives them an initial heap). RayDP's own launcher JVM and app master
+        # actor would be Java processes of their own, if they ran.
         if "pyspark-shell" in argv:
             return "java: Spark driver"
         if "org.apache.spark.deploy.raydp.AppMasterEntryPoint" in argv:

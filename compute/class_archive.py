@@ -10,18 +10,18 @@ JVMs trust, so units only ever read it (the sandbox mounts the jars directory re
 
 1. a training run, a RayDP session on a Ray node of its own doing what a unit's host and an
    execution do (the write-path warm-up through a REST catalog and S3A, a scan, an aggregation,
-   a Python worker's job), lists the classes its driver, app master and executor load
+   a Python worker's job), lists the classes its driver (with RayDP's app master) and executor load
    (`-XX:DumpLoadedClassList`, merged into one list);
 2. `java -Xshare:dump` writes them into the archive for the class path RayDP starts its JVMs
    with. A JDK uses an archive only when the JVM's class path starts with the one it was
    dumped for, and the jars are unchanged; otherwise the JVM starts as it would without one.
 
-The driver (py4j) and RayDP's app master start with that class path and use the archive.
+The driver (py4j, which holds RayDP's app master) starts with that class path and uses the archive.
 The executors are Ray Java workers, which Ray starts on its own jars alone and which load
 Spark's classes through Ray's job class loader, which CDS does not serve. So their JVM options
 repeat the class path (a later `-cp` wins): the application class loader, which Ray's loader
-asks first, then loads Spark from the archive as well. RayDP's app master runs Ray's Java
-runtime on exactly that class path, so Ray's classes are found the same way.
+asks first, then loads Spark from the archive as well. The driver runs Ray's Java runtime
+on exactly that class path, so Ray's classes are found the same way.
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ A training run lists the classes a unit's JVMs load; `java -Xshare:dump` writes 
 archive for RayDP's class path. Never run by a unit: the archive is code the JVMs trust.
 
 The training run is a RayDP session on a Ray node of its own, doing what a unit's Spark host
-and an execution do, with its driver, app master and executor each listing the classes they
-load. A local-mode session (the training run before) loads none of Ray's Java runtime, RayDP,
+and an execution do, with its driver (which holds RayDP's app master) and executor each listing
+the classes they load. A local-mode session (the training run before) loads none of Ray's Java runtime, RayDP,
 Spark's cluster-mode scheduler, Iceberg's REST catalog or S3A's requests: each class left out is
 parsed and verified again by every JVM of every unit's start (bench/README.md has what that
 cost). Where Ray cannot start (a build container without shared memory, say), the training falls
@@ -23,7 +23,7 @@ from compute.class_archive import ARCHIVE_PREFIX, archive_path, raydp_class_path
 from compute.spark_session import (JDK17_JAVA_OPTIONS, iceberg_catalog_conf, spark_conf, unit_jars,
                                     warm_the_write_path)
 
-JVM_KINDS = ("driver", "app-master", "executor")
+JVM_KINDS = ("driver", "executor")  # the driver's JVM holds RayDP's app master (spark_session.py)
 
 
 def build(log=print) -> Path:
@@ -71,8 +71,8 @@ def _last_line(error: subprocess.SubprocessError) -> str:
 
 
 def _train(class_list: Path, work: Path) -> None:
-    """A RayDP session, started as a unit's host starts it, doing a unit's work; its three JVMs'
-    class lists merged into one."""
+    """A RayDP session, started as a unit's host starts it, doing a unit's work; its JVMs' class
+    lists merged into one."""
     import ray
 
     from compute.spark_session import start_spark_session
@@ -80,7 +80,6 @@ def _train(class_list: Path, work: Path) -> None:
     lists = {kind: work / f"{kind}.lst" for kind in JVM_KINDS}
     conf = spark_conf(jars=unit_jars())
     conf["spark.driver.extraJavaOptions"] += f" -XX:DumpLoadedClassList={lists['driver']}"
-    conf["spark.ray.raydp_app_master.extraJavaOptions"] += f" -XX:DumpLoadedClassList={lists['app-master']}"
     # As a unit's executors start once the archive exists: Spark from the application class
     # loader (class_archive.executor_java_options), the only loader whose classes are listed.
     conf["spark.executor.extraJavaOptions"] += (f" -cp {raydp_class_path()}"

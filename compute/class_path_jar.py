@@ -1,10 +1,10 @@
 """The class path of a unit's Spark JVMs as one jar, built at setup (`class_archive_build`).
 
-A unit's JVMs (the Spark driver, RayDP's app master, the executors) would each start with 264
+A unit's JVMs (the Spark driver, which holds RayDP's app master, and the executors) would each start with 264
 jars on the class path: ours, RayDP's, Spark's and Ray's. Logging, Hadoop and Spark look up
 resources across the whole class path as they start (service registrations, log4j's providers
 and plugins), which opens every jar: about 0.3 s of each JVM's start on the project's 2-core
-machines, and a unit's start waits for three JVMs one after the other. One jar is opened once.
+machines, and a unit's start waits for two JVMs one after the other. One jar is opened once.
 
 The merge keeps what the JVMs saw on the class path it replaces:
 - a class or resource comes from the first jar that holds it, in the class path's order;

@@ -171,7 +171,7 @@ class SparkSessionHost:
 
     def stop(self) -> None:
         """End this host: its Spark session, then the actor itself (the driver's JVM is its child
-        process, the app master and executors belong to that JVM's Ray job: all end with it).
+        process and holds RayDP's app master, the executors belong to that JVM's Ray job: all end with it).
         Called when the CU is terminated."""
         time.sleep(0.2)  # the HTTP reply goes out first
         try:

@@ -2,7 +2,7 @@
 
 `start_spark_session` must run inside a Ray worker or driver of the compute unit (RayDP
 places the Spark executors as Ray actors of that cluster). The settings are what this
-stack was verified with: JDK 17 `--add-opens` flags for driver, executors and RayDP's app master,
+stack was verified with: JDK 17 `--add-opens` flags for the driver and executors,
 the Iceberg/S3A jars on the driver's and executors' classpath, and executors that start
 this interpreter for Python work.
 
@@ -32,14 +32,14 @@ _JDK17_OPENS = (
 )
 JDK17_JAVA_OPTIONS = " ".join(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in _JDK17_OPENS)
 # An idle unit gives heap back: after 5 s without a collection, G1 collects and shrinks the heap
-# to 30% above what is live (the default leaves up to 70% unused). For the driver and RayDP's
-# master JVMs only: an executor keeps its whole heap anyway (RayDP sets -Xms to -Xmx).
+# to 30% above what is live (the default leaves up to 70% unused). For the driver's JVM only
+# (which holds RayDP's app master too): an executor keeps its whole heap anyway (RayDP sets -Xms to -Xmx).
 IDLE_HEAP_JAVA_OPTIONS = "-XX:G1PeriodicGCInterval=5000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
 # Every JVM gives back the native memory it freed (the JIT compilers' arenas, above all) every 5 s:
 # glibc keeps freed memory mapped until told to trim.
 TRIM_NATIVE_JAVA_OPTIONS = "-XX:TrimNativeHeapInterval=5000"
 # log4j registers its loggers with JMX as it starts, which starts the platform's MBean server: about
-# 0.13 s of each JVM's start here, and a unit's start waits for three. Nothing manages logging by JMX.
+# 0.13 s of each JVM's start here, and a unit's start waits for two, one after the other. Nothing manages logging by JMX.
 LOG4J_JAVA_OPTIONS = "-Dlog4j2.disable.jmx=true"
 # A unit's Spark driver compiles with C1 alone. It plans, schedules and commits; the executors run
 # the tasks. C2 compiling the driver's code took a unit's few cores from its first run, and what
@@ -65,7 +65,6 @@ def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None =
         "spark.driver.extraJavaOptions": started_from_archive,
         "spark.executor.extraJavaOptions":
             f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} {executor_java_options()}".strip(),
-        "spark.ray.raydp_app_master.extraJavaOptions": started_from_archive,
         "spark.driver.extraClassPath": classpath,
         "raydp.executor.extraClassPath": classpath,
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
@@ -76,8 +75,6 @@ def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None =
         "spark.hadoop.fs.s3.impl.disable.cache": "true",
         "spark.hadoop.fs.s3a.impl.disable.cache": "true",
         "spark.hadoop.fs.s3a.directory.marker.retention": "keep",
-        # RayDP's app master would otherwise hold a whole CPU that executors need.
-        "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
         # Concurrent executions share the executors instead of queueing behind each other.
         "spark.scheduler.mode": "FAIR",
         # The UI binds every interface and a port per session; the portal shows what matters.
@@ -103,7 +100,7 @@ def start_spark_session(
     """
     import raydp
 
-    _start_the_app_master_from_the_driver()
+    _run_the_app_master_in_the_driver()
     # Executors launch Python workers from PATH's `python3` unless told otherwise.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     configs = spark_conf(jars=unit_jars(), extra=extra_conf)
@@ -133,27 +130,28 @@ def wait_for_executors(spark, count: int, timeout_s: float, until: Callable[[], 
         time.sleep(EXECUTORS_POLL_S)
 
 
-def _start_the_app_master_from_the_driver() -> None:
-    """Makes `raydp.init_spark` start RayDP's app master from the Spark driver's own JVM.
+def _run_the_app_master_in_the_driver() -> None:
+    """Makes `raydp.init_spark` run RayDP's app master inside the Spark driver's own JVM.
 
     RayDP's way: a master actor (a whole Python worker) launches a JVM of its own, which joins
-    Ray and creates the app master actor; only then does the driver's JVM start. Here the
-    driver's JVM (pyspark's gateway, launched with the configuration RayDP prepared) joins Ray
-    and creates the app master itself: it has RayDP's and Ray's jars on its class path and joins
-    Ray anyway (`connect_spark_driver_to_ray`). That saves a JVM's start on the way to a session
-    and its memory on every unit (the master actor's worker about 230 MiB, the launcher JVM
-    about 250 MiB). The app master and its executors belong to the driver's Ray job, so they
-    end with it, as they ended with the launcher JVM before."""
+    Ray and creates the app master, a Ray Java actor in a JVM of its own again; only then does
+    the driver's JVM start. Here the driver's JVM (pyspark's gateway, launched with the
+    configuration RayDP prepared) joins Ray, which it does anyway for RayDP's object store
+    writer, and holds the app master as an object: its RPC endpoint (which executors register
+    with) and the executors' Ray actors, which it creates. So a unit's start waits for two JVMs,
+    the driver and then the executors, not three one after another, and an idle unit holds one
+    JVM fewer. The executors belong to the driver's Ray job, so they end with it. What RayDP
+    reached through the app master's actor (its Spark-to-Ray-dataset conversion) is not used."""
     import raydp.context
     from raydp.spark import SparkCluster
     from raydp.spark.ray_cluster_master import RayDPSparkMaster
 
-    class ClusterWithAppMasterFromTheDriver(SparkCluster):
+    class ClusterWithAppMasterInTheDriver(SparkCluster):
         def _set_up_master(self, resources, kwargs):
             self._spark_master_handle = None
             # Only for its class path and Ray settings: it launches nothing here.
             self._master = RayDPSparkMaster.__ray_actor_class__(self._configs)
-            self._app_master = None  # RayDP's AppMasterJavaBridge, in the driver's JVM
+            self._app_master = None  # RayDP's RayAppMaster, an object in the driver's JVM
 
         def get_cluster_url(self) -> str:
             if self._app_master is None:
@@ -162,35 +160,41 @@ def _start_the_app_master_from_the_driver() -> None:
                 _launch_the_drivers_jvm(self._configs)
                 jvm = SparkContext._jvm
                 jvm.org.apache.spark.deploy.raydp.RayAppMaster.setProperties(self._master._generate_ray_configs())
-                app_master = jvm.org.apache.spark.deploy.raydp.AppMasterJavaBridge()
-                app_master.startUpAppMaster(raydp_class_path(), self._configs)
-                self._app_master = app_master
+                jvm.io.ray.api.Ray.init()  # before the context starts: the app master creates executors
+                self._app_master = jvm.org.apache.spark.deploy.raydp.RayAppMaster(raydp_class_path())
+                self._jvm = jvm
             return self._app_master.getMasterUrl()
 
         def connect_spark_driver_to_ray(self):
             jvm = self._spark_session._jvm
-            jvm.org.apache.spark.deploy.raydp.RayAppMaster.setProperties(self._master._generate_ray_configs())
             jvm.org.apache.spark.sql.raydp.ObjectStoreWriter.connectToRay()  # joined already: the agent only
 
         def stop(self, cleanup_data):
             if self._spark_session is not None:
                 self._spark_session.stop()
                 self._spark_session = None
-            # Not waited for, as RayDP's own stop asks its master actor (a session that failed to
-            # start can leave the app master's stop blocked).
+            # Leaving Ray ends the executors' actors. Not waited for, as RayDP's own stop is not
+            # (a session that failed to start can leave it blocked).
             if (app_master := self._app_master) is not None:
                 self._app_master = None
-                threading.Thread(target=app_master.stop, name="raydp-app-master-stop", daemon=True).start()
+                threading.Thread(target=_stop_app_master, args=(self._jvm, app_master),
+                                 name="raydp-app-master-stop", daemon=True).start()
 
-    class ContextWithAppMasterFromTheDriver(raydp.context._SparkContext):
+    class ContextWithAppMasterInTheDriver(raydp.context._SparkContext):
         def _get_or_create_spark_cluster(self) -> SparkCluster:
             if self._spark_cluster is None:
-                self._spark_cluster = ClusterWithAppMasterFromTheDriver(
+                self._spark_cluster = ClusterWithAppMasterInTheDriver(
                     self._app_name, self._num_executors, self._executor_cores, self._executor_memory,
                     self._enable_hive, self._configs)
             return self._spark_cluster
 
-    raydp.context._SparkContext = ContextWithAppMasterFromTheDriver
+    raydp.context._SparkContext = ContextWithAppMasterInTheDriver
+
+
+def _stop_app_master(jvm, app_master) -> None:
+    """The app master's RPC endpoint, then the driver's JVM leaves Ray: its executors' actors end."""
+    app_master.stop()
+    jvm.io.ray.api.Ray.shutdown()
 
 
 def _launch_the_drivers_jvm(configs: Mapping[str, str]) -> None:

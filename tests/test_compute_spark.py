@@ -255,10 +255,11 @@ def test_session_settings_put_the_jars_and_jdk17_flags_everywhere():
     conf = spark_conf(jars=[Path("/j/a.jar"), Path("/j/b.jar")])
 
     assert conf["spark.driver.extraClassPath"] == conf["raydp.executor.extraClassPath"] == "/j/a.jar:/j/b.jar"
-    # The driver and RayDP's masters give idle heap back; executors cannot (their -Xms is their -Xmx).
-    for key in ("spark.driver.extraJavaOptions", "spark.ray.raydp_app_master.extraJavaOptions"):
-        assert conf[key] == (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} "
-                             f"{IDLE_HEAP_JAVA_OPTIONS} {class_archive.archive_java_options()}").strip()
+    # The driver (which holds RayDP's app master) gives idle heap back; executors cannot (their
+    # -Xms is their -Xmx).
+    assert conf["spark.driver.extraJavaOptions"] == (
+        f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} "
+        f"{IDLE_HEAP_JAVA_OPTIONS} {class_archive.archive_java_options()}").strip()
     assert conf["spark.executor.extraJavaOptions"] == (
         f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} "
         f"{class_archive.executor_java_options()}").strip()
@@ -371,15 +372,15 @@ def test_the_host_is_warm_with_executors_on_both_nodes(cluster, host, capsys):
 
 
 def test_the_units_jvms_start_on_the_one_merged_jar(cluster, host):
-    """The driver, RayDP's app master and both executors: no jar on their class paths but the
-    one setup merged (compute/class_path_jar.py), whose Spark home the driver's launcher read;
+    """The driver (which holds RayDP's app master) and both executors: no jar on their class
+    paths but the one setup merged (compute/class_path_jar.py), whose Spark home the driver's launcher read;
     and log4j's JMX off."""
     _, handle = cluster
     merged = class_path_jar.class_path_jar()
     assert merged is not None, "setup builds it: python -m compute.class_archive_build"
     java = [argv for argv in map(process_argv, cluster_pids(handle)) if argv and Path(argv[0]).name == "java"]
     mains = [argv[-1] for argv in java]
-    assert mains.count("io.ray.runtime.runner.worker.DefaultWorker") == 3  # the app master, two executors
+    assert mains.count("io.ray.runtime.runner.worker.DefaultWorker") == 2  # the two executors
     assert any("SparkSubmit" in " ".join(argv) for argv in java)
     for argv in java:
         class_path = argv[len(argv) - argv[::-1].index("-cp")]  # the last -cp wins
@@ -677,7 +678,7 @@ def test_the_host_is_started_without_its_secret_on_any_command_line(cluster, hos
 
 
 def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
-    """Driver, app master and executors (Ray Java workers) map the archive setup built: they
+    """The driver and the executors (Ray Java workers) map the archive setup built: they
     validated it (same class path, same jars). Each maps it where it was dumped, not relocated to
     an address of its own (which would give each JVM a private copy of every page)."""
     _, handle = cluster
@@ -694,10 +695,10 @@ def test_the_hosts_jvms_start_from_the_class_archive(cluster, host):
             ranges = [[int(part, 16) for part in line.split()[0].split("-")] for line in maps]
             mapped_at.add(max(ranges, key=lambda span: span[1] - span[0])[0])
     main_classes = [main for main, _ in jvms]
-    # No launcher JVM of RayDP's: the driver's JVM (pyspark's gateway) starts the app master itself.
+    # No launcher JVM of RayDP's and no app master's: the driver's JVM (pyspark's gateway) holds it.
     assert "org.apache.spark.deploy.raydp.AppMasterEntryPoint" not in main_classes, jvms
     assert main_classes.count("pyspark-shell") == 1, jvms
-    assert main_classes.count("io.ray.runtime.runner.worker.DefaultWorker") >= 3, jvms  # app master, two executors
+    assert main_classes.count("io.ray.runtime.runner.worker.DefaultWorker") == 2, jvms  # the two executors
     assert all(mapped for _, mapped in jvms), jvms
     assert len(mapped_at) == 1, mapped_at
     # And each found most of what it loaded there: before the archive was trained on a RayDP
@@ -725,7 +726,7 @@ def _classes_loaded(pid: int) -> tuple[int, int]:
 
 def test_only_the_units_driver_compiles_with_c1_alone(cluster, host):
     """The unit's driver plans and commits, its executors run the tasks: the driver leaves out C2
-    (`DRIVER_JIT_JAVA_OPTIONS`), the executors and the app master do not, and neither does the
+    (`DRIVER_JIT_JAVA_OPTIONS`), the executors do not, and neither does the
     configuration a local-mode session takes (`spark_conf`), whose driver runs tasks too."""
     _, handle = cluster
     options = {}
