@@ -33,6 +33,7 @@ import zipfile
 import zlib
 from pathlib import Path
 from types import SimpleNamespace
+from typing import BinaryIO
 
 from compute.jars import jar_paths, jars_dir
 
@@ -105,6 +106,7 @@ def build(log=print, jars: list[Path] | None = None, directory: Path | None = No
     (partial / "jars").mkdir(parents=True)
     (partial / "bin").symlink_to(Path(pyspark.__file__).parent / "bin")
     entries = merge(jars, partial / "jars" / JAR_NAME)
+    shutil.rmtree(home, ignore_errors=True)  # what is left of a home whose jar is gone
     partial.rename(home)  # whole or not at all: a JVM never opens a half-written jar
     for stale in home.parent.glob(f"{SPARK_HOME_PREFIX}*"):
         if stale != home:
@@ -134,19 +136,20 @@ def merge(jars: list[Path], target: Path) -> int:
             for name, parts in gathered.items():
                 merged.add(name, merge_log4j_plugins(parts) if name == LOG4J_PLUGINS else _concatenated(parts))
             written = {"META-INF/MANIFEST.MF", *gathered}
-            for index, source in enumerate(sources):
+            for index, (jar, source) in enumerate(zip(jars, sources)):
                 multi_release = _is_multi_release(source)
-                for info in source.infolist():
-                    name = info.filename
-                    if name in written or _left_out(name) or _gathered(name):
-                        continue
-                    if versioned := VERSIONED.match(name):
-                        if not multi_release or base_from.get(versioned.group(1), index) != index:
+                with jar.open("rb") as raw:
+                    for info in source.infolist():
+                        name = info.filename
+                        if name in written or _left_out(name) or _gathered(name):
                             continue
-                    elif base_from[name] != index:
-                        continue
-                    merged.copy(source, info)
-                    written.add(name)
+                        if versioned := VERSIONED.match(name):
+                            if not multi_release or base_from.get(versioned.group(1), index) != index:
+                                continue
+                        elif base_from[name] != index:
+                            continue
+                        merged.copy(raw, info)
+                        written.add(name)
         return len(written)
     finally:
         for source in sources:
@@ -236,14 +239,17 @@ class _JarWriter:
         raw = deflate.compress(data) + deflate.flush()
         self._write(name, raw, zipfile.ZIP_DEFLATED, zlib.crc32(data), len(data), (1980, 1, 1, 0, 0, 0))
 
-    def copy(self, source: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
-        """The entry `info` of `source`, its compressed bytes as they are."""
+    def copy(self, jar: BinaryIO, info: zipfile.ZipInfo) -> None:
+        """The entry `info` of the jar open as `jar`, its compressed bytes as they are (read
+        from the entry's local header on, which `info.header_offset` locates)."""
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 0x1:
-            raise ValueError(f"{source.filename}: {info.filename} is neither stored nor deflated in the clear")
-        source.fp.seek(info.header_offset)
-        header = struct.unpack(_LOCAL_HEADER, source.fp.read(struct.calcsize(_LOCAL_HEADER)))
-        source.fp.seek(header[9] + header[10], os.SEEK_CUR)  # past the name and the extra field
-        raw = source.fp.read(info.compress_size)
+            raise ValueError(f"{jar.name}: {info.filename} is neither stored nor deflated in the clear")
+        jar.seek(info.header_offset)
+        header = struct.unpack(_LOCAL_HEADER, jar.read(struct.calcsize(_LOCAL_HEADER)))
+        if header[0] != 0x04034B50:
+            raise ValueError(f"{jar.name}: {info.filename} has no local header where the directory says")
+        jar.seek(header[9] + header[10], os.SEEK_CUR)  # past the name and the extra field
+        raw = jar.read(info.compress_size)
         self._write(info.filename, raw, info.compress_type, info.CRC, info.file_size, info.date_time)
 
     def _write(self, name: str, raw: bytes, method: int, crc: int, size: int, date_time: tuple) -> None:

@@ -184,6 +184,9 @@ def test_the_merged_jar_lives_alone_in_a_spark_home_named_for_its_jars(tmp_path,
     assert rebuilt.parent.parent != home and not home.exists()
     assert not list(rebuilt.parent.parent.parent.glob("*.partial"))
 
+    rebuilt.unlink()  # a home whose jar is gone is built again over what is left of it
+    assert class_path_jar.build(said.append, jars=[one, two]) == rebuilt and rebuilt.is_file()
+
 
 def test_without_the_merged_jar_the_jvms_start_on_the_jars_themselves(tmp_path, monkeypatch):
     from compute import class_archive
