@@ -41,16 +41,26 @@ class Client:
 
     # --- the wire ---------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
-              headers: dict | None = None) -> Any:
+    def _send(self, method: str, path: str, *, stream: bool = False, **request: Any) -> httpx.Response:
+        """The API's answer; a read answered 429 is asked again (RATE_LIMITED_RETRIES), and an
+        error is raised as ApiError. A streamed answer is returned open: its caller closes it."""
         for attempt in range(RATE_LIMITED_RETRIES + 1):
-            response = self._http.request(method, path, json=json, params=params, headers=headers)
+            response = self._http.send(self._http.build_request(method, path, **request), stream=stream)
             if response.status_code != 429 or method != "GET" or attempt == RATE_LIMITED_RETRIES:
                 break
+            response.close()
             time.sleep(_retry_after(response))
         if response.status_code >= 400:
+            try:
+                response.read()
+            finally:
+                response.close()
             raise _error(response)
-        return response.json()
+        return response
+
+    def _call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
+              headers: dict | None = None) -> Any:
+        return self._send(method, path, json=json, params=params, headers=headers).json()
 
     def _all(self, path: str) -> list[dict]:
         """Every item of a paged list, following its cursors."""
@@ -63,9 +73,7 @@ class Client:
 
     def revoke_token(self) -> None:
         """Revoke the token this client calls with."""
-        response = self._http.post("/tokens/current/revoke")
-        if response.status_code >= 400:
-            raise _error(response)
+        self._send("POST", "/tokens/current/revoke")
 
     # --- warehouses ---------------------------------------------------------------------------
 
@@ -152,19 +160,12 @@ class Client:
         return self._call("GET", f"/executions/{execution_id}/results/{step}", params={"page": page, "size": size})
 
     def results_csv(self, execution_id: int, step: str) -> Iterator[bytes]:
-        """The step's result as CSV, streamed; waits on 429 as `_call` does."""
-        for attempt in range(RATE_LIMITED_RETRIES + 1):
-            with self._http.stream("GET", f"/executions/{execution_id}/results/{step}/csv") as response:
-                if response.status_code == 429 and attempt < RATE_LIMITED_RETRIES:
-                    response.read()
-                    wait = _retry_after(response)
-                elif response.status_code >= 400:
-                    response.read()
-                    raise _error(response)
-                else:
-                    yield from response.iter_bytes()
-                    return
-            time.sleep(wait)
+        """The step's result as CSV, streamed."""
+        response = self._send("GET", f"/executions/{execution_id}/results/{step}/csv", stream=True)
+        try:
+            yield from response.iter_bytes()
+        finally:
+            response.close()
 
     def logs(self, execution_id: int, page: int = 1, size: int = 200, **filters) -> dict:
         return self._call("GET", f"/executions/{execution_id}/logs", params={"page": page, "size": size, **filters})

@@ -149,3 +149,36 @@ def test_the_command_line_reads_its_settings_from_the_environment_or_a_file(tmp_
     config.write_text("url = [unclosed")
     with pytest.raises(Exception, match="config.toml"):
         cli.settings()
+
+
+def test_a_csv_download_streams_after_a_wait_and_every_answer_it_opened_is_closed(monkeypatch):
+    """The streamed path of the client's one rule for 429s: the refused answer is closed before
+    the wait, the CSV arrives whole, and its answer is closed once read."""
+    from lakeport_client import client as client_module
+
+    answers: list[httpx.Response] = []
+
+    def portal(request: httpx.Request) -> httpx.Response:
+        if not answers:
+            answer = httpx.Response(429, headers={"Retry-After": "7", "Content-Type": "application/json"},
+                                    stream=httpx.ByteStream(b'{"detail": "slow down"}'))
+        else:
+            answer = httpx.Response(200, headers={"Content-Type": "text/csv"},
+                                    stream=httpx.ByteStream(b"id,name\n1,a\n"))
+        answers.append(answer)
+        return answer
+
+    waits: list[float] = []
+    monkeypatch.setattr(client_module.time, "sleep", waits.append)
+    api = Client("http://portal.test", "token", transport=httpx.MockTransport(portal))
+    assert b"".join(api.results_csv(1, "step")) == b"id,name\n1,a\n"
+    assert waits == [7.0] and len(answers) == 2 and all(answer.is_closed for answer in answers)
+
+
+def test_revoking_the_token_raises_the_portals_refusal():
+    refusals = httpx.MockTransport(lambda request: httpx.Response(
+        401, json={"detail": "token revoked"}) if request.url.path.endswith("/tokens/current/revoke")
+        else httpx.Response(404))
+    with pytest.raises(ApiError) as refused:
+        Client("http://portal.test", "token", transport=refusals).revoke_token()
+    assert refused.value.status == 401 and refused.value.detail == "token revoked"
