@@ -45,10 +45,21 @@ def trial(bench: Bench, workflow_id: int, number: int) -> dict:
     host_s = first.submitted_at - running_at
     execution_s = total - unit_s - host_s
     print(f"  #{number}: {total:6.2f} s = unit RUNNING (Ray head up) {unit_s:.2f} s"
-          f" + Spark host warm {host_s:.2f} s [RayDP session {host['session_init_s']} s, {_after_session(host)}]"
+          f" + Spark host warm {host_s:.2f} s [{_before_session(host, running_at)}, RayDP session "
+          f"{host['session_init_s']} s, {_after_session(host)}]"
           f" + first execution {execution_s:.2f} s [on the host {first.on_unit_s:.2f} s: "
           + ", ".join(f"{name.removesuffix('_s')} {seconds:.2f}" for name, seconds in first.phases_s.items()) + "]")
     return {"total": total, "unit": unit_s, "host": host_s, "execution": execution_s}
+
+
+def _before_session(host: dict, running_at: float) -> str:
+    """When the host's process began (its launcher and Ray worker started; the unit starts it
+    once the head's GCS answers, often before the portal sees the unit RUNNING) and how long
+    it took from there to its session's start (its imports)."""
+    if host.get("host_started_at") is None or host.get("session_started_at") is None:
+        return "the host's start not reported"
+    return (f"host process up at {host['host_started_at'] - running_at:+.2f} s, "
+            f"its session begun {host['session_started_at'] - host['host_started_at']:.2f} s later")
 
 
 def _after_session(host: dict) -> str:

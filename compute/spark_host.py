@@ -80,11 +80,14 @@ class SparkSessionHost:
         self._spark = None
         self._state = "warming"
         self._error: str | None = None
-        # Seconds the session's start took, how many executors had registered before its first
-        # job, and that job (of which the write path's warm-up), and why warming the write path
-        # failed, if it did.
+        # When this host's process began its work and its session's start (wall clock, for the
+        # benchmarks' cold timeline), seconds the session's start took, how many executors had
+        # registered before its first job, and that job (of which the write path's warm-up), and
+        # why warming the write path failed, if it did.
         self._warm_up_report = dict.fromkeys(
-            ("session_init_s", "executors_registered", "first_job_s", "write_warm_up_s", "write_warm_up_error"))
+            ("host_started_at", "session_started_at", "session_init_s", "executors_registered", "first_job_s",
+             "write_warm_up_s", "write_warm_up_error"))
+        self._warm_up_report["host_started_at"] = time.time()
         self._ready = threading.Event()
         self._runs: dict[str, Run] = {}
         self._ran = False  # anything submitted, ever (old runs are forgotten; this is not)
@@ -103,6 +106,7 @@ class SparkSessionHost:
         importing = threading.Thread(target=_import_pipeline, name="import-pipeline", daemon=True)
         importing.start()
         started = time.monotonic()
+        self._warm_up_report["session_started_at"] = time.time()
         try:
             self._spark = start_spark_session(
                 self.settings.app_name,
