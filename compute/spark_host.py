@@ -98,8 +98,9 @@ class SparkSessionHost:
         threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
 
     def _warm_up(self) -> None:
-        from compute.spark_session import start_spark_session, wait_for_executors, warm_the_write_path
-        import raydp  # noqa: F401  (first: the driver's JVM starts once it is imported)
+        from compute.spark_session import import_raydp, start_spark_session, wait_for_executors, warm_the_write_path
+
+        import_raydp()  # first: the driver's JVM starts once it is imported
 
         # The pipeline runner's imports (pyiceberg, pyarrow: seconds) overlap with the JVMs' start,
         # not with RayDP's import before it, which would wait for the interpreter's lock.

@@ -12,10 +12,12 @@ one warm session can serve executions against different warehouses.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +86,39 @@ def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None =
     return conf
 
 
+# RayDP's conversions between Spark and Ray datasets, which `import raydp` imports with it: they
+# import ray.data and pandas, about half a second of a unit's way to its session on a fast
+# machine. A unit's session does not use them (Spark to Ray reaches RayDP's app master actor,
+# which a unit does not have), so they are imported on first use instead.
+RAYDP_DATASETS = "raydp.spark.dataset"
+_RAYDP_DATASET_NAMES = ("PartitionObjectsOwner", "get_raydp_master_owner", "spark_dataframe_to_ray_dataset",
+                        "ray_dataset_to_spark_dataframe", "from_spark_recoverable", "release_spark_recoverable")
+
+
+def import_raydp():
+    """`import raydp`, with its dataset conversions (RAYDP_DATASETS) imported on their first call."""
+    if (raydp := sys.modules.get("raydp")) is not None:
+        return raydp
+    stand_in = types.ModuleType(RAYDP_DATASETS)
+    for name in _RAYDP_DATASET_NAMES:
+        setattr(stand_in, name, _imported_on_first_call(name))
+    sys.modules[RAYDP_DATASETS] = stand_in
+    try:
+        import raydp
+    finally:
+        if sys.modules.get(RAYDP_DATASETS) is stand_in:
+            del sys.modules[RAYDP_DATASETS]  # a later import finds the real module
+    return raydp
+
+
+def _imported_on_first_call(name: str) -> Callable:
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(RAYDP_DATASETS), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
 def start_spark_session(
     app_name: str,
     *,
@@ -98,8 +133,7 @@ def start_spark_session(
     `placement_strategy` is a Ray placement-group strategy for the executors: SPREAD puts
     them on as many nodes as possible; None lets Ray place them freely.
     """
-    import raydp
-
+    raydp = import_raydp()
     _run_the_app_master_in_the_driver()
     # Executors launch Python workers from PATH's `python3` unless told otherwise.
     os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -249,6 +250,29 @@ def test_jars_dir_follows_the_environment(monkeypatch, tmp_path):
     assert jars.jars_dir() == tmp_path
     monkeypatch.delenv(jars.JARS_DIR_ENV)
     assert jars.jars_dir() == jars.PROJECT_ROOT / ".cache" / "jars"
+
+
+IMPORT_RAYDP = """
+import sys
+from compute.spark_session import RAYDP_DATASETS, import_raydp
+
+raydp = import_raydp()
+print(sorted(name for name in ("pandas", "ray.data", RAYDP_DATASETS) if name in sys.modules))
+import raydp.spark
+try:
+    raydp.spark.get_raydp_master_owner(1, 2)  # the real function's own complaint, once imported
+except TypeError as error:
+    print(type(sys.modules[RAYDP_DATASETS].__dict__.get("_recoverable_rdd_ids")).__name__, "pandas" in sys.modules)
+"""
+
+
+def test_raydp_is_imported_without_its_dataset_conversions_until_one_is_called():
+    """On a unit's way to its session, `import raydp` would import ray.data and pandas for
+    RayDP's dataset conversions (half a second on a fast machine); they come on first use."""
+    ran = subprocess.run([sys.executable, "-c", IMPORT_RAYDP], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent.parent)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.splitlines() == ["[]", "dict True"]
 
 
 def test_session_settings_put_the_jars_and_jdk17_flags_everywhere():
