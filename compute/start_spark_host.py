@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from dataclasses import asdict, replace
@@ -48,14 +49,18 @@ def main(argv: list[str]) -> int:
 
 
 def _wait_for_a_live_node(gcs_address: str) -> None:
-    """Returns once the GCS lists a live node. `ray.init` looks for the node it joins once a
-    second until the node's raylet has registered, and a local unit starts this launcher as
-    soon as the head's GCS answers, mostly before that: waiting here at a finer step saves up
-    to a second of a cold start. Whatever goes wrong is left for `ray.init` to report."""
+    """Returns once the GCS lists a live node. A local unit starts this launcher with its head
+    node, so that Ray's import here overlaps with the head's start: the GCS may not answer yet.
+    And `ray.init` looks for the node it joins once a second until the node's raylet has
+    registered: waiting here at a finer step saves up to a second of a cold start. Whatever
+    goes wrong is left for `ray.init` to report."""
     from ray._raylet import GcsClient
     from ray.core.generated.gcs_pb2 import GcsNodeInfo
 
     deadline = time.monotonic() + NODE_WAIT_SECONDS
+    host, _, port = gcs_address.rpartition(":")
+    while not _answers(host, int(port)) and time.monotonic() < deadline:
+        time.sleep(NODE_POLL_SECONDS)
     try:
         client = GcsClient(address=gcs_address)
         while time.monotonic() < deadline:
@@ -64,6 +69,14 @@ def _wait_for_a_live_node(gcs_address: str) -> None:
             time.sleep(NODE_POLL_SECONDS)
     except Exception:  # noqa: BLE001 - ray.init says what is wrong, in Ray's words
         return
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=NODE_POLL_SECONDS):
+            return True
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 The portal runs each local compute unit in one bubblewrap sandbox, so that all its Ray
 nodes share one network namespace (see app/ray_clusters/sandbox.py). This process starts,
-inside it, the forwarders (socat bridges to the portal's side), then the head node, and
-once the head's GCS port answers, the workers and the `after_head` processes (the unit's
-Spark host launcher, which ends once the host is ready). An `on_request` process is started
+inside it, the forwarders (socat bridges to the portal's side), then the head node together
+with the `with_head` processes (the unit's Spark host launcher, which imports Ray while the head
+starts, waits for its GCS, and ends once the host is ready), and once the head's GCS port
+answers, the workers. An `on_request` process is started
 (again) when the portal asks, by creating `<records_dir>/<role>.start`, and it is not running:
 the Spark host's launcher, when the unit's host was not started with it or has ended. Being
 the nodes' parent, it alone learns
@@ -16,7 +17,7 @@ when every node has ended.
 The plan (written by the portal before the sandbox starts):
     {"records_dir": str, "forwarders_log": str, "forwarders": [[argv...]],
      "nodes": [{"role": str, "argv": [...], "env": {...}, "dir": str, "log": str, "ready_port": int}],
-     "after_head": [same shape as a node], "on_request": [same shape as a node]}
+     "with_head": [same shape as a node], "on_request": [same shape as a node]}
 """
 from __future__ import annotations
 
@@ -91,12 +92,14 @@ def main(argv: list[str]) -> int:
                       for command in plan["forwarders"]]
     head, *workers = [Node(spec, records_dir) for spec in plan["nodes"]]
     head.start()
+    helpers = [Node(spec, records_dir) for spec in plan.get("with_head", [])]
+    for helper in helpers:  # each waits for the head's GCS itself
+        helper.start()
     while head.check() and not head.ready:
         time.sleep(0.1)
     running = [head]
-    helpers = [Node(spec, records_dir) for spec in plan.get("after_head", [])]
-    if head.ready:  # workers and helpers join through the head's GCS
-        for node in workers + helpers:
+    if head.ready:  # workers join through the head's GCS
+        for node in workers:
             node.start()
         running += workers
     on_request = plan.get("on_request", []) if head.ready else []

@@ -768,3 +768,42 @@ def test_the_host_process_is_not_dumpable(host):
     code = "import ctypes\nresult = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)"  # PR_GET_DUMPABLE
 
     assert client.wait(client.submit(code)["run_id"])["result"] == 0
+
+
+def test_the_host_launcher_waits_for_the_heads_gcs_to_answer_before_asking_it(monkeypatch):
+    """A local unit starts the launcher together with its head node, so the GCS may not listen
+    yet: the launcher polls its port, then asks it for a live node (never before it answers)."""
+    import socket
+
+    import ray._raylet
+
+    from compute import start_spark_host
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    asked = []
+
+    class Gcs:
+        def __init__(self, address: str) -> None:
+            assert listening.is_set(), "asked the GCS before its port answered"
+            self.address = address
+
+        def get_all_node_info(self, timeout, state_filter):
+            asked.append(self.address)
+            return {"node": object()} if len(asked) > 1 else {}  # its raylet registers a moment later
+
+    monkeypatch.setattr(ray._raylet, "GcsClient", Gcs)
+    listening = threading.Event()
+
+    def gcs_comes_up() -> None:
+        time.sleep(0.4)
+        server = socket.create_server(("127.0.0.1", port))
+        listening.set()
+        time.sleep(2)
+        server.close()
+
+    threading.Thread(target=gcs_comes_up, daemon=True).start()
+    started = time.monotonic()
+    start_spark_host._wait_for_a_live_node(f"127.0.0.1:{port}")
+    assert 0.4 <= time.monotonic() - started < 2 and asked == [f"127.0.0.1:{port}"] * 2

@@ -327,7 +327,7 @@ class LocalClusterBackend(ClusterBackend):
             "forwarders_log": str(cluster_dir / "forwarders.log"),
             "forwarders": [inside for _, inside in egress + ingress],
             "nodes": [node.pop("plan") for node in handle.details["nodes"]],
-            "after_head": [launcher] if launcher and spec.spark_host.with_cluster else [],
+            "with_head": [launcher] if launcher and spec.spark_host.with_cluster else [],
             "on_request": [launcher] if launcher else [],
         }).encode())
         handle.details["spark_host_launched"] = bool(launcher and spec.spark_host.with_cluster)
@@ -346,8 +346,9 @@ class LocalClusterBackend(ClusterBackend):
 
     @staticmethod
     def _spark_host_launcher(handle: ClusterHandle, launch: SparkHostLaunch) -> dict:
-        """The unit's init starts the Spark host as soon as the head's GCS answers: the same
-        entrypoint as the Ray Job a bootstrap submits, as a plain driver of the cluster."""
+        """The unit's init starts the Spark host's launcher with the head node (the launcher
+        waits for the head's GCS): the same entrypoint as the Ray Job a bootstrap submits, as a
+        plain driver of the cluster."""
         settings = SparkHostSettings(
             port=handle.details["ports"]["spark_host"], namespace=handle.spark_host_namespace,
             secret_sha256=launch.secret_sha256, bind_loopback=True, executors=launch.executors,
@@ -364,7 +365,7 @@ class LocalClusterBackend(ClusterBackend):
         if unit_dir(handle).exists(_LAUNCH_REQUEST):  # the unit's init starts the launcher, then takes the request
             return SparkHostLaunchState.STARTING
         record = node_record(handle, {"role": SPARK_HOST_LAUNCHER})
-        if record is None:  # not started yet: with the cluster, once the head's GCS is up; or never
+        if record is None:  # not started yet: with the cluster's head; or never
             return SparkHostLaunchState.STARTING if handle.details.get("spark_host_launched") \
                 else SparkHostLaunchState.NONE
         return SparkHostLaunchState.STARTING if record["returncode"] is None else SparkHostLaunchState.ENDED
