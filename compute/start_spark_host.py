@@ -58,8 +58,7 @@ def _wait_for_a_live_node(gcs_address: str) -> None:
     from ray.core.generated.gcs_pb2 import GcsNodeInfo
 
     deadline = time.monotonic() + NODE_WAIT_SECONDS
-    host, _, port = gcs_address.rpartition(":")
-    while not _answers(host, int(port)) and time.monotonic() < deadline:
+    while not _answers(gcs_address) and time.monotonic() < deadline:
         time.sleep(NODE_POLL_SECONDS)
     try:
         client = GcsClient(address=gcs_address)
@@ -71,9 +70,14 @@ def _wait_for_a_live_node(gcs_address: str) -> None:
         return
 
 
-def _answers(host: str, port: int) -> bool:
+def _answers(gcs_address: str) -> bool:
+    """Whether the GCS's port takes a connection; True for an address that is not `host:port`
+    (Ray's own forms, such as `auto`: `ray.init` resolves those)."""
+    host, _, port = gcs_address.rpartition(":")
+    if not host or not port.isdigit():
+        return True
     try:
-        with socket.create_connection((host, port), timeout=NODE_POLL_SECONDS):
+        with socket.create_connection((host, int(port)), timeout=NODE_POLL_SECONDS):
             return True
     except OSError:
         return False

@@ -807,3 +807,18 @@ def test_the_host_launcher_waits_for_the_heads_gcs_to_answer_before_asking_it(mo
     started = time.monotonic()
     start_spark_host._wait_for_a_live_node(f"127.0.0.1:{port}")
     assert 0.4 <= time.monotonic() - started < 2 and asked == [f"127.0.0.1:{port}"] * 2
+
+
+def test_the_host_launcher_leaves_an_address_that_is_not_host_and_port_to_ray(monkeypatch):
+    import ray._raylet
+
+    from compute import start_spark_host
+
+    def refuse(address: str):
+        raise ConnectionError(f"no GCS at {address}")
+
+    monkeypatch.setattr(ray._raylet, "GcsClient", refuse)
+    started = time.monotonic()
+    for address in ("auto", "ray://cluster", "localhost"):
+        start_spark_host._wait_for_a_live_node(address)  # ray.init reports what is wrong
+    assert time.monotonic() - started < 1
