@@ -53,9 +53,9 @@ def trial(bench: Bench, workflow_id: int, number: int) -> dict:
 
 
 def _before_session(host: dict, running_at: float) -> str:
-    """When the host's process began (its launcher and Ray worker started; the unit starts it
-    once the head's GCS answers, often before the portal sees the unit RUNNING) and how long
-    it took from there to its session's start (its imports)."""
+    """When the host's process began (its launcher and Ray worker started; the unit starts the
+    launcher with its head node, before the portal sees the unit RUNNING) and how long it took
+    from there to its session's start (its imports)."""
     if host.get("host_started_at") is None or host.get("session_started_at") is None:
         return "the host's start not reported"
     return (f"host process up at {host['host_started_at'] - running_at:+.2f} s, "

@@ -87,7 +87,8 @@ def class_path_jar() -> Path | None:
 @functools.lru_cache(maxsize=4)
 def _spark_home_of(directory: Path, ours: tuple[Path, ...]) -> Path:
     """`spark_home()` of RayDP's class path, found once per process (listing and sizing its jars
-    takes milliseconds, and a unit's host asks on its way to its session several times)."""
+    takes milliseconds, and a unit's host asks on its way to its session several times). Both
+    arguments are the cache's key: the jars directory and our jars, which that class path starts with."""
     return spark_home(directory=directory)
 
 
@@ -141,7 +142,7 @@ def merge(jars: list[Path], target: Path) -> int:
                 with jar.open("rb") as raw:
                     for info in source.infolist():
                         name = info.filename
-                        if name in written or _left_out(name) or _gathered(name):
+                        if name in written or _left_out(name):  # every gathered entry is written
                             continue
                         if versioned := VERSIONED.match(name):
                             if not multi_release or base_from.get(versioned.group(1), index) != index:
