@@ -2,7 +2,9 @@
 COMPLETED on the benchmarks' unit) and in plain PySpark `local[2]` (bench/local_pyspark.py: the
 same catalog binding, table and write), each the median of 3 after one warm-up per way and size,
 interleaved. Beside each time, the peak memory while it ran: the RSS summed over the unit's
-processes, and over the plain session's process tree, sampled every 0.2 s.
+processes, and over the plain session's process tree, sampled every 0.2 s. A third way, plain
+PySpark on the same unit's Spark host (as in `throughput`), says whether a difference in growth
+comes from the unit's Spark (its executors, its sandbox) or from Lakeport's run around the step.
 
 The figure for growth is how time grows with the data: Lakeport's time at SF 3 over its time at
 SF 1, against the same ratio of plain PySpark. Target: at most 5% steeper than plain's (a
@@ -41,10 +43,12 @@ def run(bench: Bench, options) -> Summary:
         seconds = bench.generate_tpch(scale_factor)
         figures[scale_factor] = _measure(bench, workflow_id, cu_id, handle)
         lakeport, plain = figures[scale_factor]["lakeport"], figures[scale_factor]["plain"]
+        same_host = figures[scale_factor]["same_host"]
         print(f"  SF {scale_factor:g} (generated in {seconds:.0f} s): Lakeport {lakeport['s']:.2f} s, peak unit "
               f"{lakeport['peak'] / GIB:.2f} GiB | plain {plain['s']:.2f} s, peak {plain['peak'] / GIB:.2f} GiB | "
-              f"ratio {lakeport['s'] / plain['s']:.2f}")
-    growth = {way: figures[3.0][way]["s"] / figures[1.0][way]["s"] for way in ("lakeport", "plain")}
+              f"ratio {lakeport['s'] / plain['s']:.2f} | same host {same_host['s']:.2f} s")
+    growth = {way: figures[3.0][way]["s"] / figures[1.0][way]["s"] for way in ("lakeport", "plain", "same_host")}
+    print(f"  SF 3 / SF 1 on the unit's Spark host without Lakeport's run: {growth['same_host']:.2f}×")
     difference = growth["lakeport"] / growth["plain"] - 1
     met = difference <= TARGET_GROWTH_DIFFERENCE
     print(f"  SF 3 / SF 1: Lakeport {growth['lakeport']:.2f}×, plain {growth['plain']:.2f}× "
@@ -61,7 +65,9 @@ def _measure(bench: Bench, workflow_id: int, cu_id: int, handle) -> dict:
         local_tree = lambda: _tree(local.process.pid)  # noqa: E731 - the session's JVM is a child
         bench.run(workflow_id, cu_id)  # warm-ups: the first read of each size warms caches
         local.time(Q1, "results.bench_growth_local")
-        lakeport, plain, peaks = [], [], {}
+        same_host = {"sql": Q1, "table": "results.bench_growth_plain", "vended_from": "tpch.lineitem"}
+        bench.plain_pyspark(cu_id, **same_host, warmups=1, repeats=0)
+        lakeport, plain, on_host, peaks = [], [], [], {}
 
         def through_lakeport() -> None:
             with _peak_rss(lambda: cluster_pids(handle)) as peak:
@@ -73,9 +79,10 @@ def _measure(bench: Bench, workflow_id: int, cu_id: int, handle) -> dict:
                 plain.extend(local.time(Q1, "results.bench_growth_local"))
             peaks["plain"] = peak[0]
 
-        interleaved(RUNS, [through_lakeport, plain_local])
+        interleaved(RUNS, [through_lakeport, plain_local,
+                           lambda: on_host.extend(bench.plain_pyspark(cu_id, **same_host, warmups=0, repeats=1))])
     return {"lakeport": {"s": median(lakeport), "peak": peaks["lakeport"]},
-            "plain": {"s": median(plain), "peak": peaks["plain"]}}
+            "plain": {"s": median(plain), "peak": peaks["plain"]}, "same_host": {"s": median(on_host)}}
 
 
 @contextmanager
