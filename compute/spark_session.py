@@ -91,17 +91,20 @@ def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None =
 # machine. A unit's session does not use them (Spark to Ray reaches RayDP's app master actor,
 # which a unit does not have), so they are imported on first use instead.
 RAYDP_DATASETS = "raydp.spark.dataset"
-_RAYDP_DATASET_NAMES = ("PartitionObjectsOwner", "get_raydp_master_owner", "spark_dataframe_to_ray_dataset",
-                        "ray_dataset_to_spark_dataframe", "from_spark_recoverable", "release_spark_recoverable")
+_RAYDP_DATASET_CLASSES = ("PartitionObjectsOwner",)
+_RAYDP_DATASET_FUNCTIONS = ("get_raydp_master_owner", "spark_dataframe_to_ray_dataset",
+                            "ray_dataset_to_spark_dataframe", "from_spark_recoverable", "release_spark_recoverable")
 
 
 def import_raydp():
-    """`import raydp`, with its dataset conversions (RAYDP_DATASETS) imported on their first call."""
+    """`import raydp`, with its dataset conversions (RAYDP_DATASETS) imported on their first use."""
     if (raydp := sys.modules.get("raydp")) is not None:
         return raydp
     stand_in = types.ModuleType(RAYDP_DATASETS)
-    for name in _RAYDP_DATASET_NAMES:
+    for name in _RAYDP_DATASET_FUNCTIONS:
         setattr(stand_in, name, _imported_on_first_call(name))
+    for name in _RAYDP_DATASET_CLASSES:
+        setattr(stand_in, name, _ClassImportedOnFirstUse(name, (), {"__module__": RAYDP_DATASETS}))
     sys.modules[RAYDP_DATASETS] = stand_in
     try:
         import raydp
@@ -117,6 +120,23 @@ def _imported_on_first_call(name: str) -> Callable:
 
     call.__name__ = call.__qualname__ = name
     return call
+
+
+class _ClassImportedOnFirstUse(type):
+    """A stand-in for a class of RAYDP_DATASETS: making an instance, isinstance and issubclass
+    import the real module and answer for its class of the same name."""
+
+    def _real(cls) -> type:
+        return getattr(importlib.import_module(RAYDP_DATASETS), cls.__name__)
+
+    def __call__(cls, *args, **kwargs):
+        return cls._real()(*args, **kwargs)
+
+    def __instancecheck__(cls, instance) -> bool:
+        return isinstance(instance, cls._real())
+
+    def __subclasscheck__(cls, subclass) -> bool:
+        return issubclass(subclass, cls._real())
 
 
 def start_spark_session(

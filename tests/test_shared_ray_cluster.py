@@ -27,9 +27,11 @@ from compute import host_auth
 from compute.contract import secret_digest
 from devstack.process import free_port, port_is_open
 from tests.conftest import AuthActions
+from tests.processes import process_argv
 from devstack.oidc_provider import TEST_USERS
 
 MARKER = "catalog-token-of-bob-3f9a"
+EXECUTOR_MAIN = "io.ray.runtime.runner.worker.DefaultWorker"  # RayDP's executors are Ray Java workers
 
 
 def answers_http(port: int) -> bool:
@@ -224,11 +226,22 @@ def test_code_in_one_units_host_cannot_reach_the_other_units_runs(units):
     assert (bobs_next["state"], bobs_next["result"]) == ("COMPLETED", 5)
 
 
+def _java_mains(cluster) -> list[str]:
+    """The main class of every Java process of the shared cluster, sorted."""
+    return sorted(argv[-1] for pid in cluster_pids(cluster)
+                  if (argv := process_argv(pid)) and argv[0].endswith("java"))
+
+
 def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_unit(portal, units, shared_cluster,
                                                                                    db_engine):
     backend, cluster, _ = shared_cluster
     (alice_cu, alice), (_, bob) = units["alice"], units["bob"]
     port = alice_cu.spark_host_port
+    # Each unit's session: its driver's JVM (which holds RayDP's app master) and one executor,
+    # a Ray Java worker of that driver's job.
+    drivers_and_executors = _java_mains(cluster)
+    assert drivers_and_executors.count(EXECUTOR_MAIN) == 2, drivers_and_executors
+    assert len(drivers_and_executors) == 4, drivers_and_executors
 
     with portal.test_request_context(method="POST"):
         lifecycle.terminate(reload(db_engine, alice_cu.id), reason="test")
@@ -240,5 +253,10 @@ def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_
     assert reload(db_engine, alice_cu.id).state == "TERMINATED"
     assert not answers_http(port)  # the port may stay bridged out of the cluster's sandbox; no host is behind it
     assert backend.status(cluster).state == ComputeUnitState.RUNNING
+    # Nothing of alice's session is left on the operator's cluster: her driver's JVM ended with
+    # her host, and her executor with the driver's Ray job.
+    while len(_java_mains(cluster)) > 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _java_mains(cluster).count(EXECUTOR_MAIN) == 1 and len(_java_mains(cluster)) == 2, _java_mains(cluster)
     with host(bob) as bobs:
         assert bobs.wait(bobs.submit("result = 'still here'")["run_id"])["result"] == "still here"
