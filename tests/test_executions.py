@@ -1234,11 +1234,11 @@ def test_after_the_units_spark_host_dies_the_next_execution_runs_on_a_new_one(e2
 def test_a_host_seen_ready_that_refuses_a_run_but_is_still_there_gets_no_second_submit(monkeypatch):
     """It may have taken the run before the connection broke: submitting again could run it twice."""
     submits, prepared = [], []
-    monkeypatch.setattr(runner, "_prepare", lambda execution_id, minting: prepared.append(execution_id) or (
+    monkeypatch.setattr(runner, "_prepare", lambda execution_id, groundwork: prepared.append(execution_id) or (
         {"compute_unit": {"id": 7}}, "handle", "app-1" if len(prepared) == 1 else None))
     monkeypatch.setattr(runner, "load", lambda execution_id: Execution(id=execution_id, state="INITIALIZING"))
     monkeypatch.setattr(runner, "_state_of", lambda execution_id: "INITIALIZING")
-    monkeypatch.setattr(runner._Minting, "start", classmethod(lambda cls, execution: None))
+    monkeypatch.setattr(runner._Groundwork, "start", classmethod(lambda cls, execution: None))
     monkeypatch.setattr(door, "unit_failure", lambda cu_id: None)
 
     def refuse(handle, args, execution_id):

@@ -260,11 +260,11 @@ def drive(execution_id: int) -> None:
             _watch(execution_id)
             return
         # The catalog token takes longest to prepare: it is minted while the rest is checked.
-        minting = _Minting.start(execution)
+        groundwork = _Groundwork.start(execution)
         if execution.state == State.QUEUED and not _transition(
                 execution_id, (State.QUEUED,), state=State.INITIALIZING, started_at=utcnow()):
             return  # cancelled while queued
-        _submit_and_watch(execution_id, minting)
+        _submit_and_watch(execution_id, groundwork)
     except DATABASE_UNAVAILABLE:
         raise
     except (ExecutionFailed, UnitUnavailable) as failure:
@@ -287,8 +287,8 @@ def _finish_failed(execution_id: int, reason: str) -> None:
         finish(execution_id, State.FAILED, reason="the run failed, and its reason could not be stored")
 
 
-def _submit_and_watch(execution_id: int, minting: _Minting) -> None:
-    args, handle, seen_app = _prepare(execution_id, minting)
+def _submit_and_watch(execution_id: int, groundwork: _Groundwork) -> None:
+    args, handle, seen_app = _prepare(execution_id, groundwork)
     if _state_of(execution_id) != State.INITIALIZING:
         return  # cancelled while initializing: nothing was submitted
     cu_id = args["compute_unit"]["id"]
@@ -301,7 +301,7 @@ def _submit_and_watch(execution_id: int, minting: _Minting) -> None:
         # has a new host now (the old one died), the run goes there; if the old one is still
         # there it may hold the run, which must not run twice.
         door.forget_ready(cu_id)
-        args, handle, _ = _prepare(execution_id, _Minting.start(load(execution_id)))
+        args, handle, _ = _prepare(execution_id, _Groundwork.start(load(execution_id)))
         if door.ready_app(cu_id, handle) == seen_app:
             raise _not_taken(cu_id, error) from None
         try:
@@ -324,37 +324,51 @@ def _submit(handle: ClusterHandle, args: dict, execution_id: int) -> str:
     return door.submit(handle, SUBMIT_CODE, args, name=f"execution-{execution_id}")
 
 
-class _Minting:
-    """The run's catalog token, minted in a thread of its own (door.run_token) from `start` on."""
+class _Groundwork:
+    """What a run's submit waits for from the catalog, each begun on a thread of its own at
+    `start`: the run's catalog token (door.run_token), its longest wait, and the warehouse's
+    check (_check_warehouse)."""
 
-    _threads = ThreadPoolExecutor(4, thread_name_prefix="execution-token")
+    _threads = ThreadPoolExecutor(4, thread_name_prefix="execution-groundwork")
 
-    def __init__(self, token: Future, started_at: float) -> None:
-        self._token, self.started_at = token, started_at
+    def __init__(self, token: Future, checked: Future, started_at: float) -> None:
+        self._token, self._checked, self.started_at = token, checked, started_at
 
     @classmethod
-    def start(cls, execution: Execution) -> _Minting:
+    def start(cls, execution: Execution) -> _Groundwork:
         app = current_app._get_current_object()
+
+        def rows() -> tuple[Warehouse | None, User | None]:
+            with Session(engine()) as db:
+                warehouse = db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
+                return warehouse, db.get(User, execution.owner_id)
 
         def mint() -> str | None:
             with app.app_context():
-                with Session(engine()) as db:
-                    warehouse = db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
-                    owner = db.get(User, execution.owner_id)
+                warehouse, owner = rows()
                 if warehouse is None:
-                    return None  # _check_warehouse says why the run cannot go
+                    return None  # the check says why the run cannot go
                 try:
                     return door.run_token(warehouse, owner)
                 except door.NoCatalogToken as error:
                     raise ExecutionFailed(str(error)) from None
 
-        return cls(cls._threads.submit(mint), time.monotonic())
+        def check() -> None:
+            with app.app_context():
+                _check_warehouse(execution, rows()[0])
+
+        return cls(cls._threads.submit(mint), cls._threads.submit(check), time.monotonic())
+
+    def check(self) -> None:
+        """Once the warehouse has passed its check; raises ExecutionFailed saying why it did not."""
+        self._checked.result()
 
     def token(self) -> str | None:
+        """The token, once minted; raises ExecutionFailed if it could not be."""
         return self._token.result()
 
 
-def _prepare(execution_id: int, minting: _Minting) -> tuple[dict, ClusterHandle, str | None]:
+def _prepare(execution_id: int, groundwork: _Groundwork) -> tuple[dict, ClusterHandle, str | None]:
     """Check everything the run needs; return the ExecutionSpec, the unit's cluster handle and,
     if its Spark host was not asked because this process found it ready before, that host's
     Spark application id."""
@@ -366,14 +380,17 @@ def _prepare(execution_id: int, minting: _Minting) -> tuple[dict, ClusterHandle,
             .outerjoin(User, User.id == Execution.owner_id)
             .outerjoin(Warehouse, Warehouse.id == Execution.warehouse_id)
             .where(Execution.id == execution_id)).one()
-    # Beside the token: the warehouse's check in the catalog, and the unit.
-    _check_warehouse(execution, warehouse)
-    cu, handle = door.running_host(execution.compute_unit_id)
+    # Beside the token and the warehouse's check: the unit. A warehouse that cannot take the
+    # run says so first, before the unit's state and before a Spark host is started for it.
+    try:
+        cu, handle = door.running_host(execution.compute_unit_id)
+    finally:
+        groundwork.check()
     if (seen_app := door.ready_app(cu.id, handle)) is None:
         door.make_ready(cu, handle, progress=lambda phase: _note(execution_id, phase))
-    token = minting.token()
-    if time.monotonic() - minting.started_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
-        token = _Minting.start(execution).token()
+    token = groundwork.token()
+    if time.monotonic() - groundwork.started_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
+        token = _Groundwork.start(execution).token()
     return run_spec.execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle, seen_app
 
 
