@@ -91,6 +91,38 @@ def test_reported_progress_is_bounded_and_says_what_was_cut():
     assert json.loads(unit_reports.merged_progress({"steps": [1]}, "not a dict")) == {"steps": [1], "logs": []}
 
 
+@pytest.mark.parametrize("unit_running", [True, False])
+def test_a_warehouse_that_cannot_take_the_run_fails_it_before_its_unit_is_asked_or_started(
+        app, db_engine, monkeypatch, unit_running):
+    """The warehouse's check runs beside the token's minting, yet its verdict comes first: no
+    Spark host is started for a run that cannot go, and a stopped unit does not hide why."""
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    queued = execution_row(db_engine, owner, workflow, warehouse, cu, state="QUEUED").id
+    started_hosts = []
+
+    def check_warehouse(execution, warehouse):
+        raise runner.ExecutionFailed(f"the warehouse {execution.warehouse_name} was archived: it takes no new "
+                                     "executions")
+
+    def running_host(cu_id):
+        if not unit_running:
+            raise door.UnitUnavailable("the compute unit stopped: terminated")
+        return reload(db_engine, type(cu), cu_id), "handle"
+
+    monkeypatch.setattr(runner, "_check_warehouse", check_warehouse)
+    monkeypatch.setattr(door, "run_token", lambda warehouse, user: "token")
+    monkeypatch.setattr(door, "running_host", running_host)
+    monkeypatch.setattr(door, "ready_app", lambda cu_id, handle: None)  # its host would have to be started
+    monkeypatch.setattr(door, "make_ready", lambda cu, handle, progress: started_hosts.append(cu.id))
+    with app.app_context():
+        runner.drive(queued)
+    execution = reload(db_engine, Execution, queued)
+    assert execution.state == "FAILED"
+    assert execution.reason.endswith("was archived: it takes no new executions")
+    assert started_hosts == []
+
+
 def test_the_runs_token_is_minted_while_the_rest_is_prepared_and_a_refusal_fails_the_run(
         app, db_engine, monkeypatch):
     """Minting the run's catalog token is the preparation's longest wait: it starts as the
