@@ -151,3 +151,22 @@ def test_the_runs_token_is_minted_while_the_rest_is_prepared_and_a_refusal_fails
     execution = reload(db_engine, Execution, queued)
     assert (execution.state, execution.reason) == (
         "FAILED", "no catalog token for the run: the identity provider refused the exchange")
+
+
+def test_a_token_minted_while_the_units_spark_host_started_is_minted_again_for_the_run(app, db_engine, monkeypatch):
+    """The run gets its token's whole lifetime: one minted before a long wait for the unit's
+    Spark host is replaced by a fresh one."""
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    queued = execution_row(db_engine, owner, workflow, warehouse, cu, state="INITIALIZING").id
+    minted = []
+    monkeypatch.setattr(door, "run_token", lambda warehouse, user: minted.append(user.id) or f"token-{len(minted)}")
+    monkeypatch.setattr(runner, "_check_warehouse", lambda execution, warehouse: None)
+    monkeypatch.setattr(door, "running_host", lambda cu_id: (reload(db_engine, type(cu), cu_id), "handle"))
+    monkeypatch.setattr(door, "ready_app", lambda cu_id, handle: None)
+    monkeypatch.setattr(door, "make_ready", lambda cu, handle, progress: None)
+    monkeypatch.setattr(runner, "FRESH_TOKEN_SECONDS", -1.0)  # every wait counts as a long one
+    with app.app_context():
+        spec, _, _ = runner._prepare(queued, runner._Groundwork.start(runner.load(queued)))
+    assert minted == [owner.id, owner.id]
+    assert "token-2" in json.dumps(spec) and "token-1" not in json.dumps(spec)

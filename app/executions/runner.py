@@ -348,10 +348,7 @@ class _Groundwork:
                 warehouse, owner = rows()
                 if warehouse is None:
                     return None  # the check says why the run cannot go
-                try:
-                    return door.run_token(warehouse, owner)
-                except door.NoCatalogToken as error:
-                    raise ExecutionFailed(str(error)) from None
+                return _run_token(warehouse, owner)
 
         def check() -> None:
             with app.app_context():
@@ -366,6 +363,13 @@ class _Groundwork:
     def token(self) -> str | None:
         """The token, once minted; raises ExecutionFailed if it could not be."""
         return self._token.result()
+
+
+def _run_token(warehouse: Warehouse, owner: User) -> str:
+    try:
+        return door.run_token(warehouse, owner)
+    except door.NoCatalogToken as error:
+        raise ExecutionFailed(str(error)) from None
 
 
 def _prepare(execution_id: int, groundwork: _Groundwork) -> tuple[dict, ClusterHandle, str | None]:
@@ -390,7 +394,7 @@ def _prepare(execution_id: int, groundwork: _Groundwork) -> tuple[dict, ClusterH
         door.make_ready(cu, handle, progress=lambda phase: _note(execution_id, phase))
     token = groundwork.token()
     if time.monotonic() - groundwork.started_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
-        token = _Groundwork.start(execution).token()
+        token = _run_token(warehouse, owner)
     return run_spec.execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle, seen_app
 
 
