@@ -28,8 +28,8 @@ from app import create_app
 from app.workflows import datasets
 from app.compute_units import lifecycle, supervision
 from app.spark_host.warmup import spark_host_size
-from app.worker import WorkAnnouncements, Worker
-from app.config import Config
+from app.worker import WorkAnnouncements
+from app.config import SETTINGS, Config
 from app.db import make_engine
 from app.extensions import lakekeeper
 from app.iceberg_catalogs import catalog_for
@@ -47,6 +47,10 @@ BROWSER_USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) lakeport-bench"
 # The compute unit every benchmark runs on: the whole machine (2 cores here), one node.
 CU_CPUS = 2
 CU_MEMORY_GB = 4.0
+# The portal's settings for a benchmark, in the benchmark's process and in the worker's (before
+# any `--setting`): the units' size limits fit the one unit size it starts.
+BENCH_SETTINGS = {"LAKEPORT_LOG_LEVEL": "WARNING", "LAKEPORT_CU_MAX_CPUS": str(CU_CPUS),
+                  "LAKEPORT_CU_MAX_MEMORY_GB": f"{CU_MEMORY_GB:g}", "LAKEPORT_CU_MAX_WORKERS": "0"}
 CU_START_TIMEOUT_S = 180.0
 # A row is polled this often while the benchmark waits for it to change.
 ROW_POLL_S = 0.02
@@ -258,14 +262,15 @@ class Bench:
     def _start(self) -> None:
         self.database_name, database_url = fresh_postgres_database("lakeport_bench")
         self.stack = LocalStack(self.var_dir, StackPorts.free(), database_url=database_url,
-                                portal_settings=self.settings)
+                                portal_settings={**BENCH_SETTINGS, **self.settings})
         self.stack.start(with_portal=False, say=lambda message: self.say(f"  setup: {message}"))
         self.engine = make_engine(database_url)
-        config = Config.from_env({**self.stack.portal_environment(), **self.settings}, LOG_LEVEL="WARNING",
-                                 CU_MAX_CPUS=CU_CPUS, CU_MAX_MEMORY_GB=CU_MEMORY_GB, CU_MAX_WORKERS=0)
-        self.app = create_app(config)
-        # The background work (units, executions, sample data), in this process.
-        self.worker = Worker(self.app).start()
+        self.app = create_app(Config.from_env(self.stack.portal_environment()))
+        # The background work (units, executions, sample data) in a process of its own, as in
+        # production and `make run`: the worker's threads do not share an interpreter with the
+        # run route and this client.
+        self.say("  setup: starting the worker")
+        self.stack.start_worker()
         self.client = self.app.test_client()
         # The portal ties a session to the browser that signed in (flask-login's session
         # protection): the simulated browsers of portal-load send this one too.
@@ -274,10 +279,17 @@ class Bench:
         self.warehouse_id = self._register_warehouse()
         self.say(f"  setup: {USER} signed in, warehouse registered (logs: {self.stack.log_dir})")
 
+    def change_setting(self, name: str, value) -> None:
+        """Change a portal setting (app/config.py's name, e.g. CU_POOL_SIZE) for the rest of the
+        run: in this process's portal, and in the worker, which is started again with it."""
+        self.app.config[name] = value
+        self.stack.restart_worker(**{SETTINGS[name].env: str(value)})
+
     def close(self, keep_files: bool = False) -> None:
         """Stop everything that was started; keep the stack's files (and logs) after a failure."""
         if self.app is not None:
-            self.worker.stop()
+            if (worker := self.stack.process("worker")) is not None:
+                worker.stop()  # first: it would start what is terminated below again (the pool)
             with self.app.app_context():
                 stopped = supervision.terminate_all_local("the benchmark is over")
             if stopped:
@@ -370,9 +382,8 @@ class Bench:
     def wait_for_final_state(self, announcements: WorkAnnouncements, execution_id: int, timeout_s: float) -> None:
         """Wait until the execution has ended, looking at its state whenever PostgreSQL announces a
         change of a work row's state (the worker's own `WorkAnnouncements`, listening already).
-        The worker runs in this process (in production it has one of its own): this waits without
-        taking the interpreter from it, where polling the row through the ORM every 5 ms, after a
-        long poll of the run on its host, competed with the worker's recording of the run's end."""
+        Polling the row through the ORM every 5 ms, after a long poll of the run on its host, had
+        competed with the worker's recording of the run's end while the worker ran in this process."""
         deadline = time.monotonic() + timeout_s
         state = select(Execution.state).where(Execution.id == execution_id)
         while True:

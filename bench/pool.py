@@ -25,7 +25,7 @@ def run(bench: Bench, options) -> Summary:
     print(f"\n== pool: create compute unit → first execution COMPLETED, a pool of 1 ready unit, "
           f"{options.cold_runs} claims")
     workflow_id = bench.create_workflow("bench-pool", warm.STEPS)
-    bench.app.config["CU_POOL_SIZE"] = 1
+    bench.change_setting("CU_POOL_SIZE", 1)
     try:
         trials = []
         for number in range(1, options.cold_runs + 1):
@@ -33,7 +33,7 @@ def run(bench: Bench, options) -> Summary:
             print(f"  pool ready (waited {waited:.1f} s for the refill)")
             trials.append(_trial(bench, workflow_id, number))
     finally:
-        bench.app.config["CU_POOL_SIZE"] = 0
+        bench.change_setting("CU_POOL_SIZE", 0)
         _end_the_pool(bench)
     cold_median = bench.figures.get(cold.NAME)
     if cold_median is None:

@@ -83,7 +83,7 @@ def _load(base_url: str, cookies: dict, paths: dict[str, tuple[str, float]], *, 
           duration_s: float) -> dict:
     """`users` browsers polling `paths` (label → (path, delay before its first answer names one)) for `duration_s`,
     run in a process of their own: the simulated browsers must not share an interpreter (and its
-    lock) with the benchmark's in-process worker, and each is a thread with a keep-alive
+    lock) with the benchmark's own process, and each is a thread with a keep-alive
     connection per poller, as light as a load generator gets in Python."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         samples, not_modified, errors, seconds = pool.submit(_poll_as_browsers, base_url, cookies, paths, users,

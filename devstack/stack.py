@@ -159,12 +159,25 @@ class LocalStack:
             upgrade_database(self.database_url)
             if with_portal:
                 say(f"starting the portal on {self.portal_url} and its worker")
-                self._run(self.worker_process())
+                self.start_worker()
                 self.start_web_portal()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_worker(self) -> None:
+        """The worker process alone (e.g. beside a portal in another process)."""
+        self._run(self.worker_process())
+
+    def restart_worker(self, **settings: str) -> None:
+        """The worker process again, with `settings` (LAKEPORT_* names) added to the portal's;
+        what the old one was doing is taken over by the new one."""
+        if (worker := self.process("worker")) is not None:
+            worker.stop()
+            self.processes.remove(worker)
+        self.portal_settings = {**self.portal_settings, **settings}
+        self.start_worker()
 
     def start_web_portal(self) -> None:
         """The portal's web workers under gunicorn, without a worker process (e.g. beside an

@@ -66,6 +66,15 @@ def test_two_local_stacks_have_their_own_databases_and_stop_independently(tmp_pa
         untouched, events = unit_and_events(second.database_url, second_unit)
         assert untouched.state == "RUNNING" and not any("local stack stopped" in event for event in events)
         assert second.process("worker").running and second.process("portal").running
+
+        # The worker alone starts again with a changed setting (the benchmarks' pool does so).
+        old_worker = second.process("worker")
+        second.restart_worker(LAKEPORT_WORKER_SUPERVISOR_SECONDS="7200")
+        new_worker = second.process("worker")
+        assert [process.name for process in second.processes].count("worker") == 1
+        assert new_worker is not old_worker and new_worker.running and not old_worker.running
+        assert new_worker.env["LAKEPORT_WORKER_SUPERVISOR_SECONDS"] == "7200"
+        assert second.process("portal").running
     finally:
         for stack in (first, second):
             if stack is not None:
