@@ -294,36 +294,161 @@ def test_every_client_the_stack_uses_exists_in_the_realm():
     assert {"lakeport-service", "lakekeeper-admin"} <= service_accounts
 
 
-def test_keycloak_lets_only_the_service_client_exchange_tokens_as_a_user():
+# --- Keycloak's token exchange with impersonation, as Keycloak 26.0 decides it ----------------
+#
+# The portal posts `grant_type=token-exchange` with its own token as `subject_token`, the user in
+# `requested_subject` and `audience=lakekeeper` (app/lakekeeper/tokens.py). Keycloak's legacy
+# exchange (keycloak/keycloak services/src/main/java/org/keycloak/protocol/oidc/
+# DefaultTokenExchangeProvider.java, `tokenExchange`) then makes two checks, modelled below:
+#
+# 1. Impersonation. With a subject_token it calls `users().canImpersonate(requestedUser, client)` on
+#    an AdminAuth of the token's user, the service account (services/.../admin/permissions/
+#    UserPermissions.java). `canImpersonate()` is true when that user holds realm-management's
+#    `impersonation` role (ImpersonationConstants.IMPERSONATION_ROLE, server-spi-private/.../models/
+#    ImpersonationConstants.java); otherwise it evaluates the `admin-impersonating.permission.users`
+#    permission in a plain `DefaultEvaluationContext(identity, session)`, whose attributes hold no
+#    `kc.client.id` (services/.../authorization/common/DefaultEvaluationContext.java). A *client*
+#    policy grants only when `kc.client.id` names its client (authz/policy/common/.../client/
+#    ClientPolicyProvider.java), so there it never matches and Keycloak answers 403; a *user* policy
+#    compares the identity's id (.../user/UserPolicyProvider.java) and can match. Only the direct
+#    exchange without a subject_token (`canClientImpersonate`) adds `kc.client.id`.
+#    Then `isImpersonatable`: the `user-impersonated.permission.users` permission, evaluated with the
+#    impersonated user as the identity; no permission or no policy on it means anyone may be.
+# 2. The audience. `exchangeClientToClient` asks `clients().canExchangeTo(client, lakekeeper)`
+#    (services/.../admin/permissions/ClientPermissions.java): the `token-exchange` permission on the
+#    target client's resource, evaluated *with* `kc.client.id` set, so a client policy works there.
+# A NEGATIVE policy turns a grant into a deny and no grant into a permit (server-spi-private/.../
+# policy/evaluation/DefaultEvaluation.java).
+
+IMPERSONATION_ROLE = "impersonation"  # ImpersonationConstants.IMPERSONATION_ROLE
+
+
+def _authz() -> dict:
+    return CLIENTS["realm-management"]["authorizationSettings"]
+
+
+def _policies() -> dict[str, dict]:
+    return {policy["name"]: policy for policy in _authz()["policies"]}
+
+
+def _service_account(client_id: str) -> dict:
+    return next(user for user in REALM["users"] if user.get("serviceAccountClientId") == client_id)
+
+
+def _users_by_name() -> dict[str, dict]:
+    return {user["username"]: user for user in REALM["users"]}
+
+
+def _policy_grants(policy: dict, identity: dict, attributes: dict[str, set[str]]) -> bool:
+    """One policy's effect for `identity` (a realm user) under the context's `attributes`."""
+    config = policy.get("config", {})
+    if policy["type"] == "client":  # ClientPolicyProvider: kc.client.id must name the client
+        granted = bool(set(json.loads(config["clients"])) & attributes.get("kc.client.id", set()))
+    elif policy["type"] == "user":  # UserPolicyProvider: the identity's id (import resolves usernames)
+        named = set(json.loads(config["users"]))
+        granted = identity["username"] in named or identity["id"] in named
+    else:
+        raise AssertionError(f"policy type {policy['type']} is not modelled: extend this test from Keycloak's source")
+    return granted != (policy.get("logic", "POSITIVE") == "NEGATIVE")
+
+
+def _permission_grants(name: str, identity: dict, attributes: dict[str, set[str]]) -> bool | None:
+    """The scope permission `name` for `identity`, or None when it is absent or has no policy."""
+    permission = _policies().get(name)
+    applied = json.loads(permission["config"].get("applyPolicies", "[]")) if permission else []
+    if not applied:
+        return None
+    effects = [_policy_grants(_policies()[policy], identity, attributes) for policy in applied]
+    return all(effects) if permission.get("decisionStrategy", "UNANIMOUS") == "UNANIMOUS" else any(effects)
+
+
+def keycloak_lets_exchange_as(client_id: str, username: str) -> bool:
+    """Would Keycloak 26.0 give `client_id`, exchanging its own service-account token as
+    subject_token, a token acting as `username`? (check 1 above)"""
+    caller = _service_account(client_id)
+    roles = caller.get("clientRoles", {}).get("realm-management", [])
+    may_impersonate = IMPERSONATION_ROLE in roles or bool(
+        _permission_grants("admin-impersonating.permission.users", caller, attributes={}))  # no kc.client.id
+    target = _users_by_name()[username]
+    impersonatable = _permission_grants("user-impersonated.permission.users", target, attributes={})
+    return may_impersonate and impersonatable is not False
+
+
+def keycloak_lets_exchange_for_audience(client_id: str, audience: str) -> bool:
+    """Check 2 above: may `client_id` exchange tokens for the client `audience`?"""
+    target = CLIENTS[audience]
+    granted = _permission_grants(f"token-exchange.permission.client.{target['id']}", _service_account(client_id),
+                                 attributes={"kc.client.id": {client_id}})
+    resources = {resource["name"] for resource in _authz()["resources"]}
+    return bool(granted) and f"client.resource.{target['id']}" in resources
+
+
+def test_keycloak_features_are_the_legacy_token_exchange_with_permissions_v1():
     features = environment(SERVICES["keycloak"])["KC_FEATURES"].split(",")
     # Impersonation (requested_subject) is legacy token exchange (V1) with fine-grained permissions V1.
     assert {feature.split(":")[0] for feature in features} >= {"token-exchange", "admin-fine-grained-authz"}
     assert not any(feature.endswith(":v2") for feature in features)
 
-    authz = CLIENTS["realm-management"]["authorizationSettings"]
-    policies = {policy["name"]: policy for policy in authz["policies"]}
 
-    def clients_allowed(resource: str, scope: str) -> set[str]:
-        allowed = set()
-        for permission in policies.values():
-            config = permission.get("config", {})
-            if permission["type"] != "scope" or json.loads(config.get("resources", "[]")) != [resource]:
-                continue
-            if scope in json.loads(config["scopes"]):
-                for name in json.loads(config["applyPolicies"]):
-                    applied = policies[name]
-                    assert applied["type"] == "client" and applied["logic"] == "POSITIVE"
-                    allowed |= set(json.loads(applied["config"]["clients"]))
-        return allowed
-
+def test_the_service_client_may_exchange_its_token_for_one_acting_as_a_person():
     service = PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"]
-    audience_client = CLIENTS[PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"]]
-    resources = {resource["name"] for resource in authz["resources"]}
-    assert {"Users", f"client.resource.{audience_client['id']}"} <= resources
-    assert clients_allowed("Users", "impersonate") == {service}
-    assert clients_allowed(f"client.resource.{audience_client['id']}", "token-exchange") == {service}
+    for person in ("alice", "bob"):
+        assert keycloak_lets_exchange_as(service, person), person
+    assert keycloak_lets_exchange_for_audience(service, PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"])
+    # The role is what decides (a client policy on `impersonate` would never match, see above).
+    assert IMPERSONATION_ROLE in _service_account(service)["clientRoles"]["realm-management"]
+
+
+def test_no_other_client_may_exchange_and_nobody_may_become_a_service_account():
+    service = PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"]
+    audience = PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"]
+    assert not keycloak_lets_exchange_as("lakekeeper-admin", "alice")
+    assert not keycloak_lets_exchange_for_audience("lakekeeper-admin", audience)
+    # lakekeeper-admin's account is Lakekeeper's server admin: the portal must never act as it.
+    for account in ("service-account-lakekeeper-admin", "service-account-lakeport-service"):
+        assert not keycloak_lets_exchange_as(service, account), account
+    holders = [user["username"] for user in REALM["users"]
+               if IMPERSONATION_ROLE in user.get("clientRoles", {}).get("realm-management", [])]
+    assert holders == [_service_account(service)["username"]]
     # Exchanged tokens live an hour (the target client's lifespan), not the realm's five minutes.
-    assert audience_client["attributes"]["access.token.lifespan"] == "3600"
+    assert CLIENTS[audience]["attributes"]["access.token.lifespan"] == "3600"
+
+
+def test_a_client_policy_on_impersonate_is_not_enough_with_a_subject_token(monkeypatch):
+    # The realm as it was before: `impersonate` allowed through a client policy, no role.
+    service = PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"]
+    authz = json.loads(json.dumps(_authz()))
+    authz["policies"].append({
+        "name": "admin-impersonating.permission.users", "type": "scope", "logic": "POSITIVE",
+        "decisionStrategy": "UNANIMOUS",
+        "config": {"resources": '["Users"]', "scopes": '["impersonate"]', "applyPolicies": '["lakeport-service-client"]'},
+    })
+    account = json.loads(json.dumps(_service_account(service)))
+    account.pop("clientRoles", None)
+    monkeypatch.setitem(CLIENTS["realm-management"], "authorizationSettings", authz)
+    monkeypatch.setitem(REALM, "users", [account if u["username"] == account["username"] else u for u in REALM["users"]])
+    assert not keycloak_lets_exchange_as(service, "alice")
+    # The same permission with a user policy naming the service account would do.
+    authz["policies"].append({"name": "the-service-account", "type": "user", "logic": "POSITIVE",
+                              "config": {"users": json.dumps([account["username"]])}})
+    authz["policies"][-2]["config"]["applyPolicies"] = '["the-service-account"]'
+    assert keycloak_lets_exchange_as(service, "alice")
+
+
+def test_sign_in_tokens_carry_group_names_and_the_operators_group_exists():
+    # keycloak/keycloak services/src/main/java/org/keycloak/protocol/oidc/mappers/GroupMembershipMapper.java:
+    # the claim is `claim.name`; `full.path` "true" (its default) writes "/parent/name", anything else
+    # the bare name. The portal reads `groups` at each sign-in (app/roles.py).
+    mappers = [mapper for mapper in CLIENTS[PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"]]["protocolMappers"]
+               if mapper["protocolMapper"] == "oidc-group-membership-mapper"]
+    assert len(mappers) == 1
+    config = mappers[0]["config"]
+    assert config["claim.name"] == "groups" and config["full.path"] == "false"
+    assert config["id.token.claim"] == config["userinfo.token.claim"] == "true"
+    operators = Config.from_env(PORTAL_ENV).OPERATORS_GROUP
+    assert operators in {group["name"] for group in REALM.get("groups", [])}
+    members = [user["username"] for user in REALM["users"] if f"/{operators}" in user.get("groups", [])]
+    assert members == ["alice"]  # a test user, as the README says
 
 
 def test_portal_asks_keycloak_for_no_warehouse_scope():
