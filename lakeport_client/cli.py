@@ -101,14 +101,19 @@ def executions() -> None:
 @click.argument("workflow")
 @click.option("--unit", "unit", required=True, help="The compute unit to run on (id or name).")
 @click.option("--warehouse", required=True, help="The warehouse to write into (id or name).")
-@click.option("--version", type=int, help="A saved version (the latest by default).")
+@click.option("--version", type=int, help="The version you reviewed; refused if a newer one was saved since "
+                                         "(default: the latest as listed now).")
 @click.option("--wait/--no-wait", default=False, help="Follow the run; exit 0 only if it COMPLETED.")
 def run(workflow: str, unit: str, warehouse: str, version: int | None, wait: bool) -> None:
-    """Run WORKFLOW (id or name)."""
+    """Run WORKFLOW (id or name) at its latest version. The portal runs only the version named here
+    (the one listed, or --version), and refuses if a newer one was saved in between."""
     with make_client() as client:
         chosen = _pick(client.workflows(), workflow, "workflow")
+        version = version if version is not None else chosen["latest_version"]
         execution = client.start(chosen["id"], _pick(client.units(), unit, "compute unit")["id"],
                                  _pick(client.warehouses(), warehouse, "warehouse")["id"], version=version)
+        click.echo(f"{chosen['name']} version {execution['workflow_version']}"
+                   + (f": code written by {execution['code_author']}" if execution.get("code_author") else ""))
         click.echo(f"execution {execution['id']}: {execution['state']}")
         if not wait:
             return

@@ -142,7 +142,9 @@ class Client:
 
     def start(self, workflow_id: int, compute_unit_id: int, warehouse_id: int, version: int | None = None,
               idempotency_key: str | None = None, notify: dict | None = None) -> dict:
-        """Start a run; retried calls with the same key (one is made if none is given) start it once.
+        """Start a run of the workflow's latest version; `version` names the one the caller saw (the portal
+        answers 409 if a newer one was saved since; without it, only a workflow of one's own runs).
+        Retried calls with the same key (one is made if none is given) start it once.
         `notify`: {"on": "failure" | "success" | "both", "webhook_url": …, "email": …}; the answer
         then carries the webhook's `webhook_secret`, this once."""
         body = {"workflow_id": workflow_id, "compute_unit_id": compute_unit_id, "warehouse_id": warehouse_id}

@@ -225,8 +225,8 @@ def test_a_shared_workflow_is_viewed_copied_then_run_and_revoked(app, client, db
 
     assert share_workflow(kind="group", group=group, level="run").status_code == 200
     cu, warehouse = unit_row(db_engine, member), warehouse_row(db_engine, member)
-    started = viewer.post(f"/executions/new?workflow_id={workflow.id}", data={
-        "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "csrf_token": csrf(viewer)})
+    started = viewer.post(f"/executions/new?workflow_id={workflow.id}", data={  # the version its run form showed
+        "version": "1", "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "csrf_token": csrf(viewer)})
     assert started.status_code == 302, started.get_data(as_text=True)[:1500]
     with Session(db_engine) as db:
         (execution,) = db.exec(select(Execution).where(Execution.workflow_id == workflow.id)).all()

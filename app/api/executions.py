@@ -12,11 +12,10 @@ from spectree import Response
 from app.api import bp, schemas
 from app.api.openapi import spec
 from app.api.paging import ERRORS, page_of, rows_page, table_read
-from app.api.problems import ApiProblem
+from app.api.problems import PROBLEM_TYPE, ApiProblem
 from app.db import get_db, get_owned_or_404
-from app.executions import history, logs, notifications, results, runner
+from app.executions import history, logs, notifications, results, runner, seen_version
 from app.models import ComputeUnit, Execution, Warehouse
-from app.workflows import service as workflows
 from app.workflows import sharing as workflow_sharing
 
 IDEMPOTENCY_KEY_MAX = 128
@@ -37,7 +36,15 @@ class Lines(BaseModel):
 def execution_out(row: Execution) -> schemas.Execution:
     outputs = json_module.loads(row.outputs or "{}").get("outputs") or {}
     fields = {name: getattr(row, name) for name in schemas.Execution.model_fields if hasattr(row, name)}
-    return schemas.Execution(**{**fields, "outputs": {str(step): str(table) for step, table in outputs.items()}})
+    return schemas.Execution(**{**fields, "outputs": {str(step): str(table) for step, table in outputs.items()},
+                                "code_author": seen_version.execution_code_author(row)})
+
+
+def _version_conflict(changed: seen_version.VersionChanged) -> FlaskResponse:
+    """409: the workflow's latest version is not the one the call saw (nothing started)."""
+    body = schemas.VersionConflict(type="about:blank", title="Conflict", status=409, detail=changed.message,
+                                   field="version", seen_version=changed.seen, latest_version=changed.latest)
+    return FlaskResponse(body.model_dump_json(), 409, content_type=PROBLEM_TYPE)
 
 
 def _output_table(execution: Execution, step: str) -> str:
@@ -58,21 +65,23 @@ def list_executions(query: schemas.ListQuery):
 
 @bp.post("/executions")
 @spec.validate(json=schemas.ExecutionStart,
-               resp=Response(HTTP_201=schemas.Execution, HTTP_200=schemas.Execution, **ERRORS), tags=["executions"])
+               resp=Response(HTTP_201=schemas.Execution, HTTP_200=schemas.Execution, HTTP_409=schemas.VersionConflict,
+                             **ERRORS), tags=["executions"])
 def start_execution(json: schemas.ExecutionStart):
-    """Run a workflow version on one of your running units, into one of your active warehouses,
-    optionally reading some tables at given snapshots (`pinned`). With an `Idempotency-Key` header, a retried call answers the execution the first one started
-    (200) instead of starting another."""
+    """Run a workflow's latest version, the one you saw (`version`), on one of your running units, into one of
+    your active warehouses, optionally reading some tables at given snapshots (`pinned`). If a newer version
+    was saved meanwhile, nothing starts: 409 with `seen_version` and `latest_version`. With an `Idempotency-Key`
+    header, a retried call answers the execution the first one started (200) instead of starting another."""
     key = request.headers.get("Idempotency-Key")
     if key is not None and not (0 < len(key) <= IDEMPOTENCY_KEY_MAX and key.isprintable()):
         raise ApiProblem(400, f"1 to {IDEMPOTENCY_KEY_MAX} printable characters", "Idempotency-Key")
     if key is not None and (earlier := runner.started_with(current_user, key)) is not None:
         return execution_out(earlier), 200
     workflow = workflow_sharing.accessible_or_404(json.workflow_id, workflow_sharing.RUN)
-    version = (workflows.version_of(workflow, json.version) if json.version is not None
-               else workflows.latest_version(workflow))
-    if version is None:
-        raise ApiProblem(400, f"workflow {workflow.id} has no version {json.version}", "version")
+    try:
+        version = seen_version.version_to_run(current_user, workflow, json.version)
+    except seen_version.VersionChanged as changed:
+        return _version_conflict(changed)
     asked = {"notify_on": json.notify.on, "webhook_url": json.notify.webhook_url,
              "notify_email": json.notify.email} if json.notify else {}
     for field, message in notifications.check(asked).items():

@@ -27,6 +27,13 @@ class Problem(BaseModel):
     field: str | None = None
 
 
+class VersionConflict(Problem):
+    """A start refused because the workflow's latest version is not the one the call saw."""
+
+    seen_version: int | None = Field(description="the version the call named (null: none)")
+    latest_version: int = Field(description="the workflow's latest version: look at it, then start again naming it")
+
+
 class ListQuery(Input):
     cursor: str | None = Field(None, max_length=64, description="`next_cursor` of the page before")
     limit: int = Field(50, ge=1, le=100)
@@ -94,7 +101,10 @@ class Notify(Input):
 
 class ExecutionStart(Input):
     workflow_id: int
-    version: int | None = Field(None, description="a saved version; its latest when absent")
+    version: int | None = Field(None, description=(
+        "the version you saw (and reviewed): it runs only if it is still the workflow's latest, else 409 "
+        "(`seen_version`, `latest_version`) and nothing starts. Absent: the latest, for a workflow of your own "
+        "only; someone else's workflow must be named at a version (409 otherwise)"))
     compute_unit_id: int
     warehouse_id: int
     pinned: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)+$", max_length=256)],
@@ -118,6 +128,8 @@ class Execution(BaseModel):
     ended_at: datetime | None
     outputs: dict[str, str] = Field(description="output step → its table in the warehouse")
     notify_on: str = Field("", description="when its owner is told it ended (failure, success, both; empty: never)")
+    code_author: str | None = Field(None, description="whose code it runs with your credentials (their email, "
+                                                      "else name) when the workflow is someone else's; null: yours")
     webhook_secret: str | None = Field(None, description="the key of the webhook's X-Lakeport-Signature HMAC: "
                                                          "in the answer that started the execution only")
 

@@ -13,7 +13,7 @@ from werkzeug.routing import BuildError
 from app.charts import step_timeline_svg
 from app import live_partials
 from app.db import get_db, get_owned_or_404
-from app.executions import bp, comparison, forms, history, notifications, results, runner
+from app.executions import bp, comparison, forms, history, notifications, results, runner, seen_version
 from app.executions import logs as logs_view
 from app.executions.history import Filters
 from app.executions.runner import RunRefused
@@ -108,17 +108,16 @@ def new():
     workflow = workflow_sharing.accessible_or_404(workflow_id, workflow_sharing.RUN)
     version = latest_version(workflow)
     errors: dict[str, str] = {}
+    changed: seen_version.VersionChanged | None = None
     if request.method == "GET":
         values = {"compute_unit_id": None, "warehouse_id": history.last_warehouse_id(current_user, workflow)}
     else:
         values, errors = forms.parse_run_form(request.form)
         if not errors:
-            db = get_db()
-            cu = db.get(ComputeUnit, values["compute_unit_id"])
-            warehouse = db.get(Warehouse, values["warehouse_id"])
             try:
-                execution = runner.start(current_user, workflow, version, cu, warehouse,
-                                         notify=notifications.fields(values))
+                execution = _start_seen(workflow, values)
+            except seen_version.VersionChanged as refusal:  # nothing queued: show what changed, then ask again
+                changed = refusal
             except RunRefused as refusal:
                 errors[refusal.field or "form"] = refusal.message
             else:
@@ -127,10 +126,22 @@ def new():
                                            webhook_secret=notifications.webhook_secret(execution))
                 flash(f"You started execution #{execution.id} of {workflow.name}.", "success")
                 return _go(url_for("executions.detail", execution_id=execution.id))
+    author = seen_version.code_author(current_user.id, workflow)
     page = render_template("executions/new.html", workflow=workflow, version=version, values=values, errors=errors,
                            compute_units=history.running_compute_units(current_user),
-                           warehouses=history.active_warehouses(current_user), notify_on=notifications.NOTIFY_ON)
-    return (page, 422) if errors else page
+                           warehouses=history.active_warehouses(current_user), notify_on=notifications.NOTIFY_ON,
+                           code_author=seen_version.author_label(author) if author else None, changed=changed,
+                           changes=seen_version.changes_between(workflow, changed.seen, changed.latest)
+                           if changed else [])
+    return (page, 409) if changed else (page, 422) if errors else page
+
+
+def _start_seen(workflow: Workflow, values: dict) -> Execution:
+    """Start the run dialog's execution of the version it showed (VersionChanged if not the latest)."""
+    db = get_db()
+    version = seen_version.version_to_run(current_user, workflow, values["version"])
+    return runner.start(current_user, workflow, version, db.get(ComputeUnit, values["compute_unit_id"]),
+                        db.get(Warehouse, values["warehouse_id"]), notify=notifications.fields(values))
 
 
 @bp.get("/<int:execution_id>")
@@ -141,7 +152,8 @@ def detail(execution_id: int):
     workflow = get_db().get(Workflow, execution.workflow_id)
     cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
     return render_template("executions/detail.html", execution=execution, workflow=workflow, cu=cu,
-                           pinned=history.pinned_of(execution), **_live_context(execution))
+                           pinned=history.pinned_of(execution), code_author=seen_version.execution_code_author(execution),
+                           **_live_context(execution))
 
 
 @bp.post("/<int:execution_id>/rerun")

@@ -122,7 +122,8 @@ def started_with(owner: User, idempotency_key: str) -> Execution | None:
 def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: ComputeUnit | None,
           warehouse: Warehouse | None, pinned_to: dict | None = None, idempotency_key: str | None = None,
           notify: dict | None = None) -> Execution:
-    """Record a QUEUED execution of `version`; the worker runs it (reading its inputs at the
+    """Record a QUEUED execution of `version` (the caller's choice: for a runner, the version they
+    saw, `seen_version.version_to_run`); the worker runs that version's steps (reading its inputs at the
     snapshots of `pinned_to`, see `rerun_pinned`). With `idempotency_key`, one execution per key:
     a second start with it raises AlreadyStarted. `notify`: who is told when it ends
     (`notifications.fields` of a checked request)."""
@@ -130,6 +131,8 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
         raise RunRefused("This workflow is not yours to run (or no longer shared with you).")
     if version is None or not json.loads(version.steps or "[]"):
         raise RunRefused("This workflow has no steps yet. Add steps in the editor and save first.")
+    if version.workflow_id != workflow.id:  # the row the worker runs must be one of the workflow checked above
+        raise RunRefused("This version is not one of this workflow's.", "version")
     if errors := check_runnable(owner, cu, warehouse):
         field, message = next(iter(errors.items()))
         raise RunRefused(message, field)
