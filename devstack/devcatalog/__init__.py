@@ -25,9 +25,12 @@ tables in an S3 Tables *table bucket* (one per warehouse, created with the wareh
 removed with it) and refuses table locations outside it. So a table's files are under
 `s3://<bucket>-wh-<id>/<namespace>/<table>/`, not under the warehouse's own bucket and key
 prefix as with Lakekeeper. The local stack's SeaweedFS lets the keys that own `<bucket>` reach
-`<bucket>-wh-*` as well, so engines can use the warehouse's keys; vended credentials
-(SeaweedFS's STS, offered whenever a client asks, `sts-enabled` or not) reach the warehouse's
-whole table bucket and nothing else (Lakekeeper scopes them to one table).
+`<bucket>-wh-*` as well, so engines can use the warehouse's keys. Vended credentials
+(SeaweedFS's STS, offered whenever a client asks, `sts-enabled` or not) follow Lakekeeper's
+rules: the caller's privilege (read-only with `select` alone), a lifetime (15 minutes unless
+the profile's `sts-token-validity-seconds` says otherwise), and the table's location, or the
+warehouse's whole table bucket in the local stack (`vended_credentials_scope`); README.md here
+has the rules and their sources.
 
 Other differences from Lakekeeper: projects are implicit (any UUID); the delete profile is
 stored and shown, but tables are always dropped at once (SeaweedFS purges synchronously, so

@@ -13,13 +13,16 @@ every LoadTableResult (create, load, register) carries credentials this catalog 
 (SeaweedFS STS, see `seaweed.vend_credentials`), in `config` and in `storage-credentials`:
 `s3.access-key-id`, `s3.secret-access-key`, `s3.session-token`,
 `s3.session-token-expires-at-ms`, `s3.endpoint`, `s3.path-style-access`, `s3.region`,
-`client.region`. They reach the warehouse's whole table bucket (read, write, list, delete) and
-nothing else, so one set serves every table of the warehouse, e.g. all of an execution's
-tables through one Hadoop S3A configuration. `GET .../tables/{table}/credentials`
-(loadCredentials) vends the same set. Lakekeeper scopes vended credentials to one table; this
-stand-in scopes them to the table bucket. Vending happens whatever the warehouse's
-`sts-enabled` says: Lakekeeper would remote-sign for a warehouse without STS, which this
-stand-in cannot, and vending keeps such clients working as they would with Lakekeeper.
+`client.region`. As Lakekeeper vends them (rules and sources in `vending`): for the caller's
+privilege (ReadWriteDelete with `modify` or ownership, and for a table the caller creates;
+Read with `select` only; none without either), for the table's location, and for the
+warehouse profile's `sts-token-validity-seconds` (15 minutes when it sets none).
+`DevCatalogConfig.vended_credentials_scope` "warehouse" (the local stack's) widens the
+location to the warehouse's whole table bucket, because Lakeport's units bind one set per
+warehouse. `GET .../tables/{table}/credentials` (loadCredentials) vends the same. Vending
+happens whatever the warehouse's `sts-enabled` says: Lakekeeper would remote-sign for a
+warehouse without STS, which this stand-in cannot, and vending keeps such clients working as
+they would with Lakekeeper.
 """
 from __future__ import annotations
 
@@ -31,9 +34,16 @@ from urllib.parse import quote
 from flask import Blueprint, Response, current_app, request
 
 from devstack.devcatalog.auth import caller, may_reach
-from devstack.devcatalog.errors import bad_request, warehouse_forbidden, warehouse_not_found
+from devstack.devcatalog.errors import CatalogError, bad_request, warehouse_forbidden, warehouse_not_found
 from devstack.devcatalog.management import DEFAULT_PROJECT_ID
 from devstack.devcatalog.store import Warehouse
+from devstack.devcatalog.vending import (
+    SCOPE_TABLE,
+    StoragePermissions,
+    lifetime_seconds,
+    load_permissions,
+    split_location,
+)
 
 catalog = Blueprint("catalog", __name__, url_prefix="/catalog/v1")
 
@@ -88,23 +98,40 @@ def _active_warehouse(warehouse_id: uuid.UUID) -> Warehouse:
     return warehouse
 
 
-def _vended_credentials(warehouse: Warehouse) -> dict:
-    """A `storage-credentials` entry for the warehouse's whole table bucket."""
-    seaweed = current_app.extensions["devcatalog"].seaweed
-    vended = seaweed.vend_credentials(warehouse.table_bucket, session_name=f"lakeport-wh-{warehouse.id.hex}")
+def _vended_credentials(warehouse: Warehouse, table_location: str, permissions: StoragePermissions) -> dict:
+    """A `storage-credentials` entry for `table_location` (or the warehouse's whole table
+    bucket, by the catalog's scope) with `permissions`."""
+    services, settings = current_app.extensions["devcatalog"], current_app.config
+    location = (table_location if settings["VENDED_CREDENTIALS_SCOPE"] == SCOPE_TABLE
+                else f"s3://{warehouse.table_bucket}/")
+    try:
+        inside = split_location(location)[0] == warehouse.table_bucket
+    except ValueError:
+        inside = False
+    if not inside:  # the role reaches every warehouse's table bucket: never vend outside this one
+        raise CatalogError(403, "StorageLocationForbidden", f"No credentials for {location}: outside the warehouse")
+    lifetime = lifetime_seconds(warehouse.storage_profile, settings["VENDED_CREDENTIALS_SECONDS"])
+    vended = services.seaweed.vend_credentials(location, permissions, lifetime,
+                                               session_name=f"lakeport-wh-{warehouse.id.hex}")
     return {
-        "prefix": f"s3://{warehouse.table_bucket}/",
+        "prefix": vended.location,
         "config": {
             "s3.access-key-id": vended.credentials.access_key_id,
             "s3.secret-access-key": vended.credentials.secret_access_key,
             "s3.session-token": vended.credentials.session_token,
             "s3.session-token-expires-at-ms": str(int(vended.expires_at.timestamp() * 1000)),
-            "s3.endpoint": seaweed.s3_endpoint,
+            "s3.endpoint": services.seaweed.s3_endpoint,
             "s3.path-style-access": "true",
-            "s3.region": seaweed.region,
-            "client.region": seaweed.region,
+            "s3.region": services.seaweed.region,
+            "client.region": services.seaweed.region,
         },
     }
+
+
+def _callers_load_permissions(warehouse: Warehouse) -> StoragePermissions | None:
+    """What the caller's grants allow on a table it loads (`vending.load_permissions`)."""
+    store = current_app.extensions["devcatalog"].store
+    return load_permissions(store.relations(warehouse.id, caller().user_id), caller().project_admin)
 
 
 def _wants_vended_credentials() -> bool:
@@ -131,22 +158,30 @@ def load_credentials(warehouse_id: uuid.UUID, namespace: str, table: str):
         # SeaweedFS's own answer: NoSuchTableException, NoSuchNamespaceException.
         return Response(table_exists.content, status=table_exists.status_code,
                         content_type=table_exists.headers.get("content-type"))
-    return {"storage-credentials": [_vended_credentials(warehouse)]}
+    permissions = _callers_load_permissions(warehouse)
+    if permissions is None:  # Lakekeeper: AuthZTableActionForbidden for ReadData
+        raise CatalogError(403, "TableActionForbidden", f"{caller().user_id} may not read data of table {table}")
+    location = json.loads(table_exists.content)["metadata"]["location"]
+    return {"storage-credentials": [_vended_credentials(warehouse, location, permissions)]}
 
 
 @catalog.route("/<uuid:warehouse_id>/<path:rest>", methods=["GET", "HEAD", "POST", "DELETE"])
 def forward(warehouse_id: uuid.UUID, rest: str):
     warehouse = _active_warehouse(warehouse_id)
-    # SeaweedFS is not asked to vend: it would scope credentials to one table.
+    # SeaweedFS is not asked to vend: the vending rules are Lakekeeper's, applied here.
     headers = {"content-type": request.content_type} if request.content_type else {}
     answer = _forward(
         warehouse, request.method, rest, query=request.query_string, content=request.get_data(), headers=headers,
     )
     body = answer.content
     if answer.is_success and _is_load_table_result(rest) and _wants_vended_credentials():
-        result = json.loads(body)
-        credential = _vended_credentials(warehouse)
-        result["config"] = {**(result.get("config") or {}), **credential["config"]}
-        result["storage-credentials"] = [credential]
-        body = json.dumps(result).encode()
+        # Lakekeeper's: a table the caller creates or registers is theirs to write.
+        permissions = (StoragePermissions.READ_WRITE_DELETE if request.method == "POST"
+                       else _callers_load_permissions(warehouse))
+        if permissions is not None:  # Lakekeeper loads the table without credentials then
+            result = json.loads(body)
+            credential = _vended_credentials(warehouse, result["metadata"]["location"], permissions)
+            result["config"] = {**(result.get("config") or {}), **credential["config"]}
+            result["storage-credentials"] = [credential]
+            body = json.dumps(result).encode()
     return Response(body, status=answer.status_code, content_type=answer.headers.get("content-type"))

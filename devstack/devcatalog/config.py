@@ -6,6 +6,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from app.lakekeeper.tokens import lakekeeper_user_id
+from devstack.devcatalog.vending import (
+    DEFAULT_VENDED_CREDENTIALS_SECONDS,
+    SCOPE_WAREHOUSE,
+    SCOPES,
+    STS_DURATION_RANGE,
+)
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.seaweedfs import SeaweedConfig
 
@@ -35,6 +41,19 @@ class DevCatalogConfig:
     # Lakekeeper user ids (`oidc~<sub>`) with the project_admin role in every project: the
     # portal's service identity, as deploy/compose.yaml's bootstrap makes it in Lakekeeper.
     project_admins: list[str] = field(default_factory=lambda: [lakekeeper_user_id(SERVICE_CLIENT_ID)])
+    # What vended credentials reach (`vending.SCOPES`): "table", Lakekeeper's rule (the loaded
+    # table's location), or "warehouse" (the warehouse's whole table bucket), which Lakeport's
+    # units need as long as they bind one set of credentials per warehouse (compute/catalog_cache.py).
+    # Either way they carry the caller's privilege and expire after their lifetime.
+    vended_credentials_scope: str = SCOPE_WAREHOUSE
+    # Their lifetime when the warehouse's profile sets no `sts-token-validity-seconds`.
+    vended_credentials_seconds: int = DEFAULT_VENDED_CREDENTIALS_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.vended_credentials_scope not in SCOPES:
+            raise ValueError(f"vended_credentials_scope must be one of {', '.join(SCOPES)}")
+        if self.vended_credentials_seconds not in STS_DURATION_RANGE:
+            raise ValueError("vended_credentials_seconds must be within STS's 900..43200")
 
     @classmethod
     def for_seaweedfs(

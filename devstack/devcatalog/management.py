@@ -35,7 +35,9 @@ SERVER_ID = "5eed0000-0000-4000-8000-00000000dc01"
 # Lakekeeper contacts whatever storage it is given (the portal checks endpoints before it asks);
 # the stand-in's SeaweedFS is on loopback. Link-local and metadata addresses stay refused.
 STORAGE_POLICY = NetworkPolicy(allow_loopback=True, allow_private=True)
-DEV_CATALOG_VERSION = "0.13.0+lakeport-dev-catalog"
+# The Lakekeeper release the deployment pins (deploy/compose.yaml), with SemVer build metadata
+# naming the stand-in: the portal's version check (app/lakekeeper/versions.py) reads it as that release.
+DEV_CATALOG_VERSION = "0.13.3+lakeport-dev-catalog"
 # The S3 profile fields Lakekeeper defines (management-open-api.yaml, S3Profile).
 _S3_PROFILE_FIELDS = {
     "type", "bucket", "region", "sts-enabled", "key-prefix", "endpoint", "path-style-access", "flavor",

@@ -6,13 +6,13 @@ Table buckets are created and deleted through SeaweedFS's S3 Tables API (AWS's J
 Iceberg REST calls go to SeaweedFS's catalog with a token from its own OAuth endpoint, which
 accepts only SeaweedFS tokens: the admin key is the client id and secret.
 Vended credentials come from STS `AssumeRole` (AWS's query protocol, signed for service `sts`)
-of the warehouse-credentials role, with a session policy that narrows the session to one
-table bucket.
+of the warehouse-credentials role, with Lakekeeper's session policy (`vending.sts_policy`):
+SeaweedFS enforces it, the `s3:prefix` condition on listing included, and refuses a
+`DurationSeconds` outside 900..43200 as AWS does.
 """
 from __future__ import annotations
 
 import datetime
-import json
 import threading
 import time
 import xml.etree.ElementTree as ElementTree
@@ -24,11 +24,10 @@ import httpx
 from app.storage_probe import S3Credentials, SigV4Auth
 from devstack.devcatalog.config import DevCatalogConfig
 from devstack.devcatalog.errors import CatalogError
+from devstack.devcatalog.vending import StoragePermissions, split_location, sts_policy
 from devstack.seaweedfs import WAREHOUSE_CREDENTIALS_ROLE
 
 _TOKEN_REFRESH_MARGIN_SECONDS = 60
-# Lakekeeper's default lifetime of vended STS credentials.
-VENDED_CREDENTIALS_SECONDS = 3600
 
 
 class TableBucketNotEmpty(Exception):
@@ -37,27 +36,12 @@ class TableBucketNotEmpty(Exception):
 
 @dataclass(frozen=True)
 class VendedCredentials:
-    """Temporary S3 credentials that reach one table bucket, and when they expire."""
+    """Temporary S3 credentials, what they reach (`location`, `permissions`) and when they expire."""
 
     credentials: S3Credentials
     expires_at: datetime.datetime
-
-
-def _table_bucket_policy(table_bucket: str) -> str:
-    """A session policy: read, write, list and delete anywhere in the table bucket, nothing else."""
-    return json.dumps({"Version": "2012-10-17", "Statement": [
-        {
-            "Effect": "Allow",
-            "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
-                       "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
-            "Resource": [f"arn:aws:s3:::{table_bucket}/*"],
-        },
-        {
-            "Effect": "Allow",
-            "Action": ["s3:ListBucket", "s3:ListBucketMultipartUploads", "s3:GetBucketLocation"],
-            "Resource": [f"arn:aws:s3:::{table_bucket}"],
-        },
-    ]})
+    location: str
+    permissions: StoragePermissions
 
 
 def _backend_error(what: str, response: httpx.Response | None = None) -> CatalogError:
@@ -128,15 +112,19 @@ class SeaweedCatalog:
 
     # --- vended credentials -------------------------------------------------------------
 
-    def vend_credentials(self, table_bucket: str, session_name: str) -> VendedCredentials:
-        """Fresh STS credentials that reach `table_bucket` only, valid VENDED_CREDENTIALS_SECONDS.
-        `session_name` (letters, digits, `-`; at most 64 characters) names the session in SeaweedFS's logs."""
-        what = f"vend credentials for {table_bucket}"
+    def vend_credentials(
+        self, location: str, permissions: StoragePermissions, lifetime_seconds: int, session_name: str,
+    ) -> VendedCredentials:
+        """Fresh STS credentials for the objects under `location` (`s3://bucket/key/`), doing
+        what `permissions` allow, valid `lifetime_seconds`. `session_name` (letters, digits,
+        `-`; at most 64 characters) names the session in SeaweedFS's logs."""
+        bucket, key_prefix = split_location(location)
+        what = f"vend credentials for {location}"
         try:
             response = self.sts.post(f"{self.s3_endpoint}/", data={
                 "Action": "AssumeRole", "Version": "2011-06-15",
                 "RoleArn": WAREHOUSE_CREDENTIALS_ROLE, "RoleSessionName": session_name,
-                "DurationSeconds": str(VENDED_CREDENTIALS_SECONDS), "Policy": _table_bucket_policy(table_bucket),
+                "DurationSeconds": str(lifetime_seconds), "Policy": sts_policy(bucket, key_prefix, permissions),
             })
         except httpx.HTTPError:
             raise _backend_error(what) from None
@@ -150,6 +138,7 @@ class SeaweedCatalog:
                     answer.findtext("{*}SessionToken"),
                 ),
                 datetime.datetime.fromisoformat(answer.findtext("{*}Expiration")),
+                f"s3://{bucket}/{key_prefix}", permissions,
             )
         except (ElementTree.ParseError, AttributeError, TypeError, ValueError):
             # Not `response` itself: a garbled answer may still hold a secret.

@@ -299,7 +299,11 @@ class WarehouseStore:
         return [self.role(uuid.UUID(role_id)) for role_id in ids]
 
     def delete_role(self, role_id: uuid.UUID) -> None:
+        # As Lakekeeper: its grants and its assignees go with it (lakekeeper/lakekeeper v0.13.3,
+        # crates/lakekeeper/src/api/management/v1/role.rs `authorized_delete_role`, and
+        # crates/authz-openfga/src/authorizer.rs `delete_role` -> `delete_all_relations`).
         with self._connect() as connection:
+            connection.execute("DELETE FROM role_member WHERE role_id = ?", (str(role_id),))
             connection.execute("DELETE FROM warehouse_grant WHERE user_id = ?", (f"role:{role_id}",))
             connection.execute("DELETE FROM catalog_role WHERE id = ?", (str(role_id),))
 
