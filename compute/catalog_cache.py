@@ -99,6 +99,31 @@ class CatalogCache:
             self._versions[warehouse_id] = version
             return binding
 
+    def bindings(self) -> dict[str, CatalogBinding]:
+        """Every warehouse's latest binding, valid or not."""
+        with self._lock:
+            return dict(self._bindings)
+
+    def current_bindings(self) -> list[CatalogBinding]:
+        with self._lock:
+            return [binding for warehouse_id in self._bindings if (binding := self._current(warehouse_id))]
+
+    def version(self, warehouse_id: str) -> int:
+        with self._lock:
+            return self._versions.get(warehouse_id, 0)
+
+    def adopt(self, binding: CatalogBinding, version: int) -> None:
+        """Take a binding a run made in a process of its own (compute/forked_runs.py), unless a
+        later version is here already."""
+        with self._lock:
+            if version > self._versions.get(binding.warehouse_id, 0):
+                self._bindings[binding.warehouse_id] = binding
+                self._versions[binding.warehouse_id] = version
+
+    def after_fork(self) -> None:
+        """In a forked child: a host thread may have held the lock at the fork."""
+        self._lock = threading.Lock()
+
     def _current(self, warehouse_id: str) -> CatalogBinding | None:
         current = self._bindings.get(warehouse_id)
         if current is not None and current.expires_at - self._clock() > self.min_remaining_s:

@@ -67,6 +67,20 @@ class RunState(StrEnum):
 # ExecutionSpec as `args`; `result` is the run's summary (`Pipeline.run`).
 SUBMIT_CODE = "from compute.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)\n"
 
+
+class Isolation(StrEnum):
+    """Where an execution's code runs on its unit (the spec's `isolation`; compute/spark_host.py)."""
+
+    # The unit owner's own workflow: a child forked from the warm host, ended with the run
+    # (compute/forked_runs.py).
+    PROCESS = "process"
+    # A workflow another user wrote: a fresh process in a sandbox of its own, with a Spark session
+    # of its own, ended with the run; nothing of the warm host is reachable (compute/sandboxed_runs.py).
+    SANDBOX = "sandbox"
+
+
+ISOLATION = "isolation"
+
 # The namespaces an execution writes into, in the warehouse chosen for it.
 RESULTS, RUNTIME_STATS, CONSOLE_LOGS = "results", "runtime_stats", "console_logs"
 
@@ -191,6 +205,7 @@ class ExecutionSpec:
     catalog: dict
     steps: tuple[Step, ...]
     pinned: dict[str, int]  # a re-run's inputs: table → snapshot id (compute/contract.py PINNED)
+    isolation: str = Isolation.PROCESS  # where its code runs (Isolation)
 
     @classmethod
     def from_json(cls, args: dict) -> ExecutionSpec:
@@ -198,7 +213,8 @@ class ExecutionSpec:
             steps = tuple(Step.from_dict(step) for step in args["steps"])
             pinned = {str(table).lower(): int(snapshot) for table, snapshot in dict(args.get(PINNED) or {}).items()}
             spec = cls(int(args["execution_id"]), dict(args["workflow"]), dict(args["user"]),
-                       dict(args["compute_unit"]), dict(args["warehouse"]), dict(args["catalog"]), steps, pinned)
+                       dict(args["compute_unit"]), dict(args["warehouse"]), dict(args["catalog"]), steps, pinned,
+                       Isolation(args.get(ISOLATION, Isolation.PROCESS)))
             for key in ("uri", "warehouse", "token"):
                 if not spec.catalog.get(key):
                     raise ValueError(f"catalog.{key} is missing")
@@ -224,7 +240,7 @@ class ExecutionSpec:
         """The spec as the portal submits it (what `from_json` reads back)."""
         return {"execution_id": self.execution_id, "workflow": self.workflow, "user": self.user,
                 "compute_unit": self.compute_unit, "warehouse": self.warehouse, "catalog": self.catalog,
-                "steps": [step.to_dict() for step in self.steps], PINNED: self.pinned}
+                "steps": [step.to_dict() for step in self.steps], PINNED: self.pinned, ISOLATION: str(self.isolation)}
 
     def table(self, namespace: str, step: Step | None = None) -> str:
         return table_name(namespace, self.execution_id, step.name if step else None)

@@ -147,7 +147,8 @@ class Pipeline:
             # so. (pyiceberg's go with the run's garbage, spark_host.SparkSessionHost._execute.)
             if self.session is not None:
                 SESSIONS.retire(self.session, self.binding.catalog_name)
-        if self.binding is not None and CATALOGS.current(self.binding.warehouse_id) is self.binding:
+        if (SESSIONS.ahead_after_runs and self.binding is not None
+                and CATALOGS.current(self.binding.warehouse_id) is self.binding):
             SESSIONS.make_ahead(self.spark, self.binding)
         if reason:
             raise RunFailed(reason)

@@ -138,6 +138,9 @@ class Run:
     result: Any = None
     progress: RunProgress = field(default_factory=RunProgress)
     finished: threading.Event = field(default_factory=threading.Event, repr=False)
+    # The process the run's code runs in, when not the host's own (compute/forked_runs.py,
+    # compute/sandboxed_runs.py): it takes a cancel and is ended with the run.
+    process: Any = field(default=None, repr=False)
 
     @property
     def cancel_requested(self) -> bool:

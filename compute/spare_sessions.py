@@ -21,6 +21,9 @@ class SpareSessions:
         self._lock = threading.Lock()
         self._spares: dict[str, tuple[str, Future]] = {}  # warehouse id -> (catalog name, session)
         self._maker = ThreadPoolExecutor(1, thread_name_prefix="spare-session")
+        # Whether a run's end makes the next spare: in the host, yes; in a run's own forked
+        # process (compute/forked_runs.py), which ends with the run, the spares are made before it.
+        self.ahead_after_runs = True
 
     def take(self, spark, binding: CatalogBinding):
         """A session bound to `binding`, made current and the thread's active session."""
@@ -38,6 +41,21 @@ class SpareSessions:
         """Close a session a run has used (its catalog's connections), in the background: the
         run's end does not wait for it, and the next spare is made after it."""
         self._maker.submit(close_session_catalog, session, catalog_name)
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock and maker (the host's maker thread is not in it)."""
+        self._lock = threading.Lock()
+        self._maker = ThreadPoolExecutor(1, thread_name_prefix="spare-session")
+        self.ahead_after_runs = False
+
+    def release(self) -> None:
+        """Close every spare not taken and wait for the sessions being retired (a forked run's end)."""
+        with self._lock:
+            spares, self._spares = list(self._spares.values()), {}
+        for catalog_name, spare in spares:
+            self._maker.submit(lambda name=catalog_name, made=spare: close_session_catalog(made.result(), name)
+                               if made.exception() is None else None)
+        self._maker.shutdown(wait=True)
 
     def make_ahead(self, spark, binding: CatalogBinding) -> None:
         with self._lock:

@@ -39,15 +39,17 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import os
 import threading
 import time
 import traceback
 import uuid
+from pathlib import Path
 from typing import Any
 
 import ray
 
-from compute.contract import RunState, SparkHostSettings
+from compute.contract import ISOLATION, SUBMIT_CODE, Isolation, RunState, SparkHostSettings
 from compute.host_http import serve
 from compute.runs import Run, RunFailed, RunInterrupted
 
@@ -94,6 +96,7 @@ class SparkSessionHost:
         # The portal has a run waiting for this host's start: it warms the write path itself.
         self._run_waiting = False
         self._lock = threading.Lock()
+        self._forks = None  # ForkedRuns, once the session is warm
         self.bind_host = "127.0.0.1" if settings.bind_loopback else ray.util.get_node_ip_address()
         threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
 
@@ -117,6 +120,9 @@ class SparkSessionHost:
                 placement_strategy=self.settings.placement_strategy,
             )
             self._warm_up_report["session_init_s"] = round(time.monotonic() - started, 2)
+            from compute.forked_runs import ForkedRuns
+
+            self._forks = ForkedRuns(self._spark)
             # Warm means every executor has registered, so the unit's first run has all of them;
             # then the first job loads the classes a job needs, which a later execution should not
             # pay for. It runs in the JVMs only: SQL steps start no Python worker. Then the write
@@ -139,6 +145,7 @@ class SparkSessionHost:
                 self._warm_up_report["write_warm_up_s"] = round(time.monotonic() - writing, 2)
             importing.join()
             self._warm_up_report["first_job_s"] = round(time.monotonic() - started, 2)
+            self._forks.refill()  # the first run's process, forked ahead
             self._state = "ready"
         except Exception as error:  # reported through info(); the actor stays up to say so
             self._state = "failed"
@@ -179,6 +186,8 @@ class SparkSessionHost:
         process and holds RayDP's app master, the executors belong to that JVM's Ray job: all end with it).
         Called when the CU is terminated."""
         time.sleep(0.2)  # the HTTP reply goes out first
+        if self._forks is not None:
+            self._forks.stop()
         try:
             if self._spark is not None:
                 self._spark.stop()
@@ -221,11 +230,17 @@ class SparkSessionHost:
         that runs no job (a loop, a sleep) is stopped only by RunInterrupted raised in its thread,
         which the code may catch. So cancel again until the run has stopped."""
         deadline = time.monotonic() + CANCEL_PERSIST_SECONDS
+        told = None  # the run's process, once told (it cancels and interrupts its own code likewise)
         while run.state not in RunState.FINAL and time.monotonic() < deadline:
+            if run.process is not None and told is not run.process:
+                told = run.process
+                told.cancel()
             if self._spark is not None:
                 self._spark.sparkContext.cancelJobGroup(run.run_id)
             run.progress.interrupt()
             time.sleep(CANCEL_REPEAT_SECONDS)
+        if run.state not in RunState.FINAL and run.process is not None:
+            run.process.end()  # a process that did not stop is ended: its run ends CANCELLED
 
     # ------------------------------------------------------------- internals
     def _execute(self, run: Run) -> None:
@@ -234,6 +249,72 @@ class SparkSessionHost:
             return self._fail(run, f"Spark session failed: {self._error}")
         run.started_at = time.time()
         run.state = RunState.RUNNING
+        isolation = run_isolation(run)
+        if isolation is None:
+            return self._execute_here(run)
+        return self._execute_apart(run, isolation)
+
+    def _execute_apart(self, run: Run, isolation: Isolation) -> None:
+        """A workflow's run, in a process of its own that ends with it (compute/forked_runs.py for
+        the unit owner's workflows, compute/sandboxed_runs.py for another author's): this thread
+        relays its reports into the run's record until it reports its end."""
+        from compute.forked_runs import EXIT_GRACE_S
+        from compute.run_channel import ChannelClosed, follow
+
+        try:
+            process = self._run_process(isolation)
+        except (RunFailed, OSError) as error:  # e.g. the unit's process limit
+            return self._fail(run, str(error) if isinstance(error, RunFailed)
+                              else f"the run's process could not be started: {error}")
+        try:
+            process.channel.send({"kind": "run", "run_id": run.run_id, "name": run.name, "code": run.code,
+                                  "args": run.args})
+            run.process = process  # from here a cancel is passed on to it
+            end = follow(process.channel, run, self._adopt_binding if isolation is Isolation.PROCESS else None)
+        except (ChannelClosed, OSError, ValueError) as error:
+            said = process.stderr_tail() if hasattr(process, "stderr_tail") else ""
+            end = {"outcome": "failed",
+                   "error": f"the run's process ended before the run did ({error}){': ' + said if said else ''}"}
+        finally:
+            threading.Thread(target=process.end, args=(EXIT_GRACE_S,), name=f"end-{run.run_id}", daemon=True).start()
+            if isolation is Isolation.PROCESS:
+                self._forks.refill()
+        # The process says how its run ended; whether it completes was decided here (a process that
+        # claims to have completed without asking is asked now).
+        if end["outcome"] == "completed" and run.progress.begin_completion():
+            self._finish(run, RunState.COMPLETED, result=_jsonable(end.get("result")))
+        elif end["outcome"] in ("completed", "cancelled"):
+            self._finish(run, RunState.CANCELLED)
+        else:
+            self._fail(run, str(end.get("error")))
+
+    def _run_process(self, isolation: Isolation):
+        if isolation is Isolation.PROCESS:
+            return self._forks.take()
+        from compute.sandboxed_runs import SandboxedRun, sandbox_problem
+
+        if (problem := sandbox_problem(os.environ.get("HOME", ""))) is not None:
+            raise RunFailed(problem)
+        return SandboxedRun(Path(os.environ["HOME"]), {
+            "cores": self.settings.executors * self.settings.executor_cores,
+            "memory": self.settings.executor_memory})
+
+    @staticmethod
+    def _adopt_binding(message: dict) -> None:
+        """A warehouse binding the owner's forked run made: the host's next runs have it."""
+        from compute.catalog_cache import CatalogBinding
+        from compute.pipeline import CATALOGS
+
+        try:
+            binding = CatalogBinding(str(message["warehouse_id"]), str(message["catalog_name"]),
+                                     {str(k): str(v) for k, v in dict(message["conf"]).items()},
+                                     float(message["expires_at"]))
+            CATALOGS.adopt(binding, int(message["version"]))
+        except (KeyError, TypeError, ValueError):
+            pass
+
+    def _execute_here(self, run: Run) -> None:
+        """The portal's own code (comparisons, maintenance): in this thread of the warm host."""
         context = self._spark.sparkContext
         context.setJobGroup(run.run_id, run.name or run.run_id, interruptOnCancel=True)
         namespace = {"__name__": "__lakeport_run__", "spark": self._spark, "args": run.args,
@@ -288,6 +369,17 @@ class SparkSessionHost:
             for actor in actors
             if actor.ray_namespace == self.settings.namespace and actor.class_name.endswith("RayDPExecutor")
         ]
+
+
+def run_isolation(run: Run) -> Isolation | None:
+    """Where a run's code runs: a workflow's (SUBMIT_CODE with an execution spec) in a process of its
+    own, as its spec says; None for the portal's own code, which runs in a thread of the host."""
+    if run.code != SUBMIT_CODE:
+        return None
+    try:
+        return Isolation(run.args.get(ISOLATION, Isolation.PROCESS))
+    except ValueError:
+        return Isolation.SANDBOX  # the spec is refused in its process, which reaches nothing here
 
 
 def _resources_used() -> dict[str, float]:

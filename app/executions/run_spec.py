@@ -1,12 +1,14 @@
 """What an execution's run is given: its ExecutionSpec (compute/contract.py, the one model of
-a spec and its steps), with the catalog binding of its one warehouse."""
+a spec and its steps), with the catalog binding of its one warehouse, and where its code runs: a
+workflow its user did not write (shared with them to run) runs in a sandbox of its own on the unit,
+apart from everything the unit's warm host holds (compute/sandboxed_runs.py)."""
 from __future__ import annotations
 
 import json
 
 from app.models import ComputeUnit, Execution, User, Warehouse, Workflow, WorkflowVersion
 from app.compute_units import door
-from compute.contract import ExecutionSpec, Step
+from compute.contract import ExecutionSpec, Isolation, Step
 
 
 def execution_spec(execution: Execution, workflow: Workflow, version: WorkflowVersion, owner: User,
@@ -21,4 +23,5 @@ def execution_spec(execution: Execution, workflow: Workflow, version: WorkflowVe
         catalog=door.catalog_binding(warehouse, token),
         steps=tuple(Step.from_dict(step) for step in json.loads(version.steps)),
         pinned=json.loads(execution.pinned_to or "{}").get("tables") or {},
+        isolation=Isolation.PROCESS if workflow.owner_id == owner.id else Isolation.SANDBOX,
     ).to_json()
