@@ -158,12 +158,17 @@ SETTINGS: dict[str, Setting] = {
     "LOG_LEVEL": Setting("LAKEPORT_LOG_LEVEL", "INFO", help="Python log level of the portal."),
     "OUTBOUND_ALLOW_LOOPBACK": Setting(
         "LAKEPORT_OUTBOUND_ALLOW_LOOPBACK", False, cast=bool,
-        help="Let hosts users name (storage endpoints) be loopback addresses (127.0.0.0/8, ::1). Off in "
-             "production; the local stack turns it on for its loopback SeaweedFS."),
+        help="Let hosts users name (storage endpoints; not webhooks) be loopback addresses (127.0.0.0/8, ::1). "
+             "Off in production; the local stack turns it on for its loopback SeaweedFS."),
     "OUTBOUND_ALLOW_PRIVATE": Setting(
         "LAKEPORT_OUTBOUND_ALLOW_PRIVATE", False, cast=bool,
         help="Let hosts users name be private or other non-public addresses (10/8, 172.16/12, 192.168/16, "
              "fc00::/7, 100.64/10). Link-local and cloud metadata addresses are refused regardless."),
+    "WEBHOOK_ALLOWED_HOSTS": Setting(
+        "LAKEPORT_WEBHOOK_ALLOWED_HOSTS", "",
+        help="Comma-separated host names or IP addresses, as webhook URLs write them, that webhooks may reach "
+             "although they are loopback, private or one of the portal's own services. Webhooks ignore the "
+             "`LAKEPORT_OUTBOUND_ALLOW_*` switches: without this list they reach public addresses only."),
     "EXECUTION_TOKEN_WAREHOUSE_SCOPE": Setting(
         "LAKEPORT_EXECUTION_TOKEN_WAREHOUSE_SCOPE", True, cast=bool,
         help="Ask the identity provider to narrow an execution's token (exchanged for its user) to the "
@@ -197,6 +202,10 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_API_CALLS_PER_MINUTE", 120, cast=int,
         help="How many API calls (`/api/v1`) one personal access token, and one user with all their tokens, "
              "may make a minute; over it a call answers 429 with `Retry-After`."),
+    "STORAGE_PROBES_PER_MINUTE": Setting(
+        "LAKEPORT_STORAGE_PROBES_PER_MINUTE", 10, cast=int,
+        help="How many storage connection tests (\"Test connection\", page or API) one user may start a minute; "
+             "at most two run at once per user. Over either, the test is refused (429 in the API)."),
     "CU_ALLOWED_ENDPOINTS": Setting(
         "LAKEPORT_CU_ALLOWED_ENDPOINTS", "",
         help="Comma-separated `host:port` endpoints that code on local compute units may connect to besides "
@@ -272,6 +281,8 @@ class Config(_SettingFields):
                              "the largest a user may ask for")
         if self.API_CALLS_PER_MINUTE < 1:
             raise ValueError(f"{SETTINGS['API_CALLS_PER_MINUTE'].env}: must be at least 1")
+        if self.STORAGE_PROBES_PER_MINUTE < 1:
+            raise ValueError(f"{SETTINGS['STORAGE_PROBES_PER_MINUTE'].env}: must be at least 1")
 
     def flask_mapping(self) -> dict[str, Any]:
         """The settings as Flask config keys, plus the cookie and CSRF policy derived from them."""

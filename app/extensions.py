@@ -26,6 +26,9 @@ def init_app(app: Flask) -> None:
         token_source,
         project_id=config["LAKEKEEPER_PROJECT_ID"] or None,
         timeout=config["LAKEKEEPER_TIMEOUT_SECONDS"],
+        # Refuse a Lakekeeper release the portal does not support, at first use (not at start, so
+        # that the portal starts, and says why, while the catalog is still coming up).
+        check_version=True,
     )
 
 

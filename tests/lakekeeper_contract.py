@@ -79,6 +79,7 @@ class Operation:
     method: str
     path_template: str  # as served, e.g. /management/v1/warehouse/{warehouse_id}/rename
     path_params: dict[str, str]
+    spec_path: str = ""  # the key of `paths` in the document
 
     def __str__(self) -> str:
         return f"{self.operation_id} ({self.method} {self.path_template})"
@@ -184,6 +185,7 @@ def find_operation(method: str, path: str) -> Operation:
         method=method.upper(),
         path_template=(f"/{base_path}" if base_path else "") + spec_path,
         path_params=dict(found.path_result.variables),
+        spec_path=spec_path,
     )
 
 
@@ -290,6 +292,7 @@ def validate_request(
     Returns the matched operation; raises ContractViolation.
     """
     operation = find_operation(method, path)
+    _refuse_array_query_parameters(operation, _split_query(path, query)[1])
     request = _mock_request(method, path, query, headers, body)
     with warnings.catch_warnings():
         # openapi-core warns that it cannot check the Iceberg document's OAuth2 scheme;
@@ -300,6 +303,37 @@ def validate_request(
         except OpenAPIValidationError as error:
             raise ContractViolation(f"{operation} request: {_describe(error)}") from None
     return operation
+
+
+def array_query_parameters(operation: Operation) -> set[str]:
+    """The operation's query parameters whose documented schema is an array."""
+    document = _document(operation.api)
+    path_item = document["paths"][operation.spec_path]
+    declared = [*path_item.get("parameters", []), *path_item[operation.method.lower()].get("parameters", [])]
+    names = set()
+    for parameter in declared:
+        if "$ref" in parameter:
+            parameter = document["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
+        kind = parameter.get("schema", {}).get("type")
+        if parameter.get("in") == "query" and (kind == "array" or (isinstance(kind, list) and "array" in kind)):
+            names.add(parameter["name"])
+    return names
+
+
+def _refuse_array_query_parameters(operation: Operation, pairs: list[tuple[str, str]]) -> None:
+    # The 0.13 documents declare e.g. `relations` and `warehouseStatus` as arrays, but Lakekeeper
+    # 0.13.x reads query strings with axum's `Query` (serde_urlencoded), which cannot fill a
+    # `Vec<T>` field from any query-string form: every value answers 400 (lakekeeper/lakekeeper
+    # crates/authz-openfga/src/api.rs and crates/lakekeeper/src/api/management/mod.rs at v0.13.3;
+    # fixed on `main` only, by axum_extra's Query: crates/lakekeeper-integration-tests/tests/
+    # management_query_arrays.rs, commit "Improve OpenAPI for generators"). The server Lakeport
+    # runs against would refuse what the document allows, so the contract refuses it too.
+    sent = {name for name, _ in pairs} & array_query_parameters(operation)
+    if sent:
+        raise ContractViolation(
+            f"{operation} request: array query parameter(s) {sorted(sent)} answer 400 on Lakekeeper 0.13.x; "
+            "leave them out (the default applies) and filter the answer instead"
+        )
 
 
 def validate_response(

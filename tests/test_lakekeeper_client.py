@@ -150,8 +150,8 @@ def client(token_source, contract):
 
 
 def find_warehouse(client: LakekeeperClient, name: str) -> WarehouseInfo | None:
-    """The warehouse called `name` in the project, active or not."""
-    return next((w for w in client.list_warehouses(include_inactive=True) if w.name == name), None)
+    """The active warehouse called `name` in the project (Lakekeeper 0.13 lists active ones only)."""
+    return next((w for w in client.list_warehouses() if w.name == name), None)
 
 
 def only_request(server: ScriptedServer) -> httpx.Request:
@@ -203,18 +203,27 @@ def test_project_defaults_to_lakekeepers_default_project(token_source, lakekeepe
     assert only_request(lakekeeper).headers["x-project-id"] == DEFAULT_PROJECT_ID
 
 
-def test_list_warehouses_asks_for_inactive_ones_only_when_wanted(client, lakekeeper):
-    lakekeeper.on("GET", "/management/v1/warehouse", (200, {"warehouses": [
-        warehouse_json(), warehouse_json("old", status="inactive"),
-    ]}))
+def test_list_warehouses_sends_no_status_filter_which_lakekeeper_013_refuses(client, lakekeeper):
+    # Lakekeeper 0.13.x answers 400 to any `warehouseStatus` value (lakekeeper_contract.py says why)
+    # and lists active warehouses without one.
+    lakekeeper.on("GET", "/management/v1/warehouse", (200, {"warehouses": [warehouse_json()]}))
 
-    client.list_warehouses()
-    warehouses = client.list_warehouses(include_inactive=True)
+    warehouses = client.list_warehouses()
 
-    assert [r.url.params.get_list("warehouseStatus") for r in lakekeeper.requests] == [
-        ["active"], ["active", "inactive"],
-    ]
-    assert [(w.name, w.is_active) for w in warehouses] == [("sales", True), ("old", False)]
+    assert only_request(lakekeeper).url.query == b""
+    assert [(w.name, w.is_active) for w in warehouses] == [("sales", True)]
+
+
+@pytest.mark.parametrize(("path", "query"), [
+    ("/management/v1/warehouse", [("warehouseStatus", "active")]),
+    (f"/management/v1/permissions/role/{uuid.UUID(int=7)}/assignments", [("relations", "assignee")]),
+    (f"/management/v1/permissions/warehouse/{uuid.UUID(int=7)}/assignments", [("relations", "ownership")]),
+])
+def test_the_contract_refuses_array_query_parameters_as_lakekeeper_013_does(path, query):
+    headers = {"Authorization": "Bearer t"}
+    validate_request("GET", path, headers=headers)
+    with pytest.raises(ContractViolation, match="answer 400 on Lakekeeper 0.13"):
+        validate_request("GET", path, headers=headers, query=query)
 
 
 WAREHOUSE_PATH = f"/management/v1/warehouse/{WAREHOUSE_ID}"
@@ -763,7 +772,7 @@ def test_a_groups_role_is_made_and_its_assignees_changed_as_documented(client, l
     client.update_role_members(ROLE_ID)  # nothing to change: nothing sent
     made, read, changed = lakekeeper.requests
     assert json.loads(made.content) == {"name": "lakeport-group-analytics", "description": "Members of analytics"}
-    assert read.url.params.get_list("relations") == ["assignee"]
+    assert read.url.query == b""  # every relation, assignees picked by the client (0.13 refuses ?relations=)
     assert json.loads(changed.content) == {"writes": [{"type": "assignee", "user": bob}],
                                            "deletes": [{"type": "assignee", "user": alice}]}
     assert [str(op).split(" ")[0] for op in contract.operations] == [
@@ -920,7 +929,7 @@ def test_warehouse_lifecycle_against_the_dev_catalog(live_client, devcatalog, se
     live_client.set_delete_profile(created.id, DeleteProfile.hard())
 
     live_client.deactivate_warehouse(created.id)
-    assert find_warehouse(live_client, renamed.name).status == "inactive"
+    assert live_client.get_warehouse(created.id).status == "inactive"
     assert renamed.name not in [w.name for w in live_client.list_warehouses()]
     live_client.activate_warehouse(created.id)
 

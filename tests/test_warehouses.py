@@ -55,7 +55,7 @@ def lakekeeper_names(app) -> set[str]:
     with app.app_context():
         from app.extensions import lakekeeper
 
-        return {w.name for w in lakekeeper().list_warehouses(include_inactive=True)}
+        return {w.name for w in lakekeeper().list_warehouses()}  # active ones: all Lakekeeper 0.13 lists
 
 
 def test_register_then_read_and_write_through_the_catalog_with_pyiceberg(app, client, auth, lakehouse, db_engine):

@@ -11,6 +11,7 @@ its token's and its user's rate limits (`rate_limit.py`).
 from __future__ import annotations
 
 from flask import g, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.api import bp, rate_limit
 from app.api.problems import ApiProblem
@@ -27,8 +28,20 @@ PUBLIC_ENDPOINTS = {"api.openapi_json", "api.openapi_docs"}
 @bp.before_request
 def authenticate():
     request.max_content_length = MAX_BODY_BYTES  # a longer body answers 413, however it is sent
+    too_large = ApiProblem(413, f"A call's body is at most {MAX_BODY_BYTES // 1024} KiB.")
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise ApiProblem(413, f"A call's body is at most {MAX_BODY_BYTES // 1024} KiB.")
+        raise too_large
+    if request.content_length is None and request.method not in READ_METHODS:
+        # A chunked body has no length to judge beforehand. Werkzeug stops reading it at the limit
+        # without a word (the cut JSON then answers 400): read it here, one byte past the limit,
+        # and keep it for the route.
+        request.max_content_length = MAX_BODY_BYTES + 1
+        try:
+            body = request.get_data(cache=True)
+        except RequestEntityTooLarge:
+            raise too_large from None
+        if len(body) > MAX_BODY_BYTES:
+            raise too_large
     if request.endpoint in PUBLIC_ENDPOINTS:
         return
     scheme, _, text = request.headers.get("Authorization", "").partition(" ")

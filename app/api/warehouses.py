@@ -13,6 +13,7 @@ from app.api.problems import ApiProblem
 from app.db import get_owned_or_404
 from app.models import Warehouse
 from app.warehouses import forms, service, tables
+from app.warehouses.probe_limits import ProbesLimited
 from app.warehouses.service import WarehouseActionError
 
 
@@ -37,6 +38,8 @@ def _refusals():
         yield
     except WarehouseActionError as error:
         raise ApiProblem(400 if error.field else 409, error.message, error.field) from None
+    except ProbesLimited as limited:
+        raise ApiProblem(429, limited.message, headers={"Retry-After": str(limited.retry_after)}) from None
 
 
 @bp.get("/warehouses")

@@ -26,6 +26,7 @@ from app.lakekeeper.resources import (
     WarehouseInfo,
 )
 from app.lakekeeper.tokens import ScopedToken, TokenSource
+from app.lakekeeper.versions import require_supported
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,6 +36,9 @@ DEFAULT_PROJECT_ID = "00000000-0000-0000-0000-000000000000"
 # Separates the parts of a multi-level namespace in Iceberg REST paths and queries.
 NAMESPACE_SEPARATOR = "\x1f"
 _RETRY_STATUSES = frozenset({502, 503, 504})
+# How long a version read from /management/v1/info is trusted: Lakekeeper may be upgraded under a
+# running portal.
+VERSION_RECHECK_SECONDS = 300.0
 
 
 class LakekeeperClient:
@@ -44,6 +48,9 @@ class LakekeeperClient:
     the project with `x-project-id` (Lakekeeper's default project when `project_id` is not
     given), so changing Lakekeeper's default project never moves the portal's warehouses.
     `transport` lets tests substitute the HTTP layer (e.g. `httpx.MockTransport`).
+    With `check_version`, the first call (and the first after `VERSION_RECHECK_SECONDS`) reads
+    Lakekeeper's version from `/management/v1/info`, and every call raises `UnsupportedLakekeeper`
+    while that version is outside the supported range (app/lakekeeper/versions.py).
     """
 
     def __init__(
@@ -56,11 +63,14 @@ class LakekeeperClient:
         *,
         retries: int = 2,
         backoff: float = 0.2,
+        check_version: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.project_id = project_id or DEFAULT_PROJECT_ID
         self.retries = retries
         self.backoff = backoff
+        self.check_version = check_version
+        self._version_seen: tuple[float, str] | None = None  # (when, Lakekeeper's version)
         # Where this client's bearer tokens come from (the portal's Iceberg reads share it).
         self.token_source = token_source
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
@@ -87,6 +97,13 @@ class LakekeeperClient:
     def server_info(self) -> ServerInfo:
         return self._call("server_info", "GET", "/management/v1/info", parse=ServerInfo.from_api)
 
+    def lakekeeper_version(self) -> str:
+        """Lakekeeper's version, read again; raises UnsupportedLakekeeper when it is not supported."""
+        version = self.server_info().version
+        self._version_seen = (time.monotonic(), version)
+        require_supported(version, "server_info")
+        return version
+
     def create_warehouse(
         self,
         name: str,
@@ -104,12 +121,15 @@ class LakekeeperClient:
             secrets=_secrets_of(credential), parse=WarehouseInfo.from_api,
         )
 
-    def list_warehouses(self, include_inactive: bool = False) -> list[WarehouseInfo]:
-        params = [("warehouseStatus", "active")]
-        if include_inactive:
-            params.append(("warehouseStatus", "inactive"))
+    def list_warehouses(self) -> list[WarehouseInfo]:
+        """The project's active warehouses that the caller may see.
+
+        No `warehouseStatus` filter is sent: Lakekeeper 0.13.x answers 400 to any value of an array
+        query parameter (see `role_members`) and lists active warehouses without one
+        (crates/lakekeeper-storage-postgres/src/warehouse.rs, `list_warehouses`, at v0.13.3). A
+        deactivated warehouse is read by its id (`get_warehouse`)."""
         return self._call(
-            "list_warehouses", "GET", "/management/v1/warehouse", params=params,
+            "list_warehouses", "GET", "/management/v1/warehouse",
             parse=lambda body: [WarehouseInfo.from_api(item) for item in body["warehouses"]],
         )
 
@@ -203,9 +223,15 @@ class LakekeeperClient:
         self._call("delete_role", "DELETE", f"/management/v1/role/{_segment(role_id)}")
 
     def role_members(self, role_id: str) -> set[str]:
-        """The users assigned to the role (`assignee`)."""
+        """The users assigned to the role (`assignee`).
+
+        Every relation is asked for and the assignees picked here: Lakekeeper 0.13.x reads query
+        strings with axum's `Query` (serde_urlencoded), which fills no `Vec` field, so any
+        `?relations=` answers 400 (lakekeeper/lakekeeper crates/authz-openfga/src/api.rs,
+        `GetRoleAssignmentsQuery`, at v0.13.3; fixed on `main` only:
+        crates/lakekeeper-integration-tests/tests/management_query_arrays.rs)."""
         return self._call(
-            "role_members", "GET", _role_permissions_path(role_id), params={"relations": "assignee"},
+            "role_members", "GET", _role_permissions_path(role_id),
             parse=lambda body: {item["user"] for item in body["assignments"]
                                 if item.get("type") == "assignee" and item.get("user")})
 
@@ -314,6 +340,8 @@ class LakekeeperClient:
         """Send one logical request, retrying where that is safe, and return `parse` of the
         JSON answer (None without `parse`). `token` replaces the service identity's bearer
         token (a user's). Every failure raises LakekeeperError."""
+        if self.check_version and operation != "server_info":
+            self._require_supported_version(operation)
         response = self._send(operation, method, path, params, json, idempotent, secrets, token)
         if parse is None or response is None:
             return None
@@ -371,6 +399,12 @@ class LakekeeperClient:
             if response.is_error:
                 raise _error_from(response, operation, secrets)
             return response
+
+    def _require_supported_version(self, operation: str) -> None:
+        seen = self._version_seen
+        if seen is None or time.monotonic() - seen[0] > VERSION_RECHECK_SECONDS:
+            seen = self._version_seen = (time.monotonic(), self.server_info().version)
+        require_supported(seen[1], operation)
 
     def _headers(self, operation: str, token: str | None = None) -> dict[str, str]:
         try:

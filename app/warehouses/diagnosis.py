@@ -28,6 +28,7 @@ _FIELD_OF_DIAGNOSIS = (
     ("Endpoint unreachable", "endpoint", "Endpoint unreachable: nothing answered at this URL."),
     ("Endpoint did not answer", "endpoint", "Endpoint unreachable: it did not answer in time."),
     ("Invalid endpoint URL", "endpoint", "Not a usable endpoint URL."),
+    ("The endpoint did not answer as S3", "endpoint", "This endpoint did not answer as an S3 store: check its URL and port."),
 )
 
 

@@ -9,6 +9,7 @@ from app.iceberg_catalogs import ResultReadError
 from app.models import User, Warehouse
 from app.table_pages import canonical_page_url, table_page_context
 from app.warehouses import bp, forms, local_stack, service, sharing, tables
+from app.warehouses.probe_limits import ProbesLimited
 from app.warehouses.service import WarehouseActionError
 
 
@@ -60,6 +61,8 @@ def test_connection():
         report = service.test_connection(storage, current_user)
     except WarehouseActionError as error:
         return render_template("warehouses/_probe_result.html", report=None, errors={error.field: error.message}), 422
+    except ProbesLimited as limited:
+        return render_template("warehouses/_probe_result.html", report=None, errors={"form": limited.message}), 429
     return render_template("warehouses/_probe_result.html", report=report, errors={})
 
 

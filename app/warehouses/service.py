@@ -24,6 +24,7 @@ from app.network_policy import OutboundRefused, portal_policy
 from app.signals import close_warehouse
 from app.storage_probe import ProbeReport, S3Credentials, S3Location, probe_storage
 from app.warehouses.diagnosis import field_errors
+from app.warehouses.probe_limits import probe_slot
 from app.warehouses import sharing
 from app.warehouses.forms import StorageForm
 
@@ -61,13 +62,15 @@ def check_endpoint(location: S3Location) -> None:
 
 def test_connection(form: StorageForm, owner: User | None = None) -> ProbeReport:
     """Write, read, list and delete a probe object with the given keys, held in memory only; for
-    `owner`'s new warehouse, under its default key prefix when the form names none."""
+    `owner`'s new warehouse, under its default key prefix when the form names none. At most two
+    of `owner`'s probes run at once, so many a minute (`probe_limits.ProbesLimited`)."""
     if owner is not None and not form.key_prefix:
         form = replace(form, key_prefix=default_key_prefix(owner, form.name or "warehouse"))
     location = location_of(form)
     check_endpoint(location)
-    return probe_storage(location, S3Credentials(form.access_key_id, form.secret_access_key),
-                         policy=portal_policy())
+    with probe_slot(owner.id if owner is not None else None):
+        return probe_storage(location, S3Credentials(form.access_key_id, form.secret_access_key),
+                             policy=portal_policy())
 
 
 def user_warehouses(owner: User) -> list[Warehouse]:
