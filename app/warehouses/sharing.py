@@ -27,6 +27,7 @@ from app.lakekeeper.errors import LakekeeperError
 from app.lakekeeper.resources import WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import GroupRole, User, Warehouse, WarehouseShare, WarehouseStatus
+from app.signals import enforce_shares
 
 LEVELS = {"read": "Read: browse its tables and read what is in it",
           "write": "Write: also run executions into it"}
@@ -98,6 +99,8 @@ def share(warehouse: Warehouse, values) -> WarehouseShare:
     _mirror(warehouse)
     db.commit()
     audit.record("warehouse.share", warehouse, grantee=fields, before=before, after=level)
+    if before:  # a level changed: runs it no longer allows stop
+        enforce_shares(warehouse)
     return row
 
 
@@ -111,6 +114,7 @@ def revoke(warehouse: Warehouse, share_id: int) -> None:
     _mirror(warehouse)
     db.commit()
     audit.record("warehouse.unshare", warehouse, grantee=grantees.fields_of(row), before=row.level, after=None)
+    enforce_shares(warehouse)  # the sharee's runs into it stop
 
 
 def _mirror(warehouse: Warehouse) -> None:

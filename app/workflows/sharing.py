@@ -12,6 +12,7 @@ from app.audit import trail as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.models import User, Workflow, WorkflowShare
+from app.signals import enforce_shares
 from app.workflows import service
 
 LEVELS = {"view": "View its versions and copy it", "run": "Also run it, on their own unit"}
@@ -50,6 +51,8 @@ def share(workflow: Workflow, values) -> WorkflowShare:
         db.rollback()
         raise ShareRefused("This workflow was shared with them at the same moment. Look again.") from None
     audit.record("workflow.share", workflow, grantee=grantee.fields, before=before, after=level)
+    if before:  # a level changed: runs it no longer allows stop
+        enforce_shares(workflow)
     return row
 
 
@@ -61,6 +64,7 @@ def revoke(workflow: Workflow, share_id: int) -> None:
     db.delete(row)
     db.commit()
     audit.record("workflow.unshare", workflow, grantee=grantees.fields_of(row), before=row.level, after=None)
+    enforce_shares(workflow)  # the sharee's runs of it that have not reached a unit stop
 
 
 def copy(user: User, workflow: Workflow, name: str) -> Workflow:
