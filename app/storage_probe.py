@@ -12,9 +12,14 @@ Four plain S3 calls (PutObject, GetObject, ListObjectsV2, DeleteObject) keep the
 and its errors S3's own error codes; pyarrow's S3FileSystem would do more than asked (multipart
 uploads, directory markers) and report free text. botocore signs them (`SigV4Auth`, an httpx
 auth hook for any AWS-style service; the dev catalog also uses it for SeaweedFS's S3 Tables and
-STS APIs) and httpx sends them, with hard timeouts, through the portal's network policy
-(`app/network_policy.py`): the endpoint is a user's choice, so every request is checked and
-pinned to the address that was checked.
+STS APIs) and httpx sends them through the portal's network policy (`app/network_policy.py`):
+the endpoint is a user's choice, so every request is checked and pinned to the address that was
+checked. The four checks together end within a total deadline (`PROBE_DEADLINE_SECONDS`,
+however slowly a server drips its bytes) and read at most `PROBE_BODY_CAP` bytes of an answer.
+
+A failure is said in S3's terms ("Bucket not found", "Access denied …", "The endpoint did not
+answer as S3"), never with the status, headers or body of whatever answered: the endpoint may be
+any server, and the probe must not report what it says.
 
 Secrets stay in memory: `S3Credentials` hides the secret from its repr, nothing here logs,
 and no message includes a key, a secret or a signature.
@@ -35,9 +40,15 @@ from botocore.auth import SigV4Auth as BotocoreSigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from app.network_policy import NetworkPolicy, OutboundRefused
+from app.network_policy import BodyTooLarge, NetworkPolicy, OutboundRefused, deadline_passed, read_capped, total_deadline
 
 PROBE_CONTENT = b"Lakeport storage probe: safe to delete.\n"
+# The four checks end within this, and each answer is read up to this many bytes (an S3 error,
+# the probe object or a listing of one key are a few hundred bytes).
+PROBE_DEADLINE_SECONDS = 10.0
+PROBE_BODY_CAP = 64 * 1024
+NOT_S3 = "The endpoint did not answer as S3"
+TOO_SLOW = "Endpoint did not answer in time"
 # What the request says beyond these is httpx's business (user agent, accept, connection):
 # signing it would only tie the signature to httpx's defaults.
 _SIGNED_HEADERS = {"host", "content-type", "content-md5"}
@@ -164,53 +175,66 @@ _S3_ERROR_MESSAGES = {
 }
 
 
-def _s3_failure(response: httpx.Response) -> str:
+def _s3_failure(status: int, body: bytes) -> str:
+    """What a refusal means in S3's terms: the error code S3 names, else that no S3 answered."""
     code = ""
-    if response.content:
+    if body:
         try:
-            code = ElementTree.fromstring(response.content).findtext("Code") or ""
+            code = ElementTree.fromstring(body).findtext("Code") or ""
         except ElementTree.ParseError:
             pass
     if code in _S3_ERROR_MESSAGES:
         return _S3_ERROR_MESSAGES[code]
-    if response.status_code == 403:
+    if status == 403 and code:  # an S3 error document with a code of its own
         return _S3_ERROR_MESSAGES["AccessDenied"]
-    return f"Storage answered HTTP {response.status_code}" + (f" ({code})" if code else "")
+    return NOT_S3
 
 
 def _call(client: httpx.Client, method: str, url: str, **kwargs) -> httpx.Response:
-    """One S3 call; raises _CheckFailed with a human message unless it answers 2xx."""
+    """One S3 call, its body read up to PROBE_BODY_CAP; raises _CheckFailed with a message in S3's
+    terms unless it answers 2xx."""
     if urlsplit(url).scheme not in ("http", "https"):
         raise _CheckFailed("Invalid endpoint URL (it must start with http:// or https://)")
     try:
-        response = client.request(method, url, **kwargs)
+        with client.stream(method, url, **kwargs) as response:
+            body = read_capped(response, PROBE_BODY_CAP)
     except OutboundRefused as refusal:
         raise _CheckFailed(refusal.message) from None
+    except BodyTooLarge:
+        raise _CheckFailed(f"{NOT_S3} (its answer was far longer than S3's)") from None
     except httpx.ConnectTimeout:
-        raise _CheckFailed("Endpoint unreachable (connection timed out)") from None
+        raise _CheckFailed(TOO_SLOW if deadline_passed() else "Endpoint unreachable (connection timed out)") from None
     except httpx.TimeoutException:
-        raise _CheckFailed("Endpoint did not answer in time") from None
+        raise _CheckFailed(TOO_SLOW) from None
     except httpx.TransportError:
-        raise _CheckFailed("Endpoint unreachable") from None
+        raise _CheckFailed(TOO_SLOW if deadline_passed() else "Endpoint unreachable") from None
     if not response.is_success:
-        raise _CheckFailed(_s3_failure(response))
-    return response
+        raise _CheckFailed(_s3_failure(response.status_code, body))
+    return httpx.Response(response.status_code, headers=response.headers, content=body)
 
 
 def _listed_keys(listing: bytes) -> set[str]:
     """The object keys of a ListObjectsV2 answer."""
-    return {element.text for element in ElementTree.fromstring(listing).iter()
-            if element.tag.rsplit("}", 1)[-1] == "Key"}
+    try:
+        root = ElementTree.fromstring(listing)
+    except ElementTree.ParseError:
+        raise _CheckFailed(NOT_S3) from None
+    if root.tag.rsplit("}", 1)[-1] != "ListBucketResult":
+        raise _CheckFailed(NOT_S3)
+    return {element.text for element in root.iter() if element.tag.rsplit("}", 1)[-1] == "Key"}
 
 
 def probe_storage(
     location: S3Location, credentials: S3Credentials, *, policy: NetworkPolicy, timeout: float = 5.0,
+    deadline: float = PROBE_DEADLINE_SECONDS,
 ) -> ProbeReport:
     """Write, read back, list and delete a probe object under `location`; one result per check.
 
     If the write fails the other checks are skipped; once the object is written, read, list
-    and delete all run, so the probe object is cleaned up. Every request goes through `policy`
-    (a refused endpoint fails the write with the policy's message, before any connection).
+    and delete all run, so the probe object is cleaned up (unless the deadline passed first: it
+    is named `.lakeport-probe-…` and safe to delete). Every request goes through `policy` (a
+    refused endpoint fails the write with the policy's message, before any connection); all of
+    them end within `deadline` seconds, and each operation waits at most `timeout`.
     Never raises for storage problems.
     """
     key = "/".join(part for part in (location.prefix, f".lakeport-probe-{uuid.uuid4().hex}") if part)
@@ -225,13 +249,17 @@ def probe_storage(
             results[name] = CheckResult(name, Outcome.FAILED, str(failure))
         return results[name].passed
 
-    with policy.client(
+    with total_deadline(deadline), policy.client(
         auth=SigV4Auth(credentials, location.region),
         timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0)),
+        # Bodies are read as sent, to the cap: nothing to decompress.
+        headers={"accept-encoding": "identity"},
     ) as client:
 
         def write() -> str:
-            _call(client, "PUT", object_url, content=PROBE_CONTENT, headers={"content-type": "text/plain"})
+            written = _call(client, "PUT", object_url, content=PROBE_CONTENT, headers={"content-type": "text/plain"})
+            if "etag" not in written.headers:  # every S3 PutObject answer names the object's ETag
+                raise _CheckFailed(NOT_S3)
             return f"Wrote a probe object under {location}"
 
         def read() -> str:
