@@ -63,8 +63,11 @@ def register_commands(app: Flask) -> None:
 
     @db_group.command("upgrade")
     def db_upgrade():
-        """Apply every Alembic migration (`alembic upgrade head`)."""
-        upgrade_database(app.config["DATABASE_URL"])
+        """Apply every Alembic migration (`alembic upgrade head`), as the owner's role
+        (LAKEPORT_DATABASE_OWNER_URL) when one is set, granting the portal's role its rights."""
+        owner_url = app.config["DATABASE_OWNER_URL"]
+        portal_url = app.config["DATABASE_URL"]
+        upgrade_database(owner_url or portal_url, portal_url=portal_url if owner_url else None)
         click.echo("database is at the newest migration")
 
     @app.cli.group("lakeport")

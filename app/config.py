@@ -38,7 +38,14 @@ SETTINGS: dict[str, Setting] = {
     "DATABASE_URL": Setting(
         "LAKEPORT_DATABASE_URL", f"sqlite:///{PROJECT_ROOT / 'var' / 'lakeport.db'}",
         help="SQLAlchemy URL of Lakeport's database. PostgreSQL (`postgresql+psycopg://…`) in production; "
-             "SQLite is the zero-setup default."),
+             "SQLite is the zero-setup default. On PostgreSQL, the portal's and the worker's own role: it may "
+             "read and write rows, only read and append the audit trail, and change no schema (`deploy/README.md`)."),
+    "DATABASE_OWNER_URL": Setting(
+        "LAKEPORT_DATABASE_OWNER_URL", "",
+        help="SQLAlchemy URL of the same PostgreSQL database as the role that owns its tables, used only by "
+             "`flask --app wsgi db upgrade` (the deploy's migration job): it migrates, and grants the role of "
+             "`LAKEPORT_DATABASE_URL` its rights. Give it only to the migration, never to the portal or the "
+             "worker. Empty: one role does both (SQLite, which has no roles, or a database left unsplit)."),
     "PUBLIC_URL": Setting(
         "LAKEPORT_PUBLIC_URL", "http://127.0.0.1:5000",
         help="The URL users reach the portal at. Decides the OIDC redirect URI and whether cookies are Secure (https)."),
@@ -279,6 +286,12 @@ class Config(_SettingFields):
             raise ValueError(f"{SETTINGS['CU_POOL_SIZE'].env}: at least 0, and a pooled unit's size "
                              f"({SETTINGS['CU_POOL_CPUS'].env}, {SETTINGS['CU_POOL_MEMORY_GB'].env}) within "
                              "the largest a user may ask for")
+        from app.database_roles import portal_role
+
+        try:
+            portal_role(self.DATABASE_URL, self.DATABASE_OWNER_URL)
+        except ValueError as error:
+            raise ValueError(f"{SETTINGS['DATABASE_OWNER_URL'].env}: {error}") from None
         if self.API_CALLS_PER_MINUTE < 1:
             raise ValueError(f"{SETTINGS['API_CALLS_PER_MINUTE'].env}: must be at least 1")
         if self.STORAGE_PROBES_PER_MINUTE < 1:

@@ -158,16 +158,21 @@ def get_owned_or_404(model: type[SQLModel], row_id):
     return row
 
 
-def alembic_config(database_url: str):
+def alembic_config(database_url: str, portal_url: str | None = None):
+    """Alembic's configuration to migrate as `database_url`'s role; with `portal_url` (the portal's
+    own, another role) the migrations grant that role its rights (app/database_roles.py)."""
     from alembic.config import Config as AlembicConfig
+
+    from app.database_roles import portal_role
 
     config = AlembicConfig(str(PROJECT_ROOT / "alembic.ini"))
     config.set_main_option("script_location", str(PROJECT_ROOT / "migrations"))
     config.attributes["database_url"] = database_url
+    config.attributes["portal_role"] = portal_role(portal_url, database_url) if portal_url else None
     return config
 
 
-def upgrade_database(database_url: str, revision: str = "head") -> None:
+def upgrade_database(database_url: str, revision: str = "head", portal_url: str | None = None) -> None:
     from alembic import command
 
-    command.upgrade(alembic_config(database_url), revision)
+    command.upgrade(alembic_config(database_url, portal_url), revision)

@@ -26,7 +26,7 @@ from cryptography.fernet import Fernet
 
 from app.config import PROJECT_ROOT
 from app.db import upgrade_database
-from devstack.database import local_database_url
+from devstack.database import local_database_urls
 from devstack.devcatalog import DevCatalogConfig, devcatalog_process
 from devstack.oidc_provider import TEST_USERS, OidcProviderConfig, oidc_provider_process
 from devstack.process import ManagedProcess, free_port, http_ok, port_is_open
@@ -84,6 +84,8 @@ class LocalStack:
         self.portal_settings = portal_settings or {}
         self.secrets = StackSecrets()
         self.database_url = database_url
+        # The role that migrates, where the portal's own role may not (start() decides, with the database).
+        self.database_owner_url: str | None = None
         self.log_dir = self.var_dir / "logs"
         self.processes: list[ManagedProcess] = []
         self.oidc = OidcProviderConfig(
@@ -154,9 +156,10 @@ class LocalStack:
             say(f"starting the Lakekeeper-compatible dev catalog on {self.catalog_url}")
             self._run(devcatalog_process(self.catalog, self.log_dir), timeout=60)
             if self.database_url is None:
-                self.database_url = local_database_url(self.var_dir)
+                self.database_url, self.database_owner_url = local_database_urls(self.var_dir)
             say(f"migrating the database ({self.database_url.split('://')[0]})")
-            upgrade_database(self.database_url)
+            upgrade_database(self.database_owner_url or self.database_url,
+                             portal_url=self.database_url if self.database_owner_url else None)
             if with_portal:
                 say(f"starting the portal on {self.portal_url} and its worker")
                 self.start_worker()

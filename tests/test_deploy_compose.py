@@ -470,4 +470,4 @@ def test_the_worker_runs_the_portals_image_and_settings_with_the_worker_command(
     assert worker["command"] == ["flask", "--app", "wsgi", "lakeport", "worker"]
     assert environment(worker) == PORTAL_ENV  # the same settings, so both see one database and one catalog
     assert "ports" not in worker and worker["healthcheck"] == {"disable": True}
-    assert "portal" in worker["depends_on"]  # the portal migrates the database
+    assert depends_on(worker)["portal-migrate"] == "service_completed_successfully"  # migrated first
