@@ -196,6 +196,10 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_SCHEDULER_SECONDS", 10.0, cast=float,
         help="How often the worker looks for schedules' due times (each fires once, whatever the number of "
              "workers)."),
+    "GRANTS_RECONCILE_SECONDS": Setting(
+        "LAKEPORT_GRANTS_RECONCILE_SECONDS", 300.0, cast=float,
+        help="How often the worker compares every warehouse's grants in Lakekeeper with its shares, repairs "
+             "what differs and deletes the roles of groups nothing is shared with any more."),
     "SMTP_HOST": Setting(
         "LAKEPORT_SMTP_HOST", "",
         help="The SMTP server that sends schedules' notification emails (empty: no email; webhooks still work)."),

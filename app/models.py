@@ -31,6 +31,9 @@ class User(UserMixin, SQLModel, table=True):
     last_login_at: datetime = Field(default_factory=utcnow)
     # The identity provider's `groups` claim at the last sign-in (JSON list of names).
     groups: str = Field(default="[]")
+    # The groups as of the last sync of this user's memberships of the groups' Lakekeeper roles
+    # (app/warehouses/sharing.py `sync_memberships`): a sign-in asks the catalog only for changes.
+    catalog_groups: str = Field(default="[]")
 
     @property
     def display_name(self) -> str:
@@ -79,6 +82,14 @@ class Warehouse(SQLModel, table=True):
     closing: str = Field(default="", max_length=16)
     closing_due_at: datetime | None = None
     closing_error: str = Field(default="", max_length=2000)
+    # The worker's last comparison of the warehouse's grants in Lakekeeper with its shares
+    # (app/warehouses/grants.py): when, when the catalog last agreed (found so, or repaired), what
+    # that check repaired, why it could not check; `grants_due_at` asks for one sooner (a failed write).
+    grants_checked_at: datetime | None = None
+    grants_agreed_at: datetime | None = None
+    grants_repair: str = Field(default="", max_length=2000)
+    grants_error: str = Field(default="", max_length=2000)
+    grants_due_at: datetime | None = Field(default=None, index=True)
 
     @property
     def location(self) -> str:

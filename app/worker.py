@@ -73,7 +73,7 @@ def _pending_work() -> Iterator[tuple[str, Callable[[int], None], int]]:
     from app.executions import notifications
     from app.models import ComparisonJob, MaintenanceJob, SampleDataJob
     from app.usage import maintenance
-    from app.warehouses import closing
+    from app.warehouses import closing, grants
 
     # Units first: an execution's fate depends on its unit's.
     yield from supervision.pending_work()
@@ -82,6 +82,7 @@ def _pending_work() -> Iterator[tuple[str, Callable[[int], None], int]]:
     yield from _live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job)
     yield from _live_jobs(MaintenanceJob, "maintenance", maintenance.run_job)
     yield from closing.pending_work()
+    yield from grants.pending_work()
     yield from notifications.pending_work()
 
 
@@ -149,19 +150,22 @@ class Worker:
         from app.compute_units import supervision
         from app.schedules import firing
         from app.usage import accounting
+        from app.warehouses import grants
 
         # The periodic passes by lease, with their period: the supervisor's (dead and idle units),
         # the usage pass (app/usage/accounting.py) and the scheduler's (app/schedules/firing.py).
         self._passes = {SUPERVISOR_LEASE: (self.supervisor_seconds, supervision.supervise),
                         accounting.USAGE_LEASE: (self.usage_seconds, accounting.measure),
-                        firing.LEASE: (self.scheduler_seconds, firing.fire_due)}
+                        firing.LEASE: (self.scheduler_seconds, firing.fire_due),
+                        grants.LEASE: (app.config["GRANTS_RECONCILE_SECONDS"], grants.reconcile)}
         # The supervisor's first pass comes one interval after the start: a unit found dead sooner
         # shows on its page, and a restarted worker has its work back under way first. The usage
         # pass's comes soon: a restart must not delay it by a period.
         now = time.monotonic()
         self._next_pass = {SUPERVISOR_LEASE: now + self.supervisor_seconds,
                            accounting.USAGE_LEASE: now + min(self.usage_seconds, self.supervisor_seconds),
-                           firing.LEASE: now}
+                           firing.LEASE: now,
+                           grants.LEASE: now + min(app.config["GRANTS_RECONCILE_SECONDS"], self.supervisor_seconds)}
 
     # --- running ------------------------------------------------------------------------------
 

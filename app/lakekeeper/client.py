@@ -36,6 +36,10 @@ DEFAULT_PROJECT_ID = "00000000-0000-0000-0000-000000000000"
 # Separates the parts of a multi-level namespace in Iceberg REST paths and queries.
 NAMESPACE_SEPARATOR = "\x1f"
 _RETRY_STATUSES = frozenset({502, 503, 504})
+# Lakekeeper writes one call's assignment changes to OpenFGA in one transaction of at most 100
+# tuples (lakekeeper/lakekeeper v0.13.3, crates/authz-openfga/src/authorizer.rs `write`, reached
+# from crates/authz-openfga/src/api.rs `checked_write`).
+MAX_ASSIGNMENT_CHANGES = 100
 # How long a version read from /management/v1/info is trusted: Lakekeeper may be upgraded under a
 # running portal.
 VERSION_RECHECK_SECONDS = 300.0
@@ -193,11 +197,14 @@ class LakekeeperClient:
     def update_warehouse_assignments(
         self, warehouse_id: str, writes: list[WarehouseAssignment] = (), deletes: list[WarehouseAssignment] = (),
     ) -> None:
-        """Add `writes` and remove `deletes` in one call (an absolute change: safe to repeat)."""
-        self._call(
-            "update_warehouse_assignments", "POST", _permissions_path(warehouse_id),
-            json={"writes": [a.to_api() for a in writes], "deletes": [a.to_api() for a in deletes]},
-        )
+        """Add `writes` and remove `deletes` (an absolute change: safe to repeat), in one call when
+        they fit Lakekeeper's one OpenFGA write, else deletes first, then writes, in turns."""
+        changes = [("deletes", a) for a in deletes] + [("writes", a) for a in writes]
+        for start in range(0, max(len(changes), 1), MAX_ASSIGNMENT_CHANGES):
+            turn = changes[start:start + MAX_ASSIGNMENT_CHANGES]
+            self._call("update_warehouse_assignments", "POST", _permissions_path(warehouse_id), json={
+                "writes": [a.to_api() for kind, a in turn if kind == "writes"],
+                "deletes": [a.to_api() for kind, a in turn if kind == "deletes"]})
 
     def set_warehouse_assignments(self, warehouse_id: str, wanted: list[WarehouseAssignment]) -> None:
         """Make `wanted` the warehouse's only grants: write what is missing, delete the rest

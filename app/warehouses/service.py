@@ -294,6 +294,9 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
     if typed_name.strip() != warehouse.name:
         raise WarehouseActionError("Type the warehouse's name exactly to confirm the purge.", field="confirm_name")
     close_warehouse(warehouse, "was purged")  # none, unless one slipped past the archive
+    # The grants' turn, kept to the end: the worker's check of the grants must not give back what
+    # the purge takes (SQLite: no turn, its writes would wait for the purge's end).
+    sharing.lock_grants(warehouse.id, writers_turn=False)
     client = lakekeeper()
     contents = _call(lambda: client.purge_warehouse_contents(warehouse.lakekeeper_name), missing_ok=True)
     # Lakekeeper drops a deleted warehouse's grants only on a best-effort basis: revoke them first.
