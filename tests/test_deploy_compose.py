@@ -7,7 +7,11 @@ reads it, with its ${...} placeholders filled from the keycloak service's enviro
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -463,7 +467,53 @@ def test_bootstrap_makes_the_service_identity_project_admin_and_nothing_more():
     assert re.search(r'"type\\": \\"project_admin\\", \\"user\\": \\"\$service_id', BOOTSTRAP_SCRIPT)
     assert "/management/v1/permissions/project/assignments" in BOOTSTRAP_SCRIPT
     assert re.search(r'Bearer \$service"[^\n]*\n[^\n]*update-if-exists', BOOTSTRAP_SCRIPT)
-    assert BOOTSTRAP_SCRIPT.count("project_admin") == 2  # the grant, and the message saying so
+
+
+FAKE_CURL_DIR = PROJECT_ROOT / "tests" / "deploy_fakes"
+SERVICE_GRANT = {"type": "project_admin", "user": "oidc~sub-of-token-of-lakeport-service"}
+
+
+def run_bootstrap(tmp_path, **state) -> tuple[subprocess.CompletedProcess, dict]:
+    """The one-shot's script, as compose hands it to `sh -c`, against a Keycloak and a Lakekeeper
+    0.13.3 played by tests/deploy_fakes/curl; returns the run and what Lakekeeper then holds."""
+    state_file = tmp_path / "lakekeeper.json"
+    if not state_file.exists():
+        state_file.write_text(json.dumps({"bootstrapped": False, "assignments": [], **state}))
+    else:
+        state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "calls": [], **state}))
+    env = {**environment(BOOTSTRAP), "FAKE_LAKEKEEPER_STATE": str(state_file),
+           # The fake runs on this interpreter (`env python3` finds it first).
+           "PATH": f"{FAKE_CURL_DIR}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    run = subprocess.run(["sh", "-c", BOOTSTRAP_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    return run, json.loads(state_file.read_text())
+
+
+def test_bootstrap_on_a_new_lakekeeper_bootstraps_then_grants(tmp_path):
+    run, lakekeeper = run_bootstrap(tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert lakekeeper["bootstrapped"] and lakekeeper["server_admin"] == "token-of-lakekeeper-admin"
+    assert lakekeeper["assignments"] == [SERVICE_GRANT]
+
+
+def test_bootstrap_interrupted_before_the_grant_is_finished_by_the_next_run(tmp_path):
+    # The first run is stopped right after Lakekeeper's bootstrap (two tokens, info, bootstrap).
+    first, lakekeeper = run_bootstrap(tmp_path, stop_after_calls=4)
+    assert first.returncode != 0
+    assert lakekeeper["bootstrapped"] and lakekeeper["assignments"] == []
+    again, lakekeeper = run_bootstrap(tmp_path, stop_after_calls=None)
+    assert again.returncode == 0, again.stderr
+    assert lakekeeper["assignments"] == [SERVICE_GRANT]
+    assert "POST /management/v1/bootstrap" not in lakekeeper["calls"]  # bootstrapped once only
+
+
+def test_bootstrap_run_again_changes_nothing(tmp_path):
+    assert run_bootstrap(tmp_path)[0].returncode == 0
+    run, lakekeeper = run_bootstrap(tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert lakekeeper["assignments"] == [SERVICE_GRANT]
+    assert [call for call in lakekeeper["calls"] if call.startswith("POST /management/v1/permissions")] == []
+
+
 def test_the_worker_runs_the_portals_image_and_settings_with_the_worker_command():
     worker = SERVICES["worker"]
     assert worker["build"] == SERVICES["portal"]["build"]
