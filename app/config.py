@@ -58,9 +58,23 @@ SETTINGS: dict[str, Setting] = {
     "OIDC_SCOPES": Setting("LAKEPORT_OIDC_SCOPES", "openid profile email", help="Scopes asked for at sign-in."),
     "OPERATORS_GROUP": Setting(
         "LAKEPORT_OPERATORS_GROUP", "lakeport-admins",
-        help="Members of this group (the identity provider's `groups` claim, read at each sign-in) are "
+        help="Members of this group (the identity provider's `groups` claim, read at each sign-in and "
+             "confirmed within `LAKEPORT_IDENTITY_BOUND_SECONDS`) are "
              "operators: they see every unit, execution and warehouse (metadata, never table data), stop any "
              "unit or execution, and read the whole audit trail. Empty: nobody is."),
+    "IDENTITY_BOUND_SECONDS": Setting(
+        "LAKEPORT_IDENTITY_BOUND_SECONDS", 900.0, cast=float,
+        help="The longest a change at the identity provider (groups, operator status, a disabled user, an "
+             "ended session) takes to reach Lakeport: pages, API tokens and the catalog's group roles. Groups "
+             "the provider has not confirmed for this long count as none (docs/identity.md)."),
+    "IDENTITY_CHECK_SECONDS": Setting(
+        "LAKEPORT_IDENTITY_CHECK_SECONDS", 300.0, cast=float,
+        help="How often the worker asks the identity provider about each active user again (a refresh "
+             "grant with the refresh token of their last sign-in). Below the bound above."),
+    "SESSION_MAX_HOURS": Setting(
+        "LAKEPORT_SESSION_MAX_HOURS", 12.0, cast=float,
+        help="A browser session ends this long after its sign-in, however active; then the user signs in "
+             "again."),
     "OIDC_TIMEOUT_SECONDS": Setting(
         "LAKEPORT_OIDC_TIMEOUT_SECONDS", 5.0, cast=float,
         help="Timeout for calls from the portal to the identity provider."),
@@ -290,6 +304,11 @@ class Config(_SettingFields):
             raise ValueError(f"{SETTINGS['CU_POOL_SIZE'].env}: at least 0, and a pooled unit's size "
                              f"({SETTINGS['CU_POOL_CPUS'].env}, {SETTINGS['CU_POOL_MEMORY_GB'].env}) within "
                              "the largest a user may ask for")
+        if not 0 < self.IDENTITY_CHECK_SECONDS < self.IDENTITY_BOUND_SECONDS:
+            raise ValueError(f"{SETTINGS['IDENTITY_CHECK_SECONDS'].env}: above 0 and below "
+                             f"{SETTINGS['IDENTITY_BOUND_SECONDS'].env}")
+        if self.SESSION_MAX_HOURS <= 0:
+            raise ValueError(f"{SETTINGS['SESSION_MAX_HOURS'].env}: must be above 0")
         from app.database_roles import portal_role
 
         try:

@@ -15,6 +15,7 @@ from sqlmodel import select
 from app.db import get_db
 from app.errors import UserFacingError
 from app.models import User
+from app.roles import groups_of
 
 OWNER = "owner"
 GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/ -]{0,254}$")
@@ -55,8 +56,9 @@ def parse(values, owner_id: int, refused: type[UserFacingError]) -> Grantee:
 
 
 def shared_to(share_model, user: User):
-    """The clause that finds `share_model`'s rows that reach `user`: theirs or their groups'."""
-    groups = user.group_names
+    """The clause that finds `share_model`'s rows that reach `user`: theirs or their groups'
+    (those the provider confirmed within the bound: app/roles.py)."""
+    groups = groups_of(user)
     return or_(share_model.user_id == user.id, share_model.group_name.in_(groups) if groups else false())
 
 

@@ -29,8 +29,16 @@ class User(UserMixin, SQLModel, table=True):
     email: str = Field(default="", max_length=320)
     created_at: datetime = Field(default_factory=utcnow)
     last_login_at: datetime = Field(default_factory=utcnow)
-    # The identity provider's `groups` claim at the last sign-in (JSON list of names).
+    # The identity provider's `groups` claim at the last sign-in or re-validation (JSON list of
+    # names), and when the provider last confirmed it (app/roles.py: none once older than the bound).
     groups: str = Field(default="[]")
+    groups_checked_at: datetime | None = Field(default_factory=utcnow)
+    # The refresh token of the last sign-in, encrypted (app/auth/provider_grant.py): the worker
+    # asks the provider about the user again with it. A secret: never shown or logged.
+    refresh_token_sealed: str | None = Field(default=None, repr=False)
+    # When the provider last refused the user (disabled, session revoked): sessions begun before
+    # end and API tokens are refused until the next sign-in.
+    suspended_at: datetime | None = None
     # The groups as of the last sync of this user's memberships of the groups' Lakekeeper roles
     # (app/warehouses/sharing.py `sync_memberships`): a sign-in asks the catalog only for changes.
     catalog_groups: str = Field(default="[]")

@@ -11,7 +11,8 @@ a unit; and, every WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units be
 idle ones are stopped), every USAGE_SAMPLE_SECONDS the usage pass (app/usage/accounting.py:
 storage measured from table metadata, stored as samples that pages read), and every
 SCHEDULER_SECONDS the scheduler pass (app/schedules/firing.py: each schedule's due times, each
-fired once).
+fired once), and every IDENTITY_CHECK_SECONDS the identity pass (app/auth/revalidation.py: each
+active user asked about again at the identity provider).
 
 Each piece of work is claimed through a lease (app/leases.py) named after it, renewed while the
 work runs. Two workers never do the same work at once; a worker that dies stops renewing, and
@@ -148,6 +149,7 @@ class Worker:
         self._last_renewal = 0.0
 
         from app.compute_units import supervision
+        from app.auth import revalidation
         from app.schedules import firing
         from app.usage import accounting
         from app.warehouses import grants
@@ -157,6 +159,7 @@ class Worker:
         self._passes = {SUPERVISOR_LEASE: (self.supervisor_seconds, supervision.supervise),
                         accounting.USAGE_LEASE: (self.usage_seconds, accounting.measure),
                         firing.LEASE: (self.scheduler_seconds, firing.fire_due),
+                        revalidation.LEASE: (app.config["IDENTITY_CHECK_SECONDS"], revalidation.revalidate),
                         grants.LEASE: (app.config["GRANTS_RECONCILE_SECONDS"], grants.reconcile)}
         # The supervisor's first pass comes one interval after the start: a unit found dead sooner
         # shows on its page, and a restarted worker has its work back under way first. The usage
@@ -164,7 +167,7 @@ class Worker:
         now = time.monotonic()
         self._next_pass = {SUPERVISOR_LEASE: now + self.supervisor_seconds,
                            accounting.USAGE_LEASE: now + min(self.usage_seconds, self.supervisor_seconds),
-                           firing.LEASE: now,
+                           firing.LEASE: now, revalidation.LEASE: now,
                            grants.LEASE: now + min(app.config["GRANTS_RECONCILE_SECONDS"], self.supervisor_seconds)}
 
     # --- running ------------------------------------------------------------------------------

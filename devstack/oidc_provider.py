@@ -8,6 +8,11 @@ exchange its own token for one acting as a user (OAuth 2.0 Token Exchange, RFC 8
 `audience` = the catalog's), one per execution: `sub` is the user's, `act.sub` the service
 client's, valid `user_token_ttl` seconds, optionally narrowed by one `warehouse:<uuid>` scope
 that the dev catalog enforces on top of the user's grants. Unknown subjects are refused.
+The portal's client gets refresh tokens that live as long as the provider session; a refresh
+grant's ID token carries the user's groups as they are at that moment. While it runs, a user's
+groups can be changed, and the user disabled (then every grant of theirs, a refresh included, is
+refused), through an administration endpoint only holders of `admin_secret` may call
+(`change_user`), as an administrator changes a user at Keycloak.
 The helpers at the end drive its pages with httpx, the way a browser would, for tests that need
 a signed-in user.
 """
@@ -86,6 +91,8 @@ class OidcProviderConfig:
     passwordless_subjects: list[str] = field(default_factory=list)
     # Signs the provider's cookies; fresh per run since its sessions live in memory anyway.
     cookie_keys: list[str] = field(default_factory=lambda: [secrets.token_urlsafe(32)])
+    # Opens the administration endpoint (`change_user`); fresh per run, known only to the stack.
+    admin_secret: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
 
     @property
     def issuer(self) -> str:
@@ -134,6 +141,7 @@ class OidcProviderConfig:
             "user_token_ttl": self.user_token_ttl,
             "token_exchange_clients": [SERVICE_CLIENT_ID],
             "cookie_keys": self.cookie_keys,
+            "admin_secret": self.admin_secret,
             "clients": [portal, service],
             "users": users,
         }
@@ -148,6 +156,17 @@ def oidc_provider_process(config: OidcProviderConfig, log_dir: Path) -> ManagedP
         env={"LAKEPORT_OIDC_CONFIG": json.dumps(config.server_config())},
         ready=http_ok(config.discovery_url),
     )
+
+
+def change_user(config: OidcProviderConfig, username: str, *, groups: list[str] | None = None,
+                enabled: bool | None = None) -> dict:
+    """Change a user at the running provider (their groups, or whether they may sign in and be
+    granted anything); returns the user as the provider holds them now."""
+    change = {key: value for key, value in (("groups", groups), ("enabled", enabled)) if value is not None}
+    response = httpx.put(f"{config.issuer}/lakeport-admin/users/{username}", json=change, timeout=10,
+                         headers={"Authorization": f"Bearer {config.admin_secret}"})
+    response.raise_for_status()
+    return response.json()
 
 
 # --- Driving the provider's pages with httpx -------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 from flask import g, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from app import roles
 from app.api import bp, rate_limit
 from app.api.problems import ApiProblem
 from app.auth import bearer
@@ -55,6 +56,10 @@ def authenticate():
         scope, key = "run", f"oidc:{user.id}" if user else None
     if user is None:
         raise ApiProblem(401, "A valid token is needed: Authorization: Bearer <personal access token>.",
+                         headers={"WWW-Authenticate": 'Bearer realm="lakeport"'})
+    if roles.suspended(user):  # the provider refused the user since their last sign-in
+        raise ApiProblem(401, "This token's owner must sign in to Lakeport again: the identity provider "
+                              "no longer confirms their sign-in.",
                          headers={"WWW-Authenticate": 'Bearer realm="lakeport"'})
     g._login_user = user  # flask-login's current_user, for this request only
     rate_limit.count([key, f"user:{user.id}"])

@@ -33,14 +33,24 @@ def _keys() -> jwt.PyJWKClient:
         return _clients[issuer]
 
 
+TOKEN_ERRORS = (jwt.PyJWTError, httpx.HTTPError, KeyError, ValueError)
+
+
+def verified_claims(text: str, require: tuple[str, ...] = ("exp", "iat", "sub")) -> dict:
+    """The claims of a JWT the provider signed for this portal (issuer, audience, expiry checked);
+    raises one of TOKEN_ERRORS otherwise."""
+    key = _keys().get_signing_key_from_jwt(text)
+    return jwt.decode(text, key.key, algorithms=ALGORITHMS, audience=current_app.config["OIDC_CLIENT_ID"],
+                      issuer=current_app.config["OIDC_ISSUER"], options={"require": list(require)}, leeway=30)
+
+
 def user_for(text: str) -> User | None:
-    """The user a provider's token names, if it is valid for this portal; None otherwise."""
+    """The user a provider's token names, if it is valid for this portal; None otherwise. The
+    user's groups are those Lakeport holds (app/roles.py), not the token's; a suspended user is
+    refused by the API (app/api/auth.py)."""
     try:
-        key = _keys().get_signing_key_from_jwt(text)
-        claims = jwt.decode(text, key.key, algorithms=ALGORITHMS, audience=current_app.config["OIDC_CLIENT_ID"],
-                            issuer=current_app.config["OIDC_ISSUER"], options={"require": ["exp", "iat", "sub"]},
-                            leeway=30)
-    except (jwt.PyJWTError, httpx.HTTPError, KeyError, ValueError) as error:
+        claims = verified_claims(text)
+    except TOKEN_ERRORS as error:
         logger.info("a bearer token was refused: %s", type(error).__name__)
         return None
     return get_db().exec(select(User).where(User.issuer == current_app.config["OIDC_ISSUER"],

@@ -1,8 +1,9 @@
 """The portal's OpenID Connect client (authlib): registration, sign-in and sign-out URLs.
 
 Authorization code flow with PKCE (S256); authlib adds and checks `state` and `nonce`.
-Endpoints come from the issuer's discovery document. No token is kept after sign-in:
-the portal needs only the identity, and a signed cookie is not a place for tokens.
+Endpoints come from the issuer's discovery document. Of the tokens only the refresh token is
+kept, encrypted in the user's row (app/auth/provider_grant.py), so that the worker can ask the
+provider about the user again; a signed cookie is not a place for tokens.
 """
 from __future__ import annotations
 
@@ -80,8 +81,9 @@ CALLBACK_ERRORS = {
 }
 
 
-def finish_sign_in(args) -> dict:
-    """Exchange the callback's code for tokens and return the verified ID-token claims."""
+def finish_sign_in(args) -> tuple[dict, str | None]:
+    """Exchange the callback's code for tokens; return the verified ID-token claims and the
+    refresh token (None when the provider gave none)."""
     if "error" in args:
         raise SignInError(*CALLBACK_ERRORS.get(
             args["error"], ("Sign-in failed", "The identity provider reported an error and did not sign you in.")))
@@ -102,7 +104,8 @@ def finish_sign_in(args) -> dict:
     claims = token.get("userinfo")
     if not claims or not claims.get("sub"):
         raise SignInError("Sign-in failed", "The identity provider sent no identity.")
-    return dict(claims)
+    refresh_token = token.get("refresh_token")
+    return dict(claims), refresh_token if isinstance(refresh_token, str) and refresh_token else None
 
 
 def sign_out_url() -> str | None:

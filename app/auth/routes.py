@@ -7,7 +7,7 @@ from flask_login import current_user, login_user, logout_user
 
 from app.audit import trail as audit
 from app.auth import bp, oidc
-from app.auth.users import upsert_user_from_claims
+from app.auth.users import begin_session, upsert_user_from_claims
 from app.warehouses import sharing
 
 NEXT_KEY = "lakeport_next"
@@ -38,13 +38,14 @@ def start():
 
 @bp.get("/callback")
 def callback():
-    claims = oidc.finish_sign_in(request.args)
-    user = upsert_user_from_claims(current_app.config["OIDC_ISSUER"], claims)
+    claims, refresh_token = oidc.finish_sign_in(request.args)
+    user = upsert_user_from_claims(current_app.config["OIDC_ISSUER"], claims, refresh_token)
     # The catalog's roles of shared groups follow the groups the provider sends now.
     sharing.sync_memberships(user)
     target = _safe_next(session.pop(NEXT_KEY, None)) or url_for("main.dashboard")
     # A fresh session on sign-in, so nothing from before it carries over.
     session.clear()
+    begin_session(user)
     login_user(user)
     current_app.logger.info("user %s signed in", user.id)
     audit.record("user.sign_in", user, owner_id=user.id, groups=user.group_names)

@@ -3,7 +3,13 @@
 //
 // Configuration comes from the Python launcher (devstack/oidc_provider.py) as one JSON
 // document in LAKEPORT_OIDC_CONFIG:
-// { port, issuer, audience, user_token_ttl, token_exchange_clients, cookie_keys, clients, users }.
+// { port, issuer, audience, user_token_ttl, token_exchange_clients, cookie_keys, clients, users,
+//   admin_secret }.
+//
+// While it runs, a user's groups can be changed and the user disabled or enabled again
+// (PUT /lakeport-admin/users/<username>, JSON {"groups": [...], "enabled": true|false}, with
+// `Authorization: Bearer <admin_secret>`), as an administrator does at Keycloak: the next refresh
+// grant's ID token carries the new groups, and a disabled user's refresh grant is refused.
 import { createHash, generateKeyPairSync, timingSafeEqual, verify } from 'node:crypto';
 
 import { errors, Provider } from 'oidc-provider';
@@ -52,7 +58,13 @@ function checkCredentials(username, password) {
   // Compare even for unknown names so both failures take the same time.
   const matches = passwordMatches(user?.password ?? '', password);
   // Users without a password (test identities) cannot sign in, only be acted for.
-  return user?.password && matches ? user : undefined;
+  return user?.password && matches && user.enabled !== false ? user : undefined;
+}
+
+// A user the provider knows and has not disabled.
+function enabledUser(sub) {
+  const user = usersBySub.get(sub);
+  return user && user.enabled !== false ? user : undefined;
 }
 
 // Warehouse scopes belong to exchanged user tokens only: a service token never carries one.
@@ -122,7 +134,7 @@ async function tokenExchangeHandler(ctx) {
     throw new errors.InvalidTarget(`tokens are exchanged for the audience ${config.audience} only`);
   }
   verifyOwnServiceToken(params.subject_token, client.clientId);
-  const user = usersBySub.get(params.requested_subject);
+  const user = enabledUser(params.requested_subject);
   if (!user) {
     throw new errors.InvalidGrant('requested_subject is not a user of this provider');
   }
@@ -210,7 +222,7 @@ ${html`<form id="login-form" method="post" action="/interaction/${uid}/login">
 </form>`}`);
 }
 
-async function readForm(req) {
+async function readBody(req) {
   const chunks = [];
   let size = 0;
   for await (const chunk of req) {
@@ -220,7 +232,11 @@ async function readForm(req) {
     }
     chunks.push(chunk);
   }
-  return new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+async function readForm(req) {
+  return new URLSearchParams(await readBody(req));
 }
 
 // Every client registered here belongs to Lakeport itself, so the user's consent is implied:
@@ -249,8 +265,11 @@ const signingKey = { ...keyPair.privateKey.export({ format: 'jwk' }), use: 'sig'
 const provider = new Provider(config.issuer, {
   clients: config.clients,
   jwks: { keys: [signingKey] },
+  // Read at every grant, a refresh included (its ID token's claims come from here): a change made
+  // through /lakeport-admin shows at the next refresh, and a disabled user's grants are refused
+  // (oidc-provider answers invalid_grant when the account is not found).
   findAccount: (ctx, sub) => {
-    const user = usersBySub.get(sub);
+    const user = enabledUser(sub);
     return user && account(user);
   },
   claims: {
@@ -355,6 +374,84 @@ provider.use(async (ctx, next) => {
   } finally {
     const path = ctx.path.replace(/^\/(interaction|auth)\/[\w-]+/, '/$1/:uid');
     log(`${ctx.method} ${path} ${ctx.status} ${Date.now() - started}ms`);
+  }
+});
+
+// --- Administration while it runs: a user's groups, enabled or disabled --------------------------
+
+const ADMIN_PATH = /^\/lakeport-admin\/users\/([\w.@-]{1,64})$/;
+const MAX_GROUPS = 200;
+
+function adminAllowed(ctx) {
+  const [scheme, presented] = String(ctx.get('authorization')).split(' ');
+  return Boolean(config.admin_secret) && scheme === 'Bearer' && passwordMatches(config.admin_secret, presented ?? '');
+}
+
+function parseChange(form) {
+  const change = {};
+  if (form.groups !== undefined) {
+    if (!Array.isArray(form.groups) || form.groups.length > MAX_GROUPS
+        || !form.groups.every((group) => typeof group === 'string' && group.length > 0 && group.length <= 255)) {
+      throw new errors.InvalidRequest(`groups: a list of at most ${MAX_GROUPS} names of 1-255 characters`);
+    }
+    change.groups = [...new Set(form.groups)];
+  }
+  if (form.enabled !== undefined) {
+    if (typeof form.enabled !== 'boolean') {
+      throw new errors.InvalidRequest('enabled: true or false');
+    }
+    change.enabled = form.enabled;
+  }
+  return change;
+}
+
+async function handleAdmin(ctx, username) {
+  if (!adminAllowed(ctx)) {
+    ctx.status = 401;
+    ctx.body = { error: 'invalid_token' };
+    return;
+  }
+  const user = usersByName.get(username);
+  if (!user) {
+    ctx.status = 404;
+    ctx.body = { error: 'no such user' };
+    return;
+  }
+  if (ctx.method === 'PUT') {
+    const body = await readBody(ctx.req);
+    let form;
+    try {
+      form = JSON.parse(body);
+    } catch {
+      form = undefined;
+    }
+    if (!form || typeof form !== 'object' || Array.isArray(form)) {
+      throw new errors.InvalidRequest('a JSON object is expected');
+    }
+    Object.assign(user, parseChange(form));
+    log(`admin: user ${username} changed (groups ${JSON.stringify(user.groups)}, enabled ${user.enabled !== false})`);
+  } else if (ctx.method !== 'GET') {
+    ctx.status = 405;
+    return;
+  }
+  ctx.body = { username, groups: user.groups ?? [], enabled: user.enabled !== false };
+}
+
+provider.use(async (ctx, next) => {
+  const match = ADMIN_PATH.exec(ctx.path);
+  if (!match) {
+    await next();
+    return;
+  }
+  ctx.set('cache-control', 'no-store');
+  try {
+    await handleAdmin(ctx, match[1]);
+  } catch (err) {
+    if (!(err instanceof errors.OIDCProviderError)) {
+      throw err;
+    }
+    ctx.status = err.statusCode;
+    ctx.body = { error: err.error, error_description: err.error_description };
   }
 });
 
