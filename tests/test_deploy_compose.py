@@ -514,6 +514,34 @@ def test_bootstrap_run_again_changes_nothing(tmp_path):
     assert [call for call in lakekeeper["calls"] if call.startswith("POST /management/v1/permissions")] == []
 
 
+def test_keycloak_runs_in_production_mode_on_its_own_database():
+    keycloak, env = SERVICES["keycloak"], environment(SERVICES["keycloak"])
+    assert keycloak["command"] == ["start", "--import-realm"]  # not start-dev
+    # `start` refuses plain HTTP unless told TLS ends in front of it (keycloak/keycloak
+    # quarkus/config-api/src/main/java/org/keycloak/config/HttpOptions.java, `http-enabled`).
+    assert env["KC_HTTP_ENABLED"] == "true"
+    assert env["KC_DB"] == "postgres"  # DatabaseOptions.java; the default dev-file database is for start-dev
+    database = re.fullmatch(r"jdbc:postgresql://([\w-]+):5432/(\w+)", env["KC_DB_URL"])
+    assert database and database.group(1) in SERVICES
+    db_env = environment(SERVICES[database.group(1)])
+    assert (database.group(2), env["KC_DB_USERNAME"], env["KC_DB_PASSWORD"]) == (
+        db_env["POSTGRES_DB"], db_env["POSTGRES_USER"], db_env["POSTGRES_PASSWORD"])
+    assert depends_on(keycloak)[database.group(1)] == "service_healthy"
+    assert any(volume.endswith(":/var/lib/postgresql/data") for volume in SERVICES[database.group(1)]["volumes"])
+
+
+def test_the_readme_names_every_volume_an_operator_must_keep():
+    readme = (DEPLOY / "README.md").read_text()
+    paragraph = readme[readme.index("`docker compose down` stops everything"):]
+    paragraph = paragraph[:paragraph.index("\n\n")]
+    named = set(re.findall(r"`([\w-]+-data)`", paragraph))
+    assert named == set(COMPOSE["volumes"]), sorted(set(COMPOSE["volumes"]) ^ named)
+    for service in SERVICES.values():  # and every service's data sits in one of them
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            assert source.startswith("./") or source in COMPOSE["volumes"], volume
+
+
 def test_the_worker_runs_the_portals_image_and_settings_with_the_worker_command():
     worker = SERVICES["worker"]
     assert worker["build"] == SERVICES["portal"]["build"]
