@@ -496,3 +496,40 @@ def test_each_unit_gets_its_own_policy_before_its_pods_and_loses_it_with_them(va
     assert policy["spec"]["egress"] == [{"to": [{"podSelector": within}]}]
     backend.terminate(handle)
     assert backend.api.network_policies(f"{handle.details['name']}-within") not in server.objects
+
+
+# ---------------------------------------------------------------- the KubeRay it needs
+# What ray-project/kuberay's RayCluster CRD (ray-operator/config/crd/bases/ray.io_rayclusters.yaml)
+# holds under spec.authOptions, by tag: below v1.5.1 nothing (no authOptions: Ray runs without
+# authentication), v1.5.1 `mode` only (the API server prunes `secretName`, KubeRay makes a token of
+# its own and the portal's is refused), v1.6.0 on `mode`, `secretName` and `enableK8sTokenAuth`.
+# KubeRay rejects `mode: token` below Ray 2.52.0 (ray-operator/controllers/ray/utils/validation.go).
+KUBERAY_MINIMUM = "1.6.0"
+RAY_MINIMUM = (2, 52, 0)
+AUTH_OPTIONS_BY_KUBERAY = {"1.5.0": set(), "1.5.1": {"mode"}, "1.6.0": {"mode", "secretName", "enableK8sTokenAuth"}}
+
+
+def _auth_options_schema() -> dict:
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    (v1,) = [version for version in crd["spec"]["versions"] if version["name"] == "v1"]
+    return v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["authOptions"]
+
+
+def test_every_auth_option_the_portal_sets_exists_from_the_stated_kuberay_minimum_on():
+    auth = render(spec())["spec"]["authOptions"]
+    assert auth == {"mode": "token", "secretName": "tok"}
+    schema = _auth_options_schema()  # the vendored CRD (1.7 line) has each of them
+    assert set(auth) <= set(schema["properties"]) and "token" in schema["properties"]["mode"]["enum"]
+    supported = [version for version, fields in AUTH_OPTIONS_BY_KUBERAY.items() if set(auth) <= fields]
+    assert min(supported, key=lambda v: tuple(map(int, v.split(".")))) == KUBERAY_MINIMUM
+    ray_version = tuple(int(part) for part in render(spec())["spec"]["rayVersion"].split("."))
+    assert ray_version >= RAY_MINIMUM
+
+
+def test_the_deployment_states_the_kuberay_minimum_and_how_to_check_it():
+    readme = (DEPLOY_DIR.parent / "README.md").read_text()
+    assert f"| KubeRay | {KUBERAY_MINIMUM} |" in readme
+    assert f"KubeRay {KUBERAY_MINIMUM} or newer" in readme
+    assert "authOptions.properties.secretName" in readme  # the kubectl check of the installed CRD
+    assert f"KubeRay operator {KUBERAY_MINIMUM} or newer" in (DEPLOY_DIR / "kustomization.yaml").read_text()
+    assert f"| Ray | {'.'.join(map(str, RAY_MINIMUM))} |" in readme
