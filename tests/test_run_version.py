@@ -85,7 +85,7 @@ def test_a_version_saved_while_the_sharee_looked_starts_nothing_until_he_has_see
     save_v2(app, client, alice, workflow)
     refused = submit(clients["bob"], workflow, cu, warehouse, "1")
     page = text(refused)
-    assert refused.status_code == 409 and bobs_executions(db_engine, bob) == []
+    assert refused.status_code == 422 and bobs_executions(db_engine, bob) == []
     assert 'data-testid="seen-version">1<' in page and 'data-testid="latest-version">2<' in page
     changes = {step.split('data-step="', 1)[1].split('"', 1)[0]: step
                for step in page.split('data-testid="changed-step"')[1:]}
@@ -110,10 +110,10 @@ def test_a_version_saved_while_the_sharee_looked_starts_nothing_until_he_has_see
 def test_the_owner_sees_no_author_notice_and_may_name_no_version_a_sharee_may_not(app, client, db_engine, sharing):
     alice, bob, clients, workflow, cu, warehouse = sharing
     refused = submit(clients["bob"], workflow, cu, warehouse, None)
-    assert refused.status_code == 409 and "named no version" in text(refused)
+    assert refused.status_code == 422 and "named no version" in text(refused)
     assert hidden_version(text(refused)) == "1" and bobs_executions(db_engine, bob) == []
     unknown = submit(clients["bob"], workflow, cu, warehouse, "99")
-    assert unknown.status_code == 409 and "Version 99 is not a version of this workflow" in text(unknown)
+    assert unknown.status_code == 422 and "Version 99 is not a version of this workflow" in text(unknown)
     assert bobs_executions(db_engine, bob) == []
 
     own_cu, own_warehouse = unit_row(db_engine, alice), warehouse_row(db_engine, alice)
@@ -123,7 +123,7 @@ def test_the_owner_sees_no_author_notice_and_may_name_no_version_a_sharee_may_no
     assert 'data-testid="code-author"' not in text(clients["alice"].get(started.headers["Location"]))
     save_v2(app, client, alice, workflow)
     stale = submit(clients["alice"], workflow, own_cu, own_warehouse, "1")  # her own stale form is refused too
-    assert stale.status_code == 409 and execution_count(db_engine, alice) == 1
+    assert stale.status_code == 422 and execution_count(db_engine, alice) == 1
 
 
 def test_the_api_answers_409_with_both_versions_and_starts_the_one_seen(app, client, db_engine, sharing):

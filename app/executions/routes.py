@@ -133,7 +133,7 @@ def new():
                            code_author=seen_version.author_label(author) if author else None, changed=changed,
                            changes=seen_version.changes_between(workflow, changed.seen, changed.latest)
                            if changed else [])
-    return (page, 409) if changed else (page, 422) if errors else page
+    return (page, 422) if changed or errors else page  # the form again, to look at before submitting
 
 
 def _start_seen(workflow: Workflow, values: dict) -> Execution:
