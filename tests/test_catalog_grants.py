@@ -229,3 +229,69 @@ def test_a_sign_in_asks_the_catalog_only_about_groups_that_changed(team, db_engi
         monkeypatch.undo()
         inside = {name for name in groups if me in lakekeeper().role_members(role_of[name])}
     assert inside == {groups[0], groups[2]}
+
+
+def test_an_assignment_change_over_one_openfga_write_goes_in_turns_deletes_first():
+    import httpx
+
+    from app.lakekeeper.tokens import ClientCredentialsTokenSource
+    from tests.lakekeeper_contract import ContractCheckingTransport
+    from tests.test_lakekeeper_client import (BASE_URL, PERMISSIONS_PATH, PROJECT_ID, TOKEN_URL, WAREHOUSE_ID,
+                                              IdentityProvider, ScriptedServer)
+
+    lakekeeper = ScriptedServer()
+    lakekeeper.on("POST", PERMISSIONS_PATH, (204, None))
+    tokens = ClientCredentialsTokenSource(client_id="lakeport-service", client_secret="s", token_url=TOKEN_URL,
+                                          transport=httpx.MockTransport(IdentityProvider()))
+    client = LakekeeperClient(BASE_URL, tokens, project_id=PROJECT_ID,
+                              transport=ContractCheckingTransport(httpx.MockTransport(lakekeeper)))
+    users = [f"oidc~user-{n:03d}" for n in range(130)]
+    writes = [WarehouseAssignment(relation, user=user) for user in users for relation in ("describe", "select")]
+    deletes = [WarehouseAssignment("modify", user=user) for user in users[:30]]
+    client.update_warehouse_assignments(WAREHOUSE_ID, writes, deletes)
+    bodies = [json.loads(request.content) for request in lakekeeper.calls("POST", PERMISSIONS_PATH)]
+    assert [len(body["writes"]) + len(body["deletes"]) for body in bodies] == [100, 100, 90]
+    assert len(bodies[0]["deletes"]) == 30 and all(not body["deletes"] for body in bodies[1:])
+    assert [a for body in bodies for a in body["writes"]] == [a.to_api() for a in writes]
+    lakekeeper.requests.clear()
+    client.update_warehouse_assignments(WAREHOUSE_ID, writes[:2], deletes[:1])  # small: one call, as before
+    assert [json.loads(r.content) for r in lakekeeper.requests] == [
+        {"writes": [a.to_api() for a in writes[:2]], "deletes": [deletes[0].to_api()]}]
+
+
+def test_on_sqlite_shares_and_the_worker_check_take_turns_without_waiting_on_each_other(
+        portal_config, lakehouse, tmp_path):
+    """SQLite, the zero-setup default, takes the same path: a change takes the writers' turn, and
+    nothing inside it writes in a transaction of its own (that would wait for the turn's end)."""
+    from dataclasses import replace
+
+    from app import create_app
+    from app.db import make_engine, upgrade_database
+    from tests.test_executions import register_warehouse
+
+    url = f"sqlite:///{tmp_path / 'lakeport.db'}"
+    upgrade_database(url)
+    app = create_app(replace(portal_config, DATABASE_URL=url, LAKEKEEPER_URL=lakehouse.catalog_url))
+    engine = make_engine(url)
+    group = f"sqlite-{int(time.time() * 1000) % 10**6}"
+    owner, member = make_user(engine), set_groups(engine, make_user(engine), [group])
+    client = app.test_client()
+    sign_in_as(client, owner)
+    warehouse = reload(engine, Warehouse, register_warehouse(client, lakehouse, "on-sqlite"))
+    started = time.monotonic()
+    assert share(client, warehouse, kind="group", group=group, level="write").status_code == 200
+    assert share(client, warehouse, kind="user", email=member.email, level="read").status_code == 200
+    (by_email,) = [row for row in shares_in_database(engine, warehouse) if row.user_id]
+    assert client.post(f"/warehouses/{warehouse.id}/shares/{by_email.id}/revoke", headers={"HX-Request": "true"},
+                       data={"csrf_token": csrf(client)}).status_code == 200
+    with app.app_context():
+        member_id = lakekeeper_user_id(member.subject)
+        lakekeeper().update_warehouse_assignments(warehouse.lakekeeper_id,
+                                                  writes=[WarehouseAssignment("ownership", user=member_id)])
+        grants.reconcile()
+        found = set(lakekeeper().warehouse_assignments(warehouse.lakekeeper_id))
+        wanted = set(sharing.catalog_assignments(reload(engine, Warehouse, warehouse.id)))
+    assert found == wanted and WarehouseAssignment("ownership", user=member_id) not in found
+    assert time.monotonic() - started < 4  # no wait on SQLite's busy timeout (5 s) on the way
+    assert "removed ownership for" in reload(engine, Warehouse, warehouse.id).grants_repair
+    engine.dispose()
