@@ -221,3 +221,42 @@ def test_a_session_ends_at_its_absolute_lifetime_however_active(identity_app):
     assert f"Sessions last {hours:g} hours" in login
     assert client.get("/").status_code == 302  # the session is gone, not only refused once
     assert signed_in(app, "alice").get("/").status_code == 200
+
+
+def test_a_provider_that_does_not_answer_suspends_nobody(identity_app, portal_config, closed_port, db_engine):
+    signed_in(identity_app, "olive")
+    before = user_named(db_engine, "olive")
+    away = create_app(replace(portal_config, SECRET_KEY=identity_app.config["SECRET_KEY"],
+                              OIDC_ISSUER=f"http://127.0.0.1:{closed_port}",
+                              IDENTITY_BOUND_SECONDS=BOUND, IDENTITY_CHECK_SECONDS=CHECK))
+    revalidate(away)
+    after = user_named(db_engine, "olive")
+    assert after.suspended_at is None and after.refresh_token_sealed == before.refresh_token_sealed
+    assert after.group_names == ["lakeport-admins"] and after.groups_checked_at == before.groups_checked_at
+
+
+def test_a_sign_in_during_the_pass_wins_over_the_pass(identity_app, db_engine, provider_users, monkeypatch):
+    """The pass asked the provider before the user signed in again: what the sign-in stored stays."""
+    app = identity_app
+    signed_in(app, "bob")
+    asked = provider_grant.confirm
+
+    def sign_in_meanwhile(subject, token, http):
+        answer = asked(subject, token, http)
+        if subject == TEST_USERS["bob"].sub:  # the provider's answer to the pass: bob in no group
+            assert answer.claims["groups"] == []
+            provider_users("bob", groups=["analytics", "late"])
+            signed_in(app, "bob")  # then bob signs in, in the new groups
+        return answer
+
+    provider_users("bob", groups=[])
+    monkeypatch.setattr(provider_grant, "confirm", sign_in_meanwhile)
+    revalidate(app)
+    assert user_named(db_engine, "bob").group_names == ["analytics", "late"]
+
+
+def test_the_worker_runs_the_identity_pass_at_its_period(identity_app):
+    from app.worker import Worker
+
+    period, function = Worker(identity_app)._passes[revalidation.LEASE]
+    assert (period, function) == (CHECK, revalidation.revalidate)

@@ -42,9 +42,10 @@ def revalidate() -> None:
     now = utcnow()
     for user_id in _drop_idle_grants(now):
         logger.info("user %s: no longer active; the refresh token is dropped", user_id)
-    for user_id in _active_with_grant(now):
-        if not _ask_again(user_id):
-            break  # the provider does not answer: the others wait for the next pass
+    with provider_grant.http_client() as http:
+        for user_id in _active_with_grant(now):
+            if not _ask_again(user_id, http):
+                break  # the provider does not answer: the others wait for the next pass
     _expire_unconfirmed(now)
 
 
@@ -72,7 +73,7 @@ def _drop_idle_grants(now) -> list[int]:
     return ids
 
 
-def _ask_again(user_id: int) -> bool:
+def _ask_again(user_id: int, http) -> bool:
     """Ask the provider about one user and record its answer; False when it did not answer."""
     with Session(engine()) as db:
         user = db.get(User, user_id)
@@ -82,7 +83,7 @@ def _ask_again(user_id: int) -> bool:
         _record(user_id, sealed, refresh_token_sealed=None)
         return True
     try:
-        confirmation = provider_grant.confirm(subject, token)
+        confirmation = provider_grant.confirm(subject, token, http)
     except provider_grant.ProviderRefused:
         if _record(user_id, sealed, refresh_token_sealed=None, suspended_at=utcnow(), groups="[]"):
             audit.record("user.suspend", _user(user_id), owner_id=user_id,
