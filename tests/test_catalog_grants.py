@@ -295,3 +295,23 @@ def test_on_sqlite_shares_and_the_worker_check_take_turns_without_waiting_on_eac
     assert time.monotonic() - started < 4  # no wait on SQLite's busy timeout (5 s) on the way
     assert "removed ownership for" in reload(engine, Warehouse, warehouse.id).grants_repair
     engine.dispose()
+
+
+def test_a_groups_role_whose_members_could_not_be_set_is_not_left_in_the_catalog(team, db_engine, monkeypatch):
+    app, _, people, warehouse = team
+    owner_client = people["owner"][1]
+    group = f"left-behind-{int(time.time() * 1000) % 10**6}"
+
+    def refused(self, role_id, add=frozenset(), remove=frozenset()):
+        raise LakekeeperError(503, "ServiceUnavailable", "OpenFGA is away", "update_role_members")
+
+    monkeypatch.setattr(LakekeeperClient, "update_role_members", refused)
+    assert share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 422
+    monkeypatch.undo()
+    with app.app_context():
+        names = lakekeeper()._call("list_roles", "GET", "/management/v1/role",
+                                   parse=lambda body: [role["name"] for role in body["roles"]])
+    assert f"lakeport-group-{group}" not in names
+    with Session(db_engine) as db:
+        assert db.exec(select(GroupRole).where(GroupRole.group_name == group)).first() is None
+    assert shares_in_database(db_engine, warehouse) == []

@@ -185,10 +185,14 @@ def ensure_group_role(group: str) -> None:
         return
     try:
         made = lakekeeper().create_role(f"lakeport-group-{group}", f"Members of the group {group} (Lakeport)")
+    except LakekeeperError as error:
+        raise ShareRefused(error.user_message) from error
+    try:
         members = {lakekeeper_user_id(user.subject) for user in db.exec(select(User))
                    if group in user.group_names}
         lakekeeper().update_role_members(made.id, add=members)
     except LakekeeperError as error:
+        _delete_role_quietly(made.id)  # no role is left in the catalog that no row names
         raise ShareRefused(error.user_message) from error
     try:
         with Session(engine()) as own:
