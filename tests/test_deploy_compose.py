@@ -514,6 +514,18 @@ def test_bootstrap_run_again_changes_nothing(tmp_path):
     assert [call for call in lakekeeper["calls"] if call.startswith("POST /management/v1/permissions")] == []
 
 
+def test_compute_units_may_reach_the_stacks_own_storage():
+    from app.ray_clusters.local import allowed_endpoints
+
+    readme = (DEPLOY / "README.md").read_text()
+    endpoint = urlparse(re.search(r"endpoint `(http://[\w.-]+:\d+)`", readme).group(1))  # the first warehouse's
+    assert endpoint.hostname in SERVICES
+    reachable = {(e.host, e.port) for e in allowed_endpoints(PORTAL_ENV["LAKEPORT_LAKEKEEPER_URL"],
+                                                              PORTAL_ENV.get("LAKEPORT_CU_ALLOWED_ENDPOINTS", ""))}
+    assert (endpoint.hostname, endpoint.port) in reachable
+    assert ("lakekeeper", 8181) in reachable
+
+
 def test_keycloak_runs_in_production_mode_on_its_own_database():
     keycloak, env = SERVICES["keycloak"], environment(SERVICES["keycloak"])
     assert keycloak["command"] == ["start", "--import-realm"]  # not start-dev
