@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 
+import httpx
 import pytest
 from sqlmodel import Session, select
 
@@ -260,3 +261,21 @@ def test_the_worker_runs_the_identity_pass_at_its_period(identity_app):
 
     period, function = Worker(identity_app)._passes[revalidation.LEASE]
     assert (period, function) == (CHECK, revalidation.revalidate)
+
+
+def test_the_providers_administration_takes_only_the_stacks_secret(oidc_provider):
+    """Only the stack may change the provider's users: no secret, a wrong one, or a bad change is
+    refused and changes nothing."""
+    url = f"{oidc_provider.issuer}/lakeport-admin/users/bob"
+    attempts = [({}, {"groups": ["lakeport-admins"]}),
+                ({"Authorization": "Bearer " + secrets.token_urlsafe(32)}, {"groups": ["lakeport-admins"]}),
+                ({"Authorization": f"Basic {oidc_provider.admin_secret}"}, {"groups": ["lakeport-admins"]})]
+    for headers, change in attempts:
+        assert httpx.put(url, json=change, headers=headers, timeout=10).status_code == 401
+    stack = {"Authorization": f"Bearer {oidc_provider.admin_secret}"}
+    for change in ({"groups": "lakeport-admins"}, {"groups": [""]}, {"groups": ["x" * 256]}, {"enabled": "no"}, []):
+        assert httpx.put(url, json=change, headers=stack, timeout=10).status_code == 400, change
+    assert httpx.put(f"{oidc_provider.issuer}/lakeport-admin/users/mallory", json={}, headers=stack,
+                     timeout=10).status_code == 404
+    assert httpx.get(url, headers=stack, timeout=10).json() == {
+        "username": "bob", "groups": list(TEST_USERS["bob"].groups), "enabled": True}
