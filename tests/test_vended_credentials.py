@@ -9,6 +9,7 @@ on the same SeaweedFS with scope "table". Users act through tokens the provider 
 them, grants are set by the portal's service identity, as the portal's sharing does."""
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from dataclasses import dataclass, replace
@@ -24,7 +25,12 @@ from app.lakekeeper.tokens import lakekeeper_user_id
 from app.storage_probe import S3Credentials
 from compute.catalog_cache import CatalogAccess, CatalogCache
 from devstack.devcatalog import DevCatalogConfig, devcatalog_process
-from devstack.devcatalog.vending import DEFAULT_VENDED_CREDENTIALS_SECONDS
+from devstack.devcatalog.vending import (
+    DEFAULT_VENDED_CREDENTIALS_SECONDS,
+    StoragePermissions,
+    load_permissions,
+    sts_policy,
+)
 from devstack.process import free_port
 from tests.test_devcatalog import (  # noqa: F401 - portal_tokens is a fixture
     ALICE,
@@ -218,3 +224,21 @@ def test_a_units_binding_of_fifteen_minute_credentials_serves_the_next_run(share
     access = CatalogAccess.vended(f"{shared.catalog.url}/catalog", shared.name, token, table.io.properties)
     first = cache.binding(shared.warehouse_id, access)
     assert cache.current(shared.warehouse_id) == first
+
+
+def test_the_policy_and_the_privilege_are_lakekeepers():
+    """Lakekeeper's own unit tests of `get_sts_policy_string` (crates/lakekeeper/src/service/storage/s3.rs:
+    `policy_string_neutralizes_wildcard_in_table_path`, `..._question_mark_...`) and its load rule."""
+    policy = json.loads(sts_policy("bucket", "wh/evil*/ev?l/table/", StoragePermissions.READ_WRITE_DELETE))
+    access, listing, location = policy["Statement"]
+    assert access["Resource"] == "arn:aws:s3:::bucket/wh/evil${*}/ev${?}l/table/*"
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": "wh/evil${*}/ev${?}l/table/*"}}
+    assert location == {"Sid": "GetBucketLocation", "Effect": "Allow", "Action": "s3:GetBucketLocation",
+                        "Resource": "arn:aws:s3:::bucket"}
+    assert "s3:DeleteObject" in access["Action"]
+    read_only = json.loads(sts_policy("bucket", "t/", StoragePermissions.READ))["Statement"][0]["Action"]
+    assert read_only == ["s3:GetObject", "s3:GetObjectVersion"]
+    assert load_permissions({"describe", "select"}, False) is StoragePermissions.READ
+    assert load_permissions({"describe", "create"}, False) is None  # `create` alone: can_write_data is `modify`
+    assert load_permissions({"modify"}, False) is load_permissions({"ownership"}, False) \
+        is load_permissions(set(), True) is StoragePermissions.READ_WRITE_DELETE
