@@ -25,6 +25,8 @@ from app.db import alembic_config, make_engine, upgrade_database
 from app.models import AuditEvent, ComputeUnit, User
 from devstack.database import (
     drop_postgres_database,
+    ensure_postgres_database_with_roles,
+    fresh_postgres_database,
     fresh_postgres_database_with_roles,
     owner_role_name,
     portal_role_name,
@@ -236,6 +238,31 @@ def test_the_migration_command_migrates_as_the_owner_and_the_grants_go_with_a_do
             config = alembic_config(owner_url, portal_url)
             command.downgrade(config, ScriptDirectory.from_config(config).get_revision("0018").down_revision)
             assert refused(engine, "SELECT count(*) FROM users").orig.sqlstate == INSUFFICIENT_PRIVILEGE
+        finally:
+            engine.dispose()
+    finally:
+        drop_postgres_database(name)
+
+
+def test_a_local_stack_database_made_before_it_had_roles_is_handed_to_its_owner():
+    """`make run`'s database from before the two roles: made and migrated by the server's superuser.
+    The stack hands it to its owner role, which then migrates and grants the portal's role."""
+    name, single_url = fresh_postgres_database("lakeport_roles_old")
+    try:
+        upgrade_database(single_url)  # every table and function the superuser's
+        portal_url, owner_url = ensure_postgres_database_with_roles(name)
+        upgrade_database(owner_url, portal_url=portal_url)
+        engine = make_engine(portal_url)
+        try:
+            kept = appended_event(engine, "test.after_handover")
+            assert refused(engine, f"DELETE FROM audit_events WHERE id = {kept}").orig.sqlstate == INSUFFICIENT_PRIVILEGE
+            assert refused(engine, "ALTER TABLE audit_events DISABLE TRIGGER ALL").orig.sqlstate == INSUFFICIENT_PRIVILEGE
+            with engine.connect() as connection:
+                owners = connection.execute(text(
+                    "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'public' UNION "
+                    "SELECT DISTINCT proowner::regrole::text FROM pg_proc WHERE pronamespace = 'public'::regnamespace"
+                )).scalars().all()
+            assert owners == [owner_role_name(name)]
         finally:
             engine.dispose()
     finally:
