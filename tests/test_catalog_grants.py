@@ -113,7 +113,8 @@ def test_drift_in_the_catalog_is_repaired_by_one_pass_with_an_audit_event_each(t
         role_id = next(a.role for a in catalog.warehouse_assignments(warehouse.lakekeeper_id) if a.role)
         # Behind the portal's back: carol may now write, and no longer select; the group's role
         # has carol instead of its member.
-        catalog.update_warehouse_assignments(warehouse.lakekeeper_id, writes=[WarehouseAssignment("modify", user=carol_id)],
+        catalog.update_warehouse_assignments(warehouse.lakekeeper_id,
+                                             writes=[WarehouseAssignment("modify", user=carol_id)],
                                              deletes=[WarehouseAssignment("select", user=carol_id)])
         catalog.update_role_members(role_id, add={carol_id}, remove={member_id})
         first = last_event_id(db_engine)
@@ -128,7 +129,8 @@ def test_drift_in_the_catalog_is_repaired_by_one_pass_with_an_audit_event_each(t
         ("added", "select"), ("removed", "modify"), ("added", member_id), ("removed", carol_id)])
     row = reload(db_engine, Warehouse, warehouse.id)
     assert row.grants_agreed_at is not None and row.grants_error == "" and row.grants_due_at is None
-    assert f"restored select for {carol.email}" in row.grants_repair and f"removed modify for {carol.email}" in row.grants_repair
+    assert f"restored select for {carol.email}" in row.grants_repair
+    assert f"removed modify for {carol.email}" in row.grants_repair
     page = owner_client.get(f"/warehouses/{warehouse.id}").get_data(as_text=True)
     assert "Catalog grants last checked" in page and "were repaired" in page and "removed modify for" in page
 

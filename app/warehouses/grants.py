@@ -17,6 +17,9 @@ What Lakekeeper does that this relies on (lakekeeper/lakekeeper v0.13.3):
 - reading a warehouse's assignments checks the caller's right to read them, not the warehouse's
   status (crates/authz-openfga/src/api.rs `get_warehouse_assignments_by_id`, `get_relations`:
   every relation, every page), so inactive warehouses are compared too;
+- the portal's service identity may delete the roles it made: Lakekeeper gives a role's creator
+  its ownership (crates/authz-openfga/src/authorizer.rs `create_role`, with
+  crates/authz-openfga/src/tuples.rs `ownership_tuples_for_role`);
 - deleting a role removes it with its assignees and every grant it held
   (crates/lakekeeper/src/api/management/v1/role.rs `authorized_delete_role`: the role's rows go
   `ON DELETE CASCADE`; crates/authz-openfga/src/authorizer.rs `delete_role` ->
@@ -25,6 +28,7 @@ What Lakekeeper does that this relies on (lakekeeper/lakekeeper v0.13.3):
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from sqlalchemy import delete, exists, update
@@ -44,13 +48,19 @@ logger = logging.getLogger(__name__)
 LEASE = "catalog-grants"
 # A check the catalog failed is tried again after this long (and at the next periodic pass).
 RETRY_SECONDS = 60.0
+# A due check that found the warehouse in another change's turn (a long purge holds it) is looked
+# at again after this long, not at every pass of the worker; in this process's memory only.
+BUSY_SECONDS = 5.0
+_busy_until: dict[int, float] = {}
 
 
 def pending_work() -> list[tuple[str, object, int]]:
     """The warehouses whose grants were asked to be checked soon (a catalog write failed)."""
     with Session(engine()) as db:
         ids = db.exec(select(Warehouse.id).where(Warehouse.grants_due_at <= utcnow())).all()
-    return [(f"warehouse-grants:{warehouse_id}", check_warehouse, warehouse_id) for warehouse_id in ids]
+    now = time.monotonic()
+    return [(f"warehouse-grants:{warehouse_id}", check_warehouse, warehouse_id) for warehouse_id in ids
+            if _busy_until.get(warehouse_id, 0.0) <= now]
 
 
 def reconcile() -> None:
@@ -73,6 +83,7 @@ def check_warehouse(warehouse_id: int, roles_checked: set[str] | None = None) ->
         warehouse = sharing.lock_grants(warehouse_id, skip_locked=True)
         if warehouse is None or _left_to_closing(warehouse):
             db.rollback()  # gone, in a change's turn (the next pass), or the closing sets its grants
+            _busy_until[warehouse_id] = time.monotonic() + BUSY_SECONDS
             return
         added, removed = _repair_assignments(warehouse)
     except (LakekeeperError, sharing.ShareRefused) as error:
@@ -140,7 +151,8 @@ def _repair_members(warehouse_id: int, roles_checked: set[str]) -> list[tuple[st
             sharing.ensure_group_role(role.group_name)
             repairs.append((role.group_name, ROLE_MADE_AGAIN, ""))
             continue
-        wanted = {lakekeeper_user_id(user.subject) for user in db.exec(select(User)) if role.group_name in user.group_names}
+        wanted = {lakekeeper_user_id(user.subject) for user in db.exec(select(User))
+                  if role.group_name in user.group_names}
         if wanted != found:
             lakekeeper().update_role_members(role.lakekeeper_role_id, add=wanted - found, remove=found - wanted)
             repairs += [(role.group_name, "added", who) for who in sorted(wanted - found)]
