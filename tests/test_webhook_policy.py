@@ -179,6 +179,8 @@ class SlowDrip:
         self.sock.listen(32)
         self.port = self.sock.getsockname()[1]
         self.interval, self.accepted, self.closed = interval, 0, threading.Event()
+        self.open_now = self.most_open = 0  # connections held at once, and the most ever
+        self._count = threading.Lock()
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -192,6 +194,9 @@ class SlowDrip:
 
     def _drip(self, conn: socket.socket) -> None:
         answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 1_000_000
+        with self._count:
+            self.open_now += 1
+            self.most_open = max(self.most_open, self.open_now)
         try:
             conn.settimeout(1)
             try:
@@ -206,6 +211,8 @@ class SlowDrip:
             pass
         finally:
             conn.close()
+            with self._count:
+                self.open_now -= 1
 
     def close(self) -> None:
         self.closed.set()
