@@ -55,7 +55,8 @@ def create_app(config: Config | None = None) -> Flask:
 def register_commands(app: Flask) -> None:
     import click
 
-    from app.db import upgrade_database
+    from app.database_roles import audit_trail_exposure
+    from app.db import make_engine, upgrade_database
 
     @app.cli.group("db")
     def db_group():
@@ -69,6 +70,12 @@ def register_commands(app: Flask) -> None:
         portal_url = app.config["DATABASE_URL"]
         upgrade_database(owner_url or portal_url, portal_url=portal_url if owner_url else None)
         click.echo("database is at the newest migration")
+        checked = make_engine(portal_url)
+        try:
+            if exposure := audit_trail_exposure(checked):
+                click.echo(f"warning: {exposure}", err=True)
+        finally:
+            checked.dispose()
 
     @app.cli.group("lakeport")
     def lakeport_group():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,23 @@ def apply_portal_grants(connection: Connection, role: str) -> None:
         raise PortalRoleRefused(f"role {role} may create tables in schema public, and this owner cannot revoke "
                                 "it: revoke CREATE ON SCHEMA public from it and from PUBLIC as the schema's owner")
     log.info("database role %s may use the tables; it only reads and appends %s", role, ", ".join(APPEND_ONLY_TABLES))
+
+
+def audit_trail_exposure(engine: Engine) -> str | None:
+    """Why the role `engine` connects as (the portal's) could rewrite the audit trail, if it could:
+    a superuser, or the owner of the table (or a member of it). None on SQLite, which has no roles."""
+    if engine.dialect.name != "postgresql":
+        return None
+    with engine.connect() as connection:
+        user, superuser, owns = connection.execute(text(
+            "SELECT current_user, r.rolsuper, pg_has_role(current_user, c.relowner, 'USAGE') "
+            "FROM pg_roles r, pg_class c WHERE r.rolname = current_user AND c.oid = 'public.audit_events'::regclass"
+        )).one()
+    if superuser or owns:
+        what = "a superuser" if superuser else "the owner of the audit trail's table"
+        return (f"the portal's database role {user} is {what}: it can switch the audit trail's triggers off. "
+                "Run the portal as a role of its own and migrate with LAKEPORT_DATABASE_OWNER_URL (deploy/README.md)")
+    return None
 
 
 def revoke_portal_grants(connection: Connection, role: str) -> None:
