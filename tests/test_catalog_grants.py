@@ -317,3 +317,26 @@ def test_a_groups_role_whose_members_could_not_be_set_is_not_left_in_the_catalog
     with Session(db_engine) as db:
         assert db.exec(select(GroupRole).where(GroupRole.group_name == group)).first() is None
     assert shares_in_database(db_engine, warehouse) == []
+
+
+def test_the_worker_repairs_drift_on_its_own_with_its_periodic_pass(team, portal_config, lakehouse, db_engine):
+    from dataclasses import replace
+
+    from app import create_app
+
+    _, _, people, warehouse = team
+    carol_id = lakekeeper_user_id(people["carol"][0].subject)
+    app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, GRANTS_RECONCILE_SECONDS=0.5))
+    with app.app_context():
+        lakekeeper().update_warehouse_assignments(warehouse.lakekeeper_id,
+                                                  writes=[WarehouseAssignment("ownership", user=carol_id)])
+    worker = Worker(app).start()
+    try:
+        deadline = time.monotonic() + 30
+        while "removed ownership for" not in reload(db_engine, Warehouse, warehouse.id).grants_repair:
+            assert time.monotonic() < deadline, "the worker's pass did not repair the grants"
+            time.sleep(0.2)
+    finally:
+        worker.stop()
+    found, wanted = catalog_agrees(app, db_engine, warehouse)
+    assert found == wanted and WarehouseAssignment("ownership", user=carol_id) not in found
