@@ -1,6 +1,7 @@
 """Talking to Lakekeeper: its Management API and the few Iceberg REST catalog calls the portal
 needs to browse and purge a warehouse. `client.py` is the client, `tokens.py` the tokens it
-acts with, `resources.py` what the API takes and returns, `errors.py` its failures;
+acts with, `resources.py` what the API takes and returns, `errors.py` its failures,
+`versions.py` the Lakekeeper releases it works with (0.13.x; the app's client refuses others);
 import each name from the module that defines it.
 
 Requests and responses follow Lakekeeper's published OpenAPI documents
