@@ -149,3 +149,62 @@ def test_pin_specs_dev_catalog_and_supported_range_name_one_release():
     specs_readme = (ROOT / "tests" / "specs" / "lakekeeper" / "README.md").read_text()
     assert f"tag `v{TESTED_LAKEKEEPER}`" in specs_readme
     assert parse_version(DEV_CATALOG_VERSION) == parse_version(TESTED_LAKEKEEPER)
+
+
+@pytest.fixture
+def lakekeeper_014():
+    """A Lakekeeper that reports 0.14.0, on loopback; it answers only /info (anything else 500)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    paths: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.answer()
+
+        def do_POST(self):  # noqa: N802
+            self.answer()
+
+        def answer(self):
+            paths.append(self.path)
+            ok = self.path == "/management/v1/info"
+            body = json.dumps(info("0.14.0") if ok else {"error": {"code": 500, "type": "Unexpected",
+                                                                   "message": "not scripted"}}).encode()
+            self.send_response(200 if ok else 500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", paths
+    server.shutdown()
+    server.server_close()
+
+
+def test_registering_a_warehouse_on_an_unsupported_lakekeeper_says_why_and_makes_nothing(
+        portal_config, lakehouse, db_engine, lakekeeper_014):
+    from dataclasses import replace
+
+    from app import create_app
+    from devstack.oidc_provider import TEST_USERS
+    from tests.conftest import AuthActions
+    from tests.test_warehouses import register, warehouse_row
+
+    url, paths = lakekeeper_014
+    client = create_app(replace(portal_config, LAKEKEEPER_URL=url)).test_client()
+    auth = AuthActions(client, {name: user.password for name, user in TEST_USERS.items()})
+    auth.login("alice")
+    response = register(client, auth, lakehouse, "on-014")
+    page = response.get_data(as_text=True)
+    assert response.status_code == 422
+    assert "does not support" in page and "0.14.0" in page and "0.13.0" in page
+    assert warehouse_row(db_engine, "on-014") is None
+    assert set(paths) == {"/management/v1/info"}  # nothing else was asked of it
