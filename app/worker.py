@@ -11,8 +11,10 @@ a unit; and, every WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units be
 idle ones are stopped), every USAGE_SAMPLE_SECONDS the usage pass (app/usage/accounting.py:
 storage measured from table metadata, stored as samples that pages read), and every
 SCHEDULER_SECONDS the scheduler pass (app/schedules/firing.py: each schedule's due times, each
-fired once), and every IDENTITY_CHECK_SECONDS the identity pass (app/auth/revalidation.py: each
-active user asked about again at the identity provider).
+fired once), every IDENTITY_CHECK_SECONDS the identity pass (app/auth/revalidation.py: each
+active user asked about again at the identity provider), and every GRANTS_RECONCILE_SECONDS the
+grants pass (app/warehouses/grants.py: each warehouse's grants in Lakekeeper compared with its
+shares and repaired, unused group roles deleted; one whose catalog write failed is checked at once).
 
 Each piece of work is claimed through a lease (app/leases.py) named after it, renewed while the
 work runs. Two workers never do the same work at once; a worker that dies stops renewing, and
