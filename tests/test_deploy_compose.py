@@ -401,6 +401,11 @@ def test_the_service_client_may_exchange_its_token_for_one_acting_as_a_person():
     assert keycloak_lets_exchange_for_audience(service, PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"])
     # The role is what decides (a client policy on `impersonate` would never match, see above).
     assert IMPERSONATION_ROLE in _service_account(service)["clientRoles"]["realm-management"]
+    # Declared in the file: a realm file that lists `realm-management` gets its admin roles only
+    # after the users' role mappings are imported (services/.../managers/RealmManager.java,
+    # `importRealm`: the impersonation setup is postponed), so the role must not depend on that.
+    declared = {role["name"] for role in REALM["roles"]["client"]["realm-management"]}
+    assert IMPERSONATION_ROLE in declared
 
 
 def test_no_other_client_may_exchange_and_nobody_may_become_a_service_account():
