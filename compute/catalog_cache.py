@@ -65,7 +65,7 @@ class CatalogAccess:
 
 
 class CatalogCache:
-    def __init__(self, *, min_remaining_s: float = 900.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, min_remaining_s: float = 600.0, clock: Callable[[], float] = time.time) -> None:
         self.min_remaining_s = min_remaining_s
         self._clock = clock
         self._lock = threading.Lock()

@@ -210,11 +210,10 @@ def test_credentials_live_fifteen_minutes_unless_the_profile_says_otherwise(shar
             api.delete(f"/management/v1/warehouse/{created['warehouse-id']}")
 
 
-@pytest.mark.xfail(strict=True, reason="compute/catalog_cache.py keeps a binding only while more than "
-                   "min_remaining_s (900 s) remain, which 15-minute credentials never have: it must be lower")
 def test_a_units_binding_of_fifteen_minute_credentials_serves_the_next_run(shared):
     """What a unit does with the credentials vended with a run's first table (compute/pipeline.py):
-    one binding per warehouse, reused by later runs while it stays valid long enough."""
+    one binding per warehouse, reused by later runs while it stays valid long enough
+    (`min_remaining_s`, which must be below the credentials' lifetime)."""
     if shared.scope != "warehouse":
         pytest.skip("units bind the warehouse-scoped credentials of the local stack")
     shared.grant_bob(WRITE)
@@ -224,6 +223,7 @@ def test_a_units_binding_of_fifteen_minute_credentials_serves_the_next_run(share
     access = CatalogAccess.vended(f"{shared.catalog.url}/catalog", shared.name, token, table.io.properties)
     first = cache.binding(shared.warehouse_id, access)
     assert cache.current(shared.warehouse_id) == first
+    assert cache.min_remaining_s < DEFAULT_VENDED_CREDENTIALS_SECONDS
 
 
 def test_the_policy_and_the_privilege_are_lakekeepers():
