@@ -13,7 +13,8 @@ checked:
 
 An `-s3.iam.config` turns on SeaweedFS's STS, so its Iceberg catalog vends short-lived
 credentials scoped to one table when a client asks for them, and the dev catalog can assume
-`WAREHOUSE_CREDENTIALS_ROLE` (with the admin key) to vend credentials for one whole table bucket.
+`WAREHOUSE_CREDENTIALS_ROLE` (with the admin key) to vend credentials, each session narrowed by a
+session policy to one table or table bucket and to the caller's privilege (devstack/devcatalog/vending.py).
 
 Each port p also opens a gRPC port at p + 10000 (SeaweedFS's convention).
 """
@@ -40,7 +41,7 @@ GRPC_PORT_OFFSET = 10000
 # The role SeaweedFS's Iceberg catalog assumes to vend table-scoped credentials.
 VENDED_CREDENTIALS_ROLE = "arn:aws:iam::seaweedfs:role/LakeportTableAccess"
 # The role the dev catalog assumes (STS AssumeRole, signed with the admin key) to vend credentials
-# for one warehouse's table bucket; each session is narrowed further to that bucket.
+# for one warehouse's tables; each session is narrowed further by its session policy (vending.sts_policy).
 WAREHOUSE_CREDENTIALS_ROLE = "arn:aws:iam::seaweedfs:role/LakeportWarehouseAccess"
 _ADMIN_IDENTITY = "lakeport-admin"
 # How SeaweedFS names a static identity in trust policies (its default account id).
@@ -186,7 +187,7 @@ def _s3_identities(config: SeaweedConfig) -> dict:
 def _iam_config(config: SeaweedConfig) -> dict:
     """The `-s3.iam.config` document: STS, the role the Iceberg catalog assumes to vend
     credentials (SeaweedFS narrows each session to one table's prefix), and the role the dev
-    catalog assumes to vend credentials for one warehouse's table bucket."""
+    catalog assumes to vend credentials for one warehouse's tables (each session narrowed by its policy)."""
     role_name = VENDED_CREDENTIALS_ROLE.rsplit("/", 1)[1]
     return {
         "sts": {
