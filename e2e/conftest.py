@@ -10,28 +10,20 @@ failures land in test-artifacts/.
 """
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from playwright.sync_api import expect
 
 from app.config import PROJECT_ROOT
 from devstack.stack import LocalStack, StackPorts
-from e2e.target import BASE_URL, Target, local_target, make_token, remote_target
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+from e2e.target import (BASE_URL, CHROMIUM, CHROMIUM_ARGS, Target, local_target, make_token, remote_target,
+                        sign_in as sign_in_through_provider)
 
 
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args):
     # Never Playwright's downloaded browsers: the machine's Chromium, with no background
     # traffic to hosts this network does not reach.
-    return {
-        **browser_type_launch_args,
-        "executable_path": CHROMIUM,
-        "args": ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    }
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
 
 
 @pytest.fixture(scope="session")
@@ -69,12 +61,7 @@ def sign_in(page, target):
     """Sign a user in through the identity provider's login page (`role`: alice or bob)."""
 
     def sign_in(role: str = "alice", password: str | None = None):
-        person = target.person(role)
-        page.goto(target.portal + "/")
-        page.get_by_test_id("sign-in").click()
-        page.get_by_label(target.username_label).fill(person.username)
-        page.get_by_label("Password").fill(password or person.password)
-        page.get_by_role("button", name=target.sign_in_button).click()
+        sign_in_through_provider(page, target, target.person(role), password)
 
     return sign_in
 

@@ -8,6 +8,9 @@ Against a deployment (`make e2e BASE_URL=https://staging.example E2E_USER=... E2
 - E2E_S3_ENDPOINT, E2E_S3_BUCKET, E2E_S3_REGION, E2E_S3_ACCESS_KEY_ID, E2E_S3_SECRET_ACCESS_KEY
   name the bucket warehouses are registered on (E2E_S3_PATH_STYLE=false for AWS-style hosts).
 - E2E_USERNAME_LABEL / E2E_SIGN_IN_BUTTON match another identity provider's login page.
+- E2E_GROUP names a group the second user is a member of (default analytics, the local stack's);
+  E2E_UNIT_KIND / E2E_RAY_CLUSTER the kind of compute unit to start (default local; `existing`
+  needs the name of a cluster the deployment lists).
 Everything a test creates there is named under this run's prefix (`Target.name`); at the end the
 suite removes it through the API, with a token it makes on the Tokens page: units terminated,
 warehouses archived and purged, workflows that never ran deleted (one that ran stays: its
@@ -18,9 +21,15 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 from dataclasses import dataclass, field
 
 BASE_URL = os.environ.get("BASE_URL", "").rstrip("/")
+# Debian's Chromium, never Playwright's downloaded browsers, with no background traffic to hosts
+# this network does not reach.
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,9 @@ class Target:
     username_label: str = "Username"
     sign_in_button: str = "Sign in"
     token: str | None = None  # for the clean-up, against a deployment
+    group: str = field(default_factory=lambda: os.environ.get("E2E_GROUP", "analytics"))
+    unit_kind: str = "local"
+    ray_cluster: str = ""
 
     def name(self, what: str) -> str:
         """A name for something a test creates, under this run's prefix."""
@@ -97,24 +109,33 @@ class Target:
         return left
 
 
+def sign_in(page, target: Target, person: Person, password: str | None = None) -> None:
+    """Sign `person` in through the identity provider's login page, as a person does."""
+    page.goto(target.portal + "/")
+    page.get_by_test_id("sign-in").click()
+    page.get_by_label(target.username_label).fill(person.username)
+    page.get_by_label("Password").fill(password or person.password)
+    page.get_by_role("button", name=target.sign_in_button).click()
+
+
+def create_token(page, target: Target, name: str) -> str:
+    """A personal access token (scope run, one day) of the signed-in user, made on the Tokens page."""
+    page.goto(target.portal + "/tokens/")
+    form = page.get_by_test_id("token-form")
+    form.get_by_label("Name").fill(name)
+    form.get_by_label("Scope").select_option("run")
+    form.get_by_label("Expires in (days)").fill("1")
+    form.get_by_test_id("create-token").click()
+    return page.get_by_test_id("token-text").inner_text().strip()
+
+
 def make_token(browser, target: Target) -> str:
     """A personal access token of the first user, made on the Tokens page, for the clean-up."""
     context = browser.new_context()
     try:
         page = context.new_page()
-        person = target.people["alice"]
-        page.goto(target.portal + "/")
-        page.get_by_test_id("sign-in").click()
-        page.get_by_label(target.username_label).fill(person.username)
-        page.get_by_label("Password").fill(person.password)
-        page.get_by_role("button", name=target.sign_in_button).click()
-        page.goto(target.portal + "/tokens/")
-        form = page.get_by_test_id("token-form")
-        form.get_by_label("Name").fill(target.name("cleanup"))
-        form.get_by_label("Scope").select_option("run")
-        form.get_by_label("Expires in (days)").fill("1")
-        form.get_by_test_id("create-token").click()
-        return page.get_by_test_id("token-text").inner_text().strip()
+        sign_in(page, target, target.people["alice"])
+        return create_token(page, target, target.name("cleanup"))
     finally:
         context.close()
 
@@ -146,4 +167,5 @@ def remote_target() -> Target:
                       env.get("E2E_S3_PATH_STYLE", "true").lower() != "false")
     return Target(portal=BASE_URL, people=people, buckets={"alice": storage},
                   username_label=env.get("E2E_USERNAME_LABEL", "Username"),
-                  sign_in_button=env.get("E2E_SIGN_IN_BUTTON", "Sign in"))
+                  sign_in_button=env.get("E2E_SIGN_IN_BUTTON", "Sign in"),
+                  unit_kind=env.get("E2E_UNIT_KIND", "local"), ray_cluster=env.get("E2E_RAY_CLUSTER", ""))
