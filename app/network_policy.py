@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 REFUSED_MESSAGE = "{host} is not allowed by this portal's network policy."
+# The longest a check's name lookups may take (a user's name server may answer slowly on purpose).
+LOOKUP_SECONDS = 5.0
 UNRESOLVABLE_MESSAGE = "Could not resolve the host name {host}."
 
 _net = ipaddress.ip_network
@@ -194,9 +196,11 @@ class NetworkPolicy:
         return addresses[0]
 
     def check_url(self, url: str | httpx.URL) -> IPAddress:
-        """Refuse (OutboundRefused) a URL whose host the policy does not allow; else its address."""
+        """Refuse (OutboundRefused) a URL whose host the policy does not allow; else its address.
+        The lookup ends within LOOKUP_SECONDS (or the deadline the caller set, if sooner)."""
         host, port = _host_and_port(httpx.URL(url))
-        return self.resolve(host, port)
+        with total_deadline(LOOKUP_SECONDS):
+            return self.resolve(host, port)
 
     def client(self, *, verify: Any = True, **client_options: Any) -> httpx.Client:
         """An httpx client whose every request is checked and sent to the checked address.
@@ -502,7 +506,8 @@ class WebhookPolicy:
         """Refuse (OutboundRefused) a webhook URL that is not plain, or whose host is not allowed."""
         parsed = parse_webhook_url(url)
         host, port = _host_and_port(parsed)
-        return self.resolve(host, port)
+        with total_deadline(LOOKUP_SECONDS):
+            return self.resolve(host, port)
 
     def client(self, **client_options: Any) -> httpx.Client:
         """An httpx client that sends each request to the address this policy checked (no

@@ -194,6 +194,7 @@ def test_an_email_goes_through_a_real_smtp_server(app, client, db_engine, newcom
         deliver_all(app)
     finally:
         smtp.stop()
+    assert len(received) == 1, [(r, c[:300]) for r, c in received]
     ((recipients, content),) = received
     assert recipients == ["data-team@example.test"] and "COMPLETED" in content and "Subject: Lakeport:" in content
 
