@@ -258,7 +258,9 @@ def probe_storage(
 
         def write() -> str:
             written = _call(client, "PUT", object_url, content=PROBE_CONTENT, headers={"content-type": "text/plain"})
-            if "etag" not in written.headers:  # every S3 PutObject answer names the object's ETag
+            # Every PutObject answer names the object's ETag (AWS's PutObject API reference; MinIO
+            # sets it in setPutObjHeaders, minio/minio cmd/object-handlers-common.go; SeaweedFS too).
+            if "etag" not in written.headers:
                 raise _CheckFailed(NOT_S3)
             return f"Wrote a probe object under {location}"
 
