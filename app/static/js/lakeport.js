@@ -32,6 +32,26 @@
     else field.removeAttribute("aria-invalid");
   });
 
+  // After a swap a person asked for (a form sent, a button or link pressed; never a poll), the focus
+  // goes to the answer, so a keyboard or screen reader user is not left on a removed element or far
+  // from it: the first alert, else the first invalid field, else a status message, else the new
+  // content itself. An outerHTML swap detaches its target: its replacement is found by id.
+  var ANSWERS = ["[role=alert]", "[aria-invalid=true]", "[role=status], .flash, [data-swap-focus]"];
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var config = event.detail.requestConfig, asked = config && config.triggeringEvent;
+    if (!asked || (asked.type !== "submit" && asked.type !== "click")) return;
+    var region = event.detail.target;
+    if (region && !region.isConnected && region.id) region = document.getElementById(region.id);
+    if (!region || !region.isConnected) return;
+    var answer = null;
+    for (var i = 0; i < ANSWERS.length && !answer; i++) {
+      answer = region.matches(ANSWERS[i]) ? region : region.querySelector(ANSWERS[i]);
+    }
+    answer = answer || region;
+    if (answer.tabIndex < 0 && !answer.hasAttribute("tabindex")) answer.setAttribute("tabindex", "-1");
+    answer.focus();
+  });
+
   // hx-confirm asks in an in-page <dialog> rather than the browser's confirm().
   function confirmDialog(question, onConfirm) {
     var dialog = document.getElementById("confirm-dialog");

@@ -1,0 +1,265 @@
+"""Every page of the portal, found by walking the app's URL map (not a list), passes axe-core at
+1366 px and 390 px, scrolls no sideways at 390 px, logs no console error, and can be used with the
+keyboard alone (every action a tab stop, each with a visible focus ring).
+
+How a page is chosen: every GET rule of `app.url_map` is requested, its path parameters filled with
+the ids of what the signed-in user owns (FILLERS; a parameter without one fails the test and says to
+add a filler). Its answer decides: a redirect, a body that is not `text/html` (the API's JSON, CSV
+downloads, static files) or HTML that is not a whole document (an HTMX partial) is not a page; a
+whole HTML document is a page and is scanned. The walk runs as a user who owns one of everything,
+then as an operator and signed out for the routes without parameters. A new route is walked
+without anyone adding it.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+
+from playwright.sync_api import expect
+
+from app import create_app
+from app.config import Config
+from e2e.conftest import AXE, PHONE, WIDER_THAN_THE_VIEWPORT
+
+DESKTOP = {"width": 1366, "height": 900}
+
+# axe-core rules the walk accepts, each with why. Empty: every rule of every impact counts.
+ACCEPTED_RULES: dict[str, str] = {}
+
+# Routes that need query arguments to show what they are for (they are not in the URL map).
+QUERY_FILLERS = {
+    "executions.compare": "a={completed}&b={failed}",
+    "executions.compare_rows": "a={completed}&b={failed}",
+}
+
+# Steps of the walk's workflow: version 1 completes and writes a table, version 2 fails.
+GOOD_STEP = {"name": "numbers", "kind": "sql", "code": "SELECT id, id * 2 AS twice FROM range(5)", "output": True}
+BROKEN_STEP = {"name": "broken", "kind": "python", "code": "def run(spark):\n    raise ValueError('no good')",
+               "output": True}
+
+
+def get_rules() -> list:
+    """The GET rules of the portal's URL map (the app is made only to read its routes)."""
+    app = create_app(Config(SECRET_KEY="url-map-only", OIDC_CLIENT_SECRET="url-map-only"))
+    return sorted((rule for rule in app.url_map.iter_rules() if "GET" in rule.methods), key=lambda rule: rule.rule)
+
+
+# Marks each element a person could act on, watches where Tab takes the focus, and names the
+# actions only a mouse can reach (an element that htmx acts on when clicked but no key reaches).
+MARK_ACTIONS = """() => {
+  const shown = e => { const box = e.getBoundingClientRect(), style = getComputedStyle(e);
+    return box.width > 0 && box.height > 0 && style.visibility !== "hidden" && !e.closest("dialog:not([open]), [inert]"); };
+  const candidates = document.querySelectorAll(
+    "a[href], button, input:not([type=hidden]), select, textarea, summary, [tabindex]:not([tabindex='-1']), [contenteditable=true]");
+  // Inside the code editor only its text is a tab stop (CodeMirror's own parts are not).
+  const actions = [...candidates].filter(e => !e.disabled && shown(e) && (!e.closest(".cm-editor") || e.matches(".cm-content")));
+  const radios = new Set();
+  let index = 0;
+  for (const e of actions) {
+    if (e.matches("input[type=radio]")) { if (radios.has(e.name)) continue; radios.add(e.name); }
+    e.dataset.walkAction = String(index++);
+  }
+  const mouseOnly = [...document.querySelectorAll("[hx-get], [hx-post]")].filter(e =>
+    !e.matches("a[href], button, input, select, textarea, summary, form, [tabindex]") && shown(e)
+    && /(^|[\\s,])click/.test(e.getAttribute("hx-trigger") || "click"));
+  window.walkFocus = [];
+  document.addEventListener("focusin", event => {
+    const e = event.target, ring = e.closest(".cm-editor") || e, style = getComputedStyle(ring);
+    const visible = (style.outlineStyle !== "none" && parseFloat(style.outlineWidth) >= 2) || style.boxShadow !== "none";
+    window.walkFocus.push({action: e.dataset.walkAction ?? null, visible,
+                           what: e.tagName.toLowerCase() + (e.dataset.testid ? `[${e.dataset.testid}]` : "") + " " + (e.textContent || e.name || "").trim().slice(0, 30)});
+  });
+  return {count: index, mouseOnly: mouseOnly.map(e => e.outerHTML.slice(0, 120))};
+}"""
+
+UNREACHED = """() => [...document.querySelectorAll("[data-walk-action]")]
+  .filter(e => !window.walkFocus.some(f => f.action === e.dataset.walkAction)).map(e => e.outerHTML.slice(0, 120))"""
+
+
+class Walk:
+    """Scans pages with one browser page; collects what is wrong, per page."""
+
+    def __init__(self, page, portal: str):
+        self.page, self.portal = page, portal
+        self.problems: list[str] = []
+        self.walked: list[str] = []
+        self.not_pages: dict[str, str] = {}
+        self.console: list[str] = []
+        page.on("console", lambda message: message.type == "error" and self.console.append(
+            f"{message.text} ({message.location.get('url')})"))
+        page.on("pageerror", lambda error: self.console.append(f"uncaught: {error}"))
+        page.on("response", lambda response: response.status >= 400 and response.url.startswith(portal)
+                and self.console.append(f"{response.status} for {response.url}"))
+
+    def kind(self, path: str) -> tuple[str, int]:
+        """What the route answers: 'page', or why it is not a page."""
+        response = self.page.request.get(self.portal + path, max_redirects=0)
+        content_type = response.headers.get("content-type", "")
+        if 300 <= response.status < 400:
+            return "a redirect", response.status
+        if not content_type.startswith("text/html"):
+            return f"not HTML ({content_type.split(';')[0] or 'no body'})", response.status
+        if not response.text().lstrip()[:15].lower().startswith("<!doctype html"):
+            return "an HTML fragment (a partial)", response.status
+        return "page", response.status
+
+    def scan(self, path: str, who: str) -> None:
+        self.walked.append(f"{path} ({who})")
+        for width, viewport in (("1366 px", DESKTOP), ("390 px", PHONE)):
+            self.page.set_viewport_size(viewport)
+            self.console.clear()
+            self.page.goto(self.portal + path)
+            self.page.wait_for_load_state("networkidle")
+            where = f"{path} as {who} at {width}"
+            self.page.evaluate(AXE.read_text())
+            results = self.page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+            for violation in results["violations"]:
+                if violation["id"] not in ACCEPTED_RULES:
+                    self.problems.append(f"{where}: {violation['id']} ({violation['impact']}) "
+                                         f"{[node['target'] for node in violation['nodes']][:3]}")
+            if viewport is PHONE:
+                scroll, inner = self.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+                if scroll > inner:
+                    self.problems.append(f"{where}: scrolls sideways ({scroll} > {inner}): "
+                                         f"{self.page.evaluate(WIDER_THAN_THE_VIEWPORT)}")
+            else:
+                self.keyboard(where)
+            self.problems += [f"{where}: console: {line}" for line in self.console]
+
+    def keyboard(self, where: str) -> None:
+        """Tab through the page: every action is reached, each with a visible focus ring."""
+        marked = self.page.evaluate(MARK_ACTIONS)
+        self.problems += [f"{where}: mouse-only action: {html}" for html in marked["mouseOnly"]]
+        self.page.evaluate("document.activeElement && document.activeElement.blur()")
+        for _ in range(marked["count"] + 2):
+            self.page.keyboard.press("Tab")
+        trail = self.page.evaluate("window.walkFocus")
+        self.problems += [f"{where}: no visible focus on {stop['what']}" for stop in trail if not stop["visible"]]
+        self.problems += [f"{where}: Tab never reaches {html}" for html in self.page.evaluate(UNREACHED)]
+
+    def walk(self, rules, fillers: dict, who: str, only_without_parameters: bool = False) -> list[str]:
+        """Scan every route that renders a page; return the routes that answered an error."""
+        refused = []
+        for rule in rules:
+            if only_without_parameters and rule.arguments:
+                continue
+            missing = sorted(set(rule.arguments) - set(fillers))
+            if missing:
+                self.problems.append(f"{rule.rule}: no filler for {', '.join(missing)}: add one to the walk's "
+                                     f"FILLERS (e2e/test_accessibility_walk.py)")
+                continue
+            names = sorted(rule.arguments)
+            rendered = False
+            for values in itertools.product(*(fillers[name] for name in names)):
+                path = rule.build(dict(zip(names, values)), append_unknown=False)[1]
+                if rule.endpoint in QUERY_FILLERS:
+                    path += "?" + QUERY_FILLERS[rule.endpoint].format(**fillers["_query"])
+                kind, status = self.kind(path)
+                if status >= 400:
+                    continue
+                rendered = True
+                if kind == "page":
+                    self.scan(path, who)
+                else:
+                    self.not_pages[rule.rule] = kind
+            if not rendered:
+                refused.append(rule.rule)
+        return refused
+
+
+def make_one_of_everything(page, portal, target, sign_in) -> dict:
+    """As alice, through the pages and the API the way the other browser tests do: a token, a
+    warehouse shared with her group, a running unit, a workflow with two versions and a schedule,
+    one completed and one failed execution (the completed one writes a table)."""
+    from lakeport_client import Client
+
+    sign_in("alice")
+    page.goto(portal + "/tokens/")
+    form = page.get_by_test_id("token-form")
+    form.get_by_label("Name").fill(target.name("walk"))
+    form.get_by_label("Scope").select_option("run")
+    form.get_by_test_id("create-token").click()
+    token = page.get_by_test_id("token-text").inner_text().strip()
+    client = Client(portal, token)
+    unit = client.create_unit(target.name("walk-unit"), cpus=2, memory_gb=3, worker_nodes=0)
+    storage = target.storage("alice")
+    warehouse = client.register_warehouse(
+        name=target.name("walk-lake"), bucket=storage.bucket, key_prefix=f"e2e/{target.name('walk-lake')}",
+        endpoint=storage.endpoint, region=storage.region, path_style_access=storage.path_style,
+        access_key_id=storage.access_key_id, secret_access_key=storage.secret_access_key)
+
+    page.goto(portal + f"/warehouses/{warehouse['id']}")
+    shares = page.get_by_test_id("warehouse-shares")
+    shares.get_by_label("Share with").select_option("group")
+    shares.get_by_label("Group", exact=True).fill("analytics")
+    shares.get_by_label("May").select_option("read")
+    shares.get_by_test_id("share-submit").click()
+    expect(shares.get_by_test_id("share")).to_have_count(1)
+
+    page.goto(portal + "/workflows/new")
+    page.get_by_label("Name").fill(target.name("walk flow"))
+    page.get_by_test_id("create-workflow").click()
+    expect(page.get_by_test_id("save-workflow")).to_be_visible()
+    workflow_id = int(re.search(r"/workflows/(\d+)", page.url).group(1))
+    client.save_version(workflow_id, client.workflow(workflow_id)["latest_version"], [GOOD_STEP])
+
+    deadline_state = re.compile("WARMING|RUNNING")
+    page.goto(portal + f"/compute-units/{unit['id']}")
+    expect(page.get_by_test_id("cu-state")).to_have_text(deadline_state, timeout=120_000)
+    completed = client.start(workflow_id, unit["id"], warehouse["id"], version=1)
+    client.save_version(workflow_id, 1, [BROKEN_STEP])
+    failed = client.start(workflow_id, unit["id"], warehouse["id"], version=2)
+
+    page.goto(portal + f"/schedules/workflow/{workflow_id}")
+    page.get_by_label("Cron expression").fill("30 6 * * 1-5")
+    page.get_by_test_id("create-schedule").click()
+    expect(page.get_by_test_id("schedule")).to_have_count(1)
+
+    for execution, expected in ((completed, "COMPLETED"), (failed, "FAILED")):
+        page.goto(portal + f"/executions/{execution['id']}")
+        state = page.get_by_test_id("execution-state")
+        expect(state).to_have_text(re.compile("COMPLETED|FAILED|CANCELLED"), timeout=240_000)
+        assert state.inner_text() == expected, page.get_by_test_id("execution-live").inner_text()
+    tables = [f"{table['namespace']}.{table['name']}" for table in client.tables(warehouse["id"])]
+    client.close()
+    return {"warehouse_id": [warehouse["id"]], "cu_id": [unit["id"]], "workflow_id": [workflow_id],
+            "execution_id": [completed["id"], failed["id"]], "step": [GOOD_STEP["name"]], "number": [1, 2],
+            "name": [name for name in tables if name.startswith("results.")][:1],
+            "filename": ["css/app.css"],
+            "_query": {"completed": completed["id"], "failed": failed["id"]}}
+
+
+def test_every_page_walked_from_the_url_map_is_accessible_at_both_widths(
+        page, portal, target, sign_in, sign_out, console_errors):
+    fillers = make_one_of_everything(page, portal, target, sign_in)
+    rules = get_rules()
+    walk = Walk(page, portal)
+    before = len(console_errors)
+    refused_alice = walk.walk(rules, fillers, "alice")
+    page.set_viewport_size(DESKTOP)
+    sign_out()
+    sign_in("olive")
+    refused_operator = walk.walk(rules, fillers, "an operator", only_without_parameters=True)
+    page.set_viewport_size(DESKTOP)
+    sign_out()
+    refused_anyone = walk.walk(rules, fillers, "signed out", only_without_parameters=True)
+    for route in set(refused_alice) & set(refused_operator) & set(refused_anyone) | {
+            route for route in refused_alice if "<" in route}:
+        walk.problems.append(f"{route}: answered an error to everyone: fill its parameters (FILLERS) or query "
+                             f"(QUERY_FILLERS) so that it shows its page")
+    print(f"walked {len(walk.walked)} pages:\n  " + "\n  ".join(walk.walked))
+    print("not pages:\n  " + "\n  ".join(f"{route}: {kind}" for route, kind in sorted(walk.not_pages.items())))
+    del console_errors[before:]  # the walk reports them per page, above
+    assert not walk.problems, f"{len(walk.problems)} problems:\n" + "\n".join(walk.problems)
+    assert any("/executions/" in walked for walked in walk.walked) and any("/operators/" in w for w in walk.walked)
+
+
+def test_focus_follows_a_swapped_message(page, portal, sign_in):
+    """A form that answers in a message region takes the focus there (here: the connection test
+    of an empty form says which fields to fix)."""
+    sign_in("alice")
+    page.goto(portal + "/warehouses/new")
+    page.get_by_test_id("test-connection").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_test_id("probe-result").get_by_role("alert")).to_be_visible()
+    expect(page.get_by_test_id("probe-result").get_by_role("alert")).to_be_focused()
