@@ -172,6 +172,12 @@ _S3_ERROR_MESSAGES = {
     "PermanentRedirect": "The bucket is in another region (check the region)",
     "ExpiredToken": "Access denied: the session token has expired",
     "InvalidToken": "Access denied: the session token is not valid",
+    "RequestTimeTooSkewed": "Request refused: the portal's clock and the store's differ too much",
+    "NoSuchKey": "The probe object was not found right after it was written",
+    "SlowDown": "The store asks to slow down: try again in a moment",
+    "ServiceUnavailable": "The store is unavailable: try again in a moment",
+    "InternalError": "The store reported an internal error: try again in a moment",
+    "NotImplemented": "The store does not implement one of the S3 calls the check makes",
 }
 
 
