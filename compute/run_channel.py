@@ -66,10 +66,12 @@ class Channel:
         return message
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        """Close both: the reader holds the socket open as long as it is open itself."""
+        for closing in (self._reader, self.sock):
+            try:
+                closing.close()
+            except OSError:
+                pass
 
 
 # ------------------------------------------------------------------ the run's process
