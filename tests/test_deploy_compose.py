@@ -150,6 +150,8 @@ def test_secrets_are_required_variables_never_literals():
 def test_env_example_lists_exactly_the_variables_compose_reads():
     text = (DEPLOY / "compose.yaml").read_text()
     referenced = {match["name"] for match in COMPOSE_VARIABLE.finditer(text) if match["name"]}
+    # A secret's `environment` source is read by compose too (docker/compose pkg/compose/secrets.go).
+    referenced |= {secret["environment"] for secret in RAW.get("secrets", {}).values() if "environment" in secret}
     required = {match["name"] for match in COMPOSE_VARIABLE.finditer(text) if match["op"] in (":?", "?")}
     assert required <= set(ENV_EXAMPLE), f"missing from .env.example: {sorted(required - set(ENV_EXAMPLE))}"
     assert set(ENV_EXAMPLE) <= referenced, f"unused in compose.yaml: {sorted(set(ENV_EXAMPLE) - referenced)}"
@@ -563,6 +565,10 @@ def test_the_worker_runs_the_portals_image_and_settings_with_the_worker_command(
     worker = SERVICES["worker"]
     assert worker["build"] == SERVICES["portal"]["build"]
     assert worker["command"] == ["flask", "--app", "wsgi", "lakeport", "worker"]
-    assert environment(worker) == PORTAL_ENV  # the same settings, so both see one database and one catalog
+    # The same settings, so both see one database and one catalog; the worker's listing of the Ray
+    # cluster adds its token file (tests/test_deploy_units.py).
+    worker_env = environment(worker)
+    assert worker_env.pop("LAKEPORT_RAY_CLUSTERS") != PORTAL_ENV["LAKEPORT_RAY_CLUSTERS"]
+    assert worker_env == {name: value for name, value in PORTAL_ENV.items() if name != "LAKEPORT_RAY_CLUSTERS"}
     assert "ports" not in worker and worker["healthcheck"] == {"disable": True}
     assert depends_on(worker)["portal-migrate"] == "service_completed_successfully"  # migrated first
