@@ -19,7 +19,7 @@ from cryptography.fernet import Fernet
 from app.config import PROJECT_ROOT, Config
 from app.db import make_engine, upgrade_database
 from app.network_policy import NetworkPolicy
-from devstack.database import drop_postgres_database, fresh_postgres_database
+from devstack.database import drop_postgres_database, fresh_postgres_database_with_roles
 from devstack.devcatalog import DevCatalogConfig, devcatalog_process
 from devstack.oidc_provider import SERVICE_CLIENT_ID, OidcProviderConfig, oidc_provider_process
 from devstack.seaweedfs import SeaweedConfig, start_seaweedfs_on_free_ports
@@ -54,12 +54,25 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def database_url():
-    """A fresh, migrated PostgreSQL database for this test run, dropped afterwards."""
-    name, url = fresh_postgres_database("lakeport_test")
-    upgrade_database(url)
-    yield url
+def database_urls():
+    """A fresh PostgreSQL database for this test run with its two roles, as deployed, migrated by
+    its owner: (the portal's URL, the owner's URL). Dropped afterwards, with its roles."""
+    name, portal_url, owner_url = fresh_postgres_database_with_roles("lakeport_test")
+    upgrade_database(owner_url, portal_url=portal_url)
+    yield portal_url, owner_url
     drop_postgres_database(name)
+
+
+@pytest.fixture(scope="session")
+def database_url(database_urls):
+    """The portal's role (app/database_roles.py): the tests' portals, workers and rows use it."""
+    return database_urls[0]
+
+
+@pytest.fixture(scope="session")
+def owner_database_url(database_urls):
+    """The role that owns the tables, for what only a migration may do."""
+    return database_urls[1]
 
 
 @pytest.fixture(scope="session")

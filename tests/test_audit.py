@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session, select
 
+from app.db import make_engine
 from app.models import ApiToken, AuditEvent, User
 from tests.test_executions import csrf, equipped, make_user, newcomer, sign_in_as  # noqa: F401
 
@@ -105,18 +106,25 @@ def test_operators_read_every_users_trail(app, client, db_engine):
     assert client.get("/operators/").status_code == 200 and theirs.get("/operators/").status_code == 404
 
 
-def test_the_database_refuses_to_change_or_remove_an_audit_row(app, db_engine, portal_config):
-    """On PostgreSQL (the tests' database) a trigger refuses UPDATE, DELETE and TRUNCATE."""
+def test_the_database_refuses_to_change_or_remove_an_audit_row(app, db_engine, owner_database_url):
+    """On PostgreSQL (the tests' database) a trigger refuses UPDATE, DELETE and TRUNCATE even to the
+    tables' owner; the portal's own role is refused them before (tests/test_database_roles.py)."""
     assert db_engine.dialect.name == "postgresql"
     with app.app_context():
         from app.audit import trail
         trail.record("test.append_only", owner_id=None, note="kept")
     (row,) = events(db_engine, action="test.append_only")
-    for statement in (f"UPDATE audit_events SET action = 'rewritten' WHERE id = {row.id}",
-                      f"DELETE FROM audit_events WHERE id = {row.id}", "TRUNCATE audit_events"):
-        with db_engine.connect() as connection, pytest.raises(DBAPIError, match="append-only"):
-            connection.execute(text(statement))
-            connection.commit()
+    owner = make_engine(owner_database_url)
+    try:
+        for statement in (f"UPDATE audit_events SET action = 'rewritten' WHERE id = {row.id}",
+                          f"DELETE FROM audit_events WHERE id = {row.id}", "TRUNCATE audit_events"):
+            with owner.connect() as connection, pytest.raises(DBAPIError, match="append-only"):
+                connection.execute(text(statement))
+                connection.commit()
+            with db_engine.connect() as connection, pytest.raises(DBAPIError, match="permission denied"):
+                connection.execute(text(statement))
+    finally:
+        owner.dispose()
     assert [event.action for event in events(db_engine, id=row.id)] == ["test.append_only"]
 
 
