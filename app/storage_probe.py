@@ -230,6 +230,14 @@ def _listed_keys(listing: bytes) -> set[str]:
     return {element.text for element in root.iter() if element.tag.rsplit("}", 1)[-1] == "Key"}
 
 
+def _put_object(client: httpx.Client, url: str) -> None:
+    written = _call(client, "PUT", url, content=PROBE_CONTENT, headers={"content-type": "text/plain"})
+    # Every PutObject answer names the object's ETag (AWS's PutObject API reference; MinIO sets it
+    # in setPutObjHeaders, minio/minio cmd/object-handlers-common.go; SeaweedFS too).
+    if "etag" not in written.headers:
+        raise _CheckFailed(NOT_S3)
+
+
 def probe_storage(
     location: S3Location, credentials: S3Credentials, *, policy: NetworkPolicy, timeout: float = 5.0,
     deadline: float = PROBE_DEADLINE_SECONDS,
@@ -263,11 +271,7 @@ def probe_storage(
     ) as client:
 
         def write() -> str:
-            written = _call(client, "PUT", object_url, content=PROBE_CONTENT, headers={"content-type": "text/plain"})
-            # Every PutObject answer names the object's ETag (AWS's PutObject API reference; MinIO
-            # sets it in setPutObjHeaders, minio/minio cmd/object-handlers-common.go; SeaweedFS too).
-            if "etag" not in written.headers:
-                raise _CheckFailed(NOT_S3)
+            _put_object(client, object_url)
             return f"Wrote a probe object under {location}"
 
         def read() -> str:
