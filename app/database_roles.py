@@ -40,7 +40,8 @@ def portal_role(portal_url: str, owner_url: str | None) -> str | None:
     portal, owner = make_url(portal_url), make_url(owner_url)
     if portal.get_backend_name() != "postgresql" or owner.get_backend_name() != "postgresql":
         raise ValueError("two database roles need PostgreSQL (SQLite has no roles): leave the owner URL empty")
-    if (portal.host, portal.port, portal.database) != (owner.host, owner.port, owner.database):
+    # Hosts may differ (a connection pooler in front of the portal, say); the database may not.
+    if portal.database != owner.database:
         raise ValueError("the portal's and the owner's URLs must name the same database")
     if not portal.username:
         raise ValueError("the portal's URL must name its role (postgresql+psycopg://ROLE:PASSWORD@host/db)")
