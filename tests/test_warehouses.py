@@ -78,6 +78,19 @@ def test_register_then_read_and_write_through_the_catalog_with_pyiceberg(app, cl
     assert "results" in contents and "numbers" in contents and ">3<" in contents
 
 
+def test_an_s3_compatible_warehouse_is_registered_with_sts_so_that_units_get_keys(app, client, auth, lakehouse,
+                                                                                  db_engine):
+    """Lakekeeper vends credentials only with `sts-enabled` and remote-signs otherwise, which a
+    unit cannot use (v0.13.3 crates/lakekeeper/src/service/storage/s3.rs, generate_table_config)."""
+    auth.login("alice")
+    assert register(client, auth, lakehouse, "vending").status_code == 302
+    with app.app_context():
+        from app.extensions import lakekeeper
+
+        profile = lakekeeper().get_warehouse(warehouse_row(db_engine, "vending").lakekeeper_id).storage_profile
+    assert (profile.flavor, profile.sts_enabled) == ("s3-compat", True)
+
+
 def test_wrong_secret_is_refused_with_no_row(client, auth, lakehouse, db_engine):
     auth.login("alice")
     response = register(client, auth, lakehouse, "wrongsecret", secret_access_key="definitely-not-the-secret")

@@ -89,9 +89,13 @@ def register(owner: User, form: StorageForm) -> Warehouse:
         raise WarehouseActionError("You already have a warehouse with this name.", field="name")
     check_endpoint(location_of(form))
     key_prefix = form.key_prefix or default_key_prefix(owner, form.name)
+    # Units read and write with the keys the catalog vends; Lakekeeper vends them only with STS on
+    # and otherwise remote-signs, which units cannot use (lakekeeper/lakekeeper v0.13.3
+    # crates/lakekeeper/src/service/storage/s3.rs, generate_table_config). An S3-compatible store
+    # (MinIO) needs no role for it; on AWS STS needs a role ARN, which this form does not take.
     profile = S3StorageProfile(bucket=form.bucket, region=form.region, key_prefix=key_prefix,
                                endpoint=form.endpoint or None, path_style_access=form.path_style_access,
-                               flavor=form.flavor)
+                               flavor=form.flavor, sts_enabled=form.flavor == "s3-compat")
     credential = S3AccessKeyCredential(form.access_key_id, form.secret_access_key)
     try:
         created = lakekeeper().create_warehouse(lakekeeper_name(owner, form.name), profile, credential)
