@@ -99,3 +99,99 @@ def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation
     assert page.request.get(warehouse_url).status == 404
     page.get_by_role("link", name="Warehouses").first.click()
     expect(page.get_by_text(warehouse)).to_have_count(0)
+
+
+def test_a_version_saved_while_bob_looks_at_the_run_form_is_shown_to_him_before_anything_runs(
+        page, browser, sign_in, sign_out, fill_warehouse_form, confirm, check_page, write_code, target):
+    """Alice shares a workflow with her group to run; Bob opens its run form on version 1 and reads
+    whose code it is; Alice saves version 2 meanwhile (in a browser of her own); Bob's Run starts
+    nothing and shows him version 1 against 2 with the step's code changes; his second Run starts
+    version 2, and its page says again whose code runs with his credentials, and where."""
+    target.person("bob")  # skips where there is no second user
+    workflow, warehouse, unit = target.name("seen version"), target.name("bobs-lake"), target.name("bobs-seen-cu")
+
+    sign_in("alice")
+    page.get_by_role("link", name="Workflows").first.click()
+    page.get_by_test_id("new-workflow").click()
+    page.get_by_label("Name").fill(workflow)
+    page.get_by_test_id("create-workflow").click()
+    step = page.get_by_test_id("step-editor").nth(0)
+    step.get_by_label("Name").fill("numbers")
+    write_code(step, "SELECT 1 AS n")
+    step.get_by_label("Output").check()
+    page.get_by_test_id("save-workflow").click()
+    expect(page.get_by_text(f"Saved {workflow} as version 1.")).to_be_visible()
+    page.get_by_role("link", name="Workflows").first.click()
+    page.get_by_role("link", name=workflow).click()
+    workflow_url = page.url
+    shares = page.get_by_test_id("workflow-shares")
+    shares.get_by_label("Share with").select_option("group")
+    shares.get_by_label("Group", exact=True).fill(GROUP)
+    shares.get_by_label("May").select_option("run")
+    shares.get_by_test_id("share-submit").click()
+    expect(shares.locator('tr[data-testid="share"][data-level="run"]')).to_contain_text(GROUP)
+    sign_out()
+
+    sign_in("bob")
+    page.get_by_role("link", name="Warehouses").first.click()
+    page.get_by_test_id("register-warehouse").click()
+    fill_warehouse_form(warehouse, user="bob")
+    page.get_by_test_id("create-warehouse").click()
+    expect(page.get_by_test_id("warehouse-name")).to_have_text(warehouse, timeout=30_000)
+    page.get_by_role("link", name="Compute units").first.click()
+    page.get_by_test_id("new-compute-unit").click()
+    page.get_by_label("Name").fill(unit)
+    page.get_by_label("CPUs per node").fill("2")
+    page.get_by_label("Memory per node (GiB)").fill("3")
+    page.get_by_label("Worker nodes").fill("0")
+    page.get_by_test_id("start-compute-unit").click()
+    expect(page.get_by_test_id("cu-name")).to_have_text(unit)
+    unit_url = page.url
+    expect(page.get_by_test_id("cu-state")).to_have_text(re.compile("WARMING|RUNNING"), timeout=120_000)
+
+    page.goto(workflow_url)
+    page.get_by_test_id("run-workflow").click()
+    unit_select = page.get_by_label("Compute unit")
+    unit_select.select_option(unit_select.locator("option", has_text=unit).get_attribute("value"))
+    page.get_by_label("Warehouse to write into").select_option(label=warehouse)
+    expect(page.get_by_test_id("code-author")).to_contain_text(re.compile(
+        r"This runs code written by .+ with your credentials, into"))
+    check_page("run-form-shared-code")
+
+    # Meanwhile Alice, in her own browser, saves version 2.
+    alice_context = browser.new_context()
+    try:
+        alice = alice_context.new_page()
+        person = target.person("alice")
+        alice.goto(target.portal + "/")
+        alice.get_by_test_id("sign-in").click()
+        alice.get_by_label(target.username_label).fill(person.username)
+        alice.get_by_label("Password").fill(person.password)
+        alice.get_by_role("button", name=target.sign_in_button).click()
+        alice.goto(workflow_url)
+        alice.get_by_test_id("edit-workflow").click()
+        write_code(alice.get_by_test_id("step-editor").nth(0), "SELECT 2 AS n")
+        alice.get_by_test_id("save-workflow").click()
+        expect(alice.get_by_text(f"Saved {workflow} as version 2.")).to_be_visible()
+    finally:
+        alice_context.close()
+
+    page.get_by_test_id("run").click()
+    changed = page.get_by_test_id("version-changed")
+    expect(changed).to_be_visible()
+    expect(changed.get_by_test_id("seen-version")).to_have_text("1")
+    expect(changed.get_by_test_id("latest-version")).to_have_text("2")
+    diff = changed.locator('[data-testid="changed-step"][data-step="numbers"] [data-testid="step-diff"]')
+    expect(diff.locator("del")).to_have_text("-SELECT 1 AS n")
+    expect(diff.locator("ins")).to_have_text("+SELECT 2 AS n")
+    check_page("run-form-version-changed")
+    page.get_by_role("button", name="Run version 2").click()
+    expect(page).to_have_url(re.compile(r"/executions/\d+$"))
+    expect(page.get_by_test_id("code-author")).to_contain_text(re.compile(
+        rf"This runs code written by .+ with your credentials, into {re.escape(warehouse)}"))
+    expect(page.locator("hgroup p").first).to_contain_text(f"{workflow} v2 on")
+
+    page.goto(unit_url)
+    page.get_by_test_id("terminate").click()
+    confirm(f"Terminate {unit}?")
+    sign_out()
