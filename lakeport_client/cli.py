@@ -6,11 +6,12 @@ from a config file (LAKEPORT_CONFIG, else ~/.config/lakeport/config.toml) holdin
 
     lakeport units
     lakeport executions
-    lakeport run WORKFLOW --unit UNIT --warehouse WAREHOUSE [--wait]
+    lakeport run WORKFLOW --unit UNIT --warehouse WAREHOUSE [--version N] [--wait]
     lakeport results EXECUTION STEP [--csv]
 
-WORKFLOW, UNIT and WAREHOUSE are ids or names. `run --wait` prints the run's log as it comes
-and exits 0 only when the execution COMPLETED.
+WORKFLOW, UNIT and WAREHOUSE are ids or names. `run` names the version it runs (the latest as
+listed, or --version): a version saved in between is refused, not run. `run --wait` prints the
+run's log as it comes and exits 0 only when the execution COMPLETED.
 """
 from __future__ import annotations
 
