@@ -1,7 +1,7 @@
 # The two commands a fresh machine needs:
 #   make run   installs everything, then runs Lakeport on its local stack
 #   make test  installs everything, then runs the whole test suite (browser tests included)
-.PHONY: setup run test e2e bench
+.PHONY: setup run test e2e deploy-check bench
 
 setup:
 	@bash scripts/setup.sh
@@ -16,6 +16,11 @@ test: setup
 # against that deployment instead of a local stack of its own.
 e2e: setup
 	BASE_URL="$(BASE_URL)" .venv/bin/python -m pytest e2e
+
+# An operator's check of a deployment, step by step with what to fix (e2e/deploy_check.py,
+# deploy/README.md); without BASE_URL on a local stack of its own.
+deploy-check: setup
+	BASE_URL="$(BASE_URL)" .venv/bin/python -m e2e.deploy_check
 
 bench: setup
 	.venv/bin/python -m bench

@@ -159,10 +159,12 @@ def oidc_provider_process(config: OidcProviderConfig, log_dir: Path) -> ManagedP
 
 
 def change_user(config: OidcProviderConfig, username: str, *, groups: list[str] | None = None,
-                enabled: bool | None = None) -> dict:
-    """Change a user at the running provider (their groups, or whether they may sign in and be
-    granted anything); returns the user as the provider holds them now."""
-    change = {key: value for key, value in (("groups", groups), ("enabled", enabled)) if value is not None}
+                enabled: bool | None = None, groups_claim: bool | None = None) -> dict:
+    """Change a user at the running provider (their groups, whether they may sign in and be
+    granted anything, whether their tokens carry the `groups` claim at all: False is a provider
+    without the group-membership mapper); returns the user as the provider holds them now."""
+    change = {key: value for key, value in (("groups", groups), ("enabled", enabled),
+                                            ("groups_claim", groups_claim)) if value is not None}
     response = httpx.put(f"{config.issuer}/lakeport-admin/users/{username}", json=change, timeout=10,
                          headers={"Authorization": f"Bearer {config.admin_secret}"})
     response.raise_for_status()

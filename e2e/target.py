@@ -114,7 +114,9 @@ def sign_in(page, target: Target, person: Person, password: str | None = None) -
     page.goto(target.portal + "/")
     page.get_by_test_id("sign-in").click()
     page.get_by_label(target.username_label).fill(person.username)
-    page.get_by_label("Password").fill(password or person.password)
+    # Exactly "Password": Keycloak's login page also has a "Show password" button beside the field
+    # (keycloak/keycloak themes/src/main/resources/theme/keycloak.v2/login/field.ftl, macro password).
+    page.get_by_label("Password", exact=True).fill(password or person.password)
     page.get_by_role("button", name=target.sign_in_button).click()
 
 

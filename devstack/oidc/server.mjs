@@ -7,9 +7,12 @@
 //   admin_secret }.
 //
 // While it runs, a user's groups can be changed and the user disabled or enabled again
-// (PUT /lakeport-admin/users/<username>, JSON {"groups": [...], "enabled": true|false}, with
-// `Authorization: Bearer <admin_secret>`), as an administrator does at Keycloak: the next refresh
-// grant's ID token carries the new groups, and a disabled user's refresh grant is refused.
+// (PUT /lakeport-admin/users/<username>, JSON {"groups": [...], "enabled": true|false,
+// "groups_claim": true|false}, with `Authorization: Bearer <admin_secret>`), as an administrator
+// does at Keycloak: the next refresh grant's ID token carries the new groups, and a disabled user's
+// refresh grant is refused. "groups_claim": false leaves the `groups` claim out of that user's
+// tokens, as a Keycloak client without its group-membership mapper does (a misconfiguration the
+// deployment check must name).
 import { createHash, generateKeyPairSync, timingSafeEqual, verify } from 'node:crypto';
 
 import { errors, Provider } from 'oidc-provider';
@@ -174,7 +177,7 @@ function account(user) {
         preferred_username: user.username,
         email: user.email,
         email_verified: true,
-        groups: user.groups || [],
+        ...(user.groups_claim === false ? {} : { groups: user.groups || [] }),
       };
     },
   };
@@ -402,6 +405,12 @@ function parseChange(form) {
     }
     change.enabled = form.enabled;
   }
+  if (form.groups_claim !== undefined) {
+    if (typeof form.groups_claim !== 'boolean') {
+      throw new errors.InvalidRequest('groups_claim: true or false');
+    }
+    change.groups_claim = form.groups_claim;
+  }
   return change;
 }
 
@@ -434,7 +443,8 @@ async function handleAdmin(ctx, username) {
     ctx.status = 405;
     return;
   }
-  ctx.body = { username, groups: user.groups ?? [], enabled: user.enabled !== false };
+  ctx.body = { username, groups: user.groups ?? [], enabled: user.enabled !== false,
+               groups_claim: user.groups_claim !== false };
 }
 
 provider.use(async (ctx, next) => {
