@@ -5,7 +5,8 @@ How the portal hands work to a compute unit (CU), and why:
 - Creating a RayDP Spark session costs seconds and a JVM, so an execution must not pay
   for one. A named, detached Ray actor, `SparkHost`, owns one session for the CU's
   lifetime and runs each execution in its own thread as a Spark job group (so cancelling
-  is `cancelJobGroup`). The FAIR scheduler lets concurrent executions share executors.
+  is `cancelJobGroup`); a workflow's run (SUBMIT_CODE) executes in a process of its own that
+  this thread follows (`run_isolation`: compute/forked_runs.py, compute/sandboxed_runs.py). The FAIR scheduler lets concurrent executions share executors.
   Each CU has its own actor, in a Ray namespace of its own (`lakeport-cu-<id>-…`), also
   when several CUs attach to one shared Ray cluster: one tenant's code never runs in the
   process that holds another tenant's catalog tokens.
