@@ -23,11 +23,11 @@ from app.auth.users import SIGNED_IN_KEY
 from app.compute_units import door
 from app.extensions import lakekeeper
 from app.lakekeeper.tokens import lakekeeper_user_id
-from app.models import AuditEvent, GroupRole, User, Warehouse, utcnow
+from app.models import AuditEvent, Execution, GroupRole, User, Warehouse, utcnow
 from app.tokens import service as tokens
 from devstack.oidc_provider import TEST_USERS, change_user, sign_in_portal_client
-from tests.test_executions import (csrf, make_user, register_warehouse, reload, sign_in_as, update_row,
-                                   workflow_for)
+from tests.test_executions import (csrf, execution_row, make_user, register_warehouse, reload, sign_in_as,
+                                   unit_row, update_row, warehouse_row, workflow_for)
 from tests.test_sharing import can_read_and_write, share
 
 BOUND, CHECK = 60.0, 20.0
@@ -131,6 +131,38 @@ def test_bob_removed_from_analytics_loses_its_share_on_pages_token_and_catalog(
     assert bob_client.get(f"/warehouses/{warehouse.id}").status_code == 200
     with app.app_context():
         assert lakeport_id(bob) in lakekeeper().role_members(role_id)
+
+
+def test_runs_through_a_group_left_at_the_provider_stop_with_the_reason(
+        identity_app, lakehouse, db_engine, provider_users):
+    """bob's queued runs into a warehouse, and of a workflow, shared with `analytics` end once the
+    provider says he left it; his run into his own warehouse goes on."""
+    app = identity_app
+    provider_users("bob", groups=["analytics"])
+    signed_in(app, "bob")
+    bob = user_named(db_engine, "bob")
+    owner = make_user(db_engine)
+    owner_client = app.test_client()
+    sign_in_as(owner_client, owner)
+    warehouse = reload(db_engine, Warehouse, register_warehouse(owner_client, lakehouse, f"grp-{secrets.token_hex(2)}"))
+    assert share(owner_client, warehouse, kind="group", group="analytics", level="write").status_code == 200
+    shared_workflow = workflow_for(db_engine, owner)
+    assert owner_client.post(f"/workflows/{shared_workflow.id}/shares", headers={"HX-Request": "true"}, data={
+        "kind": "group", "group": "analytics", "level": "run", "csrf_token": csrf(owner_client)}).status_code == 200
+    own_workflow, cu = workflow_for(db_engine, bob), unit_row(db_engine, bob)
+    into_shared = execution_row(db_engine, bob, own_workflow, warehouse, cu, state="QUEUED")
+    own_warehouse = warehouse_row(db_engine, bob)
+    of_shared = execution_row(db_engine, bob, shared_workflow, own_warehouse, cu, state="QUEUED")
+    own = execution_row(db_engine, bob, own_workflow, own_warehouse, cu, state="QUEUED")
+
+    provider_users("bob", groups=[])
+    revalidate(app)
+
+    stopped = reload(db_engine, Execution, into_shared.id)
+    assert (stopped.state, stopped.reason) == ("FAILED", f"the warehouse {warehouse.name} is no longer shared with you")
+    stopped = reload(db_engine, Execution, of_shared.id)
+    assert (stopped.state, stopped.reason) == ("FAILED", f"the workflow {shared_workflow.name} is no longer shared with you")
+    assert reload(db_engine, Execution, own.id).state == "QUEUED"
 
 
 def lakeport_id(user: User) -> str:

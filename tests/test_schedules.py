@@ -119,6 +119,19 @@ def test_a_unit_that_is_not_running_skips_its_time_with_the_reason(app, db_engin
     assert run.outcome == "skipped" and "terminated, not running" in run.reason and run.execution_id is None
 
 
+def test_a_suspended_owners_schedule_skips_its_time_with_the_reason(app, db_engine, monkeypatch):
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu)
+    update_row(db_engine, type(owner), owner.id, suspended_at=T0)
+    at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
+    with app.app_context():
+        firing.fire_due()
+    (run,) = runs(db_engine, schedule)
+    assert run.outcome == "skipped" and "sign-in was refused" in run.reason and run.execution_id is None
+    assert executions(db_engine, owner) == []
+
+
 def test_a_paused_schedule_fires_nothing_and_resumes_from_now(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     schedule = schedule_row(db_engine, newcomer, workflow, warehouse, cu)

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
+from app import roles
 from app.compute_units import lifecycle
 from app.db import engine, get_db
 from app.executions import notifications, runner
@@ -191,6 +192,11 @@ def _fire(schedule: Schedule, due_at: datetime, attempt: int = 0, started_unit_i
                                               "still going (its limit of runs at once)")
         return
     db = get_db()
+    if roles.suspended(db.get(User, schedule.owner_id)):
+        # The provider refused its owner (app/auth/revalidation.py): nothing runs as them until they sign in.
+        _record(schedule, due_at, "skipped", "its owner's sign-in was refused by the identity provider; "
+                                             "it runs again once they sign in")
+        return
     unit = db.get(ComputeUnit, schedule.compute_unit_id) if schedule.compute_unit_id else None
     needs_unit = schedule.start_unit and unit is not None and unit.state in ComputeUnitState.FINAL
     run = _record(schedule, due_at, "waiting" if needs_unit else "started", attempt=attempt,

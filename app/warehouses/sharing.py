@@ -35,7 +35,7 @@ from app.extensions import lakekeeper
 from app.lakekeeper.errors import LakekeeperError
 from app.lakekeeper.resources import WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
-from app.models import GroupRole, User, Warehouse, WarehouseShare, WarehouseStatus, utcnow
+from app.models import GroupRole, User, Warehouse, WarehouseShare, WarehouseStatus, Workflow, WorkflowShare, utcnow
 from app.signals import enforce_shares
 
 LEVELS = {"read": "Read: browse its tables and read what is in it",
@@ -262,3 +262,19 @@ def sync_memberships(user: User, groups: list[str] | None = None) -> None:
     with Session(engine()) as own:  # the sign-in's callback is a reading request: a write of its own
         own.execute(update(User).where(User.id == user.id).values(catalog_groups=user.catalog_groups))
         own.commit()
+    _enforce_lost_groups(before - now)
+
+
+def _enforce_lost_groups(lost: set[str]) -> None:
+    """The user left `lost`: what they ran through those groups' shares stops, as after a revoke
+    (a run into a warehouse they may no longer write, a queued run of a workflow they may no
+    longer run)."""
+    if not lost:
+        return
+    db = get_db()
+    warehouses = db.exec(select(Warehouse).join(WarehouseShare, WarehouseShare.warehouse_id == Warehouse.id)
+                         .where(WarehouseShare.group_name.in_(lost)).distinct()).all()
+    workflows = db.exec(select(Workflow).join(WorkflowShare, WorkflowShare.workflow_id == Workflow.id)
+                        .where(WorkflowShare.group_name.in_(lost)).distinct()).all()
+    for thing in [*warehouses, *workflows]:
+        enforce_shares(thing)
