@@ -94,6 +94,12 @@ SETTINGS: dict[str, Setting] = {
         "LAKEPORT_LAKEKEEPER_CLIENT_SECRET", None, secret=True, help="Secret of the service client."),
     "LAKEKEEPER_TIMEOUT_SECONDS": Setting(
         "LAKEPORT_LAKEKEEPER_TIMEOUT_SECONDS", 10.0, cast=float, help="Timeout for each call to Lakekeeper."),
+    "VENDED_CREDENTIALS_SECONDS": Setting(
+        "LAKEPORT_VENDED_CREDENTIALS_SECONDS", 900, cast=int,
+        help="How long the storage credentials Lakekeeper vends for a table last (the warehouse profile's "
+             "`sts-token-validity-seconds`, sent when a warehouse is registered with STS on). Compute units "
+             "renew them before they expire; a revoked sharee keeps what was vended before for at most this "
+             "long. Within STS's 900..43200."),
     "UPLOAD_MAX_MB": Setting(
         "LAKEPORT_UPLOAD_MAX_MB", 100, cast=int, help="Largest CSV or Parquet upload accepted, in MiB."),
     "CU_MAX_RUNNING_PER_USER": Setting(
@@ -309,6 +315,8 @@ class Config(_SettingFields):
                              f"{SETTINGS['IDENTITY_BOUND_SECONDS'].env}")
         if self.SESSION_MAX_HOURS <= 0:
             raise ValueError(f"{SETTINGS['SESSION_MAX_HOURS'].env}: must be above 0")
+        if not 900 <= self.VENDED_CREDENTIALS_SECONDS <= 43200:  # STS's DurationSeconds range
+            raise ValueError(f"{SETTINGS['VENDED_CREDENTIALS_SECONDS'].env}: within 900..43200 (STS's range)")
         from app.database_roles import portal_role
 
         try:

@@ -40,6 +40,15 @@ def test_app_refuses_to_start_without_secrets():
         create_app(Config.from_env({}))
 
 
+def test_vended_credentials_lifetime_must_be_within_sts_range():
+    base = {"LAKEPORT_SECRET_KEY": "k", "LAKEPORT_OIDC_CLIENT_SECRET": "s"}
+    assert Config.from_env(base).VENDED_CREDENTIALS_SECONDS == 900
+    for refused in ("899", "43201"):
+        with pytest.raises(ValueError, match="LAKEPORT_VENDED_CREDENTIALS_SECONDS"):
+            Config.from_env({**base, "LAKEPORT_VENDED_CREDENTIALS_SECONDS": refused}).validate()
+    Config.from_env({**base, "LAKEPORT_VENDED_CREDENTIALS_SECONDS": "3600"}).validate()
+
+
 def test_reference_documents_every_setting():
     table = settings_reference_markdown()
     for setting in SETTINGS.values():

@@ -89,6 +89,21 @@ def test_an_s3_compatible_warehouse_is_registered_with_sts_so_that_units_get_key
 
         profile = lakekeeper().get_warehouse(warehouse_row(db_engine, "vending").lakekeeper_id).storage_profile
     assert (profile.flavor, profile.sts_enabled) == ("s3-compat", True)
+    # LAKEPORT_VENDED_CREDENTIALS_SECONDS, 900 by default: the lifetime Lakekeeper asks STS for.
+    assert profile.sts_token_validity_seconds == 900
+
+
+def test_the_vended_credentials_lifetime_setting_reaches_the_warehouses_profile(app, client, auth, lakehouse,
+                                                                                 db_engine):
+    app.config["VENDED_CREDENTIALS_SECONDS"] = 1800
+    auth.login("alice")
+    assert register(client, auth, lakehouse, "halfhour").status_code == 302
+    with app.app_context():
+        from app.extensions import lakekeeper
+
+        row = warehouse_row(db_engine, "halfhour")
+        profile = lakekeeper().get_warehouse(row.lakekeeper_id).storage_profile
+    assert profile.sts_token_validity_seconds == 1800
 
 
 def test_wrong_secret_is_refused_with_no_row(client, auth, lakehouse, db_engine):

@@ -37,10 +37,14 @@ class S3StorageProfile:
     path_style_access: bool | None = None
     flavor: str | None = None  # "aws" or "s3-compat"; Lakekeeper assumes "aws" when absent
     sts_enabled: bool = False
+    # How long vended credentials last (STS `DurationSeconds`; Lakekeeper's default 3600,
+    # `sts-token-validity-seconds` in crates/lakekeeper/src/service/storage/s3.rs).
+    sts_token_validity_seconds: int | None = None
 
     def to_api(self) -> dict[str, Any]:
         optional = {"key-prefix": self.key_prefix, "endpoint": self.endpoint,
-                    "path-style-access": self.path_style_access, "flavor": self.flavor}
+                    "path-style-access": self.path_style_access, "flavor": self.flavor,
+                    "sts-token-validity-seconds": self.sts_token_validity_seconds}
         return {"type": "s3", "bucket": self.bucket, "region": self.region, "sts-enabled": self.sts_enabled,
                 **{key: value for key, value in optional.items() if value is not None}}
 

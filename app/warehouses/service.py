@@ -83,6 +83,12 @@ def name_taken(owner: User, name: str, except_id: int | None = None) -> bool:
     return any(row_id != except_id for row_id in get_db().exec(statement))
 
 
+def vended_credentials_seconds(sts_enabled: bool) -> int | None:
+    """The lifetime of the credentials Lakekeeper vends (LAKEPORT_VENDED_CREDENTIALS_SECONDS), sent
+    with STS on; without STS Lakekeeper vends none."""
+    return current_app.config["VENDED_CREDENTIALS_SECONDS"] if sts_enabled else None
+
+
 def register(owner: User, form: StorageForm) -> Warehouse:
     """Create the warehouse in Lakekeeper, then save Lakeport's row (undoing the create if that fails)."""
     if name_taken(owner, form.name):
@@ -95,7 +101,8 @@ def register(owner: User, form: StorageForm) -> Warehouse:
     # (MinIO) needs no role for it; on AWS STS needs a role ARN, which this form does not take.
     profile = S3StorageProfile(bucket=form.bucket, region=form.region, key_prefix=key_prefix,
                                endpoint=form.endpoint or None, path_style_access=form.path_style_access,
-                               flavor=form.flavor, sts_enabled=form.flavor == "s3-compat")
+                               flavor=form.flavor, sts_enabled=form.flavor == "s3-compat",
+                               sts_token_validity_seconds=vended_credentials_seconds(form.flavor == "s3-compat"))
     credential = S3AccessKeyCredential(form.access_key_id, form.secret_access_key)
     try:
         created = lakekeeper().create_warehouse(lakekeeper_name(owner, form.name), profile, credential)
