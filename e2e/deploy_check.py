@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import secrets
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
 from playwright.sync_api import Error as PlaywrightError, expect
 
 from e2e.target import Target, create_token, sign_in
@@ -146,7 +148,7 @@ class DeployCheck:
             verdict = Verdict(name, "PASS", action())
         except StepFailed as failed:
             verdict = Verdict(name, "FAIL", failed.what, failed.fix or FIX[name])
-        except (ApiError, PlaywrightError, AssertionError, OSError) as error:
+        except (ApiError, PlaywrightError, AssertionError, OSError, httpx.HTTPError) as error:
             verdict = Verdict(name, "FAIL", f"{type(error).__name__}: {_first_lines(str(error))}", FIX[name])
         verdict.seconds = time.monotonic() - began
         self.record(verdict)
@@ -237,7 +239,10 @@ class DeployCheck:
         page.get_by_test_id("new-workflow").click()
         page.get_by_label("Name").fill(name)
         page.get_by_test_id("create-workflow").click()
-        expect(page.get_by_test_id("step-editor").first).to_be_visible(timeout=PAGE_WAIT_MS)
+        try:
+            expect(page.get_by_test_id("step-editor").first).to_be_visible(timeout=PAGE_WAIT_MS)
+        except AssertionError:
+            raise StepFailed(f"the New workflow form did not open the editor: it showed {_shown(page)!r}") from None
         workflow = next((w for w in self.client.workflows() if w["name"] == name), None)
         if workflow is None:
             raise StepFailed(f"the New workflow form made no workflow {name}: it showed {_shown(page)!r}")
@@ -355,13 +360,18 @@ class DeployCheck:
                 + (f"; {self.made['workflow']['name']} stays, as a workflow that ran does" if kept else ""))
 
 
-def _shown(locator) -> str:
-    """What a page (or part of one) shows, in a line."""
-    try:
-        text = (locator.locator("body") if hasattr(locator, "goto") else locator).inner_text(timeout=2_000)
-    except PlaywrightError:
-        return "(nothing readable)"
-    return _first_lines(re.sub(r"\s+", " ", text))
+def _shown(where) -> str:
+    """What a page (or part of one) shows, in a line: its alerts if it has any, else its main
+    content, else all of it."""
+    root = where.locator("body") if hasattr(where, "goto") else where
+    for part in (root.locator("[role=alert]"), root.locator("main"), root):
+        try:
+            texts = [text for text in part.all_inner_texts() if text.strip()]
+        except PlaywrightError:
+            continue
+        if texts:
+            return _first_lines(re.sub(r"\s+", " ", " / ".join(texts)))
+    return "(nothing readable)"
 
 
 def _first_lines(text: str, limit: int = 300) -> str:
@@ -371,7 +381,7 @@ def _first_lines(text: str, limit: int = 300) -> str:
 
 def check(target: Target, browser, **options) -> DeployCheck:
     """Run the check on a copy of `target` under a prefix of its own; the check, with its verdicts."""
-    own = dataclasses.replace(target, prefix=f"{target.prefix}dc", token=None)
+    own = dataclasses.replace(target, prefix=f"{target.prefix}dc{secrets.token_hex(2)}", token=None)
     deploy_check = DeployCheck(own, browser, **options)
     deploy_check.run()
     return deploy_check
