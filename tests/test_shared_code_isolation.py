@@ -239,7 +239,8 @@ def test_another_authors_code_reaches_nothing_of_the_runner_and_leaves_nothing_b
     attack = workflow_for(db_engine, stage["alice"], [step("attack", ATTACK.replace("__EXFIL__", repr(exfil)))])
     add(db_engine, WorkflowShare(workflow_id=attack.id, user_id=stage["bob"].id, level="run"))
     attacked = run_to_end(client, db_engine, attack, cu_id, target)
-    assert attacked.state == "COMPLETED", attacked.reason
+    assert attacked.state == "COMPLETED", (attacked.reason, [line["message"] for line in json.loads(
+        attacked.progress or "{}").get("logs", []) if line["level"] == "ERROR"])
 
     after = [run_to_end(client, db_engine, looking, cu_id, private) for _ in range(2)]
     for execution in after:
@@ -258,11 +259,16 @@ def test_another_authors_code_reaches_nothing_of_the_runner_and_leaves_nothing_b
     target_row, private_row = (reload(db_engine, Warehouse, wid) for wid in (target, private))
     everything = json.dumps(sent)
     assert private_row.lakekeeper_name not in everything and private_row.lakekeeper_id not in everything
-    scopes = set()
+    # Catalog tokens (they carry a warehouse scope here): only this run's. Other JWTs found are
+    # the storage session tokens the catalog vended for this run's warehouse: none names the other.
+    scopes, others = set(), []
     for value in (v for payload in sent.values() for v in _values(payload)):
         if value.startswith("eyJ") and value.count(".") == 2:
-            scopes.add(jwt.decode(value, options={"verify_signature": False}).get("scope"))
+            claims = jwt.decode(value, options={"verify_signature": False})
+            scopes.add(claims["scope"]) if "scope" in claims else others.append(json.dumps(claims))
     assert scopes == {f"warehouse:{target_row.lakekeeper_id}"}, scopes
+    assert not [claims for claims in others if private_row.lakekeeper_id in claims
+                or private_row.key_prefix in claims or private_row.lakekeeper_name in claims], others
 
 
 def _values(payload) -> list[str]:
