@@ -54,9 +54,12 @@ class ForkedRun:
         if self._ended:
             return False
         try:
-            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+            if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                return True
         except ChildProcessError:
-            return False
+            pass
+        self._ended = True  # reaped (or not ours to reap): its pid may be another process's from now on
+        return False
 
     def end(self, grace_s: float = 0.0) -> None:
         """Let the child end by itself for `grace_s`, then kill it; reap it either way."""
