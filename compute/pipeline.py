@@ -56,7 +56,8 @@ from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
 from compute.console_capture import ExecutionLog, captured
 from compute.contract import (CONSOLE_LOGS, RESULTS, RUNTIME_STATS, ExecutionSpec, InvalidSpec, LineageRead,
                               LineageWrite, Step, TableProperty, TableStatus)
-from compute.iceberg_rest import MetadataOnceTransaction, commit_together, rest_catalog, wait_for_uploads
+from compute.iceberg_rest import (MetadataOnceTransaction, commit_together, credentials_expire_soon, rest_catalog,
+                                  wait_for_uploads)
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
 from compute.runs import RunFailed, RunInterrupted, RunProgress
@@ -498,7 +499,9 @@ class Pipeline:
         import pyarrow as pa
 
         table = self._prepared(namespace)
-        if replace:
+        # Loaded as the run began: a long run's credentials for it may be about to expire, and
+        # loading it again vends fresh ones (as the Spark side renews them, compute/java/).
+        if replace or credentials_expire_soon(table.io.properties, time.time()):
             table.refresh()
         transaction = MetadataOnceTransaction(table)
         rows = pa.Table.from_pylist(rows, schema=RECORD_SCHEMAS[namespace]())

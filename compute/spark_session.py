@@ -25,7 +25,7 @@ from pathlib import Path
 from compute.class_archive import archive_java_options, executor_java_options, raydp_class_path
 from compute.class_path_jar import class_path_jar
 from compute.contract import ACCESS_DELEGATION_HEADER
-from compute.jars import CREDENTIAL_KEYED_S3A, jar_paths
+from compute.jars import CREDENTIAL_KEYED_S3A, VENDED_CREDENTIALS_FILE_IO, jar_paths
 
 _JDK17_OPENS = (
     "java.lang", "java.lang.invoke", "java.io", "java.net", "java.nio", "java.math", "java.text",
@@ -402,9 +402,10 @@ def iceberg_catalog_conf(
     `X-Iceberg-Access-Delegation` header. Without `uri` it is a Hadoop catalog whose
     `warehouse` is a path or URI (file:///..., s3://...).
 
-    Data files are read and written through Hadoop's S3A, which never sees credentials the
-    catalog vends (only Iceberg's S3FileIO, AWS SDK v2, not installable here, would apply
-    them): give a bucket's keys as `s3`, or add `catalog_s3a_conf` with vended keys.
+    Data files are read and written through Hadoop's S3A. A REST catalog's tables are reached
+    with the keys the catalog vended for each of them (VendedCredentialsFileIO); a table it
+    vended none for, and a Hadoop catalog, use the session's S3A settings: give a bucket's
+    keys as `s3`, or add `catalog_s3a_conf`.
     """
     if token and credential:
         raise ValueError("give a token or a credential, not both")
@@ -413,7 +414,10 @@ def iceberg_catalog_conf(
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         f"{prefix}.type": "rest" if uri else "hadoop",
         f"{prefix}.warehouse": warehouse,
-        f"{prefix}.io-impl": HADOOP_FILE_IO,
+        # A REST catalog's tables each get a FileIO with the credentials vended for that table,
+        # renewed before they expire (compute/java/.../VendedCredentialsFileIO.java); without
+        # vended credentials it is HadoopFileIO with the catalog's S3A settings.
+        f"{prefix}.io-impl": VENDED_CREDENTIALS_FILE_IO if uri else HADOOP_FILE_IO,
     }
     if uri:  # each setting of a REST catalog that is given
         rest = {"uri": uri, "token": token, "credential": credential,

@@ -309,7 +309,7 @@ def test_rest_catalog_settings_for_one_warehouse():
         "spark.sql.catalog.sales.uri": "http://127.0.0.1:8181/catalog",
         "spark.sql.catalog.sales.warehouse": "sales-wh",
         "spark.sql.catalog.sales.token": "tkn",
-        "spark.sql.catalog.sales.io-impl": "org.apache.iceberg.hadoop.HadoopFileIO",
+        "spark.sql.catalog.sales.io-impl": "io.lakeport.s3.VendedCredentialsFileIO",
         "spark.hadoop.fs.s3a.bucket.sales-bucket.endpoint": "http://127.0.0.1:9000",
         "spark.hadoop.fs.s3a.bucket.sales-bucket.path.style.access": "true",
         "spark.hadoop.fs.s3a.bucket.sales-bucket.connection.ssl.enabled": "false",

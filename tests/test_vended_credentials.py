@@ -4,8 +4,8 @@ against the real SeaweedFS: what the caller's grants allow (read-only with `sele
 "warehouse", the local stack's), and for how long (15 minutes, or the profile's
 `sts-token-validity-seconds`).
 
-Both scopes run: the session's dev catalog (scope "warehouse") and a second one started here
-on the same SeaweedFS with scope "table". Users act through tokens the provider exchanges for
+Both scopes run: the session's dev catalog (scope "table", Lakekeeper's) and a second one
+started here on the same SeaweedFS with scope "warehouse". Users act through tokens the provider exchanges for
 them, grants are set by the portal's service identity, as the portal's sharing does."""
 from __future__ import annotations
 
@@ -52,12 +52,13 @@ ROWS = pa.table({"id": pa.array([1, 2], pa.int64())})
 
 
 @pytest.fixture(scope="module")
-def table_scoped_catalog(seaweedfs, oidc_provider, tmp_path_factory):
-    """A second dev catalog on the session's SeaweedFS that scopes credentials to one table."""
-    run = tmp_path_factory.mktemp("table-scoped-catalog")
+def warehouse_scoped_catalog(seaweedfs, oidc_provider, tmp_path_factory):
+    """A second dev catalog on the session's SeaweedFS that widens credentials to the warehouse
+    (the local stack's catalog scopes them to one table, as Lakekeeper does)."""
+    run = tmp_path_factory.mktemp("warehouse-scoped-catalog")
     config = replace(DevCatalogConfig.for_seaweedfs(
         seaweedfs, port=free_port(), oidc_issuer=oidc_provider.issuer, data_dir=run,
-        encryption_key=Fernet.generate_key().decode()), vended_credentials_scope="table")
+        encryption_key=Fernet.generate_key().decode()), vended_credentials_scope="warehouse")
     process = devcatalog_process(config, run / "logs").start(timeout=60)
     yield config
     process.stop()
@@ -87,7 +88,8 @@ class Shared:
 
 @pytest.fixture(scope="module", params=["table", "warehouse"])
 def shared(request, devcatalog, seaweedfs, portal_tokens, lakehouse):
-    catalog = request.getfixturevalue("table_scoped_catalog") if request.param == "table" else devcatalog
+    assert devcatalog.vended_credentials_scope == "table"
+    catalog = request.getfixturevalue("warehouse_scoped_catalog") if request.param == "warehouse" else devcatalog
     name = f"vend-{request.param}-{secrets.token_hex(2)}"
     with checked_client(catalog, lakehouse.service_token()) as api:
         created = api.post("/management/v1/warehouse", json={
@@ -242,3 +244,48 @@ def test_the_policy_and_the_privilege_are_lakekeepers():
     assert load_permissions({"describe", "create"}, False) is None  # `create` alone: can_write_data is `modify`
     assert load_permissions({"modify"}, False) is load_permissions({"ownership"}, False) \
         is load_permissions(set(), True) is StoragePermissions.READ_WRITE_DELETE
+
+
+def test_a_tables_credentials_name_their_renewal_endpoint_which_vends_the_same_privilege(shared, seaweedfs):
+    """As Lakekeeper's `generate_table_config` (crates/lakekeeper/src/service/storage/s3.rs): the
+    storage credential carries `client.refresh-credentials-endpoint`, the table's loadCredentials,
+    and its expiry; the table's `config` repeats the keys but neither of those."""
+    shared.grant_bob(READ)
+    token = shared.portal.user_token(BOB_USER.sub, shared.warehouse_id).access_token
+    with checked_client(shared.catalog, token) as bob:
+        loaded = bob.get(f"/catalog/v1/{shared.warehouse_id}/namespaces/lake/tables/a",
+                         headers={"X-Iceberg-Access-Delegation": "vended-credentials"}).raise_for_status().json()
+        (credential,) = loaded["storage-credentials"]
+        endpoint = credential["config"]["client.refresh-credentials-endpoint"]
+        assert endpoint == f"{shared.catalog.url}/catalog/v1/{shared.warehouse_id}/namespaces/lake/tables/a/credentials"
+        assert "client.refresh-credentials-endpoint" not in loaded["config"]
+        assert credential["config"]["expiration-time"] == credential["config"]["s3.session-token-expires-at-ms"]
+        renewed = bob.get(endpoint).raise_for_status().json()["storage-credentials"]
+    (fresh,) = renewed
+    table = shared.bobs_table("a")
+    with s3_client(seaweedfs, vended_session(fresh["config"])) as s3:
+        assert s3.get(data_file(table)).status_code == 200
+    assert writes(seaweedfs, vended_session(fresh["config"]), table) == 403
+
+
+def test_a_profile_lifetime_below_sts_minimum_is_stated_not_granted(shared, seaweedfs, lakehouse):
+    """The stand-in's way to make clients renew within a test: STS grants 900 s at least, the
+    credential says the profile's 20 s (Lakekeeper would pass 20 to STS, which refuses it)."""
+    name = f"{shared.name}-20s"
+    with checked_client(shared.catalog, lakehouse.service_token()) as api:
+        profile = {**s3_profile(seaweedfs, name, sts_enabled=True), "sts-token-validity-seconds": 20}
+        created = api.post("/management/v1/warehouse", json={
+            "warehouse-name": name, "storage-profile": profile, "storage-credential": access_key(ALICE.credentials),
+        }).raise_for_status().json()
+        try:
+            as_admin = iceberg_catalog(shared.catalog, name, token=lakehouse.service_token())
+            as_admin.create_namespace("lake")
+            asked_at = time.time()
+            made = as_admin.create_table("lake.t", schema=ROWS.schema)
+            stated = int(made.io.properties["s3.session-token-expires-at-ms"]) / 1000
+            assert asked_at + 20 - 2 <= stated <= time.time() + 20 + 1
+            granted = jwt.decode(made.io.properties["s3.session-token"], options={"verify_signature": False})["exp"]
+            assert granted >= asked_at + 900 - 2
+        finally:
+            shared.portal.purge_warehouse_contents(name)
+            api.delete(f"/management/v1/warehouse/{created['warehouse-id']}")

@@ -28,9 +28,10 @@ prefix as with Lakekeeper. The local stack's SeaweedFS lets the keys that own `<
 `<bucket>-wh-*` as well, so engines can use the warehouse's keys. Vended credentials
 (SeaweedFS's STS, offered whenever a client asks, `sts-enabled` or not) follow Lakekeeper's
 rules: the caller's privilege (read-only with `select` alone), a lifetime (15 minutes unless
-the profile's `sts-token-validity-seconds` says otherwise), and the table's location, or the
-warehouse's whole table bucket in the local stack (`vended_credentials_scope`); README.md here
-has the rules and their sources.
+the profile's `sts-token-validity-seconds` says otherwise), and the table's location (or, with
+`vended_credentials_scope` "warehouse", the warehouse's whole table bucket); each credential names
+the table's loadCredentials as its `client.refresh-credentials-endpoint`. README.md here has the
+rules and their sources.
 
 Other differences from Lakekeeper: projects are implicit (any UUID); the delete profile is
 stored and shown, but tables are always dropped at once (SeaweedFS purges synchronously, so

@@ -17,9 +17,12 @@ every LoadTableResult (create, load, register) carries credentials this catalog 
 privilege (ReadWriteDelete with `modify` or ownership, and for a table the caller creates;
 Read with `select` only; none without either), for the table's location, and for the
 warehouse profile's `sts-token-validity-seconds` (15 minutes when it sets none).
-`DevCatalogConfig.vended_credentials_scope` "warehouse" (the local stack's) widens the
-location to the warehouse's whole table bucket, because Lakeport's units bind one set per
-warehouse. `GET .../tables/{table}/credentials` (loadCredentials) vends the same. Vending
+`DevCatalogConfig.vended_credentials_scope` "warehouse" widens the location to the warehouse's
+whole table bucket (the local stack scopes to the table, as Lakekeeper). Each storage credential
+also carries `s3.session-token-expires-at-ms`, `expiration-time` and
+`client.refresh-credentials-endpoint`, this table's `GET .../tables/{table}/credentials`
+(loadCredentials), which vends the same; the table's `config` repeats the keys but not those
+three, as Lakekeeper's (`generate_table_config`, crates/lakekeeper/src/service/storage/s3.rs). Vending
 happens whatever the warehouse's `sts-enabled` says: Lakekeeper would remote-sign for a
 warehouse without STS, which this stand-in cannot, and vending keeps such clients working as
 they would with Lakekeeper.
@@ -39,10 +42,12 @@ from devstack.devcatalog.management import DEFAULT_PROJECT_ID
 from devstack.devcatalog.store import Warehouse
 from devstack.devcatalog.vending import (
     SCOPE_TABLE,
+    STS_DURATION_RANGE,
     StoragePermissions,
     lifetime_seconds,
     load_permissions,
     split_location,
+    stated_expiry,
 )
 
 catalog = Blueprint("catalog", __name__, url_prefix="/catalog/v1")
@@ -50,6 +55,9 @@ catalog = Blueprint("catalog", __name__, url_prefix="/catalog/v1")
 # Lakekeeper's default page size for list calls.
 REST_PAGE_SIZE = "100"
 _ACCESS_DELEGATION = "X-Iceberg-Access-Delegation"
+# Lakekeeper's keys of a storage credential that its LoadTableResult's `config` does not repeat
+# (`generate_table_config`, crates/lakekeeper/src/service/storage/s3.rs: `creds` only).
+_CREDENTIAL_ONLY = frozenset({"s3.session-token-expires-at-ms", "expiration-time", "client.refresh-credentials-endpoint"})
 # The calls whose answer is a LoadTableResult, which carries vended credentials.
 _LOAD_TABLE_RESULTS = (
     ("POST", re.compile(r"namespaces/[^/]+/tables")),  # createTable
@@ -98,9 +106,11 @@ def _active_warehouse(warehouse_id: uuid.UUID) -> Warehouse:
     return warehouse
 
 
-def _vended_credentials(warehouse: Warehouse, table_location: str, permissions: StoragePermissions) -> dict:
+def _vended_credentials(warehouse: Warehouse, table_location: str, permissions: StoragePermissions,
+                        namespace: str, table: str) -> dict:
     """A `storage-credentials` entry for `table_location` (or the warehouse's whole table
-    bucket, by the catalog's scope) with `permissions`."""
+    bucket, by the catalog's scope) with `permissions`, naming the table's loadCredentials
+    endpoint to renew them (Lakekeeper's `client.refresh-credentials-endpoint`)."""
     services, settings = current_app.extensions["devcatalog"], current_app.config
     location = (table_location if settings["VENDED_CREDENTIALS_SCOPE"] == SCOPE_TABLE
                 else f"s3://{warehouse.table_bucket}/")
@@ -111,19 +121,25 @@ def _vended_credentials(warehouse: Warehouse, table_location: str, permissions: 
     if not inside:  # the role reaches every warehouse's table bucket: never vend outside this one
         raise CatalogError(403, "StorageLocationForbidden", f"No credentials for {location}: outside the warehouse")
     lifetime = lifetime_seconds(warehouse.storage_profile, settings["VENDED_CREDENTIALS_SECONDS"])
-    vended = services.seaweed.vend_credentials(location, permissions, lifetime,
+    vended = services.seaweed.vend_credentials(location, permissions, max(lifetime, STS_DURATION_RANGE.start),
                                                session_name=f"lakeport-wh-{warehouse.id.hex}")
+    # A profile lifetime below STS's minimum is stated, not granted (`vending.stated_expiry`).
+    expires_at_ms = str(int(stated_expiry(vended.expires_at.timestamp(), lifetime) * 1000))
     return {
         "prefix": vended.location,
         "config": {
             "s3.access-key-id": vended.credentials.access_key_id,
             "s3.secret-access-key": vended.credentials.secret_access_key,
             "s3.session-token": vended.credentials.session_token,
-            "s3.session-token-expires-at-ms": str(int(vended.expires_at.timestamp() * 1000)),
+            "s3.session-token-expires-at-ms": expires_at_ms,
+            "expiration-time": expires_at_ms,
             "s3.endpoint": services.seaweed.s3_endpoint,
             "s3.path-style-access": "true",
             "s3.region": services.seaweed.region,
             "client.region": services.seaweed.region,
+            "client.refresh-credentials-endpoint": (
+                f"{request.host_url.rstrip('/')}/catalog/v1/{warehouse.id}/namespaces/{quote(namespace, safe='')}"
+                f"/tables/{quote(table, safe='')}/credentials"),
         },
     }
 
@@ -141,6 +157,15 @@ def _wants_vended_credentials() -> bool:
 
 def _is_load_table_result(rest: str) -> bool:
     return any(request.method == method and pattern.fullmatch(rest) for method, pattern in _LOAD_TABLE_RESULTS)
+
+
+def _table_named(rest: str) -> tuple[str, str]:
+    """The namespace and table a LoadTableResult call is about: in the path (load), or the
+    request's `name` (create, register)."""
+    parts = rest.split("/")
+    if request.method == "GET":
+        return parts[1], parts[3]
+    return parts[1], str((request.get_json(silent=True) or {}).get("name", ""))
 
 
 def _forward(warehouse: Warehouse, method: str, rest: str, **kwargs):
@@ -162,7 +187,7 @@ def load_credentials(warehouse_id: uuid.UUID, namespace: str, table: str):
     if permissions is None:  # Lakekeeper: AuthZTableActionForbidden for ReadData
         raise CatalogError(403, "TableActionForbidden", f"{caller().user_id} may not read data of table {table}")
     location = json.loads(table_exists.content)["metadata"]["location"]
-    return {"storage-credentials": [_vended_credentials(warehouse, location, permissions)]}
+    return {"storage-credentials": [_vended_credentials(warehouse, location, permissions, namespace, table)]}
 
 
 @catalog.route("/<uuid:warehouse_id>/<path:rest>", methods=["GET", "HEAD", "POST", "DELETE"])
@@ -180,8 +205,11 @@ def forward(warehouse_id: uuid.UUID, rest: str):
                        else _callers_load_permissions(warehouse))
         if permissions is not None:  # Lakekeeper loads the table without credentials then
             result = json.loads(body)
-            credential = _vended_credentials(warehouse, result["metadata"]["location"], permissions)
-            result["config"] = {**(result.get("config") or {}), **credential["config"]}
+            credential = _vended_credentials(warehouse, result["metadata"]["location"], permissions,
+                                             *_table_named(rest))
+            # Lakekeeper puts the renewal endpoint and the expiry in the credential only (`creds`).
+            result["config"] = {**(result.get("config") or {}), **{
+                key: value for key, value in credential["config"].items() if key not in _CREDENTIAL_ONLY}}
             result["storage-credentials"] = [credential]
             body = json.dumps(result).encode()
     return Response(body, status=answer.status_code, content_type=answer.headers.get("content-type"))

@@ -8,7 +8,7 @@ from pathlib import Path
 from app.lakekeeper.tokens import lakekeeper_user_id
 from devstack.devcatalog.vending import (
     DEFAULT_VENDED_CREDENTIALS_SECONDS,
-    SCOPE_WAREHOUSE,
+    SCOPE_TABLE,
     SCOPES,
     STS_DURATION_RANGE,
 )
@@ -42,10 +42,11 @@ class DevCatalogConfig:
     # portal's service identity, as deploy/compose.yaml's bootstrap makes it in Lakekeeper.
     project_admins: list[str] = field(default_factory=lambda: [lakekeeper_user_id(SERVICE_CLIENT_ID)])
     # What vended credentials reach (`vending.SCOPES`): "table", Lakekeeper's rule (the loaded
-    # table's location), or "warehouse" (the warehouse's whole table bucket), which Lakeport's
-    # units need as long as they bind one set of credentials per warehouse (compute/catalog_cache.py).
-    # Either way they carry the caller's privilege and expire after their lifetime.
-    vended_credentials_scope: str = SCOPE_WAREHOUSE
+    # table's location), or "warehouse" (the warehouse's whole table bucket), for engines that
+    # bind one set of credentials per warehouse. Lakeport's units reach each table with its own
+    # (compute/java/.../VendedCredentialsFileIO.java). Either way they carry the caller's
+    # privilege and expire after their lifetime.
+    vended_credentials_scope: str = SCOPE_TABLE
     # Their lifetime when the warehouse's profile sets no `sts-token-validity-seconds`.
     vended_credentials_seconds: int = DEFAULT_VENDED_CREDENTIALS_SECONDS
 

@@ -20,16 +20,18 @@ narrows them to one table's location and to the caller's privilege on that table
   (`assume_role_with_sts`, same file; docs/docs/storage.md), 3600 when absent (`fn_3600`).
 
 The stand-in's differences (see README.md here): its default lifetime is 15 minutes, not an
-hour; it vends fresh credentials on every load, where Lakekeeper's cache serves one set for up
-to half its remaining lifetime (crates/lakekeeper/src/service/storage/cache.rs, `StcExpiry`);
-and `DevCatalogConfig.vended_credentials_scope` may widen the location to the warehouse's whole
-table bucket (privilege and lifetime still apply), for engines that bind one set of
-credentials per warehouse.
+hour; a profile lifetime below STS's 900 s is stated, not granted (`stated_expiry`), so that
+tests see clients renew; it vends fresh credentials on every load, where Lakekeeper's cache
+serves one set for up to half its remaining lifetime (crates/lakekeeper/src/service/storage/cache.rs,
+`StcExpiry`); and `DevCatalogConfig.vended_credentials_scope` "warehouse" may widen the location
+to the warehouse's whole table bucket (privilege and lifetime still apply), for engines that
+bind one set of credentials per warehouse.
 """
 from __future__ import annotations
 
 import enum
 import json
+import time
 from urllib.parse import urlsplit
 
 # The shortest lifetime STS grants (AWS and SeaweedFS both refuse a `DurationSeconds` below 900):
@@ -86,6 +88,16 @@ def lifetime_seconds(storage_profile: dict, default: int) -> int:
     """The warehouse profile's `sts-token-validity-seconds`, else `default`."""
     value = storage_profile.get(LIFETIME_FIELD)
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def stated_expiry(granted_expiry: float, lifetime: int, now: float | None = None) -> float:
+    """When vended credentials are said to expire (epoch seconds): as granted, or sooner when the
+    profile's lifetime is below STS's minimum. STS grants at least 900 s, so a lifetime below it
+    is stated, not enforced: the stand-in's way to make clients renew (loadCredentials) within
+    a test's time. Lakekeeper would pass it to STS, which refuses it."""
+    if lifetime >= STS_DURATION_RANGE.start:
+        return granted_expiry
+    return min(granted_expiry, (time.time() if now is None else now) + lifetime)
 
 
 def escape_iam_glob_literal(value: str) -> str:

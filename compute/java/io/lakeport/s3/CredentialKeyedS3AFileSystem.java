@@ -34,13 +34,20 @@ import org.apache.hadoop.util.Progressable;
  * <p>Configured with {@code fs.s3.impl} (and {@code fs.s3a.impl}) plus
  * {@code fs.s3.impl.disable.cache=true}: Hadoop then makes a new instance of this light wrapper
  * for every request, and the wrapper hands it the S3AFileSystem kept for the bucket and the
- * credentials in that request's configuration, making it once. When a bucket gets a fourth set
- * of credentials, the oldest set's file system is closed: credentials are only replaced when
- * they are about to expire, so the set three renewals back has expired.
+ * credentials in that request's configuration, making it once.
+ *
+ * <p>Closing: each table of a run may have credentials of its own in one bucket
+ * ({@link VendedCredentialsFileIO}), so a bucket may hold many live sets at once. A set whose
+ * stated expiry ({@value #EXPIRES_AT_MS}, written by VendedCredentialsFileIO) passed more than a
+ * minute ago has its file system closed when a new one is made; beyond {@value #KEPT_PER_BUCKET}
+ * sets in a bucket the oldest is closed (a set without a stated expiry is replaced only when
+ * about to expire, so it has expired by then).
  */
 public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
 
-  static final int KEPT_PER_BUCKET = 3;
+  static final int KEPT_PER_BUCKET = 64;
+  static final String EXPIRES_AT_MS = "fs.s3a.lakeport.credentials-expire-at-ms";
+  static final long CLOSE_AFTER_EXPIRY_MS = 60_000L;
 
   private static final String[] CREDENTIAL_OPTIONS = {
     "access.key", "secret.key", "session.token", "aws.credentials.provider", "endpoint", "path.style.access",
@@ -48,6 +55,7 @@ public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
 
   private static final Map<String, S3AFileSystem> SHARED = new HashMap<>();
   private static final Map<String, Deque<String>> KEYS_BY_BUCKET = new HashMap<>();
+  private static final Map<String, Long> EXPIRES_AT = new HashMap<>();
   private static long created;
 
   public CredentialKeyedS3AFileSystem() {
@@ -136,15 +144,29 @@ public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
     fresh.initialize(name, conf);
     created++;
     SHARED.put(key, fresh);
+    EXPIRES_AT.put(key, conf.getLong(EXPIRES_AT_MS, 0L));
     Deque<String> keys = KEYS_BY_BUCKET.computeIfAbsent(bucket, b -> new ArrayDeque<>());
     keys.addLast(key);
-    while (keys.size() > KEPT_PER_BUCKET) {
-      S3AFileSystem expired = SHARED.remove(keys.removeFirst());
-      if (expired != null) {
-        expired.close();
+    long closeBefore = System.currentTimeMillis() - CLOSE_AFTER_EXPIRY_MS;
+    for (String kept : new ArrayDeque<>(keys)) {
+      long expiresAt = EXPIRES_AT.getOrDefault(kept, 0L);
+      if (expiresAt > 0 && expiresAt < closeBefore) {
+        keys.remove(kept);
+        closeShared(kept);
       }
     }
+    while (keys.size() > KEPT_PER_BUCKET) {
+      closeShared(keys.removeFirst());
+    }
     return fresh;
+  }
+
+  private static void closeShared(String key) throws IOException {
+    EXPIRES_AT.remove(key);
+    S3AFileSystem expired = SHARED.remove(key);
+    if (expired != null) {
+      expired.close();
+    }
   }
 
   /** A digest of the settings that decide how S3A authenticates to this bucket (bucket-specific
