@@ -73,16 +73,16 @@ MARK_ACTIONS = """() => {
 }"""
 
 # Where the focus is after a Tab, and whether it shows: an outline of 2 px or more, or a shadow
-# (the code editor draws its ring on its outer box once it has noticed the focus).
+# (the code editor draws its ring on its outer box).
 FOCUSED = """async () => {
   const e = document.activeElement;
   if (!e || e === document.body) return null;
-  const editor = e.closest(".cm-editor");
-  // CodeMirror marks itself focused a moment after the focus event (a 10 ms timer).
-  for (let wait = 0; editor && !editor.classList.contains("cm-focused") && wait < 30; wait++)
-    await new Promise(done => setTimeout(done, 10));
-  const style = getComputedStyle(editor || e);
-  const visible = (style.outlineStyle !== "none" && parseFloat(style.outlineWidth) >= 2) || style.boxShadow !== "none";
+  const editor = e.closest(".cm-editor"), ring = editor || e;
+  const shows = () => { const style = getComputedStyle(ring);
+    return (style.outlineStyle !== "none" && parseFloat(style.outlineWidth) >= 2) || style.boxShadow !== "none"; };
+  // The code editor may draw its ring a moment after the focus event: give it 300 ms.
+  for (let wait = 0; editor && !shows() && wait < 30; wait++) await new Promise(done => setTimeout(done, 10));
+  const visible = shows();
   const stop = {action: e.dataset.walkAction ?? null, visible,
                 what: e.tagName.toLowerCase() + (e.dataset.testid ? `[${e.dataset.testid}]` : "") + " " + (e.textContent || e.name || "").trim().slice(0, 30)};
   window.walkFocus.push(stop);
@@ -145,9 +145,17 @@ class Walk:
                                          f"{self.page.evaluate(WIDER_THAN_THE_VIEWPORT)}")
             else:
                 self.keyboard(where)
+                self.icons(where)
             # An error page's own status is what it says, not a failure of the page.
             own = [line for line in self.console if status >= 400 and (self.portal + path) in line]
             self.problems += [f"{where}: console: {line}" for line in self.console if line not in own]
+
+    def icons(self, where: str) -> None:
+        """The page's icons load (the browser fetches them outside the page's own requests, so a
+        missing one shows in neither the page's responses nor its console)."""
+        for href in self.page.evaluate("[...document.querySelectorAll('link[rel~=icon]')].map(link => link.href)"):
+            if (status := self.page.request.get(href).status) >= 400:
+                self.problems.append(f"{where}: its icon {href} answers {status}")
 
     def keyboard(self, where: str) -> None:
         """Tab through the page: every action is reached, each with a visible focus ring."""
