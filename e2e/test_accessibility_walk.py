@@ -200,6 +200,22 @@ class Walk:
                                      f"{', '.join(names)}: give make_one_of_everything a filler it shows a page for")
 
 
+def share_and_sample(page, portal: str, warehouse_id: int) -> None:
+    """Share the warehouse with alice's group and have the worker write TPC-H sample tables into it."""
+    page.goto(portal + "/workflows/datasets")
+    page.locator("#sample-warehouse").select_option(str(warehouse_id))
+    page.get_by_label(re.compile("Scale factor")).fill("0.01")
+    page.get_by_test_id("generate-sample").click()
+    expect(page.locator(f"#sample-status-{warehouse_id}")).to_be_visible()
+    page.goto(portal + f"/warehouses/{warehouse_id}")
+    shares = page.get_by_test_id("warehouse-shares")
+    shares.get_by_label("Share with").select_option("group")
+    shares.get_by_label("Group", exact=True).fill("analytics")
+    shares.get_by_label("May").select_option("read")
+    shares.get_by_test_id("share-submit").click()
+    expect(shares.get_by_test_id("share")).to_have_count(1)
+
+
 def make_one_of_everything(page, portal, target, sign_in) -> dict:
     """As alice, through the pages and the API the way the other browser tests do: a token, a
     warehouse shared with her group with TPC-H sample data, a running unit, a workflow with two
@@ -222,20 +238,7 @@ def make_one_of_everything(page, portal, target, sign_in) -> dict:
         endpoint=storage.endpoint, region=storage.region, path_style_access=storage.path_style,
         access_key_id=storage.access_key_id, secret_access_key=storage.secret_access_key)
 
-    page.goto(portal + "/workflows/datasets")  # TPC-H sample tables, written by the worker meanwhile
-    page.locator("#sample-warehouse").select_option(str(warehouse["id"]))
-    page.get_by_label(re.compile("Scale factor")).fill("0.01")
-    page.get_by_test_id("generate-sample").click()
-    expect(page.locator(f"#sample-status-{warehouse['id']}")).to_be_visible()
-
-    page.goto(portal + f"/warehouses/{warehouse['id']}")
-    shares = page.get_by_test_id("warehouse-shares")
-    shares.get_by_label("Share with").select_option("group")
-    shares.get_by_label("Group", exact=True).fill("analytics")
-    shares.get_by_label("May").select_option("read")
-    shares.get_by_test_id("share-submit").click()
-    expect(shares.get_by_test_id("share")).to_have_count(1)
-
+    share_and_sample(page, portal, warehouse["id"])
     page.goto(portal + "/workflows/new")
     page.get_by_label("Name").fill(target.name("walk flow"))
     page.get_by_test_id("create-workflow").click()
