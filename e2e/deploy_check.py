@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import httpx
 from playwright.sync_api import Error as PlaywrightError, expect
@@ -174,8 +175,13 @@ class DeployCheck:
             try:
                 expect(page.get_by_test_id("user-name")).to_be_visible(timeout=PAGE_WAIT_MS)
             except AssertionError:
+                at_provider = urlsplit(page.url).netloc != urlsplit(self.target.portal).netloc
+                fix = (f"the provider did not let {person.username} in: check their name and password (the "
+                       "E2E_* variables) and that the user is enabled; if the page is an error of the "
+                       "provider's, check LAKEPORT_OIDC_CLIENT_ID and the client's redirect URI "
+                       "<LAKEPORT_PUBLIC_URL>/auth/callback") if at_provider else FIX["sign-in"]
                 raise StepFailed(f"{person.username} was not signed in: the browser ended at {page.url} "
-                                 f"showing {_shown(page)!r}", FIX["sign-in"]) from None
+                                 f"showing {_shown(page)!r}", fix) from None
             self.made[role] = page
         return self.made[role]
 
