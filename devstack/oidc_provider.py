@@ -162,7 +162,8 @@ def change_user(config: OidcProviderConfig, username: str, *, groups: list[str] 
                 enabled: bool | None = None, groups_claim: bool | None = None) -> dict:
     """Change a user at the running provider (their groups, whether they may sign in and be
     granted anything, whether their tokens carry the `groups` claim at all: False is a provider
-    without the group-membership mapper); returns the user as the provider holds them now."""
+    without the group-membership mapper); returns the user as the provider holds them now
+    (`groups_claim` only while it is off)."""
     change = {key: value for key, value in (("groups", groups), ("enabled", enabled),
                                             ("groups_claim", groups_claim)) if value is not None}
     response = httpx.put(f"{config.issuer}/lakeport-admin/users/{username}", json=change, timeout=10,

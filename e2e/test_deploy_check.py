@@ -34,7 +34,8 @@ def test_a_provider_without_the_groups_claim_fails_the_group_share_step_and_name
     try:
         done, said = run_check(target, browser)
     finally:
-        change_user(stack.oidc, bob, groups_claim=True)
+        restored = change_user(stack.oidc, bob, groups_claim=True)
+    assert "groups_claim" not in restored
     outcomes = {v.step: v for v in done.verdicts}
     before = STEPS[:STEPS.index("second user")]
     assert [outcomes[step].outcome for step in before] == ["PASS"] * len(before), said

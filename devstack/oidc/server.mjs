@@ -444,7 +444,7 @@ async function handleAdmin(ctx, username) {
     return;
   }
   ctx.body = { username, groups: user.groups ?? [], enabled: user.enabled !== false,
-               groups_claim: user.groups_claim !== false };
+               ...(user.groups_claim === false ? { groups_claim: false } : {}) };
 }
 
 provider.use(async (ctx, next) => {
