@@ -138,6 +138,12 @@ def test_the_api_answers_409_with_both_versions_and_starts_the_one_seen(app, cli
     unnamed = api.call("POST", "/api/v1/executions", body).get_json()
     assert (unnamed["status"], unnamed["seen_version"], unnamed["latest_version"]) == (409, None, 2)
     assert bobs_executions(db_engine, bob) == []
+    # Before he names v2, bob reads the code it runs; someone it is not shared with gets 404.
+    latest = api.call("GET", f"/api/v1/workflows/{workflow.id}")
+    assert latest.status_code == 200 and latest.get_json()["latest_version"] == 2
+    assert [step["name"] for step in latest.get_json()["steps"]] == ["people", "exfiltrate"]
+    carol = Api(client, token_for(app, make_user(db_engine)))
+    assert carol.call("GET", f"/api/v1/workflows/{workflow.id}").status_code == 404
 
     started = api.call("POST", "/api/v1/executions", {**body, "version": 2})
     assert started.status_code == 201, started.get_json()

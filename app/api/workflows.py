@@ -10,7 +10,7 @@ from app.api.paging import ERRORS, page_of
 from app.api.problems import ApiProblem
 from app.db import get_owned_or_404
 from app.models import Workflow
-from app.workflows import service, steps as step_model
+from app.workflows import service, sharing as workflow_sharing, steps as step_model
 from app.workflows.service import WorkflowActionError
 from compute.contract import Step
 
@@ -31,8 +31,9 @@ def list_workflows(query: schemas.ListQuery):
 @bp.get("/workflows/<int:workflow_id>")
 @spec.validate(resp=Response(HTTP_200=schemas.Workflow, **ERRORS), tags=["workflows"])
 def get_workflow(workflow_id: int):
-    """One of your workflows, with the steps of its latest version."""
-    return workflow_out(get_owned_or_404(Workflow, workflow_id))
+    """One of your workflows, or one shared with you (to view or to run: a runner reads the code
+    it is about to run), with the steps of its latest version."""
+    return workflow_out(workflow_sharing.accessible_or_404(workflow_id))
 
 
 @bp.post("/workflows/<int:workflow_id>/versions")
