@@ -9,8 +9,10 @@ a new catalog name (`wh_<warehouse>_v<n>`); executions that hold the old binding
 since each execution applies its binding to its own Spark session. Looking up and adding a
 binding happen under one lock, so concurrent executions for one warehouse share one binding.
 
-Storage credentials: each binding's S3A settings are the ones its reads and writes use, because
-the unit's Spark sessions route s3:// through Lakeport's CredentialKeyedS3AFileSystem
+Storage credentials: each table is read and written with the credentials vended for it, renewed
+before they expire (VendedCredentialsFileIO, compute/java/); a binding's S3A settings (the keys
+vended with the run's first table) serve only a table vended none. The unit's Spark sessions
+route s3:// through Lakeport's CredentialKeyedS3AFileSystem
 (compute/java/), which shares S3A file systems per bucket and credentials. Hadoop's own cache,
 one per bucket and JVM, would keep the first credentials for good: a renewed binding would
 still use expired keys.

@@ -523,7 +523,7 @@ def test_an_execution_token_reaches_only_its_warehouse_in_the_catalog(execution,
         iceberg_catalog(devcatalog, "exec-other", token=execution.token)
 
 
-def test_pyiceberg_runs_with_an_execution_token_and_one_set_of_vended_credentials(execution, devcatalog, seaweedfs):
+def test_pyiceberg_runs_with_an_execution_token_and_each_tables_vended_credentials(execution, devcatalog, seaweedfs):
     catalog = iceberg_catalog(devcatalog, "exec-own", token=execution.token)  # asks for vended credentials
     catalog.create_namespace("results")
     big = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "amount": pa.array([5.0, 20.0, 40.0])})
@@ -537,19 +537,21 @@ def test_pyiceberg_runs_with_an_execution_token_and_one_set_of_vended_credential
     big_table, small_table = catalog.load_table("results.e1_big"), catalog.load_table("results.e1_small")
     bucket = urlsplit(big_table.location()).netloc
     assert urlsplit(small_table.location()).netloc == bucket
-    # One set serves every table of the warehouse: the first table's credentials write into the second.
-    session = vended_session(big_table.io.properties)
+    # Each set reaches its own table only (scope "table", Lakekeeper's): the first table's
+    # credentials cannot write into the second, the second's can.
     data_file = f"{urlsplit(small_table.location()).path}/data/written-with-the-other-tables-credentials.parquet"
-    with s3_client(seaweedfs, session) as s3:
+    with s3_client(seaweedfs, vended_session(big_table.io.properties)) as s3:
+        assert s3.put(f"/{bucket}{data_file}", content=b"not really parquet").status_code == 403
+    with s3_client(seaweedfs, vended_session(small_table.io.properties)) as s3:
         assert s3.put(f"/{bucket}{data_file}", content=b"not really parquet").status_code == 200
         assert s3.get(f"/{bucket}{data_file}").content == b"not really parquet"
         assert s3.delete(f"/{bucket}{data_file}").status_code == 204
 
-    # loadCredentials vends the same scope: the whole table bucket.
+    # loadCredentials vends the same scope: the table's location.
     with checked_client(devcatalog, execution.token) as scoped:
         answer = scoped.get(f"/catalog/v1/{execution.own.id}/namespaces/results/tables/e1_small/credentials")
         (credential,) = answer.raise_for_status().json()["storage-credentials"]
-        assert credential["prefix"] == f"s3://{bucket}/"
+        assert credential["prefix"] == f"{small_table.location().rstrip('/')}/"
         assert credential["config"]["s3.session-token"]
         missing = scoped.get(f"/catalog/v1/{execution.own.id}/namespaces/results/tables/nope/credentials")
         assert error_of(missing) == (404, "NoSuchTableException")

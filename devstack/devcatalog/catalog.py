@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
 from urllib.parse import quote
 
@@ -58,6 +59,7 @@ _ACCESS_DELEGATION = "X-Iceberg-Access-Delegation"
 # Lakekeeper's keys of a storage credential that its LoadTableResult's `config` does not repeat
 # (`generate_table_config`, crates/lakekeeper/src/service/storage/s3.rs: `creds` only).
 _CREDENTIAL_ONLY = frozenset({"s3.session-token-expires-at-ms", "expiration-time", "client.refresh-credentials-endpoint"})
+_TABLE = re.compile(r"namespaces/[^/]+/tables/[^/]+")
 # The calls whose answer is a LoadTableResult, which carries vended credentials.
 _LOAD_TABLE_RESULTS = (
     ("POST", re.compile(r"namespaces/[^/]+/tables")),  # createTable
@@ -144,8 +146,41 @@ def _vended_credentials(warehouse: Warehouse, table_location: str, permissions: 
     }
 
 
-def _callers_load_permissions(warehouse: Warehouse) -> StoragePermissions | None:
-    """What the caller's grants allow on a table it loads (`vending.load_permissions`)."""
+class _CreatedTables:
+    """Which caller created (or registered) each table here, and its location. Lakekeeper makes the
+    creator the table's owner (crates/authz-openfga/src/authorizer.rs, `create_table`:
+    `ownership_tuples_for_table` for the actor), so the creator loads it, and its credentials, with
+    ReadWriteDelete whatever its warehouse grants; and loadCredentials serves a staged table
+    (stage-create) too (`TabularListFlags::active_and_staged()`, `load_table_credentials` in
+    crates/lakekeeper/src/server/tables.rs), which SeaweedFS knows only once it is committed.
+    In memory: the store holds warehouse grants only, so a restart forgets who created what."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tables: dict[tuple[uuid.UUID, str, str], tuple[str, str]] = {}
+
+    def add(self, warehouse_id: uuid.UUID, namespace: str, table: str, creator: str, location: str) -> None:
+        with self._lock:
+            self._tables[(warehouse_id, namespace, table)] = (creator, location)
+
+    def forget(self, warehouse_id: uuid.UUID, namespace: str, table: str) -> None:
+        with self._lock:
+            self._tables.pop((warehouse_id, namespace, table), None)
+
+    def get(self, warehouse_id: uuid.UUID, namespace: str, table: str) -> tuple[str, str] | None:
+        with self._lock:
+            return self._tables.get((warehouse_id, namespace, table))
+
+
+_CREATED = _CreatedTables()
+
+
+def _callers_load_permissions(warehouse: Warehouse, namespace: str, table: str) -> StoragePermissions | None:
+    """What the caller's grants allow on a table it loads (`vending.load_permissions`); all of it
+    on a table it created (`_CreatedTables`)."""
+    created = _CREATED.get(warehouse.id, namespace, table)
+    if created is not None and created[0] == caller().user_id:
+        return StoragePermissions.READ_WRITE_DELETE
     store = current_app.extensions["devcatalog"].store
     return load_permissions(store.relations(warehouse.id, caller().user_id), caller().project_admin)
 
@@ -160,10 +195,10 @@ def _is_load_table_result(rest: str) -> bool:
 
 
 def _table_named(rest: str) -> tuple[str, str]:
-    """The namespace and table a LoadTableResult call is about: in the path (load), or the
-    request's `name` (create, register)."""
+    """The namespace and table a call is about: in the path (load, drop), or the request's
+    `name` (create, register)."""
     parts = rest.split("/")
-    if request.method == "GET":
+    if request.method != "POST":
         return parts[1], parts[3]
     return parts[1], str((request.get_json(silent=True) or {}).get("name", ""))
 
@@ -179,14 +214,15 @@ def _forward(warehouse: Warehouse, method: str, rest: str, **kwargs):
 def load_credentials(warehouse_id: uuid.UUID, namespace: str, table: str):
     warehouse = _active_warehouse(warehouse_id)
     table_exists = _forward(warehouse, "GET", f"namespaces/{namespace}/tables/{table}", query=b"snapshots=refs")
-    if not table_exists.is_success:
+    staged = _CREATED.get(warehouse.id, namespace, table)
+    if not table_exists.is_success and (table_exists.status_code != 404 or staged is None):
         # SeaweedFS's own answer: NoSuchTableException, NoSuchNamespaceException.
         return Response(table_exists.content, status=table_exists.status_code,
                         content_type=table_exists.headers.get("content-type"))
-    permissions = _callers_load_permissions(warehouse)
+    permissions = _callers_load_permissions(warehouse, namespace, table)
     if permissions is None:  # Lakekeeper: AuthZTableActionForbidden for ReadData
         raise CatalogError(403, "TableActionForbidden", f"{caller().user_id} may not read data of table {table}")
-    location = json.loads(table_exists.content)["metadata"]["location"]
+    location = json.loads(table_exists.content)["metadata"]["location"] if table_exists.is_success else staged[1]
     return {"storage-credentials": [_vended_credentials(warehouse, location, permissions, namespace, table)]}
 
 
@@ -199,14 +235,19 @@ def forward(warehouse_id: uuid.UUID, rest: str):
         warehouse, request.method, rest, query=request.query_string, content=request.get_data(), headers=headers,
     )
     body = answer.content
+    if answer.is_success and request.method == "DELETE" and _TABLE.fullmatch(rest):
+        _CREATED.forget(warehouse.id, *_table_named(rest))
+    if answer.is_success and _is_load_table_result(rest):
+        namespace, table = _table_named(rest)
+        if request.method == "POST":  # Lakekeeper's: a table the caller creates or registers is theirs
+            _CREATED.add(warehouse.id, namespace, table, caller().user_id, json.loads(body)["metadata"]["location"])
     if answer.is_success and _is_load_table_result(rest) and _wants_vended_credentials():
-        # Lakekeeper's: a table the caller creates or registers is theirs to write.
         permissions = (StoragePermissions.READ_WRITE_DELETE if request.method == "POST"
-                       else _callers_load_permissions(warehouse))
+                       else _callers_load_permissions(warehouse, namespace, table))
         if permissions is not None:  # Lakekeeper loads the table without credentials then
             result = json.loads(body)
             credential = _vended_credentials(warehouse, result["metadata"]["location"], permissions,
-                                             *_table_named(rest))
+                                             namespace, table)
             # Lakekeeper puts the renewal endpoint and the expiry in the credential only (`creds`).
             result["config"] = {**(result.get("config") or {}), **{
                 key: value for key, value in credential["config"].items() if key not in _CREDENTIAL_ONLY}}
