@@ -18,7 +18,7 @@ csrf = CSRFProtect()
 login_manager = LoginManager()
 
 # Endpoints that answer without a signed-in user.
-PUBLIC_ENDPOINTS = {"static", "main.health", "auth.login", "auth.start", "auth.callback", "auth.logged_out",
+PUBLIC_ENDPOINTS = {"static", "main.favicon", "main.health", "auth.login", "auth.start", "auth.callback", "auth.logged_out",
                     "api.openapi_json"}
 # The API authenticates its callers itself, by token (app/api/auth.py); its reference page is a page.
 API_BLUEPRINT, API_PAGES = "api", {"api.openapi_docs"}

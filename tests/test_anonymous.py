@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_executions import make_user, sign_in_as
 
-PUBLIC_ENDPOINTS = {"static", "main.health", "auth.login", "auth.start", "auth.callback", "auth.logged_out",
+PUBLIC_ENDPOINTS = {"static", "main.favicon", "main.health", "auth.login", "auth.start", "auth.callback", "auth.logged_out",
                     "api.openapi_json"}
 
 
@@ -42,6 +42,16 @@ def test_a_visitor_without_a_session_gets_no_server_error_anywhere(app, client, 
             assert response.status_code == 401 and "/auth/login" in response.headers["HX-Redirect"], (method, url)
         else:
             assert response.status_code == 302 and "/auth/login" in response.headers["Location"], (method, url)
+
+
+def test_the_icon_browsers_ask_for_by_its_old_name_leads_to_the_portals_icon(app, client, db_engine):
+    """A browser asks for /favicon.ico whatever the page links: no 404 in its console, signed in or not."""
+    signed_in = app.test_client()
+    sign_in_as(signed_in, make_user(db_engine))
+    for visitor in (client, signed_in):
+        answer = visitor.get("/favicon.ico")
+        assert answer.status_code == 301 and answer.headers["Location"].endswith("/static/favicon.svg")
+        assert visitor.get(answer.headers["Location"]).status_code == 200
 
 
 def test_a_tampered_or_expired_session_is_asked_to_sign_in(app, client, db_engine):

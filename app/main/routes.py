@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from flask import current_app, jsonify, render_template
+from flask import current_app, jsonify, redirect, render_template, url_for
 from flask_login import current_user
 from sqlalchemy import text
 
@@ -22,6 +22,12 @@ def _database_reachable() -> bool:
     except Exception:  # any driver error means "not reachable" for a health check
         return False
     return True
+
+
+@bp.get("/favicon.ico")
+def favicon():
+    """Browsers ask for /favicon.ico whatever the page's icon link says; send them to the icon."""
+    return redirect(url_for("static", filename="favicon.svg"), 301)
 
 
 @bp.get("/health")
