@@ -460,6 +460,8 @@ def test_sign_in_tokens_carry_group_names_and_the_operators_group_exists():
     assert operators in {group["name"] for group in REALM.get("groups", [])}
     members = [user["username"] for user in REALM["users"] if f"/{operators}" in user.get("groups", [])]
     assert members == ["alice"]  # a test user, as the README says
+    # The operator's check (make deploy-check, E2E_GROUP=analytics) shares with a group bob is in.
+    assert [user["username"] for user in REALM["users"] if "/analytics" in user.get("groups", [])] == ["bob"]
 
 
 def test_portal_asks_keycloak_for_no_warehouse_scope():
