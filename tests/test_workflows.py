@@ -336,6 +336,7 @@ def test_bob_gets_404_on_every_route_of_alices_workflow(client, auth, db_engine)
     save(client, auth, workflow_id, TWO_STEPS, 0)
     auth.logout()
     auth.login("bob")
+    bobs_workflows_before = bobs_workflow_ids(db_engine)  # the suite's other tests may have made some
     token = {"X-CSRFToken": auth.csrf_token()}
     form = steps_form([{"name": "stolen", "kind": "sql", "code": "SELECT 1"}], base_version=1)
     routes = [("GET", ""), ("GET", "/versions/1"), ("GET", "/edit"), ("POST", "/edit"), ("POST", "/delete"),
@@ -348,9 +349,13 @@ def test_bob_gets_404_on_every_route_of_alices_workflow(client, auth, db_engine)
             assert response.status_code == 404, (method, suffix, response.status_code)
     assert "alices pipeline" not in client.get("/workflows/").get_data(as_text=True)
     assert workflow_row(db_engine, workflow_id).latest_version == 1
+    assert bobs_workflow_ids(db_engine) == bobs_workflows_before  # no copy was made
+
+
+def bobs_workflow_ids(db_engine) -> set[int]:
     with Session(db_engine) as db:
         bob = db.exec(select(User).where(User.email == "bob@example.test")).one()
-        assert not db.exec(select(Workflow).where(Workflow.owner_id == bob.id)).all()
+        return set(db.exec(select(Workflow.id).where(Workflow.owner_id == bob.id)).all())
 
 
 def test_the_editor_page_allows_its_code_editor_style_by_a_nonce_of_its_own(client, auth):
