@@ -12,7 +12,7 @@ from devstack.devcatalog import paths
 from devstack.devcatalog.auth import Caller, TokenVerifier, require_warehouse
 from devstack.devcatalog.catalog import catalog
 from devstack.devcatalog.config import ENVIRONMENT_VARIABLE, DevCatalogConfig
-from devstack.devcatalog.errors import CatalogError
+from devstack.devcatalog.errors import CatalogError, QueryRejection, refuse_array_query_parameters
 from devstack.devcatalog.management import management
 from devstack.devcatalog.permissions import permissions
 from devstack.devcatalog.seaweed import SeaweedCatalog
@@ -40,6 +40,10 @@ def _warehouse_action() -> str:
     return "describe" if reads else "manage"
 
 
+def _query_rejection(error: QueryRejection):
+    return error.body(), 400, {"Content-Type": "text/plain; charset=utf-8"}
+
+
 def create_app(config: DevCatalogConfig | None = None) -> Flask:
     """The app for `config`, or for the JSON settings in $LAKEPORT_DEVCATALOG_CONFIG."""
     config = config or DevCatalogConfig.from_json(os.environ[ENVIRONMENT_VARIABLE])
@@ -56,6 +60,7 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
     app.register_blueprint(management)
     app.register_blueprint(permissions)
     app.register_blueprint(catalog)
+    app.register_error_handler(QueryRejection, _query_rejection)
 
     @app.get("/health")
     def health():
@@ -73,6 +78,8 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
         services = app.extensions["devcatalog"]
         claims = services.tokens.verify(request.headers.get("Authorization"))
         g.caller = Caller.of(claims, services.project_admins)
+        # Lakekeeper's extractors run before its handler's authorization: a refused query comes first.
+        refuse_array_query_parameters(request.endpoint, request.args)
         # Every management and catalog route that names a warehouse calls it `warehouse_id`.
         warehouse_id = (request.view_args or {}).get("warehouse_id")
         if warehouse_id is not None:

@@ -1,0 +1,214 @@
+"""One test per row of the dev catalog's behaviour table (devstack/devcatalog/README.md): the
+dev catalog as the stack runs it (the session's `devcatalog` fixture with its SeaweedFS),
+checked against what Lakekeeper v0.13.3 does. Each docstring names the Lakekeeper source
+(lakekeeper/lakekeeper, tag v0.13.3) the row was read from.
+
+Requests go out unchecked by the OpenAPI contract here: some rows are about answers Lakekeeper
+gives to requests its document allows but its server refuses (array query parameters)."""
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import NoSuchTableError
+
+from devstack.oidc_provider import TEST_USERS
+from devstack.seaweedfs import warehouse_table_bucket
+from tests.test_devcatalog import (  # noqa: F401 (fixtures)
+    ALICE,
+    access_key,
+    portal_tokens,
+    s3_profile,
+    service_token,
+)
+
+PROJECT = str(uuid.uuid4())
+ALICE_USER = TEST_USERS["alice"]
+VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
+
+
+def client(devcatalog, token: str, project: str | None = PROJECT) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"}
+    if project is not None:
+        headers["x-project-id"] = project
+    return httpx.Client(base_url=devcatalog.url, timeout=30, headers=headers)
+
+
+@pytest.fixture
+def api(devcatalog, service_token):
+    with client(devcatalog, service_token) as api:
+        yield api
+
+
+def create_warehouse(api, seaweedfs, *, delete_profile=None) -> dict:
+    name = f"behaviour-{uuid.uuid4().hex[:8]}"
+    created = api.post("/management/v1/warehouse", json={
+        "warehouse-name": name, "storage-profile": s3_profile(seaweedfs, name),
+        "storage-credential": access_key(ALICE.credentials),
+        "delete-profile": delete_profile or {"type": "hard"},
+    })
+    assert created.status_code == 201, created.text
+    return created.json()
+
+
+@pytest.fixture
+def warehouse(api, seaweedfs):
+    created = create_warehouse(api, seaweedfs)
+    yield created
+    api.delete(f"/management/v1/warehouse/{created['warehouse-id']}")
+
+
+def iceberg(devcatalog, warehouse: dict, token: str):
+    return load_catalog("behaviour", type="rest", uri=f"{devcatalog.url}/catalog", token=token,
+                        warehouse=f"{PROJECT}/{warehouse['name']}")
+
+
+def envelope(response: httpx.Response) -> dict:
+    """Lakekeeper's (Iceberg's) error model, checked to have exactly its fields."""
+    error = response.json()["error"]
+    assert {"message", "type", "code"} <= set(error) <= {"message", "type", "code", "stack"}
+    assert error["code"] == response.status_code
+    return error
+
+
+def test_array_query_parameters_answer_400_as_axum_query_does(api, warehouse):
+    """lakekeeper v0.13.3 crates/lakekeeper/src/api/management/mod.rs (`Query<ListWarehousesRequest>`,
+    `warehouse_status: Option<Vec<_>>` in api/management/v1/warehouse/mod.rs) and
+    crates/authz-openfga/src/api.rs (`Get{Warehouse,Role}AssignmentsQuery.relations`): axum's
+    `Query` cannot fill a `Vec` from any form, so every value answers axum's plain-text 400
+    (tokio-rs/axum axum/src/extract/rejection.rs); fixed on main only (management_query_arrays.rs)."""
+    role = api.post("/management/v1/role", json={"name": f"r-{uuid.uuid4().hex[:6]}"}).raise_for_status().json()
+    refused = [
+        ("/management/v1/warehouse", [("warehouseStatus", "active")]),
+        ("/management/v1/warehouse", [("warehouseStatus", "active"), ("warehouseStatus", "inactive")]),
+        (f"/management/v1/permissions/warehouse/{warehouse['warehouse-id']}/assignments", [("relations", "ownership")]),
+        (f"/management/v1/permissions/role/{role['id']}/assignments", [("relations", "assignee")]),
+    ]
+    for path, query in refused:
+        answer = api.get(path, params=query)
+        assert answer.status_code == 400, (path, query, answer.text)
+        assert answer.headers["content-type"].startswith("text/plain")
+        assert answer.text == f'Failed to deserialize query string: invalid type: string "{query[0][1]}", expected a sequence'
+        assert api.get(path).status_code == 200  # without the filter: the default (active, every relation)
+    api.delete(f"/management/v1/role/{role['id']}")
+
+
+def test_errors_have_lakekeepers_envelope(api):
+    """lakekeeper v0.13.3 crates/iceberg-ext/src/catalog/rest/error.rs (`IcebergErrorResponse`
+    {error: ErrorModel{message, type, code, stack}}); type names from the handlers, e.g.
+    `WarehouseNotFound` (crates/lakekeeper/src/service/catalog_store/warehouse.rs)."""
+    missing = api.get(f"/management/v1/warehouse/{uuid.uuid4()}")
+    assert missing.status_code == 404
+    assert envelope(missing)["type"] == "WarehouseNotFound"
+    unknown_route = api.get("/management/v1/no-such-thing")
+    assert unknown_route.status_code == 404 and envelope(unknown_route)["message"]
+    bad_body = api.post("/management/v1/warehouse", content=b"not json", headers={"Content-Type": "application/json"})
+    assert bad_body.status_code == 400 and envelope(bad_body)["type"]
+
+
+def test_deleting_a_role_takes_its_grants_and_members_with_it(api, warehouse):
+    """lakekeeper v0.13.3 crates/lakekeeper/src/api/management/v1/role.rs (`delete_role`) and
+    crates/authz-openfga/src/authorizer.rs (`delete_role` -> `delete_all_relations`): every tuple
+    naming the role goes, its assignees and its grants on warehouses."""
+    warehouse_id = warehouse["warehouse-id"]
+    role = api.post("/management/v1/role", json={"name": f"analysts-{uuid.uuid4().hex[:6]}"}).raise_for_status().json()
+    member = f"oidc~{ALICE_USER.sub}"
+    api.post(f"/management/v1/permissions/role/{role['id']}/assignments",
+             json={"writes": [{"type": "assignee", "user": member}]}).raise_for_status()
+    api.post(f"/management/v1/permissions/warehouse/{warehouse_id}/assignments",
+             json={"writes": [{"type": "select", "role": role["id"]}]}).raise_for_status()
+    grants = f"/management/v1/permissions/warehouse/{warehouse_id}/assignments"
+    assert {"type": "select", "role": role["id"]} in api.get(grants).json()["assignments"]
+
+    assert api.delete(f"/management/v1/role/{role['id']}").status_code == 204
+
+    assert all(a.get("role") != role["id"] for a in api.get(grants).json()["assignments"])
+    gone = api.get(f"/management/v1/permissions/role/{role['id']}/assignments")
+    assert gone.status_code == 404 and envelope(gone)["type"] == "RoleNotFound"
+
+
+def test_a_users_exchanged_token_is_that_user_and_no_token_is_401(devcatalog, portal_tokens):
+    """lakekeeper v0.13.3 crates/lakekeeper/src/service/authn.rs: a token's subject of the
+    primary provider is the user `oidc~<sub>`; a request without a bearer token answers 401."""
+    token = portal_tokens.user_token(ALICE_USER.sub).access_token  # the portal's token exchange
+    with client(devcatalog, token) as as_alice:
+        assert as_alice.get("/management/v1/whoami").raise_for_status().json()["id"] == f"oidc~{ALICE_USER.sub}"
+    anonymous = httpx.get(f"{devcatalog.url}/management/v1/whoami", timeout=30)
+    assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith("Bearer")
+    assert envelope(anonymous)["code"] == 401
+
+
+def test_vended_credentials_are_scoped_to_the_table_and_name_their_renewal(api, warehouse, devcatalog, service_token):
+    """lakekeeper v0.13.3 crates/lakekeeper/src/service/storage/s3.rs (`generate_table_config`,
+    `get_sts_policy_string`), crates/lakekeeper/src/request_metadata.rs
+    (`refresh_client_credentials_endpoint_for_table`); the rules table in the README above."""
+    catalog = iceberg(devcatalog, warehouse, service_token)
+    catalog.create_namespace("vend")
+    table = catalog.create_table("vend.t", schema=pa.schema([("id", pa.int64())]))
+    prefix = f"/catalog/v1/{warehouse['warehouse-id']}/namespaces/vend/tables/t"
+    loaded = api.get(prefix, headers=VENDED).raise_for_status().json()
+    [credential] = loaded["storage-credentials"]
+    assert credential["prefix"].rstrip("/") == table.location().rstrip("/")
+    assert credential["config"]["s3.session-token"]
+    assert credential["config"]["client.refresh-credentials-endpoint"].endswith(f"{prefix}/credentials")
+    renewed = api.get(f"{prefix}/credentials", headers=VENDED).raise_for_status().json()
+    assert [c["prefix"] for c in renewed["storage-credentials"]] == [credential["prefix"]]
+    catalog.purge_table("vend.t")
+    catalog.drop_namespace("vend")
+
+
+def test_a_soft_delete_profile_is_kept_but_tables_drop_at_once_and_undrop_is_absent(api, seaweedfs, devcatalog, service_token):
+    """lakekeeper v0.13.3 crates/lakekeeper/src/api/management/v1/warehouse/mod.rs
+    (`TabularDeleteProfile::Soft{expiration_seconds}`: a dropped table is kept until expiry) and
+    crates/lakekeeper/src/api/management/mod.rs (`/warehouse/{id}/deleted-tabulars/undrop`). The
+    dev catalog keeps the profile but SeaweedFS drops at once: no undrop."""
+    soft = {"type": "soft", "expiration-seconds": 3600}
+    warehouse = create_warehouse(api, seaweedfs, delete_profile=soft)
+    try:
+        assert warehouse["delete-profile"] == soft
+        catalog = iceberg(devcatalog, warehouse, service_token)
+        catalog.create_namespace("gone")
+        table = catalog.create_table("gone.t", schema=pa.schema([("id", pa.int64())]))
+        catalog.drop_table("gone.t")
+        with pytest.raises(NoSuchTableError):
+            catalog.load_table("gone.t")
+        undrop = api.post(f"/management/v1/warehouse/{warehouse['warehouse-id']}/deleted-tabulars/undrop",
+                          json={"targets": [table.metadata.table_uuid.hex]})
+        assert undrop.status_code == 404 and envelope(undrop)
+        catalog.drop_namespace("gone")
+    finally:
+        api.delete(f"/management/v1/warehouse/{warehouse['warehouse-id']}")
+
+
+def test_x_project_id_names_the_project_and_defaults_to_the_nil_uuid(devcatalog, service_token, warehouse):
+    """lakekeeper v0.13.3 crates/lakekeeper/src/request_metadata.rs (`X_PROJECT_ID_HEADER`,
+    parsed as a `ProjectId`, an invalid value refused; `preferred_project_id` falls back to
+    `DEFAULT_PROJECT_ID`)."""
+    def names(project):
+        with client(devcatalog, service_token, project) as api:
+            return {w["name"] for w in api.get("/management/v1/warehouse").raise_for_status().json()["warehouses"]}
+
+    assert warehouse["name"] in names(PROJECT)
+    assert warehouse["name"] not in names(str(uuid.uuid4()))
+    assert warehouse["name"] not in names(None)  # the default project
+    with client(devcatalog, service_token, "not-a-uuid") as api:
+        invalid = api.get("/management/v1/warehouse")
+    assert invalid.status_code == 400 and envelope(invalid)
+
+
+def test_tables_live_in_the_warehouses_own_table_bucket(api, warehouse, devcatalog, service_token):
+    """lakekeeper v0.13.3 crates/lakekeeper/src/service/storage/mod.rs (`default_tabular_location`)
+    and storage/s3.rs (`base_location`; test: `s3://test-bucket/test_prefix/<uuid>`): Lakekeeper
+    puts tables under the profile's bucket and key prefix. The dev catalog's SeaweedFS keeps them
+    in a table bucket `<bucket>-wh-<id>` (devstack/seaweedfs.py `warehouse_table_bucket`)."""
+    catalog = iceberg(devcatalog, warehouse, service_token)
+    catalog.create_namespace("where")
+    table = catalog.create_table("where.t", schema=pa.schema([("id", pa.int64())]))
+    bucket = warehouse_table_bucket(ALICE.bucket, uuid.UUID(warehouse["warehouse-id"]))
+    assert table.location().startswith(f"s3://{bucket}/")
+    assert not table.location().startswith(f"s3://{ALICE.bucket}/{warehouse['name']}")
+    catalog.purge_table("where.t")
+    catalog.drop_namespace("where")
