@@ -152,7 +152,7 @@ def test_warehouse_lifecycle(api, seaweedfs):
     assert api.post(f"/management/v1/warehouse/{warehouse_id}/deactivate").status_code == 200
     assert "renamed" not in warehouse_names(api)
     assert api.get(f"/management/v1/warehouse/{warehouse_id}").json()["status"] == "inactive"
-    assert error_of(api.get("/catalog/v1/config", params={"warehouse": "renamed"})) == (404, "WarehouseNotFound")
+    assert error_of(api.get("/catalog/v1/config", params={"warehouse": "renamed"})) == (404, "NoSuchWarehouseException")
     assert api.post(f"/management/v1/warehouse/{warehouse_id}/activate").status_code == 200
     assert api.get(f"/management/v1/warehouse/{warehouse_id}").json()["status"] == "active"
 
@@ -165,8 +165,8 @@ def test_warehouse_lifecycle(api, seaweedfs):
     assert rotated.raise_for_status().json()["updated-at"]
 
     assert api.delete(f"/management/v1/warehouse/{warehouse_id}").status_code == 204
-    assert error_of(api.get(f"/management/v1/warehouse/{warehouse_id}")) == (404, "WarehouseNotFound")
-    assert error_of(api.delete(f"/management/v1/warehouse/{warehouse_id}")) == (404, "WarehouseNotFound")
+    assert error_of(api.get(f"/management/v1/warehouse/{warehouse_id}")) == (404, "NoSuchWarehouseException")
+    assert error_of(api.delete(f"/management/v1/warehouse/{warehouse_id}")) == (404, "NoSuchWarehouseException")
 
 
 def test_a_wrong_secret_is_refused_and_creates_no_warehouse(api, seaweedfs):
@@ -253,9 +253,9 @@ def test_invalid_requests_are_refused_in_lakekeepers_terms(api, seaweedfs):
     assert error_of(slash) == (400, "InvalidWarehouseName")
     unknown = uuid.uuid4()
     assert error_of(api.post(f"/management/v1/warehouse/{unknown}/rename", json={"new-name": "y"})) == (
-        404, "WarehouseNotFound")
+        404, "NoSuchWarehouseException")
     assert error_of(api.get("/catalog/v1/config")) == (400, "GetConfigNoWarehouseProvided")
-    assert error_of(api.get("/catalog/v1/config", params={"warehouse": "nowhere"})) == (404, "WarehouseNotFound")
+    assert error_of(api.get("/catalog/v1/config", params={"warehouse": "nowhere"})) == (404, "NoSuchWarehouseException")
 
 
 @pytest.fixture

@@ -99,14 +99,37 @@ def test_array_query_parameters_answer_400_as_axum_query_does(api, warehouse):
 def test_errors_have_lakekeepers_envelope(api):
     """lakekeeper v0.13.3 crates/iceberg-ext/src/catalog/rest/error.rs (`IcebergErrorResponse`
     {error: ErrorModel{message, type, code, stack}}); type names from the handlers, e.g.
-    `WarehouseNotFound` (crates/lakekeeper/src/service/catalog_store/warehouse.rs)."""
-    missing = api.get(f"/management/v1/warehouse/{uuid.uuid4()}")
+    `NoSuchWarehouseException` of `WarehouseIdNotFound` / `WarehouseNameNotFound`
+    (crates/lakekeeper/src/service/catalog_store/warehouse.rs), which the portal's messages key on."""
+    unknown = uuid.uuid4()
+    missing = api.get(f"/management/v1/warehouse/{unknown}")
     assert missing.status_code == 404
-    assert envelope(missing)["type"] == "WarehouseNotFound"
+    assert envelope(missing) | {"stack": None} == {
+        "type": "NoSuchWarehouseException", "code": 404, "stack": None,
+        "message": f"A warehouse with id '{unknown}' does not exist"}
+    by_name = api.get("/catalog/v1/config", params={"warehouse": f"{PROJECT}/nowhere"})
+    assert (by_name.status_code, envelope(by_name)["type"]) == (404, "NoSuchWarehouseException")
     unknown_route = api.get("/management/v1/no-such-thing")
     assert unknown_route.status_code == 404 and envelope(unknown_route)["message"]
     bad_body = api.post("/management/v1/warehouse", content=b"not json", headers={"Content-Type": "application/json"})
     assert bad_body.status_code == 400 and envelope(bad_body)["type"]
+
+
+def test_a_refused_action_is_403_and_an_unseen_warehouse_differs(api, warehouse, devcatalog, portal_tokens):
+    """lakekeeper v0.13.3 crates/lakekeeper/src/service/authz/warehouse.rs (`require_warehouse_action`):
+    a caller who can see the warehouse but may not act answers 403 `WarehouseActionForbidden`; one
+    who cannot see it 404 `NoSuchWarehouseException` (`AuthZCannotUseWarehouseId`). The dev
+    catalog answers 403 to both: the second assertion pins that known difference (README's table)."""
+    warehouse_id = warehouse["warehouse-id"]
+    token = portal_tokens.user_token(ALICE_USER.sub).access_token
+    with client(devcatalog, token) as as_alice:
+        unseen = as_alice.get(f"/management/v1/warehouse/{warehouse_id}")
+        assert (unseen.status_code, envelope(unseen)["type"]) == (403, "WarehouseActionForbidden")  # Lakekeeper: 404
+        api.post(f"/management/v1/permissions/warehouse/{warehouse_id}/assignments",
+                 json={"writes": [{"type": "select", "user": f"oidc~{ALICE_USER.sub}"}]}).raise_for_status()
+        assert as_alice.get(f"/management/v1/warehouse/{warehouse_id}").status_code == 200
+        rename = as_alice.post(f"/management/v1/warehouse/{warehouse_id}/rename", json={"new-name": "taken-over"})
+        assert (rename.status_code, envelope(rename)["type"]) == (403, "WarehouseActionForbidden")
 
 
 def test_deleting_a_role_takes_its_grants_and_members_with_it(api, warehouse):

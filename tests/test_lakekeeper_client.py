@@ -380,7 +380,7 @@ def test_purge_drops_tables_with_purge_then_namespaces_innermost_first(client, l
         (409, "WarehouseAlreadyExists", "already exists"),
         (400, "CreateWarehouseStorageProfileOverlap", "overlaps an existing warehouse"),
         (400, "IoOperationFailed", "could not write to the bucket with these credentials"),
-        (404, "WarehouseNotFound", "no longer exists"),
+        (404, "NoSuchWarehouseException", "no longer exists"),
         (409, "WarehouseHasUnfinishedTasks", "still purging"),
         (401, "Unauthorized", "did not accept the portal's credentials"),
         (403, "Forbidden", "refused this operation"),
@@ -402,7 +402,7 @@ def test_errors_map_to_messages_for_users(client, lakekeeper, status, error_type
 
 
 def test_rename_of_a_missing_or_inactive_warehouse_says_why(client, lakekeeper):
-    lakekeeper.on("POST", f"{WAREHOUSE_PATH}/rename", (404, error_json(404, "WarehouseNotFound")))
+    lakekeeper.on("POST", f"{WAREHOUSE_PATH}/rename", (404, error_json(404, "NoSuchWarehouseException")))
     with pytest.raises(LakekeeperError) as raised:
         client.rename_warehouse(WAREHOUSE_ID, "new")
     assert "Only active warehouses can be renamed" in raised.value.user_message
@@ -472,16 +472,16 @@ def test_rename_sets_an_absolute_name_and_is_retried(client, lakekeeper):
 
 
 def test_delete_whose_first_answer_was_lost_counts_404_as_done(client, lakekeeper):
-    lakekeeper.on("DELETE", WAREHOUSE_PATH, httpx.ReadTimeout("timed out"), (404, error_json(404, "WarehouseNotFound")))
+    lakekeeper.on("DELETE", WAREHOUSE_PATH, httpx.ReadTimeout("timed out"), (404, error_json(404, "NoSuchWarehouseException")))
     client.delete_warehouse(WAREHOUSE_ID)
     assert len(lakekeeper.requests) == 2
 
 
 def test_delete_of_a_missing_warehouse_is_an_error(client, lakekeeper):
-    lakekeeper.on("DELETE", WAREHOUSE_PATH, (404, error_json(404, "WarehouseNotFound")))
+    lakekeeper.on("DELETE", WAREHOUSE_PATH, (404, error_json(404, "NoSuchWarehouseException")))
     with pytest.raises(LakekeeperError) as raised:
         client.delete_warehouse(WAREHOUSE_ID)
-    assert raised.value.type == "WarehouseNotFound"
+    assert raised.value.type == "NoSuchWarehouseException"
 
 
 # --- Tokens ---------------------------------------------------------------------------
@@ -838,7 +838,7 @@ def test_contract_holds_responses_to_the_documents():
     with pytest.raises(ContractViolation, match="status 202 is not a documented response"):
         validate_response("GET", path, 202, body=warehouse_json())
     # Error statuses a document does not list still need the error envelope.
-    validate_response("GET", "/catalog/v1/config", 404, body=error_json(404, "WarehouseNotFound"))
+    validate_response("GET", "/catalog/v1/config", 404, body=error_json(404, "NoSuchWarehouseException"))
     with pytest.raises(ContractViolation, match="not an IcebergErrorResponse"):
         validate_response("GET", "/catalog/v1/config", 404, body={"message": "not found"})
 

@@ -13,7 +13,8 @@ _USER_MESSAGES = {
     "WarehouseAlreadyExists": "A warehouse with this name already exists in the catalog. Choose another name.",
     "CreateWarehouseStorageProfileOverlap": ("This bucket location overlaps an existing warehouse. Use another "
                                              "bucket, or a key prefix that no other warehouse uses."),
-    "WarehouseNotFound": "This warehouse no longer exists in the catalog.",
+    # Lakekeeper v0.13.3's type for a missing warehouse (crates/lakekeeper/src/service/catalog_store/warehouse.rs).
+    "NoSuchWarehouseException": "This warehouse no longer exists in the catalog.",
     "WarehouseHasUnfinishedTasks": ("The catalog is still purging this warehouse's dropped tables. Try again in "
                                     "a minute."),
     "WarehouseNotEmpty": ("The warehouse still holds namespaces or tables (dropped tables awaiting deletion count "
@@ -34,7 +35,7 @@ class LakekeeperError(Exception):
     """Lakekeeper answered with an error (or, for subclasses, could not be asked).
 
     `status` is the HTTP status (None when there was no answer), `type` Lakekeeper's error
-    type (e.g. `WarehouseNotFound`), `message` its technical message, `operation` the
+    type (e.g. `NoSuchWarehouseException`), `message` its technical message, `operation` the
     client method that failed.
     """
 
@@ -55,7 +56,7 @@ class LakekeeperError(Exception):
     def user_message(self) -> str:
         """What went wrong, in words for the portal's users."""
         if self.type in _USER_MESSAGES:
-            if self.operation == "rename_warehouse" and self.type == "WarehouseNotFound":
+            if self.operation == "rename_warehouse" and self.type == "NoSuchWarehouseException":
                 # Lakekeeper renames active warehouses only.
                 return "Only active warehouses can be renamed; this one is deactivated or no longer exists."
             return _USER_MESSAGES[self.type]

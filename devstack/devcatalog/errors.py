@@ -1,6 +1,8 @@
 """Errors in Lakekeeper's shape: `{"error": {"message", "type", "code"}}` with its type names."""
 from __future__ import annotations
 
+import uuid
+
 
 class CatalogError(Exception):
     def __init__(self, code: int, error_type: str, message: str, stack: list[str] | None = None) -> None:
@@ -18,7 +20,12 @@ class CatalogError(Exception):
 
 
 def warehouse_not_found(warehouse: object) -> CatalogError:
-    return CatalogError(404, "WarehouseNotFound", f"Warehouse '{warehouse}' not found")
+    # Lakekeeper v0.13.3 `WarehouseIdNotFound` / `WarehouseNameNotFound`
+    # (crates/lakekeeper/src/service/catalog_store/warehouse.rs): type `NoSuchWarehouseException`,
+    # also for a warehouse the caller may not see (`AuthZCannotUseWarehouseId`, service/authz/warehouse.rs).
+    if isinstance(warehouse, uuid.UUID):
+        return CatalogError(404, "NoSuchWarehouseException", f"A warehouse with id '{warehouse}' does not exist")
+    return CatalogError(404, "NoSuchWarehouseException", f"A warehouse '{warehouse}' does not exist")
 
 
 def bad_request(message: str, error_type: str = "BadRequest") -> CatalogError:

@@ -2,7 +2,7 @@
 
 Requests and answers follow Lakekeeper's management-open-api.yaml; so do the error types
 (`CreateWarehouseStorageProfileOverlap`, `WarehouseAlreadyExists`, `IoOperationFailed`,
-`WarehouseNotFound`, `WarehouseNotEmpty`, ...). Projects are implicit: any UUID in
+`NoSuchWarehouseException`, `WarehouseNotEmpty`, ...). Projects are implicit: any UUID in
 `x-project-id` names one, the nil UUID is the default project. Lakekeeper's 409
 `WarehouseHasUnfinishedTasks` never comes up: SeaweedFS purges a dropped table at once, so
 there are no background tasks to wait for. Only project admins create warehouses; other callers
