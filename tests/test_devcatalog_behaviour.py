@@ -208,8 +208,9 @@ def test_a_soft_delete_profile_is_kept_but_tables_drop_at_once_and_undrop_is_abs
 
 def test_x_project_id_names_the_project_and_defaults_to_the_nil_uuid(devcatalog, service_token, warehouse):
     """lakekeeper v0.13.3 crates/lakekeeper/src/request_metadata.rs (`X_PROJECT_ID_HEADER`,
-    parsed as a `ProjectId`, an invalid value refused; `preferred_project_id` falls back to
-    `DEFAULT_PROJECT_ID`)."""
+    trimmed and parsed as a `ProjectId`; `preferred_project_id` falls back to `DEFAULT_PROJECT_ID`)
+    and crates/lakekeeper/src/service/identifier/project.rs (`ProjectId::try_new`: letters, digits,
+    '-' and '_', not only UUIDs; anything else 400 `MalformedProjectID`)."""
     def names(project):
         with client(devcatalog, service_token, project) as api:
             return {w["name"] for w in api.get("/management/v1/warehouse").raise_for_status().json()["warehouses"]}
@@ -217,9 +218,10 @@ def test_x_project_id_names_the_project_and_defaults_to_the_nil_uuid(devcatalog,
     assert warehouse["name"] in names(PROJECT)
     assert warehouse["name"] not in names(str(uuid.uuid4()))
     assert warehouse["name"] not in names(None)  # the default project
-    with client(devcatalog, service_token, "not-a-uuid") as api:
+    assert warehouse["name"] not in names("not_a-uuid")  # a project of its own
+    with client(devcatalog, service_token, "a/b") as api:
         invalid = api.get("/management/v1/warehouse")
-    assert invalid.status_code == 400 and envelope(invalid)
+    assert (invalid.status_code, envelope(invalid)["type"]) == (400, "MalformedProjectID")
 
 
 def test_tables_live_in_the_warehouses_own_table_bucket(api, warehouse, devcatalog, service_token):

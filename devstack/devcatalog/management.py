@@ -65,11 +65,14 @@ def _services():
 
 
 def request_project_id() -> str:
-    project_id = request.headers.get("x-project-id") or DEFAULT_PROJECT_ID
-    try:
-        return str(uuid.UUID(project_id))
-    except ValueError:
-        raise bad_request(f"Invalid project id '{project_id}': expected a UUID", "InvalidProjectId") from None
+    # As Lakekeeper v0.13.3 reads it (crates/lakekeeper/src/request_metadata.rs, ProjectId::try_new in
+    # crates/lakekeeper/src/service/identifier/project.rs): trimmed, empty counts as absent (the
+    # default project); any id of letters, digits, '-' and '_', not only UUIDs, taken as written.
+    project_id = (request.headers.get("x-project-id") or "").strip() or DEFAULT_PROJECT_ID
+    if not all(c.isalnum() or c in "-_" for c in project_id):
+        raise bad_request("Project IDs may only contain alphanumeric characters, hyphens and underscores. "
+                          f"Got: `{project_id}`", "MalformedProjectID")
+    return project_id
 
 
 def _json_object() -> dict:
