@@ -114,6 +114,15 @@ class ForkedRuns:
         if child is not None:
             child.end()
 
+    def renew_spare(self) -> None:
+        """End the child forked ahead and fork another: a child holds the host as it was when it
+        was forked, so a change to the host's state (a setting) reaches the next run only so."""
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.end()
+        self.refill()
+
     def stop(self) -> None:
         with self._lock:
             self._stopped = True

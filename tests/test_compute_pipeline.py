@@ -611,9 +611,14 @@ def test_each_set_of_storage_credentials_is_the_one_its_reads_and_writes_use(hos
 # On the host: renew every binding at once (as when its credentials near their end), or undo that;
 # report the warehouse's binding version and how many S3A file systems the driver has made.
 RENEWAL_CODE = """
+import gc
+from compute.forked_runs import ForkedRuns
 from compute.pipeline import CATALOGS
 if args.get("min_remaining_s") is not None:
     CATALOGS.min_remaining_s = args["min_remaining_s"]
+    # The next run's child was forked with the setting as it was: fork it again.
+    for forks in [thing for thing in gc.get_objects() if isinstance(thing, ForkedRuns)]:
+        forks.renew_spare()
 result = {"version": CATALOGS._versions.get(args["warehouse_id"], 0),
           "file_systems": spark.sparkContext._jvm.io.lakeport.s3.CredentialKeyedS3AFileSystem.createdFileSystems()}
 """

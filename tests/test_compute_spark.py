@@ -47,7 +47,8 @@ def test_fetch_jars_keeps_jars_already_present(monkeypatch):
 
 
 def test_lakeports_own_jar_is_built_from_its_sources_and_renamed_when_they_change(tmp_path, monkeypatch):
-    (tmp_path / jars.HADOOP_AWS.file_name).symlink_to(jars.jars_dir() / jars.HADOOP_AWS.file_name)
+    for compiled_against in (jars.HADOOP_AWS, jars.ICEBERG_SPARK_RUNTIME):  # the sources use both
+        (tmp_path / compiled_against.file_name).symlink_to(jars.jars_dir() / compiled_against.file_name)
     built = jars.build_lakeport_jar(tmp_path, log=lambda _line: None)
     with zipfile.ZipFile(built) as jar:
         assert "io/lakeport/s3/CredentialKeyedS3AFileSystem.class" in jar.namelist()
