@@ -23,7 +23,7 @@ import time
 import traceback
 from typing import Any
 
-from compute.runs import RunFailed, RunInterrupted, RunProgress
+from compute.runs import RunFailed, RunInterrupted, RunProgress, jsonable
 
 # One message's bound: a step's log line is bounded well below it, a result (a run's summary) too.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -126,7 +126,7 @@ def execute(channel: Channel, spark, run: dict, progress: RemoteProgress, before
     else:
         completed = progress.begin_completion()
         end = {"outcome": "completed" if completed else "cancelled",
-               "result": _jsonable(namespace.get("result")) if completed else None}
+               "result": jsonable(namespace.get("result")) if completed else None}
     if before_end is not None:
         before_end()
     channel.send({"kind": "end", **end})
@@ -155,14 +155,6 @@ def _keep_cancelling(progress: RemoteProgress, spark, run_id: str) -> None:
             pass
         progress.interrupt()
         time.sleep(CANCEL_REPEAT_SECONDS)
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 # ------------------------------------------------------------------ the host's side

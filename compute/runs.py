@@ -5,6 +5,7 @@ interrupts it (compute/spark_host.py keeps the run table; compute/pipeline.py re
 from __future__ import annotations
 
 import ctypes
+import json
 import sys
 import threading
 import time
@@ -198,3 +199,12 @@ def _in_jvm_call(thread_id: int) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def jsonable(value: Any) -> Any:
+    """A run's result as JSON carries it: the value itself, or its repr when JSON cannot hold it."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import json
 import os
 import threading
 import time
@@ -52,7 +51,7 @@ import ray
 
 from compute.contract import ISOLATION, SUBMIT_CODE, Isolation, RunState, SparkHostSettings
 from compute.host_http import serve
-from compute.runs import Run, RunFailed, RunInterrupted
+from compute.runs import Run, RunFailed, RunInterrupted, jsonable
 
 ACTOR_NAME = "spark-host"
 FINISHED_RUNS_KEPT = 500
@@ -283,7 +282,7 @@ class SparkSessionHost:
         # The process says how its run ended; whether it completes was decided here (a process that
         # claims to have completed without asking is asked now).
         if end["outcome"] == "completed" and run.progress.begin_completion():
-            self._finish(run, RunState.COMPLETED, result=_jsonable(end.get("result")))
+            self._finish(run, RunState.COMPLETED, result=jsonable(end.get("result")))
         elif end["outcome"] in ("completed", "cancelled"):
             self._finish(run, RunState.CANCELLED)
         else:
@@ -328,7 +327,7 @@ class SparkSessionHost:
             # The code (the pipeline: before marking its tables complete) may have decided already.
             completed = run.progress.begin_completion()
             self._finish(run, RunState.COMPLETED if completed else RunState.CANCELLED,
-                         result=_jsonable(namespace.get("result")) if completed else None)
+                         result=jsonable(namespace.get("result")) if completed else None)
         finally:
             # Once the run has ended: what it left in reference cycles goes now, not whenever the
             # collector next runs. Among it are the HTTP connections pyiceberg's catalog clients
@@ -388,14 +387,6 @@ def _resources_used() -> dict[str, float]:
     the figures the portal shows for a unit that runs no Ray dashboard."""
     total, available = ray.cluster_resources(), ray.available_resources()
     return {name: total[name] - available.get(name, 0.0) for name in ("CPU", "memory") if name in total}
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 class SparkHostActor:
