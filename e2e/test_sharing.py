@@ -79,6 +79,9 @@ def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation
     page.goto(unit_url)
     page.get_by_test_id("terminate").click()
     confirm(f"Terminate {unit}?")
+    # The answer sends the browser to the unit's page again; sign out once it has landed, or
+    # that navigation closes the user menu under the click.
+    expect(page.get_by_text(f"Requested the termination of {unit}.")).to_be_visible()
     sign_out()
 
     # Alice revokes the share: Bob's next page is refused.
@@ -194,4 +197,7 @@ def test_a_version_saved_while_bob_looks_at_the_run_form_is_shown_to_him_before_
     page.goto(unit_url)
     page.get_by_test_id("terminate").click()
     confirm(f"Terminate {unit}?")
+    # The answer sends the browser to the unit's page again; sign out once it has landed, or
+    # that navigation closes the user menu under the click.
+    expect(page.get_by_text(f"Requested the termination of {unit}.")).to_be_visible()
     sign_out()
