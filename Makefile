@@ -10,6 +10,8 @@ run: setup
 	.venv/bin/python -m devstack
 
 test: setup
+	.venv/bin/ruff format --check .
+	.venv/bin/ruff check .
 	.venv/bin/python -m pytest
 
 # The browser suite alone; with BASE_URL (and E2E_USER, E2E_PASSWORD, E2E_S3_*: e2e/target.py)

@@ -1,6 +1,7 @@
 """gunicorn's settings for the portal: the image's command and the portal-load benchmark
 (bench/portal_load.py) both serve with these. Command-line options override them (the
 benchmark binds a free loopback port)."""
+
 bind = "0.0.0.0:8000"
 wsgi_app = "wsgi:app"
 # Two processes of four threads: requests mostly wait on the database, the catalog or a unit's

@@ -2,6 +2,7 @@
 
 The web processes start no background work: `flask --app wsgi lakeport worker` does it (app/worker.py).
 """
+
 from app import create_app
 
 app = create_app()

@@ -1,4 +1,5 @@
 """Lakeport: the web portal of a multi-tenant lakehouse."""
+
 from __future__ import annotations
 
 import logging
@@ -23,7 +24,9 @@ def create_app(config: Config | None = None) -> Flask:
     )
     app.config.from_mapping(config.flask_mapping())
     app.config.setdefault("PERMANENT_SESSION_LIFETIME", timedelta(hours=12))
-    logging.basicConfig(level=config.LOG_LEVEL, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=config.LOG_LEVEL, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     app.logger.setLevel(config.LOG_LEVEL)
 
     Htmx(app)
@@ -36,14 +39,40 @@ def create_app(config: Config | None = None) -> Flask:
     security.init_app(app)
     oidc.init_app(app)
 
-    from app import (api, audit, auth, compute_units, executions, main, operators, schedules, tokens, usage,
-                     warehouses, workflows)
+    from app import (
+        api,
+        audit,
+        auth,
+        compute_units,
+        executions,
+        main,
+        operators,
+        schedules,
+        tokens,
+        usage,
+        warehouses,
+        workflows,
+    )
     from app.api.openapi import spec as api_spec
 
-    for feature in (auth, main, warehouses, compute_units, workflows, executions, usage, tokens, schedules, audit,
-                    operators, api):
+    for feature in (
+        auth,
+        main,
+        warehouses,
+        compute_units,
+        workflows,
+        executions,
+        usage,
+        tokens,
+        schedules,
+        audit,
+        operators,
+        api,
+    ):
         app.register_blueprint(feature.bp)
-    security.csrf.exempt(api.bp)  # the API takes no cookie: a bearer token, which no other site can send
+    security.csrf.exempt(
+        api.bp
+    )  # the API takes no cookie: a bearer token, which no other site can send
     api_spec.register(app)
 
     register_error_pages(app)
@@ -90,7 +119,11 @@ def register_commands(app: Flask) -> None:
         run_worker(app)
 
     @lakeport_group.command("stop-local-units")
-    @click.option("--reason", default="the portal's operator stopped them", help="Recorded as each unit's reason.")
+    @click.option(
+        "--reason",
+        default="the portal's operator stopped them",
+        help="Recorded as each unit's reason.",
+    )
     def stop_local_units(reason: str):
         """Stop every local compute unit of this database at once (when the machine's stack goes
         down: local units are the worker's child processes)."""
@@ -118,7 +151,11 @@ def navigation() -> dict:
         return endpoint in current_app.view_functions
 
     items = [(label, endpoint) for label, endpoint in NAVIGATION if has_endpoint(endpoint)]
-    return {"navigation": items, "has_endpoint": has_endpoint, "is_operator": is_operator(current_user)}
+    return {
+        "navigation": items,
+        "has_endpoint": has_endpoint,
+        "is_operator": is_operator(current_user),
+    }
 
 
 def register_error_pages(app: Flask) -> None:

@@ -1,5 +1,6 @@
 """Charts drawn on the server as SVG: no JavaScript, and nothing the Content-Security-Policy
 forbids (presentation attributes, no inline style)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +16,12 @@ BAR_HEIGHT = 18
 AXIS_HEIGHT = 30
 TICKS = 4
 STATUS_COLORS = {
-    "done": "#2e7d32", "completed": "#2e7d32", "succeeded": "#2e7d32",
-    "failed": "#c62828", "cancelled": "#757575", "skipped": "#9e9e9e",
+    "done": "#2e7d32",
+    "completed": "#2e7d32",
+    "succeeded": "#2e7d32",
+    "failed": "#c62828",
+    "cancelled": "#757575",
+    "skipped": "#9e9e9e",
 }
 OTHER_COLOR = "#1565c0"
 
@@ -34,11 +39,11 @@ class StepTiming:
 
 def _short(name: str, limit: int = 22) -> str:
     """A label that fits the label column (the full name is in the bar's tooltip)."""
-    return name if len(name) <= limit else name[:limit - 1] + "…"
+    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 def _seconds(value: float) -> str:
-    """"1.5 s", "120 ms", and for steps of a few milliseconds "0.4 ms" (so the axis does not
+    """ "1.5 s", "120 ms", and for steps of a few milliseconds "0.4 ms" (so the axis does not
     read "0 ms" at every tick)."""
     if value >= 1:
         return f"{value:.1f} s"
@@ -64,24 +69,28 @@ def step_timeline_svg(steps: list[StepTiming]) -> Markup:
         label = f"{_seconds(step.duration_s)}{rows}"
         parts.append(
             f'<g data-step="{escape(step.name)}">'
-            f'<title>{escape(step.name)}: {escape(step.status)}, {escape(label)}</title>'
+            f"<title>{escape(step.name)}: {escape(step.status)}, {escape(label)}</title>"
             f'<text x="{LABEL_WIDTH - 8}" y="{top + ROW_HEIGHT / 2 + 4}" text-anchor="end" fill="currentColor">'
-            f'{escape(_short(step.name))}</text>'
+            f"{escape(_short(step.name))}</text>"
             f'<rect x="{x:.1f}" y="{top + (ROW_HEIGHT - BAR_HEIGHT) / 2}" width="{width:.1f}" height="{BAR_HEIGHT}" '
             f'rx="3" fill="{color}"/>'
             f'<text x="{x + width + 6:.1f}" y="{top + ROW_HEIGHT / 2 + 4}" fill="currentColor">{escape(label)}</text>'
-            f'</g>'
+            f"</g>"
         )
     axis_y = len(steps) * ROW_HEIGHT + 4
-    parts.append(f'<line x1="{LABEL_WIDTH}" y1="{axis_y}" x2="{LABEL_WIDTH + BAR_AREA}" y2="{axis_y}" '
-                 f'stroke="currentColor" stroke-opacity="0.4"/>')
+    parts.append(
+        f'<line x1="{LABEL_WIDTH}" y1="{axis_y}" x2="{LABEL_WIDTH + BAR_AREA}" y2="{axis_y}" '
+        f'stroke="currentColor" stroke-opacity="0.4"/>'
+    )
     for tick in range(TICKS + 1):
         seconds = span * tick / TICKS
         x = LABEL_WIDTH + seconds * scale
-        parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="currentColor" '
-                     f'stroke-opacity="0.4"/>'
-                     f'<text x="{x:.1f}" y="{axis_y + 18}" text-anchor="middle" fill="currentColor" '
-                     f'fill-opacity="0.7">{_seconds(seconds)}</text>')
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="currentColor" '
+            f'stroke-opacity="0.4"/>'
+            f'<text x="{x:.1f}" y="{axis_y + 18}" text-anchor="middle" fill="currentColor" '
+            f'fill-opacity="0.7">{_seconds(seconds)}</text>'
+        )
     parts.append("</svg>")
     return Markup("".join(parts))
 
@@ -109,8 +118,10 @@ def storage_history_svg(points: list[tuple[datetime, int]]) -> Markup:
     height = CHART_HEIGHT + AXIS_HEIGHT
 
     def xy(at: datetime, value: int) -> tuple[float, float]:
-        return (AXIS_WIDTH + (at - first).total_seconds() / span * plot_width,
-                10 + (1 - value / top) * (CHART_HEIGHT - 10))
+        return (
+            AXIS_WIDTH + (at - first).total_seconds() / span * plot_width,
+            10 + (1 - value / top) * (CHART_HEIGHT - 10),
+        )
 
     coordinates = [xy(at, value) for at, value in points]
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in coordinates)
@@ -124,14 +135,20 @@ def storage_history_svg(points: list[tuple[datetime, int]]) -> Markup:
     for tick in range(TICKS + 1):
         value = top * tick / TICKS
         _, y = xy(first, value)
-        parts.append(f'<line x1="{AXIS_WIDTH}" y1="{y:.1f}" x2="{WIDTH - 10}" y2="{y:.1f}" stroke="currentColor" '
-                     f'stroke-opacity="0.1"/><text x="{AXIS_WIDTH - 6}" y="{y + 4:.1f}" text-anchor="end" '
-                     f'fill="currentColor" fill-opacity="0.7">{escape(human_bytes(value))}</text>')
+        parts.append(
+            f'<line x1="{AXIS_WIDTH}" y1="{y:.1f}" x2="{WIDTH - 10}" y2="{y:.1f}" stroke="currentColor" '
+            f'stroke-opacity="0.1"/><text x="{AXIS_WIDTH - 6}" y="{y + 4:.1f}" text-anchor="end" '
+            f'fill="currentColor" fill-opacity="0.7">{escape(human_bytes(value))}</text>'
+        )
     for (at, value), (x, y) in zip(points, coordinates):
-        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{OTHER_COLOR}">'
-                     f'<title>{at:%Y-%m-%d %H:%M}: {escape(human_bytes(value))}</title></circle>')
+        parts.append(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{OTHER_COLOR}">'
+            f"<title>{at:%Y-%m-%d %H:%M}: {escape(human_bytes(value))}</title></circle>"
+        )
     for at, anchor, x in ((first, "start", AXIS_WIDTH), (last, "end", WIDTH - 10)):
-        parts.append(f'<text x="{x}" y="{CHART_HEIGHT + 20}" text-anchor="{anchor}" fill="currentColor" '
-                     f'fill-opacity="0.7">{at:%Y-%m-%d %H:%M}</text>')
+        parts.append(
+            f'<text x="{x}" y="{CHART_HEIGHT + 20}" text-anchor="{anchor}" fill="currentColor" '
+            f'fill-opacity="0.7">{at:%Y-%m-%d %H:%M}</text>'
+        )
     parts.append("</svg>")
     return Markup("".join(parts))

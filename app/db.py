@@ -9,6 +9,7 @@ counts) does so in `writing_session()`, its own transaction.
 
 Schema changes go through Alembic (`migrations/`); nothing here creates tables.
 """
+
 from __future__ import annotations
 
 import re
@@ -63,6 +64,7 @@ def _ping_connections_back_from_idle(engine: Engine) -> None:
     (a restart, an idle timeout) fails its ping and is replaced. One closed while it was in use
     fails that request, and the failure invalidates the whole pool (SQLAlchemy's disconnect
     handling), so the next requests get new connections."""
+
     @event.listens_for(engine, "checkin")
     def _idle_from(_dbapi_connection, record) -> None:
         record.info["idle_since"] = time.monotonic()
@@ -75,7 +77,9 @@ def _ping_connections_back_from_idle(engine: Engine) -> None:
         try:
             engine.dialect.do_ping(dbapi_connection)
         except engine.dialect.loaded_dbapi.Error as error:
-            raise DisconnectionError(f"an idle pooled connection was closed: {error}") from error  # the pool retries
+            raise DisconnectionError(
+                f"an idle pooled connection was closed: {error}"
+            ) from error  # the pool retries
 
 
 READING_METHODS = frozenset({"GET", "HEAD"})
@@ -118,14 +122,17 @@ def _refuse_writes(_connection, _cursor, statement, _parameters, context, _execu
         refused = found.group(1).upper()
     else:
         return
-    raise ReadingRequestWrites(f"a reading request (GET or HEAD) may not write: {refused} refused; "
-                               "write in db.writing_session()")
+    raise ReadingRequestWrites(
+        f"a reading request (GET or HEAD) may not write: {refused} refused; "
+        "write in db.writing_session()"
+    )
 
 
 # SQL that SQLAlchemy did not compile from a construct (text(), exec_driver_sql) says what it
 # does only in its words: one that names a writing command anywhere is refused.
-_WRITING_SQL = re.compile(r"\b(insert|update|delete|merge|truncate|copy|create|drop|alter|grant|revoke)\b",
-                          re.IGNORECASE)
+_WRITING_SQL = re.compile(
+    r"\b(insert|update|delete|merge|truncate|copy|create|drop|alter|grant|revoke)\b", re.IGNORECASE
+)
 
 
 def _written_out(context) -> bool:
@@ -172,7 +179,9 @@ def alembic_config(database_url: str, portal_url: str | None = None):
     return config
 
 
-def upgrade_database(database_url: str, revision: str = "head", portal_url: str | None = None) -> None:
+def upgrade_database(
+    database_url: str, revision: str = "head", portal_url: str | None = None
+) -> None:
     from alembic import command
 
     command.upgrade(alembic_config(database_url, portal_url), revision)

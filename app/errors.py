@@ -1,4 +1,5 @@
 """The one base of the errors the portal shows to its users."""
+
 from __future__ import annotations
 
 

@@ -3,6 +3,7 @@
 The modules that talk to each system hold the protocol; this module only wires them
 to an app: `lakekeeper()` is the app's Lakekeeper client.
 """
+
 from __future__ import annotations
 
 from flask import Flask, current_app

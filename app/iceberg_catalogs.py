@@ -5,6 +5,7 @@ created lazily on first use and shared by the portal's threads, for reading resu
 token source, never stored in a catalog's properties) and ask for vended credentials, so the
 portal holds no storage key of any warehouse. `guarded` turns their failures into words for users.
 """
+
 from __future__ import annotations
 
 import threading
@@ -80,7 +81,12 @@ class WarehouseCatalogs:
     """
 
     def __init__(
-        self, catalog_uri: str, token_source: TokenSource, *, project_id: str, timeout: float = 10.0,
+        self,
+        catalog_uri: str,
+        token_source: TokenSource,
+        *,
+        project_id: str,
+        timeout: float = 10.0,
     ) -> None:
         self.catalog_uri = catalog_uri.rstrip("/")
         self._token_source = token_source
@@ -106,8 +112,11 @@ class WarehouseCatalogs:
             f"lakeport-{lakekeeper_name}",
             uri=self.catalog_uri,
             warehouse=lakekeeper_name,
-            auth={"type": "custom", "impl": f"{__name__}.TokenSourceAuth",
-                  "custom": {"token_source": self._token_source}},
+            auth={
+                "type": "custom",
+                "impl": f"{__name__}.TokenSourceAuth",
+                "custom": {"token_source": self._token_source},
+            },
             **{
                 "header.x-project-id": self._project_id,
                 f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION,
@@ -124,9 +133,15 @@ def catalog_for(warehouse) -> RestCatalog:
     if catalogs is None:
         client = lakekeeper()
         # The Lakekeeper client's own token source: one service identity, one token cache.
-        catalogs = current_app.extensions.setdefault("iceberg_catalogs", WarehouseCatalogs(
-            f"{client.base_url}/catalog", client.token_source, project_id=client.project_id,
-            timeout=current_app.config["LAKEKEEPER_TIMEOUT_SECONDS"]))
+        catalogs = current_app.extensions.setdefault(
+            "iceberg_catalogs",
+            WarehouseCatalogs(
+                f"{client.base_url}/catalog",
+                client.token_source,
+                project_id=client.project_id,
+                timeout=current_app.config["LAKEKEEPER_TIMEOUT_SECONDS"],
+            ),
+        )
     return catalogs.catalog(warehouse.lakekeeper_id, warehouse.lakekeeper_name)
 
 
@@ -139,7 +154,9 @@ def guarded(call: Callable[[], Any]) -> Any:
     except (ForbiddenError, UnauthorizedError, OAuthError) as error:
         raise ResultReadError("The catalog refused the portal access to this warehouse.") from error
     except (requests.ConnectionError, requests.Timeout, ServerError) as error:
-        raise ResultReadError("The catalog (Lakekeeper) is unreachable. Try again in a moment.") from error
+        raise ResultReadError(
+            "The catalog (Lakekeeper) is unreachable. Try again in a moment."
+        ) from error
     except RESTError as error:
         raise ResultReadError(f"The catalog could not serve this table: {error}") from error
     except OSError as error:

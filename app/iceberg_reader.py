@@ -9,6 +9,7 @@ stops: no other file is read. The file plan per snapshot and the footers per fil
 (both are immutable). Tables with row-level deletes have no exact counts in metadata; they
 are read through pyiceberg's own scan, which applies the deletes.
 """
+
 from __future__ import annotations
 
 import csv
@@ -86,9 +87,17 @@ def read_page(catalog: RestCatalog, table_name: str, page: int, size: int) -> Pa
         total = _total_rows(table, _ordered_tasks(table))
         # A page past the end (a stale link, a typed number) shows the last page.
         page_number = min(page, _pages(total, size))
-        rows = [row for batch in _take(table, (page_number - 1) * size, size) for row in _rows(batch)]
-        return Page(rows=rows, columns=columns, total_rows=total, page=page_number, size=size,
-                    types=tuple(str(field.field_type) for field in fields))
+        rows = [
+            row for batch in _take(table, (page_number - 1) * size, size) for row in _rows(batch)
+        ]
+        return Page(
+            rows=rows,
+            columns=columns,
+            total_rows=total,
+            page=page_number,
+            size=size,
+            types=tuple(str(field.field_type) for field in fields),
+        )
 
     return guarded(read)
 
@@ -104,12 +113,19 @@ class WholeTable:
         """Page `page` of `rows` (a page past the end reads as the last one)."""
         total = self.rows.num_rows
         page_number = min(max(1, page), _pages(total, size))
-        return Page(rows=_rows(self.rows.slice((page_number - 1) * size, size)),
-                    columns=list(self.rows.column_names), total_rows=total, page=page_number, size=size,
-                    types=self.types)
+        return Page(
+            rows=_rows(self.rows.slice((page_number - 1) * size, size)),
+            columns=list(self.rows.column_names),
+            total_rows=total,
+            page=page_number,
+            size=size,
+            types=self.types,
+        )
 
 
-def read_whole(catalog: RestCatalog, table_name: str, max_rows: int = WHOLE_TABLE_MAX_ROWS) -> WholeTable:
+def read_whole(
+    catalog: RestCatalog, table_name: str, max_rows: int = WHOLE_TABLE_MAX_ROWS
+) -> WholeTable:
     """The table's current snapshot in page order, up to `max_rows` rows; cached per snapshot
     (snapshots are immutable)."""
 
@@ -122,9 +138,14 @@ def read_whole(catalog: RestCatalog, table_name: str, max_rows: int = WHOLE_TABL
         if rows is None:
             batches = _take(table, 0, max_rows)
             # Files written at different times may differ in string widths: promote to one schema.
-            rows = pa.concat_tables([pa.Table.from_batches([batch]) for batch in batches],
-                                    promote_options="permissive") if batches else \
-                schema_to_pyarrow(table.schema(), include_field_ids=False).empty_table()
+            rows = (
+                pa.concat_tables(
+                    [pa.Table.from_batches([batch]) for batch in batches],
+                    promote_options="permissive",
+                )
+                if batches
+                else schema_to_pyarrow(table.schema(), include_field_ids=False).empty_table()
+            )
             _whole_tables.put(key, rows)
         return WholeTable(rows=rows, types=types)
 
@@ -142,8 +163,10 @@ class TableShape:
 def table_shape(catalog: RestCatalog, table_name: str) -> TableShape:
     def read() -> TableShape:
         table = catalog.load_table(table_name)
-        return TableShape(columns={field.name: str(field.field_type) for field in table.schema().fields},
-                          total_rows=_total_rows(table, _ordered_tasks(table)))
+        return TableShape(
+            columns={field.name: str(field.field_type) for field in table.schema().fields},
+            total_rows=_total_rows(table, _ordered_tasks(table)),
+        )
 
     return guarded(read)
 
@@ -189,19 +212,28 @@ def table_overview(catalog: RestCatalog, table_name: str) -> TableOverview:
             return int(value) if value not in (None, "") else None
 
         snapshots = [
-            SnapshotInfo(snapshot.snapshot_id, snapshot.timestamp_ms,
-                         snapshot.summary.operation.value if snapshot.summary else "",
-                         count(snapshot.summary, "added-records"), count(snapshot.summary, "added-files-size"))
+            SnapshotInfo(
+                snapshot.snapshot_id,
+                snapshot.timestamp_ms,
+                snapshot.summary.operation.value if snapshot.summary else "",
+                count(snapshot.summary, "added-records"),
+                count(snapshot.summary, "added-files-size"),
+            )
             for snapshot in sorted(metadata.snapshots, key=lambda s: s.timestamp_ms, reverse=True)
         ]
         current = table.current_snapshot()
         summary = current.summary if current else None
         return TableOverview(
-            name=table_name, location=metadata.location,
-            columns=[Column(field.name, str(field.field_type), field.required, field.doc)
-                     for field in table.schema().fields],
-            properties=dict(metadata.properties), snapshots=snapshots,
-            total_records=count(summary, "total-records"), total_bytes=count(summary, "total-files-size"),
+            name=table_name,
+            location=metadata.location,
+            columns=[
+                Column(field.name, str(field.field_type), field.required, field.doc)
+                for field in table.schema().fields
+            ],
+            properties=dict(metadata.properties),
+            snapshots=snapshots,
+            total_records=count(summary, "total-records"),
+            total_bytes=count(summary, "total-files-size"),
             total_data_files=count(summary, "total-data-files"),
         )
 
@@ -267,10 +299,22 @@ def _csv_writable(batch: pa.RecordBatch) -> pa.RecordBatch:
     for column in batch.columns:
         kind = column.type
         if pa.types.is_nested(kind):
-            column = pa.array([None if value is None else json.dumps(value, default=str)
-                               for value in column.to_pylist()], pa.string())
-        elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
-            column = pa.array([None if value is None else value.hex() for value in column.to_pylist()], pa.string())
+            column = pa.array(
+                [
+                    None if value is None else json.dumps(value, default=str)
+                    for value in column.to_pylist()
+                ],
+                pa.string(),
+            )
+        elif (
+            pa.types.is_binary(kind)
+            or pa.types.is_large_binary(kind)
+            or pa.types.is_fixed_size_binary(kind)
+        ):
+            column = pa.array(
+                [None if value is None else value.hex() for value in column.to_pylist()],
+                pa.string(),
+            )
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
@@ -326,7 +370,9 @@ def _total_rows(table: Table, tasks: list[FileScanTask]) -> int:
     return int(recorded) if recorded is not None else sum(task.file.record_count for task in tasks)
 
 
-def _batches_from(table: Table, start: int, batch_rows: int = SKIP_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+def _batches_from(
+    table: Table, start: int, batch_rows: int = SKIP_BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
     """The table's rows from row `start` on (0-based, page order), in the table's current schema."""
     tasks = _ordered_tasks(table)
     schema = table.schema()
@@ -342,7 +388,9 @@ def _batches_from(table: Table, start: int, batch_rows: int = SKIP_BATCH_ROWS) -
         skip = 0
 
 
-def _file_batches(table: Table, path: str, schema: Schema, skip: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+def _file_batches(
+    table: Table, path: str, schema: Schema, skip: int, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
     footer = _footers.get(path)
     with table.io.new_input(path).open() as stream:
         parquet = pq.ParquetFile(stream, metadata=footer)
@@ -354,7 +402,9 @@ def _file_batches(table: Table, path: str, schema: Schema, skip: int, batch_rows
             if skip >= group_rows:
                 skip -= group_rows
                 continue
-            for batch in _skipping(parquet.iter_batches(batch_size=batch_rows, row_groups=[row_group]), skip):
+            for batch in _skipping(
+                parquet.iter_batches(batch_size=batch_rows, row_groups=[row_group]), skip
+            ):
                 yield _in_table_schema(batch, schema)
             skip = 0
 
@@ -374,11 +424,15 @@ def _in_table_schema(batch: pa.RecordBatch, schema: Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names=[field.name for field in schema.fields])
 
 
-def _batches_applying_deletes(table: Table, tasks: list[FileScanTask], start: int) -> Iterator[pa.RecordBatch]:
+def _batches_applying_deletes(
+    table: Table, tasks: list[FileScanTask], start: int
+) -> Iterator[pa.RecordBatch]:
     """Row-level deletes make record counts inexact: read file by file through pyiceberg, which
     applies them, and skip rows by counting."""
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
-    yield from _skipping((batch for task in tasks for batch in scan.to_record_batches([task])), start)
+    yield from _skipping(
+        (batch for task in tasks for batch in scan.to_record_batches([task])), start
+    )
 
 
 def _skipping(batches: Iterable[pa.RecordBatch], skip: int) -> Iterator[pa.RecordBatch]:

@@ -2,6 +2,7 @@
 holds now (`live_storage`) and what was ever written into it (`written_storage`), without
 reading any data file. The usage pass (app/usage/accounting.py) stores them as samples.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -24,18 +25,24 @@ class StorageFigure:
     tables: int = 0
 
     def __add__(self, other: "StorageFigure") -> "StorageFigure":
-        return StorageFigure(self.bytes + other.bytes, self.files + other.files, self.tables + other.tables)
+        return StorageFigure(
+            self.bytes + other.bytes, self.files + other.files, self.tables + other.tables
+        )
 
 
 def _figure(summary, kind: str, tables: int = 0) -> StorageFigure:
     """A snapshot summary's `<kind>-files-size` bytes and `<kind>-data-files` + `<kind>-delete-files`
     files (`kind`: "total" or "added"); a figure the summary lacks counts 0."""
+
     def number(key: str) -> int:
         value = summary.get(key) if summary is not None else None
         return int(value) if value is not None else 0
 
-    return StorageFigure(number(f"{kind}-files-size"), number(f"{kind}-data-files") + number(f"{kind}-delete-files"),
-                         tables)
+    return StorageFigure(
+        number(f"{kind}-files-size"),
+        number(f"{kind}-data-files") + number(f"{kind}-delete-files"),
+        tables,
+    )
 
 
 def live_storage(table: Table) -> StorageFigure:
@@ -47,7 +54,10 @@ def live_storage(table: Table) -> StorageFigure:
 def written_storage(table: Table) -> StorageFigure:
     """What was ever written into the table: `added-files-size` over all its snapshots (files a
     later snapshot replaced count too: they were written)."""
-    return sum((_figure(snapshot.summary, "added") for snapshot in table.snapshots()), StorageFigure(tables=1))
+    return sum(
+        (_figure(snapshot.summary, "added") for snapshot in table.snapshots()),
+        StorageFigure(tables=1),
+    )
 
 
 def _load(catalog: RestCatalog, name: str, missing: tuple[type[Exception], ...]) -> Table | None:
@@ -62,9 +72,12 @@ def _load(catalog: RestCatalog, name: str, missing: tuple[type[Exception], ...])
 
 def namespace_storage(catalog: RestCatalog, namespace: str, workers: int = 4) -> StorageFigure:
     """The live storage of every table in `namespace` (one catalog call per table, a few at once)."""
+
     def measure(name: str) -> StorageFigure:
         table = _load(catalog, name, (NoSuchTableError,))
-        return live_storage(table) if table is not None else StorageFigure()  # None: dropped since it was listed
+        return (
+            live_storage(table) if table is not None else StorageFigure()
+        )  # None: dropped since it was listed
 
     with ThreadPoolExecutor(workers, thread_name_prefix="measure") as pool:
         return sum(pool.map(measure, table_names(catalog, namespace)), StorageFigure())
@@ -72,5 +85,7 @@ def namespace_storage(catalog: RestCatalog, namespace: str, workers: int = 4) ->
 
 def tables_written(catalog: RestCatalog, table_names: list[str]) -> StorageFigure:
     """What was written into these tables; a table that no longer exists counts nothing."""
-    tables = (_load(catalog, name, (NoSuchTableError, NoSuchNamespaceError)) for name in table_names)
+    tables = (
+        _load(catalog, name, (NoSuchTableError, NoSuchNamespaceError)) for name in table_names
+    )
     return sum((written_storage(table) for table in tables if table is not None), StorageFigure())

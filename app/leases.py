@@ -10,6 +10,7 @@ work on PostgreSQL and SQLite.
 Times are the workers' clocks (UTC): workers on several hosts need synchronised clocks, within
 a small part of the lease's length.
 """
+
 from __future__ import annotations
 
 import threading
@@ -44,13 +45,18 @@ def claim(name: str, holder: str, seconds: float) -> bool:
     with engine().begin() as connection:
         taken = connection.execute(
             update(WorkLease)
-            .where(WorkLease.name == name, (WorkLease.expires_at < now) | (WorkLease.holder == holder))
-            .values(holder=holder, expires_at=expires))
+            .where(
+                WorkLease.name == name, (WorkLease.expires_at < now) | (WorkLease.holder == holder)
+            )
+            .values(holder=holder, expires_at=expires)
+        )
         if taken.rowcount == 1:
             return True
     try:
         with engine().begin() as connection:
-            connection.execute(insert(WorkLease).values(name=name, holder=holder, expires_at=expires))
+            connection.execute(
+                insert(WorkLease).values(name=name, holder=holder, expires_at=expires)
+            )
     except IntegrityError:  # someone holds it (or won the race to insert it)
         return False
     return True
@@ -62,21 +68,31 @@ def renew(names: list[str], holder: str, seconds: float) -> set[str]:
         return set()
     expires = utcnow() + timedelta(seconds=seconds)
     with engine().begin() as connection:
-        connection.execute(update(WorkLease).where(WorkLease.name.in_(names), WorkLease.holder == holder)
-                           .values(expires_at=expires))
-        held = set(connection.execute(
-            select(WorkLease.name).where(WorkLease.name.in_(names), WorkLease.holder == holder)).scalars())
+        connection.execute(
+            update(WorkLease)
+            .where(WorkLease.name.in_(names), WorkLease.holder == holder)
+            .values(expires_at=expires)
+        )
+        held = set(
+            connection.execute(
+                select(WorkLease.name).where(WorkLease.name.in_(names), WorkLease.holder == holder)
+            ).scalars()
+        )
     return set(names) - held
 
 
 def release(names: list[str], holder: str) -> None:
     if names:
         with engine().begin() as connection:
-            connection.execute(delete(WorkLease).where(WorkLease.name.in_(names), WorkLease.holder == holder))
+            connection.execute(
+                delete(WorkLease).where(WorkLease.name.in_(names), WorkLease.holder == holder)
+            )
 
 
 def holder_of(name: str) -> str | None:
     """Who holds `name` right now (an expired lease counts as nobody's)."""
     with engine().connect() as connection:
-        row = connection.execute(select(WorkLease.holder, WorkLease.expires_at).where(WorkLease.name == name)).first()
+        row = connection.execute(
+            select(WorkLease.holder, WorkLease.expires_at).where(WorkLease.name == name)
+        ).first()
     return row.holder if row is not None and row.expires_at >= utcnow() else None

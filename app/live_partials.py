@@ -9,6 +9,7 @@ Hundreds of open pages poll their partials, and most polls find nothing new. So:
   by themselves (`Cache-Control: no-cache`) and hand htmx their copy on a 304; htmx swaps it in
   again, and the copy's own trigger keeps the poll going.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,7 +39,9 @@ def conditional(version: tuple, render: Callable[[], str]) -> Response:
     """`render()` as a response tagged with `version`'s ETag, or an empty 304 when the browser's
     copy (`If-None-Match`) has that ETag already. `version` must hold everything the partial
     shows (the row's values and the poll delay): the same version renders the same body."""
-    etag = hashlib.blake2b(repr((_templates_release(), version)).encode(), digest_size=16).hexdigest()
+    etag = hashlib.blake2b(
+        repr((_templates_release(), version)).encode(), digest_size=16
+    ).hexdigest()
     if etag in request.if_none_match:
         response = Response(status=304)
     else:

@@ -1,4 +1,5 @@
 """Lakeport's tables. Every change here comes with an Alembic migration in `migrations/versions/`."""
+
 from __future__ import annotations
 
 import json
@@ -56,9 +57,9 @@ class User(UserMixin, SQLModel, table=True):
 class WarehouseStatus(StrEnum):
     """A warehouse's life in Lakeport. Purged warehouses have no row."""
 
-    ACTIVE = "active"        # can be chosen for new executions
-    INACTIVE = "inactive"    # deactivated in Lakekeeper; can be activated again
-    ARCHIVED = "archived"    # no new executions; everything written stays readable
+    ACTIVE = "active"  # can be chosen for new executions
+    INACTIVE = "inactive"  # deactivated in Lakekeeper; can be activated again
+    ARCHIVED = "archived"  # no new executions; everything written stays readable
     ALL = nonmember((ACTIVE, INACTIVE, ARCHIVED))
 
 
@@ -113,19 +114,31 @@ class ComputeUnit(SQLModel, table=True):
     __tablename__ = "compute_units"
     # Two live units never share a Spark host port on one listed Ray cluster, even when created
     # at the same moment by two portal processes (the second insert fails and picks again).
-    __table_args__ = (Index("uq_compute_units_live_spark_host_port", "ray_cluster", "spark_host_port", unique=True,
-                            sqlite_where=text(LIVE_STATES_SQL), postgresql_where=text(LIVE_STATES_SQL)),)
+    __table_args__ = (
+        Index(
+            "uq_compute_units_live_spark_host_port",
+            "ray_cluster",
+            "spark_host_port",
+            unique=True,
+            sqlite_where=text(LIVE_STATES_SQL),
+            postgresql_where=text(LIVE_STATES_SQL),
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     # None only while the unit waits in the warm pool (app/compute_units/pool.py) for its user.
     owner_id: int | None = Field(default=None, foreign_key="users.id", index=True)
     name: str = Field(max_length=64)
     kind: str = Field(max_length=16)  # local | existing | kuberay
-    cpus: int = 1                # per node
-    memory_gb: float = 2.0       # per node
+    cpus: int = 1  # per node
+    memory_gb: float = 2.0  # per node
     worker_nodes: int = 0
-    ray_cluster: str = Field(default="", max_length=64)  # existing units: the operator-listed cluster's name
-    spark_host_port: int | None = None  # existing units: the unit's port of that cluster's Spark host range
+    ray_cluster: str = Field(
+        default="", max_length=64
+    )  # existing units: the operator-listed cluster's name
+    spark_host_port: int | None = (
+        None  # existing units: the unit's port of that cluster's Spark host range
+    )
     state: str = Field(default=ComputeUnitState.PENDING, max_length=16, index=True)
     reason: str = Field(default="", max_length=1000)
     progress_step: str = Field(default="", max_length=200)
@@ -181,7 +194,9 @@ class WorkflowVersion(SQLModel, table=True):
     """
 
     __tablename__ = "workflow_versions"
-    __table_args__ = (UniqueConstraint("workflow_id", "version", name="uq_workflow_versions_version"),)
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "version", name="uq_workflow_versions_version"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     workflow_id: int = Field(foreign_key="workflows.id", index=True, ondelete="CASCADE")
@@ -210,16 +225,21 @@ class Execution(NotifyFields, table=True):
     """
 
     __tablename__ = "executions"
-    __table_args__ = (UniqueConstraint("owner_id", "idempotency_key", name="uq_executions_owner_idempotency_key"),)
+    __table_args__ = (
+        UniqueConstraint("owner_id", "idempotency_key", name="uq_executions_owner_idempotency_key"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     owner_id: int = Field(foreign_key="users.id", index=True)
     workflow_id: int = Field(foreign_key="workflows.id", index=True)
     workflow_version_id: int = Field(foreign_key="workflow_versions.id")
     workflow_version: int
-    compute_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", index=True,
-                                        ondelete="SET NULL")
-    warehouse_id: int | None = Field(default=None, foreign_key="warehouses.id", index=True, ondelete="SET NULL")
+    compute_unit_id: int | None = Field(
+        default=None, foreign_key="compute_units.id", index=True, ondelete="SET NULL"
+    )
+    warehouse_id: int | None = Field(
+        default=None, foreign_key="warehouses.id", index=True, ondelete="SET NULL"
+    )
     warehouse_name: str = Field(max_length=64)
     state: str = Field(default=ExecutionState.QUEUED, max_length=16, index=True)
     reason: str = Field(default="", max_length=2000)
@@ -266,9 +286,13 @@ class SampleDataJob(SQLModel, table=True):
 
     __tablename__ = "sample_data_jobs"
     __table_args__ = (
-        Index("uq_sample_data_jobs_live_warehouse", "warehouse_id", unique=True,
-              postgresql_where=text("state IN ('queued', 'running')"),
-              sqlite_where=text("state IN ('queued', 'running')")),
+        Index(
+            "uq_sample_data_jobs_live_warehouse",
+            "warehouse_id",
+            unique=True,
+            postgresql_where=text("state IN ('queued', 'running')"),
+            sqlite_where=text("state IN ('queued', 'running')"),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -319,7 +343,9 @@ class StorageSample(SQLModel, table=True):
     """Live bytes and files of one namespace of a warehouse at one time (the worker measures)."""
 
     __tablename__ = "storage_samples"
-    __table_args__ = (Index("ix_storage_samples_warehouse_measured", "warehouse_id", "measured_at"),)
+    __table_args__ = (
+        Index("ix_storage_samples_warehouse_measured", "warehouse_id", "measured_at"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     warehouse_id: int = Field(foreign_key="warehouses.id", ondelete="CASCADE")
@@ -385,7 +411,9 @@ class MaintenanceJob(UnitJob, table=True):
     id: int | None = Field(default=None, primary_key=True)
     owner_id: int = Field(foreign_key="users.id", index=True)
     warehouse_id: int = Field(foreign_key="warehouses.id", index=True, ondelete="CASCADE")
-    compute_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", ondelete="SET NULL")
+    compute_unit_id: int | None = Field(
+        default=None, foreign_key="compute_units.id", ondelete="SET NULL"
+    )
     retain_last: int
     remove_orphans: bool = False
     # result: per table, snapshots and files removed, or the error.
@@ -445,7 +473,9 @@ class Schedule(NotifyFields, table=True):
     workflow_id: int = Field(foreign_key="workflows.id", index=True, ondelete="CASCADE")
     cron: str = Field(max_length=100)
     timezone: str = Field(max_length=64)
-    compute_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", ondelete="SET NULL")
+    compute_unit_id: int | None = Field(
+        default=None, foreign_key="compute_units.id", ondelete="SET NULL"
+    )
     warehouse_id: int | None = Field(default=None, foreign_key="warehouses.id", ondelete="SET NULL")
     # Due times missed while no worker ran: "skip" them, or run "once" for all of them.
     catch_up: str = Field(default="skip", max_length=8)
@@ -468,17 +498,23 @@ class ScheduledRun(SQLModel, table=True):
     """One due time of a schedule, handled once: it started an execution, or was skipped (why)."""
 
     __tablename__ = "scheduled_runs"
-    __table_args__ = (UniqueConstraint("schedule_id", "due_at", "attempt", name="uq_scheduled_runs_due"),)
+    __table_args__ = (
+        UniqueConstraint("schedule_id", "due_at", "attempt", name="uq_scheduled_runs_due"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     schedule_id: int = Field(foreign_key="schedules.id", index=True, ondelete="CASCADE")
     due_at: datetime
     attempt: int = 0  # 0: the due time's run; 1, 2…: its retries
-    outcome: str = Field(max_length=16)  # "started", "skipped", or "waiting" for the unit it started
+    outcome: str = Field(
+        max_length=16
+    )  # "started", "skipped", or "waiting" for the unit it started
     reason: str = Field(default="", max_length=500)
     execution_id: int | None = Field(default=None, foreign_key="executions.id", ondelete="SET NULL")
     # The unit this due time started (its schedule's `start_unit`), stopped once the run has ended.
-    started_unit_id: int | None = Field(default=None, foreign_key="compute_units.id", ondelete="SET NULL")
+    started_unit_id: int | None = Field(
+        default=None, foreign_key="compute_units.id", ondelete="SET NULL"
+    )
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -487,10 +523,14 @@ class Notification(SQLModel, table=True):
     execution's own request; delivered by the worker (retried with backoff; never by a request)."""
 
     __tablename__ = "notifications"
-    __table_args__ = (UniqueConstraint("execution_id", "channel", name="uq_notifications_execution_channel"),)
+    __table_args__ = (
+        UniqueConstraint("execution_id", "channel", name="uq_notifications_execution_channel"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
-    schedule_id: int | None = Field(default=None, foreign_key="schedules.id", index=True, ondelete="CASCADE")
+    schedule_id: int | None = Field(
+        default=None, foreign_key="schedules.id", index=True, ondelete="CASCADE"
+    )
     execution_id: int = Field(foreign_key="executions.id", ondelete="CASCADE")
     channel: str = Field(max_length=8)  # "webhook" or "email"
     state: str = Field(default=JobState.QUEUED, max_length=16)
@@ -531,12 +571,16 @@ class WarehouseShare(SQLModel, table=True):
     __tablename__ = "warehouse_shares"
     # One share per user and per group of a warehouse (NULLs differ: a user row and a group row
     # never collide).
-    __table_args__ = (UniqueConstraint("warehouse_id", "user_id", name="uq_warehouse_shares_user"),
-                      UniqueConstraint("warehouse_id", "group_name", name="uq_warehouse_shares_group"))
+    __table_args__ = (
+        UniqueConstraint("warehouse_id", "user_id", name="uq_warehouse_shares_user"),
+        UniqueConstraint("warehouse_id", "group_name", name="uq_warehouse_shares_group"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     warehouse_id: int = Field(foreign_key="warehouses.id", index=True, ondelete="CASCADE")
-    user_id: int | None = Field(default=None, foreign_key="users.id", index=True, ondelete="CASCADE")
+    user_id: int | None = Field(
+        default=None, foreign_key="users.id", index=True, ondelete="CASCADE"
+    )
     group_name: str | None = Field(default=None, max_length=255, index=True)
     level: str = Field(max_length=8)  # "read" or "write"
     created_at: datetime = Field(default_factory=utcnow)
@@ -560,12 +604,16 @@ class WorkflowShare(SQLModel, table=True):
     they may write). Its versions stay the owner's to write."""
 
     __tablename__ = "workflow_shares"
-    __table_args__ = (UniqueConstraint("workflow_id", "user_id", name="uq_workflow_shares_user"),
-                      UniqueConstraint("workflow_id", "group_name", name="uq_workflow_shares_group"))
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "user_id", name="uq_workflow_shares_user"),
+        UniqueConstraint("workflow_id", "group_name", name="uq_workflow_shares_group"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     workflow_id: int = Field(foreign_key="workflows.id", index=True, ondelete="CASCADE")
-    user_id: int | None = Field(default=None, foreign_key="users.id", index=True, ondelete="CASCADE")
+    user_id: int | None = Field(
+        default=None, foreign_key="users.id", index=True, ondelete="CASCADE"
+    )
     group_name: str | None = Field(default=None, max_length=255, index=True)
     level: str = Field(max_length=8)  # "view" or "run"
     created_at: datetime = Field(default_factory=utcnow)

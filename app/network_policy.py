@@ -43,6 +43,7 @@ is checked and pinned (or `PinnedTransport(policy)` for a client that takes a tr
 connects itself). Operator-configured addresses (Lakekeeper, the identity provider, Ray clusters
 the operator lists) are trusted and do not go through it.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -74,14 +75,29 @@ UNRESOLVABLE_MESSAGE = "Could not resolve the host name {host}."
 _net = ipaddress.ip_network
 # Instance metadata services: AWS (and its IPv6 form), ECS task metadata, AWS's DNS and time
 # servers, Oracle Cloud, Alibaba Cloud (inside CGNAT space, so not covered by link-local).
-METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
-    "169.254.169.254", "169.254.170.2", "169.254.169.253", "169.254.169.123", "fd00:ec2::254",
-    "fd00:ec2::23", "fd00:ec2::123", "192.0.0.192", "100.100.100.200",
-))
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",
+        "169.254.170.2",
+        "169.254.169.253",
+        "169.254.169.123",
+        "fd00:ec2::254",
+        "fd00:ec2::23",
+        "fd00:ec2::123",
+        "192.0.0.192",
+        "100.100.100.200",
+    )
+)
 LINK_LOCAL = (_net("169.254.0.0/16"), _net("fe80::/10"))
 LOOPBACK = (_net("127.0.0.0/8"), _net("::1/128"))
-NEVER_A_SERVER = (_net("0.0.0.0/8"), _net("::/128"), _net("224.0.0.0/4"), _net("ff00::/8"),
-                  _net("240.0.0.0/4"))  # 240/4 includes the broadcast address
+NEVER_A_SERVER = (
+    _net("0.0.0.0/8"),
+    _net("::/128"),
+    _net("224.0.0.0/4"),
+    _net("ff00::/8"),
+    _net("240.0.0.0/4"),
+)  # 240/4 includes the broadcast address
 # Non-public ranges ipaddress (Python 3.11) counts as global.
 ALSO_PRIVATE = (_net("100.64.0.0/10"), _net("fec0::/10"))
 # IPv6 forms that carry an IPv4 address in their last 32 bits (besides IPv4-mapped and 6to4):
@@ -117,8 +133,11 @@ def system_resolver(host: str, port: int) -> list[str]:
     if left is None:
         return _getaddrinfo(host, port)
     answer: list = []
-    lookup = threading.Thread(target=lambda: answer.append(_lookup_or_error(host, port)), daemon=True,
-                              name="outbound-lookup")
+    lookup = threading.Thread(
+        target=lambda: answer.append(_lookup_or_error(host, port)),
+        daemon=True,
+        name="outbound-lookup",
+    )
     lookup.start()
     lookup.join(max(left, 0.0))
     if not answer:
@@ -146,7 +165,9 @@ def _lookup_or_error(host: str, port: int) -> list[str] | Exception:
 def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
     if address.version == 4:
         return None
-    if any(address in network for network in NAT64) or (address in IPV4_COMPATIBLE and int(address) > 1):
+    if any(address in network for network in NAT64) or (
+        address in IPV4_COMPATIBLE and int(address) > 1
+    ):
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return address.ipv4_mapped or address.sixtofour
 
@@ -155,7 +176,9 @@ def refusal_reason(address: IPAddress, *, allow_loopback: bool, allow_private: b
     """Why the policy refuses `address` (for the portal's log), or None if it may be contacted."""
     embedded = _embedded_ipv4(address)
     if embedded is not None:  # the IPv4 address is where the connection ends up
-        reason = refusal_reason(embedded, allow_loopback=allow_loopback, allow_private=allow_private)
+        reason = refusal_reason(
+            embedded, allow_loopback=allow_loopback, allow_private=allow_private
+        )
         return f"{reason} (embedded in {address})" if reason else None
     if address in METADATA_ADDRESSES:
         return "cloud metadata"
@@ -179,8 +202,10 @@ class NetworkPolicy:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "NetworkPolicy":
-        return cls(allow_loopback=bool(config.get("OUTBOUND_ALLOW_LOOPBACK")),
-                   allow_private=bool(config.get("OUTBOUND_ALLOW_PRIVATE")))
+        return cls(
+            allow_loopback=bool(config.get("OUTBOUND_ALLOW_LOOPBACK")),
+            allow_private=bool(config.get("OUTBOUND_ALLOW_PRIVATE")),
+        )
 
     def resolve(self, host: str, port: int) -> IPAddress:
         """Resolve `host` once; the address to connect to if every address it has is allowed."""
@@ -189,7 +214,9 @@ class NetworkPolicy:
         if not addresses:
             raise HostUnresolvable(host)
         for address in addresses:
-            reason = refusal_reason(address, allow_loopback=self.allow_loopback, allow_private=self.allow_private)
+            reason = refusal_reason(
+                address, allow_loopback=self.allow_loopback, allow_private=self.allow_private
+            )
             if reason:
                 log.info("network policy refused %s:%s (%s: %s)", host, port, address, reason)
                 raise HostNotAllowed(host)
@@ -212,8 +239,11 @@ class NetworkPolicy:
         bypassing = {"transport", "mounts", "proxy", "trust_env"} & set(client_options)
         if bypassing:
             raise TypeError(f"a policy-checked client takes no {', '.join(sorted(bypassing))}")
-        return httpx.Client(transport=PinnedTransport(self, verify=verify), trust_env=False,
-                            **{"follow_redirects": False, **client_options})
+        return httpx.Client(
+            transport=PinnedTransport(self, verify=verify),
+            trust_env=False,
+            **{"follow_redirects": False, **client_options},
+        )
 
 
 def _host_and_port(url: httpx.URL) -> tuple[str, int]:
@@ -225,7 +255,9 @@ def _host_and_port(url: httpx.URL) -> tuple[str, int]:
 
 
 # The deadline of the outbound work this thread (or context) does, as a time.monotonic() value.
-_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("outbound_deadline", default=None)
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "outbound_deadline", default=None
+)
 
 
 @contextmanager
@@ -280,9 +312,12 @@ class _DeadlineStream(httpcore.NetworkStream):
             self._watchdog.cancel()
         self._stream.close()
 
-    def start_tls(self, ssl_context, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
-        tls = self._stream.start_tls(ssl_context, server_hostname, _clamped(timeout, httpcore.ConnectTimeout))
+    def start_tls(
+        self, ssl_context, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        tls = self._stream.start_tls(
+            ssl_context, server_hostname, _clamped(timeout, httpcore.ConnectTimeout)
+        )
         return _DeadlineStream(tls, self._watchdog)
 
     def get_extra_info(self, info: str) -> Any:
@@ -295,10 +330,17 @@ class _DeadlineBackend(httpcore.NetworkBackend):
     def __init__(self, backend: httpcore.NetworkBackend) -> None:
         self._backend = backend
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options=None) -> httpcore.NetworkStream:
-        stream = self._backend.connect_tcp(host, port, _clamped(timeout, httpcore.ConnectTimeout), local_address,
-                                           socket_options)
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options=None,
+    ) -> httpcore.NetworkStream:
+        stream = self._backend.connect_tcp(
+            host, port, _clamped(timeout, httpcore.ConnectTimeout), local_address, socket_options
+        )
         left = _time_left()
         watchdog = None
         sock = stream.get_extra_info("socket")
@@ -327,7 +369,9 @@ def _deadline_transport(**transport_options: Any) -> httpx.HTTPTransport:
     # httpx takes no network backend; its pool (httpcore.ConnectionPool) keeps the one it uses here.
     pool = transport._pool
     if not isinstance(getattr(pool, "_network_backend", None), httpcore.NetworkBackend):
-        raise RuntimeError("httpcore's connection pool changed: the outbound deadline cannot be applied")
+        raise RuntimeError(
+            "httpcore's connection pool changed: the outbound deadline cannot be applied"
+        )
     pool._network_backend = _DeadlineBackend(pool._network_backend)
     return transport
 
@@ -372,8 +416,13 @@ class PinnedTransport(httpx.BaseTransport):
         if request.url.scheme == "https":
             extensions["sni_hostname"] = host
         # The Host header was set from the original URL when the request was built.
-        pinned = httpx.Request(request.method, request.url.copy_with(host=str(address)),
-                               headers=request.headers, stream=request.stream, extensions=extensions)
+        pinned = httpx.Request(
+            request.method,
+            request.url.copy_with(host=str(address)),
+            headers=request.headers,
+            stream=request.stream,
+            extensions=extensions,
+        )
         return transport.handle_request(pinned)
 
     def close(self) -> None:
@@ -385,8 +434,15 @@ class PinnedTransport(httpx.BaseTransport):
 
 WEBHOOK_URL_MESSAGE = "An http:// or https:// URL, e.g. https://hooks.example.com/lakeport."
 # The settings that name the portal's own services: a webhook must not make the portal call them.
-OWN_SERVICE_SETTINGS = ("PUBLIC_URL", "LAKEKEEPER_URL", "OIDC_ISSUER", "DATABASE_URL", "KUBERAY_API_URL", "SMTP_HOST",
-                        "CU_ALLOWED_ENDPOINTS")
+OWN_SERVICE_SETTINGS = (
+    "PUBLIC_URL",
+    "LAKEKEEPER_URL",
+    "OIDC_ISSUER",
+    "DATABASE_URL",
+    "KUBERAY_API_URL",
+    "SMTP_HOST",
+    "CU_ALLOWED_ENDPOINTS",
+)
 
 
 def parse_webhook_url(url: str) -> httpx.URL:
@@ -403,7 +459,11 @@ def parse_webhook_url(url: str) -> httpx.URL:
         port = parsed.port
     except (httpx.InvalidURL, ValueError, TypeError):
         raise OutboundRefused(WEBHOOK_URL_MESSAGE) from None
-    if parsed.scheme not in ("http", "https") or not parsed.raw_host or not 0 < (port or 80) < 65536:
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.raw_host
+        or not 0 < (port or 80) < 65536
+    ):
         raise OutboundRefused(WEBHOOK_URL_MESSAGE)
     if parsed.userinfo or "@" in (urlsplit(url).netloc or ""):
         raise OutboundRefused("A webhook URL cannot carry a user name or password (user@host).")
@@ -468,8 +528,10 @@ class WebhookPolicy:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "WebhookPolicy":
         listed = str(config.get("WEBHOOK_ALLOWED_HOSTS") or "").split(",")
-        return cls(allowed_hosts=frozenset(_host_key(host) for host in listed if host.strip()),
-                   own_hosts=_service_hosts(config))
+        return cls(
+            allowed_hosts=frozenset(_host_key(host) for host in listed if host.strip()),
+            own_hosts=_service_hosts(config),
+        )
 
     def resolve(self, host: str, port: int) -> IPAddress:
         """Resolve `host` once; the address to connect to if the policy lets a webhook go there."""
@@ -497,7 +559,9 @@ class WebhookPolicy:
         found: set[IPAddress] = set()
         for host in self.own_hosts:
             try:
-                found.update(ipaddress.ip_address(a.split("%", 1)[0]) for a in self.resolver(host, 0))
+                found.update(
+                    ipaddress.ip_address(a.split("%", 1)[0]) for a in self.resolver(host, 0)
+                )
             except (OutboundRefused, ValueError):
                 continue  # a service whose name does not resolve here cannot be reached through it
         return found
@@ -512,8 +576,11 @@ class WebhookPolicy:
     def client(self, **client_options: Any) -> httpx.Client:
         """An httpx client that sends each request to the address this policy checked (no
         redirect followed, no proxy)."""
-        return httpx.Client(transport=PinnedTransport(self), trust_env=False,
-                            **{"follow_redirects": False, **client_options})
+        return httpx.Client(
+            transport=PinnedTransport(self),
+            trust_env=False,
+            **{"follow_redirects": False, **client_options},
+        )
 
 
 def webhook_policy() -> WebhookPolicy:

@@ -1,5 +1,6 @@
 """Loopback TCP ports: find a free one, check that one answers. Shared by the portal's local
 compute units and the local stack (devstack), which builds on the portal, never the reverse."""
+
 from __future__ import annotations
 
 import random

@@ -7,6 +7,7 @@ IDENTITY_BOUND_SECONDS count as none, on every path that reads them (pages, API 
 operators), so a removal at the provider reaches Lakeport within the bound even when the provider
 cannot be asked (docs/identity.md).
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -63,9 +64,11 @@ def is_operator(user: User | None) -> bool:
 
 def operator_required(view):
     """A view for operators only; anyone else gets 404, as for a page that is not there."""
+
     @wraps(view)
     def checked(*args, **kwargs):
         if not is_operator(current_user):
             abort(404)
         return view(*args, **kwargs)
+
     return checked

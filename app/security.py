@@ -5,6 +5,7 @@ HTMX requests (set once on <body> with `hx-headers`). The Content-Security-Polic
 no inline script; the only other origin is the identity provider, where sign-out posts
 end up.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -18,8 +19,16 @@ csrf = CSRFProtect()
 login_manager = LoginManager()
 
 # Endpoints that answer without a signed-in user.
-PUBLIC_ENDPOINTS = {"static", "main.favicon", "main.health", "auth.login", "auth.start", "auth.callback", "auth.logged_out",
-                    "api.openapi_json"}
+PUBLIC_ENDPOINTS = {
+    "static",
+    "main.favicon",
+    "main.health",
+    "auth.login",
+    "auth.start",
+    "auth.callback",
+    "auth.logged_out",
+    "api.openapi_json",
+}
 # The API authenticates its callers itself, by token (app/api/auth.py); its reference page is a page.
 API_BLUEPRINT, API_PAGES = "api", {"api.openapi_docs"}
 
@@ -46,7 +55,9 @@ def require_sign_in():
         return None  # no such API route: a problem document says so, not the sign-in page
     if request.endpoint in PUBLIC_ENDPOINTS or current_user.is_authenticated:
         return None
-    login_url = url_for("auth.login", next=request.full_path.rstrip("?") if request.method == "GET" else None)
+    login_url = url_for(
+        "auth.login", next=request.full_path.rstrip("?") if request.method == "GET" else None
+    )
     if request.headers.get("HX-Request") == "true":
         # A partial must not receive the login page: tell htmx to navigate instead.
         return "", 401, {"HX-Redirect": login_url}
@@ -65,16 +76,18 @@ def content_security_policy(app: Flask) -> str:
     issuer = urlsplit(app.config["OIDC_ISSUER"])
     provider_origin = f"{issuer.scheme}://{issuer.netloc}"
     nonce = g.get("csp_nonce")
-    return "; ".join([
-        "default-src 'self'",
-        "script-src 'self'",
-        f"style-src 'self' 'nonce-{nonce}'" if nonce else "style-src 'self'",
-        "img-src 'self' data:",
-        "object-src 'none'",
-        "base-uri 'self'",
-        "frame-ancestors 'none'",
-        f"form-action 'self' {provider_origin}",
-    ])
+    return "; ".join(
+        [
+            "default-src 'self'",
+            "script-src 'self'",
+            f"style-src 'self' 'nonce-{nonce}'" if nonce else "style-src 'self'",
+            "img-src 'self' data:",
+            "object-src 'none'",
+            "base-uri 'self'",
+            "frame-ancestors 'none'",
+            f"form-action 'self' {provider_origin}",
+        ]
+    )
 
 
 def add_security_headers(app: Flask, response):
@@ -99,5 +112,8 @@ def error_page(title: str, message: str, status: int):
 
 
 def csrf_error(error: CSRFError):
-    return error_page("Request refused", "This form expired or did not come from Lakeport. Reload the page and try "
-                      "again.", 400)
+    return error_page(
+        "Request refused",
+        "This form expired or did not come from Lakeport. Reload the page and try again.",
+        400,
+    )

@@ -10,6 +10,7 @@ executions, which imports workflows, which imports warehouses.
 level changed (committed). Receivers stop what the remaining shares no longer allow
 (executions connects `stopping.stop_unshared`) and return how many things they stopped.
 """
+
 from __future__ import annotations
 
 from blinker import Namespace

@@ -6,6 +6,7 @@ the unit's Spark host says), plus INITIALIZING, which only the portal knows: the
 made ready and nothing was submitted yet. `execution_state_of` maps the one onto the other.
 A member is its stored value (`"RUNNING" == ComputeUnitState.RUNNING`).
 """
+
 from __future__ import annotations
 
 from enum import StrEnum, nonmember

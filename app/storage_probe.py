@@ -24,6 +24,7 @@ any server, and the probe must not report what it says.
 Secrets stay in memory: `S3Credentials` hides the secret from its repr, nothing here logs,
 and no message includes a key, a secret or a signature.
 """
+
 from __future__ import annotations
 
 import enum
@@ -40,7 +41,14 @@ from botocore.auth import SigV4Auth as BotocoreSigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from app.network_policy import BodyTooLarge, NetworkPolicy, OutboundRefused, deadline_passed, read_capped, total_deadline
+from app.network_policy import (
+    BodyTooLarge,
+    NetworkPolicy,
+    OutboundRefused,
+    deadline_passed,
+    read_capped,
+    total_deadline,
+)
 
 PROBE_CONTENT = b"Lakeport storage probe: safe to delete.\n"
 # The four checks end within this, and each answer is read up to this many bytes (an S3 error,
@@ -98,8 +106,9 @@ class SigV4Auth(httpx.Auth):
     requires_request_body = True
 
     def __init__(self, credentials: S3Credentials, region: str, service: str = "s3") -> None:
-        aws_credentials = Credentials(credentials.access_key_id, credentials.secret_access_key,
-                                      credentials.session_token)
+        aws_credentials = Credentials(
+            credentials.access_key_id, credentials.secret_access_key, credentials.session_token
+        )
         # S3 signs the path as sent; other services normalize and encode it once more.
         signer = S3SigV4Auth if service == "s3" else BotocoreSigV4Auth
         self._signer = signer(aws_credentials, service, region)
@@ -110,8 +119,11 @@ class SigV4Auth(httpx.Auth):
             method=request.method,
             url=str(url.copy_with(query=None)),
             params=url.params.multi_items(),
-            headers={name: value for name, value in request.headers.items() if name.lower() in _SIGNED_HEADERS
-                     or name.lower().startswith("x-amz-")},
+            headers={
+                name: value
+                for name, value in request.headers.items()
+                if name.lower() in _SIGNED_HEADERS or name.lower().startswith("x-amz-")
+            },
             data=request.content,
         )
         self._signer.add_auth(signed)
@@ -209,7 +221,9 @@ def _call(client: httpx.Client, method: str, url: str, **kwargs) -> httpx.Respon
     except BodyTooLarge:
         raise _CheckFailed(f"{NOT_S3} (its answer was far longer than S3's)") from None
     except httpx.ConnectTimeout:
-        raise _CheckFailed(TOO_SLOW if deadline_passed() else "Endpoint unreachable (connection timed out)") from None
+        raise _CheckFailed(
+            TOO_SLOW if deadline_passed() else "Endpoint unreachable (connection timed out)"
+        ) from None
     except httpx.TimeoutException:
         raise _CheckFailed(TOO_SLOW) from None
     except httpx.TransportError:
@@ -231,7 +245,9 @@ def _listed_keys(listing: bytes) -> set[str]:
 
 
 def _put_object(client: httpx.Client, url: str) -> None:
-    written = _call(client, "PUT", url, content=PROBE_CONTENT, headers={"content-type": "text/plain"})
+    written = _call(
+        client, "PUT", url, content=PROBE_CONTENT, headers={"content-type": "text/plain"}
+    )
     # Every PutObject answer names the object's ETag (AWS's PutObject API reference; MinIO sets it
     # in setPutObjHeaders, minio/minio cmd/object-handlers-common.go; SeaweedFS too).
     if "etag" not in written.headers:
@@ -239,7 +255,11 @@ def _put_object(client: httpx.Client, url: str) -> None:
 
 
 def probe_storage(
-    location: S3Location, credentials: S3Credentials, *, policy: NetworkPolicy, timeout: float = 5.0,
+    location: S3Location,
+    credentials: S3Credentials,
+    *,
+    policy: NetworkPolicy,
+    timeout: float = 5.0,
     deadline: float = PROBE_DEADLINE_SECONDS,
 ) -> ProbeReport:
     """Write, read back, list and delete a probe object under `location`; one result per check.
@@ -251,7 +271,9 @@ def probe_storage(
     them end within `deadline` seconds, and each operation waits at most `timeout`.
     Never raises for storage problems.
     """
-    key = "/".join(part for part in (location.prefix, f".lakeport-probe-{uuid.uuid4().hex}") if part)
+    key = "/".join(
+        part for part in (location.prefix, f".lakeport-probe-{uuid.uuid4().hex}") if part
+    )
     bucket_url = location.bucket_url()
     object_url = f"{bucket_url}/{quote(key, safe='/~')}"
     results: dict[str, CheckResult] = {}
@@ -263,12 +285,15 @@ def probe_storage(
             results[name] = CheckResult(name, Outcome.FAILED, str(failure))
         return results[name].passed
 
-    with total_deadline(deadline), policy.client(
-        auth=SigV4Auth(credentials, location.region),
-        timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0)),
-        # Bodies are read as sent, to the cap: nothing to decompress.
-        headers={"accept-encoding": "identity"},
-    ) as client:
+    with (
+        total_deadline(deadline),
+        policy.client(
+            auth=SigV4Auth(credentials, location.region),
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0)),
+            # Bodies are read as sent, to the cap: nothing to decompress.
+            headers={"accept-encoding": "identity"},
+        ) as client,
+    ):
 
         def write() -> str:
             _put_object(client, object_url)
@@ -280,7 +305,9 @@ def probe_storage(
             return "Read the probe object back"
 
         def list_prefix() -> str:
-            listing = _call(client, "GET", f"{bucket_url}/", params={"list-type": "2", "prefix": key})
+            listing = _call(
+                client, "GET", f"{bucket_url}/", params={"list-type": "2", "prefix": key}
+            )
             if key not in _listed_keys(listing.content):
                 raise _CheckFailed("The probe object is missing from the listing of the prefix")
             return f"Listed {location}"
@@ -294,5 +321,10 @@ def probe_storage(
             check("list", list_prefix)
             check("delete", delete)
     skipped = "Not run: the write check failed"
-    return ProbeReport(location, tuple(results.get(name) or CheckResult(name, Outcome.SKIPPED, skipped)
-                                       for name in ("write", "read", "list", "delete")))
+    return ProbeReport(
+        location,
+        tuple(
+            results.get(name) or CheckResult(name, Outcome.SKIPPED, skipped)
+            for name in ("write", "read", "list", "delete")
+        ),
+    )

@@ -1,6 +1,7 @@
 """One page of an Iceberg table as the portal's table viewers show it (execution results, logs,
 a warehouse's table preview): the paging read from the URL, the page or a readable error, and
 the URL the pager (and the browser's history) uses."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -35,16 +36,27 @@ def parse_paging(args) -> tuple[int, int]:
     return page or 1, size
 
 
-def table_page_context(read: Callable[[int, int], Page], table: str, pager_url: str,
-                       params: dict[str, str] | None = None) -> dict:
+def table_page_context(
+    read: Callable[[int, int], Page],
+    table: str,
+    pager_url: str,
+    params: dict[str, str] | None = None,
+) -> dict:
     """`params`: query parameters every pager link and form keeps (e.g. the logs' filters)."""
     page_number, size = parse_paging(request.args)
     try:
         page, error = read(page_number, size), None
     except ResultReadError as failure:
         page, error = None, failure.args[0]
-    context = {"page": page, "error": error, "table": table, "size": size, "page_sizes": PAGE_SIZES,
-               "pager_url": pager_url, "pager_params": params or {}}
+    context = {
+        "page": page,
+        "error": error,
+        "table": table,
+        "size": size,
+        "page_sizes": PAGE_SIZES,
+        "pager_url": pager_url,
+        "pager_params": params or {},
+    }
     context["page_link"] = lambda number, page_size: page_url(context, number, page_size)
     return context
 

@@ -5,6 +5,7 @@ cancel and the worker's watcher, two workers after a lease changed hands). Each 
 UPDATE that names the states it may start from: whichever comes first wins, and the loser
 learns it (None) instead of overwriting a state it never saw, a final one least of all.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -18,8 +19,15 @@ from app.db import engine
 Row = TypeVar("Row", bound=SQLModel)
 
 
-def compare_and_set(model: type[Row], row_id: int, from_states: Iterable[str], *, where=None,
-                    then: Callable[[Session, Row], None] | None = None, **changes) -> Row | None:
+def compare_and_set(
+    model: type[Row],
+    row_id: int,
+    from_states: Iterable[str],
+    *,
+    where=None,
+    then: Callable[[Session, Row], None] | None = None,
+    **changes,
+) -> Row | None:
     """Apply `changes` to row `row_id` only if its state is still one of `from_states` (and it
     matches `where`); `then(db, row)` runs in the same transaction, on the changed row. Returns
     the changed row (usable after the session), or None when another change came first."""

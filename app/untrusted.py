@@ -9,6 +9,7 @@ a page, a log line or a database row it passes through here:
 - `bounded`: a JSON value (the host's replies) with every string cleaned and bounded, every
   list and object bounded in length, a bounded depth, and a marker wherever something was cut.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,7 +45,9 @@ def clean_lines(text: str, *, lines: int, limit: int) -> str:
 class Limits:
     """How much of a JSON value from a unit is kept."""
 
-    def __init__(self, *, string: int = DEFAULT_TEXT_LIMIT, items: int = 500, depth: int = 8) -> None:
+    def __init__(
+        self, *, string: int = DEFAULT_TEXT_LIMIT, items: int = 500, depth: int = 8
+    ) -> None:
         self.string, self.items, self.depth = string, items, depth
 
 
@@ -60,14 +63,16 @@ def bounded(value: Any, limits: Limits = Limits(), _depth: int = 0) -> Any:
     if _depth >= limits.depth:
         return "… [cut: nested too deeply]"
     if isinstance(value, list):
-        kept = [bounded(item, limits, _depth + 1) for item in value[:limits.items]]
+        kept = [bounded(item, limits, _depth + 1) for item in value[: limits.items]]
         if len(value) > limits.items:
             kept.append(f"… [cut: {len(value) - limits.items} more items]")
         return kept
     if isinstance(value, dict):
         items = list(value.items())
-        kept = {clean_text(key, 200, one_line=True): bounded(item, limits, _depth + 1)
-                for key, item in items[:limits.items]}
+        kept = {
+            clean_text(key, 200, one_line=True): bounded(item, limits, _depth + 1)
+            for key, item in items[: limits.items]
+        }
         if len(items) > limits.items:
             kept["…"] = f"[cut: {len(items) - limits.items} more keys]"
         return kept

@@ -29,6 +29,7 @@ database answers again the work is claimed and resumed from its row.
 Local compute units started here are the worker's child processes (each leads its own session,
 so they outlive a restart of the worker, which adopts them).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -70,13 +71,12 @@ class _Work:
 def _pending_work() -> Iterator[tuple[str, Callable[[int], None], int]]:
     """The work the rows ask for, one kind after another: each kind's is claimed before the next
     kind is looked for, so that a new execution does not wait for the jobs' queries."""
-    from app.workflows import datasets
     from app.compute_units import supervision
-    from app.executions import comparison, runner
-    from app.executions import notifications
+    from app.executions import comparison, notifications, runner
     from app.models import ComparisonJob, MaintenanceJob, SampleDataJob
     from app.usage import maintenance
     from app.warehouses import closing, grants
+    from app.workflows import datasets
 
     # Units first: an execution's fate depends on its unit's.
     yield from supervision.pending_work()
@@ -89,7 +89,9 @@ def _pending_work() -> Iterator[tuple[str, Callable[[int], None], int]]:
     yield from notifications.pending_work()
 
 
-def _live_jobs(model, lease: str, run: Callable[[int], None]) -> list[tuple[str, Callable[[int], None], int]]:
+def _live_jobs(
+    model, lease: str, run: Callable[[int], None]
+) -> list[tuple[str, Callable[[int], None], int]]:
     """A job table's work: each of its live jobs, run by `run` under the lease `<lease>:<id>`."""
     with Session(engine()) as db:
         ids = db.exec(select(model.id).where(model.state.in_(JobState.LIVE))).all()
@@ -105,8 +107,11 @@ class WorkAnnouncements:
 
     def __init__(self, database_url: str, stopping: threading.Event) -> None:
         url = make_url(database_url)
-        self._dsn = (url.set(drivername="postgresql").render_as_string(hide_password=False)
-                     if url.get_backend_name() == "postgresql" else None)
+        self._dsn = (
+            url.set(drivername="postgresql").render_as_string(hide_password=False)
+            if url.get_backend_name() == "postgresql"
+            else None
+        )
         self._stopping = stopping
         self._connection: psycopg.Connection | None = None
 
@@ -150,27 +155,33 @@ class Worker:
         self._loop: threading.Thread | None = None
         self._last_renewal = 0.0
 
-        from app.compute_units import supervision
         from app.auth import revalidation
+        from app.compute_units import supervision
         from app.schedules import firing
         from app.usage import accounting
         from app.warehouses import grants
 
         # The periodic passes by lease, with their period: the supervisor's (dead and idle units),
         # the usage pass (app/usage/accounting.py) and the scheduler's (app/schedules/firing.py).
-        self._passes = {SUPERVISOR_LEASE: (self.supervisor_seconds, supervision.supervise),
-                        accounting.USAGE_LEASE: (self.usage_seconds, accounting.measure),
-                        firing.LEASE: (self.scheduler_seconds, firing.fire_due),
-                        revalidation.LEASE: (app.config["IDENTITY_CHECK_SECONDS"], revalidation.revalidate),
-                        grants.LEASE: (app.config["GRANTS_RECONCILE_SECONDS"], grants.reconcile)}
+        self._passes = {
+            SUPERVISOR_LEASE: (self.supervisor_seconds, supervision.supervise),
+            accounting.USAGE_LEASE: (self.usage_seconds, accounting.measure),
+            firing.LEASE: (self.scheduler_seconds, firing.fire_due),
+            revalidation.LEASE: (app.config["IDENTITY_CHECK_SECONDS"], revalidation.revalidate),
+            grants.LEASE: (app.config["GRANTS_RECONCILE_SECONDS"], grants.reconcile),
+        }
         # The supervisor's first pass comes one interval after the start: a unit found dead sooner
         # shows on its page, and a restarted worker has its work back under way first. The usage
         # pass's comes soon: a restart must not delay it by a period.
         now = time.monotonic()
-        self._next_pass = {SUPERVISOR_LEASE: now + self.supervisor_seconds,
-                           accounting.USAGE_LEASE: now + min(self.usage_seconds, self.supervisor_seconds),
-                           firing.LEASE: now, revalidation.LEASE: now,
-                           grants.LEASE: now + min(app.config["GRANTS_RECONCILE_SECONDS"], self.supervisor_seconds)}
+        self._next_pass = {
+            SUPERVISOR_LEASE: now + self.supervisor_seconds,
+            accounting.USAGE_LEASE: now + min(self.usage_seconds, self.supervisor_seconds),
+            firing.LEASE: now,
+            revalidation.LEASE: now,
+            grants.LEASE: now
+            + min(app.config["GRANTS_RECONCILE_SECONDS"], self.supervisor_seconds),
+        }
 
     # --- running ------------------------------------------------------------------------------
 
@@ -184,17 +195,25 @@ class Worker:
                 with self.app.app_context():
                     self.tick()
                 if failures:
-                    logger.warning("worker %s: the database answers again; resuming the work", self.id)
+                    logger.warning(
+                        "worker %s: the database answers again; resuming the work", self.id
+                    )
                 failures = 0
                 pause = self.poll_seconds
             except Exception as error:  # e.g. the schema is not migrated yet: the same patience
                 failures += 1
-                pause = min(MAX_BACKOFF_SECONDS, self.poll_seconds * 2 ** failures)
+                pause = min(MAX_BACKOFF_SECONDS, self.poll_seconds * 2**failures)
                 if isinstance(error, DATABASE_UNAVAILABLE):
-                    logger.warning("worker %s: database unavailable (%s); trying again in %.1f s", self.id,
-                                   str(error).splitlines()[0][:200], pause)
+                    logger.warning(
+                        "worker %s: database unavailable (%s); trying again in %.1f s",
+                        self.id,
+                        str(error).splitlines()[0][:200],
+                        pause,
+                    )
                 else:
-                    logger.exception("worker %s: pass failed; trying again in %.1f s", self.id, pause)
+                    logger.exception(
+                        "worker %s: pass failed; trying again in %.1f s", self.id, pause
+                    )
             self.announcements.wait(pause)
         self.announcements.close()
         self._let_unit_steps_finish()
@@ -233,8 +252,9 @@ class Worker:
     # --- inside ---------------------------------------------------------------------------------
 
     def _begin(self, name: str, function: Callable[[int], None], subject: int) -> None:
-        thread = threading.Thread(target=self._perform, args=(name, function, subject), name=f"work-{name}",
-                                  daemon=True)
+        thread = threading.Thread(
+            target=self._perform, args=(name, function, subject), name=f"work-{name}", daemon=True
+        )
         with self._lock:
             self._work[name] = _Work(name, thread)
         thread.start()
@@ -247,8 +267,12 @@ class Worker:
                 function(subject)
         except DATABASE_UNAVAILABLE as error:
             # Nothing could be recorded: the work is picked up again once the database answers.
-            logger.warning("worker %s: %s paused, the database is unavailable (%s)", self.id, name,
-                           str(error).splitlines()[0][:200])
+            logger.warning(
+                "worker %s: %s paused, the database is unavailable (%s)",
+                self.id,
+                name,
+                str(error).splitlines()[0][:200],
+            )
         except Exception:
             logger.exception("worker %s: %s failed", self.id, name)
 
@@ -275,7 +299,11 @@ class Worker:
 
     def _release_finished(self, everything: bool = False) -> None:
         with self._lock:
-            finished = [name for name, work in self._work.items() if everything or not work.thread.is_alive()]
+            finished = [
+                name
+                for name, work in self._work.items()
+                if everything or not work.thread.is_alive()
+            ]
             if everything:  # what still runs stops where it can (a watch) and is taken over
                 for work in self._work.values():
                     work.lost.set()

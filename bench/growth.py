@@ -11,6 +11,7 @@ SF 1, against the same ratio of plain PySpark. Target: at most 5% steeper than p
 flatter growth than plain's, which the unit's fixed costs per run give, meets it). Scale factor 3
 generates about 18 million lineitem rows (a few minutes on 2 cores).
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,8 +33,10 @@ SAMPLE_S = 0.2
 
 
 def run(bench: Bench, options) -> Summary:
-    print(f"\n== growth: TPC-H Q1 + write at scale factors {', '.join(f'{sf:g}' for sf in SCALE_FACTORS)}, "
-          f"Lakeport against plain local[{CU_CPUS}], median of {RUNS}, peak memory beside")
+    print(
+        f"\n== growth: TPC-H Q1 + write at scale factors {', '.join(f'{sf:g}' for sf in SCALE_FACTORS)}, "
+        f"Lakeport against plain local[{CU_CPUS}], median of {RUNS}, peak memory beside"
+    )
     cu_id = bench.compute_unit_id()
     workflow_id = bench.create_workflow("bench-growth-q1", STEPS)
     with bench.app.app_context():
@@ -44,20 +47,35 @@ def run(bench: Bench, options) -> Summary:
         figures[scale_factor] = _measure(bench, workflow_id, cu_id, handle)
         lakeport, plain = figures[scale_factor]["lakeport"], figures[scale_factor]["plain"]
         same_host = figures[scale_factor]["same_host"]
-        print(f"  SF {scale_factor:g} (generated in {seconds:.0f} s): Lakeport {lakeport['s']:.2f} s, peak unit "
-              f"{lakeport['peak'] / GIB:.2f} GiB | plain {plain['s']:.2f} s, peak {plain['peak'] / GIB:.2f} GiB | "
-              f"ratio {lakeport['s'] / plain['s']:.2f} | same host {same_host['s']:.2f} s")
-    growth = {way: figures[3.0][way]["s"] / figures[1.0][way]["s"] for way in ("lakeport", "plain", "same_host")}
-    print(f"  SF 3 / SF 1 on the unit's Spark host without Lakeport's run: {growth['same_host']:.2f}×")
+        print(
+            f"  SF {scale_factor:g} (generated in {seconds:.0f} s): Lakeport {lakeport['s']:.2f} s, peak unit "
+            f"{lakeport['peak'] / GIB:.2f} GiB | plain {plain['s']:.2f} s, peak {plain['peak'] / GIB:.2f} GiB | "
+            f"ratio {lakeport['s'] / plain['s']:.2f} | same host {same_host['s']:.2f} s"
+        )
+    growth = {
+        way: figures[3.0][way]["s"] / figures[1.0][way]["s"]
+        for way in ("lakeport", "plain", "same_host")
+    }
+    print(
+        f"  SF 3 / SF 1 on the unit's Spark host without Lakeport's run: {growth['same_host']:.2f}×"
+    )
     difference = growth["lakeport"] / growth["plain"] - 1
     met = difference <= TARGET_GROWTH_DIFFERENCE
-    print(f"  SF 3 / SF 1: Lakeport {growth['lakeport']:.2f}×, plain {growth['plain']:.2f}× "
-          f"({difference:+.1%}; target at most +{TARGET_GROWTH_DIFFERENCE:.0%}): {verdict(met)}")
-    sizes = "; ".join(f"SF {sf:g} {figures[sf]['lakeport']['s']:.2f} s / {figures[sf]['plain']['s']:.2f} s plain, "
-                      f"peak {figures[sf]['lakeport']['peak'] / GIB:.2f} / {figures[sf]['plain']['peak'] / GIB:.2f} GiB"
-                      for sf in SCALE_FACTORS)
-    return Summary(NAME, f"{sizes}; SF 3 / SF 1 Lakeport {growth['lakeport']:.2f}× vs plain {growth['plain']:.2f}× "
-                         f"({difference:+.1%}, target at most +{TARGET_GROWTH_DIFFERENCE:.0%})", met)
+    print(
+        f"  SF 3 / SF 1: Lakeport {growth['lakeport']:.2f}×, plain {growth['plain']:.2f}× "
+        f"({difference:+.1%}; target at most +{TARGET_GROWTH_DIFFERENCE:.0%}): {verdict(met)}"
+    )
+    sizes = "; ".join(
+        f"SF {sf:g} {figures[sf]['lakeport']['s']:.2f} s / {figures[sf]['plain']['s']:.2f} s plain, "
+        f"peak {figures[sf]['lakeport']['peak'] / GIB:.2f} / {figures[sf]['plain']['peak'] / GIB:.2f} GiB"
+        for sf in SCALE_FACTORS
+    )
+    return Summary(
+        NAME,
+        f"{sizes}; SF 3 / SF 1 Lakeport {growth['lakeport']:.2f}× vs plain {growth['plain']:.2f}× "
+        f"({difference:+.1%}, target at most +{TARGET_GROWTH_DIFFERENCE:.0%})",
+        met,
+    )
 
 
 def _measure(bench: Bench, workflow_id: int, cu_id: int, handle) -> dict:
@@ -65,7 +83,11 @@ def _measure(bench: Bench, workflow_id: int, cu_id: int, handle) -> dict:
         local_tree = lambda: _tree(local.process.pid)  # noqa: E731 - the session's JVM is a child
         bench.run(workflow_id, cu_id)  # warm-ups: the first read of each size warms caches
         local.time(Q1, "results.bench_growth_local")
-        same_host = {"sql": Q1, "table": "results.bench_growth_plain", "vended_from": "tpch.lineitem"}
+        same_host = {
+            "sql": Q1,
+            "table": "results.bench_growth_plain",
+            "vended_from": "tpch.lineitem",
+        }
         bench.plain_pyspark(cu_id, **same_host, warmups=1, repeats=0)
         lakeport, plain, on_host, peaks = [], [], [], {}
 
@@ -79,10 +101,21 @@ def _measure(bench: Bench, workflow_id: int, cu_id: int, handle) -> dict:
                 plain.extend(local.time(Q1, "results.bench_growth_local"))
             peaks["plain"] = peak[0]
 
-        interleaved(RUNS, [through_lakeport, plain_local,
-                           lambda: on_host.extend(bench.plain_pyspark(cu_id, **same_host, warmups=0, repeats=1))])
-    return {"lakeport": {"s": median(lakeport), "peak": peaks["lakeport"]},
-            "plain": {"s": median(plain), "peak": peaks["plain"]}, "same_host": {"s": median(on_host)}}
+        interleaved(
+            RUNS,
+            [
+                through_lakeport,
+                plain_local,
+                lambda: on_host.extend(
+                    bench.plain_pyspark(cu_id, **same_host, warmups=0, repeats=1)
+                ),
+            ],
+        )
+    return {
+        "lakeport": {"s": median(lakeport), "peak": peaks["lakeport"]},
+        "plain": {"s": median(plain), "peak": peaks["plain"]},
+        "same_host": {"s": median(on_host)},
+    }
 
 
 @contextmanager

@@ -5,6 +5,7 @@ Nothing is a stand-in: SeaweedFS, the identity provider, the dev catalog, Postgr
 database), Ray, RayDP and Spark are the real ones the tests use. `Bench` stops everything it
 started: the compute unit, the stack's processes, the database and the stack's files.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,17 +26,26 @@ from pathlib import Path
 from sqlmodel import Session, select
 
 from app import create_app
-from app.workflows import datasets
 from app.compute_units import lifecycle, supervision
-from app.spark_host.warmup import spark_host_size
-from app.worker import WorkAnnouncements
+from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT
 from app.config import SETTINGS, Config
 from app.db import make_engine
 from app.extensions import lakekeeper
 from app.iceberg_catalogs import catalog_for
-from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT
-from app.models import ComputeUnit, ComputeUnitEvent, ComputeUnitState, Execution, ExecutionState, User, Warehouse, WorkflowVersion
+from app.models import (
+    ComputeUnit,
+    ComputeUnitEvent,
+    ComputeUnitState,
+    Execution,
+    ExecutionState,
+    User,
+    Warehouse,
+    WorkflowVersion,
+)
 from app.spark_host.client import SparkHostClient
+from app.spark_host.warmup import spark_host_size
+from app.worker import WorkAnnouncements
+from app.workflows import datasets
 from bench.local_pyspark import LocalPySpark
 from devstack.database import drop_postgres_database, fresh_postgres_database
 from devstack.oidc_provider import TEST_USERS, sign_in_portal_client
@@ -49,8 +59,12 @@ CU_CPUS = 2
 CU_MEMORY_GB = 4.0
 # The portal's settings for a benchmark, in the benchmark's process and in the worker's (before
 # any `--setting`): the units' size limits fit the one unit size it starts.
-BENCH_SETTINGS = {"LAKEPORT_LOG_LEVEL": "WARNING", "LAKEPORT_CU_MAX_CPUS": str(CU_CPUS),
-                  "LAKEPORT_CU_MAX_MEMORY_GB": f"{CU_MEMORY_GB:g}", "LAKEPORT_CU_MAX_WORKERS": "0"}
+BENCH_SETTINGS = {
+    "LAKEPORT_LOG_LEVEL": "WARNING",
+    "LAKEPORT_CU_MAX_CPUS": str(CU_CPUS),
+    "LAKEPORT_CU_MAX_MEMORY_GB": f"{CU_MEMORY_GB:g}",
+    "LAKEPORT_CU_MAX_WORKERS": "0",
+}
 CU_START_TIMEOUT_S = 180.0
 # A row is polled this often while the benchmark waits for it to change.
 ROW_POLL_S = 0.02
@@ -64,7 +78,7 @@ SETTLE_S = 1.0
 # once to the warehouse's catalog the way an execution binds it (the catalog's token, the storage
 # keys it vends, Iceberg's REST catalog over S3A), then `sql` written to `table` and timed, over
 # and over. Only the SQL and the Iceberg write are inside the timer.
-PLAIN_PYSPARK_CODE = '''
+PLAIN_PYSPARK_CODE = """
 import time
 from compute.catalog_cache import CatalogAccess, CatalogCache
 from compute.iceberg_rest import rest_catalog
@@ -92,7 +106,7 @@ finally:
     active.clearActiveSession()
     close_session_catalog(session, binding.catalog_name)  # as an execution's: the unit keeps no connection
 result = {"seconds": seconds[args["warmups"]:]}
-'''
+"""
 
 
 def _epoch(moment: datetime) -> float:
@@ -147,16 +161,24 @@ def interleaved(rounds: int, measures: list[Callable[[], object]]) -> None:
 def submit_medians(runs: list[RunTiming]) -> str:
     """Where the time until the host has the run goes (medians): the run route's answer, the
     worker taking the execution, preparing and submitting it."""
-    return (f"route {median([run.route_s for run in runs]):.3f} s · worker took it "
-            f"{median([run.taken_s for run in runs]):.3f} s · prepared and submitted "
-            f"{median([run.prepared_s for run in runs]):.3f} s")
+    return (
+        f"route {median([run.route_s for run in runs]):.3f} s · worker took it "
+        f"{median([run.taken_s for run in runs]):.3f} s · prepared and submitted "
+        f"{median([run.prepared_s for run in runs]):.3f} s"
+    )
 
 
 def phase_medians(runs: list[RunTiming]) -> str:
     """The median seconds of each phase on the host (compute/pipeline.py) that every run reports."""
-    names = [name for name in runs[0].phases_s if all(name in run.phases_s for run in runs)] if runs else []
-    return " · ".join(f"{name.removesuffix('_s')} {median([run.phases_s[name] for run in runs]):.3f} s"
-                      for name in names)
+    names = (
+        [name for name in runs[0].phases_s if all(name in run.phases_s for run in runs)]
+        if runs
+        else []
+    )
+    return " · ".join(
+        f"{name.removesuffix('_s')} {median([run.phases_s[name] for run in runs]):.3f} s"
+        for name in names
+    )
 
 
 @dataclass(frozen=True)
@@ -174,8 +196,10 @@ def median(values: list[float]) -> float:
 
 def spread(values: list[float], unit: str = "s", digits: int = 2) -> str:
     """As in "median 1.23 s (min 1.10, max 1.40, n=5)"."""
-    return (f"median {median(values):.{digits}f} {unit} (min {min(values):.{digits}f}, "
-            f"max {max(values):.{digits}f}, n={len(values)})")
+    return (
+        f"median {median(values):.{digits}f} {unit} (min {min(values):.{digits}f}, "
+        f"max {max(values):.{digits}f}, n={len(values)})"
+    )
 
 
 def verdict(met: bool) -> str:
@@ -193,9 +217,11 @@ def machine_summary() -> str:
     with open("/proc/meminfo") as meminfo:
         total_kib = int(next(line for line in meminfo if line.startswith("MemTotal")).split()[1])
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
-    return (f"{os.cpu_count()} cores ({model or platform.machine()}), {total_kib / 2**20:.1f} GiB memory, "
-            f"{platform.system()} {platform.release()}, Python {platform.python_version()}; "
-            f"load average {load} at start")
+    return (
+        f"{os.cpu_count()} cores ({model or platform.machine()}), {total_kib / 2**20:.1f} GiB memory, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}; "
+        f"load average {load} at start"
+    )
 
 
 def python_loop_s(steps: int = 10_000_000, tries: int = 2) -> float:
@@ -232,7 +258,9 @@ class Bench:
     first use; the cold-start benchmark starts it itself and hands it over (`adopt_compute_unit`).
     """
 
-    def __init__(self, say: Callable[[str], None] = print, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, say: Callable[[str], None] = print, settings: dict[str, str] | None = None
+    ) -> None:
         self.say = say
         # LAKEPORT_* settings that override the stack's for this run (to measure a lever).
         self.settings = settings or {}
@@ -261,8 +289,12 @@ class Bench:
 
     def _start(self) -> None:
         self.database_name, database_url = fresh_postgres_database("lakeport_bench")
-        self.stack = LocalStack(self.var_dir, StackPorts.free(), database_url=database_url,
-                                portal_settings={**BENCH_SETTINGS, **self.settings})
+        self.stack = LocalStack(
+            self.var_dir,
+            StackPorts.free(),
+            database_url=database_url,
+            portal_settings={**BENCH_SETTINGS, **self.settings},
+        )
         self.stack.start(with_portal=False, say=lambda message: self.say(f"  setup: {message}"))
         self.engine = make_engine(database_url)
         self.app = create_app(Config.from_env(self.stack.portal_environment()))
@@ -326,8 +358,10 @@ class Bench:
     def post(self, path: str, data: dict[str, str], expect: int = 302):
         response = self.client.post(path, data={**data, "csrf_token": self.csrf_token()})
         if response.status_code != expect:
-            raise BenchError(f"POST {path} answered HTTP {response.status_code}: "
-                             f"{_page_errors(response.get_data(as_text=True))}")
+            raise BenchError(
+                f"POST {path} answered HTTP {response.status_code}: "
+                f"{_page_errors(response.get_data(as_text=True))}"
+            )
         return response
 
     @staticmethod
@@ -337,11 +371,20 @@ class Bench:
 
     def _register_warehouse(self) -> int:
         keys = TEST_USER_KEYS[USER]
-        response = self.post("/warehouses/", {
-            "name": "bench", "bucket": keys.bucket, "key_prefix": "bench", "endpoint": self.stack.seaweed.s3_endpoint,
-            "region": self.stack.seaweed.region, "path_style_access": "on", "flavor": "s3-compat",
-            "access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key,
-        })
+        response = self.post(
+            "/warehouses/",
+            {
+                "name": "bench",
+                "bucket": keys.bucket,
+                "key_prefix": "bench",
+                "endpoint": self.stack.seaweed.s3_endpoint,
+                "region": self.stack.seaweed.region,
+                "path_style_access": "on",
+                "flavor": "s3-compat",
+                "access_key_id": keys.access_key_id,
+                "secret_access_key": keys.secret_access_key,
+            },
+        )
         return self.created_id(response, "warehouses")
 
     def warehouse(self) -> Warehouse:
@@ -370,8 +413,15 @@ class Bench:
         with Session(self.engine, expire_on_commit=False) as db:
             return list(db.exec(statement))
 
-    def wait_for_row(self, model, row_id: int, done: Callable[[object], bool], timeout_s: float,
-                     what: str, poll_s: float = ROW_POLL_S) -> object:
+    def wait_for_row(
+        self,
+        model,
+        row_id: int,
+        done: Callable[[object], bool],
+        timeout_s: float,
+        what: str,
+        poll_s: float = ROW_POLL_S,
+    ) -> object:
         deadline = time.monotonic() + timeout_s
         while not done(row := self.row(model, row_id)):
             if time.monotonic() > deadline:
@@ -379,7 +429,9 @@ class Bench:
             time.sleep(poll_s)
         return row
 
-    def wait_for_final_state(self, announcements: WorkAnnouncements, execution_id: int, timeout_s: float) -> None:
+    def wait_for_final_state(
+        self, announcements: WorkAnnouncements, execution_id: int, timeout_s: float
+    ) -> None:
         """Wait until the execution has ended, looking at its state whenever PostgreSQL announces a
         change of a work row's state (the worker's own `WorkAnnouncements`, listening already).
         Polling the row through the ORM every 5 ms, after a long poll of the run on its host, had
@@ -391,17 +443,32 @@ class Bench:
                 if connection.execute(state).scalar_one() in ExecutionState.FINAL:
                     return
             if (left := deadline - time.monotonic()) <= 0:
-                raise BenchError(f"execution {execution_id} did not finish within {timeout_s:.0f} s")
+                raise BenchError(
+                    f"execution {execution_id} did not finish within {timeout_s:.0f} s"
+                )
             announcements.wait(min(left, ANNOUNCED_OR_EVERY_S))
 
     # ------------------------------------------------------------ compute units
     def create_compute_unit(self, name: str) -> tuple[int, float]:
         """Start a compute unit through the portal's route; (its id, epoch seconds when it was RUNNING)."""
-        response = self.post("/compute-units/", {"name": name, "kind": "local", "cpus": str(CU_CPUS),
-                                                 "memory_gb": f"{CU_MEMORY_GB:g}", "worker_nodes": "0"})
+        response = self.post(
+            "/compute-units/",
+            {
+                "name": name,
+                "kind": "local",
+                "cpus": str(CU_CPUS),
+                "memory_gb": f"{CU_MEMORY_GB:g}",
+                "worker_nodes": "0",
+            },
+        )
         cu_id = self.created_id(response, "compute-units")
-        cu = self.wait_for_row(ComputeUnit, cu_id, lambda row: row.state not in (
-            ComputeUnitState.PENDING, ComputeUnitState.STARTING), CU_START_TIMEOUT_S, f"compute unit {name}")
+        cu = self.wait_for_row(
+            ComputeUnit,
+            cu_id,
+            lambda row: row.state not in (ComputeUnitState.PENDING, ComputeUnitState.STARTING),
+            CU_START_TIMEOUT_S,
+            f"compute unit {name}",
+        )
         running_at = time.time()
         if cu.state != ComputeUnitState.RUNNING:
             raise BenchError(f"compute unit {name} is {cu.state}: {cu.reason}")
@@ -410,25 +477,36 @@ class Bench:
     def wait_until_spark_ready(self, cu_id: int, timeout_s: float = CU_START_TIMEOUT_S) -> float:
         """Wait for the unit's "Spark session ready" event (its page leaves WARMING then);
         returns the epoch seconds at which it was seen."""
-        ready = select(ComputeUnitEvent).where(ComputeUnitEvent.compute_unit_id == cu_id,
-                                               ComputeUnitEvent.message.startswith(SPARK_READY_EVENT))
-        failed = select(ComputeUnitEvent).where(ComputeUnitEvent.compute_unit_id == cu_id,
-                                                ComputeUnitEvent.message.startswith(SPARK_FAILED_EVENT))
+        ready = select(ComputeUnitEvent).where(
+            ComputeUnitEvent.compute_unit_id == cu_id,
+            ComputeUnitEvent.message.startswith(SPARK_READY_EVENT),
+        )
+        failed = select(ComputeUnitEvent).where(
+            ComputeUnitEvent.compute_unit_id == cu_id,
+            ComputeUnitEvent.message.startswith(SPARK_FAILED_EVENT),
+        )
         deadline = time.monotonic() + timeout_s
         while self.first(ready) is None:
             if (event := self.first(failed)) is not None:
                 raise BenchError(f"compute unit {cu_id}: {event.message}")
             if time.monotonic() > deadline:
-                raise BenchError(f"compute unit {cu_id}'s Spark session was not ready within {timeout_s:.0f} s")
+                raise BenchError(
+                    f"compute unit {cu_id}'s Spark session was not ready within {timeout_s:.0f} s"
+                )
             time.sleep(ROW_POLL_S)
         return time.time()
 
     def terminate_compute_unit(self, cu_id: int) -> None:
         """Terminate through the portal's route and wait until the unit is gone."""
         self.post(f"/compute-units/{cu_id}/terminate", {})
-        self.wait_for_row(ComputeUnit, cu_id, lambda row: row.state in (
-            ComputeUnitState.TERMINATED, ComputeUnitState.FAILED), CU_START_TIMEOUT_S, f"terminating unit {cu_id}",
-            poll_s=0.2)
+        self.wait_for_row(
+            ComputeUnit,
+            cu_id,
+            lambda row: row.state in (ComputeUnitState.TERMINATED, ComputeUnitState.FAILED),
+            CU_START_TIMEOUT_S,
+            f"terminating unit {cu_id}",
+            poll_s=0.2,
+        )
         if self._cu_id == cu_id:
             self._cu_id = None
 
@@ -436,14 +514,21 @@ class Bench:
         """Terminate a unit no route reaches (a pooled one, no one's) and wait until it is gone."""
         with self.app.app_context():
             lifecycle.terminate(self.row(ComputeUnit, cu_id), reason="the benchmark is over")
-        self.wait_for_row(ComputeUnit, cu_id, lambda row: row.state in (
-            ComputeUnitState.TERMINATED, ComputeUnitState.FAILED), CU_START_TIMEOUT_S, f"terminating unit {cu_id}",
-            poll_s=0.2)
+        self.wait_for_row(
+            ComputeUnit,
+            cu_id,
+            lambda row: row.state in (ComputeUnitState.TERMINATED, ComputeUnitState.FAILED),
+            CU_START_TIMEOUT_S,
+            f"terminating unit {cu_id}",
+            poll_s=0.2,
+        )
 
     def compute_unit_id(self) -> int:
         """The benchmarks' compute unit, started on first use and left to warm its Spark session."""
         if self._cu_id is None:
-            self.say(f"  setup: starting a compute unit ({CU_CPUS} CPUs, {CU_MEMORY_GB:g} GiB, no workers)")
+            self.say(
+                f"  setup: starting a compute unit ({CU_CPUS} CPUs, {CU_MEMORY_GB:g} GiB, no workers)"
+            )
             self._cu_id, _ = self.create_compute_unit("bench")
         return self._cu_id
 
@@ -461,12 +546,16 @@ class Bench:
     # ------------------------------------------------------------ workflows and executions
     def create_workflow(self, name: str, steps: list[dict]) -> int:
         """A workflow with one saved version of `steps`, through the portal's editor routes."""
-        workflow_id = self.created_id(self.post("/workflows/", {"name": name, "description": "benchmark"}),
-                                      "workflows")
+        workflow_id = self.created_id(
+            self.post("/workflows/", {"name": name, "description": "benchmark"}), "workflows"
+        )
         form = {"base_version": "0"}
         for index, step in enumerate(steps):
-            form |= {f"steps-{index}-name": step["name"], f"steps-{index}-kind": step["kind"],
-                     f"steps-{index}-code": step["code"]}
+            form |= {
+                f"steps-{index}-name": step["name"],
+                f"steps-{index}-kind": step["kind"],
+                f"steps-{index}-code": step["code"],
+            }
             if step.get("output"):
                 form[f"steps-{index}-output"] = "on"
         self.post(f"/workflows/{workflow_id}/edit", form)
@@ -474,17 +563,28 @@ class Bench:
 
     def submit(self, workflow_id: int, cu_id: int, csrf_token: str | None = None) -> int:
         """Run the workflow on the unit through the run dialog's route; the new execution's id."""
-        data = {"compute_unit_id": str(cu_id), "warehouse_id": str(self.warehouse_id),
-                "csrf_token": csrf_token or self.csrf_token()}
+        data = {
+            "compute_unit_id": str(cu_id),
+            "warehouse_id": str(self.warehouse_id),
+            "csrf_token": csrf_token or self.csrf_token(),
+        }
         response = self.client.post(f"/executions/new?workflow_id={workflow_id}", data=data)
         if response.status_code != 302:
-            raise BenchError(f"the run dialog refused: {_page_errors(response.get_data(as_text=True))}")
+            raise BenchError(
+                f"the run dialog refused: {_page_errors(response.get_data(as_text=True))}"
+            )
         return self.created_id(response, "executions")
 
     def cancel_execution(self, execution_id: int) -> None:
         self.post(f"/executions/{execution_id}/cancel", {})
-        self.wait_for_row(Execution, execution_id, lambda row: row.state in ExecutionState.FINAL, 120,
-                          f"cancelling execution {execution_id}", poll_s=0.2)
+        self.wait_for_row(
+            Execution,
+            execution_id,
+            lambda row: row.state in ExecutionState.FINAL,
+            120,
+            f"cancelling execution {execution_id}",
+            poll_s=0.2,
+        )
 
     def start_web_portal(self) -> str:
         """The portal's web workers under gunicorn as shipped, on this stack (same database and
@@ -496,8 +596,12 @@ class Bench:
         """Run the workflow through the run route and wait for COMPLETED in the Execution row."""
         # The browser holds the CSRF token in the page it runs from: reading it is not the run's.
         csrf_token = self.csrf_token()
-        announcements = WorkAnnouncements(self.engine.url.render_as_string(hide_password=False), threading.Event())
-        announcements.wait(0)  # connects and listens: no change of state after the submit goes unseen
+        announcements = WorkAnnouncements(
+            self.engine.url.render_as_string(hide_password=False), threading.Event()
+        )
+        announcements.wait(
+            0
+        )  # connects and listens: no change of state after the submit goes unseen
         try:
             started = time.time()
             execution_id = self.submit(workflow_id, cu_id, csrf_token)
@@ -508,25 +612,39 @@ class Bench:
             announcements.close()
         execution = self.row(Execution, execution_id)
         if execution.state != ExecutionState.COMPLETED:
-            raise BenchError(f"execution {execution_id} ended {execution.state}: {execution.reason}")
+            raise BenchError(
+                f"execution {execution_id} ended {execution.state}: {execution.reason}"
+            )
         with self.spark_host(cu_id) as host:
             run = host.run(execution.run_id)
         steps = json.loads(execution.progress)["steps"]
         return RunTiming(
-            execution_id=execution_id, total_s=ended - started, submitted_s=run["submitted_at"] - started,
+            execution_id=execution_id,
+            total_s=ended - started,
+            submitted_s=run["submitted_at"] - started,
             on_unit_s=run["finished_at"] - run["started_at"],
             steps_s=sum(step["ended_at"] - step["started_at"] for step in steps),
-            noticed_s=ended - run["finished_at"], submitted_at=run["submitted_at"],
-            phases_s=dict((run.get("result") or {}).get("phases_s") or {}), route_s=routed - started,
-            taken_s=_epoch(execution.started_at) - routed)
+            noticed_s=ended - run["finished_at"],
+            submitted_at=run["submitted_at"],
+            phases_s=dict((run.get("result") or {}).get("phases_s") or {}),
+            route_s=routed - started,
+            taken_s=_epoch(execution.started_at) - routed,
+        )
 
-    def plain_pyspark(self, cu_id: int, sql: str, table: str, vended_from: str, *, warmups: int,
-                      repeats: int) -> list[float]:
+    def plain_pyspark(
+        self, cu_id: int, sql: str, table: str, vended_from: str, *, warmups: int, repeats: int
+    ) -> list[float]:
         """Seconds per repetition of `sql` written to `table` in a plain PySpark session on the
         unit's Spark host (PLAIN_PYSPARK_CODE), after `warmups` untimed ones; `vended_from` is a
         table of the warehouse whose loading makes the catalog vend storage keys."""
-        args = {**self._catalog_args(), "sql": sql, "table": table, "vended_from": vended_from,
-                "warmups": warmups, "repeats": repeats}
+        args = {
+            **self._catalog_args(),
+            "sql": sql,
+            "table": table,
+            "vended_from": vended_from,
+            "warmups": warmups,
+            "repeats": repeats,
+        }
         with self.spark_host(cu_id) as host:
             run_id = host.submit(PLAIN_PYSPARK_CODE, args, name="bench-plain-pyspark")["run_id"]
             run = host.wait(run_id, timeout_s=3600.0)
@@ -537,26 +655,39 @@ class Bench:
     def local_pyspark(self, vended_from: str) -> LocalPySpark:
         """Plain PySpark `local[CU_CPUS]` (no Ray) in a process of its own, bound to the
         warehouse's catalog like an execution; enter it to start its session."""
-        return LocalPySpark(cores=CU_CPUS, memory=spark_host_size(self.row(ComputeUnit, self.compute_unit_id()))[
-            "executor_memory"], **self._catalog_args(), vended_from=vended_from,
-            log_path=self.var_dir / "local-pyspark.log")
+        return LocalPySpark(
+            cores=CU_CPUS,
+            memory=spark_host_size(self.row(ComputeUnit, self.compute_unit_id()))[
+                "executor_memory"
+            ],
+            **self._catalog_args(),
+            vended_from=vended_from,
+            log_path=self.var_dir / "local-pyspark.log",
+        )
 
     def _catalog_args(self) -> dict:
         """How an execution of alice's reaches her warehouse's catalog: its URL, name and a token."""
         warehouse = self.warehouse()
         with self.app.app_context():
-            token = lakekeeper().user_token(self.owner().subject, warehouse.lakekeeper_id).access_token
+            token = (
+                lakekeeper().user_token(self.owner().subject, warehouse.lakekeeper_id).access_token
+            )
             uri = f"{self.app.config['LAKEKEEPER_URL'].rstrip('/')}/catalog"
-        return {"catalog": {"uri": uri, "warehouse": warehouse.lakekeeper_name, "token": token},
-                "warehouse_id": warehouse.lakekeeper_id}
+        return {
+            "catalog": {"uri": uri, "warehouse": warehouse.lakekeeper_name, "token": token},
+            "warehouse_id": warehouse.lakekeeper_id,
+        }
 
     # ------------------------------------------------------------ data
     def generate_tpch(self, scale_factor: float, timeout_s: float = 1800.0) -> float:
         """TPC-H at `scale_factor` into tpch.* of the warehouse, through the portal's sample-data
         route (app/workflows/datasets.py, tpchgen-cli); returns the seconds it took."""
         started = time.monotonic()
-        self.post("/workflows/datasets/sample", {"warehouse_id": str(self.warehouse_id),
-                                                  "scale_factor": f"{scale_factor:g}"}, expect=200)
+        self.post(
+            "/workflows/datasets/sample",
+            {"warehouse_id": str(self.warehouse_id), "scale_factor": f"{scale_factor:g}"},
+            expect=200,
+        )
         owner, warehouse = self.owner(), self.warehouse()
         deadline = started + timeout_s
         while True:
@@ -565,7 +696,9 @@ class Bench:
             if not job.running:
                 break
             if time.monotonic() > deadline:
-                raise BenchError(f"TPC-H generation did not finish within {timeout_s:.0f} s ({job.step})")
+                raise BenchError(
+                    f"TPC-H generation did not finish within {timeout_s:.0f} s ({job.step})"
+                )
             time.sleep(0.5)
         if job.state != "done":
             raise BenchError(f"TPC-H generation failed: {job.error}")
@@ -578,7 +711,9 @@ class Bench:
             yield catalog_for(self.warehouse())
 
     def workflow_version_id(self, workflow_id: int) -> int:
-        return self.first(select(WorkflowVersion.id).where(WorkflowVersion.workflow_id == workflow_id))
+        return self.first(
+            select(WorkflowVersion.id).where(WorkflowVersion.workflow_id == workflow_id)
+        )
 
 
 def _page_errors(page: str) -> str:

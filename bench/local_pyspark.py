@@ -8,6 +8,7 @@ times statements on request, so that the benchmarks can interleave them with run
 Lakeport. The child speaks JSON lines: it prints `{"session_start_s": ...}` once its session is
 up, then answers each `{"sql", "table", "repeats"}` read from stdin with `{"seconds": [...]}`.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,23 @@ from app.config import PROJECT_ROOT
 class LocalPySpark:
     """A plain `local[cores]` PySpark session in a child process; a context manager."""
 
-    def __init__(self, *, cores: int, memory: str, catalog: dict, warehouse_id: str, vended_from: str,
-                 log_path) -> None:
-        self.args = {"cores": cores, "memory": memory, "catalog": catalog, "warehouse_id": warehouse_id,
-                     "vended_from": vended_from}
+    def __init__(
+        self,
+        *,
+        cores: int,
+        memory: str,
+        catalog: dict,
+        warehouse_id: str,
+        vended_from: str,
+        log_path,
+    ) -> None:
+        self.args = {
+            "cores": cores,
+            "memory": memory,
+            "catalog": catalog,
+            "warehouse_id": warehouse_id,
+            "vended_from": vended_from,
+        }
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
         self.session_start_s: float | None = None
@@ -33,8 +47,14 @@ class LocalPySpark:
     def __enter__(self) -> LocalPySpark:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.local_pyspark"], cwd=PROJECT_ROOT, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+            [sys.executable, "-m", "bench.local_pyspark"],
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )
         log.close()
         self._send(self.args)
         self.session_start_s = self._receive()["session_start_s"]
@@ -61,7 +81,9 @@ class LocalPySpark:
     def _receive(self) -> dict:
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"plain PySpark ended (exit code {self.process.wait()}); see {self.log_path}")
+            raise RuntimeError(
+                f"plain PySpark ended (exit code {self.process.wait()}); see {self.log_path}"
+            )
         answer = json.loads(line)
         if "error" in answer:
             raise RuntimeError(f"plain PySpark failed: {answer['error']}")
@@ -80,7 +102,9 @@ def _main() -> None:
         try:
             for _ in range(request["repeats"]):
                 began = time.perf_counter()
-                session.sql(request["sql"]).writeTo(request["table"]).using("iceberg").createOrReplace()
+                session.sql(request["sql"]).writeTo(request["table"]).using(
+                    "iceberg"
+                ).createOrReplace()
                 seconds.append(time.perf_counter() - began)
         except Exception as error:  # reported to the parent, which stops the benchmark
             print(json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
@@ -96,13 +120,22 @@ def _session(args: dict):
     from compute.spark_session import spark_conf
 
     catalog = args["catalog"]
-    vended = rest_catalog("plain-pyspark", catalog["uri"], catalog["warehouse"], catalog["token"]).load_table(
-        args["vended_from"])
-    binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess.vended(
-        catalog["uri"], catalog["warehouse"], catalog["token"], vended.io.properties))
+    vended = rest_catalog(
+        "plain-pyspark", catalog["uri"], catalog["warehouse"], catalog["token"]
+    ).load_table(args["vended_from"])
+    binding = CatalogCache().binding(
+        args["warehouse_id"],
+        CatalogAccess.vended(
+            catalog["uri"], catalog["warehouse"], catalog["token"], vended.io.properties
+        ),
+    )
     builder = SparkSession.builder.master(f"local[{args['cores']}]").appName("plain-pyspark")
     # In local mode the driver is the executor: it gets the memory a unit's executor gets.
-    for key, value in {**spark_conf(), "spark.driver.memory": args["memory"], **binding.conf}.items():
+    for key, value in {
+        **spark_conf(),
+        "spark.driver.memory": args["memory"],
+        **binding.conf,
+    }.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.catalog.setCurrentCatalog(binding.catalog_name)

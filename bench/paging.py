@@ -3,6 +3,7 @@ warehouse, with a COMPLETED Execution row pointing at it), read through the port
 route: page 1 and the page at row 50,000,000, 100 rows each. Target: median ≤ 150 ms each.
 For contrast, the time a full scan of the table takes (what paging without metadata would cost).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,10 @@ SCHEMA = pa.schema([("id", pa.int64()), ("amount", pa.float64()), ("label", pa.s
 def run(bench: Bench, options) -> Summary:
     rows = options.rows
     middle_row = min(MIDDLE_ROW, rows // 2)
-    print(f"\n== paging: {rows:,}-row result table, {PAGE_SIZE} rows per page through the results route, "
-          f"median of {REQUESTS}")
+    print(
+        f"\n== paging: {rows:,}-row result table, {PAGE_SIZE} rows per page through the results route, "
+        f"median of {REQUESTS}"
+    )
     execution_id, table = _result_execution(bench)
     started = time.monotonic()
     _write_rows(bench, table, rows)
@@ -42,9 +45,14 @@ def run(bench: Bench, options) -> Summary:
 
     middle_page = middle_row // PAGE_SIZE + 1  # 0-based row `middle_row` starts this page
     cold_ms = _request_ms(bench, execution_id, middle_page, middle_row)
-    print(f"  first request (the portal's catalog, file plan and footer caches empty): {cold_ms:.0f} ms")
+    print(
+        f"  first request (the portal's catalog, file plan and footer caches empty): {cold_ms:.0f} ms"
+    )
     figures = {}
-    for label, page, first_row in (("page 1", 1, 0), (f"page at row {middle_row:,}", middle_page, middle_row)):
+    for label, page, first_row in (
+        ("page 1", 1, 0),
+        (f"page at row {middle_row:,}", middle_page, middle_row),
+    ):
         timings = [_request_ms(bench, execution_id, page, first_row) for _ in range(REQUESTS)]
         figures[label] = timings
         print(f"  {label}: {spread(timings, 'ms', 0)}")
@@ -54,7 +62,9 @@ def run(bench: Bench, options) -> Summary:
         for _ in range(SCANS):
             started = time.monotonic()
             # Streamed batch by batch: the whole table would not fit in memory many times over.
-            scanned = sum(batch.num_rows for batch in catalog.load_table(table).scan().to_arrow_batch_reader())
+            scanned = sum(
+                batch.num_rows for batch in catalog.load_table(table).scan().to_arrow_batch_reader()
+            )
             scans.append((time.monotonic() - started) * 1000)
         if scanned != rows:
             raise BenchError(f"the full scan read {scanned:,} rows, not {rows:,}")
@@ -62,22 +72,35 @@ def run(bench: Bench, options) -> Summary:
 
     worst = max(median(timings) for timings in figures.values())
     met = worst <= TARGET_MS
-    print(f"  slower page median {worst:.0f} ms (target ≤ {TARGET_MS:.0f} ms); a full scan takes "
-          f"{median(scans) / worst:.1f}× as long: {verdict(met)}")
+    print(
+        f"  slower page median {worst:.0f} ms (target ≤ {TARGET_MS:.0f} ms); a full scan takes "
+        f"{median(scans) / worst:.1f}× as long: {verdict(met)}"
+    )
     pages = ", ".join(f"{label} {median(timings):.0f} ms" for label, timings in figures.items())
-    return Summary(NAME, f"{rows:,} rows: {pages}; full scan {median(scans):.0f} ms "
-                         f"(target ≤ {TARGET_MS:.0f} ms)", met)
+    return Summary(
+        NAME,
+        f"{rows:,} rows: {pages}; full scan {median(scans):.0f} ms (target ≤ {TARGET_MS:.0f} ms)",
+        met,
+    )
 
 
 def _result_execution(bench: Bench) -> tuple[int, str]:
     """A COMPLETED execution of a one-step workflow whose output is the table to page."""
-    workflow_id = bench.create_workflow("bench-paging", [
-        {"name": STEP, "kind": "sql", "code": "SELECT 1 AS id", "output": True}])
+    workflow_id = bench.create_workflow(
+        "bench-paging", [{"name": STEP, "kind": "sql", "code": "SELECT 1 AS id", "output": True}]
+    )
     warehouse = bench.warehouse()
-    execution = bench.add(Execution(
-        owner_id=warehouse.owner_id, workflow_id=workflow_id,
-        workflow_version_id=bench.workflow_version_id(workflow_id), workflow_version=1,
-        warehouse_id=warehouse.id, warehouse_name=warehouse.name, state=ExecutionState.COMPLETED))
+    execution = bench.add(
+        Execution(
+            owner_id=warehouse.owner_id,
+            workflow_id=workflow_id,
+            workflow_version_id=bench.workflow_version_id(workflow_id),
+            workflow_version=1,
+            warehouse_id=warehouse.id,
+            warehouse_name=warehouse.name,
+            state=ExecutionState.COMPLETED,
+        )
+    )
     table = table_name(RESULTS, execution.id, STEP)
     execution.outputs = json.dumps({"outputs": {STEP: table}})
     bench.add(execution)
@@ -90,11 +113,18 @@ def _write_rows(bench: Bench, table: str, rows: int) -> None:
         with catalog.create_table_transaction(table, schema=SCHEMA) as transaction:
             for start in range(0, rows, ROWS_PER_FILE):
                 ids = pa.array(range(start, min(start + ROWS_PER_FILE, rows)), pa.int64())
-                transaction.append(pa.table({
-                    "id": ids,
-                    "amount": pc.multiply(pc.cast(ids, pa.float64()), 0.01),
-                    "label": pc.binary_join_element_wise("row-", pc.cast(ids, pa.string()), ""),
-                }, schema=SCHEMA))
+                transaction.append(
+                    pa.table(
+                        {
+                            "id": ids,
+                            "amount": pc.multiply(pc.cast(ids, pa.float64()), 0.01),
+                            "label": pc.binary_join_element_wise(
+                                "row-", pc.cast(ids, pa.string()), ""
+                            ),
+                        },
+                        schema=SCHEMA,
+                    )
+                )
 
 
 def _request_ms(bench: Bench, execution_id: int, page: int, first_row: int) -> float:
@@ -105,8 +135,14 @@ def _request_ms(bench: Bench, execution_id: int, page: int, first_row: int) -> f
     elapsed_ms = (time.perf_counter() - started) * 1000
     body = response.get_data(as_text=True)
     expected = f"Rows {first_row + 1:,}–{first_row + PAGE_SIZE:,} of"
-    if response.status_code != 200 or expected not in body or len(re.findall(r"<tr><td[ >]", body)) != PAGE_SIZE:
+    if (
+        response.status_code != 200
+        or expected not in body
+        or len(re.findall(r"<tr><td[ >]", body)) != PAGE_SIZE
+    ):
         error = re.search(r'data-testid="table-error">([^<]*)<', body)
-        raise BenchError(f"GET {path}: HTTP {response.status_code}, "
-                         f"{error.group(1) if error else 'not the expected rows ' + repr(expected)}")
+        raise BenchError(
+            f"GET {path}: HTTP {response.status_code}, "
+            f"{error.group(1) if error else 'not the expected rows ' + repr(expected)}"
+        )
     return elapsed_ms

@@ -5,16 +5,17 @@ warm session. `--cold-runs` claims, each unit terminated afterwards and the pool
 before the next. Baseline: the cold benchmark's median from the same run (one cold start here when
 `cold` was not chosen). Target ≤ 3 s (median).
 """
+
 from __future__ import annotations
 
 import time
 
 from sqlmodel import select
 
-from bench import cold, warm
-from bench.harness import Bench, Summary, median, spread, verdict
 from app.models import ComputeUnit
 from app.states import ComputeUnitState
+from bench import cold, warm
+from bench.harness import Bench, Summary, median, spread, verdict
 
 NAME = "pool"
 TARGET_S = 3.0
@@ -22,8 +23,10 @@ REFILL_TIMEOUT_S = 240.0
 
 
 def run(bench: Bench, options) -> Summary:
-    print(f"\n== pool: create compute unit → first execution COMPLETED, a pool of 1 ready unit, "
-          f"{options.cold_runs} claims")
+    print(
+        f"\n== pool: create compute unit → first execution COMPLETED, a pool of 1 ready unit, "
+        f"{options.cold_runs} claims"
+    )
     workflow_id = bench.create_workflow("bench-pool", warm.STEPS)
     bench.change_setting("CU_POOL_SIZE", 1)
     try:
@@ -42,15 +45,24 @@ def run(bench: Bench, options) -> Summary:
     totals = [trial["total"] for trial in trials]
     met = median(totals) <= TARGET_S
     print(f"  total: {spread(totals)}")
-    print(f"  median {median(totals):.2f} s against cold {cold_median:.2f} s ({median(totals) / cold_median:.2f}×); "
-          f"target ≤ {TARGET_S:g} s: {verdict(met)}")
-    return Summary(NAME, f"{median(totals):.2f} s (min {min(totals):.2f}, max {max(totals):.2f}, n={len(totals)}) "
-                         f"against cold {cold_median:.1f} s (target ≤ {TARGET_S:g} s)", met)
+    print(
+        f"  median {median(totals):.2f} s against cold {cold_median:.2f} s ({median(totals) / cold_median:.2f}×); "
+        f"target ≤ {TARGET_S:g} s: {verdict(met)}"
+    )
+    return Summary(
+        NAME,
+        f"{median(totals):.2f} s (min {min(totals):.2f}, max {max(totals):.2f}, n={len(totals)}) "
+        f"against cold {cold_median:.1f} s (target ≤ {TARGET_S:g} s)",
+        met,
+    )
 
 
 def _pooled(bench: Bench):
-    return select(ComputeUnit).where(ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None),
-                                     ComputeUnit.state.in_(ComputeUnitState.LIVE))
+    return select(ComputeUnit).where(
+        ComputeUnit.owner_id.is_(None),
+        ComputeUnit.pooled_at.is_not(None),
+        ComputeUnit.state.in_(ComputeUnitState.LIVE),
+    )
 
 
 def _wait_for_a_ready_pooled_unit(bench: Bench) -> float:
@@ -75,6 +87,8 @@ def _trial(bench: Bench, workflow_id: int, number: int) -> dict:
     first = bench.run(workflow_id, cu_id)
     total = time.time() - started
     bench.terminate_compute_unit(cu_id)
-    print(f"  #{number}: {total:5.2f} s = claimed and handed over {running_at - started:.2f} s + first execution "
-          f"{total - (running_at - started):.2f} s [on the host {first.on_unit_s:.2f} s, the step {first.steps_s:.2f} s]")
+    print(
+        f"  #{number}: {total:5.2f} s = claimed and handed over {running_at - started:.2f} s + first execution "
+        f"{total - (running_at - started):.2f} s [on the host {first.on_unit_s:.2f} s, the step {first.steps_s:.2f} s]"
+    )
     return {"total": total}

@@ -9,6 +9,7 @@ the added cost measured here. Target: the sandbox adds at most a tenth of the wa
 run. Beside it, not in the target: how fast a 64 MiB object is read from storage on the unit and
 outside (a run that reads a large table streams it through a bridge).
 """
+
 from __future__ import annotations
 
 from bench.harness import Bench, Summary, median, verdict
@@ -26,7 +27,7 @@ RUN_REQUESTS = 24
 TARGET_PER_RUN_S = 0.03
 
 # Run on the unit (as a Spark host run) and here: medians in ms of each request kind.
-PROBE_CODE = r'''
+PROBE_CODE = r"""
 import http.client, statistics, time, urllib.parse
 from compute.iceberg_rest import rest_catalog
 
@@ -83,46 +84,71 @@ result = {probe.__name__: timed(probe, args["repeats"]) for probe in (
 result["bulk_read_ms"] = timed(s3_get_64_mib, 3)
 table.io.delete(bulk_path)
 kept.close()
-'''
+"""
 
 
 def run(bench: Bench, options) -> Summary:
-    print(f"\n== sandbox: the same requests from code on the unit (through its bridges) and from outside, "
-          f"medians of {REPEATS}")
+    print(
+        f"\n== sandbox: the same requests from code on the unit (through its bridges) and from outside, "
+        f"medians of {REPEATS}"
+    )
     cu_id = bench.compute_unit_id()
     bench.wait_until_spark_ready(cu_id)
     # A result table of the warehouse to load (its location is where the probe writes).
-    workflow_id = bench.create_workflow("bench-sandbox", [{"name": "probe", "kind": "sql", "code": "SELECT 1 AS x",
-                                                           "output": True}])
+    workflow_id = bench.create_workflow(
+        "bench-sandbox", [{"name": "probe", "kind": "sql", "code": "SELECT 1 AS x", "output": True}]
+    )
     execution_id = bench.run(workflow_id, cu_id).execution_id
-    args = {**bench._catalog_args(), "table": table_name(RESULTS, execution_id, "probe"), "repeats": REPEATS}
+    args = {
+        **bench._catalog_args(),
+        "table": table_name(RESULTS, execution_id, "probe"),
+        "repeats": REPEATS,
+    }
     inside, outside = [], []
     for _ in range(2):  # interleaved
         with bench.spark_host(cu_id) as host:
-            run_ = host.wait(host.submit(PROBE_CODE, args, name="bench-sandbox")["run_id"], timeout_s=300)
+            run_ = host.wait(
+                host.submit(PROBE_CODE, args, name="bench-sandbox")["run_id"], timeout_s=300
+            )
         if run_["state"] != "COMPLETED":
             raise RuntimeError(f"the probe on the unit ended {run_['state']}: {run_['error']}")
         inside.append(run_["result"])
         namespace = {"args": args}
         exec(compile(PROBE_CODE, "<sandbox probe>", "exec"), namespace)
         outside.append(namespace["result"])
-    bulk = {where: median([r.pop("bulk_read_ms") for r in results]) for where, results in (("unit", inside),
-                                                                                         ("here", outside))}
+    bulk = {
+        where: median([r.pop("bulk_read_ms") for r in results])
+        for where, results in (("unit", inside), ("here", outside))
+    }
     added = {}
     for name in inside[0]:
         unit, here = median([r[name] for r in inside]), median([r[name] for r in outside])
         added[name] = unit - here
-        print(f"  {name.replace('_', ' ')}: on the unit {unit:.1f} ms, outside {here:.1f} ms "
-              f"({unit - here:+.1f} ms, {unit / here:.2f}×)")
-    per_request_ms = max(0.0, median([added[name] for name in added if name != "config_on_a_new_connection"]))
-    per_run_s = (max(0.0, added["config_on_a_new_connection"]) * RUN_NEW_CONNECTIONS
-                 + per_request_ms * RUN_REQUESTS) / 1000
-    print(f"  s3 get 64 MiB: on the unit {bulk['unit']:.0f} ms ({64 / bulk['unit'] * 1000:.0f} MiB/s), outside "
-          f"{bulk['here']:.0f} ms ({64 / bulk['here'] * 1000:.0f} MiB/s), {bulk['unit'] / bulk['here']:.2f}×")
+        print(
+            f"  {name.replace('_', ' ')}: on the unit {unit:.1f} ms, outside {here:.1f} ms "
+            f"({unit - here:+.1f} ms, {unit / here:.2f}×)"
+        )
+    per_request_ms = max(
+        0.0, median([added[name] for name in added if name != "config_on_a_new_connection"])
+    )
+    per_run_s = (
+        max(0.0, added["config_on_a_new_connection"]) * RUN_NEW_CONNECTIONS
+        + per_request_ms * RUN_REQUESTS
+    ) / 1000
+    print(
+        f"  s3 get 64 MiB: on the unit {bulk['unit']:.0f} ms ({64 / bulk['unit'] * 1000:.0f} MiB/s), outside "
+        f"{bulk['here']:.0f} ms ({64 / bulk['here'] * 1000:.0f} MiB/s), {bulk['unit'] / bulk['here']:.2f}×"
+    )
     met = per_run_s <= TARGET_PER_RUN_S
-    print(f"  per warm run ({RUN_NEW_CONNECTIONS} new connections and {RUN_REQUESTS} requests through a bridge, "
-          f"{per_request_ms:+.1f} ms a request): {per_run_s * 1000:.0f} ms "
-          f"(target ≤ {TARGET_PER_RUN_S * 1000:.0f} ms, a tenth of the warm target): {verdict(met)}")
-    return Summary(NAME, f"{per_run_s * 1000:.0f} ms per warm run ({added['config_on_a_new_connection']:+.1f} ms "
-                         f"per new connection, {per_request_ms:+.1f} ms per request on a kept one; "
-                         f"target ≤ {TARGET_PER_RUN_S * 1000:.0f} ms)", met)
+    print(
+        f"  per warm run ({RUN_NEW_CONNECTIONS} new connections and {RUN_REQUESTS} requests through a bridge, "
+        f"{per_request_ms:+.1f} ms a request): {per_run_s * 1000:.0f} ms "
+        f"(target ≤ {TARGET_PER_RUN_S * 1000:.0f} ms, a tenth of the warm target): {verdict(met)}"
+    )
+    return Summary(
+        NAME,
+        f"{per_run_s * 1000:.0f} ms per warm run ({added['config_on_a_new_connection']:+.1f} ms "
+        f"per new connection, {per_request_ms:+.1f} ms per request on a kept one; "
+        f"target ≤ {TARGET_PER_RUN_S * 1000:.0f} ms)",
+        met,
+    )

@@ -17,6 +17,7 @@ route s3:// through Lakeport's CredentialKeyedS3AFileSystem
 one per bucket and JVM, would keep the first credentials for good: a renewed binding would
 still use expired keys.
 """
+
 from __future__ import annotations
 
 import base64
@@ -49,10 +50,14 @@ class CatalogAccess:
     keys_expire_at: float | None = None  # None: the keys do not expire
 
     @classmethod
-    def vended(cls, uri: str, warehouse: str, token: str, io_properties: Mapping[str, str]) -> "CatalogAccess | None":
+    def vended(
+        cls, uri: str, warehouse: str, token: str, io_properties: Mapping[str, str]
+    ) -> "CatalogAccess | None":
         """The access made of the storage keys the catalog vended with a table it loaded (the
         table's `io.properties`); None when it vended none."""
-        if not io_properties.get("s3.access-key-id") or not io_properties.get("s3.secret-access-key"):
+        if not io_properties.get("s3.access-key-id") or not io_properties.get(
+            "s3.secret-access-key"
+        ):
             return None
         expires_ms = io_properties.get("s3.session-token-expires-at-ms")
         keys = S3Keys(
@@ -62,12 +67,19 @@ class CatalogAccess:
             session_token=io_properties.get("s3.session-token"),
             path_style=str(io_properties.get("s3.path-style-access", "true")).lower() == "true",
         )
-        return cls(uri=uri, warehouse=warehouse, token=token, keys=keys,
-                   keys_expire_at=int(expires_ms) / 1000 if expires_ms else None)
+        return cls(
+            uri=uri,
+            warehouse=warehouse,
+            token=token,
+            keys=keys,
+            keys_expire_at=int(expires_ms) / 1000 if expires_ms else None,
+        )
 
 
 class CatalogCache:
-    def __init__(self, *, min_remaining_s: float = 600.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, *, min_remaining_s: float = 600.0, clock: Callable[[], float] = time.time
+    ) -> None:
         self.min_remaining_s = min_remaining_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -87,15 +99,23 @@ class CatalogCache:
             version = self._versions.get(warehouse_id, 0) + 1
             name = f"wh_{warehouse_id.replace('-', '')}_v{version}"
             conf = {
-                **iceberg_catalog_conf(name, warehouse=access.warehouse, uri=access.uri, token=access.token,
-                                       access_delegation=ACCESS_DELEGATION),
+                **iceberg_catalog_conf(
+                    name,
+                    warehouse=access.warehouse,
+                    uri=access.uri,
+                    token=access.token,
+                    access_delegation=ACCESS_DELEGATION,
+                ),
                 # A bearer token, the execution's: Iceberg must not try to exchange it for another.
                 f"spark.sql.catalog.{name}.rest.auth.type": "oauth2",
                 f"spark.sql.catalog.{name}.token-refresh-enabled": "false",
                 **catalog_s3a_conf(name, access.keys),
             }
             # An opaque token's lifetime is unknown: its binding then serves this execution only.
-            expiries = [token_expiry(access.token) or self._clock(), access.keys_expire_at or float("inf")]
+            expiries = [
+                token_expiry(access.token) or self._clock(),
+                access.keys_expire_at or float("inf"),
+            ]
             binding = CatalogBinding(warehouse_id, name, conf, min(expiries))
             self._bindings[warehouse_id] = binding
             self._versions[warehouse_id] = version
@@ -108,7 +128,11 @@ class CatalogCache:
 
     def current_bindings(self) -> list[CatalogBinding]:
         with self._lock:
-            return [binding for warehouse_id in self._bindings if (binding := self._current(warehouse_id))]
+            return [
+                binding
+                for warehouse_id in self._bindings
+                if (binding := self._current(warehouse_id))
+            ]
 
     def version(self, warehouse_id: str) -> int:
         with self._lock:

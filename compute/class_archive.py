@@ -23,6 +23,7 @@ repeat the class path (a later `-cp` wins): the application class loader, which 
 asks first, then loads Spark from the archive as well. The driver runs Ray's Java runtime
 on exactly that class path, so Ray's classes are found the same way.
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,7 +55,9 @@ def archive_path(class_path: str | None = None, directory: Path | None = None) -
     has the size and time it had at the dump."""
     class_path = class_path or raydp_class_path()
     stamps = " ".join(_stamp(Path(entry)) for entry in class_path.split(os.pathsep))
-    key = hashlib.sha256(f"{class_path}\n{stamps}\n{_java_version()}\n{_training_digest()}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(
+        f"{class_path}\n{stamps}\n{_java_version()}\n{_training_digest()}".encode()
+    ).hexdigest()[:12]
     return (directory or jars_dir()).resolve() / f"{ARCHIVE_PREFIX}{key}.jsa"
 
 
@@ -65,8 +68,12 @@ def archive_java_options() -> str:
     # page of it: each JVM then holds a private copy (about 140 MiB here) and spends its start
     # on relocating. Mapped where it was dumped, the pages stay shared and mostly untouched.
     # ASLR inside a Spark JVM guards nothing here: user code in a run already runs in it.
-    return (f"-XX:SharedArchiveFile={path} -Xshare:auto -XX:+UnlockDiagnosticVMOptions "
-            "-XX:ArchiveRelocationMode=0" if path.is_file() else "")
+    return (
+        f"-XX:SharedArchiveFile={path} -Xshare:auto -XX:+UnlockDiagnosticVMOptions "
+        "-XX:ArchiveRelocationMode=0"
+        if path.is_file()
+        else ""
+    )
 
 
 def executor_java_options() -> str:
@@ -85,7 +92,9 @@ def _stamp(path: Path) -> str:
 
 @functools.cache
 def _training_digest() -> str:
-    return hashlib.sha256(Path(__file__).with_name("class_archive_build.py").read_bytes()).hexdigest()
+    return hashlib.sha256(
+        Path(__file__).with_name("class_archive_build.py").read_bytes()
+    ).hexdigest()
 
 
 @functools.cache

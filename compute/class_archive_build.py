@@ -11,6 +11,7 @@ parsed and verified again by every JVM of every unit's start (bench/README.md ha
 cost). Where Ray cannot start (a build container without shared memory, say), the training falls
 back to a local session, and says so.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -20,8 +21,13 @@ from pathlib import Path
 
 from compute import class_path_jar
 from compute.class_archive import ARCHIVE_PREFIX, archive_path, raydp_class_path
-from compute.spark_session import (JDK17_JAVA_OPTIONS, iceberg_catalog_conf, spark_conf, unit_jars,
-                                    warm_the_write_path)
+from compute.spark_session import (
+    JDK17_JAVA_OPTIONS,
+    iceberg_catalog_conf,
+    spark_conf,
+    unit_jars,
+    warm_the_write_path,
+)
 
 JVM_KINDS = ("driver", "executor")  # the driver's JVM holds RayDP's app master (spark_session.py)
 
@@ -40,17 +46,30 @@ def build(log=print) -> Path:
         try:
             _run_training("--train", class_list, Path(work))
         except subprocess.SubprocessError as error:
-            log(f"warning: the training run on Ray failed ({_last_line(error)}); "
-                "the archive holds what a local Spark session loads, and units start slower")
+            log(
+                f"warning: the training run on Ray failed ({_last_line(error)}); "
+                "the archive holds what a local Spark session loads, and units start slower"
+            )
             _run_training("--train-local", class_list, Path(work))
         partial = path.with_suffix(".jsa.partial")
         dumped = subprocess.run(
-            ["java", *JDK17_JAVA_OPTIONS.split(), "-Xshare:dump", f"-XX:SharedClassListFile={class_list}",
-             f"-XX:SharedArchiveFile={partial}", "-cp", class_path],
-            capture_output=True, text=True, timeout=600,
+            [
+                "java",
+                *JDK17_JAVA_OPTIONS.split(),
+                "-Xshare:dump",
+                f"-XX:SharedClassListFile={class_list}",
+                f"-XX:SharedArchiveFile={partial}",
+                "-cp",
+                class_path,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         if dumped.returncode != 0 or not partial.is_file():
-            raise RuntimeError(f"java -Xshare:dump failed:\n{dumped.stdout[-2000:]}{dumped.stderr[-2000:]}")
+            raise RuntimeError(
+                f"java -Xshare:dump failed:\n{dumped.stdout[-2000:]}{dumped.stderr[-2000:]}"
+            )
         partial.rename(path)  # whole or not at all: a JVM never maps a half-written archive
     for stale in path.parent.glob(f"{ARCHIVE_PREFIX}*.jsa"):
         if stale != path:
@@ -60,8 +79,13 @@ def build(log=print) -> Path:
 
 
 def _run_training(mode: str, class_list: Path, work: Path) -> None:
-    subprocess.run([sys.executable, "-m", "compute.class_archive_build", mode, str(class_list), str(work)],
-                   check=True, timeout=600, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    subprocess.run(
+        [sys.executable, "-m", "compute.class_archive_build", mode, str(class_list), str(work)],
+        check=True,
+        timeout=600,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _last_line(error: subprocess.SubprocessError) -> str:
@@ -82,13 +106,25 @@ def _train(class_list: Path, work: Path) -> None:
     conf["spark.driver.extraJavaOptions"] += f" -XX:DumpLoadedClassList={lists['driver']}"
     # As a unit's executors start once the archive exists: Spark from the application class
     # loader (class_archive.executor_java_options), the only loader whose classes are listed.
-    conf["spark.executor.extraJavaOptions"] += (f" -cp {raydp_class_path()}"
-                                                f" -XX:DumpLoadedClassList={lists['executor']}")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _temp_dir=str(work / "ray"))
+    conf["spark.executor.extraJavaOptions"] += (
+        f" -cp {raydp_class_path()} -XX:DumpLoadedClassList={lists['executor']}"
+    )
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        _temp_dir=str(work / "ray"),
+    )
     try:
-        spark = start_spark_session("lakeport-class-archive", executors=1, executor_cores=1,
-                                    executor_memory="1g", extra_conf=conf)
+        spark = start_spark_session(
+            "lakeport-class-archive",
+            executors=1,
+            executor_cores=1,
+            executor_memory="1g",
+            extra_conf=conf,
+        )
         try:
             spark.range(0, 1, 1, 1).selectExpr("sum(id)").collect()  # the host's first job
             _work_like_a_unit(spark, work)
@@ -105,7 +141,12 @@ def _train_local(class_list: Path, work: Path) -> None:
 
     conf = spark_conf()
     conf["spark.driver.extraJavaOptions"] += f" -XX:DumpLoadedClassList={class_list}"
-    spark = SparkSession.builder.master("local[2]").appName("lakeport-class-archive").config(map=conf).getOrCreate()
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("lakeport-class-archive")
+        .config(map=conf)
+        .getOrCreate()
+    )
     try:
         _work_like_a_unit(spark, work)
     finally:
@@ -118,15 +159,22 @@ def _work_like_a_unit(spark, work: Path) -> None:
     back, and a job in a Python worker."""
     warm_the_write_path(spark, 1)
     session = spark.newSession()
-    for key, value in iceberg_catalog_conf("training", warehouse=(work / "warehouse").as_uri()).items():
+    for key, value in iceberg_catalog_conf(
+        "training", warehouse=(work / "warehouse").as_uri()
+    ).items():
         session.conf.set(key, value)
     session.sql("CREATE NAMESPACE IF NOT EXISTS training.results")
     session.range(1000).selectExpr(
-        "id", "id % 7 AS k", "CAST(id AS STRING) AS s", "CAST(id AS DECIMAL(12,2)) AS d",
+        "id",
+        "id % 7 AS k",
+        "CAST(id AS STRING) AS s",
+        "CAST(id AS DECIMAL(12,2)) AS d",
         "date_add(DATE'1998-01-01', CAST(id % 90 AS INT)) AS day",
     ).writeTo("training.results.t").create()
-    session.sql("SELECT k, count(*) AS n, sum(d) AS total, avg(d) AS mean FROM training.results.t "
-                "WHERE day <= DATE'1998-03-01' GROUP BY k ORDER BY k").writeTo("training.results.agg").create()
+    session.sql(
+        "SELECT k, count(*) AS n, sum(d) AS total, avg(d) AS mean FROM training.results.t "
+        "WHERE day <= DATE'1998-03-01' GROUP BY k ORDER BY k"
+    ).writeTo("training.results.agg").create()
     session.table("training.results.agg").collect()
     spark.sparkContext.parallelize(range(10), 1).map(lambda n: n * 2).sum()
 

@@ -20,6 +20,7 @@ The merge keeps what the JVMs saw on the class path it replaces:
 It lives in a Spark home of its own (`jars/` holds it alone, `bin/` is pyspark's), which the
 driver's launcher reads: `spark-submit` adds its `jars/*` to every driver's class path.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,8 +47,10 @@ SERVICES = "META-INF/services/"
 LOG4J_PLUGINS = "META-INF/org/apache/logging/log4j/core/config/plugins/Log4j2Plugins.dat"
 VERSIONED = re.compile(r"META-INF/versions/\d+/(.+)")
 MANIFEST = "Manifest-Version: 1.0\r\nMulti-Release: true\r\nCreated-By: Lakeport (compute/class_path_jar.py)\r\n\r\n"
-_DROPPED = re.compile(r"META-INF/(MANIFEST\.MF|INDEX\.LIST|[^/]+\.(SF|RSA|DSA|EC)|SIG-[^/]*)|(.*/)?module-info\.class",
-                      re.IGNORECASE)
+_DROPPED = re.compile(
+    r"META-INF/(MANIFEST\.MF|INDEX\.LIST|[^/]+\.(SF|RSA|DSA|EC)|SIG-[^/]*)|(.*/)?module-info\.class",
+    re.IGNORECASE,
+)
 
 
 def raydp_entries() -> list[str]:
@@ -56,7 +59,9 @@ def raydp_entries() -> list[str]:
     from raydp.spark.ray_cluster_master import RAYDP_EXECUTOR_EXTRA_CLASSPATH, RayDPSparkMaster
 
     # Only the class's class-path logic is used: on a stand-in for the (Ray actor) instance.
-    master = SimpleNamespace(_configs={RAYDP_EXECUTOR_EXTRA_CLASSPATH: os.pathsep.join(map(str, jar_paths()))})
+    master = SimpleNamespace(
+        _configs={RAYDP_EXECUTOR_EXTRA_CLASSPATH: os.pathsep.join(map(str, jar_paths()))}
+    )
     return RayDPSparkMaster.__ray_actor_class__._prepare_jvm_classpath(master)
 
 
@@ -64,7 +69,9 @@ def source_jars() -> list[Path]:
     """RayDP's class path with its wildcards expanded (a directory's jars sorted by name)."""
     jars: list[Path] = []
     for entry in raydp_entries():
-        jars += sorted(map(Path, glob.glob(entry + ".jar"))) if entry.endswith("*") else [Path(entry)]
+        jars += (
+            sorted(map(Path, glob.glob(entry + ".jar"))) if entry.endswith("*") else [Path(entry)]
+        )
     return jars
 
 
@@ -112,8 +119,10 @@ def build(log=print, jars: list[Path] | None = None, directory: Path | None = No
     for stale in home.parent.glob(f"{SPARK_HOME_PREFIX}*"):
         if stale != home:
             shutil.rmtree(stale, ignore_errors=True)
-    log(f"built unit class path {home.name}/jars/{JAR_NAME} ({len(jars)} jars, {entries} entries, "
-        f"{jar.stat().st_size >> 20} MiB)")
+    log(
+        f"built unit class path {home.name}/jars/{JAR_NAME} ({len(jars)} jars, {entries} entries, "
+        f"{jar.stat().st_size >> 20} MiB)"
+    )
     return jar
 
 
@@ -135,7 +144,10 @@ def merge(jars: list[Path], target: Path) -> int:
         with _JarWriter(target) as merged:
             merged.add("META-INF/MANIFEST.MF", MANIFEST.encode())
             for name, parts in gathered.items():
-                merged.add(name, merge_log4j_plugins(parts) if name == LOG4J_PLUGINS else _concatenated(parts))
+                merged.add(
+                    name,
+                    merge_log4j_plugins(parts) if name == LOG4J_PLUGINS else _concatenated(parts),
+                )
             written = {"META-INF/MANIFEST.MF", *gathered}
             for index, (jar, source) in enumerate(zip(jars, sources)):
                 multi_release = _is_multi_release(source)
@@ -145,7 +157,10 @@ def merge(jars: list[Path], target: Path) -> int:
                         if name in written or _left_out(name):  # every gathered entry is written
                             continue
                         if versioned := VERSIONED.match(name):
-                            if not multi_release or base_from.get(versioned.group(1), index) != index:
+                            if (
+                                not multi_release
+                                or base_from.get(versioned.group(1), index) != index
+                            ):
                                 continue
                         elif base_from[name] != index:
                             continue
@@ -182,7 +197,12 @@ def merge_log4j_plugins(caches: list[bytes]) -> bytes:
         for _ in range(reader.int()):
             plugins = categories.setdefault(reader.utf().lower(), {})
             for _ in range(reader.int()):
-                key, class_name, name, flags = reader.utf(), reader.utf(), reader.utf(), reader.take(2)
+                key, class_name, name, flags = (
+                    reader.utf(),
+                    reader.utf(),
+                    reader.utf(),
+                    reader.take(2),
+                )
                 plugins.setdefault(key, _utf(class_name) + _utf(name) + flags)
     out = [struct.pack(">i", len(categories))]
     for category, plugins in categories.items():
@@ -201,7 +221,7 @@ class _DataReader:
         if self._at + size > len(self._data):
             raise ValueError(f"{LOG4J_PLUGINS}: cut short")
         self._at += size
-        return self._data[self._at - size:self._at]
+        return self._data[self._at - size : self._at]
 
     def int(self) -> int:
         return struct.unpack(">i", self.take(4))[0]
@@ -238,41 +258,107 @@ class _JarWriter:
         """An entry of `data`, deflated."""
         deflate = zlib.compressobj(6, zlib.DEFLATED, -15)
         raw = deflate.compress(data) + deflate.flush()
-        self._write(name, raw, zipfile.ZIP_DEFLATED, zlib.crc32(data), len(data), (1980, 1, 1, 0, 0, 0))
+        self._write(
+            name, raw, zipfile.ZIP_DEFLATED, zlib.crc32(data), len(data), (1980, 1, 1, 0, 0, 0)
+        )
 
     def copy(self, jar: BinaryIO, info: zipfile.ZipInfo) -> None:
         """The entry `info` of the jar open as `jar`, its compressed bytes as they are (read
         from the entry's local header on, which `info.header_offset` locates)."""
-        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 0x1:
-            raise ValueError(f"{jar.name}: {info.filename} is neither stored nor deflated in the clear")
+        if (
+            info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+            or info.flag_bits & 0x1
+        ):
+            raise ValueError(
+                f"{jar.name}: {info.filename} is neither stored nor deflated in the clear"
+            )
         jar.seek(info.header_offset)
         header = struct.unpack(_LOCAL_HEADER, jar.read(struct.calcsize(_LOCAL_HEADER)))
         if header[0] != 0x04034B50:
-            raise ValueError(f"{jar.name}: {info.filename} has no local header where the directory says")
+            raise ValueError(
+                f"{jar.name}: {info.filename} has no local header where the directory says"
+            )
         jar.seek(header[9] + header[10], os.SEEK_CUR)  # past the name and the extra field
         raw = jar.read(info.compress_size)
-        self._write(info.filename, raw, info.compress_type, info.CRC, info.file_size, info.date_time)
+        self._write(
+            info.filename, raw, info.compress_type, info.CRC, info.file_size, info.date_time
+        )
 
-    def _write(self, name: str, raw: bytes, method: int, crc: int, size: int, date_time: tuple) -> None:
+    def _write(
+        self, name: str, raw: bytes, method: int, crc: int, size: int, date_time: tuple
+    ) -> None:
         encoded, offset = name.encode(), self._out.tell()
         flags = 0 if name.isascii() else 0x800  # the name in UTF-8
         year, month, day, hour, minute, second = date_time
-        dos_time, dos_date = hour << 11 | minute << 5 | second // 2, (year - 1980) << 9 | month << 5 | day
+        dos_time, dos_date = (
+            hour << 11 | minute << 5 | second // 2,
+            (year - 1980) << 9 | month << 5 | day,
+        )
         if max(offset, len(raw), size) >= 0xFFFFFFFF:
             raise ValueError(f"{name}: past the 4 GiB a jar entry's fields hold")
-        self._out.write(struct.pack(_LOCAL_HEADER, 0x04034B50, 20, flags, method, dos_time, dos_date, crc,
-                                    len(raw), size, len(encoded), 0) + encoded + raw)
-        self._central.append(struct.pack(_CENTRAL_HEADER, 0x02014B50, 20, 20, flags, method, dos_time, dos_date,
-                                         crc, len(raw), size, len(encoded), 0, 0, 0, 0, 0, offset) + encoded)
+        self._out.write(
+            struct.pack(
+                _LOCAL_HEADER,
+                0x04034B50,
+                20,
+                flags,
+                method,
+                dos_time,
+                dos_date,
+                crc,
+                len(raw),
+                size,
+                len(encoded),
+                0,
+            )
+            + encoded
+            + raw
+        )
+        self._central.append(
+            struct.pack(
+                _CENTRAL_HEADER,
+                0x02014B50,
+                20,
+                20,
+                flags,
+                method,
+                dos_time,
+                dos_date,
+                crc,
+                len(raw),
+                size,
+                len(encoded),
+                0,
+                0,
+                0,
+                0,
+                0,
+                offset,
+            )
+            + encoded
+        )
 
     def _finish(self) -> None:
         start = self._out.tell()
         self._out.write(b"".join(self._central))
         size, count, end = self._out.tell() - start, len(self._central), self._out.tell()
-        self._out.write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, count, count, size, start))
+        self._out.write(
+            struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, count, count, size, start)
+        )
         self._out.write(struct.pack("<IIQI", 0x07064B50, 0, end, 1))
-        self._out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
-                                    min(size, 0xFFFFFFFF), min(start, 0xFFFFFFFF), 0))
+        self._out.write(
+            struct.pack(
+                "<IHHHHIIH",
+                0x06054B50,
+                0,
+                0,
+                min(count, 0xFFFF),
+                min(count, 0xFFFF),
+                min(size, 0xFFFFFFFF),
+                min(start, 0xFFFFFFFF),
+                0,
+            )
+        )
 
 
 _LOCAL_HEADER = "<IHHHHHIIIHH"
@@ -291,4 +377,6 @@ def _is_multi_release(source: zipfile.ZipFile) -> bool:
         manifest = source.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
     except KeyError:
         return False
-    return re.search(r"^Multi-Release:\s*true\s*$", manifest, re.IGNORECASE | re.MULTILINE) is not None
+    return (
+        re.search(r"^Multi-Release:\s*true\s*$", manifest, re.IGNORECASE | re.MULTILINE) is not None
+    )

@@ -6,6 +6,7 @@ result). It reaches the warehouse like an execution does: the user's catalog tok
 credentials vended by the catalog, a Spark session of its own holding only that catalog.
 Only the columns both tables have (by name) are compared; the portal shows schema differences.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -15,9 +16,9 @@ from compute.catalog_cache import CatalogAccess
 from compute.contract import COMPARE_LIMIT_MAX
 from compute.iceberg_rest import rest_catalog
 from compute.pipeline import CATALOGS
-from compute.step_code import describe
-from compute.spare_sessions import warehouse_session
 from compute.runs import RunFailed
+from compute.spare_sessions import warehouse_session
+from compute.step_code import describe
 
 
 def run_comparison(spark, args: dict, progress) -> dict:
@@ -38,8 +39,13 @@ def run_comparison(spark, args: dict, progress) -> dict:
             except Exception as error:
                 tables[pair[side]] = error
     loaded = [table for table in tables.values() if not isinstance(table, Exception)]
-    access = CatalogAccess.vended(catalog["uri"], catalog["warehouse"], catalog["token"],
-                                  loaded[0].io.properties) if loaded else None
+    access = (
+        CatalogAccess.vended(
+            catalog["uri"], catalog["warehouse"], catalog["token"], loaded[0].io.properties
+        )
+        if loaded
+        else None
+    )
     if access is None:
         raise RunFailed("the catalog vended no storage credentials for the compared tables")
     binding = CATALOGS.binding(lakekeeper_id, access)
@@ -47,12 +53,18 @@ def run_comparison(spark, args: dict, progress) -> dict:
         session = warehouse_session(spark, binding)
         result = {}
         for pair in pairs:
-            missing = [pair[side] for side in ("a", "b") if isinstance(tables[pair[side]], Exception)]
+            missing = [
+                pair[side] for side in ("a", "b") if isinstance(tables[pair[side]], Exception)
+            ]
             if missing:
-                result[pair["output"]] = {"error": f"{missing[0]} cannot be read: {describe(tables[missing[0]])}"}
+                result[pair["output"]] = {
+                    "error": f"{missing[0]} cannot be read: {describe(tables[missing[0]])}"
+                }
                 continue
             with progress.interruptible():
-                result[pair["output"]] = _difference(session, binding.catalog_name, pair["a"], pair["b"], limit)
+                result[pair["output"]] = _difference(
+                    session, binding.catalog_name, pair["a"], pair["b"], limit
+                )
         return result
     finally:
         spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
@@ -68,7 +80,8 @@ def _difference(session, catalog_name: str, a: str, b: str, limit: int) -> dict:
     only_a, only_b = first.exceptAll(second), second.exceptAll(first)
     return {
         "columns": columns,
-        "only_in_a_count": only_a.count(), "only_in_b_count": only_b.count(),
+        "only_in_a_count": only_a.count(),
+        "only_in_b_count": only_b.count(),
         "only_in_a": [_row(row) for row in only_a.limit(limit).collect()],
         "only_in_b": [_row(row) for row in only_b.limit(limit).collect()],
     }

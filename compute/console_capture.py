@@ -1,6 +1,7 @@
 """An execution's console log: what its steps print and warn, routed per thread into the
 execution's log (kept whole for `console_logs`, its tail shown in the run's progress).
 """
+
 from __future__ import annotations
 
 import sys
@@ -25,13 +26,23 @@ class ExecutionLog:
         self._lock = threading.Lock()
 
     def __call__(self, level: str, step: str | None, message: str) -> None:
-        message = message if len(message) <= LOG_MESSAGE_CHARS else message[:LOG_MESSAGE_CHARS] + " [cut]"
+        message = (
+            message if len(message) <= LOG_MESSAGE_CHARS else message[:LOG_MESSAGE_CHARS] + " [cut]"
+        )
         with self._lock:
             if len(self.entries) < LOG_LINES_KEPT:
-                self.entries.append({"ts": time.time(), "level": level, "step": step, "message": message})
+                self.entries.append(
+                    {"ts": time.time(), "level": level, "step": step, "message": message}
+                )
             elif len(self.entries) == LOG_LINES_KEPT:
-                self.entries.append({"ts": time.time(), "level": "WARN", "step": step,
-                                     "message": f"log cut after {LOG_LINES_KEPT} lines"})
+                self.entries.append(
+                    {
+                        "ts": time.time(),
+                        "level": "WARN",
+                        "step": step,
+                        "message": f"log cut after {LOG_LINES_KEPT} lines",
+                    }
+                )
         self.progress.log(level, step, message)
 
 

@@ -8,6 +8,7 @@ Both sides import it: `compute/pipeline.py` writes by it, the unit's Spark host 
 the portal (`app/executions/`, `app/spark_host/`, `app/iceberg_reader.py`)
 submits and reads by it. No Spark or Ray here: the portal imports this module without them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,7 +26,7 @@ HOST_API = "/v1"
 @dataclass(frozen=True)
 class SparkHostSettings:
     port: int
-    namespace: str      # the CU's own Ray namespace
+    namespace: str  # the CU's own Ray namespace
     secret_sha256: str  # the host's key: hex SHA-256 of its unit's secret (compute/host_auth.py)
     # Loopback when the portal reaches the host on loopback (local CUs, also through a forwarded
     # port); otherwise the head node's own address, which the portal reaches.
@@ -63,9 +64,12 @@ class RunState(StrEnum):
     CANCELLED = "CANCELLED"
     FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
 
+
 # What the portal submits to the unit's Spark host (compute/spark_host.py), with the
 # ExecutionSpec as `args`; `result` is the run's summary (`Pipeline.run`).
-SUBMIT_CODE = "from compute.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)\n"
+SUBMIT_CODE = (
+    "from compute.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)\n"
+)
 
 
 class Isolation(StrEnum):
@@ -112,15 +116,17 @@ class TableProperty(StrEnum):
 class TableStatus(StrEnum):
     """`lakeport.status`: only an execution that COMPLETED has tables saying `complete`."""
 
-    RUNNING = "running"        # console_logs while the run goes on
+    RUNNING = "running"  # console_logs while the run goes on
     INCOMPLETE = "incomplete"  # a result table written, its run not finished
     COMPLETE = "complete"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
+
 # What the portal submits for a warehouse's maintenance (compute/maintenance.py), with the
 # MaintenanceSpec as `args`: snapshot expiry and orphan-file clean-up of its datasets.
 MAINTENANCE_CODE = "from compute.maintenance import run_maintenance\nresult = run_maintenance(spark, args, progress)\n"
+
 
 # ---------------------------------------------------------------- lineage
 # What a run read and wrote: the run's result carries it as `lineage`, `runtime_stats.e<id>`
@@ -128,9 +134,9 @@ MAINTENANCE_CODE = "from compute.maintenance import run_maintenance\nresult = ru
 # Tables are `namespace.table` in the run's warehouse; snapshot times are epoch milliseconds.
 class LineageRead(TypedDict):
     table: str
-    snapshot_id: int | None        # None: the table was empty (no snapshot)
+    snapshot_id: int | None  # None: the table was empty (no snapshot)
     snapshot_at_ms: int | None
-    total_records: int | None      # the snapshot's summary: the whole table as read
+    total_records: int | None  # the snapshot's summary: the whole table as read
     total_files: int | None
     total_bytes: int | None
 
@@ -140,7 +146,7 @@ class LineageWrite(TypedDict):
     step: str
     snapshot_id: int
     snapshot_at_ms: int
-    added_records: int | None      # the commit's snapshot summary
+    added_records: int | None  # the commit's snapshot summary
     added_files: int | None
     added_bytes: int | None
 
@@ -191,8 +197,12 @@ class Step:
 
     @classmethod
     def from_dict(cls, data: dict) -> Step:
-        return cls(name=str(data["name"]), kind=str(data["kind"]), code=str(data["code"]),
-                   output=bool(data.get("output", False)))
+        return cls(
+            name=str(data["name"]),
+            kind=str(data["kind"]),
+            code=str(data["code"]),
+            output=bool(data.get("output", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -211,10 +221,21 @@ class ExecutionSpec:
     def from_json(cls, args: dict) -> ExecutionSpec:
         try:
             steps = tuple(Step.from_dict(step) for step in args["steps"])
-            pinned = {str(table).lower(): int(snapshot) for table, snapshot in dict(args.get(PINNED) or {}).items()}
-            spec = cls(int(args["execution_id"]), dict(args["workflow"]), dict(args["user"]),
-                       dict(args["compute_unit"]), dict(args["warehouse"]), dict(args["catalog"]), steps, pinned,
-                       Isolation(args.get(ISOLATION, Isolation.PROCESS)))
+            pinned = {
+                str(table).lower(): int(snapshot)
+                for table, snapshot in dict(args.get(PINNED) or {}).items()
+            }
+            spec = cls(
+                int(args["execution_id"]),
+                dict(args["workflow"]),
+                dict(args["user"]),
+                dict(args["compute_unit"]),
+                dict(args["warehouse"]),
+                dict(args["catalog"]),
+                steps,
+                pinned,
+                Isolation(args.get(ISOLATION, Isolation.PROCESS)),
+            )
             for key in ("uri", "warehouse", "token"):
                 if not spec.catalog.get(key):
                     raise ValueError(f"catalog.{key} is missing")
@@ -223,24 +244,38 @@ class ExecutionSpec:
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidSpec(f"invalid execution spec: {type(error).__name__}: {error}") from None
         if spec.catalog.get("access_delegation", ACCESS_DELEGATION) != ACCESS_DELEGATION:
-            raise InvalidSpec(f"the catalog must vend storage credentials (access_delegation={ACCESS_DELEGATION!r})")
+            raise InvalidSpec(
+                f"the catalog must vend storage credentials (access_delegation={ACCESS_DELEGATION!r})"
+            )
         if not steps:
             raise InvalidSpec("the workflow has no steps")
         names = [step.name for step in steps]
         for step in steps:
             if not STEP_NAME.fullmatch(step.name) or step.name in RESERVED_STEP_NAMES:
-                raise InvalidSpec(f"step name {step.name!r} is not a step name (lowercase letters, digits, _)")
+                raise InvalidSpec(
+                    f"step name {step.name!r} is not a step name (lowercase letters, digits, _)"
+                )
             if step.kind not in STEP_KINDS:
-                raise InvalidSpec(f"step {step.name!r}: kind must be 'sql' or 'python', not {step.kind!r}")
+                raise InvalidSpec(
+                    f"step {step.name!r}: kind must be 'sql' or 'python', not {step.kind!r}"
+                )
             if names.count(step.name) > 1:
                 raise InvalidSpec(f"step name {step.name!r} is used twice")
         return spec
 
     def to_json(self) -> dict:
         """The spec as the portal submits it (what `from_json` reads back)."""
-        return {"execution_id": self.execution_id, "workflow": self.workflow, "user": self.user,
-                "compute_unit": self.compute_unit, "warehouse": self.warehouse, "catalog": self.catalog,
-                "steps": [step.to_dict() for step in self.steps], PINNED: self.pinned, ISOLATION: str(self.isolation)}
+        return {
+            "execution_id": self.execution_id,
+            "workflow": self.workflow,
+            "user": self.user,
+            "compute_unit": self.compute_unit,
+            "warehouse": self.warehouse,
+            "catalog": self.catalog,
+            "steps": [step.to_dict() for step in self.steps],
+            PINNED: self.pinned,
+            ISOLATION: str(self.isolation),
+        }
 
     def table(self, namespace: str, step: Step | None = None) -> str:
         return table_name(namespace, self.execution_id, step.name if step else None)

@@ -20,6 +20,7 @@ session, its warehouses' catalog bindings) and everything it changes ends with i
   takes) go through compute/run_channel.py; a cancel is passed to the child, which cancels its job
   group and interrupts its code as the host did, and the host cancels the job group too.
 """
+
 from __future__ import annotations
 
 import gc
@@ -58,7 +59,9 @@ class ForkedRun:
                 return True
         except ChildProcessError:
             pass
-        self._ended = True  # reaped (or not ours to reap): its pid may be another process's from now on
+        self._ended = (
+            True  # reaped (or not ours to reap): its pid may be another process's from now on
+        )
         return False
 
     def end(self, grace_s: float = 0.0) -> None:
@@ -165,9 +168,19 @@ def _child(spark, sock: socket.socket) -> None:
     except ChannelClosed:
         os._exit(0)
     progress = RemoteProgress(channel)
-    threading.Thread(target=listen, args=(channel, progress, spark, run["run_id"], lambda: os._exit(1)),
-                     name="host-messages", daemon=True).start()
-    execute(channel, spark, run, progress, before_end=lambda: _report_bindings(channel, CATALOGS, inherited))
+    threading.Thread(
+        target=listen,
+        args=(channel, progress, spark, run["run_id"], lambda: os._exit(1)),
+        name="host-messages",
+        daemon=True,
+    ).start()
+    execute(
+        channel,
+        spark,
+        run,
+        progress,
+        before_end=lambda: _report_bindings(channel, CATALOGS, inherited),
+    )
     SESSIONS.release()
     _release(spark, floor)
     os._exit(0)
@@ -227,9 +240,16 @@ def _report_bindings(channel: Channel, catalogs, inherited: dict) -> None:
     """The warehouse bindings this run made, for the host's cache (the next run's child has them)."""
     for warehouse_id, binding in catalogs.bindings().items():
         if inherited.get(warehouse_id) is not binding:
-            channel.send({"kind": "binding", "warehouse_id": warehouse_id, "catalog_name": binding.catalog_name,
-                          "conf": dict(binding.conf), "expires_at": binding.expires_at,
-                          "version": catalogs.version(warehouse_id)})
+            channel.send(
+                {
+                    "kind": "binding",
+                    "warehouse_id": warehouse_id,
+                    "catalog_name": binding.catalog_name,
+                    "conf": dict(binding.conf),
+                    "expires_at": binding.expires_at,
+                    "version": catalogs.version(warehouse_id),
+                }
+            )
 
 
 def _release(spark, floor: int) -> None:

@@ -17,6 +17,7 @@ derives it from the unit's secret, the host is given it at start. Then:
 
 Importable without Ray: both sides use it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -51,7 +52,9 @@ def new_nonce() -> str:
     return secrets.token_hex(16)
 
 
-def sign_request(key: str, method: str, target: str, body: bytes, nonce: str, now: float | None = None) -> str:
+def sign_request(
+    key: str, method: str, target: str, body: bytes, nonce: str, now: float | None = None
+) -> str:
     """The Authorization header of a request (`target`: its path and query, as sent)."""
     ts = str(int(now if now is not None else time.time()))
     return f"{SCHEME} ts={ts},nonce={nonce},sig={_mac(key, 'request', method, target, ts, nonce, body_digest(body))}"
@@ -75,8 +78,15 @@ class SeenNonces:
             return True
 
 
-def verify_request(key: str, header: str, method: str, target: str, body: bytes, seen: SeenNonces,
-                   now: float | None = None) -> str:
+def verify_request(
+    key: str,
+    header: str,
+    method: str,
+    target: str,
+    body: bytes,
+    seen: SeenNonces,
+    now: float | None = None,
+) -> str:
     """The request's nonce if `header` signs this request under `key`; raises AuthRefused."""
     scheme, _, fields = header.partition(" ")
     if scheme != SCHEME:
@@ -86,7 +96,9 @@ def verify_request(key: str, header: str, method: str, target: str, body: bytes,
     if not (ts.isdigit() and len(nonce) == 32 and len(sig) == 64):
         raise AuthRefused("the signature is malformed")
     now = now if now is not None else time.time()
-    if not hmac.compare_digest(sig, _mac(key, "request", method, target, ts, nonce, body_digest(body))):
+    if not hmac.compare_digest(
+        sig, _mac(key, "request", method, target, ts, nonce, body_digest(body))
+    ):
         raise AuthRefused("the signature is wrong")
     if abs(now - int(ts)) > MAX_SKEW_S:
         raise AuthRefused("the signature is too old or too new")
@@ -113,7 +125,9 @@ def _sealing_key(key: str) -> bytes:
 def seal(key: str, nonce: str, data: bytes) -> str:
     """`data` encrypted and authenticated for the host holding `key`, bound to the request."""
     iv = os.urandom(12)
-    return base64.b64encode(iv + AESGCM(_sealing_key(key)).encrypt(iv, data, nonce.encode())).decode()
+    return base64.b64encode(
+        iv + AESGCM(_sealing_key(key)).encrypt(iv, data, nonce.encode())
+    ).decode()
 
 
 def unseal(key: str, nonce: str, sealed: str) -> bytes:

@@ -4,6 +4,7 @@ Every request must be signed with the host's key and every answer carries the ho
 (compute/host_auth.py); a run's arguments arrive sealed. The handler calls the host object
 directly, in this process: Ray callers never reach it.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,14 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from compute.contract import HOST_API as API
-from compute.host_auth import PROOF_HEADER, AuthRefused, SeenNonces, response_proof, unseal, verify_request
+from compute.host_auth import (
+    PROOF_HEADER,
+    AuthRefused,
+    SeenNonces,
+    response_proof,
+    unseal,
+    verify_request,
+)
 
 # The largest request body the host reads (a run's code and sealed arguments).
 MAX_BODY_BYTES = 16 * 2**20
@@ -42,14 +50,21 @@ class HostRequestHandler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         method, length = self.command, int(self.headers.get("Content-Length") or 0)
         if not 0 <= length <= MAX_BODY_BYTES:
-            self.close_connection = True  # the body stays unread: nothing after it on this connection is a request
-            return self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "request body too large"})
+            self.close_connection = (
+                True  # the body stays unread: nothing after it on this connection is a request
+            )
+            return self._reply(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "request body too large"}
+            )
         body = self.rfile.read(length) if length else b""
         try:
-            self.nonce = verify_request(self.key, self.headers.get("Authorization", ""), method, self.path, body,
-                                        self.seen)
+            self.nonce = verify_request(
+                self.key, self.headers.get("Authorization", ""), method, self.path, body, self.seen
+            )
         except AuthRefused as refused:
-            return self._reply(HTTPStatus.UNAUTHORIZED, {"error": f"not the portal's request: {refused}"})
+            return self._reply(
+                HTTPStatus.UNAUTHORIZED, {"error": f"not the portal's request: {refused}"}
+            )
         try:
             return self._route(method, body)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -65,7 +80,10 @@ class HostRequestHandler(BaseHTTPRequestHandler):
         if method == "POST" and parts == ["host", "challenge"]:
             return self._reply(HTTPStatus.OK, {"host": "spark-host"})  # the proof is the answer
         if method == "GET" and parts == ["host"]:
-            return self._reply(HTTPStatus.OK, self.host.info(run_waiting=parse_qs(query).get("run_waiting") == ["1"]))
+            return self._reply(
+                HTTPStatus.OK,
+                self.host.info(run_waiting=parse_qs(query).get("run_waiting") == ["1"]),
+            )
         if method == "POST" and parts == ["host", "rekey"]:
             return self._rekey(json.loads(body or b"{}"))
         if method == "POST" and parts == ["host", "stop"]:
@@ -85,11 +103,21 @@ class HostRequestHandler(BaseHTTPRequestHandler):
 
     def _submit(self, body: dict) -> None:
         if not isinstance(body, dict) or not isinstance(body.get("code"), str):
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": "`code` (Python source) is required"})
-        args = json.loads(unseal(self.key, self.nonce, body["sealed_args"])) if body.get("sealed_args") else {}
+            return self._reply(
+                HTTPStatus.BAD_REQUEST, {"error": "`code` (Python source) is required"}
+            )
+        args = (
+            json.loads(unseal(self.key, self.nonce, body["sealed_args"]))
+            if body.get("sealed_args")
+            else {}
+        )
         if not isinstance(args, dict):
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": "the arguments must be a JSON object"})
-        return self._reply(HTTPStatus.ACCEPTED, self.host.submit(body["code"], args, str(body.get("name", ""))))
+            return self._reply(
+                HTTPStatus.BAD_REQUEST, {"error": "the arguments must be a JSON object"}
+            )
+        return self._reply(
+            HTTPStatus.ACCEPTED, self.host.submit(body["code"], args, str(body.get("name", "")))
+        )
 
     def _rekey(self, body: dict) -> None:
         """The portal's new key for this host (a pooled unit claimed by its user), sealed under
@@ -100,9 +128,13 @@ class HostRequestHandler(BaseHTTPRequestHandler):
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": "`sealed_args` is required"})
         new_key = json.loads(unseal(self.key, self.nonce, body["sealed_args"])).get("secret_sha256")
         if not (isinstance(new_key, str) and KEY_RE.fullmatch(new_key)):
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": "`secret_sha256` must be 64 hex digits"})
+            return self._reply(
+                HTTPStatus.BAD_REQUEST, {"error": "`secret_sha256` must be 64 hex digits"}
+            )
         if not self.host.may_rekey():
-            return self._reply(HTTPStatus.CONFLICT, {"error": "this host has run code: its key stays"})
+            return self._reply(
+                HTTPStatus.CONFLICT, {"error": "this host has run code: its key stays"}
+            )
         self._reply(HTTPStatus.OK, {"rekeyed": True})
         type(self).key = new_key
 
@@ -127,8 +159,11 @@ class HostRequestHandler(BaseHTTPRequestHandler):
 
 def serve(host: Any, bind_host: str, port: int) -> ThreadingHTTPServer:
     """Serve `host` (compute/spark_host.py SparkSessionHost) on `bind_host:port`, in threads."""
-    handler = type("SparkHostHandler", (HostRequestHandler,),
-                   {"host": host, "key": host.settings.secret_sha256, "seen": SeenNonces()})
+    handler = type(
+        "SparkHostHandler",
+        (HostRequestHandler,),
+        {"host": host, "key": host.settings.secret_sha256, "seen": SeenNonces()},
+    )
     server = ThreadingHTTPServer((bind_host, port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="spark-host-http", daemon=True).start()

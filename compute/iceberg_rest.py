@@ -25,6 +25,7 @@ request, and commits to several tables at once. The portal's catalogs share the 
 - `MetadataOnceTransaction` stages changes without pyiceberg's deep copy of the table's metadata on
   every read of it.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,11 @@ class SmallWritesFileIO(PyArrowFileIO):
     def __getstate__(self) -> dict:
         """Pickled without its uploads, which stay with the process that wrote the files."""
         self.wait_for_uploads()
-        return {key: value for key, value in super().__getstate__().items()
-                if key not in ("_uploads", "_uploads_lock")}
+        return {
+            key: value
+            for key, value in super().__getstate__().items()
+            if key not in ("_uploads", "_uploads_lock")
+        }
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
@@ -75,8 +79,13 @@ class SmallWritesFileIO(PyArrowFileIO):
 
     def new_output(self, location: str) -> LengthKnownFile:
         scheme, netloc, path = self.parse_location(location, self.properties)
-        return LengthKnownFile(location=location, path=path, fs=self.fs_by_scheme(scheme, netloc),
-                               buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE)), io=self)
+        return LengthKnownFile(
+            location=location,
+            path=path,
+            fs=self.fs_by_scheme(scheme, netloc),
+            buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE)),
+            io=self,
+        )
 
     def new_input(self, location: str):
         """A file to read: one written through this FileIO is read once it is stored."""
@@ -195,19 +204,24 @@ class CatalogConfiguredRestCatalog(RestCatalog):
         return super().commit_table(table, requirements, updates)
 
     def _response_to_table(self, identifier_tuple, table_response):
-        table = super()._response_to_table(identifier_tuple, _without_table_properties(table_response))
+        table = super()._response_to_table(
+            identifier_tuple, _without_table_properties(table_response)
+        )
         table.metadata = table_response.metadata
         return table
 
     def _response_to_staged_table(self, identifier_tuple, table_response):
-        table = super()._response_to_staged_table(identifier_tuple, _without_table_properties(table_response))
+        table = super()._response_to_staged_table(
+            identifier_tuple, _without_table_properties(table_response)
+        )
         table.metadata = table_response.metadata
         return table
 
 
 def _without_table_properties(table_response):
-    return table_response.model_copy(update={"metadata": table_response.metadata.model_copy(
-        update={"properties": {}})})
+    return table_response.model_copy(
+        update={"metadata": table_response.metadata.model_copy(update={"properties": {}})}
+    )
 
 
 # A table's vended credentials this close to their expiry are renewed before the table writes
@@ -215,7 +229,9 @@ def _without_table_properties(table_response):
 RENEW_CREDENTIALS_BEFORE_S = 300.0
 
 
-def credentials_expire_soon(io_properties, now: float, within_s: float = RENEW_CREDENTIALS_BEFORE_S) -> bool:
+def credentials_expire_soon(
+    io_properties, now: float, within_s: float = RENEW_CREDENTIALS_BEFORE_S
+) -> bool:
     """Whether the storage credentials the catalog vended with a table (its FileIO's
     `s3.session-token-expires-at-ms`) expire within `within_s`; False when they state no expiry."""
     expires_ms = io_properties.get("s3.session-token-expires-at-ms")
@@ -234,9 +250,16 @@ def wait_for_uploads(table) -> None:
 def rest_catalog(name: str, uri: str, warehouse: str, token: str):
     """A pyiceberg catalog of `warehouse` at `uri`, acting with `token`; the tables it loads carry
     the storage credentials the catalog vends for them."""
-    return CatalogConfiguredRestCatalog(name, uri=uri, warehouse=warehouse, token=token,
-                       **{f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION,
-                          FILE_IO_PROPERTY: f"{SmallWritesFileIO.__module__}.{SmallWritesFileIO.__qualname__}"})
+    return CatalogConfiguredRestCatalog(
+        name,
+        uri=uri,
+        warehouse=warehouse,
+        token=token,
+        **{
+            f"header.{ACCESS_DELEGATION_HEADER}": ACCESS_DELEGATION,
+            FILE_IO_PROPERTY: f"{SmallWritesFileIO.__module__}.{SmallWritesFileIO.__qualname__}",
+        },
+    )
 
 
 def commit_together(catalog, transactions) -> None:
@@ -251,7 +274,11 @@ def commit_together(catalog, transactions) -> None:
     (`_updates`, `_requirements`) and sent on the catalog's own session (its token and headers).
     """
     from pyiceberg.catalog.rest.response import _handle_non_200_response
-    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, NoSuchTableError
+    from pyiceberg.exceptions import (
+        CommitFailedException,
+        CommitStateUnknownException,
+        NoSuchTableError,
+    )
     from pyiceberg.table import CommitTableRequest, TableIdentifier
     from pyiceberg.table.update import AssertTableUUID
     from requests import HTTPError
@@ -262,14 +289,28 @@ def commit_together(catalog, transactions) -> None:
         wait_for_uploads(table)
         *namespace, name = table.name()
         request = CommitTableRequest(
-            identifier=TableIdentifier(namespace=namespace, name=name), updates=transaction._updates,
-            requirements=(*transaction._requirements, AssertTableUUID(uuid=table.metadata.table_uuid)))
+            identifier=TableIdentifier(namespace=namespace, name=name),
+            updates=transaction._updates,
+            requirements=(
+                *transaction._requirements,
+                AssertTableUUID(uuid=table.metadata.table_uuid),
+            ),
+        )
         changes.append(json.loads(request.model_dump_json()))
-    response = catalog._session.post(catalog.url("transactions/commit", prefixed=True),
-                                     data=json.dumps({"table-changes": changes}).encode())
+    response = catalog._session.post(
+        catalog.url("transactions/commit", prefixed=True),
+        data=json.dumps({"table-changes": changes}).encode(),
+    )
     try:
         response.raise_for_status()
     except HTTPError as error:
-        _handle_non_200_response(error, {404: NoSuchTableError, 409: CommitFailedException,
-                                         500: CommitStateUnknownException, 502: CommitStateUnknownException,
-                                         504: CommitStateUnknownException})
+        _handle_non_200_response(
+            error,
+            {
+                404: NoSuchTableError,
+                409: CommitFailedException,
+                500: CommitStateUnknownException,
+                502: CommitStateUnknownException,
+                504: CommitStateUnknownException,
+            },
+        )

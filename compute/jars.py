@@ -18,6 +18,7 @@ The jars live in one directory (default `<project>/.cache/jars`, or `$LAKEPORT_J
 that must hold the same files at the same path on every Ray node of a compute unit,
 because Spark's executors get them through `raydp.executor.extraClassPath`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,7 +51,9 @@ ICEBERG_SPARK_RUNTIME = JarSource(
     "iceberg-spark-runtime-3.5_2.12-1.10.2.jar", "snowpark-connect-deps-iceberg==1.0.2", sdist=False
 )
 HADOOP_AWS = JarSource("hadoop-aws-3.3.1.jar", "sagemaker-pyspark==1.4.5", sdist=True)
-AWS_SDK_BUNDLE = JarSource("aws-java-sdk-bundle-1.11.901.jar", "sagemaker-pyspark==1.4.5", sdist=True)
+AWS_SDK_BUNDLE = JarSource(
+    "aws-java-sdk-bundle-1.11.901.jar", "sagemaker-pyspark==1.4.5", sdist=True
+)
 
 REQUIRED_JARS = (ICEBERG_SPARK_RUNTIME, HADOOP_AWS, AWS_SDK_BUNDLE)
 
@@ -77,7 +80,9 @@ def _is_complete(path: Path) -> bool:
 def jar_paths(directory: Path | None = None) -> list[Path]:
     """Absolute paths of all required jars; raises MissingJarsError naming what is missing."""
     directory = (directory or jars_dir()).resolve()
-    paths = [directory / source.file_name for source in REQUIRED_JARS] + [directory / lakeport_jar_name()]
+    paths = [directory / source.file_name for source in REQUIRED_JARS] + [
+        directory / lakeport_jar_name()
+    ]
     missing = [path.name for path in paths if not _is_complete(path)]
     if missing:
         raise MissingJarsError(
@@ -116,7 +121,9 @@ def lakeport_jar_name() -> str:
     """Named by a digest of its sources, so a changed source means a new jar."""
     digest = hashlib.sha256()
     for source in _java_sources():
-        digest.update(source.relative_to(JAVA_SOURCES).as_posix().encode() + b"\0" + source.read_bytes())
+        digest.update(
+            source.relative_to(JAVA_SOURCES).as_posix().encode() + b"\0" + source.read_bytes()
+        )
     return f"lakeport-s3-{digest.hexdigest()[:12]}.jar"
 
 
@@ -131,11 +138,27 @@ def build_lakeport_jar(directory: Path, log: Callable[[str], None] = print) -> P
         raise MissingJarsError("javac (a JDK, 17 or newer) is needed to build " + target.name)
     import pyspark
 
-    classpath = [*sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")),
-                 directory / HADOOP_AWS.file_name, directory / ICEBERG_SPARK_RUNTIME.file_name]
+    classpath = [
+        *sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")),
+        directory / HADOOP_AWS.file_name,
+        directory / ICEBERG_SPARK_RUNTIME.file_name,
+    ]
     with tempfile.TemporaryDirectory(prefix="lakeport-javac-") as classes:
-        subprocess.run([javac, "--release", "11", "-nowarn", "-XDsuppressNotes", "-d", classes,
-                        "-cp", os.pathsep.join(map(str, classpath)), *map(str, _java_sources())], check=True)
+        subprocess.run(
+            [
+                javac,
+                "--release",
+                "11",
+                "-nowarn",
+                "-XDsuppressNotes",
+                "-d",
+                classes,
+                "-cp",
+                os.pathsep.join(map(str, classpath)),
+                *map(str, _java_sources()),
+            ],
+            check=True,
+        )
         partial = target.with_suffix(".partial")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: Lakeport\n")

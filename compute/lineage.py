@@ -13,6 +13,7 @@ are other names and stay as they are). A Python step gets a session whose `sql`,
 `read.table` do the same. Whatever path a step takes, its plan is checked afterwards: a pinned
 table read at any other snapshot fails the run, so a re-run never silently reads fresh data.
 """
+
 from __future__ import annotations
 
 from compute.contract import LineageRead
@@ -50,17 +51,28 @@ def tables_read(frame) -> dict[str, LineageRead]:
         option = node.options().get("snapshot-id")
         if snapshot_id is None and option is not None:
             snapshot_id = int(option)
-        snapshot = iceberg.snapshot(snapshot_id) if snapshot_id is not None else iceberg.currentSnapshot()
+        snapshot = (
+            iceberg.snapshot(snapshot_id) if snapshot_id is not None else iceberg.currentSnapshot()
+        )
         if snapshot is None:  # an empty table: nothing read
-            found[name] = LineageRead(table=name, snapshot_id=None, snapshot_at_ms=None, total_records=None,
-                                      total_files=None, total_bytes=None)
+            found[name] = LineageRead(
+                table=name,
+                snapshot_id=None,
+                snapshot_at_ms=None,
+                total_records=None,
+                total_files=None,
+                total_bytes=None,
+            )
             continue
         summary = snapshot.summary()
         found[name] = LineageRead(
-            table=name, snapshot_id=int(snapshot.snapshotId()), snapshot_at_ms=int(snapshot.timestampMillis()),
+            table=name,
+            snapshot_id=int(snapshot.snapshotId()),
+            snapshot_at_ms=int(snapshot.timestampMillis()),
             total_records=int_or_none(summary.get("total-records")),
             total_files=int_or_none(summary.get("total-data-files")),
-            total_bytes=int_or_none(summary.get("total-files-size")))
+            total_bytes=int_or_none(summary.get("total-files-size")),
+        )
     return found
 
 
@@ -111,9 +123,11 @@ def pin_sql(session, sql: str, pins: dict[str, int], catalog_name: str) -> str:
         snapshot = pins.get(".".join(parts).lower())
         if snapshot is None:
             continue
-        named = "".join(sql[start:stop + 1].split()).replace("`", "").lower()
+        named = "".join(sql[start : stop + 1].split()).replace("`", "").lower()
         if not named.endswith(".".join(parts).lower()):  # the parser's position is not the name
-            raise ValueError(f"cannot pin {'.'.join(parts)}: Spark's parser placed it at {sql[start:stop + 1]!r}")
+            raise ValueError(
+                f"cannot pin {'.'.join(parts)}: Spark's parser placed it at {sql[start : stop + 1]!r}"
+            )
         inserts.append((stop + 1, f" VERSION AS OF {int(snapshot)}"))
     for position, text in sorted(set(inserts), reverse=True):
         sql = sql[:position] + text + sql[position:]
@@ -128,7 +142,9 @@ class PinnedSession:
         self._session, self._pins, self._catalog_name = session, pins, catalog_name
 
     def sql(self, sql: str, *args, **kwargs):
-        return self._session.sql(pin_sql(self._session, sql, self._pins, self._catalog_name), *args, **kwargs)
+        return self._session.sql(
+            pin_sql(self._session, sql, self._pins, self._catalog_name), *args, **kwargs
+        )
 
     def table(self, name: str):
         return self.read.table(name)
@@ -150,7 +166,11 @@ class _PinnedReader:
         if len(parts) == 3 and parts[0].lower() == self._catalog_name.lower():
             parts = parts[1:]
         snapshot = self._pins.get(".".join(parts).lower())
-        reader = self._reader.option("snapshot-id", str(snapshot)) if snapshot is not None else self._reader
+        reader = (
+            self._reader.option("snapshot-id", str(snapshot))
+            if snapshot is not None
+            else self._reader
+        )
         return reader.table(name)
 
     def __getattr__(self, name: str):

@@ -1,6 +1,7 @@
 """A throwaway HTTP server on the unit's loopback, on a thread of its own, for as long as a
 `with` block lasts: the Spark host's warm-up serves its scratch S3 endpoint and Iceberg REST
 catalog this way (compute/scratch_s3.py, compute/warm_up_catalog.py)."""
+
 from __future__ import annotations
 
 import threading
@@ -13,8 +14,13 @@ class LoopbackHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def _answer(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
-                length: int | None = None) -> None:
+    def _answer(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        length: int | None = None,
+    ) -> None:
         self.send_response(status)
         for name, value in (headers or {}).items():
             self.send_header(name, value)

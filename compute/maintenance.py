@@ -13,6 +13,7 @@ ones (`older_than` = now: age alone keeps none); `remove_orphan_files` uses Iceb
 age limit (files younger than three days may belong to a write under way). A failing table is
 reported and the others still run.
 """
+
 from __future__ import annotations
 
 import re
@@ -47,7 +48,9 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
         return {}
 
     iceberg = rest_catalog(f"maintenance-{warehouse_id}", uri, warehouse, token)
-    access = CatalogAccess.vended(uri, warehouse, token, iceberg.load_table(tables[0]).io.properties)
+    access = CatalogAccess.vended(
+        uri, warehouse, token, iceberg.load_table(tables[0]).io.properties
+    )
     if access is None:
         raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
     binding = CATALOGS.binding(warehouse_id, access)
@@ -64,8 +67,9 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
     try:
         for name in tables:
             try:
-                outcome[name] = _maintain(session, iceberg, binding.catalog_name, name, retain_last,
-                                          remove_orphans, now)
+                outcome[name] = _maintain(
+                    session, iceberg, binding.catalog_name, name, retain_last, remove_orphans, now
+                )
                 progress.log("INFO", None, f"{name}: {outcome[name]}")
             except Exception as error:  # one table's failure does not stop the others
                 outcome[name] = {"error": describe(error)}
@@ -75,17 +79,30 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
     return outcome
 
 
-def _maintain(session, iceberg, catalog_name: str, name: str, retain_last: int, remove_orphans: bool,
-              now: str) -> dict:
+def _maintain(
+    session, iceberg, catalog_name: str, name: str, retain_last: int, remove_orphans: bool, now: str
+) -> dict:
     before = len(iceberg.load_table(name).snapshots())
     # Session-local UTC: the timestamp literal means the same instant as `now`.
     session.conf.set("spark.sql.session.timeZone", "UTC")
-    expired = session.sql(
-        f"CALL {catalog_name}.system.expire_snapshots(table => '{name}', "
-        f"older_than => TIMESTAMP '{now}', retain_last => {retain_last})").collect()[0].asDict()
-    result = {"snapshots_before": before, "snapshots_after": len(iceberg.load_table(name).snapshots()),
-              "deleted_files": sum(int(value or 0) for key, value in expired.items() if key.startswith("deleted_"))}
+    expired = (
+        session.sql(
+            f"CALL {catalog_name}.system.expire_snapshots(table => '{name}', "
+            f"older_than => TIMESTAMP '{now}', retain_last => {retain_last})"
+        )
+        .collect()[0]
+        .asDict()
+    )
+    result = {
+        "snapshots_before": before,
+        "snapshots_after": len(iceberg.load_table(name).snapshots()),
+        "deleted_files": sum(
+            int(value or 0) for key, value in expired.items() if key.startswith("deleted_")
+        ),
+    }
     if remove_orphans:
-        orphans = session.sql(f"CALL {catalog_name}.system.remove_orphan_files(table => '{name}')").collect()
+        orphans = session.sql(
+            f"CALL {catalog_name}.system.remove_orphan_files(table => '{name}')"
+        ).collect()
         result["orphan_files_removed"] = len(orphans)
     return result

@@ -10,6 +10,7 @@ second, and exits 1. The servers are its children (the exec kept the pid that st
 so `wait` tells it when one ends; it logs that as `ray start --block` does ("  raylet [exit
 code=-9]"), which the portal reads for the reason a node failed.
 """
+
 import os
 import signal
 import sys
@@ -61,8 +62,11 @@ def main(argv: list[str]) -> int:
         except ChildProcessError:
             return 1
         if pid in servers:
-            print(f"Some Ray subprocesses exited unexpectedly:\n  {names[pid]} "
-                  f"[exit code={os.waitstatus_to_exitcode(status)}]", flush=True)
+            print(
+                f"Some Ray subprocesses exited unexpectedly:\n  {names[pid]} "
+                f"[exit code={os.waitstatus_to_exitcode(status)}]",
+                flush=True,
+            )
             for other in servers:
                 _signal(other, signal.SIGKILL)
             return 1

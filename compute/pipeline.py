@@ -38,6 +38,7 @@ RunInterrupted (compute/spark_host.py); the step's clean-up runs outside the int
 Table metadata and the two small bookkeeping tables go through pyiceberg on the driver,
 which applies the vended credentials itself, so a run whose Spark side fails can still say why.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -54,15 +55,37 @@ import httpx
 
 from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
 from compute.console_capture import ExecutionLog, captured
-from compute.contract import (CONSOLE_LOGS, RESULTS, RUNTIME_STATS, ExecutionSpec, InvalidSpec, LineageRead,
-                              LineageWrite, Step, TableProperty, TableStatus)
-from compute.iceberg_rest import (MetadataOnceTransaction, commit_together, credentials_expire_soon, rest_catalog,
-                                  wait_for_uploads)
+from compute.contract import (
+    CONSOLE_LOGS,
+    RESULTS,
+    RUNTIME_STATS,
+    ExecutionSpec,
+    InvalidSpec,
+    LineageRead,
+    LineageWrite,
+    Step,
+    TableProperty,
+    TableStatus,
+)
+from compute.iceberg_rest import (
+    MetadataOnceTransaction,
+    commit_together,
+    credentials_expire_soon,
+    rest_catalog,
+    wait_for_uploads,
+)
 from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
 from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
 from compute.runs import RunFailed, RunInterrupted, RunProgress
 from compute.spare_sessions import SESSIONS
-from compute.step_code import catalog_message, compile_step, describe, python_program, step_traceback, syntax_error
+from compute.step_code import (
+    catalog_message,
+    compile_step,
+    describe,
+    python_program,
+    step_traceback,
+    syntax_error,
+)
 
 CATALOG_TIMEOUT_S = 10.0
 
@@ -126,8 +149,18 @@ class Pipeline:
         self.job_group = spark.sparkContext.getLocalProperty("spark.jobGroup.id")
 
     def run(self) -> dict:
-        self.progress.set_steps([{"name": step.name, "state": "pending", "rows_out": None,
-                                  "started_at": None, "ended_at": None} for step in self.spec.steps])
+        self.progress.set_steps(
+            [
+                {
+                    "name": step.name,
+                    "state": "pending",
+                    "rows_out": None,
+                    "started_at": None,
+                    "ended_at": None,
+                }
+                for step in self.spec.steps
+            ]
+        )
         # The catalog is bound while the steps are checked and the run's session opens (`_catalog`
         # waits for it); the execution's tables are made only once every step has passed its check.
         self.preparing = ThreadPoolExecutor(4, thread_name_prefix="prepare")
@@ -136,7 +169,9 @@ class Pipeline:
             with self._phase("check"):
                 programs = self._check_steps()
         except RunFailed:
-            self.preparing.shutdown(wait=False, cancel_futures=True)  # it makes nothing: not waited for
+            self.preparing.shutdown(
+                wait=False, cancel_futures=True
+            )  # it makes nothing: not waited for
             raise
         self._prepare_tables()
         try:
@@ -148,13 +183,18 @@ class Pipeline:
             # so. (pyiceberg's go with the run's garbage, spark_host.SparkSessionHost._execute.)
             if self.session is not None:
                 SESSIONS.retire(self.session, self.binding.catalog_name)
-        if (SESSIONS.ahead_after_runs and self.binding is not None
-                and CATALOGS.current(self.binding.warehouse_id) is self.binding):
+        if (
+            SESSIONS.ahead_after_runs
+            and self.binding is not None
+            and CATALOGS.current(self.binding.warehouse_id) is self.binding
+        ):
             SESSIONS.make_ahead(self.spark, self.binding)
         if reason:
             raise RunFailed(reason)
         return {
-            "outputs": {name: self.spec.table(RESULTS, self.stats[name].step) for name in self.written},
+            "outputs": {
+                name: self.spec.table(RESULTS, self.stats[name].step) for name in self.written
+            },
             "rows": {name: self.stats[name].rows_out for name in self.written},
             "lineage": self._lineage(),
             "runtime_stats": self.spec.table(RUNTIME_STATS),
@@ -168,8 +208,12 @@ class Pipeline:
             with self._phase("session"):
                 self._open_session()
                 self._catalog()  # no step runs before the catalog is bound
-                self.log("INFO", None, f"bound to warehouse {self.spec.catalog['warehouse']} "
-                                       f"through {self.spec.catalog['uri']}")
+                self.log(
+                    "INFO",
+                    None,
+                    f"bound to warehouse {self.spec.catalog['warehouse']} "
+                    f"through {self.spec.catalog['uri']}",
+                )
                 self._check_pins()
             with self._phase("steps"):
                 self._run_steps(programs)
@@ -185,7 +229,10 @@ class Pipeline:
             status, reason = TableStatus.FAILED, str(failure)
         except Exception as error:  # the catalog or storage failed around the steps
             self.log("ERROR", None, traceback.format_exc())
-            status, reason = TableStatus.FAILED, f"the execution's outputs could not be written: {describe(error)}"
+            status, reason = (
+                TableStatus.FAILED,
+                f"the execution's outputs could not be written: {describe(error)}",
+            )
         finally:
             self.spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
         with self._phase("complete"):
@@ -195,7 +242,9 @@ class Pipeline:
             self._drop_results()
             try:
                 self._record(status, replace=True)
-            except RunFailed as failure:  # both reasons: why the run failed, and why it left no record
+            except (
+                RunFailed
+            ) as failure:  # both reasons: why the run failed, and why it left no record
                 reason = f"{reason}; {failure}"
         return status, reason
 
@@ -225,24 +274,36 @@ class Pipeline:
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
         with self._phase("bind"):
             try:
-                self.iceberg = rest_catalog(f"execution-{self.spec.execution_id}", catalog["uri"], warehouse,
-                                            catalog["token"])
+                self.iceberg = rest_catalog(
+                    f"execution-{self.spec.execution_id}",
+                    catalog["uri"],
+                    warehouse,
+                    catalog["token"],
+                )
             except Exception as error:
                 # Find out precisely what is wrong (unreachable, no such warehouse, refused).
                 self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
-                raise RunFailed(f"the catalog refused warehouse {warehouse}: {describe(error)}") from None
+                raise RunFailed(
+                    f"the catalog refused warehouse {warehouse}: {describe(error)}"
+                ) from None
 
     def _prepare_tables(self) -> None:
         """Start making the execution's namespaces and its runtime_stats and console_logs tables,
         each a round trip to the catalog, side by side in `preparing` once the catalog is bound."""
+
         def once_bound(make, *args):
             self._catalog()  # raises CatalogUnbound, which _prepared raises first
             return make(*args)
 
-        self.prepared = {RESULTS: self.preparing.submit(
-            once_bound, lambda: self.iceberg.create_namespace_if_not_exists(RESULTS))}
+        self.prepared = {
+            RESULTS: self.preparing.submit(
+                once_bound, lambda: self.iceberg.create_namespace_if_not_exists(RESULTS)
+            )
+        }
         for namespace in RECORD_SCHEMAS:
-            self.prepared[namespace] = self.preparing.submit(once_bound, self._create_record_table, namespace)
+            self.prepared[namespace] = self.preparing.submit(
+                once_bound, self._create_record_table, namespace
+            )
 
     def _catalog(self):
         """The run's pyiceberg catalog, once bound; raises CatalogUnbound if it could not be."""
@@ -259,7 +320,9 @@ class Pipeline:
         try:
             return self.prepared[name].result()
         except Exception as error:
-            raise RunFailed(f"the catalog failed to prepare the execution's tables: {describe(error)}") from None
+            raise RunFailed(
+                f"the catalog failed to prepare the execution's tables: {describe(error)}"
+            ) from None
 
     def _create_record_table(self, namespace: str):
         """The execution's empty runtime_stats or console_logs table, status running (one left
@@ -282,27 +345,43 @@ class Pipeline:
         catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
         self.binding = CATALOGS.current(self.spec.warehouse["lakekeeper_id"])
         if self.binding is None:
-            access = CatalogAccess.vended(catalog["uri"], warehouse, catalog["token"],
-                                          self._prepared(RUNTIME_STATS).io.properties)
+            access = CatalogAccess.vended(
+                catalog["uri"],
+                warehouse,
+                catalog["token"],
+                self._prepared(RUNTIME_STATS).io.properties,
+            )
             if access is None:
-                raise RunFailed(f"the catalog vended no storage credentials for warehouse {warehouse}")
+                raise RunFailed(
+                    f"the catalog vended no storage credentials for warehouse {warehouse}"
+                )
             self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], access)
         self.session = SESSIONS.take(self.spark, self.binding)
 
     def _probe_catalog(self, uri: str, warehouse: str, token: str) -> None:
         try:
-            response = httpx.get(f"{uri.rstrip('/')}/v1/config", params={"warehouse": warehouse},
-                                 headers={"Authorization": f"Bearer {token}"}, timeout=CATALOG_TIMEOUT_S)
+            response = httpx.get(
+                f"{uri.rstrip('/')}/v1/config",
+                params={"warehouse": warehouse},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=CATALOG_TIMEOUT_S,
+            )
         except httpx.HTTPError as error:
-            raise RunFailed(f"the catalog (Lakekeeper) is unreachable at {uri}: {describe(error)}") from None
+            raise RunFailed(
+                f"the catalog (Lakekeeper) is unreachable at {uri}: {describe(error)}"
+            ) from None
         if response.status_code == 404:
             raise RunFailed(f"warehouse not found: {warehouse} ({catalog_message(response)})")
         if response.status_code in (401, 403):
-            raise RunFailed(f"the catalog refused the execution's access to warehouse {warehouse}: "
-                            f"HTTP {response.status_code} {catalog_message(response)}")
+            raise RunFailed(
+                f"the catalog refused the execution's access to warehouse {warehouse}: "
+                f"HTTP {response.status_code} {catalog_message(response)}"
+            )
         if not response.is_success:
-            raise RunFailed(f"the catalog answered HTTP {response.status_code} for warehouse {warehouse}: "
-                            f"{catalog_message(response)}")
+            raise RunFailed(
+                f"the catalog answered HTTP {response.status_code} for warehouse {warehouse}: "
+                f"{catalog_message(response)}"
+            )
 
     # ------------------------------------------------------------ the steps
     def _run_steps(self, programs: dict[str, Any]) -> None:
@@ -316,7 +395,11 @@ class Pipeline:
             stats = self.stats[step.name]
             stats.started_at, stats.status = time.time(), "running"
             self.progress.update_step(step.name, state="running", started_at=stats.started_at)
-            self.log("INFO", step.name, f"step {step.name} ({step.kind}{', output' if step.output else ''}) started")
+            self.log(
+                "INFO",
+                step.name,
+                f"step {step.name} ({step.kind}{', output' if step.output else ''}) started",
+            )
             later_steps = position + 1 < len(self.spec.steps)
             try:
                 with captured(self.log, step.name), self.progress.interruptible():
@@ -330,7 +413,10 @@ class Pipeline:
                     frame.createOrReplaceTempView(step.name)
                     frames[step.name] = frame
             except (Exception, RunInterrupted) as error:
-                stats.ended_at, stats.job_ids = time.time(), tuple(sorted(self._jobs() - jobs_before))
+                stats.ended_at, stats.job_ids = (
+                    time.time(),
+                    tuple(sorted(self._jobs() - jobs_before)),
+                )
                 stats.status = "cancelled" if self.progress.cancel_requested else "failed"
                 self.progress.update_step(step.name, state=stats.status, ended_at=stats.ended_at)
                 if stats.status == "cancelled":
@@ -341,9 +427,19 @@ class Pipeline:
             stats.ended_at, stats.status = time.time(), "done"
             jobs_after = self._jobs()
             stats.job_ids, jobs_before = tuple(sorted(jobs_after - jobs_before)), jobs_after
-            self.progress.update_step(step.name, state="done", ended_at=stats.ended_at, rows_out=stats.rows_out)
-            self.log("INFO", step.name, f"step {step.name} done in {stats.ended_at - stats.started_at:.2f} s"
-                     + (f", {stats.rows_out} rows written to {self.spec.table(RESULTS, step)}" if step.output else ""))
+            self.progress.update_step(
+                step.name, state="done", ended_at=stats.ended_at, rows_out=stats.rows_out
+            )
+            self.log(
+                "INFO",
+                step.name,
+                f"step {step.name} done in {stats.ended_at - stats.started_at:.2f} s"
+                + (
+                    f", {stats.rows_out} rows written to {self.spec.table(RESULTS, step)}"
+                    if step.output
+                    else ""
+                ),
+            )
 
     def _cancel_from(self, position: int) -> None:
         for step in self.spec.steps[position:]:
@@ -354,7 +450,9 @@ class Pipeline:
 
     def _evaluate(self, step: Step, code, frames: dict[str, Any]):
         if step.kind == "sql":
-            return self.session.sql(pin_sql(self.session, step.code, self.spec.pinned, self.binding.catalog_name))
+            return self.session.sql(
+                pin_sql(self.session, step.code, self.spec.pinned, self.binding.catalog_name)
+            )
         program = python_program(step, code)
         wanted = inspect.signature(program).parameters.values()
         if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in wanted):
@@ -367,8 +465,11 @@ class Pipeline:
                 elif parameter.name != "spark" and parameter.default is inspect.Parameter.empty:
                     raise ValueError(f"run() asks for {parameter.name!r}, which is no earlier step")
         if any(parameter.name == "spark" for parameter in wanted):
-            arguments["spark"] = (PinnedSession(self.session, self.spec.pinned, self.binding.catalog_name)
-                                  if self.spec.pinned else self.session)
+            arguments["spark"] = (
+                PinnedSession(self.session, self.spec.pinned, self.binding.catalog_name)
+                if self.spec.pinned
+                else self.session
+            )
         frame = program(**arguments)
         if not hasattr(frame, "writeTo") or not hasattr(frame, "createOrReplaceTempView"):
             raise TypeError(f"run() returned {type(frame).__name__}, not a Spark DataFrame")
@@ -390,10 +491,14 @@ class Pipeline:
         stats.bytes_out = int(summary.get("added-files-size") or 0)
         if snapshot is not None:
             stats.wrote = LineageWrite(
-                table=self.spec.table(RESULTS, step), step=step.name, snapshot_id=snapshot.snapshot_id,
-                snapshot_at_ms=snapshot.timestamp_ms, added_records=int_or_none(summary.get("added-records")),
+                table=self.spec.table(RESULTS, step),
+                step=step.name,
+                snapshot_id=snapshot.snapshot_id,
+                snapshot_at_ms=snapshot.timestamp_ms,
+                added_records=int_or_none(summary.get("added-records")),
                 added_files=int_or_none(summary.get("added-data-files")),
-                added_bytes=int_or_none(summary.get("added-files-size")))
+                added_bytes=int_or_none(summary.get("added-files-size")),
+            )
         return self.session.table(name) if read_back else frame
 
     # ------------------------------------------------------------ lineage and pins
@@ -403,25 +508,36 @@ class Pipeline:
             try:
                 found = self._catalog().load_table(table)
             except Exception as error:
-                raise RunFailed(f"the pinned input table {table} cannot be read: {describe(error)}") from None
+                raise RunFailed(
+                    f"the pinned input table {table} cannot be read: {describe(error)}"
+                ) from None
             if found.snapshot_by_id(snapshot_id) is None:
-                raise RunFailed(f"the pinned snapshot {snapshot_id} of table {table} no longer exists "
-                                f"(expired or the table was replaced)")
+                raise RunFailed(
+                    f"the pinned snapshot {snapshot_id} of table {table} no longer exists "
+                    f"(expired or the table was replaced)"
+                )
         if self.spec.pinned:
-            self.log("INFO", None, "inputs pinned to " + ", ".join(
-                f"{table}@{snapshot}" for table, snapshot in sorted(self.spec.pinned.items())))
+            self.log(
+                "INFO",
+                None,
+                "inputs pinned to "
+                + ", ".join(
+                    f"{table}@{snapshot}" for table, snapshot in sorted(self.spec.pinned.items())
+                ),
+            )
 
     def _reads_of(self, step: Step, frame) -> tuple[LineageRead, ...]:
         """The warehouse tables the step's plan reads (not this run's own results); a pinned
         table read at another snapshot than its pin fails the step."""
         own = {self.spec.table(RESULTS, other).lower() for other in self.spec.steps}
-        reads = tuple(read for name, read in tables_read(frame).items()
-                      if name.lower() not in own)
+        reads = tuple(read for name, read in tables_read(frame).items() if name.lower() not in own)
         for read in reads:
             pinned = self.spec.pinned.get(read["table"].lower())
             if pinned is not None and read["snapshot_id"] != pinned:
-                raise ValueError(f"it reads {read['table']} at snapshot {read['snapshot_id']}, not at the pinned "
-                                 f"snapshot {pinned}: read pinned tables with spark.sql or spark.table")
+                raise ValueError(
+                    f"it reads {read['table']} at snapshot {read['snapshot_id']}, not at the pinned "
+                    f"snapshot {pinned}: read pinned tables with spark.sql or spark.table"
+                )
         return reads
 
     def _lineage(self) -> dict:
@@ -430,17 +546,27 @@ class Pipeline:
         for step in self.spec.steps:
             for entry in self.stats[step.name].read:
                 read.setdefault(entry["table"], entry)
-        wrote = [self.stats[step.name].wrote for step in self.spec.steps if self.stats[step.name].wrote]
+        wrote = [
+            self.stats[step.name].wrote for step in self.spec.steps if self.stats[step.name].wrote
+        ]
         # What finding the reads in the steps' plans took (the writes' snapshots are read anyway).
-        return {"read": list(read.values()), "wrote": wrote, "collected_in_s": round(self.lineage_seconds, 4)}
+        return {
+            "read": list(read.values()),
+            "wrote": wrote,
+            "collected_in_s": round(self.lineage_seconds, 4),
+        }
 
     # ------------------------------------------------------------ the end
     def _complete(self) -> str | None:
         """Mark the result tables complete and record the run, in one atomic commit: a result
         table says complete only together with the run's records. Returns why the run fails
         after all if that commit could not be made, else None."""
-        marks = [MetadataOnceTransaction(table).set_properties({TableProperty.STATUS.value: TableStatus.COMPLETE.value})
-                 for table in self.written.values()]
+        marks = [
+            MetadataOnceTransaction(table).set_properties(
+                {TableProperty.STATUS.value: TableStatus.COMPLETE.value}
+            )
+            for table in self.written.values()
+        ]
         try:
             self._record(TableStatus.COMPLETE, along=marks)
         except RunFailed as failure:
@@ -464,10 +590,15 @@ class Pipeline:
                     self.log("INFO", step.name, f"dropped the unfinished result table {identifier}")
                 self.written.pop(step.name, None)
             except Exception as error:
-                self.log("ERROR", step.name, f"could not drop the unfinished result table {identifier}: "
-                                             f"{describe(error)}")
+                self.log(
+                    "ERROR",
+                    step.name,
+                    f"could not drop the unfinished result table {identifier}: {describe(error)}",
+                )
 
-    def _record(self, status: TableStatus, replace: bool = False, along: list | None = None) -> None:
+    def _record(
+        self, status: TableStatus, replace: bool = False, along: list | None = None
+    ) -> None:
         """Write runtime_stats and console_logs, with the status, in one atomic commit together
         with the changes `along` stages (pyiceberg transactions of other tables of the
         warehouse); `replace` replaces a record written before. A run whose record fails is FAILED."""
@@ -478,21 +609,31 @@ class Pipeline:
             with self._phase("records_files"):
                 # One record after the other: their files are stored behind the writer, side by side
                 # (iceberg_rest.SmallWritesFileIO), and the commit waits for them.
-                records = [self._staged_record(namespace, namespace_rows, status, replace)
-                           for namespace, namespace_rows in rows.items()]
-            with self._phase("records_uploads"):  # the files' uploads end (the commit waits for them anyway)
+                records = [
+                    self._staged_record(namespace, namespace_rows, status, replace)
+                    for namespace, namespace_rows in rows.items()
+                ]
+            with self._phase(
+                "records_uploads"
+            ):  # the files' uploads end (the commit waits for them anyway)
                 for record in records:
                     wait_for_uploads(record._table)
             with self._phase("records_commit"):
                 commit_together(self.iceberg, [*(along or []), *records])
         except Exception as error:
             if along:
-                raise RunFailed("the execution's result tables could not be marked complete together with its "
-                                f"runtime stats and console logs: {describe(error)}") from None
-            raise RunFailed(f"the execution ended {status} but its runtime stats and console logs "
-                            f"could not be written: {describe(error)}") from None
+                raise RunFailed(
+                    "the execution's result tables could not be marked complete together with its "
+                    f"runtime stats and console logs: {describe(error)}"
+                ) from None
+            raise RunFailed(
+                f"the execution ended {status} but its runtime stats and console logs "
+                f"could not be written: {describe(error)}"
+            ) from None
 
-    def _staged_record(self, namespace: str, rows: list[dict], status: TableStatus, replace: bool = False):
+    def _staged_record(
+        self, namespace: str, rows: list[dict], status: TableStatus, replace: bool = False
+    ):
         """A transaction on the execution's runtime_stats or console_logs table that appends
         `rows` and sets its status, staged (its files written) and not committed; `replace`
         overwrites what a record written before left."""
@@ -531,19 +672,37 @@ class Pipeline:
         for step in self.spec.steps:
             stats = self.stats[step.name]
             stages = metrics.of_jobs(stats.job_ids)
-            rows.append({
-                "step": step.name, "kind": step.kind, "output": step.output, "status": stats.status,
-                "rows_in": _total(stages, "input_records") if stages else None, "rows_out": stats.rows_out,
-                "bytes_in": _total(stages, "input_bytes") if stages else None, "bytes_out": stats.bytes_out,
-                "started_at": timestamp(stats.started_at), "ended_at": timestamp(stats.ended_at),
-                "duration_ms": round((stats.ended_at - stats.started_at) * 1000)
-                if stats.started_at and stats.ended_at else None,
-                "spark_jobs": len(stats.job_ids), "spark_tasks": _total(stages, "num_tasks"),
-                **{key: _total(stages, key) for key in ("executor_run_time_ms", "shuffle_read_bytes",
-                                                        "shuffle_write_bytes")},
-                "spark_stages": json.dumps(stages),
-                "lineage": json.dumps({"read": list(stats.read), "wrote": [stats.wrote] if stats.wrote else []}),
-            })
+            rows.append(
+                {
+                    "step": step.name,
+                    "kind": step.kind,
+                    "output": step.output,
+                    "status": stats.status,
+                    "rows_in": _total(stages, "input_records") if stages else None,
+                    "rows_out": stats.rows_out,
+                    "bytes_in": _total(stages, "input_bytes") if stages else None,
+                    "bytes_out": stats.bytes_out,
+                    "started_at": timestamp(stats.started_at),
+                    "ended_at": timestamp(stats.ended_at),
+                    "duration_ms": round((stats.ended_at - stats.started_at) * 1000)
+                    if stats.started_at and stats.ended_at
+                    else None,
+                    "spark_jobs": len(stats.job_ids),
+                    "spark_tasks": _total(stages, "num_tasks"),
+                    **{
+                        key: _total(stages, key)
+                        for key in (
+                            "executor_run_time_ms",
+                            "shuffle_read_bytes",
+                            "shuffle_write_bytes",
+                        )
+                    },
+                    "spark_stages": json.dumps(stages),
+                    "lineage": json.dumps(
+                        {"read": list(stats.read), "wrote": [stats.wrote] if stats.wrote else []}
+                    ),
+                }
+            )
         return rows
 
 
@@ -572,11 +731,20 @@ class _StageMetrics:
                     data = self.store.lastStageAttempt(stage_id)
                 except Exception:  # a stage that never ran (skipped) has no attempt
                     continue
-                stages.append({
-                    "job_id": job_id, "stage_id": stage_id, "name": data.name(), "status": str(data.status()),
-                    "num_tasks": data.numTasks(), "executor_run_time_ms": data.executorRunTime(),
-                    "input_bytes": data.inputBytes(), "input_records": data.inputRecords(),
-                    "output_bytes": data.outputBytes(), "output_records": data.outputRecords(),
-                    "shuffle_read_bytes": data.shuffleReadBytes(), "shuffle_write_bytes": data.shuffleWriteBytes(),
-                })
+                stages.append(
+                    {
+                        "job_id": job_id,
+                        "stage_id": stage_id,
+                        "name": data.name(),
+                        "status": str(data.status()),
+                        "num_tasks": data.numTasks(),
+                        "executor_run_time_ms": data.executorRunTime(),
+                        "input_bytes": data.inputBytes(),
+                        "input_records": data.inputRecords(),
+                        "output_bytes": data.outputBytes(),
+                        "output_records": data.outputRecords(),
+                        "shuffle_read_bytes": data.shuffleReadBytes(),
+                        "shuffle_write_bytes": data.shuffleWriteBytes(),
+                    }
+                )
         return stages

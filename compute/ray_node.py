@@ -18,6 +18,7 @@ It also leaves out what a unit does not use, each a Python process of its own:
 - with `--block`, once the node runs this process becomes `node_waiter.py`, which waits on
   the node's servers as `ray start --block` would, in under 10 MiB instead of 110.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,15 @@ def main(argv: list[str]) -> None:
     if block:
         servers = _children()
         sys.stdout.flush()
-        os.execv(sys.executable, [sys.executable, "-S", os.path.join(HERE, "node_waiter.py"),
-                                  *(f"{name}={pid}" for name, pid in servers)])
+        os.execv(
+            sys.executable,
+            [
+                sys.executable,
+                "-S",
+                os.path.join(HERE, "node_waiter.py"),
+                *(f"{name}={pid}" for name, pid in servers),
+            ],
+        )
 
 
 def _leave_out_what_a_unit_does_not_use(*, without_agents: bool, waiting: bool) -> None:
@@ -68,7 +76,8 @@ def _leave_out_what_a_unit_does_not_use(*, without_agents: bool, waiting: bool) 
         # `ray start` has no option for the dashboard's modules; its dashboard process has one.
         # With `--include-dashboard=false` Ray names its own (one module, no subprocesses).
         if process_type == ray_constants.PROCESS_TYPE_DASHBOARD and not any(
-                arg.startswith("--modules-to-load=") for arg in command):
+            arg.startswith("--modules-to-load=") for arg in command
+        ):
             command = [*command, f"--modules-to-load={','.join(DASHBOARD_MODULES)}"]
         # Nothing asks the agents of a unit without a dashboard anything, and no runtime
         # environment is built (no task or actor names one); yet the raylet will not start
@@ -89,7 +98,9 @@ def _leave_out_what_a_unit_does_not_use(*, without_agents: bool, waiting: bool) 
         if include_dashboard is False:
             node._webui_url = None
             return None
-        return start_api_server(node, include_dashboard=include_dashboard, raise_on_failure=raise_on_failure)
+        return start_api_server(
+            node, include_dashboard=include_dashboard, raise_on_failure=raise_on_failure
+        )
 
     ray_node.Node.start_api_server = start_api_server_for_the_dashboard
     if waiting:
@@ -97,7 +108,9 @@ def _leave_out_what_a_unit_does_not_use(*, without_agents: bool, waiting: bool) 
         # --block` asks for too, and which survives the exec into the waiter): a node killed
         # leaves nothing behind.
         node_init = ray_node.Node.__init__
-        ray_node.Node.__init__ = lambda node, *args, **kwargs: node_init(node, *args, **{**kwargs, "spawn_reaper": True})
+        ray_node.Node.__init__ = lambda node, *args, **kwargs: node_init(
+            node, *args, **{**kwargs, "spawn_reaper": True}
+        )
 
     joinable = types.ModuleType(ray_constants.__name__)
     joinable.__dict__.update(vars(ray_constants))
@@ -109,9 +122,10 @@ def _idle_agent(arg: str) -> str:
     """The raylet's argument naming an agent's command, with `idle_agent.py` in place of the agent."""
     for option in ("--dashboard_agent_command=", "--runtime_env_agent_command="):
         if arg.startswith(option):
-            agent_args = [part for part in shlex.split(arg[len(option):]) if part.startswith("--")]
-            return option + subprocess.list2cmdline([sys.executable, "-S", os.path.join(HERE, "idle_agent.py"),
-                                                     *agent_args])
+            agent_args = [part for part in shlex.split(arg[len(option) :]) if part.startswith("--")]
+            return option + subprocess.list2cmdline(
+                [sys.executable, "-S", os.path.join(HERE, "idle_agent.py"), *agent_args]
+            )
     return arg
 
 

@@ -13,6 +13,7 @@ documents, one a line (never pickle: the process runs code the host must not tru
   cancelled, with the result or the error).
 - host -> process: `run` (code, args, id and name), `cancel`, `completing` (the answer).
 """
+
 from __future__ import annotations
 
 import json
@@ -116,17 +117,32 @@ class RemoteProgress(RunProgress):
 def execute(channel: Channel, spark, run: dict, progress: RemoteProgress, before_end=None) -> None:
     """Run `run`'s code here as the host would run it in a thread of its own, and report its end.
     `before_end()` runs once the code has ended, before the end is reported."""
-    spark.sparkContext.setJobGroup(run["run_id"], run["name"] or run["run_id"], interruptOnCancel=True)
-    namespace = {"__name__": "__lakeport_run__", "spark": spark, "args": run["args"], "progress": progress}
+    spark.sparkContext.setJobGroup(
+        run["run_id"], run["name"] or run["run_id"], interruptOnCancel=True
+    )
+    namespace = {
+        "__name__": "__lakeport_run__",
+        "spark": spark,
+        "args": run["args"],
+        "progress": progress,
+    }
     try:
         exec(compile(run["code"], f"<execution {run['name'] or run['run_id']}>", "exec"), namespace)
-    except (Exception, SystemExit, RunInterrupted) as error:  # `sys.exit()` in user code ends only the run
-        end = {"outcome": "failed",
-               "error": str(error) if isinstance(error, RunFailed) else traceback.format_exc(limit=-5)}
+    except (
+        Exception,
+        SystemExit,
+        RunInterrupted,
+    ) as error:  # `sys.exit()` in user code ends only the run
+        end = {
+            "outcome": "failed",
+            "error": str(error) if isinstance(error, RunFailed) else traceback.format_exc(limit=-5),
+        }
     else:
         completed = progress.begin_completion()
-        end = {"outcome": "completed" if completed else "cancelled",
-               "result": jsonable(namespace.get("result")) if completed else None}
+        end = {
+            "outcome": "completed" if completed else "cancelled",
+            "result": jsonable(namespace.get("result")) if completed else None,
+        }
     if before_end is not None:
         before_end()
     channel.send({"kind": "end", **end})
@@ -139,8 +155,14 @@ def listen(channel: Channel, progress: RemoteProgress, spark, run_id: str, on_cl
     try:
         while True:
             message = channel.receive()
-            if message.get("kind") == "cancel" and not progress.cancel_requested and progress.request_cancel():
-                threading.Thread(target=_keep_cancelling, args=(progress, spark, run_id), daemon=True).start()
+            if (
+                message.get("kind") == "cancel"
+                and not progress.cancel_requested
+                and progress.request_cancel()
+            ):
+                threading.Thread(
+                    target=_keep_cancelling, args=(progress, spark, run_id), daemon=True
+                ).start()
             elif message.get("kind") == "completing":
                 progress.answer(bool(message.get("completes")))
     except ChannelClosed:
@@ -168,11 +190,16 @@ def follow(channel: Channel, run, on_binding=None) -> dict:
         if kind == "steps" and isinstance(message.get("steps"), list):
             run.progress.set_steps([step for step in message["steps"] if isinstance(step, dict)])
         elif kind == "step" and isinstance(message.get("fields"), dict):
-            run.progress.update_step(str(message.get("name")), **{str(k): v for k, v in message["fields"].items()})
+            run.progress.update_step(
+                str(message.get("name")), **{str(k): v for k, v in message["fields"].items()}
+            )
         elif kind == "log":
             step = message.get("step")
-            run.progress.log(str(message.get("level")), None if step is None else str(step),
-                             str(message.get("message")))
+            run.progress.log(
+                str(message.get("level")),
+                None if step is None else str(step),
+                str(message.get("message")),
+            )
         elif kind == "completing":
             channel.send({"kind": "completing", "completes": run.progress.begin_completion()})
         elif kind == "binding" and on_binding is not None:

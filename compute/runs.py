@@ -2,6 +2,7 @@
 interrupts it (compute/spark_host.py keeps the run table; compute/pipeline.py reports through
 `RunProgress`).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -149,12 +150,19 @@ class Run:
 
     def public(self) -> dict:
         return {
-            "run_id": self.run_id, "name": self.name, "state": self.state,
-            "submitted_at": self.submitted_at, "started_at": self.started_at, "finished_at": self.finished_at,
-            "error": self.error, "result": self.result, "progress": self.progress.public(),
+            "run_id": self.run_id,
+            "name": self.name,
+            "state": self.state,
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "error": self.error,
+            "result": self.result,
+            "progress": self.progress.public(),
             # Whether a cancel was accepted, and whether the run has begun to complete (a cancel
             # is then refused): a canceller learns which one won.
-            "cancel_requested": self.cancel_requested, "completing": self.progress.completing,
+            "cancel_requested": self.cancel_requested,
+            "completing": self.progress.completing,
         }
 
 
@@ -187,8 +195,12 @@ def install_interruptible_sleep() -> None:
 def _set_async_exception(thread_id: int, exception: type[BaseException] | None) -> bool:
     """Raise `exception` in that thread at its next Python instruction (None withdraws one not
     raised yet)."""
-    return ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None) == 1
+    return (
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None
+        )
+        == 1
+    )
 
 
 def _in_jvm_call(thread_id: int) -> bool:

@@ -23,6 +23,7 @@ or reach the warm JVM. So such a run gets nothing of the warm host:
 Where a unit cannot make such a sandbox (no egress plan: existing and KubeRay units; nested user
 namespaces refused), the run is refused with the reason (`sandbox_problem`), never run without.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,14 @@ from pathlib import Path
 UNIT_PLAN = "plan.json"
 # What a failed start of a run's process shows of its stderr.
 STDERR_TAIL_BYTES = 2000
-_NESTED_NAMESPACES = ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent",
-                      "--new-session"]
+_NESTED_NAMESPACES = [
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-ipc",
+    "--die-with-parent",
+    "--new-session",
+]
 
 
 def egress_forwarders(unit_dir: Path) -> list[list[str]] | None:
@@ -51,14 +58,23 @@ def egress_forwarders(unit_dir: Path) -> list[list[str]] | None:
         plan = json.loads((unit_dir / UNIT_PLAN).read_text())
     except (OSError, ValueError):
         return None
-    forwarders = [argv for argv in plan.get("forwarders", []) if isinstance(argv, list)
-                  and any(str(part).startswith("TCP-LISTEN:") for part in argv)
-                  and any(str(part).startswith("UNIX-CONNECT:") for part in argv)]
+    forwarders = [
+        argv
+        for argv in plan.get("forwarders", [])
+        if isinstance(argv, list)
+        and any(str(part).startswith("TCP-LISTEN:") for part in argv)
+        and any(str(part).startswith("UNIX-CONNECT:") for part in argv)
+    ]
     return [[str(part) for part in argv] for argv in forwarders]
 
 
 def _egress_sockets(forwarders: list[list[str]]) -> list[Path]:
-    return [Path(part.split(":", 1)[1]) for argv in forwarders for part in argv if part.startswith("UNIX-CONNECT:")]
+    return [
+        Path(part.split(":", 1)[1])
+        for argv in forwarders
+        for part in argv
+        if part.startswith("UNIX-CONNECT:")
+    ]
 
 
 def _java_home() -> Path | None:
@@ -73,8 +89,12 @@ def read_only_paths() -> list[Path]:
     unit's own sandbox binds them), the JDK."""
     from compute.jars import jars_dir
 
-    paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), jars_dir().resolve(),
-             Path(__file__).resolve().parent]
+    paths = [
+        Path(sys.base_prefix).resolve(),
+        Path(sys.prefix).resolve(),
+        jars_dir().resolve(),
+        Path(__file__).resolve().parent,
+    ]
     if (java_home := _java_home()) is not None:
         paths.append(java_home)
     return [path for path in dict.fromkeys(paths) if path.exists()]
@@ -92,8 +112,21 @@ def sandbox_argv(forwarders: list[list[str]], command: list[str]) -> list[str]:
             argv += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             argv += ["--ro-bind", str(path), str(path)]
-    argv += ["--ro-bind", "/etc", "/etc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
-             "--perms", "1777", "--tmpfs", "/tmp"]
+    argv += [
+        "--ro-bind",
+        "/etc",
+        "/etc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/dev/shm",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+    ]
     for path in read_only_paths():
         if not str(path).startswith(("/usr/", "/etc/")):
             argv += ["--ro-bind", str(path), str(path)]
@@ -111,10 +144,16 @@ def _environment() -> dict[str, str]:
 
     java_home = _java_home()
     env = {
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
-        "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": os.environ.get("LANG") or "C.UTF-8",
+        "PATH": os.pathsep.join(
+            [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
+        ),
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": os.environ.get("LANG") or "C.UTF-8",
         "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-        "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_HOSTNAME": "localhost",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOCAL_HOSTNAME": "localhost",
         JARS_DIR_ENV: str(jars_dir().resolve()),
     }
     if java_home is not None:
@@ -128,18 +167,27 @@ def sandbox_problem(unit_dir: str) -> str | None:
     """Why this unit cannot run another author's code in a sandbox of its own, or None (probed once)."""
     forwarders = egress_forwarders(Path(unit_dir))
     if forwarders is None:
-        return ("a workflow another user wrote runs in a sandbox of its own, which only local compute units "
-                "make: this unit has no sandbox plan to give it the catalog and storage (run it on a local unit)")
+        return (
+            "a workflow another user wrote runs in a sandbox of its own, which only local compute units "
+            "make: this unit has no sandbox plan to give it the catalog and storage (run it on a local unit)"
+        )
     if shutil.which("bwrap") is None:
         return "a workflow another user wrote runs in a sandbox of its own, and bwrap is not installed on this unit"
     try:
-        done = subprocess.run(sandbox_argv(forwarders, [sys.executable, "-c", "pass"]), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            sandbox_argv(forwarders, [sys.executable, "-c", "pass"]),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"a workflow another user wrote runs in a sandbox of its own, which this unit could not make: {error}"
     if done.returncode != 0:
-        return ("a workflow another user wrote runs in a sandbox of its own, which this unit could not make "
-                f"(nested namespaces refused?): {(done.stderr or done.stdout).strip()[:300]}")
+        return (
+            "a workflow another user wrote runs in a sandbox of its own, which this unit could not make "
+            f"(nested namespaces refused?): {(done.stderr or done.stdout).strip()[:300]}"
+        )
     return None
 
 
@@ -154,9 +202,13 @@ class SandboxedRun:
         # Its end keeps its number in the process (bwrap passes descriptors on as it gets them).
         settings = {"forwarders": forwarders, "channel_fd": theirs.fileno(), **session}
         command = [sys.executable, "-m", "compute.sandboxed_runs", json.dumps(settings)]
-        self.process = subprocess.Popen(sandbox_argv(forwarders, command), stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        pass_fds=(theirs.fileno(),))
+        self.process = subprocess.Popen(
+            sandbox_argv(forwarders, command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(theirs.fileno(),),
+        )
         theirs.close()
         self.channel = Channel(ours)
         self._stderr = b""
@@ -200,8 +252,19 @@ def _spark_submit(args: list[str]) -> None:
     home = str(Path(pyspark.__file__).resolve().parent)
     env = {**os.environ, "SPARK_HOME": home, "SPARK_SCALA_VERSION": "2.12", "PYTHONHASHSEED": "0"}
     java = str(Path(env["JAVA_HOME"]) / "bin" / "java") if env.get("JAVA_HOME") else "java"
-    built = subprocess.run([java, "-Xmx128m", "-cp", f"{home}/jars/*", "org.apache.spark.launcher.Main",
-                            "org.apache.spark.deploy.SparkSubmit", *args], env=env, stdout=subprocess.PIPE)
+    built = subprocess.run(
+        [
+            java,
+            "-Xmx128m",
+            "-cp",
+            f"{home}/jars/*",
+            "org.apache.spark.launcher.Main",
+            "org.apache.spark.deploy.SparkSubmit",
+            *args,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+    )
     command = [part.decode() for part in built.stdout.split(b"\0\n", 1)[-1].split(b"\0") if part]
     if built.returncode != 0 or not command:
         sys.exit(built.returncode or 1)
@@ -216,14 +279,23 @@ def _local_session(cores: int, memory: str):
     # pyspark starts the driver's JVM through $SPARK_HOME/bin/spark-submit: this one.
     shim = Path("/tmp/spark-submit-shim/bin/spark-submit")
     shim.parent.mkdir(parents=True, exist_ok=True)
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m compute.sandboxed_runs {SPARK_SUBMIT} \"$@\"\n")
+    shim.write_text(
+        f'#!/bin/sh\nexec {sys.executable} -m compute.sandboxed_runs {SPARK_SUBMIT} "$@"\n'
+    )
     shim.chmod(0o755)
     os.environ["SPARK_HOME"] = str(shim.parent.parent)
     builder = SparkSession.builder.master(f"local[{cores}]").appName("lakeport-sandboxed-run")
     conf = spark_conf()
-    conf.update({"spark.driver.memory": memory, "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                 "spark.local.dir": "/tmp", "spark.jars.ivy": "/tmp/ivy",
-                 "spark.driver.extraJavaOptions": f"{conf['spark.driver.extraJavaOptions']} -Duser.home=/tmp"})
+    conf.update(
+        {
+            "spark.driver.memory": memory,
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.local.dir": "/tmp",
+            "spark.jars.ivy": "/tmp/ivy",
+            "spark.driver.extraJavaOptions": f"{conf['spark.driver.extraJavaOptions']} -Duser.home=/tmp",
+        }
+    )
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
@@ -233,8 +305,12 @@ def main(settings: dict) -> None:
     from compute.run_channel import Channel, RemoteProgress, execute, listen
 
     # Its own bridges first: the catalog and storage as the unit reaches them, nothing else.
-    bridges = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL) for argv in settings["forwarders"]]
+    bridges = [
+        subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for argv in settings["forwarders"]
+    ]
     channel = Channel(socket.socket(fileno=int(settings["channel_fd"])))
     os.environ["PYSPARK_PYTHON"] = sys.executable
     run = channel.receive()
@@ -242,11 +318,20 @@ def main(settings: dict) -> None:
     try:
         spark = _local_session(int(settings.get("cores", 1)), str(settings.get("memory", "1g")))
     except Exception as error:  # noqa: BLE001 - reported as the run's failure
-        channel.send({"kind": "end", "outcome": "failed", "error": f"the run's own Spark session failed to start: "
-                                                                   f"{type(error).__name__}: {str(error)[:500]}"})
+        channel.send(
+            {
+                "kind": "end",
+                "outcome": "failed",
+                "error": f"the run's own Spark session failed to start: "
+                f"{type(error).__name__}: {str(error)[:500]}",
+            }
+        )
         os._exit(1)
-    threading.Thread(target=listen, args=(channel, progress, spark, run["run_id"], lambda: os._exit(1)),
-                     daemon=True).start()
+    threading.Thread(
+        target=listen,
+        args=(channel, progress, spark, run["run_id"], lambda: os._exit(1)),
+        daemon=True,
+    ).start()
     execute(channel, spark, run, progress)
     for bridge in bridges:
         bridge.kill()

@@ -9,6 +9,7 @@ since S3A lists only to find directories under a key it writes, and none exist. 
 warm-up only (a few small files), is stopped after it, and lives in the unit, whose loopback
 only the unit's own processes share.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,10 +18,12 @@ from email.utils import formatdate
 
 from compute.loopback_server import LoopbackHandler, LoopbackServer
 
-_EMPTY_LISTING = (b'<?xml version="1.0" encoding="UTF-8"?>'
-                  b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
-                  b"<KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>"
-                  b"</ListBucketResult>")
+_EMPTY_LISTING = (
+    b'<?xml version="1.0" encoding="UTF-8"?>'
+    b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+    b"<KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>"
+    b"</ListBucketResult>"
+)
 MAX_OBJECT_BYTES = 16 << 20
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 
@@ -49,17 +52,24 @@ class _ScratchS3Handler(LoopbackHandler):
             self._answer(200, body, self._object_headers(body))
             return
         first, last = int(wanted[1]), min(int(wanted[2] or len(body) - 1), len(body) - 1)
-        self._answer(206, body[first:last + 1],
-                     {**self._object_headers(body), "Content-Range": f"bytes {first}-{last}/{len(body)}"})
+        self._answer(
+            206,
+            body[first : last + 1],
+            {**self._object_headers(body), "Content-Range": f"bytes {first}-{last}/{len(body)}"},
+        )
 
     def do_PUT(self) -> None:  # noqa: N802
-        if int(self.headers.get("Content-Length") or 0) > MAX_OBJECT_BYTES:  # the warm-up's are a few KB
+        if (
+            int(self.headers.get("Content-Length") or 0) > MAX_OBJECT_BYTES
+        ):  # the warm-up's are a few KB
             self.close_connection = True
             self._answer(413)
             return
         body = self._read_body()
         self.objects[self._key()] = body
-        self._answer(200, headers={"ETag": f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"'})
+        self._answer(
+            200, headers={"ETag": f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"'}
+        )
 
     def do_DELETE(self) -> None:  # noqa: N802
         self.objects.pop(self._key(), None)
@@ -79,14 +89,17 @@ class _ScratchS3Handler(LoopbackHandler):
             size = int(raw[position:line_end].split(b";", 1)[0], 16)
             if size == 0:
                 return bytes(body)
-            body += raw[line_end + 2:line_end + 2 + size]
+            body += raw[line_end + 2 : line_end + 2 + size]
             position = line_end + 2 + size + 2
 
     @staticmethod
     def _object_headers(body: bytes) -> dict[str, str]:
-        return {"ETag": f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"',
-                "Last-Modified": formatdate(usegmt=True), "Accept-Ranges": "bytes",
-                "Content-Type": "application/octet-stream"}
+        return {
+            "ETag": f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"',
+            "Last-Modified": formatdate(usegmt=True),
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
 
 
 class ScratchS3(LoopbackServer):

@@ -1,6 +1,7 @@
 """Warehouse sessions: a Spark session of its own per run, bound to one warehouse's catalog,
 and one made ahead per warehouse so that a run does not wait for it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,7 +33,9 @@ class SpareSessions:
         if spare is not None and spare.done() and spare.exception() is None:
             session = spare.result()
             if catalog_name == binding.catalog_name:
-                spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+                spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(
+                    session._jsparkSession
+                )
                 return session
             close_session_catalog(session, catalog_name)  # made for a binding since replaced
         return warehouse_session(spark, binding)
@@ -53,13 +56,19 @@ class SpareSessions:
         with self._lock:
             spares, self._spares = list(self._spares.values()), {}
         for catalog_name, spare in spares:
-            self._maker.submit(lambda name=catalog_name, made=spare: close_session_catalog(made.result(), name)
-                               if made.exception() is None else None)
+            self._maker.submit(
+                lambda name=catalog_name, made=spare: (
+                    close_session_catalog(made.result(), name) if made.exception() is None else None
+                )
+            )
         self._maker.shutdown(wait=True)
 
     def make_ahead(self, spark, binding: CatalogBinding) -> None:
         with self._lock:
-            self._spares[binding.warehouse_id] = (binding.catalog_name, self._maker.submit(_spare, spark, binding))
+            self._spares[binding.warehouse_id] = (
+                binding.catalog_name,
+                self._maker.submit(_spare, spark, binding),
+            )
 
 
 def _spare(spark, binding: CatalogBinding):
@@ -76,7 +85,9 @@ def warehouse_session(spark, binding: CatalogBinding):
         session.conf.set(key, value)
     # Iceberg reads a catalog's Hadoop overrides from the thread's active session, when the
     # catalog is first used: here, by making it current.
-    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(
+        session._jsparkSession
+    )
     session.catalog.setCurrentCatalog(binding.catalog_name)
     return session
 

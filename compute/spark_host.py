@@ -35,6 +35,7 @@ and `progress` (a `RunProgress`: steps and a log tail the code publishes, shown 
 status while it runs) in scope; it may set `result` to a JSON-serialisable value. Pipelines
 use `compute.pipeline.run_pipeline(spark, args, progress)`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -87,8 +88,16 @@ class SparkSessionHost:
         # registered before its first job, and that job (of which the write path's warm-up), and
         # why warming the write path failed, if it did.
         self._warm_up_report = dict.fromkeys(
-            ("host_started_at", "session_started_at", "session_init_s", "executors_registered", "first_job_s",
-             "write_warm_up_s", "write_warm_up_error"))
+            (
+                "host_started_at",
+                "session_started_at",
+                "session_init_s",
+                "executors_registered",
+                "first_job_s",
+                "write_warm_up_s",
+                "write_warm_up_error",
+            )
+        )
         self._warm_up_report["host_started_at"] = time.time()
         self._ready = threading.Event()
         self._runs: dict[str, Run] = {}
@@ -101,7 +110,12 @@ class SparkSessionHost:
         threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
 
     def _warm_up(self) -> None:
-        from compute.spark_session import import_raydp, start_spark_session, wait_for_executors, warm_the_write_path
+        from compute.spark_session import (
+            import_raydp,
+            start_spark_session,
+            wait_for_executors,
+            warm_the_write_path,
+        )
 
         import_raydp()  # first: the driver's JVM starts once it is imported
 
@@ -133,7 +147,8 @@ class SparkSessionHost:
             executors = self.settings.executors
             if not self._run_waiting:
                 self._warm_up_report["executors_registered"] = wait_for_executors(
-                    self._spark, executors, EXECUTORS_WAIT_S, until=lambda: self._run_waiting)
+                    self._spark, executors, EXECUTORS_WAIT_S, until=lambda: self._run_waiting
+                )
             if not self._run_waiting:
                 self._spark.range(0, executors, 1, executors).selectExpr("sum(id)").collect()
             writing = time.monotonic()
@@ -141,7 +156,9 @@ class SparkSessionHost:
                 try:
                     warm_the_write_path(self._spark, executors)
                 except Exception as error:  # noqa: BLE001 - only the first execution is slower for it
-                    self._warm_up_report["write_warm_up_error"] = f"{type(error).__name__}: {str(error)[:500]}"
+                    self._warm_up_report["write_warm_up_error"] = (
+                        f"{type(error).__name__}: {str(error)[:500]}"
+                    )
                 self._warm_up_report["write_warm_up_s"] = round(time.monotonic() - writing, 2)
             importing.join()
             self._warm_up_report["first_job_s"] = round(time.monotonic() - started, 2)
@@ -195,14 +212,18 @@ class SparkSessionHost:
             ray.kill(ray.get_runtime_context().current_actor)
 
     def submit(self, code: str, args: dict | None = None, name: str = "") -> dict:
-        run = Run(run_id=uuid.uuid4().hex, name=name, code=code, args=args or {}, submitted_at=time.time())
+        run = Run(
+            run_id=uuid.uuid4().hex, name=name, code=code, args=args or {}, submitted_at=time.time()
+        )
         with self._lock:
             self._ran = True
             self._runs[run.run_id] = run
             self._forget_old_runs()
         from pyspark import InheritableThread
 
-        InheritableThread(target=self._execute, args=(run,), name=f"run-{run.run_id}", daemon=True).start()
+        InheritableThread(
+            target=self._execute, args=(run,), name=f"run-{run.run_id}", daemon=True
+        ).start()
         return run.public()
 
     def run_status(self, run_id: str, wait_s: float = 0.0) -> dict | None:
@@ -219,9 +240,14 @@ class SparkSessionHost:
         run = self._runs.get(run_id)
         if run is None:
             return None
-        if run.state not in RunState.FINAL and not run.cancel_requested and run.progress.request_cancel():
-            threading.Thread(target=self._keep_cancelling, args=(run,), name=f"cancel-{run_id}",
-                             daemon=True).start()
+        if (
+            run.state not in RunState.FINAL
+            and not run.cancel_requested
+            and run.progress.request_cancel()
+        ):
+            threading.Thread(
+                target=self._keep_cancelling, args=(run,), name=f"cancel-{run_id}", daemon=True
+            ).start()
         return run.public()
 
     def _keep_cancelling(self, run: Run) -> None:
@@ -230,7 +256,9 @@ class SparkSessionHost:
         that runs no job (a loop, a sleep) is stopped only by RunInterrupted raised in its thread,
         which the code may catch. So cancel again until the run has stopped."""
         deadline = time.monotonic() + CANCEL_PERSIST_SECONDS
-        told = None  # the run's process, once told (it cancels and interrupts its own code likewise)
+        told = (
+            None  # the run's process, once told (it cancels and interrupts its own code likewise)
+        )
         while run.state not in RunState.FINAL and time.monotonic() < deadline:
             if run.process is not None and told is not run.process:
                 told = run.process
@@ -264,19 +292,38 @@ class SparkSessionHost:
         try:
             process = self._run_process(isolation)
         except (RunFailed, OSError) as error:  # e.g. the unit's process limit
-            return self._fail(run, str(error) if isinstance(error, RunFailed)
-                              else f"the run's process could not be started: {error}")
+            return self._fail(
+                run,
+                str(error)
+                if isinstance(error, RunFailed)
+                else f"the run's process could not be started: {error}",
+            )
         try:
-            process.channel.send({"kind": "run", "run_id": run.run_id, "name": run.name, "code": run.code,
-                                  "args": run.args})
+            process.channel.send(
+                {
+                    "kind": "run",
+                    "run_id": run.run_id,
+                    "name": run.name,
+                    "code": run.code,
+                    "args": run.args,
+                }
+            )
             run.process = process  # from here a cancel is passed on to it
-            end = follow(process.channel, run, self._adopt_binding if isolation is Isolation.PROCESS else None)
+            end = follow(
+                process.channel,
+                run,
+                self._adopt_binding if isolation is Isolation.PROCESS else None,
+            )
         except (ChannelClosed, OSError, ValueError) as error:
             said = process.stderr_tail() if hasattr(process, "stderr_tail") else ""
-            end = {"outcome": "failed",
-                   "error": f"the run's process ended before the run did ({error}){': ' + said if said else ''}"}
+            end = {
+                "outcome": "failed",
+                "error": f"the run's process ended before the run did ({error}){': ' + said if said else ''}",
+            }
         finally:
-            threading.Thread(target=process.end, args=(EXIT_GRACE_S,), name=f"end-{run.run_id}", daemon=True).start()
+            threading.Thread(
+                target=process.end, args=(EXIT_GRACE_S,), name=f"end-{run.run_id}", daemon=True
+            ).start()
             if isolation is Isolation.PROCESS:
                 self._forks.refill()
         # The process says how its run ended; whether it completes was decided here (a process that
@@ -295,9 +342,13 @@ class SparkSessionHost:
 
         if (problem := sandbox_problem(os.environ.get("HOME", ""))) is not None:
             raise RunFailed(problem)
-        return SandboxedRun(Path(os.environ["HOME"]), {
-            "cores": self.settings.executors * self.settings.executor_cores,
-            "memory": self.settings.executor_memory})
+        return SandboxedRun(
+            Path(os.environ["HOME"]),
+            {
+                "cores": self.settings.executors * self.settings.executor_cores,
+                "memory": self.settings.executor_memory,
+            },
+        )
 
     @staticmethod
     def _adopt_binding(message: dict) -> None:
@@ -306,9 +357,12 @@ class SparkSessionHost:
         from compute.pipeline import CATALOGS
 
         try:
-            binding = CatalogBinding(str(message["warehouse_id"]), str(message["catalog_name"]),
-                                     {str(k): str(v) for k, v in dict(message["conf"]).items()},
-                                     float(message["expires_at"]))
+            binding = CatalogBinding(
+                str(message["warehouse_id"]),
+                str(message["catalog_name"]),
+                {str(k): str(v) for k, v in dict(message["conf"]).items()},
+                float(message["expires_at"]),
+            )
             CATALOGS.adopt(binding, int(message["version"]))
         except (KeyError, TypeError, ValueError):
             pass
@@ -317,17 +371,30 @@ class SparkSessionHost:
         """The portal's own code (comparisons, maintenance): in this thread of the warm host."""
         context = self._spark.sparkContext
         context.setJobGroup(run.run_id, run.name or run.run_id, interruptOnCancel=True)
-        namespace = {"__name__": "__lakeport_run__", "spark": self._spark, "args": run.args,
-                     "progress": run.progress}
+        namespace = {
+            "__name__": "__lakeport_run__",
+            "spark": self._spark,
+            "args": run.args,
+            "progress": run.progress,
+        }
         try:
             exec(compile(run.code, f"<execution {run.name or run.run_id}>", "exec"), namespace)
-        except (Exception, SystemExit, RunInterrupted) as error:  # `sys.exit()` in user code ends only the run
-            self._fail(run, str(error) if isinstance(error, RunFailed) else traceback.format_exc(limit=-5))
+        except (
+            Exception,
+            SystemExit,
+            RunInterrupted,
+        ) as error:  # `sys.exit()` in user code ends only the run
+            self._fail(
+                run, str(error) if isinstance(error, RunFailed) else traceback.format_exc(limit=-5)
+            )
         else:
             # The code (the pipeline: before marking its tables complete) may have decided already.
             completed = run.progress.begin_completion()
-            self._finish(run, RunState.COMPLETED if completed else RunState.CANCELLED,
-                         result=jsonable(namespace.get("result")) if completed else None)
+            self._finish(
+                run,
+                RunState.COMPLETED if completed else RunState.CANCELLED,
+                result=jsonable(namespace.get("result")) if completed else None,
+            )
         finally:
             # Once the run has ended: what it left in reference cycles goes now, not whenever the
             # collector next runs. Among it are the HTTP connections pyiceberg's catalog clients
@@ -365,9 +432,14 @@ class SparkSessionHost:
         records = state._connect_and_get_accessor().get_actor_table(None, "ALIVE")
         actors = [gcs_pb2.ActorTableData.FromString(record) for record in records]
         return [
-            {"actor_id": actor.actor_id.hex(), "node_id": actor.address.node_id.hex(), "pid": actor.pid}
+            {
+                "actor_id": actor.actor_id.hex(),
+                "node_id": actor.address.node_id.hex(),
+                "pid": actor.pid,
+            }
             for actor in actors
-            if actor.ray_namespace == self.settings.namespace and actor.class_name.endswith("RayDPExecutor")
+            if actor.ray_namespace == self.settings.namespace
+            and actor.class_name.endswith("RayDPExecutor")
         ]
 
 
@@ -386,7 +458,9 @@ def _resources_used() -> dict[str, float]:
     """Ray's logical resources in use on this cluster, e.g. {"CPU": 2.0, "memory": 2147483648.0}:
     the figures the portal shows for a unit that runs no Ray dashboard."""
     total, available = ray.cluster_resources(), ray.available_resources()
-    return {name: total[name] - available.get(name, 0.0) for name in ("CPU", "memory") if name in total}
+    return {
+        name: total[name] - available.get(name, 0.0) for name in ("CPU", "memory") if name in total
+    }
 
 
 class SparkHostActor:
@@ -418,7 +492,9 @@ class SparkHostActor:
 
 
 class _Unwrapped(SparkHostActor):
-    __ray_actor_class__ = SparkHostActor  # another class than itself: Ray disassembles what it names
+    __ray_actor_class__ = (
+        SparkHostActor  # another class than itself: Ray disassembles what it names
+    )
 
 
 SparkHost = ray.remote(num_cpus=0, max_concurrency=4)(_Unwrapped)

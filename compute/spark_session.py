@@ -10,6 +10,7 @@ No catalog is configured by default: `iceberg_catalog_conf` builds the settings 
 Iceberg catalog for one warehouse, and `apply_conf` adds them to a running session, so
 one warm session can serve executions against different warehouses.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -28,15 +29,30 @@ from compute.contract import ACCESS_DELEGATION_HEADER
 from compute.jars import CREDENTIAL_KEYED_S3A, VENDED_CREDENTIALS_FILE_IO, jar_paths
 
 _JDK17_OPENS = (
-    "java.lang", "java.lang.invoke", "java.io", "java.net", "java.nio", "java.math", "java.text",
-    "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs",
-    "sun.security.action", "sun.util.calendar",
+    "java.lang",
+    "java.lang.invoke",
+    "java.io",
+    "java.net",
+    "java.nio",
+    "java.math",
+    "java.text",
+    "java.util",
+    "java.util.concurrent",
+    "java.util.concurrent.atomic",
+    "sun.nio.ch",
+    "sun.nio.cs",
+    "sun.security.action",
+    "sun.util.calendar",
 )
-JDK17_JAVA_OPTIONS = " ".join(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in _JDK17_OPENS)
+JDK17_JAVA_OPTIONS = " ".join(
+    f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in _JDK17_OPENS
+)
 # An idle unit gives heap back: after 5 s without a collection, G1 collects and shrinks the heap
 # to 30% above what is live (the default leaves up to 70% unused). For the driver's JVM only
 # (which holds RayDP's app master too): an executor keeps its whole heap anyway (RayDP sets -Xms to -Xmx).
-IDLE_HEAP_JAVA_OPTIONS = "-XX:G1PeriodicGCInterval=5000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+IDLE_HEAP_JAVA_OPTIONS = (
+    "-XX:G1PeriodicGCInterval=5000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+)
 # Every JVM gives back the native memory it freed (the JIT compilers' arenas, above all) every 5 s:
 # glibc keeps freed memory mapped until told to trim.
 TRIM_NATIVE_JAVA_OPTIONS = "-XX:TrimNativeHeapInterval=5000"
@@ -57,16 +73,19 @@ HADOOP_FILE_IO = "org.apache.iceberg.hadoop.HadoopFileIO"
 EXECUTORS_POLL_S = 0.05
 
 
-def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def spark_conf(
+    jars: list[Path] | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The Spark configuration every session of a compute unit starts with."""
     classpath = os.pathsep.join(str(path) for path in (jars if jars is not None else jar_paths()))
     # Every JVM starts from the class archive setup built, when there is one (class_archive.py).
-    started_from_archive = (f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} "
-                            f"{IDLE_HEAP_JAVA_OPTIONS} {archive_java_options()}").strip()
+    started_from_archive = (
+        f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} "
+        f"{IDLE_HEAP_JAVA_OPTIONS} {archive_java_options()}"
+    ).strip()
     conf = {
         "spark.driver.extraJavaOptions": started_from_archive,
-        "spark.executor.extraJavaOptions":
-            f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} {executor_java_options()}".strip(),
+        "spark.executor.extraJavaOptions": f"{JDK17_JAVA_OPTIONS} {TRIM_NATIVE_JAVA_OPTIONS} {LOG4J_JAVA_OPTIONS} {executor_java_options()}".strip(),
         "spark.driver.extraClassPath": classpath,
         "raydp.executor.extraClassPath": classpath,
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
@@ -92,8 +111,13 @@ def spark_conf(jars: list[Path] | None = None, extra: Mapping[str, str] | None =
 # which a unit does not have), so they are imported on first use instead.
 RAYDP_DATASETS = "raydp.spark.dataset"
 _RAYDP_DATASET_CLASSES = ("PartitionObjectsOwner",)
-_RAYDP_DATASET_FUNCTIONS = ("get_raydp_master_owner", "spark_dataframe_to_ray_dataset",
-                            "ray_dataset_to_spark_dataframe", "from_spark_recoverable", "release_spark_recoverable")
+_RAYDP_DATASET_FUNCTIONS = (
+    "get_raydp_master_owner",
+    "spark_dataframe_to_ray_dataset",
+    "ray_dataset_to_spark_dataframe",
+    "from_spark_recoverable",
+    "release_spark_recoverable",
+)
 
 
 def import_raydp():
@@ -158,7 +182,9 @@ def start_spark_session(
     # Executors launch Python workers from PATH's `python3` unless told otherwise.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     configs = spark_conf(jars=unit_jars(), extra=extra_conf)
-    configs["spark.driver.extraJavaOptions"] = f"{configs['spark.driver.extraJavaOptions']} {DRIVER_JIT_JAVA_OPTIONS}"
+    configs["spark.driver.extraJavaOptions"] = (
+        f"{configs['spark.driver.extraJavaOptions']} {DRIVER_JIT_JAVA_OPTIONS}"
+    )
     return raydp.init_spark(
         app_name,
         num_executors=executors,
@@ -169,7 +195,9 @@ def start_spark_session(
     )
 
 
-def wait_for_executors(spark, count: int, timeout_s: float, until: Callable[[], bool] = lambda: False) -> int:
+def wait_for_executors(
+    spark, count: int, timeout_s: float, until: Callable[[], bool] = lambda: False
+) -> int:
     """Wait until `count` executors have registered with the driver, `timeout_s` has passed or
     `until()` is true; returns how many have. RayDP's scheduler backend is ready for jobs at once:
     Spark's `minRegisteredResourcesRatio` holds back only backends that count what registered,
@@ -213,9 +241,13 @@ def _run_the_app_master_in_the_driver() -> None:
 
                 _launch_the_drivers_jvm(self._configs)
                 jvm = SparkContext._jvm
-                jvm.org.apache.spark.deploy.raydp.RayAppMaster.setProperties(self._master._generate_ray_configs())
+                jvm.org.apache.spark.deploy.raydp.RayAppMaster.setProperties(
+                    self._master._generate_ray_configs()
+                )
                 jvm.io.ray.api.Ray.init()  # before the context starts: the app master creates executors
-                self._app_master = jvm.org.apache.spark.deploy.raydp.RayAppMaster(raydp_class_path())
+                self._app_master = jvm.org.apache.spark.deploy.raydp.RayAppMaster(
+                    raydp_class_path()
+                )
                 self._jvm = jvm
             return self._app_master.getMasterUrl()
 
@@ -231,15 +263,24 @@ def _run_the_app_master_in_the_driver() -> None:
             # (a session that failed to start can leave it blocked).
             if (app_master := self._app_master) is not None:
                 self._app_master = None
-                threading.Thread(target=_stop_app_master, args=(self._jvm, app_master),
-                                 name="raydp-app-master-stop", daemon=True).start()
+                threading.Thread(
+                    target=_stop_app_master,
+                    args=(self._jvm, app_master),
+                    name="raydp-app-master-stop",
+                    daemon=True,
+                ).start()
 
     class ContextWithAppMasterInTheDriver(raydp.context._SparkContext):
         def _get_or_create_spark_cluster(self) -> SparkCluster:
             if self._spark_cluster is None:
                 self._spark_cluster = ClusterWithAppMasterInTheDriver(
-                    self._app_name, self._num_executors, self._executor_cores, self._executor_memory,
-                    self._enable_hive, self._configs)
+                    self._app_name,
+                    self._num_executors,
+                    self._executor_cores,
+                    self._executor_memory,
+                    self._enable_hive,
+                    self._configs,
+                )
             return self._spark_cluster
 
     raydp.context._SparkContext = ContextWithAppMasterInTheDriver
@@ -263,7 +304,9 @@ def _launch_the_drivers_jvm(configs: Mapping[str, str]) -> None:
         return
     configs = {**configs, "spark.driver.extraClassPath": str(merged)}
     before = os.environ.get("SPARK_HOME")
-    os.environ["SPARK_HOME"] = str(merged.parent.parent)  # read by pyspark's launcher to start spark-submit
+    os.environ["SPARK_HOME"] = str(
+        merged.parent.parent
+    )  # read by pyspark's launcher to start spark-submit
     try:
         SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(configs.items()))
     finally:
@@ -298,11 +341,13 @@ def warm_the_write_path(spark, partitions: int) -> None:
     session = spark.newSession()
     with ScratchS3() as endpoint, WarmUpCatalog("s3a://lakeport-warm-up/tables") as uri:
         keys = S3Keys(endpoint=endpoint, access_key="warm-up", secret_key="warm-up")
-        conf = {**iceberg_catalog_conf(WARM_UP_CATALOG, uri=uri, warehouse="warm-up", token="warm-up"),
-                **catalog_s3a_conf(WARM_UP_CATALOG, keys),
-                # An executor on another node cannot reach this endpoint: fail at once, not after retries.
-                f"spark.sql.catalog.{WARM_UP_CATALOG}.hadoop.fs.s3a.attempts.maximum": "1",
-                f"spark.sql.catalog.{WARM_UP_CATALOG}.hadoop.fs.s3a.retry.limit": "0"}
+        conf = {
+            **iceberg_catalog_conf(WARM_UP_CATALOG, uri=uri, warehouse="warm-up", token="warm-up"),
+            **catalog_s3a_conf(WARM_UP_CATALOG, keys),
+            # An executor on another node cannot reach this endpoint: fail at once, not after retries.
+            f"spark.sql.catalog.{WARM_UP_CATALOG}.hadoop.fs.s3a.attempts.maximum": "1",
+            f"spark.sql.catalog.{WARM_UP_CATALOG}.hadoop.fs.s3a.retry.limit": "0",
+        }
         for key, value in conf.items():
             session.conf.set(key, value)
         # As a run's session is used (spare_sessions.warehouse_session): current, and the thread's active one.
@@ -310,9 +355,9 @@ def warm_the_write_path(spark, partitions: int) -> None:
         try:
             session.catalog.setCurrentCatalog(WARM_UP_CATALOG)
             session.sql("CREATE NAMESPACE IF NOT EXISTS warm_up")
-            session.range(0, 4 * partitions, 1, partitions) \
-                .selectExpr("id", "id % 7 AS k", "CAST(id AS STRING) AS s") \
-                .writeTo(f"{WARM_UP_CATALOG}.warm_up.t").using("iceberg").createOrReplace()
+            session.range(0, 4 * partitions, 1, partitions).selectExpr(
+                "id", "id % 7 AS k", "CAST(id AS STRING) AS s"
+            ).writeTo(f"{WARM_UP_CATALOG}.warm_up.t").using("iceberg").createOrReplace()
             session.sql(f"SHOW TABLES IN {WARM_UP_CATALOG}.warm_up").collect()
         finally:
             jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
@@ -328,14 +373,19 @@ def close_session_catalog(session, catalog_name: str) -> None:
         if not manager.isCatalogRegistered(catalog_name):
             return  # never used, so never started
         client = manager.catalog(catalog_name).icebergCatalog()
-        if client.getClass().getName() == "org.apache.iceberg.CachingCatalog":  # the REST catalog it wraps
+        if (
+            client.getClass().getName() == "org.apache.iceberg.CachingCatalog"
+        ):  # the REST catalog it wraps
             wrapped = client.getClass().getDeclaredField("catalog")
             wrapped.setAccessible(True)
             client = wrapped.get(client)
         if session.sparkContext._jvm.java.io.Closeable._java_lang_class.isInstance(client):
             client.close()
     except Exception as error:  # noqa: BLE001 - see above
-        print(f"could not close the catalog client of {catalog_name}: {type(error).__name__}: {error}", file=sys.stderr)
+        print(
+            f"could not close the catalog client of {catalog_name}: {type(error).__name__}: {error}",
+            file=sys.stderr,
+        )
 
 
 @dataclass(frozen=True)
@@ -370,7 +420,9 @@ def _s3a_settings(prefix: str, s3: S3Keys) -> dict[str, str]:
         settings["connection.ssl.enabled"] = str(s3.endpoint.startswith("https://")).lower()
     if s3.session_token:
         settings["session.token"] = s3.session_token
-        settings["aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        settings["aws.credentials.provider"] = (
+            "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        )
     return {prefix + key: value for key, value in settings.items()}
 
 
@@ -420,9 +472,14 @@ def iceberg_catalog_conf(
         f"{prefix}.io-impl": VENDED_CREDENTIALS_FILE_IO if uri else HADOOP_FILE_IO,
     }
     if uri:  # each setting of a REST catalog that is given
-        rest = {"uri": uri, "token": token, "credential": credential,
-                "oauth2-server-uri": credential and oauth2_server_uri, "scope": credential and scope,
-                f"header.{ACCESS_DELEGATION_HEADER}": access_delegation}
+        rest = {
+            "uri": uri,
+            "token": token,
+            "credential": credential,
+            "oauth2-server-uri": credential and oauth2_server_uri,
+            "scope": credential and scope,
+            f"header.{ACCESS_DELEGATION_HEADER}": access_delegation,
+        }
         conf.update({f"{prefix}.{key}": value for key, value in rest.items() if value})
     if s3:
         conf.update(_s3a_settings(f"spark.hadoop.fs.s3a.bucket.{s3.bucket}.", s3))

@@ -7,6 +7,7 @@ exits 0 when it is ready. A host whose session failed is removed, so the next at
 starts afresh. The settings carry only the SHA-256 of the host's secret: this command line
 is visible to any code on the cluster (`ray job list`).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,9 @@ NODE_WAIT_SECONDS = 60.0
 
 def main(argv: list[str]) -> int:
     settings = SparkHostSettings.from_json(argv[0])
-    if key := os.environ.get(HOST_KEY_ENV):  # a relaunch after the key changed (compute/unit_init.py)
+    if key := os.environ.get(
+        HOST_KEY_ENV
+    ):  # a relaunch after the key changed (compute/unit_init.py)
         settings = replace(settings, secret_sha256=key)
     if address := os.environ.get("RAY_ADDRESS"):
         _wait_for_a_live_node(address)
@@ -38,7 +41,9 @@ def main(argv: list[str]) -> int:
         name=ACTOR_NAME,
         lifetime="detached",
         get_if_exists=True,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+        scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        ),
     ).remote(asdict(settings))
     info = ray.get(host.wait_ready.remote(settings.warm_timeout_s))
     print(json.dumps(info), flush=True)

@@ -2,6 +2,7 @@
 lines), run as a Python step's `run(spark, ...)` program, and every error described in one line
 a person can read.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -18,14 +19,25 @@ def compile_step(step: Step):
     filename = f"<step {step.name}>"
     code = compile(step.code, filename, "exec")
     # Tracebacks then show the step's own lines.
-    linecache.cache[filename] = (len(step.code), None, step.code.splitlines(keepends=True), filename)
+    linecache.cache[filename] = (
+        len(step.code),
+        None,
+        step.code.splitlines(keepends=True),
+        filename,
+    )
     return code
 
 
 def step_traceback(error: BaseException) -> str:
     """The traceback from the step's own code down, without the runner's frames."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename.startswith("<step ")]
-    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if frame.filename.startswith("<step ")
+    ]
+    lines = (
+        ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
+    )
     return "".join(lines + traceback.format_exception_only(type(error), error)).rstrip()
 
 

@@ -19,6 +19,7 @@ The plan (written by the portal before the sandbox starts):
      "nodes": [{"role": str, "argv": [...], "env": {...}, "dir": str, "log": str, "ready_port": int}],
      "with_head": [same shape as a node], "on_request": [same shape as a node]}
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,13 @@ class Node:
     def start(self) -> None:
         Path(self.spec["dir"]).mkdir(parents=True, exist_ok=True)
         with open(self.spec["log"], "ab") as log:
-            self.process = subprocess.Popen(self.spec["argv"], stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT, env={**os.environ, **self.spec["env"]})
+            self.process = subprocess.Popen(
+                self.spec["argv"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.spec["env"]},
+            )
         self.write_record()
 
     def check(self) -> bool:
@@ -65,7 +71,11 @@ class Node:
 
     def write_record(self) -> None:
         assert self.process is not None
-        record = {"pid": self.process.pid, "ready": self.ready, "returncode": self.process.returncode}
+        record = {
+            "pid": self.process.pid,
+            "ready": self.ready,
+            "returncode": self.process.returncode,
+        }
         partial = self.record_path.with_suffix(".part")
         partial.write_text(json.dumps(record))
         partial.replace(self.record_path)
@@ -88,8 +98,12 @@ def main(argv: list[str]) -> int:
     records_dir = Path(plan["records_dir"])
     records_dir.mkdir(exist_ok=True)
     with open(plan["forwarders_log"], "ab") as log:
-        forwarders = [subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-                      for command in plan["forwarders"]]
+        forwarders = [
+            subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+            for command in plan["forwarders"]
+        ]
     head, *workers = [Node(spec, records_dir) for spec in plan["nodes"]]
     head.start()
     helpers = [Node(spec, records_dir) for spec in plan.get("with_head", [])]

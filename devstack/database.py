@@ -5,6 +5,7 @@ On PostgreSQL the stack's database has two roles, as a deployment's has (app/dat
 worker connect as. Loopback here trusts every connection, so neither role has a password: the
 split is about what each role may do, not who may log in as it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,7 +45,9 @@ def ensure_postgres_database(name: str, admin_url: str = POSTGRES_ADMIN_URL) -> 
 def drop_postgres_database(name: str, admin_url: str = POSTGRES_ADMIN_URL) -> None:
     """Drop the database and its two roles, if it had them (the roles belong to no other)."""
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         for role in (portal_role_name(name), owner_role_name(name)):
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
@@ -57,7 +60,9 @@ def portal_role_name(database: str) -> str:
     return f"{database}_portal"
 
 
-def ensure_postgres_database_with_roles(name: str, admin_url: str = POSTGRES_ADMIN_URL) -> tuple[str, str]:
+def ensure_postgres_database_with_roles(
+    name: str, admin_url: str = POSTGRES_ADMIN_URL
+) -> tuple[str, str]:
     """Database `name` owned by its owner role, and its portal role, each made if missing:
     (the portal's SQLAlchemy URL, the owner's). A database made before it had roles is handed to
     its owner role, tables and functions included, so the owner can migrate it."""
@@ -65,12 +70,23 @@ def ensure_postgres_database_with_roles(name: str, admin_url: str = POSTGRES_ADM
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
         for role, extra in ((owner, ""), (portal, " NOINHERIT")):
             if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" + extra)
-                             .format(sql.Identifier(role)))
+                conn.execute(
+                    sql.SQL(
+                        "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" + extra
+                    ).format(sql.Identifier(role))
+                )
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(owner)))
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(name), sql.Identifier(owner)
+                )
+            )
         else:
-            conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(name), sql.Identifier(owner)))
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
+                    sql.Identifier(name), sql.Identifier(owner)
+                )
+            )
     _hand_objects_to(owner, _database_url(admin_url, name))
     return _role_url(admin_url, name, portal), _role_url(admin_url, name, owner)
 
@@ -79,19 +95,33 @@ def _hand_objects_to(owner: str, database_url: str) -> None:
     """Every table and function of the public schema owned by `owner` (a table takes its indexes
     and its columns' sequences along); the schema too, where it is not the database owner's."""
     with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
-        schema_owner = conn.execute("SELECT nspowner::regrole::text FROM pg_namespace "
-                                    "WHERE nspname = 'public'").fetchone()[0]
+        schema_owner = conn.execute(
+            "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'public'"
+        ).fetchone()[0]
         if schema_owner not in ("pg_database_owner", owner):
             conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(owner)))
-        tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tableowner <> %s",
-                              (owner,)).fetchall()
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tableowner <> %s",
+            (owner,),
+        ).fetchall()
         for (table,) in tables:
-            conn.execute(sql.SQL("ALTER TABLE {} OWNER TO {}").format(sql.Identifier(table), sql.Identifier(owner)))
-        functions = conn.execute("SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
-                                 "ON n.oid = p.pronamespace WHERE n.nspname = 'public' "
-                                 "AND p.proowner <> (SELECT oid FROM pg_roles WHERE rolname = %s)", (owner,)).fetchall()
+            conn.execute(
+                sql.SQL("ALTER TABLE {} OWNER TO {}").format(
+                    sql.Identifier(table), sql.Identifier(owner)
+                )
+            )
+        functions = conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
+            "ON n.oid = p.pronamespace WHERE n.nspname = 'public' "
+            "AND p.proowner <> (SELECT oid FROM pg_roles WHERE rolname = %s)",
+            (owner,),
+        ).fetchall()
         for (function,) in functions:
-            conn.execute(sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(sql.SQL(function), sql.Identifier(owner)))
+            conn.execute(
+                sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(
+                    sql.SQL(function), sql.Identifier(owner)
+                )
+            )
 
 
 def _database_url(admin_url: str, database: str) -> str:
@@ -105,7 +135,9 @@ def _role_url(admin_url: str, database: str, role: str) -> str:
     return f"postgresql+psycopg://{role}@{host}/{database}"
 
 
-def fresh_postgres_database(prefix: str = "lakeport_test", admin_url: str = POSTGRES_ADMIN_URL) -> tuple[str, str]:
+def fresh_postgres_database(
+    prefix: str = "lakeport_test", admin_url: str = POSTGRES_ADMIN_URL
+) -> tuple[str, str]:
     """A new, empty database for one test run: (name, SQLAlchemy URL)."""
     name = f"{prefix}_{secrets.token_hex(4)}"
     return name, ensure_postgres_database(name, admin_url)
@@ -120,7 +152,9 @@ def stack_database_name(var_dir: Path) -> str:
     return f"lakeport_dev_{slug}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
 
 
-def fresh_postgres_database_with_roles(prefix: str, admin_url: str = POSTGRES_ADMIN_URL) -> tuple[str, str, str]:
+def fresh_postgres_database_with_roles(
+    prefix: str, admin_url: str = POSTGRES_ADMIN_URL
+) -> tuple[str, str, str]:
     """A new, empty database with its two roles: (name, the portal's URL, the owner's URL)."""
     name = f"{prefix}_{secrets.token_hex(4)}"
     return (name, *ensure_postgres_database_with_roles(name, admin_url))

@@ -16,6 +16,7 @@ refused), through an administration endpoint only holders of `admin_secret` may 
 The helpers at the end drive its pages with httpx, the way a browser would, for tests that need
 a signed-in user.
 """
+
 from __future__ import annotations
 
 import json
@@ -112,7 +113,9 @@ class OidcProviderConfig:
             "response_types": ["code"],
             "scope": PORTAL_SCOPES,
             "redirect_uris": [portal_redirect_uri(url) for url in self.portal_base_urls],
-            "post_logout_redirect_uris": [portal_post_logout_redirect_uri(url) for url in self.portal_base_urls],
+            "post_logout_redirect_uris": [
+                portal_post_logout_redirect_uri(url) for url in self.portal_base_urls
+            ],
             "token_endpoint_auth_method": "client_secret_basic",
         }
         service = {
@@ -126,12 +129,24 @@ class OidcProviderConfig:
             "token_endpoint_auth_method": "client_secret_post",
         }
         users = [
-            {"sub": u.sub, "username": u.username, "password": u.password, "name": u.name, "email": u.email,
-             "groups": list(u.groups)}
+            {
+                "sub": u.sub,
+                "username": u.username,
+                "password": u.password,
+                "name": u.name,
+                "email": u.email,
+                "groups": list(u.groups),
+            }
             for u in TEST_USERS.values()
         ] + [
-            {"sub": sub, "username": sub, "password": None, "name": sub, "email": f"{sub}@example.test",
-             "groups": []}
+            {
+                "sub": sub,
+                "username": sub,
+                "password": None,
+                "name": sub,
+                "email": f"{sub}@example.test",
+                "groups": [],
+            }
             for sub in self.passwordless_subjects
         ]
         return {
@@ -158,16 +173,29 @@ def oidc_provider_process(config: OidcProviderConfig, log_dir: Path) -> ManagedP
     )
 
 
-def change_user(config: OidcProviderConfig, username: str, *, groups: list[str] | None = None,
-                enabled: bool | None = None, groups_claim: bool | None = None) -> dict:
+def change_user(
+    config: OidcProviderConfig,
+    username: str,
+    *,
+    groups: list[str] | None = None,
+    enabled: bool | None = None,
+    groups_claim: bool | None = None,
+) -> dict:
     """Change a user at the running provider (their groups, whether they may sign in and be
     granted anything, whether their tokens carry the `groups` claim at all: False is a provider
     without the group-membership mapper); returns the user as the provider holds them now
     (`groups_claim` only while it is off)."""
-    change = {key: value for key, value in (("groups", groups), ("enabled", enabled),
-                                            ("groups_claim", groups_claim)) if value is not None}
-    response = httpx.put(f"{config.issuer}/lakeport-admin/users/{username}", json=change, timeout=10,
-                         headers={"Authorization": f"Bearer {config.admin_secret}"})
+    change = {
+        key: value
+        for key, value in (("groups", groups), ("enabled", enabled), ("groups_claim", groups_claim))
+        if value is not None
+    }
+    response = httpx.put(
+        f"{config.issuer}/lakeport-admin/users/{username}",
+        json=change,
+        timeout=10,
+        headers={"Authorization": f"Bearer {config.admin_secret}"},
+    )
     response.raise_for_status()
     return response.json()
 
@@ -213,7 +241,9 @@ def _form(page: httpx.Response, form_id: str | None = None) -> _Form:
     for form in parser.forms:
         if form_id is None or form.id == form_id:
             return form
-    raise ProviderPageError(f"no form {form_id or ''} on {page.url} (HTTP {page.status_code}):\n{page.text[:500]}")
+    raise ProviderPageError(
+        f"no form {form_id or ''} on {page.url} (HTTP {page.status_code}):\n{page.text[:500]}"
+    )
 
 
 def _origin(url: str | httpx.URL) -> tuple[str, str]:
@@ -238,12 +268,16 @@ def open_via_provider(client: httpx.Client, url: str) -> httpx.Response:
     return _follow_within_provider(client, client.get(url, follow_redirects=False))
 
 
-def _submit(client: httpx.Client, page: httpx.Response, form: _Form, fields: dict[str, str]) -> httpx.Response:
+def _submit(
+    client: httpx.Client, page: httpx.Response, form: _Form, fields: dict[str, str]
+) -> httpx.Response:
     response = client.post(urljoin(str(page.url), form.action), data=fields, follow_redirects=False)
     return _follow_within_provider(client, response)
 
 
-def login_via_form(client: httpx.Client, authorize_url: str, username: str, password: str) -> httpx.Response:
+def login_via_form(
+    client: httpx.Client, authorize_url: str, username: str, password: str
+) -> httpx.Response:
     """Open `authorize_url`, sign in through the provider's login form, and return either the
     redirect back to the client (its Location holds `code` and `state`) or, if the credentials
     were refused, the re-rendered login page. The cookies stay in `client`."""

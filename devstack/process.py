@@ -4,6 +4,7 @@ Every service the local stack runs (SeaweedFS, the OpenID Connect provider, the
 Lakekeeper-compatible dev catalog, the portal) is a `ManagedProcess`. Output goes to a
 log file so a failed start can be explained with the tail of that log.
 """
+
 from __future__ import annotations
 
 import os
@@ -64,8 +65,12 @@ class ManagedProcess:
         # A new session, so Ctrl-C in the terminal reaches only the orchestrator,
         # which then stops each child in order.
         self.process = subprocess.Popen(
-            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-            cwd=self.cwd, start_new_session=True,
+            self.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -78,7 +83,9 @@ class ManagedProcess:
                 return self
             if time.monotonic() > deadline:
                 self.stop()
-                raise ServiceStartError(f"{self.name} was not ready within {timeout:.0f} s:\n{self.log_tail()}")
+                raise ServiceStartError(
+                    f"{self.name} was not ready within {timeout:.0f} s:\n{self.log_tail()}"
+                )
             time.sleep(0.2)
 
     @property

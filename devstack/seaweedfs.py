@@ -18,6 +18,7 @@ session policy to one table or table bucket and to the caller's privilege (devst
 
 Each port p also opens a gRPC port at p + 10000 (SeaweedFS's convention).
 """
+
 from __future__ import annotations
 
 import base64
@@ -68,7 +69,9 @@ class TestUserKeys:
 TEST_USER_KEYS: dict[str, TestUserKeys] = {
     keys.user: keys
     for keys in (
-        TestUserKeys("alice", "alice-lake", "LAKEPORTDEVALICE", "alice-dev-secret-key-for-the-local-stack"),
+        TestUserKeys(
+            "alice", "alice-lake", "LAKEPORTDEVALICE", "alice-dev-secret-key-for-the-local-stack"
+        ),
         TestUserKeys("bob", "bob-lake", "LAKEPORTDEVBOB", "bob-dev-secret-key-for-the-local-stack"),
     )
 }
@@ -96,11 +99,16 @@ class SeaweedConfig:
     volume_port: int
     filer_port: int
     admin_port: int
-    admin_access_key_id: str = field(default_factory=lambda: "LAKEPORTADMIN" + secrets.token_hex(4).upper())
-    admin_secret_access_key: str = field(default_factory=lambda: secrets.token_urlsafe(30), repr=False)
+    admin_access_key_id: str = field(
+        default_factory=lambda: "LAKEPORTADMIN" + secrets.token_hex(4).upper()
+    )
+    admin_secret_access_key: str = field(
+        default_factory=lambda: secrets.token_urlsafe(30), repr=False
+    )
     # Signs the session tokens of vended credentials.
     sts_signing_key: str = field(
-        default_factory=lambda: base64.b64encode(secrets.token_bytes(32)).decode(), repr=False,
+        default_factory=lambda: base64.b64encode(secrets.token_bytes(32)).decode(),
+        repr=False,
     )
     region: str = "us-east-1"
     test_users: tuple[TestUserKeys, ...] = tuple(TEST_USER_KEYS.values())
@@ -114,14 +122,23 @@ class SeaweedConfig:
             while True:
                 port = free_port()
                 # Six picks without reservation could repeat one another.
-                if port in picked or port + GRPC_PORT_OFFSET < 65536 and port_is_open(port + GRPC_PORT_OFFSET):
+                if (
+                    port in picked
+                    or port + GRPC_PORT_OFFSET < 65536
+                    and port_is_open(port + GRPC_PORT_OFFSET)
+                ):
                     continue
                 picked.add(port)
                 return port
 
         return cls(
-            data_dir=Path(data_dir), s3_port=pick(), iceberg_port=pick(), master_port=pick(),
-            volume_port=pick(), filer_port=pick(), admin_port=pick(),
+            data_dir=Path(data_dir),
+            s3_port=pick(),
+            iceberg_port=pick(),
+            master_port=pick(),
+            volume_port=pick(),
+            filer_port=pick(),
+            admin_port=pick(),
         )
 
     @property
@@ -138,7 +155,9 @@ class SeaweedConfig:
 
     def s3_location(self, bucket: str, key_prefix: str = "") -> S3Location:
         """`s3://bucket/key_prefix` on this SeaweedFS."""
-        return S3Location(bucket, self.region, key_prefix, endpoint=self.s3_endpoint, path_style=True)
+        return S3Location(
+            bucket, self.region, key_prefix, endpoint=self.s3_endpoint, path_style=True
+        )
 
     @property
     def s3_identities_path(self) -> Path:
@@ -150,12 +169,21 @@ class SeaweedConfig:
 
     def argv(self) -> list[str]:
         return [
-            str(WEED_BINARY), "mini",
-            f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
-            f"-master.port={self.master_port}", f"-volume.port={self.volume_port}",
-            f"-filer.port={self.filer_port}", f"-s3.port={self.s3_port}",
-            f"-s3.port.iceberg={self.iceberg_port}", "-s3.port.lance=0", f"-admin.port={self.admin_port}",
+            str(WEED_BINARY),
+            "mini",
+            f"-dir={self.data_dir}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",
+            "-webdav=false",
+            "-admin.ui=false",
+            f"-master.port={self.master_port}",
+            f"-volume.port={self.volume_port}",
+            f"-filer.port={self.filer_port}",
+            f"-s3.port={self.s3_port}",
+            f"-s3.port.iceberg={self.iceberg_port}",
+            "-s3.port.lance=0",
+            f"-admin.port={self.admin_port}",
             f"-s3.config={self.s3_identities_path}",
             # Otherwise an admin's write to a missing bucket creates it, and the storage
             # check could not tell a mistyped bucket.
@@ -169,18 +197,33 @@ class SeaweedConfig:
 
 def _s3_identities(config: SeaweedConfig) -> dict:
     """The `-s3.config` document (format: `weed help s3`)."""
-    identities = [{
-        "name": _ADMIN_IDENTITY,
-        "credentials": [{"accessKey": config.admin_access_key_id, "secretKey": config.admin_secret_access_key}],
-        "actions": ["Admin", "Read", "List", "Tagging", "Write"],
-    }]
+    identities = [
+        {
+            "name": _ADMIN_IDENTITY,
+            "credentials": [
+                {
+                    "accessKey": config.admin_access_key_id,
+                    "secretKey": config.admin_secret_access_key,
+                }
+            ],
+            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+        }
+    ]
     for user in config.test_users:
         buckets = (user.bucket, f"{user.bucket}{_TABLE_BUCKET_MARKER}*")
-        identities.append({
-            "name": user.user,
-            "credentials": [{"accessKey": user.access_key_id, "secretKey": user.secret_access_key}],
-            "actions": [f"{action}:{bucket}" for action in ("Read", "List", "Tagging", "Write") for bucket in buckets],
-        })
+        identities.append(
+            {
+                "name": user.user,
+                "credentials": [
+                    {"accessKey": user.access_key_id, "secretKey": user.secret_access_key}
+                ],
+                "actions": [
+                    f"{action}:{bucket}"
+                    for action in ("Read", "List", "Tagging", "Write")
+                    for bucket in buckets
+                ],
+            }
+        )
     return {"identities": identities}
 
 
@@ -191,36 +234,76 @@ def _iam_config(config: SeaweedConfig) -> dict:
     role_name = VENDED_CREDENTIALS_ROLE.rsplit("/", 1)[1]
     return {
         "sts": {
-            "tokenDuration": "1h", "maxSessionLength": "12h", "issuer": "lakeport-seaweedfs-sts",
+            "tokenDuration": "1h",
+            "maxSessionLength": "12h",
+            "issuer": "lakeport-seaweedfs-sts",
             "signingKey": config.sts_signing_key,
         },
         "policy": {"defaultEffect": "Deny"},
-        "roles": [{
-            "roleName": role_name,
-            "roleArn": VENDED_CREDENTIALS_ROLE,
-            "trustPolicy": {"Version": "2012-10-17", "Statement": [{
-                "Effect": "Allow",
-                "Principal": {"Federated": "iceberg-catalog"},
-                "Action": ["sts:AssumeRoleWithCredentials"],
-            }]},
-            "attachedPolicies": ["TableData"],
-        }, {
-            "roleName": WAREHOUSE_CREDENTIALS_ROLE.rsplit("/", 1)[1],
-            "roleArn": WAREHOUSE_CREDENTIALS_ROLE,
-            # Only the admin identity (the dev catalog) may assume it; users' keys may not.
-            "trustPolicy": {"Version": "2012-10-17", "Statement": [{
-                "Effect": "Allow",
-                "Principal": {"AWS": _ADMIN_PRINCIPAL},
-                "Action": ["sts:AssumeRole"],
-            }]},
-            "attachedPolicies": ["WarehouseTableBuckets"],
-        }],
-        "policies": [{"name": "TableData", "document": {"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow", "Action": ["s3:*"], "Resource": ["arn:aws:s3:::*", "arn:aws:s3:::*/*"],
-        }]}}, {"name": "WarehouseTableBuckets", "document": {"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow", "Action": ["s3:*"],
-            "Resource": [f"arn:aws:s3:::*{_TABLE_BUCKET_MARKER}*", f"arn:aws:s3:::*{_TABLE_BUCKET_MARKER}*/*"],
-        }]}}],
+        "roles": [
+            {
+                "roleName": role_name,
+                "roleArn": VENDED_CREDENTIALS_ROLE,
+                "trustPolicy": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Federated": "iceberg-catalog"},
+                            "Action": ["sts:AssumeRoleWithCredentials"],
+                        }
+                    ],
+                },
+                "attachedPolicies": ["TableData"],
+            },
+            {
+                "roleName": WAREHOUSE_CREDENTIALS_ROLE.rsplit("/", 1)[1],
+                "roleArn": WAREHOUSE_CREDENTIALS_ROLE,
+                # Only the admin identity (the dev catalog) may assume it; users' keys may not.
+                "trustPolicy": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"AWS": _ADMIN_PRINCIPAL},
+                            "Action": ["sts:AssumeRole"],
+                        }
+                    ],
+                },
+                "attachedPolicies": ["WarehouseTableBuckets"],
+            },
+        ],
+        "policies": [
+            {
+                "name": "TableData",
+                "document": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Action": ["s3:*"],
+                            "Resource": ["arn:aws:s3:::*", "arn:aws:s3:::*/*"],
+                        }
+                    ],
+                },
+            },
+            {
+                "name": "WarehouseTableBuckets",
+                "document": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Action": ["s3:*"],
+                            "Resource": [
+                                f"arn:aws:s3:::*{_TABLE_BUCKET_MARKER}*",
+                                f"arn:aws:s3:::*{_TABLE_BUCKET_MARKER}*/*",
+                            ],
+                        }
+                    ],
+                },
+            },
+        ],
     }
 
 
@@ -235,9 +318,12 @@ def _ready(config: SeaweedConfig):
         try:
             if not httpx.get(f"{config.iceberg_url}/v1/config", timeout=1.0).is_success:
                 return False
-            with httpx.Client(auth=SigV4Auth(config.admin_credentials, config.region), timeout=1.0) as s3:
+            with httpx.Client(
+                auth=SigV4Auth(config.admin_credentials, config.region), timeout=1.0
+            ) as s3:
                 return all(
-                    s3.head(f"{config.s3_endpoint}/{user.bucket}").is_success for user in config.test_users
+                    s3.head(f"{config.s3_endpoint}/{user.bucket}").is_success
+                    for user in config.test_users
                 )
         except httpx.HTTPError:
             return False
@@ -250,7 +336,9 @@ def _ready(config: SeaweedConfig):
 _PORT_TAKEN = ("is not available on", "address already in use")
 
 
-def start_seaweedfs_on_free_ports(data_dir: Path, log_dir: Path, attempts: int = 3) -> tuple[SeaweedConfig, ManagedProcess]:
+def start_seaweedfs_on_free_ports(
+    data_dir: Path, log_dir: Path, attempts: int = 3
+) -> tuple[SeaweedConfig, ManagedProcess]:
     """SeaweedFS started on free ports. A port picked free can be taken by another program
     before SeaweedFS binds it; then it starts again on new ports."""
     for attempts_left in range(attempts - 1, -1, -1):

@@ -11,6 +11,7 @@
 `LocalStack` is used by `python -m devstack` and by the browser tests, which run a
 second stack on free ports beside a developer's.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,7 +61,8 @@ class StackPorts:
             port = free_port()
             # SeaweedFS's ports need their gRPC companions (+10000) free as well.
             while name.startswith(("seaweed", "s3", "iceberg")) and (
-                    port + GRPC_PORT_OFFSET > 65535 or port_is_open(port + GRPC_PORT_OFFSET)):
+                port + GRPC_PORT_OFFSET > 65535 or port_is_open(port + GRPC_PORT_OFFSET)
+            ):
                 port = free_port()
             ports[name] = port
         return cls(**ports)
@@ -76,8 +78,13 @@ class StackSecrets:
 
 
 class LocalStack:
-    def __init__(self, var_dir: Path, ports: StackPorts, database_url: str | None = None,
-                 portal_settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        var_dir: Path,
+        ports: StackPorts,
+        database_url: str | None = None,
+        portal_settings: dict[str, str] | None = None,
+    ) -> None:
         self.var_dir = Path(var_dir)
         self.ports = ports
         # More LAKEPORT_* settings for the portal and the worker (e.g. the browser tests' timings).
@@ -95,13 +102,20 @@ class LocalStack:
             service_client_secret=self.secrets.service_client_secret,
         )
         self.seaweed = SeaweedConfig(
-            self.var_dir / "seaweedfs", s3_port=ports.s3, iceberg_port=ports.iceberg,
-            master_port=ports.seaweed_master, volume_port=ports.seaweed_volume,
-            filer_port=ports.seaweed_filer, admin_port=ports.seaweed_admin,
+            self.var_dir / "seaweedfs",
+            s3_port=ports.s3,
+            iceberg_port=ports.iceberg,
+            master_port=ports.seaweed_master,
+            volume_port=ports.seaweed_volume,
+            filer_port=ports.seaweed_filer,
+            admin_port=ports.seaweed_admin,
         )
         self.catalog = DevCatalogConfig.for_seaweedfs(
-            self.seaweed, port=ports.catalog, oidc_issuer=self.oidc.issuer,
-            data_dir=self.var_dir / "devcatalog", encryption_key=Fernet.generate_key().decode(),
+            self.seaweed,
+            port=ports.catalog,
+            oidc_issuer=self.oidc.issuer,
+            data_dir=self.var_dir / "devcatalog",
+            encryption_key=Fernet.generate_key().decode(),
         )
 
     @property
@@ -135,11 +149,19 @@ class LocalStack:
         """Where the register page points new users: this stack's S3, each test user's bucket and
         its fixed, documented development keys (they open only this stack's SeaweedFS)."""
         return {
-            "endpoint": self.seaweed.s3_endpoint, "region": self.seaweed.region, "path_style": True,
-            "buckets": {TEST_USERS[keys.user].email: keys.bucket for keys in TEST_USER_KEYS.values()},
-            "development_keys": {keys.bucket: {"access_key_id": keys.access_key_id,
-                                               "secret_access_key": keys.secret_access_key}
-                                 for keys in TEST_USER_KEYS.values()},
+            "endpoint": self.seaweed.s3_endpoint,
+            "region": self.seaweed.region,
+            "path_style": True,
+            "buckets": {
+                TEST_USERS[keys.user].email: keys.bucket for keys in TEST_USER_KEYS.values()
+            },
+            "development_keys": {
+                keys.bucket: {
+                    "access_key_id": keys.access_key_id,
+                    "secret_access_key": keys.secret_access_key,
+                }
+                for keys in TEST_USER_KEYS.values()
+            },
         }
 
     def _run(self, process: ManagedProcess, timeout: float = 30.0) -> None:
@@ -149,7 +171,9 @@ class LocalStack:
     def start(self, *, with_portal: bool = True, say=print) -> "LocalStack":
         self.var_dir.mkdir(parents=True, exist_ok=True)
         try:
-            say(f"starting SeaweedFS (S3 {self.seaweed.s3_endpoint}, Iceberg REST {self.seaweed.iceberg_url})")
+            say(
+                f"starting SeaweedFS (S3 {self.seaweed.s3_endpoint}, Iceberg REST {self.seaweed.iceberg_url})"
+            )
             self._run(seaweedfs_process(self.seaweed, self.log_dir), timeout=60)
             say(f"starting the OpenID Connect provider on {self.oidc.issuer}")
             self._run(oidc_provider_process(self.oidc, self.log_dir))
@@ -158,8 +182,10 @@ class LocalStack:
             if self.database_url is None:
                 self.database_url, self.database_owner_url = local_database_urls(self.var_dir)
             say(f"migrating the database ({self.database_url.split('://')[0]})")
-            upgrade_database(self.database_owner_url or self.database_url,
-                             portal_url=self.database_url if self.database_owner_url else None)
+            upgrade_database(
+                self.database_owner_url or self.database_url,
+                portal_url=self.database_url if self.database_owner_url else None,
+            )
             if with_portal:
                 say(f"starting the portal on {self.portal_url} and its worker")
                 self.start_worker()
@@ -191,12 +217,21 @@ class LocalStack:
         return ManagedProcess(
             "portal",
             # As shipped (gunicorn.conf.py: web workers, threads), on this stack's loopback port.
-            [sys.executable, "-m", "gunicorn", "--config", str(PROJECT_ROOT / "gunicorn.conf.py"),
-             "--bind", f"127.0.0.1:{self.ports.portal}",
-             # The access log names the web worker (pid) that answered each request.
-             "--access-logformat", '%(h)s pid=%(p)s "%(r)s" %(s)s %(b)s %(M)sms',
-             # gunicorn's control socket is one path per user: two stacks side by side would share it.
-             "--no-control-socket", "wsgi:app"],
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--config",
+                str(PROJECT_ROOT / "gunicorn.conf.py"),
+                "--bind",
+                f"127.0.0.1:{self.ports.portal}",
+                # The access log names the web worker (pid) that answered each request.
+                "--access-logformat",
+                '%(h)s pid=%(p)s "%(r)s" %(s)s %(b)s %(M)sms',
+                # gunicorn's control socket is one path per user: two stacks side by side would share it.
+                "--no-control-socket",
+                "wsgi:app",
+            ],
             log_dir=self.log_dir,
             cwd=PROJECT_ROOT,
             env=self.portal_environment(),
@@ -206,8 +241,11 @@ class LocalStack:
     def worker_process(self) -> ManagedProcess:
         """The process that does the background work; local compute units are its children."""
         return ManagedProcess(
-            "worker", [sys.executable, "-m", "flask", "--app", "wsgi", "lakeport", "worker"],
-            log_dir=self.log_dir, cwd=PROJECT_ROOT, env=self.portal_environment(),
+            "worker",
+            [sys.executable, "-m", "flask", "--app", "wsgi", "lakeport", "worker"],
+            log_dir=self.log_dir,
+            cwd=PROJECT_ROOT,
+            env=self.portal_environment(),
             # Time to finish a step of a unit's start before it is killed; what it leaves is taken over.
             stop_timeout=20.0,
         )
@@ -230,21 +268,41 @@ class LocalStack:
         """Local compute units are Ray clusters this stack's worker started; they go down with the stack
         (only this stack's: its database holds no other), through the portal's own command."""
         stopped = subprocess.run(
-            [sys.executable, "-m", "flask", "--app", "wsgi", "lakeport", "stop-local-units",
-             "--reason", "the local stack stopped"],
-            cwd=PROJECT_ROOT, env={**os.environ, **self.portal_environment()}, capture_output=True, text=True,
-            timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "flask",
+                "--app",
+                "wsgi",
+                "lakeport",
+                "stop-local-units",
+                "--reason",
+                "the local stack stopped",
+            ],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **self.portal_environment()},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if stopped.returncode != 0:
-            print(f"stopping the local compute units failed: {stopped.stderr.strip()[-500:]}", flush=True)
+            print(
+                f"stopping the local compute units failed: {stopped.stderr.strip()[-500:]}",
+                flush=True,
+            )
         elif not stopped.stdout.startswith("stopped 0 "):
             print(stopped.stdout.strip(), flush=True)
 
     def banner(self) -> str:
-        logins = "\n".join(f"    {u.username} / {u.password}   ({u.name}{', groups: ' if u.groups else ''}"
-                           f"{', '.join(u.groups)})" for u in TEST_USERS.values())
+        logins = "\n".join(
+            f"    {u.username} / {u.password}   ({u.name}{', groups: ' if u.groups else ''}"
+            f"{', '.join(u.groups)})"
+            for u in TEST_USERS.values()
+        )
         s3_keys = "\n".join(
             f"    {k.user}: bucket {k.bucket}, access key {k.access_key_id}, secret {k.secret_access_key}"
-            for k in TEST_USER_KEYS.values())
+            for k in TEST_USER_KEYS.values()
+        )
         return (
             f"\nLakeport is running: {self.portal_url}\n\n"
             f"  test logins (identity provider {self.oidc.issuer}):\n{logins}\n\n"

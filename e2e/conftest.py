@@ -8,6 +8,7 @@ environment names (`e2e/target.py`); what they create is named under a prefix of
 and removed afterwards. Tests that need the local stack's insides skip there. Screenshots of
 failures land in test-artifacts/.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,16 @@ from playwright.sync_api import expect
 
 from app.config import PROJECT_ROOT
 from devstack.stack import LocalStack, StackPorts
-from e2e.target import (BASE_URL, CHROMIUM, CHROMIUM_ARGS, Target, local_target, make_token, remote_target,
-                        sign_in as sign_in_through_provider)
+from e2e.target import (
+    BASE_URL,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Target,
+    local_target,
+    make_token,
+    remote_target,
+)
+from e2e.target import sign_in as sign_in_through_provider
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +45,10 @@ def target(request) -> Target:
         for what in target.clean_up():
             print(f"e2e clean-up: not removed: {what}")
         return
-    run_dir, database_url = request.getfixturevalue("run_dir"), request.getfixturevalue("database_url")
+    run_dir, database_url = (
+        request.getfixturevalue("run_dir"),
+        request.getfixturevalue("database_url"),
+    )
     stack = LocalStack(run_dir / "e2e-stack", StackPorts.free(), database_url=database_url)
     stack.start(say=lambda _message: None)
     yield local_target(stack)
@@ -115,10 +127,15 @@ def console_errors(page, portal):
         if message.text.startswith(FORM_REFUSED):
             return
         if message.type == "error" and page.url.startswith(portal):
-            errors.append(f"console error: {message.text} at {message.location.get('url')} on {page.url}")
+            errors.append(
+                f"console error: {message.text} at {message.location.get('url')} on {page.url}"
+            )
 
     page.on("console", on_console)
-    page.on("pageerror", lambda error: page.url.startswith(portal) and errors.append(f"uncaught: {error}"))
+    page.on(
+        "pageerror",
+        lambda error: page.url.startswith(portal) and errors.append(f"uncaught: {error}"),
+    )
     yield errors
     assert not errors, "\n".join(errors)
 
@@ -153,8 +170,11 @@ def check_page(page):
         # the console-error check would report). Evaluated through DevTools, CSP does not apply.
         page.evaluate(AXE.read_text())
         results = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
-        serious = [f"{v['id']} ({v['impact']}): {v['help']} — {[n['target'] for n in v['nodes']][:3]}"
-                   for v in results["violations"] if v["impact"] in ("serious", "critical")]
+        serious = [
+            f"{v['id']} ({v['impact']}): {v['help']} — {[n['target'] for n in v['nodes']][:3]}"
+            for v in results["violations"]
+            if v["impact"] in ("serious", "critical")
+        ]
         assert not serious, f"{name}: " + "\n".join(serious)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"{name}-desktop.png"), full_page=True)
@@ -163,8 +183,10 @@ def check_page(page):
         try:
             widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
             page.screenshot(path=str(SCREENSHOTS / f"{name}-390px.png"), full_page=True)
-            assert widths[0] <= widths[1], (f"{name} scrolls sideways at 390 px: {widths[0]} > {widths[1]}; "
-                                            f"too wide: {page.evaluate(WIDER_THAN_THE_VIEWPORT)}")
+            assert widths[0] <= widths[1], (
+                f"{name} scrolls sideways at 390 px: {widths[0]} > {widths[1]}; "
+                f"too wide: {page.evaluate(WIDER_THAN_THE_VIEWPORT)}"
+            )
         finally:
             page.set_viewport_size(desktop)
 
@@ -174,6 +196,7 @@ def check_page(page):
 @pytest.fixture
 def confirm(page, console_errors):
     """Accept the page's in-page confirmation dialog (never the browser's confirm())."""
+
     def accept(expected_text: str | None = None):
         dialog = page.locator("#confirm-dialog")
         expect(dialog).to_be_visible()

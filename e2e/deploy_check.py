@@ -16,6 +16,7 @@ that ran stays, as its history does).
 Each step prints PASS or FAIL, with what failed and what to fix; a step whose prerequisite failed is
 SKIPped. The exit status is 0 only when every step passed. Nothing here is imported by the portal.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import httpx
-from playwright.sync_api import Error as PlaywrightError, expect
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import expect
 
 from e2e.target import Target, create_token, sign_in
 from lakeport_client import ApiError, Client
@@ -46,30 +48,30 @@ PAGE_WAIT_MS = 30_000
 # What to look at when a step fails, by the part of the deployment it exercises.
 FIX = {
     "sign-in": "check LAKEPORT_PUBLIC_URL and LAKEPORT_OIDC_ISSUER / _CLIENT_ID / _CLIENT_SECRET, and that the "
-               "provider's client allows the redirect URI <LAKEPORT_PUBLIC_URL>/auth/callback "
-               "(Keycloak: Clients > lakeport-portal > Valid redirect URIs); the portal's log names the refusal",
+    "provider's client allows the redirect URI <LAKEPORT_PUBLIC_URL>/auth/callback "
+    "(Keycloak: Clients > lakeport-portal > Valid redirect URIs); the portal's log names the refusal",
     "api token": "the Tokens page failed: see the portal's log",
     "storage": "the portal could not write, read, list and delete a probe object with these keys: check the "
-               "S3 endpoint (reachable from the portal; a private address needs LAKEPORT_OUTBOUND_ALLOW_PRIVATE), "
-               "the bucket, the region, path-style access and the key pair's rights",
+    "S3 endpoint (reachable from the portal; a private address needs LAKEPORT_OUTBOUND_ALLOW_PRIVATE), "
+    "the bucket, the region, path-style access and the key pair's rights",
     "warehouse": "Lakekeeper refused the warehouse: check the token exchange (Keycloak: the service account of "
-                 "LAKEPORT_LAKEKEEPER_CLIENT_ID holds realm-management's impersonation role and the lakekeeper "
-                 "client's token-exchange permission names it), LAKEPORT_LAKEKEEPER_URL / _AUDIENCE, the service "
-                 "client's project_admin grant, and that Lakekeeper reaches the storage endpoint",
+    "LAKEPORT_LAKEKEEPER_CLIENT_ID holds realm-management's impersonation role and the lakekeeper "
+    "client's token-exchange permission names it), LAKEPORT_LAKEKEEPER_URL / _AUDIENCE, the service "
+    "client's project_admin grant, and that Lakekeeper reaches the storage endpoint",
     "unit": "the compute unit never reached RUNNING: check the unit kind (local needs the worker's bubblewrap "
-            "sandbox, cgroups and loop devices; existing needs LAKEPORT_RAY_CLUSTERS; kuberay needs the operator "
-            ">= 1.6 and LAKEPORT_KUBERAY_IMAGE) and the worker's log; the unit's reason is above",
+    "sandbox, cgroups and loop devices; existing needs LAKEPORT_RAY_CLUSTERS; kuberay needs the operator "
+    ">= 1.6 and LAKEPORT_KUBERAY_IMAGE) and the worker's log; the unit's reason is above",
     "workflow": "the workflow could not be created or saved: see the portal's log",
     "run": "the execution did not complete: check the token exchange for the user (a run's catalog token), "
-           "that units reach Lakekeeper and the storage endpoint (LAKEPORT_CU_ALLOWED_ENDPOINTS, the units' "
-           "network policy), and the execution's log shown above",
+    "that units reach Lakekeeper and the storage endpoint (LAKEPORT_CU_ALLOWED_ENDPOINTS, the units' "
+    "network policy), and the execution's log shown above",
     "results": "the output table could not be read back: check that the portal reaches the storage endpoint "
-               "and Lakekeeper's vended credentials for this warehouse",
+    "and Lakekeeper's vended credentials for this warehouse",
     "share": "the share form refused the group: see the message above",
     "second user": "the portal learns a user's groups from the identity provider's `groups` claim at each "
-                   "sign-in: check the group-membership mapper on the portal's client (Keycloak: Clients > "
-                   "lakeport-portal > Client scopes > dedicated > Group Membership, claim `groups`, full path off, "
-                   "in the ID token) and that the second user is a member of the group",
+    "sign-in: check the group-membership mapper on the portal's client (Keycloak: Clients > "
+    "lakeport-portal > Client scopes > dedicated > Group Membership, claim `groups`, full path off, "
+    "in the ID token) and that the second user is a member of the group",
     "revoke": "the revocation failed: see the message above and the portal's log",
     "lost access": "a revoked share must end the second user's access at once: see the portal's log",
     "clean up": "remove what is listed by hand (names under this run's prefix)",
@@ -139,8 +141,10 @@ class DeployCheck:
             for context in self.made.get("contexts", []):
                 context.close()
         failures = [v.step for v in self.verdicts if v.outcome == "FAIL"]
-        self.say(f"deploy check: {'PASSED' if not failures else 'FAILED at ' + failures[0]} "
-                 f"({sum(v.outcome == 'PASS' for v in self.verdicts)} of {len(self.verdicts)} steps passed)")
+        self.say(
+            f"deploy check: {'PASSED' if not failures else 'FAILED at ' + failures[0]} "
+            f"({sum(v.outcome == 'PASS' for v in self.verdicts)} of {len(self.verdicts)} steps passed)"
+        )
         return not failures
 
     def attempt(self, name: str, action: Callable[[], str]) -> None:
@@ -150,7 +154,9 @@ class DeployCheck:
         except StepFailed as failed:
             verdict = Verdict(name, "FAIL", failed.what, failed.fix or FIX[name])
         except (ApiError, PlaywrightError, AssertionError, OSError, httpx.HTTPError) as error:
-            verdict = Verdict(name, "FAIL", f"{type(error).__name__}: {_first_lines(str(error))}", FIX[name])
+            verdict = Verdict(
+                name, "FAIL", f"{type(error).__name__}: {_first_lines(str(error))}", FIX[name]
+            )
         verdict.seconds = time.monotonic() - began
         self.record(verdict)
 
@@ -176,12 +182,21 @@ class DeployCheck:
                 expect(page.get_by_test_id("user-name")).to_be_visible(timeout=PAGE_WAIT_MS)
             except AssertionError:
                 at_provider = urlsplit(page.url).netloc != urlsplit(self.target.portal).netloc
-                fix = (f"the provider did not let {person.username} in: check their name and password (the "
-                       "E2E_* variables) and that the user is enabled; if the page is an error of the "
-                       "provider's, check LAKEPORT_OIDC_CLIENT_ID and the client's redirect URI "
-                       "<LAKEPORT_PUBLIC_URL>/auth/callback") if at_provider else FIX["sign-in"]
-                raise StepFailed(f"{person.username} was not signed in: the browser ended at {page.url} "
-                                 f"showing {_shown(page)!r}", fix) from None
+                fix = (
+                    (
+                        f"the provider did not let {person.username} in: check their name and password (the "
+                        "E2E_* variables) and that the user is enabled; if the page is an error of the "
+                        "provider's, check LAKEPORT_OIDC_CLIENT_ID and the client's redirect URI "
+                        "<LAKEPORT_PUBLIC_URL>/auth/callback"
+                    )
+                    if at_provider
+                    else FIX["sign-in"]
+                )
+                raise StepFailed(
+                    f"{person.username} was not signed in: the browser ended at {page.url} "
+                    f"showing {_shown(page)!r}",
+                    fix,
+                ) from None
             self.made[role] = page
         return self.made[role]
 
@@ -205,21 +220,32 @@ class DeployCheck:
 
     def storage_fields(self) -> dict:
         storage = self.target.storage("alice")
-        return {"bucket": storage.bucket, "endpoint": storage.endpoint, "region": storage.region,
-                "path_style_access": storage.path_style, "access_key_id": storage.access_key_id,
-                "secret_access_key": storage.secret_access_key}
+        return {
+            "bucket": storage.bucket,
+            "endpoint": storage.endpoint,
+            "region": storage.region,
+            "path_style_access": storage.path_style,
+            "access_key_id": storage.access_key_id,
+            "secret_access_key": storage.secret_access_key,
+        }
 
     def storage(self) -> str:
-        report = self.client.test_connection(**self.storage_fields(), key_prefix=f"check/{self.target.prefix}")
+        report = self.client.test_connection(
+            **self.storage_fields(), key_prefix=f"check/{self.target.prefix}"
+        )
         if not report["ok"]:
-            failed = "; ".join(f"{c['name']}: {c['message']}" for c in report["checks"] if c["outcome"] != "ok")
+            failed = "; ".join(
+                f"{c['name']}: {c['message']}" for c in report["checks"] if c["outcome"] != "ok"
+            )
             raise StepFailed(f"the connection test of {report['location']} failed: {failed}")
         return f"write, read, list and delete work at {report['location']}"
 
     def register_warehouse(self) -> str:
         name = self.target.name("check-lake")
         try:
-            warehouse = self.client.register_warehouse(name=name, key_prefix=f"check/{name}", **self.storage_fields())
+            warehouse = self.client.register_warehouse(
+                name=name, key_prefix=f"check/{name}", **self.storage_fields()
+            )
         except ApiError as refused:
             raise StepFailed(f"registering {name} was refused: {refused}") from None
         self.made["warehouse"] = warehouse
@@ -227,14 +253,26 @@ class DeployCheck:
 
     def start_unit(self) -> str:
         name = self.target.name("check-unit")
-        unit = self.client.create_unit(name, kind=self.target.unit_kind, ray_cluster=self.target.ray_cluster,
-                                       cpus=2, memory_gb=3, worker_nodes=0)
+        unit = self.client.create_unit(
+            name,
+            kind=self.target.unit_kind,
+            ray_cluster=self.target.ray_cluster,
+            cpus=2,
+            memory_gb=3,
+            worker_nodes=0,
+        )
         self.made["unit"] = unit
-        unit = self.wait(lambda: self.client.unit(self.made["unit"]["id"]), ("RUNNING", "TERMINATED", "FAILED"),
-                         self.unit_timeout, f"unit {name} never reached RUNNING")
+        unit = self.wait(
+            lambda: self.client.unit(self.made["unit"]["id"]),
+            ("RUNNING", "TERMINATED", "FAILED"),
+            self.unit_timeout,
+            f"unit {name} never reached RUNNING",
+        )
         if unit["state"] != "RUNNING":
-            raise StepFailed(f"unit {name} ({unit['kind']}) ended {unit['state']}: "
-                             f"{unit['reason'] or 'no reason given'}")
+            raise StepFailed(
+                f"unit {name} ({unit['kind']}) ended {unit['state']}: "
+                f"{unit['reason'] or 'no reason given'}"
+            )
         return f"{unit['kind']} unit {name} RUNNING"
 
     def save_workflow(self) -> str:
@@ -248,28 +286,46 @@ class DeployCheck:
         try:
             expect(page.get_by_test_id("step-editor").first).to_be_visible(timeout=PAGE_WAIT_MS)
         except AssertionError:
-            raise StepFailed(f"the New workflow form did not open the editor: it showed {_shown(page)!r}") from None
+            raise StepFailed(
+                f"the New workflow form did not open the editor: it showed {_shown(page)!r}"
+            ) from None
         workflow = next((w for w in self.client.workflows() if w["name"] == name), None)
         if workflow is None:
-            raise StepFailed(f"the New workflow form made no workflow {name}: it showed {_shown(page)!r}")
-        steps = [{"name": "numbers", "kind": "sql", "code": SQL_STEP},
-                 {"name": OUTPUT_STEP, "kind": "python", "code": PYTHON_STEP, "output": True}]
-        self.made["workflow"] = self.client.save_version(workflow["id"], workflow["latest_version"], steps)
+            raise StepFailed(
+                f"the New workflow form made no workflow {name}: it showed {_shown(page)!r}"
+            )
+        steps = [
+            {"name": "numbers", "kind": "sql", "code": SQL_STEP},
+            {"name": OUTPUT_STEP, "kind": "python", "code": PYTHON_STEP, "output": True},
+        ]
+        self.made["workflow"] = self.client.save_version(
+            workflow["id"], workflow["latest_version"], steps
+        )
         return f"{name} saved as version {self.made['workflow']['latest_version']} (a SQL step, then a Python step)"
 
     def run_workflow(self) -> str:
         workflow, unit, warehouse = self.made["workflow"], self.made["unit"], self.made["warehouse"]
         try:
-            started = self.client.start(workflow["id"], unit["id"], warehouse["id"], version=workflow["latest_version"])
+            started = self.client.start(
+                workflow["id"], unit["id"], warehouse["id"], version=workflow["latest_version"]
+            )
         except ApiError as refused:
             raise StepFailed(f"the run was refused: {refused}") from None
-        ended = self.wait(lambda: self.client.execution(started["id"]), ("COMPLETED", "FAILED", "CANCELLED"),
-                          self.run_timeout, f"execution {started['id']} did not end")
+        ended = self.wait(
+            lambda: self.client.execution(started["id"]),
+            ("COMPLETED", "FAILED", "CANCELLED"),
+            self.run_timeout,
+            f"execution {started['id']} did not end",
+        )
         self.made["execution"] = ended
         if ended["state"] != "COMPLETED":
-            tail = " | ".join(line.get("message", "") for line in self.client.log_tail(ended["id"])[-5:])
-            raise StepFailed(f"execution {ended['id']} ended {ended['state']}: {ended['reason']}"
-                             + (f"; its log ends: {tail[-400:]}" if tail else ""))
+            tail = " | ".join(
+                line.get("message", "") for line in self.client.log_tail(ended["id"])[-5:]
+            )
+            raise StepFailed(
+                f"execution {ended['id']} ended {ended['state']}: {ended['reason']}"
+                + (f"; its log ends: {tail[-400:]}" if tail else "")
+            )
         return f"execution {ended['id']} COMPLETED into {ended['outputs'].get(OUTPUT_STEP)}"
 
     def read_results(self) -> str:
@@ -277,16 +333,23 @@ class DeployCheck:
         page = self.client.results(execution["id"], OUTPUT_STEP)
         rows = [[str(cell) for cell in row] for row in page["rows"]]
         if page["columns"] != ["id", "twice", "label"] or rows != EXPECTED_ROWS:
-            raise StepFailed(f"the output holds {page['columns']} {rows[:3]}…, not the expected "
-                             f"['id', 'twice', 'label'] {EXPECTED_ROWS[:3]}…", FIX["results"])
+            raise StepFailed(
+                f"the output holds {page['columns']} {rows[:3]}…, not the expected "
+                f"['id', 'twice', 'label'] {EXPECTED_ROWS[:3]}…",
+                FIX["results"],
+            )
         return f"{page['total_rows']} rows read back through the API, as computed"
 
-    def wait(self, read: Callable[[], dict], final: tuple[str, ...], timeout: float, what: str) -> dict:
+    def wait(
+        self, read: Callable[[], dict], final: tuple[str, ...], timeout: float, what: str
+    ) -> dict:
         deadline = time.monotonic() + timeout
         while (row := read())["state"] not in final:
             if time.monotonic() > deadline:
-                raise StepFailed(f"{what} within {timeout:.0f} s: still {row['state']}"
-                                 + (f" ({row['reason']})" if row.get("reason") else ""))
+                raise StepFailed(
+                    f"{what} within {timeout:.0f} s: still {row['state']}"
+                    + (f" ({row['reason']})" if row.get("reason") else "")
+                )
             time.sleep(2)
         return row
 
@@ -307,7 +370,9 @@ class DeployCheck:
         try:
             expect(shared).to_have_count(1, timeout=PAGE_WAIT_MS)
         except AssertionError:
-            raise StepFailed(f"sharing with group {group} did not show in the panel: {_shown(shares)!r}") from None
+            raise StepFailed(
+                f"sharing with group {group} did not show in the panel: {_shown(shares)!r}"
+            ) from None
         return f"shared with group {group} (read)"
 
     def second_user_reads(self) -> str:
@@ -318,9 +383,11 @@ class DeployCheck:
         try:
             expect(listed).to_have_count(1, timeout=10_000)
         except AssertionError:
-            raise StepFailed(f"{bob.username} does not see {name} among the warehouses shared with them, though "
-                             f"it is shared with group {self.target.group}: the portal did not get that group "
-                             f"in {bob.username}'s `groups` claim") from None
+            raise StepFailed(
+                f"{bob.username} does not see {name} among the warehouses shared with them, though "
+                f"it is shared with group {self.target.group}: the portal did not get that group "
+                f"in {bob.username}'s `groups` claim"
+            ) from None
         listed.get_by_role("link", name=name).click()
         expect(page.get_by_test_id("your-access")).to_have_text("read", timeout=PAGE_WAIT_MS)
         table = self.made["execution"]["outputs"][OUTPUT_STEP]
@@ -328,16 +395,20 @@ class DeployCheck:
         try:
             expect(page.get_by_test_id("total-rows")).to_have_text("10", timeout=PAGE_WAIT_MS)
         except AssertionError:
-            raise StepFailed(f"{bob.username} sees {name} but cannot read {table}: {_shown(page)!r}",
-                             "a group share reaches the catalog as a group role: check the worker's grants pass "
-                             "in its log, and that Lakekeeper's project roles work (LAKEPORT_LAKEKEEPER_*)") from None
+            raise StepFailed(
+                f"{bob.username} sees {name} but cannot read {table}: {_shown(page)!r}",
+                "a group share reaches the catalog as a group role: check the worker's grants pass "
+                "in its log, and that Lakekeeper's project roles work (LAKEPORT_LAKEKEEPER_*)",
+            ) from None
         return f"{bob.username} (group {self.target.group}) read the 10 rows of {table}"
 
     def revoke(self) -> str:
         page = self.page_of("alice")
         page.goto(self.warehouse_url())
         shares = page.get_by_test_id("warehouse-shares")
-        shares.locator('tr[data-testid="share"]', has_text=self.target.group).get_by_test_id("revoke-share").click()
+        shares.locator('tr[data-testid="share"]', has_text=self.target.group).get_by_test_id(
+            "revoke-share"
+        ).click()
         page.locator("#confirm-dialog").get_by_test_id("confirm-accept").click()
         expect(shares.locator('tr[data-testid="share"]')).to_have_count(0, timeout=PAGE_WAIT_MS)
         return f"the share with group {self.target.group} revoked"
@@ -348,8 +419,10 @@ class DeployCheck:
         table = self.made["execution"]["outputs"][OUTPUT_STEP]
         table_status = page.request.get(f"{self.warehouse_url()}/tables/{table}").status
         if (status, table_status) != (404, 404):
-            raise StepFailed(f"after the revocation {username} still gets HTTP {status} for the warehouse and "
-                             f"{table_status} for its table (404 expected)")
+            raise StepFailed(
+                f"after the revocation {username} still gets HTTP {status} for the warehouse and "
+                f"{table_status} for its table (404 expected)"
+            )
         return f"{username} gets 404 for the warehouse and its table"
 
     def clean_up(self) -> str:
@@ -362,8 +435,9 @@ class DeployCheck:
         kept = [what for what in left if ran and what.startswith(ran)]
         if failed := [what for what in left if what not in kept]:
             raise StepFailed("not removed: " + "; ".join(failed))
-        return ("units terminated, warehouses archived and purged, the token revoked"
-                + (f"; {self.made['workflow']['name']} stays, as a workflow that ran does" if kept else ""))
+        return "units terminated, warehouses archived and purged, the token revoked" + (
+            f"; {self.made['workflow']['name']} stays, as a workflow that ran does" if kept else ""
+        )
 
 
 def _shown(where) -> str:
@@ -407,12 +481,16 @@ def main() -> int:
         if BASE_URL:
             target = remote_target()
             if "bob" not in target.people:
-                raise RuntimeError("set E2E_USER2 and E2E_PASSWORD2: a second user, a member of E2E_GROUP")
+                raise RuntimeError(
+                    "set E2E_USER2 and E2E_PASSWORD2: a second user, a member of E2E_GROUP"
+                )
         else:
             from devstack.stack import LocalStack, StackPorts
 
             print("no BASE_URL: starting a local stack of its own")
-            stack = LocalStack(Path(tempfile.mkdtemp(prefix="lakeport-deploy-check-")), StackPorts.free())
+            stack = LocalStack(
+                Path(tempfile.mkdtemp(prefix="lakeport-deploy-check-")), StackPorts.free()
+            )
             target = local_target(stack.start(say=lambda _message: None))
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

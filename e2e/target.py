@@ -16,6 +16,7 @@ suite removes it through the API, with a token it makes on the Tokens page: unit
 warehouses archived and purged, workflows that never ran deleted (one that ran stays: its
 history is kept by design).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,15 @@ BASE_URL = os.environ.get("BASE_URL", "").rstrip("/")
 # Debian's Chromium, never Playwright's downloaded browsers, with no background traffic to hosts
 # this network does not reach.
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,11 @@ class Target:
         with Client(self.portal, self.token) as client:
             mine = re.compile(rf"^{re.escape(self.prefix)}\b")
             for unit in client.units():
-                if mine.match(unit["name"]) and unit["state"] not in ("TERMINATED", "FAILED", "TERMINATING"):
+                if mine.match(unit["name"]) and unit["state"] not in (
+                    "TERMINATED",
+                    "FAILED",
+                    "TERMINATING",
+                ):
                     client.terminate_unit(unit["id"])
             for warehouse in client.warehouses():
                 if not mine.match(warehouse["name"]):
@@ -147,27 +159,58 @@ def local_target(stack) -> Target:
     from devstack.seaweedfs import TEST_USER_KEYS
 
     return Target(
-        portal=stack.portal_url, stack=stack,
-        people={role: Person(user.username, user.password, user.name) for role, user in TEST_USERS.items()},
-        buckets={role: Storage(stack.seaweed.s3_endpoint, keys.bucket, keys.access_key_id, keys.secret_access_key)
-                 for role, keys in TEST_USER_KEYS.items()})
+        portal=stack.portal_url,
+        stack=stack,
+        people={
+            role: Person(user.username, user.password, user.name)
+            for role, user in TEST_USERS.items()
+        },
+        buckets={
+            role: Storage(
+                stack.seaweed.s3_endpoint, keys.bucket, keys.access_key_id, keys.secret_access_key
+            )
+            for role, keys in TEST_USER_KEYS.items()
+        },
+    )
 
 
 def remote_target() -> Target:
     env = os.environ
-    missing = [name for name in ("E2E_USER", "E2E_PASSWORD", "E2E_S3_ENDPOINT", "E2E_S3_BUCKET",
-                                 "E2E_S3_ACCESS_KEY_ID", "E2E_S3_SECRET_ACCESS_KEY") if not env.get(name)]
+    missing = [
+        name
+        for name in (
+            "E2E_USER",
+            "E2E_PASSWORD",
+            "E2E_S3_ENDPOINT",
+            "E2E_S3_BUCKET",
+            "E2E_S3_ACCESS_KEY_ID",
+            "E2E_S3_SECRET_ACCESS_KEY",
+        )
+        if not env.get(name)
+    ]
     if missing:
         raise RuntimeError(f"BASE_URL is set: set {', '.join(missing)} too (see e2e/target.py)")
     people = {"alice": Person(env["E2E_USER"], env["E2E_PASSWORD"], env.get("E2E_USER_NAME"))}
     if env.get("E2E_USER2") and env.get("E2E_PASSWORD2"):
         people["bob"] = Person(env["E2E_USER2"], env["E2E_PASSWORD2"], env.get("E2E_USER2_NAME"))
     if env.get("E2E_OPERATOR") and env.get("E2E_OPERATOR_PASSWORD"):
-        people["olive"] = Person(env["E2E_OPERATOR"], env["E2E_OPERATOR_PASSWORD"], env.get("E2E_OPERATOR_NAME"))
-    storage = Storage(env["E2E_S3_ENDPOINT"], env["E2E_S3_BUCKET"], env["E2E_S3_ACCESS_KEY_ID"],
-                      env["E2E_S3_SECRET_ACCESS_KEY"], env.get("E2E_S3_REGION", "us-east-1"),
-                      env.get("E2E_S3_PATH_STYLE", "true").lower() != "false")
-    return Target(portal=BASE_URL, people=people, buckets={"alice": storage},
-                  username_label=env.get("E2E_USERNAME_LABEL", "Username"),
-                  sign_in_button=env.get("E2E_SIGN_IN_BUTTON", "Sign in"),
-                  unit_kind=env.get("E2E_UNIT_KIND", "local"), ray_cluster=env.get("E2E_RAY_CLUSTER", ""))
+        people["olive"] = Person(
+            env["E2E_OPERATOR"], env["E2E_OPERATOR_PASSWORD"], env.get("E2E_OPERATOR_NAME")
+        )
+    storage = Storage(
+        env["E2E_S3_ENDPOINT"],
+        env["E2E_S3_BUCKET"],
+        env["E2E_S3_ACCESS_KEY_ID"],
+        env["E2E_S3_SECRET_ACCESS_KEY"],
+        env.get("E2E_S3_REGION", "us-east-1"),
+        env.get("E2E_S3_PATH_STYLE", "true").lower() != "false",
+    )
+    return Target(
+        portal=BASE_URL,
+        people=people,
+        buckets={"alice": storage},
+        username_label=env.get("E2E_USERNAME_LABEL", "Username"),
+        sign_in_button=env.get("E2E_SIGN_IN_BUTTON", "Sign in"),
+        unit_kind=env.get("E2E_UNIT_KIND", "local"),
+        ray_cluster=env.get("E2E_RAY_CLUSTER", ""),
+    )

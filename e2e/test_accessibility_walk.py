@@ -10,6 +10,7 @@ whole HTML document is a page and is scanned. The walk runs as a user who owns o
 then as an operator and signed out for the routes without parameters. A new route is walked
 without anyone adding it.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -34,15 +35,27 @@ QUERY_FILLERS = {
 }
 
 # Steps of the walk's workflow: version 1 completes and writes a table, version 2 fails.
-GOOD_STEP = {"name": "numbers", "kind": "sql", "code": "SELECT id, id * 2 AS twice FROM range(5)", "output": True}
-BROKEN_STEP = {"name": "broken", "kind": "python", "code": "def run(spark):\n    raise ValueError('no good')",
-               "output": True}
+GOOD_STEP = {
+    "name": "numbers",
+    "kind": "sql",
+    "code": "SELECT id, id * 2 AS twice FROM range(5)",
+    "output": True,
+}
+BROKEN_STEP = {
+    "name": "broken",
+    "kind": "python",
+    "code": "def run(spark):\n    raise ValueError('no good')",
+    "output": True,
+}
 
 
 def get_rules() -> list:
     """The GET rules of the portal's URL map (the app is made only to read its routes)."""
     app = create_app(Config(SECRET_KEY="url-map-only", OIDC_CLIENT_SECRET="url-map-only"))
-    return sorted((rule for rule in app.url_map.iter_rules() if "GET" in rule.methods), key=lambda rule: rule.rule)
+    return sorted(
+        (rule for rule in app.url_map.iter_rules() if "GET" in rule.methods),
+        key=lambda rule: rule.rule,
+    )
 
 
 # Marks each element a person could act on, watches where Tab takes the focus, and names the
@@ -102,15 +115,30 @@ class Walk:
         self.walked: list[str] = []
         self.not_pages: dict[str, str] = {}
         self.console: list[str] = []
-        page.on("console", lambda message: message.type == "error" and self.console.append(
-            f"{message.text} ({message.location.get('url')})"))
+        page.on(
+            "console",
+            lambda message: (
+                message.type == "error"
+                and self.console.append(f"{message.text} ({message.location.get('url')})")
+            ),
+        )
         page.on("pageerror", lambda error: self.console.append(f"uncaught: {error}"))
         # Any failed load, the portal's or not (a missing favicon, font or source map included).
-        page.on("response", lambda response: response.status >= 400
-                and self.console.append(f"{response.status} for {response.url}"))
+        page.on(
+            "response",
+            lambda response: (
+                response.status >= 400
+                and self.console.append(f"{response.status} for {response.url}")
+            ),
+        )
         # (A request the browser drops as it leaves the page, a poll in flight, is not a failure.)
-        page.on("requestfailed", lambda request: "ERR_ABORTED" not in (request.failure or "")
-                and self.console.append(f"failed: {request.url} ({request.failure})"))
+        page.on(
+            "requestfailed",
+            lambda request: (
+                "ERR_ABORTED" not in (request.failure or "")
+                and self.console.append(f"failed: {request.url} ({request.failure})")
+            ),
+        )
 
     def kind(self, path: str) -> tuple[str, int]:
         """What the route answers: 'page', or why it is not a page."""
@@ -136,24 +164,34 @@ class Walk:
             results = self.page.evaluate("axe.run(document, {resultTypes: ['violations']})")
             for violation in results["violations"]:
                 if violation["id"] not in ACCEPTED_RULES:
-                    self.problems.append(f"{where}: {violation['id']} ({violation['impact']}) "
-                                         f"{[node['target'] for node in violation['nodes']][:3]}")
+                    self.problems.append(
+                        f"{where}: {violation['id']} ({violation['impact']}) "
+                        f"{[node['target'] for node in violation['nodes']][:3]}"
+                    )
             if viewport is PHONE:
-                scroll, inner = self.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+                scroll, inner = self.page.evaluate(
+                    "[document.documentElement.scrollWidth, window.innerWidth]"
+                )
                 if scroll > inner:
-                    self.problems.append(f"{where}: scrolls sideways ({scroll} > {inner}): "
-                                         f"{self.page.evaluate(WIDER_THAN_THE_VIEWPORT)}")
+                    self.problems.append(
+                        f"{where}: scrolls sideways ({scroll} > {inner}): "
+                        f"{self.page.evaluate(WIDER_THAN_THE_VIEWPORT)}"
+                    )
             else:
                 self.keyboard(where)
                 self.icons(where)
             # An error page's own status is what it says, not a failure of the page.
             own = [line for line in self.console if status >= 400 and (self.portal + path) in line]
-            self.problems += [f"{where}: console: {line}" for line in self.console if line not in own]
+            self.problems += [
+                f"{where}: console: {line}" for line in self.console if line not in own
+            ]
 
     def icons(self, where: str) -> None:
         """The page's icons load (the browser fetches them outside the page's own requests, so a
         missing one shows in neither the page's responses nor its console)."""
-        for href in self.page.evaluate("[...document.querySelectorAll('link[rel~=icon]')].map(link => link.href)"):
+        for href in self.page.evaluate(
+            "[...document.querySelectorAll('link[rel~=icon]')].map(link => link.href)"
+        ):
             if (status := self.page.request.get(href).status) >= 400:
                 self.problems.append(f"{where}: its icon {href} answers {status}")
 
@@ -167,8 +205,12 @@ class Walk:
             self.page.keyboard.press("Tab")
             if stop := self.page.evaluate(FOCUSED):
                 trail.append(stop)
-        self.problems += [f"{where}: no visible focus on {stop['what']}" for stop in trail if not stop["visible"]]
-        self.problems += [f"{where}: Tab never reaches {html}" for html in self.page.evaluate(UNREACHED)]
+        self.problems += [
+            f"{where}: no visible focus on {stop['what']}" for stop in trail if not stop["visible"]
+        ]
+        self.problems += [
+            f"{where}: Tab never reaches {html}" for html in self.page.evaluate(UNREACHED)
+        ]
 
     def walk(self, rules, fillers: dict, who: str, only_without_parameters: bool = False) -> None:
         """Scan every route that renders a page. A route with parameters must show its page for
@@ -179,8 +221,10 @@ class Walk:
                 continue
             missing = sorted(set(rule.arguments) - set(fillers))
             if missing:
-                self.problems.append(f"{rule.rule}: no filler for {', '.join(missing)}: add a filler for it "
-                                     f"in make_one_of_everything (e2e/test_accessibility_walk.py)")
+                self.problems.append(
+                    f"{rule.rule}: no filler for {', '.join(missing)}: add a filler for it "
+                    f"in make_one_of_everything (e2e/test_accessibility_walk.py)"
+                )
                 continue
             names = sorted(rule.arguments)
             shown = False
@@ -196,8 +240,10 @@ class Walk:
                     self.scan(path, who, status)
                     shown = True
             if not shown:
-                self.problems.append(f"{rule.rule} as {who}: answered an error for every filling of "
-                                     f"{', '.join(names)}: give make_one_of_everything a filler it shows a page for")
+                self.problems.append(
+                    f"{rule.rule} as {who}: answered an error for every filling of "
+                    f"{', '.join(names)}: give make_one_of_everything a filler it shows a page for"
+                )
 
 
 def share_and_sample(page, portal: str, warehouse_id: int) -> None:
@@ -234,9 +280,15 @@ def make_one_of_everything(page, portal, target, sign_in) -> dict:
     unit = client.create_unit(target.name("walk-unit"), cpus=2, memory_gb=3, worker_nodes=0)
     storage = target.storage("alice")
     warehouse = client.register_warehouse(
-        name=target.name("walk-lake"), bucket=storage.bucket, key_prefix=f"e2e/{target.name('walk-lake')}",
-        endpoint=storage.endpoint, region=storage.region, path_style_access=storage.path_style,
-        access_key_id=storage.access_key_id, secret_access_key=storage.secret_access_key)
+        name=target.name("walk-lake"),
+        bucket=storage.bucket,
+        key_prefix=f"e2e/{target.name('walk-lake')}",
+        endpoint=storage.endpoint,
+        region=storage.region,
+        path_style_access=storage.path_style,
+        access_key_id=storage.access_key_id,
+        secret_access_key=storage.secret_access_key,
+    )
 
     share_and_sample(page, portal, warehouse["id"])
     page.goto(portal + "/workflows/new")
@@ -265,15 +317,22 @@ def make_one_of_everything(page, portal, target, sign_in) -> dict:
         assert state.inner_text() == expected, page.get_by_test_id("execution-live").inner_text()
     tables = [f"{table['namespace']}.{table['name']}" for table in client.tables(warehouse["id"])]
     client.close()
-    return {"warehouse_id": [warehouse["id"]], "cu_id": [unit["id"]], "workflow_id": [workflow_id],
-            "execution_id": [completed["id"], failed["id"]], "step": [GOOD_STEP["name"]], "number": [1, 2],
-            "name": [name for name in tables if name.startswith("results.")][:1],
-            "filename": ["css/app.css"],
-            "_query": {"completed": completed["id"], "failed": failed["id"], "workflow": workflow_id}}
+    return {
+        "warehouse_id": [warehouse["id"]],
+        "cu_id": [unit["id"]],
+        "workflow_id": [workflow_id],
+        "execution_id": [completed["id"], failed["id"]],
+        "step": [GOOD_STEP["name"]],
+        "number": [1, 2],
+        "name": [name for name in tables if name.startswith("results.")][:1],
+        "filename": ["css/app.css"],
+        "_query": {"completed": completed["id"], "failed": failed["id"], "workflow": workflow_id},
+    }
 
 
 def test_every_page_walked_from_the_url_map_is_accessible_at_both_widths(
-        page, portal, target, sign_in, sign_out, console_errors):
+    page, portal, target, sign_in, sign_out, console_errors
+):
     fillers = make_one_of_everything(page, portal, target, sign_in)
     rules = get_rules()
     walk = Walk(page, portal)
@@ -287,10 +346,15 @@ def test_every_page_walked_from_the_url_map_is_accessible_at_both_widths(
     sign_out()
     walk.walk(rules, fillers, "signed out", only_without_parameters=True)
     print(f"walked {len(walk.walked)} pages:\n  " + "\n  ".join(walk.walked))
-    print("not pages:\n  " + "\n  ".join(f"{route}: {kind}" for route, kind in sorted(walk.not_pages.items())))
+    print(
+        "not pages:\n  "
+        + "\n  ".join(f"{route}: {kind}" for route, kind in sorted(walk.not_pages.items()))
+    )
     del console_errors[before:]  # the walk reports them per page, above
     assert not walk.problems, f"{len(walk.problems)} problems:\n" + "\n".join(walk.problems)
-    assert any("/executions/" in walked for walked in walk.walked) and any("/operators/" in w for w in walk.walked)
+    assert any("/executions/" in walked for walked in walk.walked) and any(
+        "/operators/" in w for w in walk.walked
+    )
 
 
 def test_focus_follows_a_swapped_message(page, portal, sign_in):

@@ -1,4 +1,5 @@
 """The audit trail and the operators' page, as a person and an operator use them, in a real browser."""
+
 import re
 
 from playwright.sync_api import expect
@@ -29,17 +30,22 @@ def test_alice_reads_her_audit_trail_and_filters_it(page, sign_in, check_page, t
     assert download.value.suggested_filename == "lakeport-audit.csv"
 
 
-def test_an_operator_sees_every_user_and_alice_does_not(page, sign_in, sign_out, check_page, target, portal):
+def test_an_operator_sees_every_user_and_alice_does_not(
+    page, sign_in, sign_out, check_page, target, portal
+):
     sign_in("alice")
     page.get_by_test_id("user-name").click()
     expect(page.get_by_test_id("operators-link")).to_have_count(0)
-    assert page.request.get(portal + "/operators/").status == 404  # not a page for her (no console noise)
+    assert (
+        page.request.get(portal + "/operators/").status == 404
+    )  # not a page for her (no console noise)
     sign_out()
 
     sign_in("olive")
     page.get_by_test_id("user-name").click()
     page.get_by_test_id("operators-link").click()
     expect(page.get_by_role("heading", name="Operators", exact=True)).to_be_visible()
-    expect(page.get_by_test_id("operator-usage")).to_contain_text(target.person("alice").display_name
-                                                                  or target.person("alice").username)
+    expect(page.get_by_test_id("operator-usage")).to_contain_text(
+        target.person("alice").display_name or target.person("alice").username
+    )
     check_page("operators")

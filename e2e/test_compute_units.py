@@ -1,11 +1,13 @@
 """Compute units as a person starts, watches and stops them, in a real browser."""
+
 import re
 
 from playwright.sync_api import expect
 
 
-def test_alice_starts_watches_terminates_and_clears_a_compute_unit(page, sign_in, portal, confirm, check_page,
-                                                                  target):
+def test_alice_starts_watches_terminates_and_clears_a_compute_unit(
+    page, sign_in, portal, confirm, check_page, target
+):
     unit = target.name("browser-cu")
     sign_in("alice")
     page.get_by_role("link", name="Compute units").first.click()
@@ -20,7 +22,9 @@ def test_alice_starts_watches_terminates_and_clears_a_compute_unit(page, sign_in
     # The status widget polls itself: no reload needed to see it come up, then start Spark.
     state = page.get_by_test_id("cu-state")
     expect(state).to_have_text("WARMING", timeout=90_000)
-    expect(page.get_by_test_id("cu-step")).to_contain_text(re.compile(r"Spark session starting · \d+ s"))
+    expect(page.get_by_test_id("cu-step")).to_contain_text(
+        re.compile(r"Spark session starting · \d+ s")
+    )
     expect(state).to_have_text("RUNNING", timeout=240_000)
     expect(page.get_by_test_id("cu-node")).to_have_count(1, timeout=15_000)
     expect(page.get_by_test_id("cu-events")).to_contain_text("starting head node")

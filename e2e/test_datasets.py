@@ -1,5 +1,6 @@
 """TPC-H sample data as a person writes it, in a real browser, against the portal as shipped:
 gunicorn with its shipped web workers (gunicorn.conf.py) and the worker process beside them."""
+
 import re
 import runpy
 import time
@@ -32,7 +33,8 @@ def pids_that_answered(stack, path: str) -> dict[int, set[str]]:
 
 
 def test_alice_writes_tpch_sample_data_and_every_web_worker_answers_its_status(
-        page, sign_in, portal, stack, fill_warehouse_form):
+    page, sign_in, portal, stack, fill_warehouse_form
+):
     name = f"tpch-{uuid.uuid4().hex[:6]}"
     sign_in("alice")
     page.get_by_role("link", name="Warehouses").first.click()
@@ -57,8 +59,12 @@ def test_alice_writes_tpch_sample_data_and_every_web_worker_answers_its_status(
     workers = web_worker_pids(stack)
     assert len(workers) == runpy.run_path(str(REPOSITORY / "gunicorn.conf.py"))["workers"] >= 2
     cookies = {cookie["name"]: cookie["value"] for cookie in page.context.cookies()}
-    with httpx.Client(base_url=portal, cookies=cookies, timeout=10,
-                      headers={"HX-Request": "true", "Connection": "close"}) as outside:
+    with httpx.Client(
+        base_url=portal,
+        cookies=cookies,
+        timeout=10,
+        headers={"HX-Request": "true", "Connection": "close"},
+    ) as outside:
         deadline = time.monotonic() + 60
         while not workers <= pids_that_answered(stack, path).keys() and time.monotonic() < deadline:
             for _ in range(8):

@@ -2,6 +2,7 @@
 stack: every step passes on a healthy one, and a provider that sends no `groups` claim for the
 second user (a Keycloak client without its group-membership mapper) fails the group share's step
 with that cause, after the steps before it passed and before the ones that need it ran."""
+
 from __future__ import annotations
 
 import time
@@ -28,7 +29,8 @@ def test_every_step_of_the_deploy_check_passes_on_a_healthy_stack(target, browse
 
 
 def test_a_provider_without_the_groups_claim_fails_the_group_share_step_and_names_the_mapper(
-        target, browser, stack):
+    target, browser, stack
+):
     bob = target.person("bob").username
     assert change_user(stack.oidc, bob, groups_claim=False)["groups_claim"] is False
     try:
@@ -37,7 +39,7 @@ def test_a_provider_without_the_groups_claim_fails_the_group_share_step_and_name
         restored = change_user(stack.oidc, bob, groups_claim=True)
     assert "groups_claim" not in restored
     outcomes = {v.step: v for v in done.verdicts}
-    before = STEPS[:STEPS.index("second user")]
+    before = STEPS[: STEPS.index("second user")]
     assert [outcomes[step].outcome for step in before] == ["PASS"] * len(before), said
     failed = outcomes["second user"]
     assert failed.outcome == "FAIL", said

@@ -10,7 +10,9 @@ def code_field(step):
     return step.locator("textarea[name$='-code']")
 
 
-def test_alice_writes_steps_in_the_code_editor_and_saves_them(page, sign_in, portal, check_page, target):
+def test_alice_writes_steps_in_the_code_editor_and_saves_them(
+    page, sign_in, portal, check_page, target
+):
     workflow = target.name("editor")
     sign_in("alice")
     page.goto(portal + "/workflows/new")
@@ -23,7 +25,10 @@ def test_alice_writes_steps_in_the_code_editor_and_saves_them(page, sign_in, por
     expect(code_field(first)).to_be_hidden()
     # The starter SQL is highlighted: keywords carry CodeMirror's token classes, coloured by app.css.
     expect(editor.locator(".tok-keyword").first).to_be_visible()
-    assert editor.locator(".tok-keyword").first.evaluate("e => getComputedStyle(e).color") == "rgb(160, 17, 62)"
+    assert (
+        editor.locator(".tok-keyword").first.evaluate("e => getComputedStyle(e).color")
+        == "rgb(160, 17, 62)"
+    )
 
     # She types a query with a mistake: the editor writes into the textarea, and the inline check
     # (which listens to the textarea) points at the line and column.
@@ -33,8 +38,9 @@ def test_alice_writes_steps_in_the_code_editor_and_saves_them(page, sign_in, por
     page.keyboard.press("Delete")
     page.keyboard.type("SELECT id,, 2 AS two FROM range(3)")
     expect(code_field(first)).to_have_value("SELECT id,, 2 AS two FROM range(3)")
-    expect(first.get_by_test_id("step-errors")).to_contain_text("Line 1, column 10: nothing between “,” and “,”",
-                                                                timeout=10_000)
+    expect(first.get_by_test_id("step-errors")).to_contain_text(
+        "Line 1, column 10: nothing between “,” and “,”", timeout=10_000
+    )
     # She fixes it (the second comma goes): the message goes too.
     page.keyboard.press("Home")
     for _ in range(len("SELECT id,")):

@@ -1,5 +1,6 @@
 """A workflow run as a person does it, in a real browser: from an uploaded CSV to the results
 and logs of its execution on a real local compute unit (Ray + Spark)."""
+
 import csv
 import re
 import uuid
@@ -50,15 +51,30 @@ def units_to_terminate(page, portal):
 
 
 def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results(
-        page, sign_in, portal, fill_warehouse_form, units_to_terminate, tmp_path, check_page, write_code, target):
+    page,
+    sign_in,
+    portal,
+    fill_warehouse_form,
+    units_to_terminate,
+    tmp_path,
+    check_page,
+    write_code,
+    target,
+):
     suffix = uuid.uuid4().hex[:8]
-    warehouse, unit, workflow = target.name("runs"), target.name("runner"), target.name("city orders")
+    warehouse, unit, workflow = (
+        target.name("runs"),
+        target.name("runner"),
+        target.name("city orders"),
+    )
     table = f"orders_{suffix}"
     csv_file = tmp_path / "orders.csv"
     with csv_file.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["id", "city", "amount"])
-        writer.writerows([number, CITIES[number % len(CITIES)], number + 0.5] for number in range(1, ROWS + 1))
+        writer.writerows(
+            [number, CITIES[number % len(CITIES)], number + 0.5] for number in range(1, ROWS + 1)
+        )
 
     sign_in("alice")
 
@@ -110,11 +126,15 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     upload.get_by_label("File").set_input_files(csv_file)
     page.get_by_test_id("upload").click()
     expect(page.get_by_test_id("upload-result")).to_contain_text(
-        f"Imported {ROWS} rows (CSV, 3 columns: id, city, amount) as datasets.{table}", timeout=60_000)
+        f"Imported {ROWS} rows (CSV, 3 columns: id, city, amount) as datasets.{table}",
+        timeout=60_000,
+    )
 
     # The unit is up (its page polls itself; WARMING while its Spark session starts)...
     page.goto(unit_url)
-    expect(page.get_by_test_id("cu-state")).to_have_text(re.compile("WARMING|RUNNING"), timeout=120_000)
+    expect(page.get_by_test_id("cu-state")).to_have_text(
+        re.compile("WARMING|RUNNING"), timeout=120_000
+    )
 
     # ... so the run dialog offers it.
     page.get_by_role("link", name="Workflows").first.click()
@@ -137,9 +157,13 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     check_page("execution")
     assert page.evaluate("window.stillTheSamePage === true"), "the page was reloaded"
     for step in ("priced", "derive"):
-        expect(page.locator(f'[data-testid="step-progress"][data-step="{step}"]')).to_contain_text("done")
+        expect(page.locator(f'[data-testid="step-progress"][data-step="{step}"]')).to_contain_text(
+            "done"
+        )
     # Only an output step is counted (the others are not materialised).
-    expect(page.locator('[data-testid="step-progress"][data-step="derive"]')).to_contain_text(f"{ROWS} rows")
+    expect(page.locator('[data-testid="step-progress"][data-step="derive"]')).to_contain_text(
+        f"{ROWS} rows"
+    )
 
     # The output's results, 50 rows a page: page 2 holds rows 51 to 100.
     output_link = page.get_by_test_id("output-link")
@@ -149,15 +173,21 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     expect(page.get_by_test_id("results-title")).to_have_text("derive")
     expect(page.get_by_test_id("page-summary")).to_contain_text(f"Rows 1–50 of {ROWS}")
     results = page.get_by_test_id("result-table")
-    expect(results.locator("thead th")).to_have_text(["id long", "city string", "amount double", "amount_cents long"])  # name, then type
+    expect(results.locator("thead th")).to_have_text(
+        ["id long", "city string", "amount double", "amount_cents long"]
+    )  # name, then type
     page.get_by_test_id("next-page").click()
-    expect(page.get_by_test_id("page-summary")).to_contain_text(f"Rows 51–100 of {ROWS} · page 2 of 3")
+    expect(page.get_by_test_id("page-summary")).to_contain_text(
+        f"Rows 51–100 of {ROWS} · page 2 of 3"
+    )
     expect(page.get_by_test_id("page-number")).to_have_value("2")
     body = results.locator("tbody tr")
     expect(body).to_have_count(50)
     expect(body.first.locator("td")).to_have_text(expected_row(51))
     expect(body.last.locator("td")).to_have_text(expected_row(100))
-    assert [int(text) for text in results.locator("tbody tr td:first-child").all_inner_texts()] == list(range(51, 101))
+    assert [
+        int(text) for text in results.locator("tbody tr td:first-child").all_inner_texts()
+    ] == list(range(51, 101))
 
     # The whole output as CSV.
     with page.expect_download() as download_info:
@@ -176,7 +206,9 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     # The output in the warehouse's table explorer: its page links back to this execution.
     page.goto(portal + "/warehouses/")
     page.get_by_role("link", name=warehouse).click()
-    page.locator('[data-namespace="results"]').get_by_role("link", name=f"e{execution_id}_derive").click()
+    page.locator('[data-namespace="results"]').get_by_role(
+        "link", name=f"e{execution_id}_derive"
+    ).click()
     expect(page.get_by_test_id("table-title")).to_have_text(f"results.e{execution_id}_derive")
     expect(page.get_by_test_id("made-by")).to_contain_text(f"execution #{execution_id}")
     check_page("table")
@@ -186,7 +218,9 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     page.get_by_role("link", name=f"#{execution_id}", exact=True).click()
     page.get_by_test_id("logs-link").click()
     expect(page.get_by_role("heading", name=f"Logs of execution #{execution_id}")).to_be_visible()
-    printed = page.get_by_test_id("result-table").locator("tbody tr", has_text=f"derive saw {ROWS} priced orders")
+    printed = page.get_by_test_id("result-table").locator(
+        "tbody tr", has_text=f"derive saw {ROWS} priced orders"
+    )
     expect(printed).to_have_count(1, timeout=30_000)
     expect(printed.locator("td")).to_contain_text(["INFO", "derive"])
     # Its time in her time zone (the page's script turns the UTC time into local time).
@@ -213,26 +247,36 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     expect(read).to_have_count(1)
     read_snapshot = read.get_by_test_id("snapshot-id").inner_text()
     expect(read.locator("td").nth(3)).to_have_text(str(ROWS))
-    expect(page.get_by_test_id("lineage-wrote").locator("tr", has_text=f"results.e{execution_id}_derive")
-           .locator("td").nth(3)).to_have_text(str(ROWS))
+    expect(
+        page.get_by_test_id("lineage-wrote")
+        .locator("tr", has_text=f"results.e{execution_id}_derive")
+        .locator("td")
+        .nth(3)
+    ).to_have_text(str(ROWS))
 
     # She runs it again on the same inputs (confirmed in the page): pinned to that snapshot.
     page.get_by_test_id("rerun").locator("summary").click()
     page.get_by_test_id("rerun-confirm").click()
-    expect(page.get_by_test_id("pinned-to")).to_contain_text(f"datasets.{table} at snapshot {read_snapshot}")
+    expect(page.get_by_test_id("pinned-to")).to_contain_text(
+        f"datasets.{table} at snapshot {read_snapshot}"
+    )
     rerun_id = int(page.url.rsplit("/", 1)[1])
     expect(state).to_have_text(re.compile("COMPLETED|FAILED|CANCELLED"), timeout=240_000)
     assert state.inner_text() == "COMPLETED", page.get_by_test_id("execution-live").inner_text()
 
     # And compares the two runs: same counts, same schema, no row in one and not the other.
-    page.get_by_test_id("compare-form").get_by_label("Compare with").select_option(str(execution_id))
+    page.get_by_test_id("compare-form").get_by_label("Compare with").select_option(
+        str(execution_id)
+    )
     page.get_by_test_id("compare-form").get_by_role("button", name="Compare").click()
     expect(page).to_have_url(re.compile(rf"/executions/compare\?a={rerun_id}&b={execution_id}$"))
     output = page.get_by_test_id("compare-outputs").locator('tr[data-output="derive"]')
     expect(output.get_by_test_id("rows-a")).to_have_text(str(ROWS))
     expect(output.get_by_test_id("rows-b")).to_have_text(str(ROWS))
     expect(output.get_by_test_id("schema")).to_have_text("same")
-    expect(page.get_by_test_id("only-in-a-count")).to_have_attribute("data-count", "0", timeout=120_000)
+    expect(page.get_by_test_id("only-in-a-count")).to_have_attribute(
+        "data-count", "0", timeout=120_000
+    )
     expect(page.get_by_test_id("only-in-b-count")).to_have_attribute("data-count", "0")
     # Everything a first run takes is done: the dashboard drops its checklist and shows the run.
     page.get_by_role("link", name="Lakeport").click()
@@ -240,7 +284,9 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     recent = page.get_by_test_id("dashboard-executions").locator(f"#execution-row-{execution_id}")
     expect(recent).to_contain_text("COMPLETED")
     expect(recent).to_contain_text(workflow)
-    expect(recent.get_by_test_id("execution-duration")).to_have_text(re.compile(r"^\d+ (s|min \d\d s)$"))
+    expect(recent.get_by_test_id("execution-duration")).to_have_text(
+        re.compile(r"^\d+ (s|min \d\d s)$")
+    )
     check_page("dashboard-after-a-run")
 
     # A run that fails says why first, and takes her to the step that failed.

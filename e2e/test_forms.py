@@ -1,5 +1,6 @@
 """Forms as a keyboard and screen-reader user meets them: a visible focus ring, and help text
 attached to (and sitting with) its own field."""
+
 from playwright.sync_api import expect
 
 # The focused element's outline, and the ids its aria-describedby names.
@@ -16,7 +17,9 @@ def gap(page, upper, lower) -> float:
     return lower.bounding_box()["y"] - (upper.bounding_box()["y"] + upper.bounding_box()["height"])
 
 
-def test_fields_show_a_solid_focus_ring_and_their_help_sits_with_them(page, sign_in, portal, check_page):
+def test_fields_show_a_solid_focus_ring_and_their_help_sits_with_them(
+    page, sign_in, portal, check_page
+):
     sign_in("alice")
     page.goto(portal + "/compute-units/new")
     name = page.get_by_label("Name")
@@ -42,7 +45,10 @@ def test_fields_show_a_solid_focus_ring_and_their_help_sits_with_them(page, sign
     expect(hint).to_have_text("Lowercase letters, digits and hyphens.")
     # The hint sits under its own field, nearer to it than to the field after it.
     bucket = page.get_by_label("Bucket")
-    assert 0 <= gap(page, name, hint) < gap(page, hint, bucket), (gap(page, name, hint), gap(page, hint, bucket))
+    assert 0 <= gap(page, name, hint) < gap(page, hint, bucket), (
+        gap(page, name, hint),
+        gap(page, hint, bucket),
+    )
     endpoint, endpoint_hint = page.get_by_label("Endpoint"), page.locator("#hint-endpoint")
     expect(endpoint).to_have_attribute("aria-describedby", "hint-endpoint error-endpoint")
     assert 0 <= gap(page, endpoint, endpoint_hint) < 16

@@ -1,5 +1,6 @@
 """A first-time user on the local stack: from signing in to a registered warehouse, with no
 terminal open (the page offers the stack's storage and the user's development keys)."""
+
 import time
 
 from playwright.sync_api import expect
@@ -9,7 +10,9 @@ from devstack.seaweedfs import TEST_USER_KEYS
 ONE_MINUTE = 60.0
 
 
-def test_a_new_user_reaches_a_registered_warehouse_within_a_minute(page, sign_in, check_page, stack):
+def test_a_new_user_reaches_a_registered_warehouse_within_a_minute(
+    page, sign_in, check_page, stack
+):
     started = time.monotonic()
     sign_in("bob")
     checklist = page.get_by_test_id("getting-started")
@@ -38,12 +41,16 @@ def test_a_new_user_reaches_a_registered_warehouse_within_a_minute(page, sign_in
     check_page("dashboard")
 
 
-def test_the_register_page_marks_the_field_a_refusal_is_about(page, sign_in, portal, check_page, stack):
+def test_the_register_page_marks_the_field_a_refusal_is_about(
+    page, sign_in, portal, check_page, stack
+):
     sign_in("alice")
     page.goto(portal + "/warehouses/new")
     # Path-style addressing starts on: the default flavor is S3-compatible.
     expect(page.get_by_label("Path-style access")).to_be_checked()
-    expect(page.get_by_test_id("development-keys")).to_contain_text(TEST_USER_KEYS["alice"].access_key_id)
+    expect(page.get_by_test_id("development-keys")).to_contain_text(
+        TEST_USER_KEYS["alice"].access_key_id
+    )
     check_page("register-warehouse")
 
     cases = [

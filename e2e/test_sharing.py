@@ -1,6 +1,7 @@
 """Sharing a warehouse with a team, as people do it in a real browser: Alice shares hers with
 her group, Bob (in the group) runs a workflow into it on his own unit, Alice revokes the share
 and Bob's access ends; both actions are in Alice's audit trail."""
+
 import os
 import re
 
@@ -11,9 +12,14 @@ GROUP = os.environ.get("E2E_GROUP", "analytics")
 
 
 def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation(
-        page, sign_in, sign_out, portal, fill_warehouse_form, confirm, check_page, write_code, target):
+    page, sign_in, sign_out, portal, fill_warehouse_form, confirm, check_page, write_code, target
+):
     target.person("bob")  # skips where there is no second user
-    warehouse, unit, workflow = target.name("team-lake"), target.name("bobs-unit"), target.name("team run")
+    warehouse, unit, workflow = (
+        target.name("team-lake"),
+        target.name("bobs-unit"),
+        target.name("team run"),
+    )
 
     sign_in("alice")
     page.get_by_role("link", name="Warehouses").first.click()
@@ -63,7 +69,9 @@ def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation
     expect(page.get_by_text(f"Saved {workflow} as version 1.")).to_be_visible()
 
     page.goto(unit_url)
-    expect(page.get_by_test_id("cu-state")).to_have_text(re.compile("WARMING|RUNNING"), timeout=120_000)
+    expect(page.get_by_test_id("cu-state")).to_have_text(
+        re.compile("WARMING|RUNNING"), timeout=120_000
+    )
     page.get_by_role("link", name="Workflows").first.click()
     page.get_by_role("link", name=workflow).click()
     page.get_by_test_id("run-workflow").click()
@@ -105,13 +113,18 @@ def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation
 
 
 def test_a_version_saved_while_bob_looks_at_the_run_form_is_shown_to_him_before_anything_runs(
-        page, browser, sign_in, sign_out, fill_warehouse_form, confirm, check_page, write_code, target):
+    page, browser, sign_in, sign_out, fill_warehouse_form, confirm, check_page, write_code, target
+):
     """Alice shares a workflow with her group to run; Bob opens its run form on version 1 and reads
     whose code it is; Alice saves version 2 meanwhile (in a browser of her own); Bob's Run starts
     nothing and shows him version 1 against 2 with the step's code changes; his second Run starts
     version 2, and its page says again whose code runs with his credentials, and where."""
     target.person("bob")  # skips where there is no second user
-    workflow, warehouse, unit = target.name("seen version"), target.name("bobs-lake"), target.name("bobs-seen-cu")
+    workflow, warehouse, unit = (
+        target.name("seen version"),
+        target.name("bobs-lake"),
+        target.name("bobs-seen-cu"),
+    )
 
     sign_in("alice")
     page.get_by_role("link", name="Workflows").first.click()
@@ -150,15 +163,18 @@ def test_a_version_saved_while_bob_looks_at_the_run_form_is_shown_to_him_before_
     page.get_by_test_id("start-compute-unit").click()
     expect(page.get_by_test_id("cu-name")).to_have_text(unit)
     unit_url = page.url
-    expect(page.get_by_test_id("cu-state")).to_have_text(re.compile("WARMING|RUNNING"), timeout=120_000)
+    expect(page.get_by_test_id("cu-state")).to_have_text(
+        re.compile("WARMING|RUNNING"), timeout=120_000
+    )
 
     page.goto(workflow_url)
     page.get_by_test_id("run-workflow").click()
     unit_select = page.get_by_label("Compute unit")
     unit_select.select_option(unit_select.locator("option", has_text=unit).get_attribute("value"))
     page.get_by_label("Warehouse to write into").select_option(label=warehouse)
-    expect(page.get_by_test_id("code-author")).to_contain_text(re.compile(
-        r"This runs code written by .+ with your credentials, into"))
+    expect(page.get_by_test_id("code-author")).to_contain_text(
+        re.compile(r"This runs code written by .+ with your credentials, into")
+    )
     check_page("run-form-shared-code")
 
     # Meanwhile Alice, in her own browser, saves version 2.
@@ -184,14 +200,19 @@ def test_a_version_saved_while_bob_looks_at_the_run_form_is_shown_to_him_before_
     expect(changed).to_be_visible()
     expect(changed.get_by_test_id("seen-version")).to_have_text("1")
     expect(changed.get_by_test_id("latest-version")).to_have_text("2")
-    diff = changed.locator('[data-testid="changed-step"][data-step="numbers"] [data-testid="step-diff"]')
+    diff = changed.locator(
+        '[data-testid="changed-step"][data-step="numbers"] [data-testid="step-diff"]'
+    )
     expect(diff.locator("del")).to_have_text("-SELECT 1 AS n")
     expect(diff.locator("ins")).to_have_text("+SELECT 2 AS n")
     check_page("run-form-version-changed")
     page.get_by_role("button", name="Run version 2").click()
     expect(page).to_have_url(re.compile(r"/executions/\d+$"))
-    expect(page.get_by_test_id("code-author")).to_contain_text(re.compile(
-        rf"This runs code written by .+ with your credentials, into {re.escape(warehouse)}"))
+    expect(page.get_by_test_id("code-author")).to_contain_text(
+        re.compile(
+            rf"This runs code written by .+ with your credentials, into {re.escape(warehouse)}"
+        )
+    )
     expect(page.locator("hgroup p").first).to_contain_text(f"{workflow} v2 on")
 
     page.goto(unit_url)

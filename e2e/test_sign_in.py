@@ -1,4 +1,5 @@
 """Single sign-on as a person does it, in a real browser."""
+
 import re
 
 import pytest
@@ -8,7 +9,9 @@ from playwright.sync_api import expect
 def test_alice_signs_in_and_sees_her_name(page, sign_in, portal, target):
     sign_in("alice")
     expect(page).to_have_url(portal + "/")
-    name = target.person("alice").display_name or re.compile(r"\S")  # any name, where it is not known
+    name = target.person("alice").display_name or re.compile(
+        r"\S"
+    )  # any name, where it is not known
     expect(page.get_by_test_id("welcome-name")).to_have_text(name)
     expect(page.get_by_test_id("user-name")).to_have_text(name)
 

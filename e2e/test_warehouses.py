@@ -1,10 +1,13 @@
 """Warehouses as a person manages them, in a real browser."""
+
 import re
 
 from playwright.sync_api import expect
 
 
-def test_register_rename_archive_and_purge(page, sign_in, portal, fill_warehouse_form, confirm, target):
+def test_register_rename_archive_and_purge(
+    page, sign_in, portal, fill_warehouse_form, confirm, target
+):
     lake, renamed = target.name("browser-lake"), target.name("renamed-lake")
     secret = target.storage("alice").secret_access_key
     sign_in("alice")
@@ -50,7 +53,9 @@ def test_register_rename_archive_and_purge(page, sign_in, portal, fill_warehouse
     page.get_by_label(re.compile("to confirm")).fill(renamed[:-1])
     page.get_by_test_id("purge").click()
     expect(page.locator("#purge-form")).to_contain_text("Type the warehouse's name exactly")
-    expect(page.get_by_label(re.compile("to confirm"))).to_have_value(renamed[:-1])  # kept, to correct
+    expect(page.get_by_label(re.compile("to confirm"))).to_have_value(
+        renamed[:-1]
+    )  # kept, to correct
     page.get_by_label(re.compile("to confirm")).fill(renamed)
     page.get_by_test_id("purge").click()
     expect(page).to_have_url(portal + "/warehouses/")
@@ -58,8 +63,9 @@ def test_register_rename_archive_and_purge(page, sign_in, portal, fill_warehouse
     expect(page.get_by_role("link", name=renamed)).to_have_count(0)
 
 
-def test_an_endpoint_the_network_policy_refuses_is_marked_on_its_field(page, sign_in, portal, fill_warehouse_form,
-                                                                      target):
+def test_an_endpoint_the_network_policy_refuses_is_marked_on_its_field(
+    page, sign_in, portal, fill_warehouse_form, target
+):
     sign_in("alice")
     page.goto(portal + "/warehouses/new")
     fill_warehouse_form(target.name("metadata-lake"))
@@ -67,7 +73,9 @@ def test_an_endpoint_the_network_policy_refuses_is_marked_on_its_field(page, sig
     refused = "169.254.169.254 is not allowed by this portal's network policy."
 
     page.get_by_test_id("test-connection").click()
-    expect(page.get_by_test_id("probe-result")).to_contain_text("Fix the highlighted fields first: endpoint.")
+    expect(page.get_by_test_id("probe-result")).to_contain_text(
+        "Fix the highlighted fields first: endpoint."
+    )
     expect(page.locator("#error-endpoint")).to_have_text(refused)
 
     page.get_by_test_id("create-warehouse").click()

@@ -3,6 +3,7 @@
 `Client` calls the portal's API (/api/v1, described by /api/v1/openapi.json) with a personal
 access token; `lakeport_client.cli` is the `lakeport` command built on it.
 """
+
 from lakeport_client.client import ApiError, Client
 
 __all__ = ["ApiError", "Client"]

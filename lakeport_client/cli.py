@@ -13,6 +13,7 @@ WORKFLOW, UNIT and WAREHOUSE are ids or names. `run` names the version it runs (
 listed, or --version): a version saved in between is refused, not run. `run --wait` prints the
 run's log as it comes and exits 0 only when the execution COMPLETED.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,9 @@ POLL_SECONDS = 2.0
 
 def settings() -> tuple[str, str]:
     """(portal URL, token), from the environment or the config file."""
-    path = Path(os.environ.get("LAKEPORT_CONFIG") or Path.home() / ".config" / "lakeport" / "config.toml")
+    path = Path(
+        os.environ.get("LAKEPORT_CONFIG") or Path.home() / ".config" / "lakeport" / "config.toml"
+    )
     stored = {}
     if path.is_file():
         try:
@@ -43,7 +46,9 @@ def settings() -> tuple[str, str]:
     url = os.environ.get("LAKEPORT_URL") or stored.get("url")
     token = os.environ.get("LAKEPORT_TOKEN") or stored.get("token")
     if not url or not token:
-        raise click.ClickException(f"Set LAKEPORT_URL and LAKEPORT_TOKEN, or url and token in {path}.")
+        raise click.ClickException(
+            f"Set LAKEPORT_URL and LAKEPORT_TOKEN, or url and token in {path}."
+        )
     return str(url), str(token)
 
 
@@ -84,8 +89,10 @@ def _pick(items: list[dict], wanted: str, what: str) -> dict:
 def units() -> None:
     """Your compute units."""
     with make_client() as client:
-        _table([[unit["id"], unit["name"], unit["kind"], unit["state"]] for unit in client.units()],
-               ["ID", "NAME", "KIND", "STATE"])
+        _table(
+            [[unit["id"], unit["name"], unit["kind"], unit["state"]] for unit in client.units()],
+            ["ID", "NAME", "KIND", "STATE"],
+        )
 
 
 @main.command()
@@ -93,33 +100,63 @@ def executions() -> None:
     """Your executions, newest first."""
     with make_client() as client:
         names = {workflow["id"]: workflow["name"] for workflow in client.workflows()}
-        _table([[run["id"], names.get(run["workflow_id"], run["workflow_id"]), run["workflow_version"], run["state"],
-                 run["warehouse_name"], run["created_at"][:19]] for run in client.executions()],
-               ["ID", "WORKFLOW", "VERSION", "STATE", "WAREHOUSE", "CREATED"])
+        _table(
+            [
+                [
+                    run["id"],
+                    names.get(run["workflow_id"], run["workflow_id"]),
+                    run["workflow_version"],
+                    run["state"],
+                    run["warehouse_name"],
+                    run["created_at"][:19],
+                ]
+                for run in client.executions()
+            ],
+            ["ID", "WORKFLOW", "VERSION", "STATE", "WAREHOUSE", "CREATED"],
+        )
 
 
 @main.command()
 @click.argument("workflow")
 @click.option("--unit", "unit", required=True, help="The compute unit to run on (id or name).")
 @click.option("--warehouse", required=True, help="The warehouse to write into (id or name).")
-@click.option("--version", type=int, help="The version you reviewed; refused if a newer one was saved since "
-                                         "(default: the latest as listed now).")
-@click.option("--wait/--no-wait", default=False, help="Follow the run; exit 0 only if it COMPLETED.")
+@click.option(
+    "--version",
+    type=int,
+    help="The version you reviewed; refused if a newer one was saved since "
+    "(default: the latest as listed now).",
+)
+@click.option(
+    "--wait/--no-wait", default=False, help="Follow the run; exit 0 only if it COMPLETED."
+)
 def run(workflow: str, unit: str, warehouse: str, version: int | None, wait: bool) -> None:
     """Run WORKFLOW (id or name) at its latest version. The portal runs only the version named here
     (the one listed, or --version), and refuses if a newer one was saved in between."""
     with make_client() as client:
         chosen = _pick(client.workflows(), workflow, "workflow")
         version = version if version is not None else chosen["latest_version"]
-        execution = client.start(chosen["id"], _pick(client.units(), unit, "compute unit")["id"],
-                                 _pick(client.warehouses(), warehouse, "warehouse")["id"], version=version)
-        click.echo(f"{chosen['name']} version {execution['workflow_version']}"
-                   + (f": code written by {execution['code_author']}" if execution.get("code_author") else ""))
+        execution = client.start(
+            chosen["id"],
+            _pick(client.units(), unit, "compute unit")["id"],
+            _pick(client.warehouses(), warehouse, "warehouse")["id"],
+            version=version,
+        )
+        click.echo(
+            f"{chosen['name']} version {execution['workflow_version']}"
+            + (
+                f": code written by {execution['code_author']}"
+                if execution.get("code_author")
+                else ""
+            )
+        )
         click.echo(f"execution {execution['id']}: {execution['state']}")
         if not wait:
             return
         final = _follow(client, execution["id"])
-    click.echo(f"execution {final['id']}: {final['state']}" + (f": {final['reason']}" if final["reason"] else ""))
+    click.echo(
+        f"execution {final['id']}: {final['state']}"
+        + (f": {final['reason']}" if final["reason"] else "")
+    )
     sys.exit(0 if final["state"] == "COMPLETED" else 1)
 
 
@@ -153,7 +190,9 @@ def results(execution: int, step: str, as_csv: bool, page: int, size: int) -> No
             return
         found = client.results(execution, step, page=page, size=size)
         _table(found["rows"], found["columns"])
-        click.echo(f"page {found['page']} of {found['pages']} ({found['total_rows']} rows)", err=True)
+        click.echo(
+            f"page {found['page']} of {found['pages']} ({found['total_rows']} rows)", err=True
+        )
 
 
 def run_main() -> None:

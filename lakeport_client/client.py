@@ -1,5 +1,6 @@
 """A thin client of Lakeport's API: one method per operation of /api/v1/openapi.json, JSON in
 and out, errors raised as ApiError with the problem document's words."""
+
 from __future__ import annotations
 
 import time
@@ -25,10 +26,20 @@ class ApiError(Exception):
 
 
 class Client:
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        self._http = httpx.Client(base_url=base_url.rstrip("/") + API, timeout=timeout, transport=transport,
-                                  headers={"Authorization": f"Bearer {token}", "User-Agent": "lakeport-client"})
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/") + API,
+            timeout=timeout,
+            transport=transport,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "lakeport-client"},
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -41,11 +52,15 @@ class Client:
 
     # --- the wire ---------------------------------------------------------------------------
 
-    def _send(self, method: str, path: str, *, stream: bool = False, **request: Any) -> httpx.Response:
+    def _send(
+        self, method: str, path: str, *, stream: bool = False, **request: Any
+    ) -> httpx.Response:
         """The API's answer; a read answered 429 is asked again (RATE_LIMITED_RETRIES), and an
         error is raised as ApiError. A streamed answer is returned open: its caller closes it."""
         for attempt in range(RATE_LIMITED_RETRIES + 1):
-            response = self._http.send(self._http.build_request(method, path, **request), stream=stream)
+            response = self._http.send(
+                self._http.build_request(method, path, **request), stream=stream
+            )
             if response.status_code != 429 or method != "GET" or attempt == RATE_LIMITED_RETRIES:
                 break
             response.close()
@@ -58,15 +73,24 @@ class Client:
             raise _error(response)
         return response
 
-    def _call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
-              headers: dict | None = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict | None = None,
+        headers: dict | None = None,
+    ) -> Any:
         return self._send(method, path, json=json, params=params, headers=headers).json()
 
     def _all(self, path: str) -> list[dict]:
         """Every item of a paged list, following its cursors."""
         items, cursor = [], None
         while True:
-            page = self._call("GET", path, params={"limit": 100, **({"cursor": cursor} if cursor else {})})
+            page = self._call(
+                "GET", path, params={"limit": 100, **({"cursor": cursor} if cursor else {})}
+            )
             items += page["items"]
             if not (cursor := page["next_cursor"]):
                 return items
@@ -93,7 +117,9 @@ class Client:
         return self._call("POST", f"/warehouses/{warehouse_id}/archive")
 
     def purge_warehouse(self, warehouse_id: int, confirm_name: str) -> dict:
-        return self._call("POST", f"/warehouses/{warehouse_id}/purge", json={"confirm_name": confirm_name})
+        return self._call(
+            "POST", f"/warehouses/{warehouse_id}/purge", json={"confirm_name": confirm_name}
+        )
 
     def tables(self, warehouse_id: int) -> list[dict]:
         return self._call("GET", f"/warehouses/{warehouse_id}/tables")
@@ -129,8 +155,11 @@ class Client:
             raise _error(response)
 
     def save_version(self, workflow_id: int, base_version: int, steps: list[dict]) -> dict:
-        return self._call("POST", f"/workflows/{workflow_id}/versions",
-                          json={"base_version": base_version, "steps": steps})
+        return self._call(
+            "POST",
+            f"/workflows/{workflow_id}/versions",
+            json={"base_version": base_version, "steps": steps},
+        )
 
     # --- executions -------------------------------------------------------------------------------
 
@@ -140,14 +169,25 @@ class Client:
     def execution(self, execution_id: int) -> dict:
         return self._call("GET", f"/executions/{execution_id}")
 
-    def start(self, workflow_id: int, compute_unit_id: int, warehouse_id: int, version: int | None = None,
-              idempotency_key: str | None = None, notify: dict | None = None) -> dict:
+    def start(
+        self,
+        workflow_id: int,
+        compute_unit_id: int,
+        warehouse_id: int,
+        version: int | None = None,
+        idempotency_key: str | None = None,
+        notify: dict | None = None,
+    ) -> dict:
         """Start a run of the workflow's latest version; `version` names the one the caller saw (the portal
         answers 409 if a newer one was saved since; without it, only a workflow of one's own runs).
         Retried calls with the same key (one is made if none is given) start it once.
         `notify`: {"on": "failure" | "success" | "both", "webhook_url": …, "email": …}; the answer
         then carries the webhook's `webhook_secret`, this once."""
-        body = {"workflow_id": workflow_id, "compute_unit_id": compute_unit_id, "warehouse_id": warehouse_id}
+        body = {
+            "workflow_id": workflow_id,
+            "compute_unit_id": compute_unit_id,
+            "warehouse_id": warehouse_id,
+        }
         if version is not None:
             body["version"] = version
         if notify is not None:
@@ -159,7 +199,9 @@ class Client:
         return self._call("POST", f"/executions/{execution_id}/cancel")
 
     def results(self, execution_id: int, step: str, page: int = 1, size: int = 50) -> dict:
-        return self._call("GET", f"/executions/{execution_id}/results/{step}", params={"page": page, "size": size})
+        return self._call(
+            "GET", f"/executions/{execution_id}/results/{step}", params={"page": page, "size": size}
+        )
 
     def results_csv(self, execution_id: int, step: str) -> Iterator[bytes]:
         """The step's result as CSV, streamed."""
@@ -170,7 +212,11 @@ class Client:
             response.close()
 
     def logs(self, execution_id: int, page: int = 1, size: int = 200, **filters) -> dict:
-        return self._call("GET", f"/executions/{execution_id}/logs", params={"page": page, "size": size, **filters})
+        return self._call(
+            "GET",
+            f"/executions/{execution_id}/logs",
+            params={"page": page, "size": size, **filters},
+        )
 
     def log_tail(self, execution_id: int) -> list[dict]:
         return self._call("GET", f"/executions/{execution_id}/logs/tail")["lines"]
@@ -193,4 +239,8 @@ def _error(response: httpx.Response) -> ApiError:
         problem = response.json()
     except ValueError:
         return ApiError(response.status_code, response.text[:300] or response.reason_phrase)
-    return ApiError(response.status_code, str(problem.get("detail") or problem.get("title") or ""), problem.get("field"))
+    return ApiError(
+        response.status_code,
+        str(problem.get("detail") or problem.get("title") or ""),
+        problem.get("field"),
+    )

@@ -1,4 +1,5 @@
 """Alembic environment: Lakeport's SQLModel metadata, the URL from the portal's configuration."""
+
 from logging.config import fileConfig
 
 from alembic import context
@@ -7,7 +8,8 @@ from sqlmodel import SQLModel
 
 import app.models  # noqa: F401  (registers every table on SQLModel.metadata)
 from app.config import Config
-from app.database_roles import apply_portal_grants, portal_role as portal_role_of
+from app.database_roles import apply_portal_grants
+from app.database_roles import portal_role as portal_role_of
 from app.db import make_engine
 
 config = context.config
@@ -46,13 +48,21 @@ def grant_portal_role_again(connection) -> None:
         return
     heads = context.get_context().get_current_heads()
     script = ScriptDirectory.from_config(config)
-    if any(revision.revision == GRANTS_SINCE for head in heads for revision in script.iterate_revisions(head, "base")):
+    if any(
+        revision.revision == GRANTS_SINCE
+        for head in heads
+        for revision in script.iterate_revisions(head, "base")
+    ):
         apply_portal_grants(connection, role)
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=database_url(), target_metadata=target_metadata,
-                      literal_binds=True, render_as_batch=True)
+    context.configure(
+        url=database_url(),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        render_as_batch=True,
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -61,7 +71,9 @@ def run_migrations_online() -> None:
     engine = make_engine(database_url())
     with engine.connect() as connection:
         # Batch mode lets ALTER TABLE migrations run on SQLite too.
-        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+        context.configure(
+            connection=connection, target_metadata=target_metadata, render_as_batch=True
+        )
         with context.begin_transaction():
             context.run_migrations()
             grant_portal_role_again(connection)

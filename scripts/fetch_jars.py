@@ -2,6 +2,7 @@
 
 Idempotent: jars already present are kept. See compute/jars.py for where they come from.
 """
+
 from __future__ import annotations
 
 import sys

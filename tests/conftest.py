@@ -1,4 +1,5 @@
 """flaskr-style fixtures: `app`, `client` and `auth`, on top of the service fixtures in services.py."""
+
 from __future__ import annotations
 
 import socket
@@ -75,7 +76,7 @@ class AuthActions:
         page = self.client.get("/").get_data(as_text=True)
         marker = '"X-CSRFToken": "'
         start = page.index(marker) + len(marker)
-        return page[start:page.index('"', start)]
+        return page[start : page.index('"', start)]
 
 
 @pytest.fixture

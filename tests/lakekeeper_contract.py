@@ -24,6 +24,7 @@ Use:
     httpx.Client(transport=ContractCheckingTransport(httpx.HTTPTransport()))
 Every failure raises `ContractViolation` (an AssertionError) naming the operation.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,14 +46,19 @@ from openapi_core.templating.paths.finders import APICallPathFinder
 from openapi_core.templating.responses.exceptions import ResponseNotFound
 from openapi_core.testing import MockRequest, MockResponse
 from openapi_core.validation.exceptions import ValidationError as OpenAPIValidationError
-from openapi_core.validation.request.exceptions import ParameterValidationError, SecurityValidationError
+from openapi_core.validation.request.exceptions import (
+    ParameterValidationError,
+    SecurityValidationError,
+)
 from openapi_core.validation.response.exceptions import HeaderValidationError
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from werkzeug.datastructures import ImmutableMultiDict
 
 # Vendored in the repository (tests/specs/lakekeeper, with their licence); LAKEKEEPER_SPEC_DIR overrides.
-SPEC_DIR = Path(os.environ.get("LAKEKEEPER_SPEC_DIR", Path(__file__).resolve().parent / "specs" / "lakekeeper"))
+SPEC_DIR = Path(
+    os.environ.get("LAKEKEEPER_SPEC_DIR", Path(__file__).resolve().parent / "specs" / "lakekeeper")
+)
 
 # Where Lakekeeper serves each document, and the file that describes it.
 _APIS = {
@@ -138,7 +144,9 @@ def _honour_nullable(node: Any) -> None:
 def _document(api: str) -> dict:
     _, filename = _APIS[api]
     with open(SPEC_DIR / filename, encoding="utf-8") as handle:
-        document = _string_keys(yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+        document = _string_keys(
+            yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        )
     _honour_nullable(document)
     _drop_null_from_parameter_types(document)
     return document
@@ -155,14 +163,18 @@ def _openapi(api: str) -> OpenAPI:
 def _error_envelope_validator(api: str) -> Draft202012Validator:
     uri = f"urn:lakekeeper:{api}"
     registry = Registry().with_resource(uri, Resource.from_contents(_document(api), DRAFT202012))
-    return Draft202012Validator({"$ref": f"{uri}#/components/schemas/IcebergErrorResponse"}, registry=registry)
+    return Draft202012Validator(
+        {"$ref": f"{uri}#/components/schemas/IcebergErrorResponse"}, registry=registry
+    )
 
 
 def _api_for(path: str) -> str:
     for api, (prefix, _) in _APIS.items():
         if path.startswith(prefix):
             return api
-    raise ContractViolation(f"{path} is not a Lakekeeper API path (expected /management/... or /catalog/...)")
+    raise ContractViolation(
+        f"{path} is not a Lakekeeper API path (expected /management/... or /catalog/...)"
+    )
 
 
 def find_operation(method: str, path: str) -> Operation:
@@ -178,7 +190,9 @@ def find_operation(method: str, path: str) -> Operation:
     base_path = found.server_result.variables.get("basePath", "").strip("/")
     spec_path = found.path.parts[-1]
     if base_path != _BASE_PATHS[api]:
-        raise ContractViolation(f"{method.upper()} {path}: Lakekeeper serves {spec_path} under /{_BASE_PATHS[api]}")
+        raise ContractViolation(
+            f"{method.upper()} {path}: Lakekeeper serves {spec_path} under /{_BASE_PATHS[api]}"
+        )
     return Operation(
         api=api,
         operation_id=(found.operation / "operationId").read_str(),
@@ -207,7 +221,9 @@ def _safe_message(error: JsonSchemaError) -> str:
     # credentials) nor scalars stored under secret-looking names.
     message = error.message
     last = str(error.absolute_path[-1]) if error.absolute_path else ""
-    if isinstance(error.instance, (dict, list)) or any(word in last.lower() for word in _SECRET_WORDS):
+    if isinstance(error.instance, (dict, list)) or any(
+        word in last.lower() for word in _SECRET_WORDS
+    ):
         message = message.replace(repr(error.instance), f"<{type(error.instance).__name__}>")
     return message if len(message) <= _MAX_MESSAGE else message[:_MAX_MESSAGE] + "…"
 
@@ -228,6 +244,7 @@ def _plausible_alternative_errors(error: JsonSchemaError) -> list[JsonSchemaErro
     An alternative that rejects the value's JSON type or its tag (`type`, `credential-type`,
     ... through `enum`/`const`) was not meant; the others' errors say what is wrong.
     """
+
     def rejects_kind(sub_error: JsonSchemaError) -> bool:
         return sub_error.validator in ("enum", "const") or (
             sub_error.validator == "type" and not sub_error.relative_path
@@ -236,8 +253,14 @@ def _plausible_alternative_errors(error: JsonSchemaError) -> list[JsonSchemaErro
     by_alternative: dict[Any, list[JsonSchemaError]] = {}
     for sub_error in error.context:
         by_alternative.setdefault(sub_error.relative_schema_path[0], []).append(sub_error)
-    meant = [sub_errors for sub_errors in by_alternative.values() if not any(map(rejects_kind, sub_errors))]
-    return [sub_error for sub_errors in (meant or by_alternative.values()) for sub_error in sub_errors]
+    meant = [
+        sub_errors
+        for sub_errors in by_alternative.values()
+        if not any(map(rejects_kind, sub_errors))
+    ]
+    return [
+        sub_error for sub_errors in (meant or by_alternative.values()) for sub_error in sub_errors
+    ]
 
 
 def _describe(error: Exception) -> str:
@@ -276,14 +299,23 @@ def _mock_request(method: str, path: str, query: Any, headers: Any, body: Any) -
     header_items = list(httpx.Headers(headers or {}).multi_items())
     content_type = httpx.Headers(headers or {}).get("content-type", "application/json")
     return MockRequest(
-        _HOST_URL, method.lower(), plain_path,
-        args=ImmutableMultiDict(pairs), headers=header_items,
-        data=_body_bytes(body), content_type=content_type,
+        _HOST_URL,
+        method.lower(),
+        plain_path,
+        args=ImmutableMultiDict(pairs),
+        headers=header_items,
+        data=_body_bytes(body),
+        content_type=content_type,
     )
 
 
 def validate_request(
-    method: str, path: str, *, body: Any = None, headers: Any = None, query: Any = None,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    headers: Any = None,
+    query: Any = None,
 ) -> Operation:
     """Check a request against the document that serves `path`.
 
@@ -309,13 +341,18 @@ def array_query_parameters(operation: Operation) -> set[str]:
     """The operation's query parameters whose documented schema is an array."""
     document = _document(operation.api)
     path_item = document["paths"][operation.spec_path]
-    declared = [*path_item.get("parameters", []), *path_item[operation.method.lower()].get("parameters", [])]
+    declared = [
+        *path_item.get("parameters", []),
+        *path_item[operation.method.lower()].get("parameters", []),
+    ]
     names = set()
     for parameter in declared:
         if "$ref" in parameter:
             parameter = document["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
         kind = parameter.get("schema", {}).get("type")
-        if parameter.get("in") == "query" and (kind == "array" or (isinstance(kind, list) and "array" in kind)):
+        if parameter.get("in") == "query" and (
+            kind == "array" or (isinstance(kind, list) and "array" in kind)
+        ):
             names.add(parameter["name"])
     return names
 
@@ -337,7 +374,12 @@ def _refuse_array_query_parameters(operation: Operation, pairs: list[tuple[str, 
 
 
 def validate_response(
-    method: str, path: str, status: int, *, body: Any = None, headers: Any = None,
+    method: str,
+    path: str,
+    status: int,
+    *,
+    body: Any = None,
+    headers: Any = None,
 ) -> Operation:
     """Check a response (status, JSON body, headers) to `method path` against its document."""
     operation = find_operation(method, path)
@@ -345,14 +387,18 @@ def validate_response(
     response_headers = httpx.Headers(headers or {})
     data = _body_bytes(body)
     response = MockResponse(
-        data, status_code=status, headers=dict(response_headers),
+        data,
+        status_code=status,
+        headers=dict(response_headers),
         content_type=response_headers.get("content-type", "application/json"),
     )
     try:
         _openapi(operation.api).validate_response(request, response)
     except ResponseNotFound:
         if status < 400:
-            raise ContractViolation(f"{operation}: status {status} is not a documented response") from None
+            raise ContractViolation(
+                f"{operation}: status {status} is not a documented response"
+            ) from None
         _check_error_envelope(operation, status, data)
     except OpenAPIValidationError as error:
         raise ContractViolation(f"{operation} response {status}: {_describe(error)}") from None
@@ -369,7 +415,12 @@ def _check_error_envelope(operation: Operation, status: int, data: bytes) -> Non
     errors = list(_error_envelope_validator(operation.api).iter_errors(payload))
     if errors:
         raise ContractViolation(
-            "\n".join([f"{operation} response {status}: not an IcebergErrorResponse", *_schema_error_lines(errors)])
+            "\n".join(
+                [
+                    f"{operation} response {status}: not an IcebergErrorResponse",
+                    *_schema_error_lines(errors),
+                ]
+            )
         )
 
 
@@ -379,7 +430,11 @@ def validate_exchange(request: httpx.Request, response: httpx.Response | None = 
     operation = validate_request(request.method, path, body=request.read(), headers=request.headers)
     if response is not None:
         validate_response(
-            request.method, path, response.status_code, body=response.read(), headers=response.headers,
+            request.method,
+            path,
+            response.status_code,
+            body=response.read(),
+            headers=response.headers,
         )
     return operation
 
@@ -401,7 +456,13 @@ class ContractCheckingTransport(httpx.BaseTransport):
         response = self.inner.handle_request(request)
         response.read()
         path = request.url.raw_path.decode("ascii")
-        validate_response(request.method, path, response.status_code, body=response.content, headers=response.headers)
+        validate_response(
+            request.method,
+            path,
+            response.status_code,
+            body=response.content,
+            headers=response.headers,
+        )
         return response
 
     def close(self) -> None:

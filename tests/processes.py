@@ -1,4 +1,5 @@
 """What the compute-unit tests ask of this machine's processes (Linux /proc)."""
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,9 @@ def rss_bytes(pids: list[int]) -> int:
     total = 0
     for pid in pids:
         try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf(
+                "SC_PAGE_SIZE"
+            )
         except FileNotFoundError:
             pass
     return total

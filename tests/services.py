@@ -5,6 +5,7 @@ a fresh PostgreSQL database per run, the real local identity provider, and the l
 Fixtures are session-scoped and lazy, so a run that needs a service starts it once and
 a run that needs none starts none.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -22,8 +23,8 @@ from app.network_policy import NetworkPolicy
 from devstack.database import drop_postgres_database, fresh_postgres_database_with_roles
 from devstack.devcatalog import DevCatalogConfig, devcatalog_process
 from devstack.oidc_provider import SERVICE_CLIENT_ID, OidcProviderConfig, oidc_provider_process
-from devstack.seaweedfs import SeaweedConfig, start_seaweedfs_on_free_ports
 from devstack.process import free_port
+from devstack.seaweedfs import SeaweedConfig, start_seaweedfs_on_free_ports
 
 # Users that tests create straight in the database (no sign-in) still need a subject the identity
 # provider knows: registering a warehouse and running an execution exchange a token for them.
@@ -117,8 +118,6 @@ def portal_config(database_url, oidc_provider) -> Config:
     )
 
 
-
-
 @pytest.fixture(scope="session")
 def seaweedfs(run_dir):
     """Real SeaweedFS: S3 with SigV4 identities, and its Iceberg REST catalog."""
@@ -131,8 +130,11 @@ def seaweedfs(run_dir):
 def devcatalog(seaweedfs, oidc_provider, run_dir):
     """The Lakekeeper-compatible dev catalog (a development stand-in for Lakekeeper)."""
     config = DevCatalogConfig.for_seaweedfs(
-        seaweedfs, port=free_port(), oidc_issuer=oidc_provider.issuer,
-        data_dir=run_dir / "devcatalog", encryption_key=Fernet.generate_key().decode(),
+        seaweedfs,
+        port=free_port(),
+        oidc_issuer=oidc_provider.issuer,
+        data_dir=run_dir / "devcatalog",
+        encryption_key=Fernet.generate_key().decode(),
     )
     process = devcatalog_process(config, run_dir / "logs").start(timeout=60)
     yield config
@@ -162,10 +164,15 @@ class Lakehouse:
 
     def service_token(self) -> str:
         """A client-credentials token (audience lakekeeper) for an independent catalog client."""
-        response = httpx.post(f"{self.oidc.issuer}/token", timeout=10, data={
-            "grant_type": "client_credentials", "client_id": SERVICE_CLIENT_ID,
-            "client_secret": self.oidc.service_client_secret,
-        })
+        response = httpx.post(
+            f"{self.oidc.issuer}/token",
+            timeout=10,
+            data={
+                "grant_type": "client_credentials",
+                "client_id": SERVICE_CLIENT_ID,
+                "client_secret": self.oidc.service_client_secret,
+            },
+        )
         response.raise_for_status()
         return response.json()["access_token"]
 

@@ -13,11 +13,12 @@ what got through. Targets (all optional but `secrets_hint`):
     shared_code: files every unit's JVMs load (the jars, the class archive), never writable;
     other_warehouse: another user's warehouse, tried with this execution's catalog token.
 """
+
 from __future__ import annotations
 
 import json
 
-_STEP = '''
+_STEP = """
 import json, os
 
 TARGETS = json.loads(%r)
@@ -86,7 +87,7 @@ def run(spark):
         except BaseException as error:
             rows.append((attempt, "failed", f"{type(error).__name__}: {error}"))
     return spark.createDataFrame(rows, "attempt string, outcome string, detail string")
-'''
+"""
 
 
 def attack_step(targets: dict, name: str = "attacks") -> dict:
@@ -95,8 +96,12 @@ def attack_step(targets: dict, name: str = "attacks") -> dict:
 
 # Reading its own environment, and those of the processes it can see, is allowed; what they hold
 # is checked instead. So is what a pid-namespaced read of the portal's or catalog's pid returned.
-ALLOWED_TO_SUCCEED = {"environment", "environ of every visible process", "environ of portal_pid",
-                      "environ of catalog_pid"}
+ALLOWED_TO_SUCCEED = {
+    "environment",
+    "environ of every visible process",
+    "environ of portal_pid",
+    "environ of catalog_pid",
+}
 # The only portal setting a unit's processes get (where the Spark jars are).
 ALLOWED_LAKEPORT_VARIABLES = {"LAKEPORT_JARS_DIR"}
 
@@ -107,11 +112,17 @@ def breaches(rows: list[dict], secrets: list[str]) -> list[str]:
     for row in rows:
         if row["outcome"] != "failed" and row["attempt"] not in ALLOWED_TO_SUCCEED:
             found.append(f"{row['attempt']} succeeded: {row['detail'][:300]}")
-        found += [f"{row['attempt']} revealed a secret" for secret in secrets if secret and secret in row["detail"]]
+        found += [
+            f"{row['attempt']} revealed a secret"
+            for secret in secrets
+            if secret and secret in row["detail"]
+        ]
         if row["outcome"] != "succeeded":
             continue
         if row["attempt"] == "environment":
-            found += [f"environment has {name}" for name in _portal_variables(json.loads(row["detail"]))]
+            found += [
+                f"environment has {name}" for name in _portal_variables(json.loads(row["detail"]))
+            ]
         if row["attempt"] == "environ of every visible process":
             for pid, environ in json.loads(row["detail"]).items():
                 found += [f"process {pid} has {name}" for name in _portal_variables(environ)]
@@ -119,7 +130,11 @@ def breaches(rows: list[dict], secrets: list[str]) -> list[str]:
 
 
 def _portal_variables(environ: dict) -> list[str]:
-    return sorted(name for name in environ if name.startswith("LAKEPORT_") and name not in ALLOWED_LAKEPORT_VARIABLES)
+    return sorted(
+        name
+        for name in environ
+        if name.startswith("LAKEPORT_") and name not in ALLOWED_LAKEPORT_VARIABLES
+    )
 
 
 def target_environs(targets: dict) -> list[str]:

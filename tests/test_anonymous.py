@@ -3,6 +3,7 @@ asked by a visitor who never signed in, by one whose session cookie was tampered
 an HTMX request; a signed-in user's request without its CSRF token gets the refusal page. Each
 answer is a 2xx/3xx/4xx that says what to do, never a server error, and a protected page's
 content never reaches a visitor."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,16 @@ import pytest
 
 from tests.test_executions import make_user, sign_in_as
 
-PUBLIC_ENDPOINTS = {"static", "main.favicon", "main.health", "auth.login", "auth.start", "auth.callback", "auth.logged_out",
-                    "api.openapi_json"}
+PUBLIC_ENDPOINTS = {
+    "static",
+    "main.favicon",
+    "main.health",
+    "auth.login",
+    "auth.start",
+    "auth.callback",
+    "auth.logged_out",
+    "api.openapi_json",
+}
 
 
 def concrete_urls(app) -> list[tuple[str, str, str]]:
@@ -34,23 +43,36 @@ def test_a_visitor_without_a_session_gets_no_server_error_anywhere(app, client, 
         assert response.status_code < 500, (method, url, response.status_code)
         if endpoint in PUBLIC_ENDPOINTS:
             continue
-        if endpoint.startswith("api.") and endpoint != "api.openapi_docs":  # the API wants a token, not a session
-            assert response.status_code == 401 and response.content_type == "application/problem+json", (method, url)
+        if (
+            endpoint.startswith("api.") and endpoint != "api.openapi_docs"
+        ):  # the API wants a token, not a session
+            assert (
+                response.status_code == 401 and response.content_type == "application/problem+json"
+            ), (method, url)
             assert "/auth/login" not in response.get_data(as_text=True)
             continue
         if headers:  # htmx: told to navigate to sign-in, with no page in the body
-            assert response.status_code == 401 and "/auth/login" in response.headers["HX-Redirect"], (method, url)
+            assert (
+                response.status_code == 401 and "/auth/login" in response.headers["HX-Redirect"]
+            ), (method, url)
         else:
-            assert response.status_code == 302 and "/auth/login" in response.headers["Location"], (method, url)
+            assert response.status_code == 302 and "/auth/login" in response.headers["Location"], (
+                method,
+                url,
+            )
 
 
-def test_the_icon_browsers_ask_for_by_its_old_name_leads_to_the_portals_icon(app, client, db_engine):
+def test_the_icon_browsers_ask_for_by_its_old_name_leads_to_the_portals_icon(
+    app, client, db_engine
+):
     """A browser asks for /favicon.ico whatever the page links: no 404 in its console, signed in or not."""
     signed_in = app.test_client()
     sign_in_as(signed_in, make_user(db_engine))
     for visitor in (client, signed_in):
         answer = visitor.get("/favicon.ico")
-        assert answer.status_code == 301 and answer.headers["Location"].endswith("/static/favicon.svg")
+        assert answer.status_code == 301 and answer.headers["Location"].endswith(
+            "/static/favicon.svg"
+        )
         assert visitor.get(answer.headers["Location"]).status_code == 200
 
 
@@ -60,9 +82,16 @@ def test_a_tampered_or_expired_session_is_asked_to_sign_in(app, client, db_engin
     assert client.get("/compute-units/").status_code == 200
     cookie = client.get_cookie("session")
     client.set_cookie("session", cookie.value[:-4] + "AAAA")  # its signature no longer matches
-    for method, url in (("GET", "/compute-units/"), ("POST", "/compute-units/"), ("POST", "/compute-units/1/terminate")):
+    for method, url in (
+        ("GET", "/compute-units/"),
+        ("POST", "/compute-units/"),
+        ("POST", "/compute-units/1/terminate"),
+    ):
         response = client.open(url, method=method)
-        assert response.status_code == 302 and "/auth/login" in response.headers["Location"], (method, url)
+        assert response.status_code == 302 and "/auth/login" in response.headers["Location"], (
+            method,
+            url,
+        )
     client.delete_cookie("session")  # an expired cookie is gone from the browser
     assert client.post("/warehouses/1/archive").status_code == 302
 
@@ -73,4 +102,6 @@ def test_a_post_without_its_csrf_token_is_refused_with_a_page(app, client, db_en
         page = client.post(url, data={"name": "x"})
         assert page.status_code == 400 and "This form expired" in page.get_data(as_text=True), url
         inline = client.post(url, data={"name": "x"}, headers={"HX-Request": "true"})
-        assert inline.status_code == 400 and "This form expired" in inline.get_data(as_text=True), url
+        assert inline.status_code == 400 and "This form expired" in inline.get_data(as_text=True), (
+            url
+        )

@@ -1,17 +1,15 @@
 """The house's rules, from its imports (scripts/house.py reads them with `ast`): no import
-cycle, `app` never imports `devstack`, `compute` never imports `app` (nor `devstack`), no module
-over 600 lines and no function over 60; and README's Architecture section names every module."""
+cycle, `app` never imports `devstack`, `compute` never imports `app` (nor `devstack`); and
+README's Architecture section names every module. Long modules and functions are warnings that
+`python scripts/house.py` prints, not rules: a module is split by meaning, not by a count."""
+
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from scripts.house import ROOT, cycles, read_modules, wrong_way
-
-MAX_MODULE_LINES = 600
-MAX_FUNCTION_LINES = 60
 
 
 @pytest.fixture(scope="module")
@@ -32,20 +30,15 @@ def test_the_rules_catch_what_they_are_for(modules, tmp_path):
     from scripts import house
 
     first, second = modules["app.leases"], modules["app.worker"]
-    looped = {**modules, "app.leases": type(first)(first.name, first.path, first.lines, first.imports | {"app.worker"}),
-              "compute.jars": type(second)("compute.jars", second.path, 1, {"app.db"})}
+    looped = {
+        **modules,
+        "app.leases": type(first)(
+            first.name, first.path, first.lines, first.imports | {"app.worker"}
+        ),
+        "compute.jars": type(second)("compute.jars", second.path, 1, {"app.db"}),
+    }
     assert any({"app.leases", "app.worker"} <= set(group) for group in house.cycles(looped))
     assert ("compute.jars", "app.db") in house.wrong_way(looped)
-
-
-def test_no_module_over_600_lines(modules):
-    assert {m.name: m.lines for m in modules.values() if m.lines > MAX_MODULE_LINES} == {}
-
-
-def test_no_function_over_60_lines(modules):
-    long = {f"{m.name}.{name}": lines for m in modules.values() for name, lines in m.functions
-            if lines > MAX_FUNCTION_LINES}
-    assert long == {}
 
 
 def architecture_section() -> str:
@@ -61,8 +54,9 @@ def test_the_architecture_section_names_every_module(modules):
         if path.name == "__init__.py" and module.lines < 40:
             continue  # a package's marker and its re-exports
         folder = f"{path.parent}/"
-        named = (str(path) in architecture_section()
-                 or any(f"`{path.name}`" in row and folder in row for row in rows))
+        named = str(path) in architecture_section() or any(
+            f"`{path.name}`" in row and folder in row for row in rows
+        )
         if not named:
             missing.append(str(path))
     assert missing == [], "add these to README's Architecture table"

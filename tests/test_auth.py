@@ -1,4 +1,5 @@
 """Single sign-on against the real local OpenID Connect provider."""
+
 from __future__ import annotations
 
 import logging
@@ -131,7 +132,9 @@ def test_state_changing_requests_need_a_csrf_token(auth, client):
     response = client.post("/auth/logout")
     assert response.status_code == 400
     assert client.get("/").status_code == 200  # still signed in: the forged logout did nothing
-    htmx = client.post("/auth/logout", headers={"HX-Request": "true", "X-CSRFToken": auth.csrf_token()})
+    htmx = client.post(
+        "/auth/logout", headers={"HX-Request": "true", "X-CSRFToken": auth.csrf_token()}
+    )
     assert htmx.status_code == 302
 
 
@@ -153,7 +156,9 @@ def test_no_secret_or_token_reaches_the_logs(auth, portal_config, caplog):
     code = parse_qs(urlsplit(str(landing.headers["Location"])).query)["code"][0]
     auth.callback(str(landing.headers["Location"]))
     # httpx/httpcore here are the test's stand-in browser, not the portal.
-    logged = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith(("httpx", "httpcore")))
+    logged = "\n".join(
+        r.getMessage() for r in caplog.records if not r.name.startswith(("httpx", "httpcore"))
+    )
     assert "signed in" in logged
     for secret in (code, portal_config.OIDC_CLIENT_SECRET, auth.passwords["alice"]):
         assert secret not in logged
@@ -170,9 +175,17 @@ def test_provider_down_shows_a_clear_page(portal_config, closed_port):
 def test_health_reports_database_and_provider(client, portal_config, closed_port):
     response = client.get("/health")
     assert response.status_code == 200
-    assert response.json == {"status": "ok", "checks": {"database": "ok", "identity_provider": "ok"}}
-    broken = create_app(replace(portal_config, OIDC_ISSUER=f"http://127.0.0.1:{closed_port}",
-                                SECRET_KEY=secrets.token_hex(8)))
+    assert response.json == {
+        "status": "ok",
+        "checks": {"database": "ok", "identity_provider": "ok"},
+    }
+    broken = create_app(
+        replace(
+            portal_config,
+            OIDC_ISSUER=f"http://127.0.0.1:{closed_port}",
+            SECRET_KEY=secrets.token_hex(8),
+        )
+    )
     response = broken.test_client().get("/health")
     assert response.status_code == 503
     assert response.json["checks"]["identity_provider"] == "unreachable"

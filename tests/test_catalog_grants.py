@@ -4,6 +4,7 @@ never undone by a change that read the shares before it; drift made in the catal
 portal's back is repaired by one pass of the worker, with an audit event per repair, and shown on
 the owner's page; a group's role nothing is shared with any more is deleted; a failed catalog
 write has the worker check the grants soon; a sign-in asks the catalog only about changed groups."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,9 @@ from tests.test_sharing import set_groups, share, team  # noqa: F401 (team is a 
 
 def shares_in_database(db_engine, warehouse: Warehouse) -> list[WarehouseShare]:
     with Session(db_engine) as db:
-        return list(db.exec(select(WarehouseShare).where(WarehouseShare.warehouse_id == warehouse.id)))
+        return list(
+            db.exec(select(WarehouseShare).where(WarehouseShare.warehouse_id == warehouse.id))
+        )
 
 
 def catalog_agrees(app, db_engine, warehouse: Warehouse) -> tuple[set, set]:
@@ -40,9 +43,13 @@ def catalog_agrees(app, db_engine, warehouse: Warehouse) -> tuple[set, set]:
 
 def events_since(db_engine, first_id: int, action_prefix: str) -> list[AuditEvent]:
     with Session(db_engine) as db:
-        return list(db.exec(select(AuditEvent).where(AuditEvent.id > first_id,
-                                                     AuditEvent.action.startswith(action_prefix))
-                            .order_by(AuditEvent.id)))
+        return list(
+            db.exec(
+                select(AuditEvent)
+                .where(AuditEvent.id > first_id, AuditEvent.action.startswith(action_prefix))
+                .order_by(AuditEvent.id)
+            )
+        )
 
 
 def last_event_id(db_engine) -> int:
@@ -52,8 +59,13 @@ def last_event_id(db_engine) -> int:
 
 def test_a_revoke_racing_a_share_never_puts_the_revoked_grants_back(team, db_engine, monkeypatch):
     app, _, people, warehouse = team
-    (owner, owner_client), (member, _), (carol, _) = (people[n] for n in ("owner", "member", "carol"))
-    assert share(owner_client, warehouse, kind="user", email=carol.email, level="write").status_code == 200
+    (owner, owner_client), (member, _), (carol, _) = (
+        people[n] for n in ("owner", "member", "carol")
+    )
+    assert (
+        share(owner_client, warehouse, kind="user", email=carol.email, level="write").status_code
+        == 200
+    )
     (carols,) = shares_in_database(db_engine, warehouse)
     second_client = app.test_client()
     sign_in_as(second_client, owner)
@@ -79,21 +91,31 @@ def test_a_revoke_racing_a_share_never_puts_the_revoked_grants_back(team, db_eng
     answers = {}
 
     def revoke():
-        answers["revoke"] = owner_client.post(f"/warehouses/{warehouse.id}/shares/{carols.id}/revoke",
-                                              data={"csrf_token": tokens[0]}, headers={"HX-Request": "true"})
+        answers["revoke"] = owner_client.post(
+            f"/warehouses/{warehouse.id}/shares/{carols.id}/revoke",
+            data={"csrf_token": tokens[0]},
+            headers={"HX-Request": "true"},
+        )
 
     def share_with_member():
-        answers["share"] = second_client.post(f"/warehouses/{warehouse.id}/shares", headers={"HX-Request": "true"},
-                                              data={"kind": "user", "email": member.email, "level": "read",
-                                                    "csrf_token": tokens[1]})
+        answers["share"] = second_client.post(
+            f"/warehouses/{warehouse.id}/shares",
+            headers={"HX-Request": "true"},
+            data={"kind": "user", "email": member.email, "level": "read", "csrf_token": tokens[1]},
+        )
 
     threads = [threading.Thread(target=revoke), threading.Thread(target=share_with_member)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert {name: answer.status_code for name, answer in answers.items()} == {"revoke": 200, "share": 200}
-    assert [(row.user_id, row.level) for row in shares_in_database(db_engine, warehouse)] == [(member.id, "read")]
+    assert {name: answer.status_code for name, answer in answers.items()} == {
+        "revoke": 200,
+        "share": 200,
+    }
+    assert [(row.user_id, row.level) for row in shares_in_database(db_engine, warehouse)] == [
+        (member.id, "read")
+    ]
     found, wanted = catalog_agrees(app, db_engine, warehouse)
     assert found == wanted
     assert not [a for a in found if a.user == lakekeeper_user_id(carol.subject)]  # the revoke holds
@@ -102,20 +124,31 @@ def test_a_revoke_racing_a_share_never_puts_the_revoked_grants_back(team, db_eng
 
 def test_drift_in_the_catalog_is_repaired_by_one_pass_with_an_audit_event_each(team, db_engine):
     app, group, people, warehouse = team
-    (owner, owner_client), (member, _), (carol, _) = (people[n] for n in ("owner", "member", "carol"))
-    assert share(owner_client, warehouse, kind="user", email=carol.email, level="read").status_code == 200
-    assert share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 200
+    (owner, owner_client), (member, _), (carol, _) = (
+        people[n] for n in ("owner", "member", "carol")
+    )
+    assert (
+        share(owner_client, warehouse, kind="user", email=carol.email, level="read").status_code
+        == 200
+    )
+    assert (
+        share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 200
+    )
     page = owner_client.get(f"/warehouses/{warehouse.id}").get_data(as_text=True)
     assert "Catalog grants not checked yet" in page
     carol_id, member_id = lakekeeper_user_id(carol.subject), lakekeeper_user_id(member.subject)
     with app.app_context():
         catalog = lakekeeper()
-        role_id = next(a.role for a in catalog.warehouse_assignments(warehouse.lakekeeper_id) if a.role)
+        role_id = next(
+            a.role for a in catalog.warehouse_assignments(warehouse.lakekeeper_id) if a.role
+        )
         # Behind the portal's back: carol may now write, and no longer select; the group's role
         # has carol instead of its member.
-        catalog.update_warehouse_assignments(warehouse.lakekeeper_id,
-                                             writes=[WarehouseAssignment("modify", user=carol_id)],
-                                             deletes=[WarehouseAssignment("select", user=carol_id)])
+        catalog.update_warehouse_assignments(
+            warehouse.lakekeeper_id,
+            writes=[WarehouseAssignment("modify", user=carol_id)],
+            deletes=[WarehouseAssignment("select", user=carol_id)],
+        )
         catalog.update_role_members(role_id, add={carol_id}, remove={member_id})
         first = last_event_id(db_engine)
         grants.reconcile()
@@ -123,21 +156,31 @@ def test_drift_in_the_catalog_is_repaired_by_one_pass_with_an_audit_event_each(t
     found, wanted = catalog_agrees(app, db_engine, warehouse)
     assert found == wanted and WarehouseAssignment("select", user=carol_id) in found
 
-    repairs = [(event.object_id, json.loads(event.detail)) for event in events_since(db_engine, first, "warehouse.")]
+    repairs = [
+        (event.object_id, json.loads(event.detail))
+        for event in events_since(db_engine, first, "warehouse.")
+    ]
     mine = [detail for object_id, detail in repairs if object_id == str(warehouse.id)]
-    assert sorted((d.get("change"), d.get("relation") or d.get("user")) for d in mine) == sorted([
-        ("added", "select"), ("removed", "modify"), ("added", member_id), ("removed", carol_id)])
+    assert sorted((d.get("change"), d.get("relation") or d.get("user")) for d in mine) == sorted(
+        [("added", "select"), ("removed", "modify"), ("added", member_id), ("removed", carol_id)]
+    )
     row = reload(db_engine, Warehouse, warehouse.id)
     assert row.grants_agreed_at is not None and row.grants_error == "" and row.grants_due_at is None
     assert f"restored select for {carol.email}" in row.grants_repair
     assert f"removed modify for {carol.email}" in row.grants_repair
     page = owner_client.get(f"/warehouses/{warehouse.id}").get_data(as_text=True)
-    assert "Catalog grants last checked" in page and "were repaired" in page and "removed modify for" in page
+    assert (
+        "Catalog grants last checked" in page
+        and "were repaired" in page
+        and "removed modify for" in page
+    )
 
     with app.app_context():
         first = last_event_id(db_engine)
         grants.reconcile()  # nothing differs now: nothing repaired, nothing recorded
-    assert [e for e in events_since(db_engine, first, "warehouse.") if e.object_id == str(warehouse.id)] == []
+    assert [
+        e for e in events_since(db_engine, first, "warehouse.") if e.object_id == str(warehouse.id)
+    ] == []
     page = owner_client.get(f"/warehouses/{warehouse.id}").get_data(as_text=True)
     assert "they agree with these shares" in page and 'data-agree="yes"' in page
     member_page = people["member"][1].get(f"/warehouses/{warehouse.id}").get_data(as_text=True)
@@ -147,32 +190,48 @@ def test_drift_in_the_catalog_is_repaired_by_one_pass_with_an_audit_event_each(t
 def test_a_groups_role_nothing_uses_is_deleted_with_its_assignees(team, db_engine):
     app, group, people, warehouse = team
     (owner, owner_client), (member, _) = people["owner"], people["member"]
-    assert share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 200
+    assert (
+        share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 200
+    )
     with Session(db_engine) as db:
         role = db.exec(select(GroupRole).where(GroupRole.group_name == group)).one()
     (row,) = shares_in_database(db_engine, warehouse)
-    assert owner_client.post(f"/warehouses/{warehouse.id}/shares/{row.id}/revoke",
-                             data={"csrf_token": csrf(owner_client)}).status_code in (200, 302)
+    assert owner_client.post(
+        f"/warehouses/{warehouse.id}/shares/{row.id}/revoke",
+        data={"csrf_token": csrf(owner_client)},
+    ).status_code in (200, 302)
     first = last_event_id(db_engine)
     with app.app_context():
-        assert lakekeeper().role_members(role.lakekeeper_role_id) == {lakekeeper_user_id(member.subject)}
+        assert lakekeeper().role_members(role.lakekeeper_role_id) == {
+            lakekeeper_user_id(member.subject)
+        }
         grants.reconcile()
         with pytest.raises(LakekeeperError) as gone:
             lakekeeper().role_members(role.lakekeeper_role_id)
     assert gone.value.status == 404
     assert reload(db_engine, GroupRole, role.id) is None
-    (deleted,) = [e for e in events_since(db_engine, first, "group_role.delete") if e.object_id == str(role.id)]
+    (deleted,) = [
+        e
+        for e in events_since(db_engine, first, "group_role.delete")
+        if e.object_id == str(role.id)
+    ]
     assert json.loads(deleted.detail)["group"] == group
 
     # Shared again: a new role, with the group's member.
-    assert share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 200
+    assert (
+        share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 200
+    )
     with app.app_context():
-        (again,) = {a.role for a in lakekeeper().warehouse_assignments(warehouse.lakekeeper_id) if a.role}
+        (again,) = {
+            a.role for a in lakekeeper().warehouse_assignments(warehouse.lakekeeper_id) if a.role
+        }
         assert again != role.lakekeeper_role_id
         assert lakekeeper().role_members(again) == {lakekeeper_user_id(member.subject)}
 
 
-def test_a_catalog_write_whose_answer_was_lost_is_checked_by_the_worker_soon(team, db_engine, monkeypatch):
+def test_a_catalog_write_whose_answer_was_lost_is_checked_by_the_worker_soon(
+    team, db_engine, monkeypatch
+):
     app, _, people, warehouse = team
     (owner, owner_client), (carol, _) = people["owner"], people["carol"]
     update = LakekeeperClient.update_warehouse_assignments
@@ -186,15 +245,19 @@ def test_a_catalog_write_whose_answer_was_lost_is_checked_by_the_worker_soon(tea
     monkeypatch.undo()
     assert refused.status_code == 422 and shares_in_database(db_engine, warehouse) == []
     found, wanted = catalog_agrees(app, db_engine, warehouse)
-    assert found - wanted == {WarehouseAssignment(r, user=lakekeeper_user_id(carol.subject))
-                              for r in ("describe", "select", "create", "modify")}  # the write that was made
+    assert found - wanted == {
+        WarehouseAssignment(r, user=lakekeeper_user_id(carol.subject))
+        for r in ("describe", "select", "create", "modify")
+    }  # the write that was made
     assert reload(db_engine, Warehouse, warehouse.id).grants_due_at is not None
 
     with app.app_context():
         due = {name: (work, subject) for name, work, subject in grants.pending_work()}
         work, subject = due[f"warehouse-grants:{warehouse.id}"]
         work(subject)
-        assert f"warehouse-grants:{warehouse.id}" not in {name for name, _, _ in grants.pending_work()}
+        assert f"warehouse-grants:{warehouse.id}" not in {
+            name for name, _, _ in grants.pending_work()
+        }
     found, wanted = catalog_agrees(app, db_engine, warehouse)
     assert found == wanted
     assert reload(db_engine, Warehouse, warehouse.id).grants_due_at is None
@@ -206,7 +269,10 @@ def test_a_sign_in_asks_the_catalog_only_about_groups_that_changed(team, db_engi
     owner_client = people["owner"][1]
     groups = [group, *(f"{group}-{n}" for n in range(4))]
     for name in groups:
-        assert share(owner_client, warehouse, kind="group", group=name, level="read").status_code == 200
+        assert (
+            share(owner_client, warehouse, kind="group", group=name, level="read").status_code
+            == 200
+        )
     calls = []
     call = LakekeeperClient._call
 
@@ -221,13 +287,25 @@ def test_a_sign_in_asks_the_catalog_only_about_groups_that_changed(team, db_engi
     me = lakekeeper_user_id(newcomer.subject)
     with app.app_context():
         sharing.sync_memberships(reload(db_engine, type(newcomer), newcomer.id))
-        assert sorted(calls) == ["role_members", "role_members", "update_role_members", "update_role_members"]
+        assert sorted(calls) == [
+            "role_members",
+            "role_members",
+            "update_role_members",
+            "update_role_members",
+        ]
         calls.clear()
-        sharing.sync_memberships(reload(db_engine, type(newcomer), newcomer.id))  # the same groups again
+        sharing.sync_memberships(
+            reload(db_engine, type(newcomer), newcomer.id)
+        )  # the same groups again
         assert calls == []
         newcomer = set_groups(db_engine, newcomer, [groups[0], groups[2], "no-role-for-this-one"])
         sharing.sync_memberships(reload(db_engine, type(newcomer), newcomer.id))
-        assert sorted(calls) == ["role_members", "role_members", "update_role_members", "update_role_members"]
+        assert sorted(calls) == [
+            "role_members",
+            "role_members",
+            "update_role_members",
+            "update_role_members",
+        ]
         monkeypatch.undo()
         inside = {name for name in groups if me in lakekeeper().role_members(role_of[name])}
     assert inside == {groups[0], groups[2]}
@@ -238,17 +316,36 @@ def test_an_assignment_change_over_one_openfga_write_goes_in_turns_deletes_first
 
     from app.lakekeeper.tokens import ClientCredentialsTokenSource
     from tests.lakekeeper_contract import ContractCheckingTransport
-    from tests.test_lakekeeper_client import (BASE_URL, PERMISSIONS_PATH, PROJECT_ID, TOKEN_URL, WAREHOUSE_ID,
-                                              IdentityProvider, ScriptedServer)
+    from tests.test_lakekeeper_client import (
+        BASE_URL,
+        PERMISSIONS_PATH,
+        PROJECT_ID,
+        TOKEN_URL,
+        WAREHOUSE_ID,
+        IdentityProvider,
+        ScriptedServer,
+    )
 
     lakekeeper = ScriptedServer()
     lakekeeper.on("POST", PERMISSIONS_PATH, (204, None))
-    tokens = ClientCredentialsTokenSource(client_id="lakeport-service", client_secret="s", token_url=TOKEN_URL,
-                                          transport=httpx.MockTransport(IdentityProvider()))
-    client = LakekeeperClient(BASE_URL, tokens, project_id=PROJECT_ID,
-                              transport=ContractCheckingTransport(httpx.MockTransport(lakekeeper)))
+    tokens = ClientCredentialsTokenSource(
+        client_id="lakeport-service",
+        client_secret="s",
+        token_url=TOKEN_URL,
+        transport=httpx.MockTransport(IdentityProvider()),
+    )
+    client = LakekeeperClient(
+        BASE_URL,
+        tokens,
+        project_id=PROJECT_ID,
+        transport=ContractCheckingTransport(httpx.MockTransport(lakekeeper)),
+    )
     users = [f"oidc~user-{n:03d}" for n in range(130)]
-    writes = [WarehouseAssignment(relation, user=user) for user in users for relation in ("describe", "select")]
+    writes = [
+        WarehouseAssignment(relation, user=user)
+        for user in users
+        for relation in ("describe", "select")
+    ]
     deletes = [WarehouseAssignment("modify", user=user) for user in users[:30]]
     client.update_warehouse_assignments(WAREHOUSE_ID, writes, deletes)
     bodies = [json.loads(request.content) for request in lakekeeper.calls("POST", PERMISSIONS_PATH)]
@@ -256,13 +353,17 @@ def test_an_assignment_change_over_one_openfga_write_goes_in_turns_deletes_first
     assert len(bodies[0]["deletes"]) == 30 and all(not body["deletes"] for body in bodies[1:])
     assert [a for body in bodies for a in body["writes"]] == [a.to_api() for a in writes]
     lakekeeper.requests.clear()
-    client.update_warehouse_assignments(WAREHOUSE_ID, writes[:2], deletes[:1])  # small: one call, as before
+    client.update_warehouse_assignments(
+        WAREHOUSE_ID, writes[:2], deletes[:1]
+    )  # small: one call, as before
     assert [json.loads(r.content) for r in lakekeeper.requests] == [
-        {"writes": [a.to_api() for a in writes[:2]], "deletes": [deletes[0].to_api()]}]
+        {"writes": [a.to_api() for a in writes[:2]], "deletes": [deletes[0].to_api()]}
+    ]
 
 
 def test_on_sqlite_shares_and_the_worker_check_take_turns_without_waiting_on_each_other(
-        portal_config, lakehouse, tmp_path):
+    portal_config, lakehouse, tmp_path
+):
     """SQLite, the zero-setup default, takes the same path: a change takes the writers' turn, and
     nothing inside it writes in a transaction of its own (that would wait for the turn's end)."""
     from dataclasses import replace
@@ -282,14 +383,23 @@ def test_on_sqlite_shares_and_the_worker_check_take_turns_without_waiting_on_eac
     warehouse = reload(engine, Warehouse, register_warehouse(client, lakehouse, "on-sqlite"))
     started = time.monotonic()
     assert share(client, warehouse, kind="group", group=group, level="write").status_code == 200
-    assert share(client, warehouse, kind="user", email=member.email, level="read").status_code == 200
+    assert (
+        share(client, warehouse, kind="user", email=member.email, level="read").status_code == 200
+    )
     (by_email,) = [row for row in shares_in_database(engine, warehouse) if row.user_id]
-    assert client.post(f"/warehouses/{warehouse.id}/shares/{by_email.id}/revoke", headers={"HX-Request": "true"},
-                       data={"csrf_token": csrf(client)}).status_code == 200
+    assert (
+        client.post(
+            f"/warehouses/{warehouse.id}/shares/{by_email.id}/revoke",
+            headers={"HX-Request": "true"},
+            data={"csrf_token": csrf(client)},
+        ).status_code
+        == 200
+    )
     with app.app_context():
         member_id = lakekeeper_user_id(member.subject)
-        lakekeeper().update_warehouse_assignments(warehouse.lakekeeper_id,
-                                                  writes=[WarehouseAssignment("ownership", user=member_id)])
+        lakekeeper().update_warehouse_assignments(
+            warehouse.lakekeeper_id, writes=[WarehouseAssignment("ownership", user=member_id)]
+        )
         grants.reconcile()
         found = set(lakekeeper().warehouse_assignments(warehouse.lakekeeper_id))
         wanted = set(sharing.catalog_assignments(reload(engine, Warehouse, warehouse.id)))
@@ -299,7 +409,9 @@ def test_on_sqlite_shares_and_the_worker_check_take_turns_without_waiting_on_eac
     engine.dispose()
 
 
-def test_a_groups_role_whose_members_could_not_be_set_is_not_left_in_the_catalog(team, db_engine, monkeypatch):
+def test_a_groups_role_whose_members_could_not_be_set_is_not_left_in_the_catalog(
+    team, db_engine, monkeypatch
+):
     app, _, people, warehouse = team
     owner_client = people["owner"][1]
     group = f"left-behind-{int(time.time() * 1000) % 10**6}"
@@ -308,32 +420,45 @@ def test_a_groups_role_whose_members_could_not_be_set_is_not_left_in_the_catalog
         raise LakekeeperError(503, "ServiceUnavailable", "OpenFGA is away", "update_role_members")
 
     monkeypatch.setattr(LakekeeperClient, "update_role_members", refused)
-    assert share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 422
+    assert (
+        share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 422
+    )
     monkeypatch.undo()
     with app.app_context():
-        names = lakekeeper()._call("list_roles", "GET", "/management/v1/role",
-                                   parse=lambda body: [role["name"] for role in body["roles"]])
+        names = lakekeeper()._call(
+            "list_roles",
+            "GET",
+            "/management/v1/role",
+            parse=lambda body: [role["name"] for role in body["roles"]],
+        )
     assert f"lakeport-group-{group}" not in names
     with Session(db_engine) as db:
         assert db.exec(select(GroupRole).where(GroupRole.group_name == group)).first() is None
     assert shares_in_database(db_engine, warehouse) == []
 
 
-def test_the_worker_repairs_drift_on_its_own_with_its_periodic_pass(team, portal_config, lakehouse, db_engine):
+def test_the_worker_repairs_drift_on_its_own_with_its_periodic_pass(
+    team, portal_config, lakehouse, db_engine
+):
     from dataclasses import replace
 
     from app import create_app
 
     _, _, people, warehouse = team
     carol_id = lakekeeper_user_id(people["carol"][0].subject)
-    app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, GRANTS_RECONCILE_SECONDS=0.5))
+    app = create_app(
+        replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, GRANTS_RECONCILE_SECONDS=0.5)
+    )
     with app.app_context():
-        lakekeeper().update_warehouse_assignments(warehouse.lakekeeper_id,
-                                                  writes=[WarehouseAssignment("ownership", user=carol_id)])
+        lakekeeper().update_warehouse_assignments(
+            warehouse.lakekeeper_id, writes=[WarehouseAssignment("ownership", user=carol_id)]
+        )
     worker = Worker(app).start()
     try:
         deadline = time.monotonic() + 30
-        while "removed ownership for" not in reload(db_engine, Warehouse, warehouse.id).grants_repair:
+        while (
+            "removed ownership for" not in reload(db_engine, Warehouse, warehouse.id).grants_repair
+        ):
             assert time.monotonic() < deadline, "the worker's pass did not repair the grants"
             time.sleep(0.2)
     finally:

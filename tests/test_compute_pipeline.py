@@ -1,5 +1,6 @@
 """Pipelines on a compute unit: real Ray + RayDP + Spark on a two-node local cluster, writing
 through the dev catalog into real SeaweedFS; results checked with an independent pyiceberg client."""
+
 from __future__ import annotations
 
 import re
@@ -39,9 +40,13 @@ def _jwt(exp: float) -> str:
 
 
 def _access(token: str, keys_expire_at: float | None = None) -> CatalogAccess:
-    return CatalogAccess(uri="http://catalog/catalog", warehouse="u1-sales", token=token,
-                         keys=S3Keys(endpoint="http://s3", access_key="AK", secret_key="SK", session_token="ST"),
-                         keys_expire_at=keys_expire_at)
+    return CatalogAccess(
+        uri="http://catalog/catalog",
+        warehouse="u1-sales",
+        token=token,
+        keys=S3Keys(endpoint="http://s3", access_key="AK", secret_key="SK", session_token="ST"),
+        keys_expire_at=keys_expire_at,
+    )
 
 
 def test_a_warehouse_binding_is_reused_until_its_time_runs_short():
@@ -53,7 +58,10 @@ def test_a_warehouse_binding_is_reused_until_its_time_runs_short():
 
     assert first.catalog_name == "wh_3f2a11_v1"
     assert first.conf["spark.sql.catalog.wh_3f2a11_v1.type"] == "rest"
-    assert first.conf["spark.sql.catalog.wh_3f2a11_v1.header.X-Iceberg-Access-Delegation"] == "vended-credentials"
+    assert (
+        first.conf["spark.sql.catalog.wh_3f2a11_v1.header.X-Iceberg-Access-Delegation"]
+        == "vended-credentials"
+    )
     assert first.conf["spark.sql.catalog.wh_3f2a11_v1.hadoop.fs.s3a.session.token"] == "ST"
     assert first.expires_at == now[0] + 1800  # the keys expire before the token
     assert cache.binding("3f2a-11", _access(_jwt(now[0] + 7200))) is first
@@ -63,7 +71,10 @@ def test_a_warehouse_binding_is_reused_until_its_time_runs_short():
     assert cache.current("3f2a-11") is None
     second = cache.binding("3f2a-11", _access(_jwt(now[0] + 3600)))
     assert second.catalog_name == "wh_3f2a11_v2"
-    assert first.conf["spark.sql.catalog.wh_3f2a11_v1.token"] != second.conf["spark.sql.catalog.wh_3f2a11_v2.token"]
+    assert (
+        first.conf["spark.sql.catalog.wh_3f2a11_v1.token"]
+        != second.conf["spark.sql.catalog.wh_3f2a11_v2.token"]
+    )
 
 
 def test_concurrent_executions_for_one_warehouse_share_one_binding():
@@ -90,22 +101,40 @@ def test_an_opaque_token_gets_a_binding_of_its_own():
 
 
 def test_catalog_access_takes_the_keys_a_catalog_vended_with_a_table():
-    vended = {"s3.access-key-id": "AK", "s3.secret-access-key": "SK", "s3.session-token": "ST",
-              "s3.endpoint": "http://s3", "s3.path-style-access": "false",
-              "s3.session-token-expires-at-ms": "1700000000500"}
+    vended = {
+        "s3.access-key-id": "AK",
+        "s3.secret-access-key": "SK",
+        "s3.session-token": "ST",
+        "s3.endpoint": "http://s3",
+        "s3.path-style-access": "false",
+        "s3.session-token-expires-at-ms": "1700000000500",
+    }
     access = CatalogAccess.vended("http://catalog/catalog", "u1-sales", "tok", vended)
 
-    assert access.keys == S3Keys(endpoint="http://s3", access_key="AK", secret_key="SK", session_token="ST",
-                                 path_style=False)
+    assert access.keys == S3Keys(
+        endpoint="http://s3", access_key="AK", secret_key="SK", session_token="ST", path_style=False
+    )
     assert access.keys_expire_at == 1_700_000_000.5
-    assert (access.uri, access.warehouse, access.token) == ("http://catalog/catalog", "u1-sales", "tok")
-    assert CatalogAccess.vended("u", "w", "t", {"s3.access-key-id": "AK"}) is None  # no secret: nothing vended
-    assert CatalogAccess.vended("u", "w", "t", {k: vended[k] for k in ("s3.access-key-id", "s3.secret-access-key")}
-                                ).keys_expire_at is None
+    assert (access.uri, access.warehouse, access.token) == (
+        "http://catalog/catalog",
+        "u1-sales",
+        "tok",
+    )
+    assert (
+        CatalogAccess.vended("u", "w", "t", {"s3.access-key-id": "AK"}) is None
+    )  # no secret: nothing vended
+    assert (
+        CatalogAccess.vended(
+            "u", "w", "t", {k: vended[k] for k in ("s3.access-key-id", "s3.secret-access-key")}
+        ).keys_expire_at
+        is None
+    )
 
 
 def test_a_spec_with_bad_steps_is_refused_with_the_reason():
-    base = spec_for({"lakekeeper_name": "w", "lakekeeper_id": "id"}, "tok", [step("a", "SELECT 1")], "http://c")
+    base = spec_for(
+        {"lakekeeper_name": "w", "lakekeeper_id": "id"}, "tok", [step("a", "SELECT 1")], "http://c"
+    )
     assert ExecutionSpec.from_json(base).steps[0].name == "a"
     for steps, reason in (
         ([], "no steps"),
@@ -124,9 +153,17 @@ def test_a_spec_with_bad_steps_is_refused_with_the_reason():
 # ------------------------------------------------------------------ on a compute unit
 @pytest.fixture(scope="module")
 def host(lakehouse):
-    backend = LocalClusterBackend(endpoints=allowed_endpoints(lakehouse.catalog_url, lakehouse.cu_allowed_endpoints))
+    backend = LocalClusterBackend(
+        endpoints=allowed_endpoints(lakehouse.catalog_url, lakehouse.cu_allowed_endpoints)
+    )
     handle = backend.start(
-        ClusterSpec(cu_id="test-pipeline", name="pipeline", cpus_per_node=1, memory_gb_per_node=3, worker_nodes=1)
+        ClusterSpec(
+            cu_id="test-pipeline",
+            name="pipeline",
+            cpus_per_node=1,
+            memory_gb_per_node=3,
+            worker_nodes=1,
+        )
     )
     client = SparkHostClient(with_spark_host_secret(handle, "test-portal-key"), timeout=30)
     try:
@@ -140,8 +177,11 @@ def host(lakehouse):
 
 @pytest.fixture(scope="module")
 def catalog_admin(lakehouse):
-    tokens = ClientCredentialsTokenSource(client_id=SERVICE_CLIENT_ID, issuer=lakehouse.oidc.issuer,
-                                          client_secret=lakehouse.oidc.service_client_secret)
+    tokens = ClientCredentialsTokenSource(
+        client_id=SERVICE_CLIENT_ID,
+        issuer=lakehouse.oidc.issuer,
+        client_secret=lakehouse.oidc.service_client_secret,
+    )
     with tokens, LakekeeperClient(lakehouse.catalog_url, tokens) as client:
         yield client
 
@@ -150,8 +190,14 @@ def _register(catalog_admin, lakehouse, name: str) -> dict:
     keys = TEST_USER_KEYS["alice"]
     info = catalog_admin.create_warehouse(
         f"u1-{name}-{secrets.token_hex(3)}",
-        S3StorageProfile(bucket=keys.bucket, region="us-east-1", key_prefix=f"pipeline/{name}-{secrets.token_hex(3)}",
-                         endpoint=lakehouse.s3_endpoint, path_style_access=True, flavor="s3-compat"),
+        S3StorageProfile(
+            bucket=keys.bucket,
+            region="us-east-1",
+            key_prefix=f"pipeline/{name}-{secrets.token_hex(3)}",
+            endpoint=lakehouse.s3_endpoint,
+            path_style_access=True,
+            flavor="s3-compat",
+        ),
         S3AccessKeyCredential(keys.access_key_id, keys.secret_access_key),
     )
     return {"id": 1, "name": name, "lakekeeper_name": info.name, "lakekeeper_id": info.id}
@@ -160,41 +206,66 @@ def _register(catalog_admin, lakehouse, name: str) -> dict:
 @pytest.fixture(scope="module")
 def warehouses(catalog_admin, lakehouse):
     """Two of alice's warehouses; the first holds `datasets.orders`."""
-    first, second = _register(catalog_admin, lakehouse, "sales"), _register(catalog_admin, lakehouse, "lab")
+    first, second = (
+        _register(catalog_admin, lakehouse, "sales"),
+        _register(catalog_admin, lakehouse, "lab"),
+    )
     orders = reader(lakehouse, first)
     orders.create_namespace("datasets")
-    orders.create_table("datasets.orders", schema=pa.schema([("id", pa.int64()), ("amount", pa.int64())])).append(
-        pa.table({"id": [1, 2, 3, 4], "amount": [5, 20, 7, 40]}))
+    orders.create_table(
+        "datasets.orders", schema=pa.schema([("id", pa.int64()), ("amount", pa.int64())])
+    ).append(pa.table({"id": [1, 2, 3, 4], "amount": [5, 20, 7, 40]}))
     return first, second
 
 
 def reader(lakehouse, warehouse: dict):
     """An independent pyiceberg client on the warehouse."""
-    return load_catalog(f"reader-{secrets.token_hex(3)}", type="rest", uri=f"{lakehouse.catalog_url}/catalog",
-                        warehouse=warehouse["lakekeeper_name"], token=lakehouse.service_token(),
-                        **{"header.X-Iceberg-Access-Delegation": "vended-credentials"})
+    return load_catalog(
+        f"reader-{secrets.token_hex(3)}",
+        type="rest",
+        uri=f"{lakehouse.catalog_url}/catalog",
+        warehouse=warehouse["lakekeeper_name"],
+        token=lakehouse.service_token(),
+        **{"header.X-Iceberg-Access-Delegation": "vended-credentials"},
+    )
 
 
 def step(name: str, code: str, kind: str = "sql", output: bool = False) -> dict:
     return {"name": name, "kind": kind, "code": code, "output": output}
 
 
-def spec_for(warehouse: dict, token: str, steps: list[dict], catalog_uri: str, execution_id: int | None = None):
+def spec_for(
+    warehouse: dict,
+    token: str,
+    steps: list[dict],
+    catalog_uri: str,
+    execution_id: int | None = None,
+):
     return {
         "execution_id": execution_id if execution_id is not None else next(_execution_ids),
         "workflow": {"id": 7, "name": "sales", "version": 3},
         "user": {"id": 1, "email": "alice@example.test"},
         "compute_unit": {"id": 5, "name": "cu-a"},
-        "warehouse": {"id": warehouse.get("id", 1), "name": warehouse.get("name", "w"),
-                      "lakekeeper_id": warehouse["lakekeeper_id"]},
-        "catalog": {"uri": catalog_uri, "warehouse": warehouse["lakekeeper_name"], "token": token,
-                    "access_delegation": "vended-credentials"},
+        "warehouse": {
+            "id": warehouse.get("id", 1),
+            "name": warehouse.get("name", "w"),
+            "lakekeeper_id": warehouse["lakekeeper_id"],
+        },
+        "catalog": {
+            "uri": catalog_uri,
+            "warehouse": warehouse["lakekeeper_name"],
+            "token": token,
+            "access_delegation": "vended-credentials",
+        },
         "steps": steps,
     }
 
 
 def submit(host, lakehouse, warehouse: dict, steps: list[dict], **overrides) -> tuple[str, dict]:
-    spec = {**spec_for(warehouse, lakehouse.service_token(), steps, f"{lakehouse.catalog_url}/catalog"), **overrides}
+    spec = {
+        **spec_for(warehouse, lakehouse.service_token(), steps, f"{lakehouse.catalog_url}/catalog"),
+        **overrides,
+    }
     return host.submit(SUBMIT_CODE, spec, name=f"execution-{spec['execution_id']}")["run_id"], spec
 
 
@@ -207,8 +278,12 @@ def table_names(catalog, namespace: str) -> set[str]:
 
 TWO_STEPS = [
     step("orders", "SELECT * FROM datasets.orders"),
-    step("big", "def run(spark, orders):\n    print('keeping big orders')\n    return orders.where('amount > 10')",
-         kind="python", output=True),
+    step(
+        "big",
+        "def run(spark, orders):\n    print('keeping big orders')\n    return orders.where('amount > 10')",
+        kind="python",
+        output=True,
+    ),
 ]
 
 
@@ -222,18 +297,29 @@ def test_a_two_step_pipeline_writes_results_stats_and_logs(host, lakehouse, ware
     assert run["result"]["outputs"] == {"big": f"results.e{execution}_big"}
     assert run["result"]["rows"] == {"big": 2}
     assert [(s["name"], s["state"], s["rows_out"]) for s in run["progress"]["steps"]] == [
-        ("orders", "done", None), ("big", "done", 2)]
-    assert any(line["message"] == "keeping big orders" and line["step"] == "big" for line in run["progress"]["logs"])
+        ("orders", "done", None),
+        ("big", "done", 2),
+    ]
+    assert any(
+        line["message"] == "keeping big orders" and line["step"] == "big"
+        for line in run["progress"]["logs"]
+    )
 
     catalog = reader(lakehouse, warehouse)
     expected = {
-        "lakeport.execution-id": str(execution), "lakeport.workflow-id": "7", "lakeport.workflow-name": "sales",
-        "lakeport.workflow-version": "3", "lakeport.user": "alice@example.test", "lakeport.compute-unit": "cu-a",
+        "lakeport.execution-id": str(execution),
+        "lakeport.workflow-id": "7",
+        "lakeport.workflow-name": "sales",
+        "lakeport.workflow-version": "3",
+        "lakeport.user": "alice@example.test",
+        "lakeport.compute-unit": "cu-a",
         "lakeport.status": "complete",
     }
     result = catalog.load_table(f"results.e{execution}_big")
     assert sorted(result.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
-        {"id": 2, "amount": 20}, {"id": 4, "amount": 40}]
+        {"id": 2, "amount": 20},
+        {"id": 4, "amount": 40},
+    ]
     stats = catalog.load_table(f"runtime_stats.e{execution}")
     logs = catalog.load_table(f"console_logs.e{execution}")
     for table in (result, stats, logs):
@@ -247,58 +333,111 @@ def test_a_two_step_pipeline_writes_results_stats_and_logs(host, lakehouse, ware
     assert '"stage_id"' in by_step["big"]["spark_stages"]
     messages = logs.scan().to_arrow().to_pylist()
     assert {"level": "INFO", "step": "big", "message": "keeping big orders"} in [
-        {key: line[key] for key in ("level", "step", "message")} for line in messages]
+        {key: line[key] for key in ("level", "step", "message")} for line in messages
+    ]
 
 
 def test_what_a_run_leaves_in_its_session_never_reaches_the_next_run(host, lakehouse, warehouses):
     """Each run gets a session of its own (one made ahead after the run before): a temporary
     view, a setting and the current namespace a run leaves behind are not the next run's."""
-    leaving = [step("left", "def run(spark):\n    spark.sql('CREATE TEMPORARY VIEW leftover AS SELECT 1 AS x')\n"
-                            "    spark.conf.set('spark.sql.shuffle.partitions', '3')\n"
-                            "    spark.sql('USE datasets')\n    return spark.range(1)", kind="python", output=True)]
-    looking = [step("seen", "def run(spark):\n"
-                            "    return spark.createDataFrame([(str(spark.catalog.tableExists('leftover')), "
-                            "spark.conf.get('spark.sql.shuffle.partitions'), spark.catalog.currentDatabase())], "
-                            "'leftover string, partitions string, database string')",
-                    kind="python", output=True)]
-    for steps in (leaving, looking, looking):  # the third takes a spare made after a run like itself
+    leaving = [
+        step(
+            "left",
+            "def run(spark):\n    spark.sql('CREATE TEMPORARY VIEW leftover AS SELECT 1 AS x')\n"
+            "    spark.conf.set('spark.sql.shuffle.partitions', '3')\n"
+            "    spark.sql('USE datasets')\n    return spark.range(1)",
+            kind="python",
+            output=True,
+        )
+    ]
+    looking = [
+        step(
+            "seen",
+            "def run(spark):\n"
+            "    return spark.createDataFrame([(str(spark.catalog.tableExists('leftover')), "
+            "spark.conf.get('spark.sql.shuffle.partitions'), spark.catalog.currentDatabase())], "
+            "'leftover string, partitions string, database string')",
+            kind="python",
+            output=True,
+        )
+    ]
+    for steps in (
+        leaving,
+        looking,
+        looking,
+    ):  # the third takes a spare made after a run like itself
         run_id, spec = submit(host, lakehouse, warehouses[0], steps)
         run = host.wait(run_id, timeout_s=180)
         assert run["state"] == "COMPLETED", run["error"]
-    seen = reader(lakehouse, warehouses[0]).load_table(f"results.e{spec['execution_id']}_seen").scan().to_arrow()
-    assert seen.to_pylist() == [{"leftover": "False", "partitions": host_partitions(host),
-                                 "database": seen["database"][0].as_py()}]
+    seen = (
+        reader(lakehouse, warehouses[0])
+        .load_table(f"results.e{spec['execution_id']}_seen")
+        .scan()
+        .to_arrow()
+    )
+    assert seen.to_pylist() == [
+        {
+            "leftover": "False",
+            "partitions": host_partitions(host),
+            "database": seen["database"][0].as_py(),
+        }
+    ]
     assert seen["database"][0].as_py() != "datasets"
 
 
 def host_partitions(host) -> str:
-    run_id = host.submit("result = spark.conf.get('spark.sql.shuffle.partitions')", {}, name="partitions")["run_id"]
+    run_id = host.submit(
+        "result = spark.conf.get('spark.sql.shuffle.partitions')", {}, name="partitions"
+    )["run_id"]
     return host.wait(run_id, timeout_s=60)["result"]
 
 
 def test_two_executions_at_once_land_each_in_its_own_warehouse(host, lakehouse, warehouses):
     runs = []
     for warehouse in warehouses:
-        steps = [step("tagged", f"SELECT '{warehouse['name']}' AS warehouse, id FROM range(3)", output=True)]
+        steps = [
+            step(
+                "tagged",
+                f"SELECT '{warehouse['name']}' AS warehouse, id FROM range(3)",
+                output=True,
+            )
+        ]
         runs.append(submit(host, lakehouse, warehouse, steps))
     finished = [host.wait(run_id, timeout_s=180) for run_id, _ in runs]
 
-    assert [run["state"] for run in finished] == ["COMPLETED", "COMPLETED"], [run["error"] for run in finished]
+    assert [run["state"] for run in finished] == ["COMPLETED", "COMPLETED"], [
+        run["error"] for run in finished
+    ]
     for (run_id, spec), warehouse, other in zip(runs, warehouses, reversed(warehouses)):
         table = f"e{spec['execution_id']}_tagged"
-        rows = reader(lakehouse, warehouse).load_table(f"results.{table}").scan().to_arrow().to_pylist()
-        assert sorted(rows, key=lambda r: r["id"]) == [{"warehouse": warehouse["name"], "id": i} for i in range(3)]
+        rows = (
+            reader(lakehouse, warehouse)
+            .load_table(f"results.{table}")
+            .scan()
+            .to_arrow()
+            .to_pylist()
+        )
+        assert sorted(rows, key=lambda r: r["id"]) == [
+            {"warehouse": warehouse["name"], "id": i} for i in range(3)
+        ]
         assert table not in table_names(reader(lakehouse, other), "results")
-        assert f"e{spec['execution_id']}" not in table_names(reader(lakehouse, other), "console_logs")
+        assert f"e{spec['execution_id']}" not in table_names(
+            reader(lakehouse, other), "console_logs"
+        )
 
 
 def test_cancel_mid_run_drops_results_and_records_what_happened(host, lakehouse, warehouses):
     warehouse = warehouses[0]
     steps = [
         step("first", "SELECT id FROM range(5)", output=True),
-        step("slow", "import time\n\ndef run(spark, first):\n"
-                     "    spark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(120)).count()\n"
-                     "    return first", kind="python", output=True),
+        step(
+            "slow",
+            "import time\n\ndef run(spark, first):\n"
+            "    spark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(120)).count()\n"
+            "    return first",
+            kind="python",
+            output=True,
+        ),
         step("never", "SELECT * FROM slow"),
     ]
     run_id, spec = submit(host, lakehouse, warehouse, steps)
@@ -321,8 +460,14 @@ def test_cancel_mid_run_drops_results_and_records_what_happened(host, lakehouse,
     stats = catalog.load_table(f"runtime_stats.e{execution}")
     assert stats.properties["lakeport.status"] == "cancelled"
     assert {row["step"]: row["status"] for row in stats.scan().to_arrow().to_pylist()} == {
-        "first": "done", "slow": "cancelled", "never": "cancelled"}
-    assert catalog.load_table(f"console_logs.e{execution}").properties["lakeport.status"] == "cancelled"
+        "first": "done",
+        "slow": "cancelled",
+        "never": "cancelled",
+    }
+    assert (
+        catalog.load_table(f"console_logs.e{execution}").properties["lakeport.status"]
+        == "cancelled"
+    )
 
 
 def wait_for_step(host, run_id: str, position: int, timeout_s: float = 120.0) -> None:
@@ -331,7 +476,11 @@ def wait_for_step(host, run_id: str, position: int, timeout_s: float = 120.0) ->
     while True:
         run = host.run(run_id)
         states = [s["state"] for s in run["progress"]["steps"]]
-        if states[position:position + 1] == ["running"] or run["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
+        if states[position : position + 1] == ["running"] or run["state"] in (
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+        ):
             return
         assert time.monotonic() < deadline, run
         time.sleep(0.02)
@@ -343,18 +492,26 @@ def statuses(catalog, execution: int) -> dict[str, str]:
     for namespace in ("results", "runtime_stats", "console_logs"):
         for name in table_names(catalog, namespace):
             if name == f"e{execution}" or name.startswith(f"e{execution}_"):
-                found[f"{namespace}.{name}"] = catalog.load_table(f"{namespace}.{name}").properties["lakeport.status"]
+                found[f"{namespace}.{name}"] = catalog.load_table(f"{namespace}.{name}").properties[
+                    "lakeport.status"
+                ]
     return found
 
 
 LAST_STEP_WRITES = [
     step("first", "SELECT id FROM range(3)", output=True),
-    step("last", "def run(spark, first):\n    return first.selectExpr('id * 2 AS twice')", kind="python",
-         output=True),
+    step(
+        "last",
+        "def run(spark, first):\n    return first.selectExpr('id * 2 AS twice')",
+        kind="python",
+        output=True,
+    ),
 ]
 
 
-def test_a_cancel_during_the_last_step_never_leaves_a_table_marked_complete(host, lakehouse, warehouses):
+def test_a_cancel_during_the_last_step_never_leaves_a_table_marked_complete(
+    host, lakehouse, warehouses
+):
     """Cancels land at ten moments of the last step (its write, its end, the marking): whichever
     wins, the run's final state and its tables agree, every time."""
     warehouse, ends = warehouses[1], []
@@ -369,12 +526,18 @@ def test_a_cancel_during_the_last_step_never_leaves_a_table_marked_complete(host
         ends.append(run["state"])
         left = statuses(catalog, execution)
         if run["state"] == "COMPLETED":
-            assert left == {f"results.e{execution}_first": "complete", f"results.e{execution}_last": "complete",
-                            f"runtime_stats.e{execution}": "complete", f"console_logs.e{execution}": "complete"}
+            assert left == {
+                f"results.e{execution}_first": "complete",
+                f"results.e{execution}_last": "complete",
+                f"runtime_stats.e{execution}": "complete",
+                f"console_logs.e{execution}": "complete",
+            }
         else:
             assert run["state"] == "CANCELLED", (attempt, run["error"])
-            assert left == {f"runtime_stats.e{execution}": "cancelled", f"console_logs.e{execution}": "cancelled"}, \
-                attempt
+            assert left == {
+                f"runtime_stats.e{execution}": "cancelled",
+                f"console_logs.e{execution}": "cancelled",
+            }, attempt
     print(f"\ncancel during the last step on the unit, 10 runs: {ends}")
     assert "CANCELLED" in ends, ends  # the cancels did land during the run
 
@@ -387,12 +550,22 @@ def test_tables_committed_together_change_all_or_none(lakehouse, warehouses):
 
     from compute.iceberg_rest import commit_together, rest_catalog
 
-    catalog = rest_catalog("together", f"{lakehouse.catalog_url}/catalog", warehouses[1]["lakekeeper_name"],
-                           lakehouse.service_token())
+    catalog = rest_catalog(
+        "together",
+        f"{lakehouse.catalog_url}/catalog",
+        warehouses[1]["lakekeeper_name"],
+        lakehouse.service_token(),
+    )
     catalog.create_namespace_if_not_exists("together")
     schema = pa.schema([("n", pa.int64())])
-    first, second = (catalog.create_table(f"together.t{secrets.token_hex(3)}", schema=schema,
-                                          properties={"lakeport.status": "running"}) for _ in range(2))
+    first, second = (
+        catalog.create_table(
+            f"together.t{secrets.token_hex(3)}",
+            schema=schema,
+            properties={"lakeport.status": "running"},
+        )
+        for _ in range(2)
+    )
 
     def staged(table, broken: bool = False):
         transaction = table.transaction()
@@ -415,22 +588,34 @@ def test_tables_committed_together_change_all_or_none(lakehouse, warehouses):
         assert sorted(done.scan().to_arrow()["n"].to_pylist()) == [1, 2]
 
 
-def test_a_transaction_that_works_out_its_metadata_once_stages_and_commits_the_same(lakehouse, warehouses):
+def test_a_transaction_that_works_out_its_metadata_once_stages_and_commits_the_same(
+    lakehouse, warehouses
+):
     """MetadataOnceTransaction (a run's records and marks) computes the staged metadata once per
     change, not on every read, and still sees each change it stages."""
     from compute.iceberg_rest import MetadataOnceTransaction, commit_together, rest_catalog
 
-    catalog = rest_catalog("once", f"{lakehouse.catalog_url}/catalog", warehouses[1]["lakekeeper_name"],
-                           lakehouse.service_token())
+    catalog = rest_catalog(
+        "once",
+        f"{lakehouse.catalog_url}/catalog",
+        warehouses[1]["lakekeeper_name"],
+        lakehouse.service_token(),
+    )
     catalog.create_namespace_if_not_exists("together")
     schema = pa.schema([("n", pa.int64())])
-    table = catalog.create_table(f"together.once{secrets.token_hex(3)}", schema=schema,
-                                 properties={"lakeport.status": "running"})
+    table = catalog.create_table(
+        f"together.once{secrets.token_hex(3)}",
+        schema=schema,
+        properties={"lakeport.status": "running"},
+    )
     transaction = MetadataOnceTransaction(table)
     assert transaction.table_metadata is transaction.table_metadata
     transaction.append(pa.table({"n": [4, 5, 6]}, schema=schema))
     appended = transaction.table_metadata
-    assert appended.current_snapshot() is not None and appended.properties["lakeport.status"] == "running"
+    assert (
+        appended.current_snapshot() is not None
+        and appended.properties["lakeport.status"] == "running"
+    )
     transaction.set_properties({"lakeport.status": "complete"})
     assert transaction.table_metadata.properties["lakeport.status"] == "complete"
     commit_together(catalog, [transaction])
@@ -439,36 +624,58 @@ def test_a_transaction_that_works_out_its_metadata_once_stages_and_commits_the_s
     assert sorted(done.scan().to_arrow()["n"].to_pylist()) == [4, 5, 6]
 
 
-def test_a_run_whose_records_cannot_be_written_never_marks_its_result_complete(host, lakehouse, warehouses):
+def test_a_run_whose_records_cannot_be_written_never_marks_its_result_complete(
+    host, lakehouse, warehouses
+):
     """Marking the results complete and writing the records are one commit: user code that
     drops its own runtime_stats table leaves a FAILED run that says why, with no table saying
     complete."""
     warehouse, execution = warehouses[1], next(_execution_ids)
     records = f"runtime_stats.e{execution}"
-    dropping = [step("out", "import time\n\ndef run(spark):\n"
-                            f"    while not spark.catalog.tableExists('{records}'):\n        time.sleep(0.05)\n"
-                            f"    spark.sql('DROP TABLE {records}')\n    return spark.range(3)",
-                     kind="python", output=True)]
+    dropping = [
+        step(
+            "out",
+            "import time\n\ndef run(spark):\n"
+            f"    while not spark.catalog.tableExists('{records}'):\n        time.sleep(0.05)\n"
+            f"    spark.sql('DROP TABLE {records}')\n    return spark.range(3)",
+            kind="python",
+            output=True,
+        )
+    ]
     run_id, _ = submit(host, lakehouse, warehouse, dropping, execution_id=execution)
     run = host.wait(run_id, timeout_s=120)
 
     assert run["state"] == "FAILED"
-    assert "could not be marked complete together with its runtime stats and console logs" in run["error"]
+    assert (
+        "could not be marked complete together with its runtime stats and console logs"
+        in run["error"]
+    )
     catalog = reader(lakehouse, warehouse)
     assert f"e{execution}_out" not in table_names(catalog, "results")
     assert "complete" not in statuses(catalog, execution).values()
 
 
-@pytest.mark.parametrize("code", [
-    "import time\n\ndef run(spark):\n    time.sleep(60)\n    return spark.range(1)",
-    # Pure Python that swallows every Exception: only an interruption it cannot catch stops it.
-    "def run(spark):\n    n = 0\n    while True:\n        try:\n            n += 1\n"
-    "        except Exception:\n            pass",
-], ids=["sleep", "loop"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import time\n\ndef run(spark):\n    time.sleep(60)\n    return spark.range(1)",
+        # Pure Python that swallows every Exception: only an interruption it cannot catch stops it.
+        "def run(spark):\n    n = 0\n    while True:\n        try:\n            n += 1\n"
+        "        except Exception:\n            pass",
+    ],
+    ids=["sleep", "loop"],
+)
 def test_cancel_interrupts_a_python_step_within_seconds(host, lakehouse, warehouses, code):
     warehouse = warehouses[1]
-    run_id, spec = submit(host, lakehouse, warehouse, [step("first", "SELECT 1 AS n", output=True),
-                                                       step("busy", code, kind="python", output=True)])
+    run_id, spec = submit(
+        host,
+        lakehouse,
+        warehouse,
+        [
+            step("first", "SELECT 1 AS n", output=True),
+            step("busy", code, kind="python", output=True),
+        ],
+    )
     wait_for_step(host, run_id, 1)
     time.sleep(1)
     cancelled_at = time.monotonic()
@@ -480,7 +687,9 @@ def test_cancel_interrupts_a_python_step_within_seconds(host, lakehouse, warehou
     assert [s["state"] for s in run["progress"]["steps"]] == ["done", "cancelled"]
     # The clean-up ran: no result kept, the record says cancelled.
     assert statuses(reader(lakehouse, warehouse), spec["execution_id"]) == {
-        f"runtime_stats.e{spec['execution_id']}": "cancelled", f"console_logs.e{spec['execution_id']}": "cancelled"}
+        f"runtime_stats.e{spec['execution_id']}": "cancelled",
+        f"console_logs.e{spec['execution_id']}": "cancelled",
+    }
     # The host's Spark session still serves the next run.
     after, _ = submit(host, lakehouse, warehouse, [step("after", "SELECT 2 AS n", output=True)])
     assert host.wait(after, timeout_s=60)["state"] == "COMPLETED"
@@ -490,7 +699,11 @@ def test_a_step_that_raises_fails_the_execution_with_its_reason(host, lakehouse,
     warehouse = warehouses[1]
     steps = [
         step("first", "SELECT 1 AS n", output=True),
-        step("broken", "def run(spark, first):\n    raise ValueError('the numbers do not add up')", kind="python"),
+        step(
+            "broken",
+            "def run(spark, first):\n    raise ValueError('the numbers do not add up')",
+            kind="python",
+        ),
     ]
     run_id, spec = submit(host, lakehouse, warehouse, steps)
     run = host.wait(run_id, timeout_s=120)
@@ -510,8 +723,11 @@ def test_a_step_that_raises_fails_the_execution_with_its_reason(host, lakehouse,
 
 def test_syntax_errors_are_reported_per_step_before_anything_runs(host, lakehouse, warehouses):
     warehouse = warehouses[1]
-    steps = [step("fine", "SELECT 1 AS n"), step("typo", "SELEC 1"),
-             step("py", "def run(spark:\n    return spark.range(1)", kind="python")]
+    steps = [
+        step("fine", "SELECT 1 AS n"),
+        step("typo", "SELEC 1"),
+        step("py", "def run(spark:\n    return spark.range(1)", kind="python"),
+    ]
     run_id, spec = submit(host, lakehouse, warehouse, steps)
     run = host.wait(run_id, timeout_s=60)
 
@@ -519,26 +735,44 @@ def test_syntax_errors_are_reported_per_step_before_anything_runs(host, lakehous
     assert "step 'typo'" in run["error"] and "PARSE_SYNTAX_ERROR" in run["error"]
     assert "step 'py': syntax error at line 1" in run["error"]
     assert [s["state"] for s in run["progress"]["steps"]] == ["pending", "failed", "failed"]
-    assert f"e{spec['execution_id']}" not in table_names(reader(lakehouse, warehouse), "console_logs")
+    assert f"e{spec['execution_id']}" not in table_names(
+        reader(lakehouse, warehouse), "console_logs"
+    )
 
 
-def test_a_missing_warehouse_or_an_unreachable_catalog_fails_with_the_reason(host, lakehouse, warehouses,
-                                                                              closed_port):
+def test_a_missing_warehouse_or_an_unreachable_catalog_fails_with_the_reason(
+    host, lakehouse, warehouses, closed_port
+):
     steps = [step("one", "SELECT 1 AS n", output=True)]
     missing = {**warehouses[0], "lakekeeper_name": "u1-no-such-warehouse"}
     run_id, _ = submit(host, lakehouse, missing, steps)
-    unreachable_id, _ = submit(host, lakehouse, warehouses[0], steps, catalog={
-        "uri": f"http://127.0.0.1:{closed_port}/catalog", "warehouse": warehouses[0]["lakekeeper_name"],
-        "token": lakehouse.service_token(), "access_delegation": "vended-credentials"})
+    unreachable_id, _ = submit(
+        host,
+        lakehouse,
+        warehouses[0],
+        steps,
+        catalog={
+            "uri": f"http://127.0.0.1:{closed_port}/catalog",
+            "warehouse": warehouses[0]["lakekeeper_name"],
+            "token": lakehouse.service_token(),
+            "access_delegation": "vended-credentials",
+        },
+    )
 
     run, unreachable = host.wait(run_id, timeout_s=60), host.wait(unreachable_id, timeout_s=60)
 
-    assert run["state"] == "FAILED" and run["error"].startswith("warehouse not found: u1-no-such-warehouse")
+    assert run["state"] == "FAILED" and run["error"].startswith(
+        "warehouse not found: u1-no-such-warehouse"
+    )
     assert unreachable["state"] == "FAILED"
-    assert unreachable["error"].startswith("the catalog (Lakekeeper) is unreachable at http://127.0.0.1:")
+    assert unreachable["error"].startswith(
+        "the catalog (Lakekeeper) is unreachable at http://127.0.0.1:"
+    )
 
 
-def test_no_step_runs_before_the_catalog_has_accepted_the_runs_own_token(host, lakehouse, warehouses):
+def test_no_step_runs_before_the_catalog_has_accepted_the_runs_own_token(
+    host, lakehouse, warehouses
+):
     """The catalog is bound in the background while the run's session opens, and that session may
     carry the warehouse's binding an earlier run made, with the earlier run's token. A run whose
     own token the catalog refuses must fail before its code runs: else it would act through
@@ -547,17 +781,32 @@ def test_no_step_runs_before_the_catalog_has_accepted_the_runs_own_token(host, l
     earlier, _ = submit(host, lakehouse, warehouse, [step("one", "SELECT 1 AS n", output=True)])
     assert host.wait(earlier, timeout_s=120)["state"] == "COMPLETED"  # the unit now holds a binding
     evidence = f"evidence_{secrets.token_hex(3)}"
-    acting = step("act", f"def run(spark):\n    spark.sql('CREATE TABLE results.{evidence} (n INT)')\n"
-                         "    return spark.range(1)", kind="python")
+    acting = step(
+        "act",
+        f"def run(spark):\n    spark.sql('CREATE TABLE results.{evidence} (n INT)')\n"
+        "    return spark.range(1)",
+        kind="python",
+    )
 
-    run_id, _ = submit(host, lakehouse, warehouse, [acting], catalog={
-        "uri": f"{lakehouse.catalog_url}/catalog", "warehouse": warehouse["lakekeeper_name"],
-        "token": "not-a-token-the-catalog-issued", "access_delegation": "vended-credentials"})
+    run_id, _ = submit(
+        host,
+        lakehouse,
+        warehouse,
+        [acting],
+        catalog={
+            "uri": f"{lakehouse.catalog_url}/catalog",
+            "warehouse": warehouse["lakekeeper_name"],
+            "token": "not-a-token-the-catalog-issued",
+            "access_delegation": "vended-credentials",
+        },
+    )
     run = host.wait(run_id, timeout_s=60)
 
     assert run["state"] == "FAILED"
-    assert run["error"].startswith(f"the catalog refused the execution's access to warehouse "
-                                   f"{warehouse['lakekeeper_name']}: HTTP 401"), run["error"]
+    assert run["error"].startswith(
+        f"the catalog refused the execution's access to warehouse "
+        f"{warehouse['lakekeeper_name']}: HTTP 401"
+    ), run["error"]
     assert [s["state"] for s in run["progress"]["steps"]] == ["pending"]
     assert evidence not in table_names(reader(lakehouse, warehouse), "results")
 
@@ -595,15 +844,23 @@ def test_each_set_of_storage_credentials_is_the_one_its_reads_and_writes_use(hos
     another in the same bucket. Here a wrong secret after a right one is refused (with Hadoop's
     cache it would have written with the right one), and the right one still works."""
     keys = TEST_USER_KEYS["alice"]
-    run = host.submit(KEYED_S3A_CODE, {
-        "endpoint": lakehouse.s3_endpoint, "access_key": keys.access_key_id, "secret": keys.secret_access_key,
-        "base": f"s3://{keys.bucket}/tests/keyed-s3a-{secrets.token_hex(3)}"})
+    run = host.submit(
+        KEYED_S3A_CODE,
+        {
+            "endpoint": lakehouse.s3_endpoint,
+            "access_key": keys.access_key_id,
+            "secret": keys.secret_access_key,
+            "base": f"s3://{keys.bucket}/tests/keyed-s3a-{secrets.token_hex(3)}",
+        },
+    )
     result = host.wait(run["run_id"], timeout_s=120)
     assert result["state"] == "COMPLETED", result["error"]
     outcome = result["result"]
     assert outcome["write"] == outcome["read"] == "ok"
     refused = outcome["write_with_a_wrong_secret"]
-    assert refused.startswith("refused: ") and re.search(r"403|Forbidden|AccessDenied", refused), refused
+    assert refused.startswith("refused: ") and re.search(r"403|Forbidden|AccessDenied", refused), (
+        refused
+    )
     assert keys.secret_access_key not in str(outcome)
     assert outcome["open"] >= 2  # the right keys' file system and the wrong ones'
 
@@ -624,25 +881,38 @@ result = {"version": CATALOGS._versions.get(args["warehouse_id"], 0),
 """
 
 
-def test_renewed_storage_credentials_are_the_ones_the_next_execution_uses(host, lakehouse, warehouses):
+def test_renewed_storage_credentials_are_the_ones_the_next_execution_uses(
+    host, lakehouse, warehouses
+):
     """Each execution here finds its warehouse's binding too close to its end, so it binds anew
     with the credentials the catalog just vended; Spark then writes with those (a file system of
     their own), not with the first ones."""
     warehouse = warehouses[1]
 
     def on_host(**args):
-        run = host.wait(host.submit(RENEWAL_CODE, {"warehouse_id": warehouse["lakekeeper_id"], **args})["run_id"])
+        run = host.wait(
+            host.submit(RENEWAL_CODE, {"warehouse_id": warehouse["lakekeeper_id"], **args})[
+                "run_id"
+            ]
+        )
         assert run["state"] == "COMPLETED", run["error"]
         return run["result"]
 
     usual = CatalogCache().min_remaining_s
-    before = on_host(min_remaining_s=10 ** 9)
+    before = on_host(min_remaining_s=10**9)
     try:
         for number in (1, 2):
-            run_id, spec = submit(host, lakehouse, warehouse, [step("again", f"SELECT {number} AS n", output=True)])
+            run_id, spec = submit(
+                host, lakehouse, warehouse, [step("again", f"SELECT {number} AS n", output=True)]
+            )
             run = host.wait(run_id, timeout_s=180)
             assert run["state"] == "COMPLETED", run["error"]
-            rows = reader(lakehouse, warehouse).load_table(f"results.e{spec['execution_id']}_again").scan().to_arrow()
+            rows = (
+                reader(lakehouse, warehouse)
+                .load_table(f"results.e{spec['execution_id']}_again")
+                .scan()
+                .to_arrow()
+            )
             assert rows.to_pylist() == [{"n": number}]
     finally:
         after = on_host(min_remaining_s=usual)
@@ -655,9 +925,13 @@ def test_warm_overhead_of_a_one_row_pipeline(host, lakehouse, warehouses, capsys
     """Submit → COMPLETED minus the step's own Spark work (its SQL and Iceberg write), on a warm host."""
     warehouse = warehouses[1]
     overheads, walls = [], []
-    for attempt in range(6):  # the first one warms the JVM's Iceberg and S3A classes and is not counted
+    for attempt in range(
+        6
+    ):  # the first one warms the JVM's Iceberg and S3A classes and is not counted
         started = time.perf_counter()
-        run_id, spec = submit(host, lakehouse, warehouse, [step("one", "SELECT 1 AS n", output=True)])
+        run_id, spec = submit(
+            host, lakehouse, warehouse, [step("one", "SELECT 1 AS n", output=True)]
+        )
         run = host.wait(run_id, timeout_s=60)
         wall = time.perf_counter() - started
         assert run["state"] == "COMPLETED", run["error"]
@@ -667,9 +941,11 @@ def test_warm_overhead_of_a_one_row_pipeline(host, lakehouse, warehouses, capsys
             overheads.append(wall - (one["ended_at"] - one["started_at"]))
 
     with capsys.disabled():
-        print(f"\n[measure] one-step one-row pipeline on a warm host: submit→COMPLETED median "
-              f"{statistics.median(walls) * 1000:.0f} ms, of which outside the step's Spark work median "
-              f"{statistics.median(overheads) * 1000:.0f} ms (each: {', '.join(f'{o * 1000:.0f}' for o in overheads)})")
+        print(
+            f"\n[measure] one-step one-row pipeline on a warm host: submit→COMPLETED median "
+            f"{statistics.median(walls) * 1000:.0f} ms, of which outside the step's Spark work median "
+            f"{statistics.median(overheads) * 1000:.0f} ms (each: {', '.join(f'{o * 1000:.0f}' for o in overheads)})"
+        )
     assert statistics.median(overheads) < 1.5
 
 
@@ -680,12 +956,21 @@ def test_the_units_pyiceberg_catalogs_write_a_small_file_in_one_request():
 
     from compute.iceberg_rest import FILE_IO_PROPERTY, SmallWritesFileIO
 
-    vended = {"s3.endpoint": "http://127.0.0.1:9", "s3.access-key-id": "AK", "s3.secret-access-key": "SK",
-              "s3.session-token": "ST", "s3.region": "eu-west-1",
-              FILE_IO_PROPERTY: "compute.iceberg_rest.SmallWritesFileIO"}
+    vended = {
+        "s3.endpoint": "http://127.0.0.1:9",
+        "s3.access-key-id": "AK",
+        "s3.secret-access-key": "SK",
+        "s3.session-token": "ST",
+        "s3.region": "eu-west-1",
+        FILE_IO_PROPERTY: "compute.iceberg_rest.SmallWritesFileIO",
+    }
     io = load_file_io(vended, "s3://bucket/ns/table")
     assert isinstance(io, SmallWritesFileIO)
     _, (options,) = io.fs_by_scheme("s3", "bucket").__reduce__()
     assert options["allow_delayed_open"] is True
-    assert (options["endpoint_override"], options["access_key"], options["session_token"], options["region"]) == (
-        "http://127.0.0.1:9", "AK", "ST", "eu-west-1")
+    assert (
+        options["endpoint_override"],
+        options["access_key"],
+        options["session_token"],
+        options["region"],
+    ) == ("http://127.0.0.1:9", "AK", "ST", "eu-west-1")

@@ -1,42 +1,64 @@
 """Compute units through the portal, on real local Ray clusters."""
+
 from __future__ import annotations
 
-import re
-
 import os
+import re
 import secrets
 import signal
 import threading
 import time
-from datetime import datetime, timedelta, timezone
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlmodel import Session, select
 
-from tests.processes import process_running
 from app import create_app
 from app.compute_units import lifecycle, supervision
-from app.spark_host import warmup as spark_warmup
-from app.models import ComputeUnit, ComputeUnitEvent, Execution, User, WorkLease, Workflow, WorkflowVersion
+from app.models import (
+    ComputeUnit,
+    ComputeUnitEvent,
+    Execution,
+    User,
+    Workflow,
+    WorkflowVersion,
+    WorkLease,
+)
 from app.ray_clusters.base import ClusterHandle, ClusterStatus, NodeStatus
-from app.states import ComputeUnitState
 from app.ray_clusters.local import cluster_pids
+from app.spark_host import warmup as spark_warmup
+from app.states import ComputeUnitState
 from compute.contract import secret_digest
 from compute.host_http import serve
 from devstack.process import free_port, port_is_open
+from tests.processes import process_running
 from tests.test_spark_host_auth import StandInHost, handle_on
 
 
 @pytest.fixture
 def app(portal_config):
-    return create_app(replace(portal_config, CU_MAX_RUNNING_PER_USER=2, CU_MAX_CPUS=2, CU_MAX_WORKERS=1,
-                              CU_MAX_MEMORY_GB=4.0))
+    return create_app(
+        replace(
+            portal_config,
+            CU_MAX_RUNNING_PER_USER=2,
+            CU_MAX_CPUS=2,
+            CU_MAX_WORKERS=1,
+            CU_MAX_MEMORY_GB=4.0,
+        )
+    )
 
 
 def start_unit(client, auth, name: str, **fields):
-    form = {"name": name, "kind": "local", "cpus": "1", "memory_gb": "1", "worker_nodes": "0",
-            "csrf_token": auth.csrf_token(), **fields}
+    form = {
+        "name": name,
+        "kind": "local",
+        "cpus": "1",
+        "memory_gb": "1",
+        "worker_nodes": "0",
+        "csrf_token": auth.csrf_token(),
+        **fields,
+    }
     return client.post("/compute-units/", data=form)
 
 
@@ -45,7 +67,9 @@ def unit(db_engine, cu_id: int) -> ComputeUnit:
         return db.get(ComputeUnit, cu_id)
 
 
-def wait_for_state(client, db_engine, cu_id: int, states: tuple[str, ...], timeout: float = 90.0) -> ComputeUnit:
+def wait_for_state(
+    client, db_engine, cu_id: int, states: tuple[str, ...], timeout: float = 90.0
+) -> ComputeUnit:
     """Poll like the page does (the row partial), until the unit reaches one of `states`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -54,7 +78,9 @@ def wait_for_state(client, db_engine, cu_id: int, states: tuple[str, ...], timeo
         if cu.state in states:
             return cu
         time.sleep(0.5)
-    raise AssertionError(f"compute unit {cu_id} stayed {unit(db_engine, cu_id).state}, wanted {states}")
+    raise AssertionError(
+        f"compute unit {cu_id} stayed {unit(db_engine, cu_id).state}, wanted {states}"
+    )
 
 
 def cu_id_from(response) -> int:
@@ -80,11 +106,15 @@ def test_create_run_terminate_leaves_nothing_behind(app, client, auth, db_engine
     assert page.count('data-testid="cu-node"') == 2
     assert "Ray dashboard" not in page  # units run none unless LAKEPORT_RAY_DASHBOARD says so
     # Its kernel limits, and what it uses against them: 2 nodes of 1 GiB each.
-    limits = re.search(r'data-testid="cu-limit-memory"><td>Memory</td>\s*<td>([^<]+)</td>\s*<td>([^<]+)</td>', page)
+    limits = re.search(
+        r'data-testid="cu-limit-memory"><td>Memory</td>\s*<td>([^<]+)</td>\s*<td>([^<]+)</td>', page
+    )
     assert limits and limits.group(2).strip() == "2.0 GiB", limits
     assert 'data-testid="cu-limit-tasks"' in page and 'data-testid="cu-limit-disk"' in page
 
-    response = client.post(f"/compute-units/{cu_id}/terminate", headers={"X-CSRFToken": auth.csrf_token()})
+    response = client.post(
+        f"/compute-units/{cu_id}/terminate", headers={"X-CSRFToken": auth.csrf_token()}
+    )
     assert response.status_code == 302
     ended = wait_for_state(client, db_engine, cu_id, ("TERMINATED", "FAILED"))
     assert ended.state == "TERMINATED", ended.reason
@@ -94,7 +124,9 @@ def test_create_run_terminate_leaves_nothing_behind(app, client, auth, db_engine
     assert "starting head node" in events and "terminated" in events
 
 
-def test_killed_head_is_failed_with_a_reason_at_the_next_check(app, client, auth, db_engine, worker):
+def test_killed_head_is_failed_with_a_reason_at_the_next_check(
+    app, client, auth, db_engine, worker
+):
     auth.login("alice")
     cu_id = cu_id_from(start_unit(client, auth, "doomed"))
     running = wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED"))
@@ -104,7 +136,9 @@ def test_killed_head_is_failed_with_a_reason_at_the_next_check(app, client, auth
     pids, _ports = cluster_pids_and_ports(app, running)
     os.kill(head["pid"], signal.SIGKILL)
     failed = wait_for_state(client, db_engine, cu_id, ("FAILED",), timeout=30)
-    assert "head" in failed.reason and ("SIGKILL" in failed.reason or "137" in failed.reason or "killed" in failed.reason)
+    assert "head" in failed.reason and (
+        "SIGKILL" in failed.reason or "137" in failed.reason or "killed" in failed.reason
+    )
     page = client.get(f"/compute-units/{cu_id}").get_data(as_text=True)
     assert failed.reason in page.replace("&#39;", "'")
     # What the dead head left running is stopped too.
@@ -123,13 +157,22 @@ def test_a_worker_takes_over_the_starts_a_dead_worker_left(app, client, auth, db
     long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
     with Session(db_engine) as db:
         owner_id = unit(db_engine, cu_id).owner_id
-        ghost = ComputeUnit(owner_id=owner_id, name="ghost", kind="local", state="STARTING", created_at=long_ago)
+        ghost = ComputeUnit(
+            owner_id=owner_id, name="ghost", kind="local", state="STARTING", created_at=long_ago
+        )
         held = ComputeUnit(owner_id=owner_id, name="held", kind="local", state="STARTING")
         db.add_all([ghost, held])
         db.flush()
-        db.add_all([WorkLease(name=f"unit-start:{ghost.id}", holder="dead-worker", expires_at=long_ago),
-                    WorkLease(name=f"unit-start:{held.id}", holder="live-worker",
-                              expires_at=datetime.now(timezone.utc) + timedelta(minutes=5))])
+        db.add_all(
+            [
+                WorkLease(name=f"unit-start:{ghost.id}", holder="dead-worker", expires_at=long_ago),
+                WorkLease(
+                    name=f"unit-start:{held.id}",
+                    holder="live-worker",
+                    expires_at=datetime.now(timezone.utc) + timedelta(minutes=5),
+                ),
+            ]
+        )
         db.commit()
         ghost_id, held_id = ghost.id, held.id
     failed = wait_for_state(client, db_engine, ghost_id, ("FAILED",), timeout=20)
@@ -141,7 +184,9 @@ def test_a_worker_takes_over_the_starts_a_dead_worker_left(app, client, auth, db
         db.delete(db.get(ComputeUnit, held_id))
         db.delete(db.get(WorkLease, f"unit-start:{held_id}"))
         db.commit()
-    response = client.post(f"/compute-units/{cu_id}/terminate", headers={"X-CSRFToken": auth.csrf_token()})
+    response = client.post(
+        f"/compute-units/{cu_id}/terminate", headers={"X-CSRFToken": auth.csrf_token()}
+    )
     assert response.status_code == 302
     assert wait_for_state(client, db_engine, cu_id, ("TERMINATED", "FAILED")).state == "TERMINATED"
 
@@ -165,7 +210,11 @@ def test_limits_are_enforced_with_clear_form_errors(app, client, auth, db_engine
     assert "at most 2 compute units running at once" in third.get_data(as_text=True)
     for cu_id in (first, second):
         assert wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED")).state == "RUNNING"
-    pids = [pid for cu_id in (first, second) for pid in cluster_pids_and_ports(app, unit(db_engine, cu_id))[0]]
+    pids = [
+        pid
+        for cu_id in (first, second)
+        for pid in cluster_pids_and_ports(app, unit(db_engine, cu_id))[0]
+    ]
     # What the local stack does on Ctrl-C: every live local unit goes down with it.
     with app.app_context():
         assert supervision.terminate_all_local("the local stack stopped") == 2
@@ -215,36 +264,55 @@ def test_detail_lists_the_units_running_executions(client, auth, db_engine):
         version = WorkflowVersion(workflow_id=workflow.id, version=1)
         db.add(version)
         db.flush()
-        common = dict(owner_id=alice.id, workflow_id=workflow.id, workflow_version_id=version.id, workflow_version=1,
-                      compute_unit_id=cu.id, warehouse_name="lake")
+        common = dict(
+            owner_id=alice.id,
+            workflow_id=workflow.id,
+            workflow_version_id=version.id,
+            workflow_version=1,
+            compute_unit_id=cu.id,
+            warehouse_name="lake",
+        )
         running, done = Execution(state="RUNNING", **common), Execution(state="COMPLETED", **common)
         db.add_all([running, done])
         db.commit()
         cu_id, running_id, done_id = cu.id, running.id, done.id
-    panel = client.get(f"/compute-units/{cu_id}").get_data(as_text=True).split('data-testid="cu-executions"')[1]
+    panel = (
+        client.get(f"/compute-units/{cu_id}")
+        .get_data(as_text=True)
+        .split('data-testid="cu-executions"')[1]
+    )
     panel = panel.split("</article>")[0]
     assert f"#{running_id}" in panel and "RUNNING" in panel
     assert f"#{done_id}" not in panel
 
 
-def test_ended_units_are_cleared_from_the_list_and_still_named_by_their_executions(client, db_engine):
+def test_ended_units_are_cleared_from_the_list_and_still_named_by_their_executions(
+    client, db_engine
+):
     owner = newcomer(db_engine)
     with client.session_transaction() as session:
         session["_user_id"], session["_fresh"] = str(owner.id), True
-    terminated, failed, running, other = (unit_row(db_engine, owner, state=state)
-                                          for state in ("TERMINATED", "FAILED", "RUNNING", "TERMINATED"))
+    terminated, failed, running, other = (
+        unit_row(db_engine, owner, state=state)
+        for state in ("TERMINATED", "FAILED", "RUNNING", "TERMINATED")
+    )
     with Session(db_engine) as db:
-        names = {cu.id: cu.name for cu in db.exec(select(ComputeUnit).where(ComputeUnit.owner_id == owner.id))}
+        names = {
+            cu.id: cu.name
+            for cu in db.exec(select(ComputeUnit).where(ComputeUnit.owner_id == owner.id))
+        }
     execution_on(db_engine, owner, terminated, "COMPLETED")
     token = client.get("/").get_data(as_text=True).split('"X-CSRFToken": "', 1)[1].split('"', 1)[0]
     listing = client.get("/compute-units/").get_data(as_text=True)
     assert 'data-testid="clear-ended"' in listing
     # Only ended units offer Clear.
     assert listing.count('data-testid="clear-unit"') == 3
-    assert f'/compute-units/{running}/clear' not in listing
+    assert f"/compute-units/{running}/clear" not in listing
 
     # One row, through htmx: the answer is empty (the row goes); the unit's row stays in the database.
-    cleared = client.post(f"/compute-units/{terminated}/clear", headers={"X-CSRFToken": token, "HX-Request": "true"})
+    cleared = client.post(
+        f"/compute-units/{terminated}/clear", headers={"X-CSRFToken": token, "HX-Request": "true"}
+    )
     assert cleared.status_code == 200 and cleared.get_data(as_text=True) == ""
     listing = client.get("/compute-units/").get_data(as_text=True)
     assert names[terminated] not in listing and names[failed] in listing
@@ -253,7 +321,9 @@ def test_ended_units_are_cleared_from_the_list_and_still_named_by_their_executio
     assert client.get(f"/compute-units/{terminated}").status_code == 200  # its page is still there
 
     # A running unit is never cleared.
-    kept = client.post(f"/compute-units/{running}/clear", headers={"X-CSRFToken": token, "HX-Request": "true"})
+    kept = client.post(
+        f"/compute-units/{running}/clear", headers={"X-CSRFToken": token, "HX-Request": "true"}
+    )
     assert f'id="cu-row-{running}"' in kept.get_data(as_text=True)
     assert unit(db_engine, running).cleared_at is None
 
@@ -262,7 +332,9 @@ def test_ended_units_are_cleared_from_the_list_and_still_named_by_their_executio
     assert response.status_code == 302
     listing = client.get("/compute-units/").get_data(as_text=True)
     assert "Cleared 2 ended compute units from the list." in listing
-    assert names[failed] not in listing and names[other] not in listing and names[running] in listing
+    assert (
+        names[failed] not in listing and names[other] not in listing and names[running] in listing
+    )
     assert 'data-testid="clear-ended"' not in listing
 
     # Nobody clears another user's unit.
@@ -275,7 +347,9 @@ def test_ended_units_are_cleared_from_the_list_and_still_named_by_their_executio
 def newcomer(db_engine) -> User:
     subject = f"cu-{secrets.token_hex(4)}"
     with Session(db_engine, expire_on_commit=False) as db:
-        user = User(issuer="https://tests.invalid", subject=subject, email=f"{subject}@example.test")
+        user = User(
+            issuer="https://tests.invalid", subject=subject, email=f"{subject}@example.test"
+        )
         db.add(user)
         db.commit()
     return user
@@ -283,7 +357,9 @@ def newcomer(db_engine) -> User:
 
 def unit_row(db_engine, owner: User, **fields) -> int:
     with Session(db_engine) as db:
-        cu = ComputeUnit(owner_id=owner.id, name=f"u-{secrets.token_hex(3)}", kind="local", **fields)
+        cu = ComputeUnit(
+            owner_id=owner.id, name=f"u-{secrets.token_hex(3)}", kind="local", **fields
+        )
         db.add(cu)
         db.commit()
         return cu.id
@@ -298,14 +374,27 @@ def execution_on(db_engine, owner: User, cu_id: int, state: str) -> None:
         version = WorkflowVersion(workflow_id=workflow.id, version=1)
         db.add(version)
         db.flush()
-        db.add(Execution(owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version.id,
-                         workflow_version=1, compute_unit_id=cu_id, warehouse_name="w", state=state))
+        db.add(
+            Execution(
+                owner_id=owner.id,
+                workflow_id=workflow.id,
+                workflow_version_id=version.id,
+                workflow_version=1,
+                compute_unit_id=cu_id,
+                warehouse_name="w",
+                state=state,
+            )
+        )
         db.commit()
 
 
 def events_of(db_engine, cu_id: int) -> list[str]:
     with Session(db_engine) as db:
-        return list(db.exec(select(ComputeUnitEvent.message).where(ComputeUnitEvent.compute_unit_id == cu_id)))
+        return list(
+            db.exec(
+                select(ComputeUnitEvent.message).where(ComputeUnitEvent.compute_unit_id == cu_id)
+            )
+        )
 
 
 def test_two_supervisors_stopping_one_idle_unit_stop_it_once(app, db_engine):
@@ -313,7 +402,9 @@ def test_two_supervisors_stopping_one_idle_unit_stop_it_once(app, db_engine):
     long_ago = datetime.now(timezone.utc) - timedelta(hours=2)
     idle = unit_row(db_engine, owner, state="RUNNING", last_activity_at=long_ago)
     busy = unit_row(db_engine, owner, state="RUNNING", last_activity_at=long_ago)
-    execution_on(db_engine, owner, busy, "RUNNING")  # a live execution keeps its unit from being idle
+    execution_on(
+        db_engine, owner, busy, "RUNNING"
+    )  # a live execution keeps its unit from being idle
     stopped: list[list[int]] = []
     barrier = threading.Barrier(2)
 
@@ -329,7 +420,9 @@ def test_two_supervisors_stopping_one_idle_unit_stop_it_once(app, db_engine):
         thread.join()
     assert sorted(stopped) == [[], [idle]]  # one of them won
     assert unit(db_engine, idle).state == "TERMINATING"
-    assert sum(message.startswith("terminating: idle") for message in events_of(db_engine, idle)) == 1
+    assert (
+        sum(message.startswith("terminating: idle") for message in events_of(db_engine, idle)) == 1
+    )
     assert unit(db_engine, busy).state == "RUNNING"
     with Session(db_engine) as db:
         for cu_id in (idle, busy):
@@ -345,9 +438,13 @@ def test_a_failure_never_overwrites_a_final_state(app, db_engine):
         assert not lifecycle.fail(terminated, "the cluster stopped")
         assert not lifecycle.fail(stopping, "the cluster stopped")  # only a RUNNING unit fails so
         lifecycle.run_stop(stopping)  # no cluster to stop: TERMINATED
-        assert not lifecycle.fail(stopping, "the cluster stopped", from_states=("RUNNING", "TERMINATING"))
+        assert not lifecycle.fail(
+            stopping, "the cluster stopped", from_states=("RUNNING", "TERMINATING")
+        )
     assert (unit(db_engine, terminated).state, unit(db_engine, terminated).reason) == (
-        "TERMINATED", "terminated by its owner")
+        "TERMINATED",
+        "terminated by its owner",
+    )
     assert unit(db_engine, stopping).state == "TERMINATED"
 
 
@@ -359,7 +456,13 @@ def test_parallel_creates_never_exceed_the_per_user_limit(app, db_engine):
 
     def create(number: int) -> None:
         with app.test_request_context(method="POST"):
-            values = {"name": f"racer-{number}", "kind": "local", "cpus": 1, "memory_gb": 1.0, "worker_nodes": 0}
+            values = {
+                "name": f"racer-{number}",
+                "kind": "local",
+                "cpus": 1,
+                "memory_gb": 1.0,
+                "worker_nodes": 0,
+            }
             barrier.wait()
             try:
                 lifecycle.create(owner, values)
@@ -387,10 +490,14 @@ def test_a_reason_longer_than_its_column_is_cut_and_logged_whole(app, db_engine,
     cu_id = unit_row(db_engine, owner, state="STARTING")
     log_tail = "\n".join(f"line {number}: " + "x" * 80 for number in range(30))  # ~2,700 characters
     with app.app_context(), caplog.at_level("WARNING", logger="app.compute_units.lifecycle"):
-        assert lifecycle.fail(cu_id, f"head node did not start:\n{log_tail}", from_states=("STARTING",))
+        assert lifecycle.fail(
+            cu_id, f"head node did not start:\n{log_tail}", from_states=("STARTING",)
+        )
     failed = unit(db_engine, cu_id)
     assert failed.state == "FAILED"
-    assert len(failed.reason) == 1000 and failed.reason.startswith("head node did not start:\nline 0:")
+    assert len(failed.reason) == 1000 and failed.reason.startswith(
+        "head node did not start:\nline 0:"
+    )
     assert failed.reason.endswith("…")
     assert "line 29: " in caplog.text  # the whole text is in the log
     assert all(len(message) <= 1000 for message in events_of(db_engine, cu_id))
@@ -407,28 +514,43 @@ class CountingBackend:
 
     def status(self, handle):
         self.checks += 1
-        return ClusterStatus(self.state, reason="" if self.state == ComputeUnitState.RUNNING else "head died",
-                             nodes=getattr(self, "nodes", []))
+        return ClusterStatus(
+            self.state,
+            reason="" if self.state == ComputeUnitState.RUNNING else "head died",
+            nodes=getattr(self, "nodes", []),
+        )
 
 
-def test_pages_show_the_workers_last_check_and_never_ask_the_cluster(app, client, auth, db_engine, monkeypatch):
+def test_pages_show_the_workers_last_check_and_never_ask_the_cluster(
+    app, client, auth, db_engine, monkeypatch
+):
     auth.login("alice")
     with Session(db_engine) as db:
         alice = db.exec(select(User).where(User.email == "alice@example.test")).one()
-    handle = ClusterHandle(backend="local", cu_id="0", spark_host_url="http://127.0.0.1:9", spark_host_nonce="n")
+    handle = ClusterHandle(
+        backend="local", cu_id="0", spark_host_url="http://127.0.0.1:9", spark_host_nonce="n"
+    )
     cu_id = unit_row(db_engine, alice, state="RUNNING", handle=handle.to_json())
     backend = CountingBackend()
     backend.nodes = [NodeStatus("head-node-1", True, True, 2.0, 2 * 2**30)]
     monkeypatch.setattr(lifecycle, "_backend", lambda cu: backend)
     for _ in range(5):  # five browsers polling the row and the page
         assert client.get(f"/compute-units/{cu_id}/row").status_code == 200
-        assert 'data-testid="cu-node"' not in client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).get_data(as_text=True)
+        assert 'data-testid="cu-node"' not in client.get(
+            f"/compute-units/{cu_id}", headers={"HX-Request": "true"}
+        ).get_data(as_text=True)
     assert backend.checks == 0
     with app.app_context():
         supervision.supervise()  # the worker's pass
     assert backend.checks == 1
-    page = client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).get_data(as_text=True)
-    assert 'data-testid="cu-node"' in page and "head-node-" in page and 'data-testid="cu-checked-at"' in page
+    page = client.get(f"/compute-units/{cu_id}", headers={"HX-Request": "true"}).get_data(
+        as_text=True
+    )
+    assert (
+        'data-testid="cu-node"' in page
+        and "head-node-" in page
+        and 'data-testid="cu-checked-at"' in page
+    )
     assert backend.checks == 1
     backend.state = ComputeUnitState.FAILED
     with app.app_context():
@@ -463,7 +585,9 @@ def test_a_host_still_starting_hears_when_a_run_waits_for_it(app):
 
     def ensure_warm(name: str, for_a_run: bool) -> None:
         with app.app_context():
-            answers[name] = spark_warmup.ensure_warm(unit, handle, backend=None, for_a_run=for_a_run)
+            answers[name] = spark_warmup.ensure_warm(
+                unit, handle, backend=None, for_a_run=for_a_run
+            )
 
     def wait_until(condition) -> None:
         deadline = time.monotonic() + 10

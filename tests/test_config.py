@@ -12,11 +12,13 @@ def test_defaults_are_safe_and_zero_setup():
 
 
 def test_environment_overrides_and_casts():
-    config = Config.from_env({
-        "LAKEPORT_OIDC_TIMEOUT_SECONDS": "2.5",
-        "LAKEPORT_PUBLIC_URL": "https://lakeport.example",
-        "LAKEPORT_DATABASE_URL": "postgresql+psycopg://db/lakeport",
-    })
+    config = Config.from_env(
+        {
+            "LAKEPORT_OIDC_TIMEOUT_SECONDS": "2.5",
+            "LAKEPORT_PUBLIC_URL": "https://lakeport.example",
+            "LAKEPORT_DATABASE_URL": "postgresql+psycopg://db/lakeport",
+        }
+    )
     assert config.OIDC_TIMEOUT_SECONDS == 2.5
     assert config.DATABASE_URL == "postgresql+psycopg://db/lakeport"
     mapping = config.flask_mapping()
@@ -57,7 +59,9 @@ def test_reference_documents_every_setting():
 
 def test_readme_carries_the_current_reference(project_root):
     readme = (project_root / "README.md").read_text()
-    assert settings_reference_markdown() in readme, "regenerate with: .venv/bin/python -m app.config"
+    assert settings_reference_markdown() in readme, (
+        "regenerate with: .venv/bin/python -m app.config"
+    )
 
 
 def test_deployment_files_only_use_known_settings(project_root):
@@ -66,11 +70,19 @@ def test_deployment_files_only_use_known_settings(project_root):
     known = {setting.env for setting in SETTINGS.values()}
     for path in (project_root / "deploy").rglob("*.yaml"):
         used = set(re.findall(r"\bLAKEPORT_[A-Z_]+\b", path.read_text()))
-        assert used <= known, f"{path.relative_to(project_root)} sets unknown settings {used - known}"
+        assert used <= known, (
+            f"{path.relative_to(project_root)} sets unknown settings {used - known}"
+        )
 
 
-@pytest.mark.parametrize("setting, value", [("LAKEPORT_CU_TASKS_PER_NODE", "10"), ("LAKEPORT_CU_DISK_GB", "0.01")])
+@pytest.mark.parametrize(
+    "setting, value", [("LAKEPORT_CU_TASKS_PER_NODE", "10"), ("LAKEPORT_CU_DISK_GB", "0.01")]
+)
 def test_the_portal_refuses_to_start_with_unit_limits_that_cannot_work(setting, value):
-    config = Config.from_env({"LAKEPORT_SECRET_KEY": "k" * 32, "LAKEPORT_OIDC_CLIENT_SECRET": "s", setting: value})
-    with pytest.raises(ValueError, match="LAKEPORT_CU_TASKS_PER_NODE or LAKEPORT_CU_DISK_GB: .*at least"):
+    config = Config.from_env(
+        {"LAKEPORT_SECRET_KEY": "k" * 32, "LAKEPORT_OIDC_CLIENT_SECRET": "s", setting: value}
+    )
+    with pytest.raises(
+        ValueError, match="LAKEPORT_CU_TASKS_PER_NODE or LAKEPORT_CU_DISK_GB: .*at least"
+    ):
         config.validate()

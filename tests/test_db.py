@@ -1,5 +1,6 @@
 """The request's database session (app/db.py): a reading request (GET, HEAD) reads without a
 transaction and writes nothing; other requests, and `writing_session()`, write in transactions."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,9 @@ def subjects(db_engine) -> set[str]:
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
-def test_a_reading_request_reads_outside_any_transaction_and_refuses_every_write(app, db_engine, method):
+def test_a_reading_request_reads_outside_any_transaction_and_refuses_every_write(
+    app, db_engine, method
+):
     someone = make_user(db_engine)
     with app.test_request_context("/", method=method):
         db = get_db()
@@ -31,22 +34,45 @@ def test_a_reading_request_reads_outside_any_transaction_and_refuses_every_write
         # No BEGIN was sent: PostgreSQL sees the connection idle after the read.
         assert transaction_status(db) == TransactionStatus.IDLE
 
-        db.add(User(issuer="https://tests.invalid", subject="written-by-a-get", name="x", email="x@example.test"))
+        db.add(
+            User(
+                issuer="https://tests.invalid",
+                subject="written-by-a-get",
+                name="x",
+                email="x@example.test",
+            )
+        )
         with pytest.raises(ReadingRequestWrites, match="INSERT refused"):
             db.flush()
         db.rollback()
         with pytest.raises(ReadingRequestWrites, match="UPDATE refused"):
             db.exec(update(User).where(User.id == someone.id).values(name="renamed by a GET"))
         with pytest.raises(ReadingRequestWrites, match="INSERT refused"):
-            db.exec(insert(User).values(issuer="https://tests.invalid", subject="core-insert-by-a-get", name="y",
-                                        email="y@example.test"))
+            db.exec(
+                insert(User).values(
+                    issuer="https://tests.invalid",
+                    subject="core-insert-by-a-get",
+                    name="y",
+                    email="y@example.test",
+                )
+            )
         # SQL written out as text says what it does only in its words, and is read for them.
-        assert db.execute(text("SELECT count(*) FROM users WHERE id = :id"), {"id": someone.id}).scalar() == 1
+        assert (
+            db.execute(
+                text("SELECT count(*) FROM users WHERE id = :id"), {"id": someone.id}
+            ).scalar()
+            == 1
+        )
         with pytest.raises(ReadingRequestWrites, match="UPDATE refused"):
-            db.execute(text("update users SET name = 'renamed by text' WHERE id = :id"), {"id": someone.id})
+            db.execute(
+                text("update users SET name = 'renamed by text' WHERE id = :id"), {"id": someone.id}
+            )
         with pytest.raises(ReadingRequestWrites, match="DELETE refused"):
-            db.connection().exec_driver_sql("WITH gone AS (DELETE FROM users WHERE id = %(id)s RETURNING id) "
-                                            "SELECT count(*) FROM gone", {"id": someone.id})
+            db.connection().exec_driver_sql(
+                "WITH gone AS (DELETE FROM users WHERE id = %(id)s RETURNING id) "
+                "SELECT count(*) FROM gone",
+                {"id": someone.id},
+            )
     assert not {"written-by-a-get", "core-insert-by-a-get"} & subjects(db_engine)
     with Session(db_engine) as db:
         assert db.get(User, someone.id).name == someone.name
@@ -55,7 +81,14 @@ def test_a_reading_request_reads_outside_any_transaction_and_refuses_every_write
 def test_other_requests_write_in_a_transaction_of_their_own(app, db_engine):
     with app.test_request_context("/", method="POST"):
         db = get_db()
-        db.add(User(issuer="https://tests.invalid", subject="written-by-a-post", name="p", email="p@example.test"))
+        db.add(
+            User(
+                issuer="https://tests.invalid",
+                subject="written-by-a-post",
+                name="p",
+                email="p@example.test",
+            )
+        )
         db.flush()
         assert transaction_status(db) == TransactionStatus.INTRANS
         assert "written-by-a-post" not in subjects(db_engine)  # not before its commit
@@ -66,9 +99,23 @@ def test_other_requests_write_in_a_transaction_of_their_own(app, db_engine):
 def test_a_reading_request_writes_through_writing_session_all_or_nothing(app, db_engine):
     with app.test_request_context("/", method="GET"):
         with writing_session() as db:
-            db.add(User(issuer="https://tests.invalid", subject="kept-by-a-get", name="k", email="k@example.test"))
+            db.add(
+                User(
+                    issuer="https://tests.invalid",
+                    subject="kept-by-a-get",
+                    name="k",
+                    email="k@example.test",
+                )
+            )
         with pytest.raises(RuntimeError), writing_session() as db:
-            db.add(User(issuer="https://tests.invalid", subject="dropped-by-a-get", name="d", email="d@example.test"))
+            db.add(
+                User(
+                    issuer="https://tests.invalid",
+                    subject="dropped-by-a-get",
+                    name="d",
+                    email="d@example.test",
+                )
+            )
             db.flush()
             raise RuntimeError("the write fails halfway")
     written = subjects(db_engine)
@@ -94,7 +141,8 @@ def test_a_signed_in_poll_reads_without_a_transaction(client, db_engine, app):
 
 
 def test_a_pooled_connection_is_pinged_only_after_waiting_and_replaced_if_the_server_closed_it(
-        database_url, db_engine, monkeypatch):
+    database_url, db_engine, monkeypatch
+):
     from sqlalchemy import text
 
     from app import db as db_module
@@ -102,12 +150,16 @@ def test_a_pooled_connection_is_pinged_only_after_waiting_and_replaced_if_the_se
 
     engine = make_engine(database_url)
     real_ping, pings = engine.dialect.do_ping, []
-    monkeypatch.setattr(engine.dialect, "do_ping", lambda connection: pings.append(1) or real_ping(connection))
+    monkeypatch.setattr(
+        engine.dialect, "do_ping", lambda connection: pings.append(1) or real_ping(connection)
+    )
     backend_pid = text("SELECT pg_backend_pid()")
     try:
         with engine.connect() as connection:
             first = connection.execute(backend_pid).scalar()
-        with engine.connect() as connection:  # back from the pool at once: the same one, no round trip to ping
+        with (
+            engine.connect() as connection
+        ):  # back from the pool at once: the same one, no round trip to ping
             assert connection.execute(backend_pid).scalar() == first
         assert pings == []
 
@@ -115,7 +167,9 @@ def test_a_pooled_connection_is_pinged_only_after_waiting_and_replaced_if_the_se
             assert other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first}).scalar()
         monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 0.0)
         with engine.connect() as connection:
-            assert connection.execute(backend_pid).scalar() != first  # pinged, found closed, replaced
+            assert (
+                connection.execute(backend_pid).scalar() != first
+            )  # pinged, found closed, replaced
         assert len(pings) >= 1
     finally:
         engine.dispose()

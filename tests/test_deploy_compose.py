@@ -4,6 +4,7 @@ No container runs here. compose.yaml is read the way `docker compose` reads it, 
 filled in from .env.example (empty secrets get stand-ins), and the realm import the way Keycloak
 reads it, with its ${...} placeholders filled from the keycloak service's environment.
 """
+
 from __future__ import annotations
 
 import json
@@ -96,7 +97,9 @@ def realm_as_imported() -> dict:
         # Keycloak leaves a placeholder it cannot resolve in place; keep it, for the test to find.
         return match.group(0) if value is None else value
 
-    return json.loads(KEYCLOAK_PLACEHOLDER.sub(fill, (DEPLOY / "keycloak" / "lakeport-realm.json").read_text()))
+    return json.loads(
+        KEYCLOAK_PLACEHOLDER.sub(fill, (DEPLOY / "keycloak" / "lakeport-realm.json").read_text())
+    )
 
 
 REALM = realm_as_imported()
@@ -127,8 +130,12 @@ def test_portal_sets_only_lakeport_settings_that_exist():
 
 
 def test_portal_has_its_required_settings_and_validates():
-    required = {"LAKEPORT_SECRET_KEY", "LAKEPORT_OIDC_CLIENT_SECRET", "LAKEPORT_DATABASE_URL",
-                "LAKEPORT_LAKEKEEPER_URL"}
+    required = {
+        "LAKEPORT_SECRET_KEY",
+        "LAKEPORT_OIDC_CLIENT_SECRET",
+        "LAKEPORT_DATABASE_URL",
+        "LAKEPORT_LAKEKEEPER_URL",
+    }
     assert {name for name in required if PORTAL_ENV.get(name)} == required
     config = Config.from_env(PORTAL_ENV)
     config.validate()
@@ -141,21 +148,37 @@ def test_secrets_are_required_variables_never_literals():
         for variable, value in environment(service).items():
             if SECRET_NAME.search(variable):
                 checked.add(variable)
-                assert re.search(r"\$\{\w+:\?[^}]*\}", value), f"{name}: {variable} is not a required ${{VAR:?}}"
+                assert re.search(r"\$\{\w+:\?[^}]*\}", value), (
+                    f"{name}: {variable} is not a required ${{VAR:?}}"
+                )
     # Every secret the portal cannot start without is set here; optional ones (a Ray token for
     # attached clusters) belong to deployments that use them.
-    assert {setting.env for setting in SETTINGS.values() if setting.secret and setting.default is None} <= checked
+    assert {
+        setting.env for setting in SETTINGS.values() if setting.secret and setting.default is None
+    } <= checked
 
 
 def test_env_example_lists_exactly_the_variables_compose_reads():
     text = (DEPLOY / "compose.yaml").read_text()
     referenced = {match["name"] for match in COMPOSE_VARIABLE.finditer(text) if match["name"]}
     # A secret's `environment` source is read by compose too (docker/compose pkg/compose/secrets.go).
-    referenced |= {secret["environment"] for secret in RAW.get("secrets", {}).values() if "environment" in secret}
-    required = {match["name"] for match in COMPOSE_VARIABLE.finditer(text) if match["op"] in (":?", "?")}
-    assert required <= set(ENV_EXAMPLE), f"missing from .env.example: {sorted(required - set(ENV_EXAMPLE))}"
-    assert set(ENV_EXAMPLE) <= referenced, f"unused in compose.yaml: {sorted(set(ENV_EXAMPLE) - referenced)}"
-    shipped_secrets = {name for name in ENV_EXAMPLE if SECRET_NAME.search(name) and ENV_EXAMPLE[name]}
+    referenced |= {
+        secret["environment"]
+        for secret in RAW.get("secrets", {}).values()
+        if "environment" in secret
+    }
+    required = {
+        match["name"] for match in COMPOSE_VARIABLE.finditer(text) if match["op"] in (":?", "?")
+    }
+    assert required <= set(ENV_EXAMPLE), (
+        f"missing from .env.example: {sorted(required - set(ENV_EXAMPLE))}"
+    )
+    assert set(ENV_EXAMPLE) <= referenced, (
+        f"unused in compose.yaml: {sorted(set(ENV_EXAMPLE) - referenced)}"
+    )
+    shipped_secrets = {
+        name for name in ENV_EXAMPLE if SECRET_NAME.search(name) and ENV_EXAMPLE[name]
+    }
     assert not shipped_secrets, f"the example must ship no secret: {sorted(shipped_secrets)}"
 
 
@@ -163,17 +186,28 @@ def test_every_dependency_exists_and_can_be_met():
     for name, service in SERVICES.items():
         for target, condition in depends_on(service).items():
             assert target in SERVICES, f"{name} depends on unknown service {target}"
-            assert condition in HEALTH_CONDITIONS, f"{name} -> {target}: unknown condition {condition}"
+            assert condition in HEALTH_CONDITIONS, (
+                f"{name} -> {target}: unknown condition {condition}"
+            )
             if condition == "service_healthy":
-                assert "healthcheck" in SERVICES[target], f"{name} waits for {target}, which has no healthcheck"
+                assert "healthcheck" in SERVICES[target], (
+                    f"{name} waits for {target}, which has no healthcheck"
+                )
             if condition == "service_completed_successfully":
-                assert SERVICES[target].get("restart", "no") == "no", f"{target} is waited on to finish, but restarts"
+                assert SERVICES[target].get("restart", "no") == "no", (
+                    f"{target} is waited on to finish, but restarts"
+                )
 
 
 def test_services_address_each_other_by_service_name():
-    urls = [PORTAL_ENV["LAKEPORT_DATABASE_URL"], PORTAL_ENV["LAKEPORT_OIDC_ISSUER"],
-            PORTAL_ENV["LAKEPORT_LAKEKEEPER_URL"], LAKEKEEPER_ENV["LAKEKEEPER__OPENID_PROVIDER_URI"],
-            LAKEKEEPER_ENV["LAKEKEEPER__PG_DATABASE_URL_WRITE"], LAKEKEEPER_ENV["LAKEKEEPER__BASE_URI"]]
+    urls = [
+        PORTAL_ENV["LAKEPORT_DATABASE_URL"],
+        PORTAL_ENV["LAKEPORT_OIDC_ISSUER"],
+        PORTAL_ENV["LAKEPORT_LAKEKEEPER_URL"],
+        LAKEKEEPER_ENV["LAKEKEEPER__OPENID_PROVIDER_URI"],
+        LAKEKEEPER_ENV["LAKEKEEPER__PG_DATABASE_URL_WRITE"],
+        LAKEKEEPER_ENV["LAKEKEEPER__BASE_URI"],
+    ]
     for url in urls:
         assert urlparse(url).hostname in SERVICES, f"{url}: no such service"
     assert urlparse(PORTAL_ENV["LAKEPORT_LAKEKEEPER_URL"]).hostname == "lakekeeper"
@@ -230,12 +264,16 @@ def test_service_client_matches_the_portal_and_the_bootstrap():
 def test_audience_mapper_gives_lakekeeper_its_audience():
     audience = LAKEKEEPER_ENV["LAKEKEEPER__OPENID_AUDIENCE"]
     assert PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"] == audience
-    for client_id in (PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"], PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"],
-                      "lakekeeper-admin"):
+    for client_id in (
+        PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"],
+        PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"],
+        "lakekeeper-admin",
+    ):
         audiences = {
             mapper["config"]["included.custom.audience"]
             for mapper in CLIENTS[client_id].get("protocolMappers", [])
-            if mapper["protocolMapper"] == "oidc-audience-mapper" and mapper["config"]["access.token.claim"] == "true"
+            if mapper["protocolMapper"] == "oidc-audience-mapper"
+            and mapper["config"]["access.token.claim"] == "true"
         }
         assert audiences == {audience}, client_id
 
@@ -252,15 +290,24 @@ def test_test_users_keep_their_subject_across_reimports():
 
 def test_lakekeeper_authorizes_with_openfga_as_its_docs_configure_it():
     migrate = environment(SERVICES["lakekeeper-migrate"])
-    for env in (LAKEKEEPER_ENV, migrate):  # migrate writes the authorization model, serve checks against it
+    for env in (
+        LAKEKEEPER_ENV,
+        migrate,
+    ):  # migrate writes the authorization model, serve checks against it
         assert env["LAKEKEEPER__AUTHZ_BACKEND"] == "openfga"
         endpoint = urlparse(env["LAKEKEEPER__OPENFGA__ENDPOINT"])
         assert (endpoint.hostname, endpoint.port) == ("openfga", 8081)  # OpenFGA's gRPC port
         assert env["LAKEKEEPER__OPENFGA__API_KEY"] == OPENFGA_ENV["OPENFGA_AUTHN_PRESHARED_KEYS"]
         assert env["LAKEKEEPER__OPENFGA__STORE_NAME"]
     assert OPENFGA_ENV["OPENFGA_AUTHN_METHOD"] == "preshared"
-    for name in ("LAKEKEEPER__OPENID_PROVIDER_URI", "LAKEKEEPER__OPENID_AUDIENCE", "LAKEKEEPER__BASE_URI",
-                 "LAKEKEEPER__PG_ENCRYPTION_KEY", "LAKEKEEPER__PG_DATABASE_URL_READ", "LAKEKEEPER__PG_DATABASE_URL_WRITE"):
+    for name in (
+        "LAKEKEEPER__OPENID_PROVIDER_URI",
+        "LAKEKEEPER__OPENID_AUDIENCE",
+        "LAKEKEEPER__BASE_URI",
+        "LAKEKEEPER__PG_ENCRYPTION_KEY",
+        "LAKEKEEPER__PG_DATABASE_URL_READ",
+        "LAKEKEEPER__PG_DATABASE_URL_WRITE",
+    ):
         assert LAKEKEEPER_ENV.get(name), name
     # Lakeport grants each warehouse to `oidc~<sub>`: Lakekeeper must name users after `sub`.
     assert LAKEKEEPER_ENV["LAKEKEEPER__OPENID_SUBJECT_CLAIM"] == "sub"
@@ -269,8 +316,14 @@ def test_lakekeeper_authorizes_with_openfga_as_its_docs_configure_it():
 
 
 def test_openfga_migrates_its_own_database_then_serves():
-    migrate, server, database = SERVICES["openfga-migrate"], SERVICES["openfga"], SERVICES["openfga-db"]
-    assert re.fullmatch(r"openfga/openfga:v1\.(1[1-9]|[2-9]\d)(\.\d+)?", server["image"])  # Lakekeeper needs >= 1.11
+    migrate, server, database = (
+        SERVICES["openfga-migrate"],
+        SERVICES["openfga"],
+        SERVICES["openfga-db"],
+    )
+    assert re.fullmatch(
+        r"openfga/openfga:v1\.(1[1-9]|[2-9]\d)(\.\d+)?", server["image"]
+    )  # Lakekeeper needs >= 1.11
     assert migrate["image"] == server["image"]
     assert migrate["command"] == ["migrate"] and server["command"] == ["run"]
     assert depends_on(server)["openfga-migrate"] == "service_completed_successfully"
@@ -278,14 +331,20 @@ def test_openfga_migrates_its_own_database_then_serves():
     assert OPENFGA_ENV["OPENFGA_DATASTORE_ENGINE"] == "postgres" and uri.hostname == "openfga-db"
     db_env = environment(database)
     assert (uri.username, uri.password, uri.path.lstrip("/")) == (
-        db_env["POSTGRES_USER"], db_env["POSTGRES_PASSWORD"], db_env["POSTGRES_DB"])
+        db_env["POSTGRES_USER"],
+        db_env["POSTGRES_PASSWORD"],
+        db_env["POSTGRES_DB"],
+    )
     assert environment(migrate).items() <= OPENFGA_ENV.items()
     assert "ports" not in server  # only Lakekeeper talks to OpenFGA
 
 
 def test_every_client_the_stack_uses_exists_in_the_realm():
-    used = {PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"], PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"],
-            PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"]}
+    used = {
+        PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"],
+        PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"],
+        PORTAL_ENV["LAKEPORT_LAKEKEEPER_AUDIENCE"],
+    }
     used |= set(re.findall(r"token_of ([\w-]+) ", BOOTSTRAP_SCRIPT))
     assert used == {"lakeport-portal", "lakeport-service", "lakekeeper", "lakekeeper-admin"}
     assert used <= set(CLIENTS), f"missing from the realm: {sorted(used - set(CLIENTS))}"
@@ -350,11 +409,15 @@ def _policy_grants(policy: dict, identity: dict, attributes: dict[str, set[str]]
     config = policy.get("config", {})
     if policy["type"] == "client":  # ClientPolicyProvider: kc.client.id must name the client
         granted = bool(set(json.loads(config["clients"])) & attributes.get("kc.client.id", set()))
-    elif policy["type"] == "user":  # UserPolicyProvider: the identity's id (import resolves usernames)
+    elif (
+        policy["type"] == "user"
+    ):  # UserPolicyProvider: the identity's id (import resolves usernames)
         named = set(json.loads(config["users"]))
         granted = identity["username"] in named or identity["id"] in named
     else:
-        raise AssertionError(f"policy type {policy['type']} is not modelled: extend this test from Keycloak's source")
+        raise AssertionError(
+            f"policy type {policy['type']} is not modelled: extend this test from Keycloak's source"
+        )
     return granted != (policy.get("logic", "POSITIVE") == "NEGATIVE")
 
 
@@ -365,7 +428,11 @@ def _permission_grants(name: str, identity: dict, attributes: dict[str, set[str]
     if not applied:
         return None
     effects = [_policy_grants(_policies()[policy], identity, attributes) for policy in applied]
-    return all(effects) if permission.get("decisionStrategy", "UNANIMOUS") == "UNANIMOUS" else any(effects)
+    return (
+        all(effects)
+        if permission.get("decisionStrategy", "UNANIMOUS") == "UNANIMOUS"
+        else any(effects)
+    )
 
 
 def keycloak_lets_exchange_as(client_id: str, username: str) -> bool:
@@ -374,7 +441,8 @@ def keycloak_lets_exchange_as(client_id: str, username: str) -> bool:
     caller = _service_account(client_id)
     roles = caller.get("clientRoles", {}).get("realm-management", [])
     may_impersonate = IMPERSONATION_ROLE in roles or bool(
-        _permission_grants("admin-impersonating.permission.users", caller, attributes={}))  # no kc.client.id
+        _permission_grants("admin-impersonating.permission.users", caller, attributes={})
+    )  # no kc.client.id
     target = _users_by_name()[username]
     impersonatable = _permission_grants("user-impersonated.permission.users", target, attributes={})
     return may_impersonate and impersonatable is not False
@@ -383,8 +451,11 @@ def keycloak_lets_exchange_as(client_id: str, username: str) -> bool:
 def keycloak_lets_exchange_for_audience(client_id: str, audience: str) -> bool:
     """Check 2 above: may `client_id` exchange tokens for the client `audience`?"""
     target = CLIENTS[audience]
-    granted = _permission_grants(f"token-exchange.permission.client.{target['id']}", _service_account(client_id),
-                                 attributes={"kc.client.id": {client_id}})
+    granted = _permission_grants(
+        f"token-exchange.permission.client.{target['id']}",
+        _service_account(client_id),
+        attributes={"kc.client.id": {client_id}},
+    )
     resources = {resource["name"] for resource in _authz()["resources"]}
     return bool(granted) and f"client.resource.{target['id']}" in resources
 
@@ -392,7 +463,10 @@ def keycloak_lets_exchange_for_audience(client_id: str, audience: str) -> bool:
 def test_keycloak_features_are_the_legacy_token_exchange_with_permissions_v1():
     features = environment(SERVICES["keycloak"])["KC_FEATURES"].split(",")
     # Impersonation (requested_subject) is legacy token exchange (V1) with fine-grained permissions V1.
-    assert {feature.split(":")[0] for feature in features} >= {"token-exchange", "admin-fine-grained-authz"}
+    assert {feature.split(":")[0] for feature in features} >= {
+        "token-exchange",
+        "admin-fine-grained-authz",
+    }
     assert not any(feature.endswith(":v2") for feature in features)
 
 
@@ -418,8 +492,11 @@ def test_no_other_client_may_exchange_and_nobody_may_become_a_service_account():
     # lakekeeper-admin's account is Lakekeeper's server admin: the portal must never act as it.
     for account in ("service-account-lakekeeper-admin", "service-account-lakeport-service"):
         assert not keycloak_lets_exchange_as(service, account), account
-    holders = [user["username"] for user in REALM["users"]
-               if IMPERSONATION_ROLE in user.get("clientRoles", {}).get("realm-management", [])]
+    holders = [
+        user["username"]
+        for user in REALM["users"]
+        if IMPERSONATION_ROLE in user.get("clientRoles", {}).get("realm-management", [])
+    ]
     assert holders == [_service_account(service)["username"]]
     # Exchanged tokens live an hour (the target client's lifespan), not the realm's five minutes.
     assert CLIENTS[audience]["attributes"]["access.token.lifespan"] == "3600"
@@ -429,19 +506,37 @@ def test_a_client_policy_on_impersonate_is_not_enough_with_a_subject_token(monke
     # The realm as it was before: `impersonate` allowed through a client policy, no role.
     service = PORTAL_ENV["LAKEPORT_LAKEKEEPER_CLIENT_ID"]
     authz = json.loads(json.dumps(_authz()))
-    authz["policies"].append({
-        "name": "admin-impersonating.permission.users", "type": "scope", "logic": "POSITIVE",
-        "decisionStrategy": "UNANIMOUS",
-        "config": {"resources": '["Users"]', "scopes": '["impersonate"]', "applyPolicies": '["lakeport-service-client"]'},
-    })
+    authz["policies"].append(
+        {
+            "name": "admin-impersonating.permission.users",
+            "type": "scope",
+            "logic": "POSITIVE",
+            "decisionStrategy": "UNANIMOUS",
+            "config": {
+                "resources": '["Users"]',
+                "scopes": '["impersonate"]',
+                "applyPolicies": '["lakeport-service-client"]',
+            },
+        }
+    )
     account = json.loads(json.dumps(_service_account(service)))
     account.pop("clientRoles", None)
     monkeypatch.setitem(CLIENTS["realm-management"], "authorizationSettings", authz)
-    monkeypatch.setitem(REALM, "users", [account if u["username"] == account["username"] else u for u in REALM["users"]])
+    monkeypatch.setitem(
+        REALM,
+        "users",
+        [account if u["username"] == account["username"] else u for u in REALM["users"]],
+    )
     assert not keycloak_lets_exchange_as(service, "alice")
     # The same permission with a user policy naming the service account would do.
-    authz["policies"].append({"name": "the-service-account", "type": "user", "logic": "POSITIVE",
-                              "config": {"users": json.dumps([account["username"]])}})
+    authz["policies"].append(
+        {
+            "name": "the-service-account",
+            "type": "user",
+            "logic": "POSITIVE",
+            "config": {"users": json.dumps([account["username"]])},
+        }
+    )
     authz["policies"][-2]["config"]["applyPolicies"] = '["the-service-account"]'
     assert keycloak_lets_exchange_as(service, "alice")
 
@@ -450,18 +545,25 @@ def test_sign_in_tokens_carry_group_names_and_the_operators_group_exists():
     # keycloak/keycloak services/src/main/java/org/keycloak/protocol/oidc/mappers/GroupMembershipMapper.java:
     # the claim is `claim.name`; `full.path` "true" (its default) writes "/parent/name", anything else
     # the bare name. The portal reads `groups` at each sign-in (app/roles.py).
-    mappers = [mapper for mapper in CLIENTS[PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"]]["protocolMappers"]
-               if mapper["protocolMapper"] == "oidc-group-membership-mapper"]
+    mappers = [
+        mapper
+        for mapper in CLIENTS[PORTAL_ENV["LAKEPORT_OIDC_CLIENT_ID"]]["protocolMappers"]
+        if mapper["protocolMapper"] == "oidc-group-membership-mapper"
+    ]
     assert len(mappers) == 1
     config = mappers[0]["config"]
     assert config["claim.name"] == "groups" and config["full.path"] == "false"
     assert config["id.token.claim"] == config["userinfo.token.claim"] == "true"
     operators = Config.from_env(PORTAL_ENV).OPERATORS_GROUP
     assert operators in {group["name"] for group in REALM.get("groups", [])}
-    members = [user["username"] for user in REALM["users"] if f"/{operators}" in user.get("groups", [])]
+    members = [
+        user["username"] for user in REALM["users"] if f"/{operators}" in user.get("groups", [])
+    ]
     assert members == ["alice"]  # a test user, as the README says
     # The operator's check (make deploy-check, E2E_GROUP=analytics) shares with a group bob is in.
-    assert [user["username"] for user in REALM["users"] if "/analytics" in user.get("groups", [])] == ["bob"]
+    assert [
+        user["username"] for user in REALM["users"] if "/analytics" in user.get("groups", [])
+    ] == ["bob"]
 
 
 def test_portal_asks_keycloak_for_no_warehouse_scope():
@@ -470,10 +572,16 @@ def test_portal_asks_keycloak_for_no_warehouse_scope():
 
 
 def test_bootstrap_makes_the_service_identity_project_admin_and_nothing_more():
-    assert "is-operator" not in BOOTSTRAP_SCRIPT  # the service identity is no server operator or admin
-    bootstrap_call = re.search(r'Bearer \$(\w+)"[^\n]*\n[^\n]*accept-terms-of-use', BOOTSTRAP_SCRIPT)
+    assert (
+        "is-operator" not in BOOTSTRAP_SCRIPT
+    )  # the service identity is no server operator or admin
+    bootstrap_call = re.search(
+        r'Bearer \$(\w+)"[^\n]*\n[^\n]*accept-terms-of-use', BOOTSTRAP_SCRIPT
+    )
     assert bootstrap_call and bootstrap_call.group(1) == "admin"
-    assert re.search(r'"type\\": \\"project_admin\\", \\"user\\": \\"\$service_id', BOOTSTRAP_SCRIPT)
+    assert re.search(
+        r'"type\\": \\"project_admin\\", \\"user\\": \\"\$service_id', BOOTSTRAP_SCRIPT
+    )
     assert "/management/v1/permissions/project/assignments" in BOOTSTRAP_SCRIPT
     assert re.search(r'Bearer \$service"[^\n]*\n[^\n]*update-if-exists', BOOTSTRAP_SCRIPT)
 
@@ -489,11 +597,18 @@ def run_bootstrap(tmp_path, **state) -> tuple[subprocess.CompletedProcess, dict]
     if not state_file.exists():
         state_file.write_text(json.dumps({"bootstrapped": False, "assignments": [], **state}))
     else:
-        state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "calls": [], **state}))
-    env = {**environment(BOOTSTRAP), "FAKE_LAKEKEEPER_STATE": str(state_file),
-           # The fake runs on this interpreter (`env python3` finds it first).
-           "PATH": f"{FAKE_CURL_DIR}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    run = subprocess.run(["sh", "-c", BOOTSTRAP_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+        state_file.write_text(
+            json.dumps({**json.loads(state_file.read_text()), "calls": [], **state})
+        )
+    env = {
+        **environment(BOOTSTRAP),
+        "FAKE_LAKEKEEPER_STATE": str(state_file),
+        # The fake runs on this interpreter (`env python3` finds it first).
+        "PATH": f"{FAKE_CURL_DIR}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    run = subprocess.run(
+        ["sh", "-c", BOOTSTRAP_SCRIPT], env=env, capture_output=True, text=True, timeout=60
+    )
     return run, json.loads(state_file.read_text())
 
 
@@ -520,17 +635,26 @@ def test_bootstrap_run_again_changes_nothing(tmp_path):
     run, lakekeeper = run_bootstrap(tmp_path)
     assert run.returncode == 0, run.stderr
     assert lakekeeper["assignments"] == [SERVICE_GRANT]
-    assert [call for call in lakekeeper["calls"] if call.startswith("POST /management/v1/permissions")] == []
+    assert [
+        call for call in lakekeeper["calls"] if call.startswith("POST /management/v1/permissions")
+    ] == []
 
 
 def test_compute_units_may_reach_the_stacks_own_storage():
     from app.ray_clusters.local import allowed_endpoints
 
     readme = (DEPLOY / "README.md").read_text()
-    endpoint = urlparse(re.search(r"endpoint `(http://[\w.-]+:\d+)`", readme).group(1))  # the first warehouse's
+    endpoint = urlparse(
+        re.search(r"endpoint `(http://[\w.-]+:\d+)`", readme).group(1)
+    )  # the first warehouse's
     assert endpoint.hostname in SERVICES
-    reachable = {(e.host, e.port) for e in allowed_endpoints(PORTAL_ENV["LAKEPORT_LAKEKEEPER_URL"],
-                                                              PORTAL_ENV.get("LAKEPORT_CU_ALLOWED_ENDPOINTS", ""))}
+    reachable = {
+        (e.host, e.port)
+        for e in allowed_endpoints(
+            PORTAL_ENV["LAKEPORT_LAKEKEEPER_URL"],
+            PORTAL_ENV.get("LAKEPORT_CU_ALLOWED_ENDPOINTS", ""),
+        )
+    }
     assert (endpoint.hostname, endpoint.port) in reachable
     assert ("lakekeeper", 8181) in reachable
 
@@ -541,20 +665,28 @@ def test_keycloak_runs_in_production_mode_on_its_own_database():
     # `start` refuses plain HTTP unless told TLS ends in front of it (keycloak/keycloak
     # quarkus/config-api/src/main/java/org/keycloak/config/HttpOptions.java, `http-enabled`).
     assert env["KC_HTTP_ENABLED"] == "true"
-    assert env["KC_DB"] == "postgres"  # DatabaseOptions.java; the default dev-file database is for start-dev
+    assert (
+        env["KC_DB"] == "postgres"
+    )  # DatabaseOptions.java; the default dev-file database is for start-dev
     database = re.fullmatch(r"jdbc:postgresql://([\w-]+):5432/(\w+)", env["KC_DB_URL"])
     assert database and database.group(1) in SERVICES
     db_env = environment(SERVICES[database.group(1)])
     assert (database.group(2), env["KC_DB_USERNAME"], env["KC_DB_PASSWORD"]) == (
-        db_env["POSTGRES_DB"], db_env["POSTGRES_USER"], db_env["POSTGRES_PASSWORD"])
+        db_env["POSTGRES_DB"],
+        db_env["POSTGRES_USER"],
+        db_env["POSTGRES_PASSWORD"],
+    )
     assert depends_on(keycloak)[database.group(1)] == "service_healthy"
-    assert any(volume.endswith(":/var/lib/postgresql/data") for volume in SERVICES[database.group(1)]["volumes"])
+    assert any(
+        volume.endswith(":/var/lib/postgresql/data")
+        for volume in SERVICES[database.group(1)]["volumes"]
+    )
 
 
 def test_the_readme_names_every_volume_an_operator_must_keep():
     readme = (DEPLOY / "README.md").read_text()
-    paragraph = readme[readme.index("`docker compose down` stops everything"):]
-    paragraph = paragraph[:paragraph.index("\n\n")]
+    paragraph = readme[readme.index("`docker compose down` stops everything") :]
+    paragraph = paragraph[: paragraph.index("\n\n")]
     named = set(re.findall(r"`([\w-]+-data)`", paragraph))
     assert named == set(COMPOSE["volumes"]), sorted(set(COMPOSE["volumes"]) ^ named)
     for service in SERVICES.values():  # and every service's data sits in one of them
@@ -571,6 +703,10 @@ def test_the_worker_runs_the_portals_image_and_settings_with_the_worker_command(
     # cluster adds its token file (tests/test_deploy_units.py).
     worker_env = environment(worker)
     assert worker_env.pop("LAKEPORT_RAY_CLUSTERS") != PORTAL_ENV["LAKEPORT_RAY_CLUSTERS"]
-    assert worker_env == {name: value for name, value in PORTAL_ENV.items() if name != "LAKEPORT_RAY_CLUSTERS"}
+    assert worker_env == {
+        name: value for name, value in PORTAL_ENV.items() if name != "LAKEPORT_RAY_CLUSTERS"
+    }
     assert "ports" not in worker and worker["healthcheck"] == {"disable": True}
-    assert depends_on(worker)["portal-migrate"] == "service_completed_successfully"  # migrated first
+    assert (
+        depends_on(worker)["portal-migrate"] == "service_completed_successfully"
+    )  # migrated first

@@ -3,6 +3,7 @@ under the runtime's seccomp profile, and unit DNS that works with NodeLocal DNSC
 
 No cluster runs here: the manifests are read as `kubectl apply -k` would apply them.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -49,30 +50,46 @@ def test_compose_agrees_for_the_same_provider():
 
 
 def test_every_pod_of_the_portal_runs_under_the_runtime_default_seccomp_profile():
-    workloads = {name: doc for name, doc in documents().items() if doc.get("kind") in ("Deployment", "Job")}
+    workloads = {
+        name: doc for name, doc in documents().items() if doc.get("kind") in ("Deployment", "Job")
+    }
     assert {"deployment.yaml", "worker.yaml"} <= set(workloads)
     for name, workload in workloads.items():
         pod = workload["spec"]["template"]["spec"]
         pod_profile = pod.get("securityContext", {}).get("seccompProfile")
         for container in pod["containers"] + pod.get("initContainers", []):
             profile = container.get("securityContext", {}).get("seccompProfile", pod_profile)
-            assert profile == {"type": "RuntimeDefault"}, f"{name}: {container['name']} runs with {profile}"
+            assert profile == {"type": "RuntimeDefault"}, (
+                f"{name}: {container['name']} runs with {profile}"
+            )
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
 def _egress_rules_for_port(policy: dict, port: int, protocol: str) -> list[dict]:
-    return [rule for rule in policy["spec"]["egress"]
-            if any(p["port"] == port and p.get("protocol", "TCP") == protocol for p in rule.get("ports", []))]
+    return [
+        rule
+        for rule in policy["spec"]["egress"]
+        if any(
+            p["port"] == port and p.get("protocol", "TCP") == protocol
+            for p in rule.get("ports", [])
+        )
+    ]
 
 
 def test_unit_pods_reach_dns_through_kube_dns_and_nodelocal_dnscache():
     policy = documents()["unit-networkpolicy.yaml"]
     for protocol in ("UDP", "TCP"):
         (rule,) = _egress_rules_for_port(policy, 53, protocol)
-        blocks = [ipaddress.ip_network(peer["ipBlock"]["cidr"]) for peer in rule["to"] if "ipBlock" in peer]
+        blocks = [
+            ipaddress.ip_network(peer["ipBlock"]["cidr"])
+            for peer in rule["to"]
+            if "ipBlock" in peer
+        ]
         assert any(NODELOCAL_DNS in block for block in blocks), protocol
-        assert any(peer.get("podSelector", {}).get("matchLabels", {}).get("k8s-app") == "kube-dns"
-                   for peer in rule["to"])
+        assert any(
+            peer.get("podSelector", {}).get("matchLabels", {}).get("k8s-app") == "kube-dns"
+            for peer in rule["to"]
+        )
         # The cache's address only: not the rest of link-local, which holds cloud metadata.
         assert all(block.num_addresses == 1 for block in blocks)
 

@@ -8,6 +8,7 @@ and attached to by the `existing` backend against a stand-in of the head's dashb
 only at the service's address and only to the token compose hands the head; the head's start
 script runs under bash with a stand-in `ray`.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,16 @@ from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import allowed_endpoints
 from app.states import ComputeUnitState
 from tests.test_compute_image import DOCKERFILE, PYPROJECT, image_pins, pins
-from tests.test_deploy_compose import COMPOSE, DEPLOY, ENV_EXAMPLE, FILLED_ENV, PORTAL_ENV, RAW, SERVICES, environment
+from tests.test_deploy_compose import (
+    COMPOSE,
+    DEPLOY,
+    ENV_EXAMPLE,
+    FILLED_ENV,
+    PORTAL_ENV,
+    RAW,
+    SERVICES,
+    environment,
+)
 
 WORKER, HEAD = SERVICES["worker"], SERVICES["ray-head"]
 WORKER_ENV, HEAD_ENV = environment(WORKER), environment(HEAD)
@@ -67,7 +77,9 @@ def command_option(script: str, name: str) -> str:
 
 
 (LISTED,) = json.loads(WORKER_ENV["LAKEPORT_RAY_CLUSTERS"])
-(TOKEN_SECRET,) = [name for name, mount in mounts_of(WORKER).items() if mount["target"] == LISTED["token_file"]]
+(TOKEN_SECRET,) = [
+    name for name, mount in mounts_of(WORKER).items() if mount["target"] == LISTED["token_file"]
+]
 
 
 def worker_listing(token_file: Path) -> str:
@@ -79,7 +91,9 @@ def test_the_listed_cluster_is_the_ray_head_service_on_a_network_the_worker_shar
     address = urlsplit(LISTED["address"])
     assert SERVICES.get(address.hostname) is HEAD
     assert address.port == int(command_option(HEAD_SCRIPT, "dashboard-port"))
-    assert command_option(HEAD_SCRIPT, "dashboard-host") == "0.0.0.0"  # Ray's default is loopback only
+    assert (
+        command_option(HEAD_SCRIPT, "dashboard-host") == "0.0.0.0"
+    )  # Ray's default is loopback only
     shared = networks_of(WORKER) & networks_of(HEAD)
     assert shared, "the worker cannot reach the Ray head"
     assert all(name in NETWORKS for name in shared)
@@ -108,19 +122,39 @@ def test_the_worker_attaches_a_unit_to_the_head_with_the_secrets_token(tmp_path)
         if request.headers.get("Authorization") != f"Bearer {token}":
             return httpx.Response(401)
         if request.url.path == "/api/v0/nodes":
-            node = {"node_id": "head", "is_head_node": True, "state": "ALIVE",
-                    "resources_total": {"CPU": float(command_option(HEAD_SCRIPT, "num-cpus")), "memory": 8 * 2**30}}
+            node = {
+                "node_id": "head",
+                "is_head_node": True,
+                "state": "ALIVE",
+                "resources_total": {
+                    "CPU": float(command_option(HEAD_SCRIPT, "num-cpus")),
+                    "memory": 8 * 2**30,
+                },
+            }
             return httpx.Response(200, json={"data": {"result": {"result": [node]}}})
         if request.url.path == "/api/cluster_status":
-            return httpx.Response(200, json={"data": {"clusterStatus": {"loadMetricsReport": {"usage": {"CPU": [0, 4]}}}}})
+            return httpx.Response(
+                200,
+                json={"data": {"clusterStatus": {"loadMetricsReport": {"usage": {"CPU": [0, 4]}}}}},
+            )
         return httpx.Response(404)
 
-    config = Config.from_env({**WORKER_ENV, "LAKEPORT_RAY_CLUSTERS": worker_listing(tmp_path / "ray_token")})
+    config = Config.from_env(
+        {**WORKER_ENV, "LAKEPORT_RAY_CLUSTERS": worker_listing(tmp_path / "ray_token")}
+    )
     config.validate()
-    backend = ExistingClusterBackend(parse_listed_clusters(config.RAY_CLUSTERS), transport=httpx.MockTransport(ray_head))
+    backend = ExistingClusterBackend(
+        parse_listed_clusters(config.RAY_CLUSTERS), transport=httpx.MockTransport(ray_head)
+    )
     (cluster,) = backend.clusters.values()
-    handle = backend.start(ClusterSpec(cu_id="compose-unit", name="first", cluster_name=cluster.name,
-                                       spark_host_port=cluster.ports()[0]))
+    handle = backend.start(
+        ClusterSpec(
+            cu_id="compose-unit",
+            name="first",
+            cluster_name=cluster.name,
+            spark_host_port=cluster.ports()[0],
+        )
+    )
     assert backend.status(handle).state == ComputeUnitState.RUNNING
     spark_host = urlsplit(handle.spark_host_url)
     assert SERVICES.get(spark_host.hostname) is HEAD
@@ -128,11 +162,19 @@ def test_the_worker_attaches_a_unit_to_the_head_with_the_secrets_token(tmp_path)
     assert "/api/v0/nodes" in asked
 
     # The portal's listing has no token: it could not drive the cluster, and does not have to.
-    portal_side = ExistingClusterBackend(parse_listed_clusters(PORTAL_ENV["LAKEPORT_RAY_CLUSTERS"]),
-                                         transport=httpx.MockTransport(ray_head))
+    portal_side = ExistingClusterBackend(
+        parse_listed_clusters(PORTAL_ENV["LAKEPORT_RAY_CLUSTERS"]),
+        transport=httpx.MockTransport(ray_head),
+    )
     with pytest.raises(ClusterStartError, match="refused the cluster token"):
-        portal_side.start(ClusterSpec(cu_id="from-portal", name="x", cluster_name=cluster.name,
-                                      spark_host_port=cluster.ports()[0]))
+        portal_side.start(
+            ClusterSpec(
+                cu_id="from-portal",
+                name="x",
+                cluster_name=cluster.name,
+                spark_host_port=cluster.ports()[0],
+            )
+        )
 
 
 def test_the_spark_host_ports_are_reachable_from_the_units_network_only():
@@ -148,7 +190,9 @@ def test_the_spark_host_ports_are_reachable_from_the_units_network_only():
 def test_the_units_network_reaches_the_catalog_and_minio_and_nothing_else():
     (network,) = networks_of(HEAD)
     members = {name for name, service in SERVICES.items() if network in networks_of(service)}
-    endpoints = allowed_endpoints(PORTAL_ENV["LAKEPORT_LAKEKEEPER_URL"], PORTAL_ENV["LAKEPORT_CU_ALLOWED_ENDPOINTS"])
+    endpoints = allowed_endpoints(
+        PORTAL_ENV["LAKEPORT_LAKEKEEPER_URL"], PORTAL_ENV["LAKEPORT_CU_ALLOWED_ENDPOINTS"]
+    )
     reachable = {endpoint.host for endpoint in endpoints}
     assert reachable == {"lakekeeper", "minio"}
     assert members == {"ray-head", "worker"} | reachable
@@ -167,14 +211,22 @@ def test_the_token_secret_reaches_the_worker_and_the_head_and_nothing_else():
     text = (DEPLOY / "compose.yaml").read_text()
     assert not re.search(rf"\$\{{{source}\b", text)  # never in an environment or a command line
     head_mount = mounts_of(HEAD)[TOKEN_SECRET]
-    assert HEAD_ENV["RAY_AUTH_MODE"] == "token" and HEAD_ENV["RAY_AUTH_TOKEN_PATH"] == head_mount["target"]
+    assert (
+        HEAD_ENV["RAY_AUTH_MODE"] == "token"
+        and HEAD_ENV["RAY_AUTH_TOKEN_PATH"] == head_mount["target"]
+    )
     assert "RAY_AUTH_TOKEN" not in HEAD_ENV
 
 
 def test_each_holder_of_the_token_can_read_it_and_only_its_own_user():
-    portal_uid = re.search(r"useradd [^\n]*--uid (\d+) lakeport", (PROJECT_ROOT / "Dockerfile").read_text()).group(1)
+    portal_uid = re.search(
+        r"useradd [^\n]*--uid (\d+) lakeport", (PROJECT_ROOT / "Dockerfile").read_text()
+    ).group(1)
     worker_mount, head_mount = mounts_of(WORKER)[TOKEN_SECRET], mounts_of(HEAD)[TOKEN_SECRET]
-    assert (worker_mount["uid"], worker_mount["gid"]) == (portal_uid, portal_uid)  # useradd's own group
+    assert (worker_mount["uid"], worker_mount["gid"]) == (
+        portal_uid,
+        portal_uid,
+    )  # useradd's own group
     # rayproject/ray's user: RAY_UID=1000, RAY_GID=100 (ray-project/ray docker/base-deps/Dockerfile).
     assert (head_mount["uid"], head_mount["gid"]) == ("1000", "100")
     assert re.search(r"^USER ray$", DOCKERFILE, re.MULTILINE)
@@ -183,14 +235,18 @@ def test_each_holder_of_the_token_can_read_it_and_only_its_own_user():
 
 def test_the_head_runs_the_compute_image_at_the_versions_the_portal_pins():
     build = HEAD["build"]
-    assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == PROJECT_ROOT / "compute" / "Dockerfile"
+    assert (
+        DEPLOY / build["context"] / build["dockerfile"]
+    ).resolve() == PROJECT_ROOT / "compute" / "Dockerfile"
     assert HEAD["image"] == SETTINGS["KUBERAY_IMAGE"].default  # the units' one image
     project = pins(PYPROJECT["project"]["dependencies"])
     image = image_pins()
     for package in ("ray", "raydp", "pyspark", "pyiceberg"):
         assert image[package] == project[package], package
     # The worker (the portal's image, pyproject's Ray) submits the Spark host's Ray Job to this head.
-    assert re.search(rf"^FROM rayproject/ray:{re.escape(project['ray'])}-py\d+$", DOCKERFILE, re.MULTILINE)
+    assert re.search(
+        rf"^FROM rayproject/ray:{re.escape(project['ray'])}-py\d+$", DOCKERFILE, re.MULTILINE
+    )
 
 
 def run_head_script(tmp_path, token: str) -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -203,8 +259,14 @@ def run_head_script(tmp_path, token: str) -> tuple[subprocess.CompletedProcess, 
     for stand_in in bin_dir.iterdir():
         stand_in.chmod(0o755)
     (tmp_path / "ray_token").write_text(token)
-    env = {**HEAD_ENV, "RAY_AUTH_TOKEN_PATH": str(tmp_path / "ray_token"), "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    run = subprocess.run(["bash", "-c", HEAD_SCRIPT], env=env, capture_output=True, text=True, timeout=30)
+    env = {
+        **HEAD_ENV,
+        "RAY_AUTH_TOKEN_PATH": str(tmp_path / "ray_token"),
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+    }
+    run = subprocess.run(
+        ["bash", "-c", HEAD_SCRIPT], env=env, capture_output=True, text=True, timeout=30
+    )
     args_file = tmp_path / "ray-args"
     return run, args_file.read_text().splitlines() if args_file.exists() else []
 
@@ -234,6 +296,11 @@ def test_an_empty_or_missing_token_stops_the_worker_with_the_setting_named(tmp_p
     # README.md's one-liner gives every empty entry of .env.example a random value, this one too.
     assert FILLED_ENV[RAW["secrets"][TOKEN_SECRET]["environment"]]
     (tmp_path / "ray_token").write_text("")
-    for token_file, problem in ((tmp_path / "ray_token", "is empty"), (tmp_path / "absent", "is not a readable file")):
+    for token_file, problem in (
+        (tmp_path / "ray_token", "is empty"),
+        (tmp_path / "absent", "is not a readable file"),
+    ):
         with pytest.raises(ValueError, match=f"^LAKEPORT_RAY_CLUSTERS: .*token_file.*{problem}"):
-            Config.from_env({**WORKER_ENV, "LAKEPORT_RAY_CLUSTERS": worker_listing(token_file)}).validate()
+            Config.from_env(
+                {**WORKER_ENV, "LAKEPORT_RAY_CLUSTERS": worker_listing(token_file)}
+            ).validate()

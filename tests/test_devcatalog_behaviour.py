@@ -5,6 +5,7 @@ checked against what Lakekeeper v0.13.3 does. Each docstring names the Lakekeepe
 
 Requests go out unchecked by the OpenAPI contract here: some rows are about answers Lakekeeper
 gives to requests its document allows but its server refuses (array query parameters)."""
+
 from __future__ import annotations
 
 import uuid
@@ -45,11 +46,15 @@ def api(devcatalog, service_token):
 
 def create_warehouse(api, seaweedfs, *, delete_profile=None) -> dict:
     name = f"behaviour-{uuid.uuid4().hex[:8]}"
-    created = api.post("/management/v1/warehouse", json={
-        "warehouse-name": name, "storage-profile": s3_profile(seaweedfs, name),
-        "storage-credential": access_key(ALICE.credentials),
-        "delete-profile": delete_profile or {"type": "hard"},
-    })
+    created = api.post(
+        "/management/v1/warehouse",
+        json={
+            "warehouse-name": name,
+            "storage-profile": s3_profile(seaweedfs, name),
+            "storage-credential": access_key(ALICE.credentials),
+            "delete-profile": delete_profile or {"type": "hard"},
+        },
+    )
     assert created.status_code == 201, created.text
     return created.json()
 
@@ -62,8 +67,13 @@ def warehouse(api, seaweedfs):
 
 
 def iceberg(devcatalog, warehouse: dict, token: str):
-    return load_catalog("behaviour", type="rest", uri=f"{devcatalog.url}/catalog", token=token,
-                        warehouse=f"{PROJECT}/{warehouse['name']}")
+    return load_catalog(
+        "behaviour",
+        type="rest",
+        uri=f"{devcatalog.url}/catalog",
+        token=token,
+        warehouse=f"{PROJECT}/{warehouse['name']}",
+    )
 
 
 def envelope(response: httpx.Response) -> dict:
@@ -80,19 +90,34 @@ def test_array_query_parameters_answer_400_as_axum_query_does(api, warehouse):
     crates/authz-openfga/src/api.rs (`Get{Warehouse,Role}AssignmentsQuery.relations`): axum's
     `Query` cannot fill a `Vec` from any form, so every value answers axum's plain-text 400
     (tokio-rs/axum axum/src/extract/rejection.rs); fixed on main only (management_query_arrays.rs)."""
-    role = api.post("/management/v1/role", json={"name": f"r-{uuid.uuid4().hex[:6]}"}).raise_for_status().json()
+    role = (
+        api.post("/management/v1/role", json={"name": f"r-{uuid.uuid4().hex[:6]}"})
+        .raise_for_status()
+        .json()
+    )
     refused = [
         ("/management/v1/warehouse", [("warehouseStatus", "active")]),
-        ("/management/v1/warehouse", [("warehouseStatus", "active"), ("warehouseStatus", "inactive")]),
-        (f"/management/v1/permissions/warehouse/{warehouse['warehouse-id']}/assignments", [("relations", "ownership")]),
+        (
+            "/management/v1/warehouse",
+            [("warehouseStatus", "active"), ("warehouseStatus", "inactive")],
+        ),
+        (
+            f"/management/v1/permissions/warehouse/{warehouse['warehouse-id']}/assignments",
+            [("relations", "ownership")],
+        ),
         (f"/management/v1/permissions/role/{role['id']}/assignments", [("relations", "assignee")]),
     ]
     for path, query in refused:
         answer = api.get(path, params=query)
         assert answer.status_code == 400, (path, query, answer.text)
         assert answer.headers["content-type"].startswith("text/plain")
-        assert answer.text == f'Failed to deserialize query string: invalid type: string "{query[0][1]}", expected a sequence'
-        assert api.get(path).status_code == 200  # without the filter: the default (active, every relation)
+        assert (
+            answer.text
+            == f'Failed to deserialize query string: invalid type: string "{query[0][1]}", expected a sequence'
+        )
+        assert (
+            api.get(path).status_code == 200
+        )  # without the filter: the default (active, every relation)
     api.delete(f"/management/v1/role/{role['id']}")
 
 
@@ -105,17 +130,26 @@ def test_errors_have_lakekeepers_envelope(api):
     missing = api.get(f"/management/v1/warehouse/{unknown}")
     assert missing.status_code == 404
     assert envelope(missing) | {"stack": None} == {
-        "type": "NoSuchWarehouseException", "code": 404, "stack": None,
-        "message": f"A warehouse with id '{unknown}' does not exist"}
+        "type": "NoSuchWarehouseException",
+        "code": 404,
+        "stack": None,
+        "message": f"A warehouse with id '{unknown}' does not exist",
+    }
     by_name = api.get("/catalog/v1/config", params={"warehouse": f"{PROJECT}/nowhere"})
     assert (by_name.status_code, envelope(by_name)["type"]) == (404, "NoSuchWarehouseException")
     unknown_route = api.get("/management/v1/no-such-thing")
     assert unknown_route.status_code == 404 and envelope(unknown_route)["message"]
-    bad_body = api.post("/management/v1/warehouse", content=b"not json", headers={"Content-Type": "application/json"})
+    bad_body = api.post(
+        "/management/v1/warehouse",
+        content=b"not json",
+        headers={"Content-Type": "application/json"},
+    )
     assert bad_body.status_code == 400 and envelope(bad_body)["type"]
 
 
-def test_a_refused_action_is_403_and_an_unseen_warehouse_differs(api, warehouse, devcatalog, portal_tokens):
+def test_a_refused_action_is_403_and_an_unseen_warehouse_differs(
+    api, warehouse, devcatalog, portal_tokens
+):
     """lakekeeper v0.13.3 crates/lakekeeper/src/service/authz/warehouse.rs (`require_warehouse_action`):
     a caller who can see the warehouse but may not act answers 403 `WarehouseActionForbidden`; one
     who cannot see it 404 `NoSuchWarehouseException` (`AuthZCannotUseWarehouseId`). The dev
@@ -124,11 +158,18 @@ def test_a_refused_action_is_403_and_an_unseen_warehouse_differs(api, warehouse,
     token = portal_tokens.user_token(ALICE_USER.sub).access_token
     with client(devcatalog, token) as as_alice:
         unseen = as_alice.get(f"/management/v1/warehouse/{warehouse_id}")
-        assert (unseen.status_code, envelope(unseen)["type"]) == (403, "WarehouseActionForbidden")  # Lakekeeper: 404
-        api.post(f"/management/v1/permissions/warehouse/{warehouse_id}/assignments",
-                 json={"writes": [{"type": "select", "user": f"oidc~{ALICE_USER.sub}"}]}).raise_for_status()
+        assert (unseen.status_code, envelope(unseen)["type"]) == (
+            403,
+            "WarehouseActionForbidden",
+        )  # Lakekeeper: 404
+        api.post(
+            f"/management/v1/permissions/warehouse/{warehouse_id}/assignments",
+            json={"writes": [{"type": "select", "user": f"oidc~{ALICE_USER.sub}"}]},
+        ).raise_for_status()
         assert as_alice.get(f"/management/v1/warehouse/{warehouse_id}").status_code == 200
-        rename = as_alice.post(f"/management/v1/warehouse/{warehouse_id}/rename", json={"new-name": "taken-over"})
+        rename = as_alice.post(
+            f"/management/v1/warehouse/{warehouse_id}/rename", json={"new-name": "taken-over"}
+        )
         assert (rename.status_code, envelope(rename)["type"]) == (403, "WarehouseActionForbidden")
 
 
@@ -137,12 +178,20 @@ def test_deleting_a_role_takes_its_grants_and_members_with_it(api, warehouse):
     crates/authz-openfga/src/authorizer.rs (`delete_role` -> `delete_all_relations`): every tuple
     naming the role goes, its assignees and its grants on warehouses."""
     warehouse_id = warehouse["warehouse-id"]
-    role = api.post("/management/v1/role", json={"name": f"analysts-{uuid.uuid4().hex[:6]}"}).raise_for_status().json()
+    role = (
+        api.post("/management/v1/role", json={"name": f"analysts-{uuid.uuid4().hex[:6]}"})
+        .raise_for_status()
+        .json()
+    )
     member = f"oidc~{ALICE_USER.sub}"
-    api.post(f"/management/v1/permissions/role/{role['id']}/assignments",
-             json={"writes": [{"type": "assignee", "user": member}]}).raise_for_status()
-    api.post(f"/management/v1/permissions/warehouse/{warehouse_id}/assignments",
-             json={"writes": [{"type": "select", "role": role["id"]}]}).raise_for_status()
+    api.post(
+        f"/management/v1/permissions/role/{role['id']}/assignments",
+        json={"writes": [{"type": "assignee", "user": member}]},
+    ).raise_for_status()
+    api.post(
+        f"/management/v1/permissions/warehouse/{warehouse_id}/assignments",
+        json={"writes": [{"type": "select", "role": role["id"]}]},
+    ).raise_for_status()
     grants = f"/management/v1/permissions/warehouse/{warehouse_id}/assignments"
     assert {"type": "select", "role": role["id"]} in api.get(grants).json()["assignments"]
 
@@ -158,13 +207,20 @@ def test_a_users_exchanged_token_is_that_user_and_no_token_is_401(devcatalog, po
     primary provider is the user `oidc~<sub>`; a request without a bearer token answers 401."""
     token = portal_tokens.user_token(ALICE_USER.sub).access_token  # the portal's token exchange
     with client(devcatalog, token) as as_alice:
-        assert as_alice.get("/management/v1/whoami").raise_for_status().json()["id"] == f"oidc~{ALICE_USER.sub}"
+        assert (
+            as_alice.get("/management/v1/whoami").raise_for_status().json()["id"]
+            == f"oidc~{ALICE_USER.sub}"
+        )
     anonymous = httpx.get(f"{devcatalog.url}/management/v1/whoami", timeout=30)
-    assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith("Bearer")
+    assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith(
+        "Bearer"
+    )
     assert envelope(anonymous)["code"] == 401
 
 
-def test_vended_credentials_are_scoped_to_the_table_and_name_their_renewal(api, warehouse, devcatalog, service_token):
+def test_vended_credentials_are_scoped_to_the_table_and_name_their_renewal(
+    api, warehouse, devcatalog, service_token
+):
     """lakekeeper v0.13.3 crates/lakekeeper/src/service/storage/s3.rs (`generate_table_config`,
     `get_sts_policy_string`), crates/lakekeeper/src/request_metadata.rs
     (`refresh_client_credentials_endpoint_for_table`); the rules table in the README above."""
@@ -176,14 +232,18 @@ def test_vended_credentials_are_scoped_to_the_table_and_name_their_renewal(api, 
     [credential] = loaded["storage-credentials"]
     assert credential["prefix"].rstrip("/") == table.location().rstrip("/")
     assert credential["config"]["s3.session-token"]
-    assert credential["config"]["client.refresh-credentials-endpoint"].endswith(f"{prefix}/credentials")
+    assert credential["config"]["client.refresh-credentials-endpoint"].endswith(
+        f"{prefix}/credentials"
+    )
     renewed = api.get(f"{prefix}/credentials", headers=VENDED).raise_for_status().json()
     assert [c["prefix"] for c in renewed["storage-credentials"]] == [credential["prefix"]]
     catalog.purge_table("vend.t")
     catalog.drop_namespace("vend")
 
 
-def test_a_soft_delete_profile_is_kept_but_tables_drop_at_once_and_undrop_is_absent(api, seaweedfs, devcatalog, service_token):
+def test_a_soft_delete_profile_is_kept_but_tables_drop_at_once_and_undrop_is_absent(
+    api, seaweedfs, devcatalog, service_token
+):
     """lakekeeper v0.13.3 crates/lakekeeper/src/api/management/v1/warehouse/mod.rs
     (`TabularDeleteProfile::Soft{expiration_seconds}`: a dropped table is kept until expiry) and
     crates/lakekeeper/src/api/management/mod.rs (`/warehouse/{id}/deleted-tabulars/undrop`). The
@@ -198,22 +258,30 @@ def test_a_soft_delete_profile_is_kept_but_tables_drop_at_once_and_undrop_is_abs
         catalog.drop_table("gone.t")
         with pytest.raises(NoSuchTableError):
             catalog.load_table("gone.t")
-        undrop = api.post(f"/management/v1/warehouse/{warehouse['warehouse-id']}/deleted-tabulars/undrop",
-                          json={"targets": [table.metadata.table_uuid.hex]})
+        undrop = api.post(
+            f"/management/v1/warehouse/{warehouse['warehouse-id']}/deleted-tabulars/undrop",
+            json={"targets": [table.metadata.table_uuid.hex]},
+        )
         assert undrop.status_code == 404 and envelope(undrop)
         catalog.drop_namespace("gone")
     finally:
         api.delete(f"/management/v1/warehouse/{warehouse['warehouse-id']}")
 
 
-def test_x_project_id_names_the_project_and_defaults_to_the_nil_uuid(devcatalog, service_token, warehouse):
+def test_x_project_id_names_the_project_and_defaults_to_the_nil_uuid(
+    devcatalog, service_token, warehouse
+):
     """lakekeeper v0.13.3 crates/lakekeeper/src/request_metadata.rs (`X_PROJECT_ID_HEADER`,
     trimmed and parsed as a `ProjectId`; `preferred_project_id` falls back to `DEFAULT_PROJECT_ID`)
     and crates/lakekeeper/src/service/identifier/project.rs (`ProjectId::try_new`: letters, digits,
     '-' and '_', not only UUIDs; anything else 400 `MalformedProjectID`)."""
+
     def names(project):
         with client(devcatalog, service_token, project) as api:
-            return {w["name"] for w in api.get("/management/v1/warehouse").raise_for_status().json()["warehouses"]}
+            return {
+                w["name"]
+                for w in api.get("/management/v1/warehouse").raise_for_status().json()["warehouses"]
+            }
 
     assert warehouse["name"] in names(PROJECT)
     assert warehouse["name"] not in names(str(uuid.uuid4()))

@@ -1,5 +1,6 @@
 """Two local stacks side by side: each has a database of its own, its worker beside its web
 workers, and stopping one touches only its own compute units."""
+
 from __future__ import annotations
 
 import socket
@@ -7,8 +8,8 @@ import socket
 from sqlmodel import Session, select
 
 from app.db import make_engine
-from app.ports import port_is_open
 from app.models import ComputeUnit, ComputeUnitEvent, User
+from app.ports import port_is_open
 from devstack.database import drop_postgres_database, stack_database_name
 from devstack.seaweedfs import SeaweedConfig, start_seaweedfs_on_free_ports
 from devstack.stack import LocalStack, StackPorts
@@ -34,7 +35,13 @@ def unit_and_events(database_url: str, cu_id: int) -> tuple[ComputeUnit, list[st
     engine = make_engine(database_url)
     try:
         with Session(engine) as db:
-            events = list(db.exec(select(ComputeUnitEvent.message).where(ComputeUnitEvent.compute_unit_id == cu_id)))
+            events = list(
+                db.exec(
+                    select(ComputeUnitEvent.message).where(
+                        ComputeUnitEvent.compute_unit_id == cu_id
+                    )
+                )
+            )
             return db.get(ComputeUnit, cu_id), events
     finally:
         engine.dispose()
@@ -54,7 +61,9 @@ def test_two_local_stacks_have_their_own_databases_and_stop_independently(tmp_pa
         second = LocalStack(tmp_path / "second", StackPorts.free(), portal_settings=quiet)
         second.start(say=lambda _message: None)
         assert first.database_url != second.database_url
-        assert first.database_url.endswith(f"/{names[0]}") and second.database_url.endswith(f"/{names[1]}")
+        assert first.database_url.endswith(f"/{names[0]}") and second.database_url.endswith(
+            f"/{names[1]}"
+        )
         for stack in (first, second):
             assert stack.process("worker").running and stack.process("portal").running
         first_unit = add_running_unit(first.database_url, "first-owner")
@@ -64,7 +73,9 @@ def test_two_local_stacks_have_their_own_databases_and_stop_independently(tmp_pa
         stopped, _ = unit_and_events(first.database_url, first_unit)
         assert (stopped.state, stopped.reason) == ("TERMINATED", "the local stack stopped")
         untouched, events = unit_and_events(second.database_url, second_unit)
-        assert untouched.state == "RUNNING" and not any("local stack stopped" in event for event in events)
+        assert untouched.state == "RUNNING" and not any(
+            "local stack stopped" in event for event in events
+        )
         assert second.process("worker").running and second.process("portal").running
 
         # The worker alone starts again with a changed setting (the benchmarks' pool does so).
@@ -83,7 +94,9 @@ def test_two_local_stacks_have_their_own_databases_and_stop_independently(tmp_pa
             drop_postgres_database(name)
 
 
-def test_seaweedfs_starts_again_on_new_ports_when_a_picked_port_is_taken_first(tmp_path, monkeypatch):
+def test_seaweedfs_starts_again_on_new_ports_when_a_picked_port_is_taken_first(
+    tmp_path, monkeypatch
+):
     """A port picked free can be bound by another program before SeaweedFS binds it."""
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -92,14 +105,20 @@ def test_seaweedfs_starts_again_on_new_ports_when_a_picked_port_is_taken_first(t
     first_config.iceberg_port = taken.getsockname()[1]
     configs = iter([first_config])
     real_pick = SeaweedConfig.on_free_ports.__func__
-    monkeypatch.setattr(SeaweedConfig, "on_free_ports",
-                        classmethod(lambda cls, data_dir: next(configs, None) or real_pick(cls, data_dir)))
+    monkeypatch.setattr(
+        SeaweedConfig,
+        "on_free_ports",
+        classmethod(lambda cls, data_dir: next(configs, None) or real_pick(cls, data_dir)),
+    )
     try:
         config, process = start_seaweedfs_on_free_ports(tmp_path / "seaweedfs", tmp_path / "logs")
         try:
             assert config is not first_config
             assert config.iceberg_port != taken.getsockname()[1]
-            assert f"port {taken.getsockname()[1]}" in (tmp_path / "logs" / "seaweedfs.log").read_text()
+            assert (
+                f"port {taken.getsockname()[1]}"
+                in (tmp_path / "logs" / "seaweedfs.log").read_text()
+            )
             assert port_is_open(config.iceberg_port)  # started returns once it answers
         finally:
             process.stop()

@@ -1,9 +1,10 @@
 """KubeRay backend without a Kubernetes cluster: manifests against the RayCluster CRD schema,
 recorded `.status` objects mapped to compute-unit states, and the API calls on a mock transport."""
+
 from __future__ import annotations
 
-import copy
 import base64
+import copy
 import json
 import re
 from pathlib import Path
@@ -14,9 +15,12 @@ import pytest
 import yaml
 
 from app.ray_clusters.base import (
-    ClusterBackend, ClusterHandle, ClusterSpec, ClusterStartError, SparkHostLaunchState,
+    ClusterBackend,
+    ClusterHandle,
+    ClusterSpec,
+    ClusterStartError,
+    SparkHostLaunchState,
 )
-from app.states import ComputeUnitState
 from app.ray_clusters.kuberay import (
     DASHBOARD_PORT,
     LABEL_COMPUTE_UNIT,
@@ -29,6 +33,7 @@ from app.ray_clusters.kuberay import (
     render_raycluster,
     status_from_raycluster,
 )
+from app.states import ComputeUnitState
 
 CRD_PATH = Path(__file__).resolve().parent / "specs" / "kuberay" / "ray.io_rayclusters.yaml"
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -42,8 +47,11 @@ def strict(schema: dict) -> dict:
     schema = copy.deepcopy(schema)
 
     def visit(node: dict) -> None:
-        if "properties" in node and "additionalProperties" not in node \
-                and not node.get("x-kubernetes-preserve-unknown-fields"):
+        if (
+            "properties" in node
+            and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
             node["additionalProperties"] = False
         for child in node.get("properties", {}).values():
             visit(child)
@@ -66,15 +74,26 @@ def validator() -> jsonschema.Validator:
 
 
 def spec(**overrides) -> ClusterSpec:
-    values = dict(cu_id="42", name="etl", cpus_per_node=2, memory_gb_per_node=4, worker_nodes=2,
-                  owner="alice@example.com")
+    values = dict(
+        cu_id="42",
+        name="etl",
+        cpus_per_node=2,
+        memory_gb_per_node=4,
+        worker_nodes=2,
+        owner="alice@example.com",
+    )
     values.update(overrides)
     return ClusterSpec(**values)
 
 
 def render(cluster_spec: ClusterSpec) -> dict:
-    return render_raycluster(cluster_spec, name=cluster_name(cluster_spec.cu_id), namespace="lakeport",
-                             image=IMAGE, token_secret="tok")
+    return render_raycluster(
+        cluster_spec,
+        name=cluster_name(cluster_spec.cu_id),
+        namespace="lakeport",
+        image=IMAGE,
+        token_secret="tok",
+    )
 
 
 # ---------------------------------------------------------------------------- manifests
@@ -93,7 +112,10 @@ def test_a_cluster_with_workers_renders_a_valid_raycluster(validator):
         assert container["resources"]["limits"] == {"cpu": "2", "memory": "4096Mi"}
         assert group["rayStartParams"]["num-cpus"] == "2"
         assert group["template"]["metadata"]["labels"] == manifest["metadata"]["labels"]
-    head_ports = {port["name"]: port["containerPort"] for port in head["template"]["spec"]["containers"][0]["ports"]}
+    head_ports = {
+        port["name"]: port["containerPort"]
+        for port in head["template"]["spec"]["containers"][0]["ports"]
+    }
     assert head_ports["spark-host"] == SPARK_HOST_PORT and head_ports["dashboard"] == 8265
 
 
@@ -115,11 +137,14 @@ def test_the_schema_check_rejects_what_kubernetes_would_drop(validator):
         validator.validate(manifest)
 
 
-@pytest.mark.parametrize("owner, cu_id", [
-    ("alice@example.com", "42"),
-    ("Ünïcode User <x@y>", "Weird ID / with spaces"),
-    ("o" * 200, "c" * 200),
-])
+@pytest.mark.parametrize(
+    "owner, cu_id",
+    [
+        ("alice@example.com", "42"),
+        ("Ünïcode User <x@y>", "Weird ID / with spaces"),
+        ("o" * 200, "c" * 200),
+    ],
+)
 def test_names_and_labels_are_valid_for_kubernetes(owner, cu_id):
     manifest = render(spec(owner=owner, cu_id=cu_id))
     labels = manifest["metadata"]["labels"]
@@ -141,42 +166,78 @@ def raycluster(status: dict, workers: int = 2, **metadata) -> dict:
 
 
 def condition(kind: str, status: str, reason: str, message: str = "") -> dict:
-    return {"type": kind, "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": "2026-11-20T10:00:00Z", "observedGeneration": 1}
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-11-20T10:00:00Z",
+        "observedGeneration": 1,
+    }
 
 
 PROVISIONING = {
     "conditions": [
         condition("HeadPodReady", "False", "HeadPodNotFound", "Head Pod not found"),
-        condition("RayClusterProvisioned", "False", "RayClusterPodsProvisioning",
-                  "RayCluster Pods are being provisioned for first time"),
+        condition(
+            "RayClusterProvisioned",
+            "False",
+            "RayClusterPodsProvisioning",
+            "RayCluster Pods are being provisioned for first time",
+        ),
     ],
-    "desiredCPU": "6", "desiredMemory": "12Gi", "desiredWorkerReplicas": 2, "maxWorkerReplicas": 2,
-    "minWorkerReplicas": 2, "observedGeneration": 1, "lastUpdateTime": "2026-11-20T10:00:01Z",
+    "desiredCPU": "6",
+    "desiredMemory": "12Gi",
+    "desiredWorkerReplicas": 2,
+    "maxWorkerReplicas": 2,
+    "minWorkerReplicas": 2,
+    "observedGeneration": 1,
+    "lastUpdateTime": "2026-11-20T10:00:01Z",
 }
 READY = {
-    "availableWorkerReplicas": 2, "readyWorkerReplicas": 2, "desiredWorkerReplicas": 2,
+    "availableWorkerReplicas": 2,
+    "readyWorkerReplicas": 2,
+    "desiredWorkerReplicas": 2,
     "conditions": [
         condition("HeadPodReady", "True", "HeadPodRunningAndReady"),
-        condition("RayClusterProvisioned", "True", "AllPodRunningAndReadyFirstTime",
-                  "All Ray Pods are ready for the first time"),
+        condition(
+            "RayClusterProvisioned",
+            "True",
+            "AllPodRunningAndReadyFirstTime",
+            "All Ray Pods are ready for the first time",
+        ),
     ],
-    "desiredCPU": "6", "desiredMemory": "12Gi", "desiredGPU": "0", "desiredTPU": "0",
+    "desiredCPU": "6",
+    "desiredMemory": "12Gi",
+    "desiredGPU": "0",
+    "desiredTPU": "0",
     "endpoints": {"client": "10001", "dashboard": "8265", "gcs-server": "6379", "metrics": "8080"},
-    "head": {"podIP": "10.244.0.12", "podName": "lakeport-cu-42-head-7x2kq",
-             "serviceIP": "10.96.14.2", "serviceName": "lakeport-cu-42-head-svc"},
-    "state": "ready", "stateTransitionTimes": {"ready": "2026-11-20T10:01:12Z"},
-    "observedGeneration": 1, "lastUpdateTime": "2026-11-20T10:01:12Z",
+    "head": {
+        "podIP": "10.244.0.12",
+        "podName": "lakeport-cu-42-head-7x2kq",
+        "serviceIP": "10.96.14.2",
+        "serviceName": "lakeport-cu-42-head-svc",
+    },
+    "state": "ready",
+    "stateTransitionTimes": {"ready": "2026-11-20T10:01:12Z"},
+    "observedGeneration": 1,
+    "lastUpdateTime": "2026-11-20T10:01:12Z",
 }
 QUOTA_EXCEEDED = {
     "conditions": [
         condition("HeadPodReady", "False", "HeadPodNotFound", "Head Pod not found"),
         condition("RayClusterProvisioned", "False", "RayClusterPodsProvisioning"),
-        condition("ReplicaFailure", "True", "FailedCreateHeadPod",
-                  'pods "lakeport-cu-42-head-4f8bd" is forbidden: exceeded quota: compute, '
-                  "requested: limits.cpu=2, used: limits.cpu=8, limited: limits.cpu=8"),
+        condition(
+            "ReplicaFailure",
+            "True",
+            "FailedCreateHeadPod",
+            'pods "lakeport-cu-42-head-4f8bd" is forbidden: exceeded quota: compute, '
+            "requested: limits.cpu=2, used: limits.cpu=8, limited: limits.cpu=8",
+        ),
     ],
-    "desiredCPU": "6", "desiredMemory": "12Gi", "desiredWorkerReplicas": 2,
+    "desiredCPU": "6",
+    "desiredMemory": "12Gi",
+    "desiredWorkerReplicas": 2,
 }
 HEAD_LOST = {
     **READY,
@@ -199,19 +260,31 @@ SUSPENDED = {
     "state": "suspended",
 }
 # KubeRay before 1.2 reports only the state.
-LEGACY_READY = {"state": "ready", "readyWorkerReplicas": 2, "desiredCPU": "6", "desiredMemory": "12Gi"}
+LEGACY_READY = {
+    "state": "ready",
+    "readyWorkerReplicas": 2,
+    "desiredCPU": "6",
+    "desiredMemory": "12Gi",
+}
 
 
-@pytest.mark.parametrize("recorded, state, reason", [
-    (PROVISIONING, ComputeUnitState.STARTING, ""),
-    (READY, ComputeUnitState.RUNNING, ""),
-    (QUOTA_EXCEEDED, ComputeUnitState.FAILED, "FailedCreateHeadPod: pods \"lakeport-cu-42-head-4f8bd\" is forbidden"),
-    (HEAD_LOST, ComputeUnitState.FAILED, "the head pod is no longer ready: Head Pod not found"),
-    (WORKER_RESTARTING, ComputeUnitState.RUNNING, "degraded: 1 of 2 worker pods ready"),
-    (SUSPENDED, ComputeUnitState.FAILED, "the RayCluster was suspended"),
-    (LEGACY_READY, ComputeUnitState.RUNNING, ""),
-    ({}, ComputeUnitState.STARTING, ""),
-])
+@pytest.mark.parametrize(
+    "recorded, state, reason",
+    [
+        (PROVISIONING, ComputeUnitState.STARTING, ""),
+        (READY, ComputeUnitState.RUNNING, ""),
+        (
+            QUOTA_EXCEEDED,
+            ComputeUnitState.FAILED,
+            'FailedCreateHeadPod: pods "lakeport-cu-42-head-4f8bd" is forbidden',
+        ),
+        (HEAD_LOST, ComputeUnitState.FAILED, "the head pod is no longer ready: Head Pod not found"),
+        (WORKER_RESTARTING, ComputeUnitState.RUNNING, "degraded: 1 of 2 worker pods ready"),
+        (SUSPENDED, ComputeUnitState.FAILED, "the RayCluster was suspended"),
+        (LEGACY_READY, ComputeUnitState.RUNNING, ""),
+        ({}, ComputeUnitState.STARTING, ""),
+    ],
+)
 def test_recorded_statuses_map_to_compute_unit_states(recorded, state, reason):
     status = status_from_raycluster(raycluster(recorded))
 
@@ -239,7 +312,9 @@ def test_a_cluster_being_deleted_is_terminating():
     assert status_from_raycluster(obj).state == ComputeUnitState.TERMINATING
 
 
-@pytest.mark.parametrize("quantity, value", [("500m", 0.5), ("4Gi", 4 * 2**30), (3, 3), ("1.5", 1.5), ("2k", 2000)])
+@pytest.mark.parametrize(
+    "quantity, value", [("500m", 0.5), ("4Gi", 4 * 2**30), (3, 3), ("1.5", 1.5), ("2k", 2000)]
+)
 def test_kubernetes_quantities(quantity, value):
     assert parse_quantity(quantity) == pytest.approx(value)
 
@@ -248,8 +323,13 @@ def test_kubernetes_quantities(quantity, value):
 class FakeApiServer:
     """Just enough of the Kubernetes API for the backend, with recorded RayCluster statuses."""
 
-    def __init__(self, validator, statuses: list[dict], pods: list[dict] | None = None,
-                 refuse_create: bool = False) -> None:
+    def __init__(
+        self,
+        validator,
+        statuses: list[dict],
+        pods: list[dict] | None = None,
+        refuse_create: bool = False,
+    ) -> None:
         self.validator = validator
         self.statuses = statuses
         self.pods = pods or []
@@ -263,8 +343,14 @@ class FakeApiServer:
         self.calls.append((request.method, path))
         if request.method == "POST":
             if self.refuse_create:
-                return httpx.Response(403, json={"kind": "Status", "message": 'rayclusters.ray.io is forbidden: '
-                                                 'User "system:serviceaccount:lakeport:portal" cannot create'})
+                return httpx.Response(
+                    403,
+                    json={
+                        "kind": "Status",
+                        "message": "rayclusters.ray.io is forbidden: "
+                        'User "system:serviceaccount:lakeport:portal" cannot create',
+                    },
+                )
             body = json.loads(request.content)
             if body["kind"] == "RayCluster":
                 self.validator.validate(body)
@@ -280,17 +366,26 @@ class FakeApiServer:
         obj = dict(self.objects[path])
         if obj["kind"] == "Secret":
             # The API server answers with base64 `data`; `stringData` is write-only.
-            data = {key: base64.b64encode(value.encode()).decode() for key, value in obj["stringData"].items()}
-            return httpx.Response(200, json={**{k: v for k, v in obj.items() if k != "stringData"}, "data": data})
+            data = {
+                key: base64.b64encode(value.encode()).decode()
+                for key, value in obj["stringData"].items()
+            }
+            return httpx.Response(
+                200, json={**{k: v for k, v in obj.items() if k != "stringData"}, "data": data}
+            )
         obj["status"] = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
         return httpx.Response(200, json=obj)
 
 
-CONNECTION = KubernetesConnection(api_url="https://k8s.test", token="sa-token", namespace="lakeport")
+CONNECTION = KubernetesConnection(
+    api_url="https://k8s.test", token="sa-token", namespace="lakeport"
+)
 
 
 def backend_on(server: FakeApiServer) -> KubeRayBackend:
-    return KubeRayBackend(CONNECTION, image=IMAGE, transport=httpx.MockTransport(server), poll_interval_s=0)
+    return KubeRayBackend(
+        CONNECTION, image=IMAGE, transport=httpx.MockTransport(server), poll_interval_s=0
+    )
 
 
 def test_start_creates_the_token_secret_and_the_raycluster_then_waits_until_ready(validator):
@@ -302,14 +397,21 @@ def test_start_creates_the_token_secret_and_the_raycluster_then_waits_until_read
 
     name = cluster_name("42")
     secret = server.objects[f"/api/v1/namespaces/lakeport/secrets/{name}-ray-token"]
-    assert secret["stringData"] == {"auth_token": handle.auth_token} and len(handle.auth_token) == 64
+    assert (
+        secret["stringData"] == {"auth_token": handle.auth_token} and len(handle.auth_token) == 64
+    )
     assert f"/apis/ray.io/v1/namespaces/lakeport/rayclusters/{name}" in server.objects
     assert handle.dashboard_url == f"http://{name}-head-svc.lakeport.svc.cluster.local:8265"
-    assert handle.spark_host_url == f"http://{name}-head-svc.lakeport.svc.cluster.local:{SPARK_HOST_PORT}"
-    assert steps == ["creating the RayCluster",
-                     "pods starting: head not ready, 0 of 2 worker pods ready",
-                     "pods starting: head not ready, 0 of 2 worker pods ready",
-                     "cluster ready"]
+    assert (
+        handle.spark_host_url
+        == f"http://{name}-head-svc.lakeport.svc.cluster.local:{SPARK_HOST_PORT}"
+    )
+    assert steps == [
+        "creating the RayCluster",
+        "pods starting: head not ready, 0 of 2 worker pods ready",
+        "pods starting: head not ready, 0 of 2 worker pods ready",
+        "cluster ready",
+    ]
 
     stored = ClusterHandle.from_json(handle.to_json())
     assert stored.auth_token is None  # the token lives in the Secret, not in the portal's database
@@ -323,16 +425,33 @@ def test_start_creates_the_token_secret_and_the_raycluster_then_waits_until_read
 
 
 def test_a_cluster_that_never_gets_ready_fails_with_the_pod_problem_and_is_deleted(validator):
-    pods = [{"metadata": {"name": "lakeport-cu-42-head-x"},
-             "status": {"containerStatuses": [{"name": "ray-head", "state": {"waiting": {
-                 "reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}}]
+    pods = [
+        {
+            "metadata": {"name": "lakeport-cu-42-head-x"},
+            "status": {
+                "containerStatuses": [
+                    {
+                        "name": "ray-head",
+                        "state": {
+                            "waiting": {
+                                "reason": "ImagePullBackOff",
+                                "message": "Back-off pulling image",
+                            }
+                        },
+                    }
+                ]
+            },
+        }
+    ]
     server = FakeApiServer(validator, [PROVISIONING], pods=pods)
 
     with pytest.raises(ClusterStartError) as error:
         backend_on(server).start(spec(start_timeout_s=0))
 
-    assert str(error.value) == ("did not become healthy within 0 s: pods starting: head not ready, "
-                                "0 of 2 worker pods ready (lakeport-cu-42-head-x: ImagePullBackOff)")
+    assert str(error.value) == (
+        "did not become healthy within 0 s: pods starting: head not ready, "
+        "0 of 2 worker pods ready (lakeport-cu-42-head-x: ImagePullBackOff)"
+    )
     assert server.objects == {}
 
 
@@ -348,8 +467,11 @@ def test_a_replica_failure_during_start_fails_at_once(validator):
 def test_a_forbidden_create_says_so(validator):
     server = FakeApiServer(validator, [READY], refuse_create=True)
 
-    with pytest.raises(ClusterStartError, match=r"could not create the RayCluster: Kubernetes API answered 403: "
-                                                r"rayclusters.ray.io is forbidden"):
+    with pytest.raises(
+        ClusterStartError,
+        match=r"could not create the RayCluster: Kubernetes API answered 403: "
+        r"rayclusters.ray.io is forbidden",
+    ):
         backend_on(server).start(spec())
 
 
@@ -362,7 +484,7 @@ def _permission(request: httpx.Request) -> tuple[str, str, str]:
     """(apiGroup, resource, verb) of one API call, e.g. GET .../rayclusters/x -> ("ray.io", "rayclusters", "get")."""
     parts = request.url.path.strip("/").split("/")
     group = parts[1] if parts[0] == "apis" else ""
-    after_namespace = parts[parts.index("namespaces") + 2:]
+    after_namespace = parts[parts.index("namespaces") + 2 :]
     resource = after_namespace[0]
     if request.method in _VERBS:
         return group, resource, _VERBS[request.method]
@@ -384,7 +506,9 @@ class RecordingApiServer(FakeApiServer):
 
 
 def _public_methods(cls) -> set[str]:
-    return {name for name, value in vars(cls).items() if callable(value) and not name.startswith("_")}
+    return {
+        name for name, value in vars(cls).items() if callable(value) and not name.startswith("_")
+    }
 
 
 def test_the_portal_role_allows_every_call_the_backend_makes(validator):
@@ -392,8 +516,13 @@ def test_the_portal_role_allows_every_call_the_backend_makes(validator):
     grant each (resource, verb) those requests need, and on Secrets (the clusters' Ray tokens)
     nothing more."""
     role = yaml.safe_load((DEPLOY_DIR / "role.yaml").read_text())
-    allowed = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-               for resource in rule["resources"] for verb in rule["verbs"]}
+    allowed = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
     started = RecordingApiServer(validator, [PROVISIONING, READY])
     backend = backend_on(started)
     handle = backend.start(spec())
@@ -404,15 +533,29 @@ def test_the_portal_role_allows_every_call_the_backend_makes(validator):
     assert backend.launch_spark_host(handle) is False  # nor when asked: the host is a Ray Job there
     # Its limits are the pods' own (requests = limits): nothing for the portal to read.
     assert backend.limit_usage(handle) is None and backend.over_limit(handle, None) is None
-    stored = ClusterHandle.from_json(handle.to_json())  # as the database keeps it: without the token
+    stored = ClusterHandle.from_json(
+        handle.to_json()
+    )  # as the database keeps it: without the token
     backend.restore_token(stored)
-    backend.adopt(ClusterHandle.from_json(handle.to_json()))  # a restarted portal: the token from the Secret
+    backend.adopt(
+        ClusterHandle.from_json(handle.to_json())
+    )  # a restarted portal: the token from the Secret
     backend.terminate(handle)
     never_ready = RecordingApiServer(validator, [PROVISIONING])
     with pytest.raises(ClusterStartError):
         backend_on(never_ready).start(spec(start_timeout_s=0))  # also lists pods to explain why
-    exercised = {"start", "status", "spark_host_launch", "spark_host_launch_log", "launch_spark_host", "restore_token",
-                 "adopt", "terminate", "limit_usage", "over_limit"}
+    exercised = {
+        "start",
+        "status",
+        "spark_host_launch",
+        "spark_host_launch_log",
+        "launch_spark_host",
+        "restore_token",
+        "adopt",
+        "terminate",
+        "limit_usage",
+        "over_limit",
+    }
     # A new method on the interface must be exercised here too.
     assert _public_methods(ClusterBackend) | _public_methods(KubeRayBackend) == exercised
 
@@ -432,26 +575,40 @@ def test_the_deployment_runs_as_the_bound_service_account():
     pod = documents["deployment.yaml"]["spec"]["template"]["spec"]
     binding = documents["rolebinding.yaml"]
     assert pod["serviceAccountName"] == account
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "lakeport"}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": "lakeport"}
+    ]
     assert binding["roleRef"]["name"] == documents["role.yaml"]["metadata"]["name"]
     (container,) = pod["containers"]
     refs = {ref.get("configMapRef", ref.get("secretRef"))["name"] for ref in container["envFrom"]}
-    assert refs == {documents["configmap.yaml"]["metadata"]["name"], documents["secret.yaml"]["metadata"]["name"]}
+    assert refs == {
+        documents["configmap.yaml"]["metadata"]["name"],
+        documents["secret.yaml"]["metadata"]["name"],
+    }
 
 
 # ------------------------------------------------------------ containment of users' code
 # The cluster itself cannot run here: these check the objects the portal creates and the
 # manifests it ships against the CRD and against each other.
 def test_every_unit_pod_runs_without_an_api_token_as_non_root_without_privileges(validator):
-    manifest = render_raycluster(spec(worker_nodes=2), name="lakeport-cu-7", namespace="lakeport", image=IMAGE,
-                                 token_secret="t")
+    manifest = render_raycluster(
+        spec(worker_nodes=2),
+        name="lakeport-cu-7",
+        namespace="lakeport",
+        image=IMAGE,
+        token_secret="t",
+    )
     validator.validate(manifest)
     templates = [manifest["spec"]["headGroupSpec"]["template"]] + [
-        group["template"] for group in manifest["spec"]["workerGroupSpecs"]]
+        group["template"] for group in manifest["spec"]["workerGroupSpecs"]
+    ]
     for template in templates:
         pod = template["spec"]
         assert pod["automountServiceAccountToken"] is False
-        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+        assert (
+            pod["securityContext"]["runAsNonRoot"] is True
+            and pod["securityContext"]["runAsUser"] != 0
+        )
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for container in pod["containers"]:
             security = container["securityContext"]
@@ -468,19 +625,34 @@ def _selects(selector: dict, labels: dict) -> bool:
 
 def test_the_shipped_policy_closes_every_unit_pod_but_for_the_portal_dns_catalog_and_endpoints():
     policy = yaml.safe_load((DEPLOY_DIR / "unit-networkpolicy.yaml").read_text())
-    manifest = render_raycluster(spec(), name="lakeport-cu-7", namespace="lakeport", image=IMAGE, token_secret="t")
+    manifest = render_raycluster(
+        spec(), name="lakeport-cu-7", namespace="lakeport", image=IMAGE, token_secret="t"
+    )
     pod_labels = manifest["spec"]["headGroupSpec"]["template"]["metadata"]["labels"]
-    assert policy["kind"] == "NetworkPolicy" and set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    assert policy["kind"] == "NetworkPolicy" and set(policy["spec"]["policyTypes"]) == {
+        "Ingress",
+        "Egress",
+    }
     assert _selects(policy["spec"]["podSelector"], pod_labels)
-    deployments = {path.stem: yaml.safe_load(path.read_text()) for path in DEPLOY_DIR.glob("*.yaml")
-                   if "Deployment" in path.read_text()}
+    deployments = {
+        path.stem: yaml.safe_load(path.read_text())
+        for path in DEPLOY_DIR.glob("*.yaml")
+        if "Deployment" in path.read_text()
+    }
     portal_labels = [doc["spec"]["template"]["metadata"]["labels"] for doc in deployments.values()]
-    assert not any(_selects(policy["spec"]["podSelector"], labels) for labels in portal_labels)  # not the portal
+    assert not any(
+        _selects(policy["spec"]["podSelector"], labels) for labels in portal_labels
+    )  # not the portal
     (ingress,) = policy["spec"]["ingress"]
     assert {port["port"] for port in ingress["ports"]} == {SPARK_HOST_PORT, DASHBOARD_PORT}
-    assert all(any(_selects(peer["podSelector"], labels) for labels in portal_labels) for peer in ingress["from"])
+    assert all(
+        any(_selects(peer["podSelector"], labels) for labels in portal_labels)
+        for peer in ingress["from"]
+    )
     egress_ports = {port["port"] for rule in policy["spec"]["egress"] for port in rule["ports"]}
-    assert 53 in egress_ports and len(policy["spec"]["egress"]) == 3  # DNS, the catalog, the endpoints
+    assert (
+        53 in egress_ports and len(policy["spec"]["egress"]) == 3
+    )  # DNS, the catalog, the endpoints
 
 
 def test_each_unit_gets_its_own_policy_before_its_pods_and_loses_it_with_them(validator):
@@ -506,7 +678,11 @@ def test_each_unit_gets_its_own_policy_before_its_pods_and_loses_it_with_them(va
 # KubeRay rejects `mode: token` below Ray 2.52.0 (ray-operator/controllers/ray/utils/validation.go).
 KUBERAY_MINIMUM = "1.6.0"
 RAY_MINIMUM = (2, 52, 0)
-AUTH_OPTIONS_BY_KUBERAY = {"1.5.0": set(), "1.5.1": {"mode"}, "1.6.0": {"mode", "secretName", "enableK8sTokenAuth"}}
+AUTH_OPTIONS_BY_KUBERAY = {
+    "1.5.0": set(),
+    "1.5.1": {"mode"},
+    "1.6.0": {"mode", "secretName", "enableK8sTokenAuth"},
+}
 
 
 def _auth_options_schema() -> dict:
@@ -519,8 +695,12 @@ def test_every_auth_option_the_portal_sets_exists_from_the_stated_kuberay_minimu
     auth = render(spec())["spec"]["authOptions"]
     assert auth == {"mode": "token", "secretName": "tok"}
     schema = _auth_options_schema()  # the vendored CRD (1.7 line) has each of them
-    assert set(auth) <= set(schema["properties"]) and "token" in schema["properties"]["mode"]["enum"]
-    supported = [version for version, fields in AUTH_OPTIONS_BY_KUBERAY.items() if set(auth) <= fields]
+    assert (
+        set(auth) <= set(schema["properties"]) and "token" in schema["properties"]["mode"]["enum"]
+    )
+    supported = [
+        version for version, fields in AUTH_OPTIONS_BY_KUBERAY.items() if set(auth) <= fields
+    ]
     assert min(supported, key=lambda v: tuple(map(int, v.split(".")))) == KUBERAY_MINIMUM
     ray_version = tuple(int(part) for part in render(spec())["spec"]["rayVersion"].split("."))
     assert ray_version >= RAY_MINIMUM
@@ -531,5 +711,8 @@ def test_the_deployment_states_the_kuberay_minimum_and_how_to_check_it():
     assert f"| KubeRay | {KUBERAY_MINIMUM} |" in readme
     assert f"KubeRay {KUBERAY_MINIMUM} or newer" in readme
     assert "authOptions.properties.secretName" in readme  # the kubectl check of the installed CRD
-    assert f"KubeRay operator {KUBERAY_MINIMUM} or newer" in (DEPLOY_DIR / "kustomization.yaml").read_text()
+    assert (
+        f"KubeRay operator {KUBERAY_MINIMUM} or newer"
+        in (DEPLOY_DIR / "kustomization.yaml").read_text()
+    )
     assert f"| Ray | {'.'.join(map(str, RAY_MINIMUM))} |" in readme

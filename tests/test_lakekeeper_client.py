@@ -4,6 +4,7 @@ Every request the client sends passes through `ContractCheckingTransport`, which
 against Lakekeeper's published documents before a scripted Lakekeeper answers; the scripted
 answers are checked against the documents too, so they are answers Lakekeeper may give.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,8 +59,13 @@ def warehouse_json(name: str = "sales", status: str = "active") -> dict:
         "allowed-format-versions": [1, 2, 3],
         "delete-profile": {"type": "hard"},
         "storage-profile": {
-            "type": "s3", "bucket": "lake", "region": "us-east-1", "sts-enabled": False,
-            "key-prefix": "sales", "endpoint": "http://127.0.0.1:9000/", "path-style-access": True,
+            "type": "s3",
+            "bucket": "lake",
+            "region": "us-east-1",
+            "sts-enabled": False,
+            "key-prefix": "sales",
+            "endpoint": "http://127.0.0.1:9000/",
+            "path-style-access": True,
             "flavor": "s3-compat",
         },
         "storage-credential-type": {"type": "s3", "credential-type": "access-key"},
@@ -106,9 +112,13 @@ class IdentityProvider:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         if request.url.path == "/.well-known/openid-configuration":
-            return httpx.Response(200, json={"issuer": "http://idp.test", "token_endpoint": TOKEN_URL})
+            return httpx.Response(
+                200, json={"issuer": "http://idp.test", "token_endpoint": TOKEN_URL}
+            )
         answer = {
-            "access_token": f"token-{len(self.token_requests)}", "token_type": "Bearer", "expires_in": self.lifetime,
+            "access_token": f"token-{len(self.token_requests)}",
+            "token_type": "Bearer",
+            "expires_in": self.lifetime,
         }
         scope = parse_qs(request.content.decode()).get("scope")
         return httpx.Response(200, json={**answer, "scope": scope[0]} if scope else answer)
@@ -126,7 +136,10 @@ def idp() -> IdentityProvider:
 @pytest.fixture
 def token_source(idp):
     source = ClientCredentialsTokenSource(
-        client_id="lakeport-service", client_secret=CLIENT_SECRET, token_url=TOKEN_URL, scope="lakekeeper",
+        client_id="lakeport-service",
+        client_secret=CLIENT_SECRET,
+        token_url=TOKEN_URL,
+        scope="lakekeeper",
         transport=httpx.MockTransport(idp),
     )
     yield source
@@ -145,7 +158,9 @@ def contract(lakekeeper) -> ContractCheckingTransport:
 
 @pytest.fixture
 def client(token_source, contract):
-    with LakekeeperClient(BASE_URL, token_source, project_id=PROJECT_ID, transport=contract, backoff=0) as client:
+    with LakekeeperClient(
+        BASE_URL, token_source, project_id=PROJECT_ID, transport=contract, backoff=0
+    ) as client:
         yield client
 
 
@@ -165,26 +180,44 @@ def only_request(server: ScriptedServer) -> httpx.Request:
 def test_create_warehouse_sends_the_documented_body_and_headers(client, lakekeeper, contract):
     lakekeeper.on("POST", "/management/v1/warehouse", (201, warehouse_json()))
     profile = S3StorageProfile(
-        bucket="lake", region="us-east-1", key_prefix="sales", endpoint="http://127.0.0.1:9000/",
-        path_style_access=True, flavor="s3-compat",
+        bucket="lake",
+        region="us-east-1",
+        key_prefix="sales",
+        endpoint="http://127.0.0.1:9000/",
+        path_style_access=True,
+        flavor="s3-compat",
     )
 
     warehouse = client.create_warehouse(
-        "sales", profile, S3AccessKeyCredential("AKIA1", SECRET), DeleteProfile.soft(3600),
+        "sales",
+        profile,
+        S3AccessKeyCredential("AKIA1", SECRET),
+        DeleteProfile.soft(3600),
     )
 
     request = only_request(lakekeeper)
-    assert [str(op) for op in contract.operations] == ["create_warehouse (POST /management/v1/warehouse)"]
+    assert [str(op) for op in contract.operations] == [
+        "create_warehouse (POST /management/v1/warehouse)"
+    ]
     assert request.headers["authorization"] == "Bearer token-1"
     assert request.headers["x-project-id"] == PROJECT_ID
     assert json.loads(request.content) == {
         "warehouse-name": "sales",
         "storage-profile": {
-            "type": "s3", "bucket": "lake", "region": "us-east-1", "sts-enabled": False, "key-prefix": "sales",
-            "endpoint": "http://127.0.0.1:9000/", "path-style-access": True, "flavor": "s3-compat",
+            "type": "s3",
+            "bucket": "lake",
+            "region": "us-east-1",
+            "sts-enabled": False,
+            "key-prefix": "sales",
+            "endpoint": "http://127.0.0.1:9000/",
+            "path-style-access": True,
+            "flavor": "s3-compat",
         },
         "storage-credential": {
-            "type": "s3", "credential-type": "access-key", "access-key-id": "AKIA1", "secret-access-key": SECRET,
+            "type": "s3",
+            "credential-type": "access-key",
+            "access-key-id": "AKIA1",
+            "secret-access-key": SECRET,
         },
         "delete-profile": {"type": "soft", "expiration-seconds": 3600},
     }
@@ -214,11 +247,20 @@ def test_list_warehouses_sends_no_status_filter_which_lakekeeper_013_refuses(cli
     assert [(w.name, w.is_active) for w in warehouses] == [("sales", True)]
 
 
-@pytest.mark.parametrize(("path", "query"), [
-    ("/management/v1/warehouse", [("warehouseStatus", "active")]),
-    (f"/management/v1/permissions/role/{uuid.UUID(int=7)}/assignments", [("relations", "assignee")]),
-    (f"/management/v1/permissions/warehouse/{uuid.UUID(int=7)}/assignments", [("relations", "ownership")]),
-])
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/management/v1/warehouse", [("warehouseStatus", "active")]),
+        (
+            f"/management/v1/permissions/role/{uuid.UUID(int=7)}/assignments",
+            [("relations", "assignee")],
+        ),
+        (
+            f"/management/v1/permissions/warehouse/{uuid.UUID(int=7)}/assignments",
+            [("relations", "ownership")],
+        ),
+    ],
+)
 def test_the_contract_refuses_array_query_parameters_as_lakekeeper_013_does(path, query):
     headers = {"Authorization": "Bearer t"}
     validate_request("GET", path, headers=headers)
@@ -232,23 +274,72 @@ WAREHOUSE_PATH = f"/management/v1/warehouse/{WAREHOUSE_ID}"
 @pytest.mark.parametrize(
     ("call", "method", "path", "expected_body", "reply"),
     [
-        (lambda c: c.get_warehouse(WAREHOUSE_ID), "GET", WAREHOUSE_PATH, None, (200, warehouse_json())),
-        (lambda c: c.rename_warehouse(WAREHOUSE_ID, "sales-2024"), "POST", f"{WAREHOUSE_PATH}/rename",
-         {"new-name": "sales-2024"}, (200, warehouse_json("sales-2024"))),
-        (lambda c: c.update_storage_credential(WAREHOUSE_ID, S3AccessKeyCredential("AKIA2", SECRET)), "POST",
-         f"{WAREHOUSE_PATH}/storage-credential",
-         {"new-storage-credential": {"type": "s3", "credential-type": "access-key", "access-key-id": "AKIA2",
-                                     "secret-access-key": SECRET}},
-         (200, warehouse_json())),
-        (lambda c: c.deactivate_warehouse(WAREHOUSE_ID), "POST", f"{WAREHOUSE_PATH}/deactivate", None, (200, None)),
-        (lambda c: c.activate_warehouse(WAREHOUSE_ID), "POST", f"{WAREHOUSE_PATH}/activate", None, (200, None)),
-        (lambda c: c.set_delete_profile(WAREHOUSE_ID, DeleteProfile.hard()), "POST", f"{WAREHOUSE_PATH}/delete-profile",
-         {"delete-profile": {"type": "hard"}}, (200, warehouse_json())),
+        (
+            lambda c: c.get_warehouse(WAREHOUSE_ID),
+            "GET",
+            WAREHOUSE_PATH,
+            None,
+            (200, warehouse_json()),
+        ),
+        (
+            lambda c: c.rename_warehouse(WAREHOUSE_ID, "sales-2024"),
+            "POST",
+            f"{WAREHOUSE_PATH}/rename",
+            {"new-name": "sales-2024"},
+            (200, warehouse_json("sales-2024")),
+        ),
+        (
+            lambda c: c.update_storage_credential(
+                WAREHOUSE_ID, S3AccessKeyCredential("AKIA2", SECRET)
+            ),
+            "POST",
+            f"{WAREHOUSE_PATH}/storage-credential",
+            {
+                "new-storage-credential": {
+                    "type": "s3",
+                    "credential-type": "access-key",
+                    "access-key-id": "AKIA2",
+                    "secret-access-key": SECRET,
+                }
+            },
+            (200, warehouse_json()),
+        ),
+        (
+            lambda c: c.deactivate_warehouse(WAREHOUSE_ID),
+            "POST",
+            f"{WAREHOUSE_PATH}/deactivate",
+            None,
+            (200, None),
+        ),
+        (
+            lambda c: c.activate_warehouse(WAREHOUSE_ID),
+            "POST",
+            f"{WAREHOUSE_PATH}/activate",
+            None,
+            (200, None),
+        ),
+        (
+            lambda c: c.set_delete_profile(WAREHOUSE_ID, DeleteProfile.hard()),
+            "POST",
+            f"{WAREHOUSE_PATH}/delete-profile",
+            {"delete-profile": {"type": "hard"}},
+            (200, warehouse_json()),
+        ),
         (lambda c: c.delete_warehouse(WAREHOUSE_ID), "DELETE", WAREHOUSE_PATH, None, (204, None)),
     ],
-    ids=["get", "rename", "rotate-credential", "deactivate", "activate", "delete-profile", "delete"],
+    ids=[
+        "get",
+        "rename",
+        "rotate-credential",
+        "deactivate",
+        "activate",
+        "delete-profile",
+        "delete",
+    ],
 )
-def test_warehouse_operations_send_documented_requests(client, lakekeeper, call, method, path, expected_body, reply):
+def test_warehouse_operations_send_documented_requests(
+    client, lakekeeper, call, method, path, expected_body, reply
+):
     lakekeeper.on(method, path, reply)
 
     result = call(client)
@@ -265,14 +356,26 @@ def test_warehouse_operations_send_documented_requests(client, lakekeeper, call,
 
 
 def test_server_info(client, lakekeeper):
-    lakekeeper.on("GET", "/management/v1/info", (200, {
-        "version": "0.13.1", "lakekeeper-version": "0.13.1", "bootstrapped": True,
-        "server-id": "01968a3c-0000-7000-8000-000000000001", "authz-backend": "allow-all",
-        "aws-system-identities-enabled": False, "azure-system-identities-enabled": False,
-        "gcp-system-identities-enabled": False, "queues": ["tabular_expiration", "tabular_purge"],
-        "license-status": {"license-type": "Apache-2.0", "valid": True},
-        "default-project-id": DEFAULT_PROJECT_ID,
-    }))
+    lakekeeper.on(
+        "GET",
+        "/management/v1/info",
+        (
+            200,
+            {
+                "version": "0.13.1",
+                "lakekeeper-version": "0.13.1",
+                "bootstrapped": True,
+                "server-id": "01968a3c-0000-7000-8000-000000000001",
+                "authz-backend": "allow-all",
+                "aws-system-identities-enabled": False,
+                "azure-system-identities-enabled": False,
+                "gcp-system-identities-enabled": False,
+                "queues": ["tabular_expiration", "tabular_purge"],
+                "license-status": {"license-type": "Apache-2.0", "valid": True},
+                "default-project-id": DEFAULT_PROJECT_ID,
+            },
+        ),
+    )
     info = client.server_info()
     assert (info.version, info.bootstrapped, info.authz_backend) == ("0.13.1", True, "allow-all")
 
@@ -289,27 +392,48 @@ LOAD_TABLE_RESULT = {
         "last-updated-ms": 1700000000000,
         "current-snapshot-id": 2,
         "snapshots": [
-            {"snapshot-id": 1, "timestamp-ms": 1600000000000, "manifest-list": "s3://lake/m1.avro",
-             "summary": {"operation": "append", "total-records": "10", "total-files-size": "100"}},
-            {"snapshot-id": 2, "timestamp-ms": 1700000000000, "manifest-list": "s3://lake/m2.avro",
-             "summary": {"operation": "append", "total-records": "42", "total-files-size": "2048",
-                         "total-data-files": "2"}},
+            {
+                "snapshot-id": 1,
+                "timestamp-ms": 1600000000000,
+                "manifest-list": "s3://lake/m1.avro",
+                "summary": {
+                    "operation": "append",
+                    "total-records": "10",
+                    "total-files-size": "100",
+                },
+            },
+            {
+                "snapshot-id": 2,
+                "timestamp-ms": 1700000000000,
+                "manifest-list": "s3://lake/m2.avro",
+                "summary": {
+                    "operation": "append",
+                    "total-records": "42",
+                    "total-files-size": "2048",
+                    "total-data-files": "2",
+                },
+            },
         ],
     },
 }
 
 
 def test_catalog_prefix_comes_from_config_of_the_named_warehouse(client, lakekeeper):
-    lakekeeper.on("GET", "/catalog/v1/config", (200, {"defaults": {"prefix": PREFIX}, "overrides": {}}))
+    lakekeeper.on(
+        "GET", "/catalog/v1/config", (200, {"defaults": {"prefix": PREFIX}, "overrides": {}})
+    )
     assert client.catalog_prefix("sales") == PREFIX
     assert only_request(lakekeeper).url.params["warehouse"] == "sales"
 
 
 def test_list_namespaces_follows_pages_and_encodes_the_parent(client, lakekeeper):
     path = f"/catalog/v1/{PREFIX}/namespaces"
-    lakekeeper.on("GET", path,
-                  (200, {"namespaces": [["raw", "a"]], "next-page-token": "p2"}),
-                  (200, {"namespaces": [["raw", "b"]], "next-page-token": None}))
+    lakekeeper.on(
+        "GET",
+        path,
+        (200, {"namespaces": [["raw", "a"]], "next-page-token": "p2"}),
+        (200, {"namespaces": [["raw", "b"]], "next-page-token": None}),
+    )
 
     assert client.list_namespaces(PREFIX, ("raw",)) == [("raw", "a"), ("raw", "b")]
 
@@ -319,49 +443,101 @@ def test_list_namespaces_follows_pages_and_encodes_the_parent(client, lakekeeper
 
 
 def test_tables_of_a_nested_namespace_use_the_unit_separator(client, lakekeeper):
-    lakekeeper.on("GET", f"/catalog/v1/{PREFIX}/namespaces/raw\x1fsales/tables", (200, {"identifiers": [
-        {"namespace": ["raw", "sales"], "name": "orders"},
-    ]}))
+    lakekeeper.on(
+        "GET",
+        f"/catalog/v1/{PREFIX}/namespaces/raw\x1fsales/tables",
+        (
+            200,
+            {
+                "identifiers": [
+                    {"namespace": ["raw", "sales"], "name": "orders"},
+                ]
+            },
+        ),
+    )
 
     tables = client.list_tables(PREFIX, ("raw", "sales"))
 
     assert tables == [TableIdentifier(("raw", "sales"), "orders")]
-    assert only_request(lakekeeper).url.raw_path == f"/catalog/v1/{PREFIX}/namespaces/raw%1Fsales/tables".encode()
+    assert (
+        only_request(lakekeeper).url.raw_path
+        == f"/catalog/v1/{PREFIX}/namespaces/raw%1Fsales/tables".encode()
+    )
 
 
 def test_load_table_summarises_the_current_snapshot(client, lakekeeper):
     table = TableIdentifier(("raw",), "orders")
-    lakekeeper.on("GET", f"/catalog/v1/{PREFIX}/namespaces/raw/tables/orders", (200, LOAD_TABLE_RESULT))
+    lakekeeper.on(
+        "GET", f"/catalog/v1/{PREFIX}/namespaces/raw/tables/orders", (200, LOAD_TABLE_RESULT)
+    )
 
     summary = client.load_table(PREFIX, table)
 
-    assert (summary.total_records, summary.total_files_size, summary.total_data_files) == (42, 2048, 2)
+    assert (summary.total_records, summary.total_files_size, summary.total_data_files) == (
+        42,
+        2048,
+        2,
+    )
     assert summary.current_snapshot_id == 2 and summary.location == "s3://lake/sales/t"
-    assert "x-iceberg-access-delegation" not in only_request(lakekeeper).headers  # no vended credentials
+    assert (
+        "x-iceberg-access-delegation" not in only_request(lakekeeper).headers
+    )  # no vended credentials
 
 
 def test_load_table_of_an_empty_table_has_no_counts(client, lakekeeper):
-    empty = {"metadata": {"format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1"}}
+    empty = {
+        "metadata": {"format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1"}
+    }
     lakekeeper.on("GET", f"/catalog/v1/{PREFIX}/namespaces/raw/tables/new", (200, empty))
     summary = client.load_table(PREFIX, TableIdentifier(("raw",), "new"))
-    assert (summary.current_snapshot_id, summary.total_records, summary.total_files_size) == (None, None, None)
+    assert (summary.current_snapshot_id, summary.total_records, summary.total_files_size) == (
+        None,
+        None,
+        None,
+    )
 
 
 def test_purge_drops_tables_with_purge_then_namespaces_innermost_first(client, lakekeeper):
     base = f"/catalog/v1/{PREFIX}/namespaces"
-    lakekeeper.on("GET", "/catalog/v1/config", (200, {"defaults": {"prefix": PREFIX}, "overrides": {}}))
+    lakekeeper.on(
+        "GET", "/catalog/v1/config", (200, {"defaults": {"prefix": PREFIX}, "overrides": {}})
+    )
     children = {None: [["raw"]], "raw": [["raw", "deep"]], "raw\x1fdeep": []}
-    lakekeeper.on("GET", base, lambda request: (200, {"namespaces": children[request.url.params.get("parent")]}))
-    lakekeeper.on("GET", f"{base}/raw/tables", (200, {"identifiers": [{"namespace": ["raw"], "name": "t1"}]}))
-    lakekeeper.on("GET", f"{base}/raw\x1fdeep/tables", (200, {"identifiers": [
-        {"namespace": ["raw", "deep"], "name": "t2"},
-    ]}))
-    for path in (f"{base}/raw/tables/t1", f"{base}/raw\x1fdeep/tables/t2", f"{base}/raw\x1fdeep", f"{base}/raw"):
+    lakekeeper.on(
+        "GET",
+        base,
+        lambda request: (200, {"namespaces": children[request.url.params.get("parent")]}),
+    )
+    lakekeeper.on(
+        "GET", f"{base}/raw/tables", (200, {"identifiers": [{"namespace": ["raw"], "name": "t1"}]})
+    )
+    lakekeeper.on(
+        "GET",
+        f"{base}/raw\x1fdeep/tables",
+        (
+            200,
+            {
+                "identifiers": [
+                    {"namespace": ["raw", "deep"], "name": "t2"},
+                ]
+            },
+        ),
+    )
+    for path in (
+        f"{base}/raw/tables/t1",
+        f"{base}/raw\x1fdeep/tables/t2",
+        f"{base}/raw\x1fdeep",
+        f"{base}/raw",
+    ):
         lakekeeper.on("DELETE", path, (204, None))
 
     result = client.purge_warehouse_contents("sales")
 
-    deletes = [(r.url.path, r.url.params.get("purgeRequested")) for r in lakekeeper.requests if r.method == "DELETE"]
+    deletes = [
+        (r.url.path, r.url.params.get("purgeRequested"))
+        for r in lakekeeper.requests
+        if r.method == "DELETE"
+    ]
     assert deletes == [
         (f"{base}/raw\x1fdeep/tables/t2", "true"),
         (f"{base}/raw\x1fdeep", None),
@@ -392,7 +568,9 @@ def test_errors_map_to_messages_for_users(client, lakekeeper, status, error_type
     lakekeeper.on("POST", "/management/v1/warehouse", (status, error_json(status, error_type)))
 
     with pytest.raises(LakekeeperError) as raised:
-        client.create_warehouse("sales", S3StorageProfile("lake", "us-east-1"), S3AccessKeyCredential("AKIA", SECRET))
+        client.create_warehouse(
+            "sales", S3StorageProfile("lake", "us-east-1"), S3AccessKeyCredential("AKIA", SECRET)
+        )
 
     error = raised.value
     assert (error.status, error.type, error.message) == (status, error_type, "details")
@@ -402,7 +580,9 @@ def test_errors_map_to_messages_for_users(client, lakekeeper, status, error_type
 
 
 def test_rename_of_a_missing_or_inactive_warehouse_says_why(client, lakekeeper):
-    lakekeeper.on("POST", f"{WAREHOUSE_PATH}/rename", (404, error_json(404, "NoSuchWarehouseException")))
+    lakekeeper.on(
+        "POST", f"{WAREHOUSE_PATH}/rename", (404, error_json(404, "NoSuchWarehouseException"))
+    )
     with pytest.raises(LakekeeperError) as raised:
         client.rename_warehouse(WAREHOUSE_ID, "new")
     assert "Only active warehouses can be renamed" in raised.value.user_message
@@ -411,7 +591,9 @@ def test_rename_of_a_missing_or_inactive_warehouse_says_why(client, lakekeeper):
 def test_an_answer_that_breaks_the_contract_is_an_error_not_a_crash(token_source, lakekeeper):
     # Without the contract-checking transport: the point is an answer Lakekeeper must not give.
     lakekeeper.on("GET", WAREHOUSE_PATH, (200, {"name": "sales"}))
-    with LakekeeperClient(BASE_URL, token_source, transport=httpx.MockTransport(lakekeeper)) as client:
+    with LakekeeperClient(
+        BASE_URL, token_source, transport=httpx.MockTransport(lakekeeper)
+    ) as client:
         with pytest.raises(LakekeeperError) as raised:
             client.get_warehouse(WAREHOUSE_ID)
     assert raised.value.type == "UnexpectedResponse"
@@ -422,7 +604,9 @@ def test_unreachable_catalog(token_source):
     def refuse(request):
         raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
 
-    with LakekeeperClient(BASE_URL, token_source, transport=httpx.MockTransport(refuse), backoff=0) as client:
+    with LakekeeperClient(
+        BASE_URL, token_source, transport=httpx.MockTransport(refuse), backoff=0
+    ) as client:
         with pytest.raises(LakekeeperUnavailable) as raised:
             client.list_warehouses()
     assert raised.value.user_message.startswith("The catalog (Lakekeeper) is unreachable")
@@ -433,7 +617,9 @@ def test_unreachable_catalog(token_source):
 
 
 def test_get_is_retried_after_503(client, lakekeeper):
-    lakekeeper.on("GET", WAREHOUSE_PATH, (503, error_json(503, "ServiceUnavailable")), (200, warehouse_json()))
+    lakekeeper.on(
+        "GET", WAREHOUSE_PATH, (503, error_json(503, "ServiceUnavailable")), (200, warehouse_json())
+    )
     assert client.get_warehouse(WAREHOUSE_ID).id == WAREHOUSE_ID
     assert len(lakekeeper.requests) == 2
 
@@ -446,7 +632,9 @@ def test_get_gives_up_after_the_configured_retries(client, lakekeeper):
 
 
 def test_create_that_times_out_is_not_retried(client, lakekeeper):
-    lakekeeper.on("POST", "/management/v1/warehouse", httpx.ReadTimeout("timed out"), (201, warehouse_json()))
+    lakekeeper.on(
+        "POST", "/management/v1/warehouse", httpx.ReadTimeout("timed out"), (201, warehouse_json())
+    )
 
     with pytest.raises(LakekeeperUnavailable) as raised:
         client.create_warehouse("sales", S3StorageProfile("lake", "us-east-1"))
@@ -457,8 +645,12 @@ def test_create_that_times_out_is_not_retried(client, lakekeeper):
 
 
 def test_create_answered_503_is_not_retried(client, lakekeeper):
-    lakekeeper.on("POST", "/management/v1/warehouse", (503, error_json(503, "ServiceUnavailable")),
-                  (201, warehouse_json()))
+    lakekeeper.on(
+        "POST",
+        "/management/v1/warehouse",
+        (503, error_json(503, "ServiceUnavailable")),
+        (201, warehouse_json()),
+    )
     with pytest.raises(LakekeeperError) as raised:
         client.create_warehouse("sales", S3StorageProfile("lake", "us-east-1"))
     assert raised.value.status == 503
@@ -466,13 +658,23 @@ def test_create_answered_503_is_not_retried(client, lakekeeper):
 
 
 def test_rename_sets_an_absolute_name_and_is_retried(client, lakekeeper):
-    lakekeeper.on("POST", f"{WAREHOUSE_PATH}/rename", httpx.ReadTimeout("timed out"), (200, warehouse_json("new")))
+    lakekeeper.on(
+        "POST",
+        f"{WAREHOUSE_PATH}/rename",
+        httpx.ReadTimeout("timed out"),
+        (200, warehouse_json("new")),
+    )
     assert client.rename_warehouse(WAREHOUSE_ID, "new").name == "new"
     assert [json.loads(r.content) for r in lakekeeper.requests] == [{"new-name": "new"}] * 2
 
 
 def test_delete_whose_first_answer_was_lost_counts_404_as_done(client, lakekeeper):
-    lakekeeper.on("DELETE", WAREHOUSE_PATH, httpx.ReadTimeout("timed out"), (404, error_json(404, "NoSuchWarehouseException")))
+    lakekeeper.on(
+        "DELETE",
+        WAREHOUSE_PATH,
+        httpx.ReadTimeout("timed out"),
+        (404, error_json(404, "NoSuchWarehouseException")),
+    )
     client.delete_warehouse(WAREHOUSE_ID)
     assert len(lakekeeper.requests) == 2
 
@@ -495,8 +697,10 @@ def test_token_is_fetched_once_and_reused(client, lakekeeper, idp):
     assert len(idp.token_requests) == 1
     form = parse_qs(idp.token_requests[0].content.decode())
     assert form == {
-        "grant_type": ["client_credentials"], "scope": ["lakekeeper"],
-        "client_id": ["lakeport-service"], "client_secret": [CLIENT_SECRET],
+        "grant_type": ["client_credentials"],
+        "scope": ["lakekeeper"],
+        "client_id": ["lakeport-service"],
+        "client_secret": [CLIENT_SECRET],
     }
     assert {r.headers["authorization"] for r in lakekeeper.requests} == {"Bearer token-1"}
 
@@ -504,8 +708,12 @@ def test_token_is_fetched_once_and_reused(client, lakekeeper, idp):
 def test_token_is_renewed_shortly_before_it_expires(idp):
     now = [1000.0]
     source = ClientCredentialsTokenSource(
-        client_id="lakeport-service", client_secret=CLIENT_SECRET, token_url=TOKEN_URL,
-        refresh_margin=60, transport=httpx.MockTransport(idp), clock=lambda: now[0],
+        client_id="lakeport-service",
+        client_secret=CLIENT_SECRET,
+        token_url=TOKEN_URL,
+        refresh_margin=60,
+        transport=httpx.MockTransport(idp),
+        clock=lambda: now[0],
     )
     assert source.token() == "token-1"
     now[0] += 3600 - 61
@@ -523,7 +731,9 @@ def test_concurrent_callers_share_one_token_request():
         return httpx.Response(200, json={"access_token": "shared", "expires_in": 3600})
 
     source = ClientCredentialsTokenSource(
-        client_id="lakeport-service", client_secret=CLIENT_SECRET, token_url=TOKEN_URL,
+        client_id="lakeport-service",
+        client_secret=CLIENT_SECRET,
+        token_url=TOKEN_URL,
         transport=httpx.MockTransport(slow_provider),
     )
     tokens = []
@@ -539,22 +749,35 @@ def test_concurrent_callers_share_one_token_request():
 
 def test_token_endpoint_is_discovered_from_the_issuer_and_basic_auth_works(idp):
     source = ClientCredentialsTokenSource(
-        client_id="lakeport-service", client_secret=CLIENT_SECRET, issuer="http://idp.test",
-        resource="urn:lakeport:lakekeeper", auth_method="client_secret_basic", transport=httpx.MockTransport(idp),
+        client_id="lakeport-service",
+        client_secret=CLIENT_SECRET,
+        issuer="http://idp.test",
+        resource="urn:lakeport:lakekeeper",
+        auth_method="client_secret_basic",
+        transport=httpx.MockTransport(idp),
     )
     assert source.token() == "token-1"
     discovery, token_request = idp.requests
     assert discovery.url.path == "/.well-known/openid-configuration"
-    assert token_request.headers["authorization"] == httpx.BasicAuth("lakeport-service", CLIENT_SECRET)._auth_header
+    assert (
+        token_request.headers["authorization"]
+        == httpx.BasicAuth("lakeport-service", CLIENT_SECRET)._auth_header
+    )
     assert parse_qs(token_request.content.decode()) == {
-        "grant_type": ["client_credentials"], "resource": ["urn:lakeport:lakekeeper"],
+        "grant_type": ["client_credentials"],
+        "resource": ["urn:lakeport:lakekeeper"],
     }
 
 
 def test_a_refused_token_is_replaced_once(client, lakekeeper, idp):
-    lakekeeper.on("GET", WAREHOUSE_PATH, (401, error_json(401, "Unauthorized")), (200, warehouse_json()))
+    lakekeeper.on(
+        "GET", WAREHOUSE_PATH, (401, error_json(401, "Unauthorized")), (200, warehouse_json())
+    )
     client.get_warehouse(WAREHOUSE_ID)
-    assert [r.headers["authorization"] for r in lakekeeper.requests] == ["Bearer token-1", "Bearer token-2"]
+    assert [r.headers["authorization"] for r in lakekeeper.requests] == [
+        "Bearer token-1",
+        "Bearer token-2",
+    ]
 
     lakekeeper.on("GET", WAREHOUSE_PATH, (401, error_json(401, "Unauthorized")))
     with pytest.raises(LakekeeperError) as raised:
@@ -565,14 +788,21 @@ def test_a_refused_token_is_replaced_once(client, lakekeeper, idp):
 
 def test_identity_provider_refusal_and_outage(lakekeeper, contract):
     def refusing(request):
-        return httpx.Response(401, json={"error": "invalid_client", "error_description": "authentication failed"})
+        return httpx.Response(
+            401, json={"error": "invalid_client", "error_description": "authentication failed"}
+        )
 
     def down(request):
         raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
 
-    for provider, expected in [(refusing, "refused the portal's catalog credentials"), (down, "unreachable")]:
+    for provider, expected in [
+        (refusing, "refused the portal's catalog credentials"),
+        (down, "unreachable"),
+    ]:
         source = ClientCredentialsTokenSource(
-            client_id="lakeport-service", client_secret=CLIENT_SECRET, token_url=TOKEN_URL,
+            client_id="lakeport-service",
+            client_secret=CLIENT_SECRET,
+            token_url=TOKEN_URL,
             transport=httpx.MockTransport(provider),
         )
         with source, LakekeeperClient(BASE_URL, source, transport=contract) as client:
@@ -586,7 +816,9 @@ def test_identity_provider_refusal_and_outage(lakekeeper, contract):
 
 def test_service_token_from_the_real_identity_provider(oidc_provider):
     with ClientCredentialsTokenSource(
-        client_id=SERVICE_CLIENT_ID, client_secret=oidc_provider.service_client_secret, issuer=oidc_provider.issuer,
+        client_id=SERVICE_CLIENT_ID,
+        client_secret=oidc_provider.service_client_secret,
+        issuer=oidc_provider.issuer,
     ) as source:
         token = source.token()
         assert source.token() == token  # cached, not re-issued
@@ -594,12 +826,18 @@ def test_service_token_from_the_real_identity_provider(oidc_provider):
     discovery = httpx.get(oidc_provider.discovery_url).json()
     signing_key = jwt.PyJWKClient(discovery["jwks_uri"]).get_signing_key_from_jwt(token)
     claims = jwt.decode(
-        token, signing_key.key, algorithms=["RS256"], audience="lakekeeper", issuer=oidc_provider.issuer,
+        token,
+        signing_key.key,
+        algorithms=["RS256"],
+        audience="lakekeeper",
+        issuer=oidc_provider.issuer,
     )
     assert claims["sub"] == SERVICE_CLIENT_ID
 
     with ClientCredentialsTokenSource(
-        client_id=SERVICE_CLIENT_ID, client_secret="not-the-secret", issuer=oidc_provider.issuer,
+        client_id=SERVICE_CLIENT_ID,
+        client_secret="not-the-secret",
+        issuer=oidc_provider.issuer,
     ) as refused:
         with pytest.raises(ServiceTokenError) as raised:
             refused.token()
@@ -614,10 +852,15 @@ def test_user_tokens_are_exchanged_fresh_for_the_user_and_one_warehouse(client, 
     first = client.user_token(ALICE_SUB, WAREHOUSE_ID)
     second = token_source.user_token(ALICE_SUB, WAREHOUSE_ID)
 
-    assert (first.access_token, second.access_token) == ("token-2", "token-3")  # never cached or shared
+    assert (first.access_token, second.access_token) == (
+        "token-2",
+        "token-3",
+    )  # never cached or shared
     assert first.scope == f"warehouse:{WAREHOUSE_ID}"
     assert first.expires_in == 3600
-    form = {key: values[0] for key, values in parse_qs(idp.token_requests[1].content.decode()).items()}
+    form = {
+        key: values[0] for key, values in parse_qs(idp.token_requests[1].content.decode()).items()
+    }
     assert form == {
         "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
         "subject_token": service_token,  # the service client's own token, as RFC 8693 asks
@@ -635,8 +878,12 @@ def test_user_tokens_are_exchanged_fresh_for_the_user_and_one_warehouse(client, 
 
 def test_user_tokens_without_the_narrowing_scope_for_providers_without_dynamic_scopes(idp):
     with ClientCredentialsTokenSource(
-        client_id="lakeport-service", client_secret=CLIENT_SECRET, token_url=TOKEN_URL, audience="lakekeeper-api",
-        narrow_to_warehouse=False, transport=httpx.MockTransport(idp),
+        client_id="lakeport-service",
+        client_secret=CLIENT_SECRET,
+        token_url=TOKEN_URL,
+        audience="lakekeeper-api",
+        narrow_to_warehouse=False,
+        transport=httpx.MockTransport(idp),
     ) as keycloak_like:
         token = keycloak_like.user_token(ALICE_SUB, WAREHOUSE_ID)
     form = parse_qs(idp.token_requests[-1].content.decode())
@@ -650,12 +897,16 @@ def test_a_narrowed_user_token_is_never_handed_out_without_its_scope():
 
     def refusing(request):
         if "token-exchange" in request.content.decode():
-            return httpx.Response(400, json={"error": "invalid_grant", "error_description": "unknown subject"})
+            return httpx.Response(
+                400, json={"error": "invalid_grant", "error_description": "unknown subject"}
+            )
         return ignoring_scopes(request)
 
     for provider, error_type in [(ignoring_scopes, "ScopeNotGranted"), (refusing, "invalid_grant")]:
         with ClientCredentialsTokenSource(
-            client_id="lakeport-service", client_secret=CLIENT_SECRET, token_url=TOKEN_URL,
+            client_id="lakeport-service",
+            client_secret=CLIENT_SECRET,
+            token_url=TOKEN_URL,
             transport=httpx.MockTransport(provider),
         ) as source:
             with pytest.raises(ServiceTokenError) as raised:
@@ -670,7 +921,9 @@ def test_a_narrowed_user_token_is_never_handed_out_without_its_scope():
 def test_user_token_from_the_real_identity_provider(oidc_provider):
     alice = TEST_USERS["alice"]
     with ClientCredentialsTokenSource(
-        client_id=SERVICE_CLIENT_ID, client_secret=oidc_provider.service_client_secret, issuer=oidc_provider.issuer,
+        client_id=SERVICE_CLIENT_ID,
+        client_secret=oidc_provider.service_client_secret,
+        issuer=oidc_provider.issuer,
     ) as source:
         scoped = source.user_token(alice.sub, WAREHOUSE_ID)
         with pytest.raises(ServiceTokenError) as unknown:
@@ -678,9 +931,15 @@ def test_user_token_from_the_real_identity_provider(oidc_provider):
     assert unknown.value.type == "invalid_grant"
 
     discovery = httpx.get(oidc_provider.discovery_url).json()
-    signing_key = jwt.PyJWKClient(discovery["jwks_uri"]).get_signing_key_from_jwt(scoped.access_token)
+    signing_key = jwt.PyJWKClient(discovery["jwks_uri"]).get_signing_key_from_jwt(
+        scoped.access_token
+    )
     claims = jwt.decode(
-        scoped.access_token, signing_key.key, algorithms=["RS256"], audience="lakekeeper", issuer=oidc_provider.issuer,
+        scoped.access_token,
+        signing_key.key,
+        algorithms=["RS256"],
+        audience="lakekeeper",
+        issuer=oidc_provider.issuer,
     )
     assert claims["sub"] == alice.sub and claims["act"] == {"sub": SERVICE_CLIENT_ID}
     assert claims["scope"] == scoped.scope == f"warehouse:{WAREHOUSE_ID}"
@@ -693,8 +952,14 @@ PERMISSIONS_PATH = f"/management/v1/permissions/warehouse/{WAREHOUSE_ID}/assignm
 
 
 def user_json(user_id: str, name: str = "Alice Liddell") -> dict:
-    return {"id": user_id, "name": name, "email": "alice@example.test", "user-type": "human",
-            "last-updated-with": "create-endpoint", "created-at": "2026-01-01T00:00:00Z"}
+    return {
+        "id": user_id,
+        "name": name,
+        "email": "alice@example.test",
+        "user-type": "human",
+        "last-updated-with": "create-endpoint",
+        "created-at": "2026-01-01T00:00:00Z",
+    }
 
 
 def test_lakekeeper_names_users_after_their_subject():
@@ -706,7 +971,11 @@ def test_lakekeeper_names_users_after_their_subject():
 
 def test_users_provision_themselves_with_their_own_token(client, lakekeeper):
     lakekeeper.on("POST", "/management/v1/user", (201, user_json(f"oidc~{ALICE_SUB}")))
-    lakekeeper.on("GET", "/management/v1/whoami", (200, {**user_json(f"oidc~{ALICE_SUB}"), "is-instance-admin": False}))
+    lakekeeper.on(
+        "GET",
+        "/management/v1/whoami",
+        (200, {**user_json(f"oidc~{ALICE_SUB}"), "is-instance-admin": False}),
+    )
 
     user = client.provision_user("alices-exchanged-token")
     assert client.whoami("alices-exchanged-token") == user
@@ -728,9 +997,19 @@ def test_a_refused_user_token_does_not_renew_the_service_token(client, lakekeepe
 
 def test_warehouse_assignments_are_read_and_changed_as_documented(client, lakekeeper):
     alice, portal = f"oidc~{ALICE_SUB}", "oidc~lakeport-service"
-    lakekeeper.on("GET", PERMISSIONS_PATH, (200, {"assignments": [
-        {"type": "ownership", "user": portal}, {"type": "select", "role": "01968a3c-0000-7000-8000-000000000001"},
-    ]}))
+    lakekeeper.on(
+        "GET",
+        PERMISSIONS_PATH,
+        (
+            200,
+            {
+                "assignments": [
+                    {"type": "ownership", "user": portal},
+                    {"type": "select", "role": "01968a3c-0000-7000-8000-000000000001"},
+                ]
+            },
+        ),
+    )
     lakekeeper.on("POST", PERMISSIONS_PATH, (204, None))
 
     client.grant_sole_ownership(WAREHOUSE_ID, alice)
@@ -740,14 +1019,20 @@ def test_warehouse_assignments_are_read_and_changed_as_documented(client, lakeke
     body = json.loads(update.content)
     assert body["writes"] == [{"type": "ownership", "user": alice}]
     # Nobody else keeps a grant: not the creator (the portal), not a role.
-    assert sorted(body["deletes"], key=json.dumps) == sorted([
-        {"type": "ownership", "user": portal}, {"type": "select", "role": "01968a3c-0000-7000-8000-000000000001"},
-    ], key=json.dumps)
+    assert sorted(body["deletes"], key=json.dumps) == sorted(
+        [
+            {"type": "ownership", "user": portal},
+            {"type": "select", "role": "01968a3c-0000-7000-8000-000000000001"},
+        ],
+        key=json.dumps,
+    )
 
 
 def test_grants_already_in_place_are_not_written_again(client, lakekeeper):
     alice = f"oidc~{ALICE_SUB}"
-    lakekeeper.on("GET", PERMISSIONS_PATH, (200, {"assignments": [{"type": "ownership", "user": alice}]}))
+    lakekeeper.on(
+        "GET", PERMISSIONS_PATH, (200, {"assignments": [{"type": "ownership", "user": alice}]})
+    )
     client.grant_sole_ownership(WAREHOUSE_ID, alice)
     assert [r.method for r in lakekeeper.requests] == ["GET"]
 
@@ -756,13 +1041,39 @@ ROLE_ID = "01968a3c-0000-7000-8000-0000000000aa"
 ROLE_PERMISSIONS_PATH = f"/management/v1/permissions/role/{ROLE_ID}/assignments"
 
 
-def test_a_groups_role_is_made_and_its_assignees_changed_as_documented(client, lakekeeper, contract):
+def test_a_groups_role_is_made_and_its_assignees_changed_as_documented(
+    client, lakekeeper, contract
+):
     alice, bob = f"oidc~{ALICE_SUB}", "oidc~bob"
-    lakekeeper.on("POST", "/management/v1/role", (201, {
-        "id": ROLE_ID, "ident": f"lakekeeper~{ROLE_ID}", "provider-id": "lakekeeper", "source-id": ROLE_ID,
-        "name": "lakeport-group-analytics", "project-id": PROJECT_ID, "created-at": "2026-11-25T06:00:00Z"}))
-    lakekeeper.on("GET", ROLE_PERMISSIONS_PATH, (200, {"assignments": [{"type": "assignee", "user": alice},
-                                                                       {"type": "ownership", "user": bob}]}))
+    lakekeeper.on(
+        "POST",
+        "/management/v1/role",
+        (
+            201,
+            {
+                "id": ROLE_ID,
+                "ident": f"lakekeeper~{ROLE_ID}",
+                "provider-id": "lakekeeper",
+                "source-id": ROLE_ID,
+                "name": "lakeport-group-analytics",
+                "project-id": PROJECT_ID,
+                "created-at": "2026-11-25T06:00:00Z",
+            },
+        ),
+    )
+    lakekeeper.on(
+        "GET",
+        ROLE_PERMISSIONS_PATH,
+        (
+            200,
+            {
+                "assignments": [
+                    {"type": "assignee", "user": alice},
+                    {"type": "ownership", "user": bob},
+                ]
+            },
+        ),
+    )
     lakekeeper.on("POST", ROLE_PERMISSIONS_PATH, (204, None))
 
     role = client.create_role("lakeport-group-analytics", "Members of analytics")
@@ -771,17 +1082,30 @@ def test_a_groups_role_is_made_and_its_assignees_changed_as_documented(client, l
     client.update_role_members(ROLE_ID, add={bob}, remove={alice})
     client.update_role_members(ROLE_ID)  # nothing to change: nothing sent
     made, read, changed = lakekeeper.requests
-    assert json.loads(made.content) == {"name": "lakeport-group-analytics", "description": "Members of analytics"}
-    assert read.url.query == b""  # every relation, assignees picked by the client (0.13 refuses ?relations=)
-    assert json.loads(changed.content) == {"writes": [{"type": "assignee", "user": bob}],
-                                           "deletes": [{"type": "assignee", "user": alice}]}
+    assert json.loads(made.content) == {
+        "name": "lakeport-group-analytics",
+        "description": "Members of analytics",
+    }
+    assert (
+        read.url.query == b""
+    )  # every relation, assignees picked by the client (0.13 refuses ?relations=)
+    assert json.loads(changed.content) == {
+        "writes": [{"type": "assignee", "user": bob}],
+        "deletes": [{"type": "assignee", "user": alice}],
+    }
     assert [str(op).split(" ")[0] for op in contract.operations] == [
-        "create_role", "get_role_assignments_by_id", "update_role_assignments_by_id"]
+        "create_role",
+        "get_role_assignments_by_id",
+        "update_role_assignments_by_id",
+    ]
 
 
 def test_an_assignment_names_one_known_relation_and_one_holder():
-    for relation, holder in (("owner", {"user": "oidc~a"}), ("select", {}),
-                             ("select", {"user": "oidc~a", "role": "01968a3c-0000-7000-8000-000000000001"})):
+    for relation, holder in (
+        ("owner", {"user": "oidc~a"}),
+        ("select", {}),
+        ("select", {"user": "oidc~a", "role": "01968a3c-0000-7000-8000-000000000001"}),
+    ):
         with pytest.raises(ValueError):
             WarehouseAssignment(relation, **holder)
 
@@ -793,16 +1117,26 @@ def test_secrets_stay_out_of_reprs_errors_and_logs(client, lakekeeper, token_sou
     caplog.set_level(logging.DEBUG)
     credential = S3AccessKeyCredential("AKIA1", SECRET)
     # A server that echoes the secret in its error message (Lakekeeper does not; be sure anyway).
-    lakekeeper.on("POST", f"{WAREHOUSE_PATH}/storage-credential",
-                  (503, error_json(503, "ServiceUnavailable")),
-                  (400, error_json(400, "IoOperationFailed", f"access denied for key {SECRET}")))
+    lakekeeper.on(
+        "POST",
+        f"{WAREHOUSE_PATH}/storage-credential",
+        (503, error_json(503, "ServiceUnavailable")),
+        (400, error_json(400, "IoOperationFailed", f"access denied for key {SECRET}")),
+    )
 
     with pytest.raises(LakekeeperError) as raised:
         client.update_storage_credential(WAREHOUSE_ID, credential)
 
     assert len(lakekeeper.requests) == 2  # the retry was logged too
-    texts = [repr(credential), str(credential), repr(token_source), repr(client),
-             str(raised.value), raised.value.user_message, caplog.text]
+    texts = [
+        repr(credential),
+        str(credential),
+        repr(token_source),
+        repr(client),
+        str(raised.value),
+        raised.value.user_message,
+        caplog.text,
+    ]
     for text in texts:
         assert SECRET not in text and CLIENT_SECRET not in text and "token-1" not in text
     assert "AKIA1" in repr(credential)
@@ -815,16 +1149,25 @@ def test_secrets_stay_out_of_reprs_errors_and_logs(client, lakekeeper, token_sou
 def test_contract_rejects_what_lakekeeper_would_not_accept():
     headers = {"Authorization": "Bearer t"}
     good = {"warehouse-name": "w", "storage-profile": S3StorageProfile("b", "r").to_api()}
-    assert str(validate_request("POST", "/management/v1/warehouse", body=good, headers=headers)) == \
-        "create_warehouse (POST /management/v1/warehouse)"
+    assert (
+        str(validate_request("POST", "/management/v1/warehouse", body=good, headers=headers))
+        == "create_warehouse (POST /management/v1/warehouse)"
+    )
 
     snake_case = {"warehouse_name": "w", "storage_profile": good["storage-profile"]}
-    with pytest.raises(ContractViolation, match=r"(?s)create_warehouse .*'warehouse-name' is a required property"):
+    with pytest.raises(
+        ContractViolation, match=r"(?s)create_warehouse .*'warehouse-name' is a required property"
+    ):
         validate_request("POST", "/management/v1/warehouse", body=snake_case, headers=headers)
     with pytest.raises(ContractViolation, match="Authorization"):
         validate_request("POST", "/management/v1/warehouse", body=good)
     with pytest.raises(ContractViolation, match=r"(?s)rename_warehouse .*warehouse_id"):
-        validate_request("POST", "/management/v1/warehouse/not-a-uuid/rename", body={"new-name": "x"}, headers=headers)
+        validate_request(
+            "POST",
+            "/management/v1/warehouse/not-a-uuid/rename",
+            body={"new-name": "x"},
+            headers=headers,
+        )
     with pytest.raises(ContractViolation, match="no such operation"):
         validate_request("PUT", "/management/v1/warehouse", headers=headers)
 
@@ -833,12 +1176,16 @@ def test_contract_holds_responses_to_the_documents():
     path = f"/management/v1/warehouse/{WAREHOUSE_ID}"
     validate_response("GET", path, 200, body=warehouse_json())
     incomplete = {k: v for k, v in warehouse_json().items() if k != "storage-profile"}
-    with pytest.raises(ContractViolation, match=r"(?s)get_warehouse .*'storage-profile' is a required property"):
+    with pytest.raises(
+        ContractViolation, match=r"(?s)get_warehouse .*'storage-profile' is a required property"
+    ):
         validate_response("GET", path, 200, body=incomplete)
     with pytest.raises(ContractViolation, match="status 202 is not a documented response"):
         validate_response("GET", path, 202, body=warehouse_json())
     # Error statuses a document does not list still need the error envelope.
-    validate_response("GET", "/catalog/v1/config", 404, body=error_json(404, "NoSuchWarehouseException"))
+    validate_response(
+        "GET", "/catalog/v1/config", 404, body=error_json(404, "NoSuchWarehouseException")
+    )
     with pytest.raises(ContractViolation, match="not an IcebergErrorResponse"):
         validate_response("GET", "/catalog/v1/config", 404, body={"message": "not found"})
 
@@ -849,7 +1196,9 @@ def test_contract_holds_responses_to_the_documents():
 @pytest.fixture
 def service_tokens(oidc_provider):
     with ClientCredentialsTokenSource(
-        client_id=SERVICE_CLIENT_ID, client_secret=oidc_provider.service_client_secret, issuer=oidc_provider.issuer,
+        client_id=SERVICE_CLIENT_ID,
+        client_secret=oidc_provider.service_client_secret,
+        issuer=oidc_provider.issuer,
     ) as tokens:
         yield tokens
 
@@ -865,22 +1214,32 @@ def create_table(catalog_url: str, token: str, prefix: str, namespace: str, tabl
     """Create a namespace and an empty table the way an Iceberg client does (the portal never
     creates tables; pipelines do), through the contract check as well."""
     with httpx.Client(
-        base_url=f"{catalog_url}/catalog/v1/{prefix}", headers={"Authorization": f"Bearer {token}"},
+        base_url=f"{catalog_url}/catalog/v1/{prefix}",
+        headers={"Authorization": f"Bearer {token}"},
         transport=ContractCheckingTransport(httpx.HTTPTransport()),
     ) as iceberg:
         for response in (
             iceberg.post("/namespaces", json={"namespace": [namespace]}),
-            iceberg.post(f"/namespaces/{namespace}/tables", json={
-                "name": table,
-                "schema": {"type": "struct", "schema-id": 0, "fields": [
-                    {"id": 1, "name": "id", "type": "long", "required": True},
-                ]},
-            }),
+            iceberg.post(
+                f"/namespaces/{namespace}/tables",
+                json={
+                    "name": table,
+                    "schema": {
+                        "type": "struct",
+                        "schema-id": 0,
+                        "fields": [
+                            {"id": 1, "name": "id", "type": "long", "required": True},
+                        ],
+                    },
+                },
+            ),
         ):
             assert response.is_success, response.text
 
 
-def delete_when_purges_are_done(client: LakekeeperClient, warehouse_id: str, patience: float = 20.0) -> None:
+def delete_when_purges_are_done(
+    client: LakekeeperClient, warehouse_id: str, patience: float = 20.0
+) -> None:
     deadline = time.monotonic() + patience
     while True:
         try:
@@ -891,31 +1250,43 @@ def delete_when_purges_are_done(client: LakekeeperClient, warehouse_id: str, pat
             time.sleep(0.5)
 
 
-def test_warehouse_lifecycle_against_the_dev_catalog(live_client, devcatalog, service_tokens, seaweedfs):
+def test_warehouse_lifecycle_against_the_dev_catalog(
+    live_client, devcatalog, service_tokens, seaweedfs
+):
     alice = TEST_USER_KEYS["alice"]
     run = uuid.uuid4().hex[:8]
     profile = S3StorageProfile(
-        bucket=alice.bucket, region=seaweedfs.region, key_prefix=f"client-test/{run}",
-        endpoint=seaweedfs.s3_endpoint, path_style_access=True, flavor="s3-compat",
+        bucket=alice.bucket,
+        region=seaweedfs.region,
+        key_prefix=f"client-test/{run}",
+        endpoint=seaweedfs.s3_endpoint,
+        path_style_access=True,
+        flavor="s3-compat",
     )
     keys = S3AccessKeyCredential(alice.access_key_id, alice.secret_access_key)
     name = f"client-test-{run}"
     assert live_client.server_info().bootstrapped
 
     with pytest.raises(LakekeeperError) as refused:
-        live_client.create_warehouse(name, profile, S3AccessKeyCredential(alice.access_key_id, "wrong-secret"))
+        live_client.create_warehouse(
+            name, profile, S3AccessKeyCredential(alice.access_key_id, "wrong-secret")
+        )
     assert refused.value.user_message.startswith("Lakekeeper could not write to the bucket")
 
     created = live_client.create_warehouse(name, profile, keys)
     assert (created.name, created.storage_profile.bucket, created.storage_credential_type) == (
-        name, alice.bucket, "access-key",
+        name,
+        alice.bucket,
+        "access-key",
     )
 
     with pytest.raises(LakekeeperError) as overlap:
         live_client.create_warehouse(f"{name}-2", profile, keys)
     assert "overlaps an existing warehouse" in overlap.value.user_message
     with pytest.raises(LakekeeperError) as taken:
-        live_client.create_warehouse(name, dataclasses.replace(profile, key_prefix=f"other/{run}"), keys)
+        live_client.create_warehouse(
+            name, dataclasses.replace(profile, key_prefix=f"other/{run}"), keys
+        )
     assert "already exists" in taken.value.user_message
 
     owner = [WarehouseAssignment("ownership", user=lakekeeper_user_id(TEST_USERS["alice"].sub))]
@@ -924,7 +1295,9 @@ def test_warehouse_lifecycle_against_the_dev_catalog(live_client, devcatalog, se
 
     renamed = live_client.rename_warehouse(created.id, f"{name}-renamed")
     assert live_client.get_warehouse(created.id).name == renamed.name == f"{name}-renamed"
-    assert live_client.warehouse_assignments(created.id) == owner  # grants follow the id, not the name
+    assert (
+        live_client.warehouse_assignments(created.id) == owner
+    )  # grants follow the id, not the name
     live_client.update_storage_credential(created.id, keys)
     live_client.set_delete_profile(created.id, DeleteProfile.hard())
 

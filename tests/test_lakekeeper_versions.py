@@ -4,6 +4,7 @@ Lakekeeper's version is `lakekeeper-version` in `GET /management/v1/info` (lakek
 crates/lakekeeper/src/api/management/v1/server.rs at v0.13.3). The scripted answers pass through
 `ContractCheckingTransport`, so they are answers Lakekeeper 0.13.3 may give.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,10 +31,15 @@ BASE_URL = "http://lakekeeper.test"
 
 def info(version: str) -> dict:
     return {
-        "version": version, "lakekeeper-version": version, "bootstrapped": True,
-        "server-id": "01968a3c-0000-7000-8000-000000000001", "authz-backend": "openfga",
-        "aws-system-identities-enabled": False, "azure-system-identities-enabled": False,
-        "gcp-system-identities-enabled": False, "queues": ["tabular_expiration", "tabular_purge"],
+        "version": version,
+        "lakekeeper-version": version,
+        "bootstrapped": True,
+        "server-id": "01968a3c-0000-7000-8000-000000000001",
+        "authz-backend": "openfga",
+        "aws-system-identities-enabled": False,
+        "azure-system-identities-enabled": False,
+        "gcp-system-identities-enabled": False,
+        "queues": ["tabular_expiration", "tabular_purge"],
         "license-status": {"license-type": "Apache-2.0", "valid": True},
         "default-project-id": "00000000-0000-0000-0000-000000000000",
     }
@@ -59,27 +65,53 @@ class Lakekeeper:
 
 
 def identity_provider(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, json={"access_token": "service-token", "token_type": "Bearer", "expires_in": 3600})
+    return httpx.Response(
+        200, json={"access_token": "service-token", "token_type": "Bearer", "expires_in": 3600}
+    )
 
 
 def checking_client(server: Lakekeeper, check_version: bool = True) -> LakekeeperClient:
-    tokens = ClientCredentialsTokenSource(client_id="lakeport-service", client_secret="secret",
-                                          token_url="http://idp.test/token",
-                                          transport=httpx.MockTransport(identity_provider))
-    return LakekeeperClient(BASE_URL, tokens, transport=ContractCheckingTransport(httpx.MockTransport(server)),
-                            check_version=check_version)
+    tokens = ClientCredentialsTokenSource(
+        client_id="lakeport-service",
+        client_secret="secret",
+        token_url="http://idp.test/token",
+        transport=httpx.MockTransport(identity_provider),
+    )
+    return LakekeeperClient(
+        BASE_URL,
+        tokens,
+        transport=ContractCheckingTransport(httpx.MockTransport(server)),
+        check_version=check_version,
+    )
 
 
-@pytest.mark.parametrize(("version", "supported"), [
-    ("0.13.0", True), ("0.13.3", True), ("0.13.6", True), ("v0.13.1", True),
-    ("0.13.3+lakeport-dev-catalog", True),  # build metadata changes nothing (SemVer 2.0, item 10)
-    ("0.12.4", False), ("0.14.0", False), ("1.0.0", False),
-    ("0.14.0-rc.1", False), ("0.13.4-rc.1", False),  # pre-releases are not releases of the line
-    ("", False), ("main", False), ("0.13", False), ("0.13.3; DROP", False),
-])
+@pytest.mark.parametrize(
+    ("version", "supported"),
+    [
+        ("0.13.0", True),
+        ("0.13.3", True),
+        ("0.13.6", True),
+        ("v0.13.1", True),
+        (
+            "0.13.3+lakeport-dev-catalog",
+            True,
+        ),  # build metadata changes nothing (SemVer 2.0, item 10)
+        ("0.12.4", False),
+        ("0.14.0", False),
+        ("1.0.0", False),
+        ("0.14.0-rc.1", False),
+        ("0.13.4-rc.1", False),  # pre-releases are not releases of the line
+        ("", False),
+        ("main", False),
+        ("0.13", False),
+        ("0.13.3; DROP", False),
+    ],
+)
 def test_the_supported_range_is_the_013_line(version, supported):
     assert is_supported(version) is supported
-    assert (parse_version(version) is not None) is (supported or version in ("0.12.4", "0.14.0", "1.0.0"))
+    assert (parse_version(version) is not None) is (
+        supported or version in ("0.12.4", "0.14.0", "1.0.0")
+    )
 
 
 def test_a_supported_lakekeeper_is_asked_its_version_once_then_trusted_for_a_while(monkeypatch):
@@ -89,8 +121,14 @@ def test_a_supported_lakekeeper_is_asked_its_version_once_then_trusted_for_a_whi
     with checking_client(server) as client:
         assert client.list_warehouses() == []
         assert client.list_warehouses() == []
-        assert server.paths == ["/management/v1/info", "/management/v1/warehouse", "/management/v1/warehouse"]
-        now[0] += client_module.VERSION_RECHECK_SECONDS + 1  # Lakekeeper may have been upgraded meanwhile
+        assert server.paths == [
+            "/management/v1/info",
+            "/management/v1/warehouse",
+            "/management/v1/warehouse",
+        ]
+        now[0] += (
+            client_module.VERSION_RECHECK_SECONDS + 1
+        )  # Lakekeeper may have been upgraded meanwhile
         client.list_warehouses()
     assert server.paths.count("/management/v1/info") == 2
 
@@ -104,7 +142,11 @@ def test_an_unsupported_lakekeeper_is_refused_before_anything_is_sent_with_a_cle
             client.lakekeeper_version()
     assert "/management/v1/warehouse" not in server.paths
     error = refused.value
-    assert (error.version, error.operation, error.type) == ("0.14.0", "list_warehouses", "UnsupportedLakekeeperVersion")
+    assert (error.version, error.operation, error.type) == (
+        "0.14.0",
+        "list_warehouses",
+        "UnsupportedLakekeeperVersion",
+    )
     assert "0.14.0" in error.user_message and "0.13.0" in error.user_message
     assert "Contact the operators" in error.user_message
     assert "tested against 0.13.3" in str(error)
@@ -170,8 +212,11 @@ def lakekeeper_014():
         def answer(self):
             paths.append(self.path)
             ok = self.path == "/management/v1/info"
-            body = json.dumps(info("0.14.0") if ok else {"error": {"code": 500, "type": "Unexpected",
-                                                                   "message": "not scripted"}}).encode()
+            body = json.dumps(
+                info("0.14.0")
+                if ok
+                else {"error": {"code": 500, "type": "Unexpected", "message": "not scripted"}}
+            ).encode()
             self.send_response(200 if ok else 500)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -190,7 +235,8 @@ def lakekeeper_014():
 
 
 def test_registering_a_warehouse_on_an_unsupported_lakekeeper_says_why_and_makes_nothing(
-        portal_config, lakehouse, db_engine, lakekeeper_014):
+    portal_config, lakehouse, db_engine, lakekeeper_014
+):
     from dataclasses import replace
 
     from app import create_app

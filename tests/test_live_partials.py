@@ -2,6 +2,7 @@
 answers 304 with no body; any change answers the new partial with a new ETag; the next poll
 comes after 1 s while the run changes and after 3 s once it is quiet; a 304 never answers for
 another user's row."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,14 @@ from datetime import timedelta
 from app import live_partials
 from app.models import ComputeUnit, Execution, utcnow
 from tests.test_executions import (  # noqa: F401 (fixture)
-    equipped, execution_row, make_user, newcomer, sign_in_as, update_row as update,
+    equipped,
+    execution_row,
+    make_user,
+    newcomer,
+    sign_in_as,
+)
+from tests.test_executions import (
+    update_row as update,
 )
 
 HTMX = {"HX-Request": "true"}
@@ -23,9 +31,15 @@ def next_poll(body: bytes) -> int:
 
 
 def progress(*log_moments: float) -> str:
-    return json.dumps({"steps": [{"name": "one", "state": "running", "started_at": None, "ended_at": None}],
-                       "logs": [{"ts": moment, "level": "INFO", "step": "one", "message": f"at {moment}"}
-                                for moment in log_moments]})
+    return json.dumps(
+        {
+            "steps": [{"name": "one", "state": "running", "started_at": None, "ended_at": None}],
+            "logs": [
+                {"ts": moment, "level": "INFO", "step": "one", "message": f"at {moment}"}
+                for moment in log_moments
+            ],
+        }
+    )
 
 
 def test_poll_delay_is_fast_while_the_run_changes_and_slower_once_quiet():
@@ -36,10 +50,20 @@ def test_poll_delay_is_fast_while_the_run_changes_and_slower_once_quiet():
 
 
 def test_an_unchanged_running_execution_answers_304_and_a_change_answers_the_new_partial(
-        client, db_engine, newcomer):  # noqa: F811
+    client, db_engine, newcomer
+):  # noqa: F811
     workflow, warehouse, cu = equipped(db_engine, newcomer)
-    execution = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="RUNNING", run_id="run-live",
-                              started_at=utcnow(), progress=progress(time.time()))
+    execution = execution_row(
+        db_engine,
+        newcomer,
+        workflow,
+        warehouse,
+        cu,
+        state="RUNNING",
+        run_id="run-live",
+        started_at=utcnow(),
+        progress=progress(time.time()),
+    )
     for path in (f"/executions/{execution.id}", f"/executions/{execution.id}/logs?tail=1"):
         first = client.get(path, headers=HTMX)
         assert first.status_code == 200 and b"at " in first.data
@@ -57,39 +81,75 @@ def test_an_unchanged_running_execution_answers_304_and_a_change_answers_the_new
 
     # A new log line (from long ago: the run has been quiet since) is a new version, polled slower.
     long_ago = time.time() - 60
-    update(db_engine, Execution, execution.id, progress=progress(long_ago - 1, long_ago),
-           started_at=utcnow() - timedelta(minutes=2))
+    update(
+        db_engine,
+        Execution,
+        execution.id,
+        progress=progress(long_ago - 1, long_ago),
+        started_at=utcnow() - timedelta(minutes=2),
+    )
     changed = client.get(f"/executions/{execution.id}", headers={**HTMX, "If-None-Match": etag})
     assert changed.status_code == 200 and changed.headers["ETag"] != etag
     assert next_poll(changed.data) == 3
     assert b"data-running-since=" in changed.data  # its duration ticks in the browser
 
     # Its end is a change too; a final partial polls no more and carries no ETag.
-    update(db_engine, Execution, execution.id, state="FAILED", reason="step 'one' failed: boom", ended_at=utcnow())
-    ended = client.get(f"/executions/{execution.id}", headers={**HTMX, "If-None-Match": changed.headers["ETag"]})
+    update(
+        db_engine,
+        Execution,
+        execution.id,
+        state="FAILED",
+        reason="step 'one' failed: boom",
+        ended_at=utcnow(),
+    )
+    ended = client.get(
+        f"/executions/{execution.id}", headers={**HTMX, "If-None-Match": changed.headers["ETag"]}
+    )
     assert ended.status_code == 200 and b"boom" in ended.data and "ETag" not in ended.headers
     assert b'hx-trigger="load delay' not in ended.data
 
 
-def test_another_users_execution_and_unit_answer_404_whatever_etag_is_sent(client, db_engine, newcomer):  # noqa: F811
+def test_another_users_execution_and_unit_answer_404_whatever_etag_is_sent(
+    client, db_engine, newcomer
+):  # noqa: F811
     workflow, warehouse, cu = equipped(db_engine, newcomer)
-    execution = execution_row(db_engine, newcomer, workflow, warehouse, cu, state="RUNNING", run_id="run-other",
-                              started_at=utcnow(), progress=progress(time.time()))
-    paths = (f"/executions/{execution.id}", f"/executions/{execution.id}/logs?tail=1", f"/compute-units/{cu.id}/row")
+    execution = execution_row(
+        db_engine,
+        newcomer,
+        workflow,
+        warehouse,
+        cu,
+        state="RUNNING",
+        run_id="run-other",
+        started_at=utcnow(),
+        progress=progress(time.time()),
+    )
+    paths = (
+        f"/executions/{execution.id}",
+        f"/executions/{execution.id}/logs?tail=1",
+        f"/compute-units/{cu.id}/row",
+    )
     etags = {path: client.get(path, headers=HTMX).headers["ETag"] for path in paths}
     sign_in_as(client, make_user(db_engine))
     for path, etag in etags.items():
         assert client.get(path, headers={**HTMX, "If-None-Match": etag}).status_code == 404, path
 
 
-def test_an_unchanged_unit_row_answers_304_and_polls_at_the_supervisors_pace(client, db_engine, newcomer):  # noqa: F811
+def test_an_unchanged_unit_row_answers_304_and_polls_at_the_supervisors_pace(
+    client, db_engine, newcomer
+):  # noqa: F811
     _, _, cu = equipped(db_engine, newcomer)
     path = f"/compute-units/{cu.id}/row"
     first = client.get(path, headers=HTMX)
     assert first.status_code == 200 and next_poll(first.data) == 10  # RUNNING
-    assert client.get(path, headers={**HTMX, "If-None-Match": first.headers["ETag"]}).status_code == 304
+    assert (
+        client.get(path, headers={**HTMX, "If-None-Match": first.headers["ETag"]}).status_code
+        == 304
+    )
 
-    update(db_engine, ComputeUnit, cu.id, state="TERMINATING", progress_step="stopping its Ray head")
+    update(
+        db_engine, ComputeUnit, cu.id, state="TERMINATING", progress_step="stopping its Ray head"
+    )
     stopping = client.get(path, headers={**HTMX, "If-None-Match": first.headers["ETag"]})
     assert stopping.status_code == 200 and b"stopping its Ray head" in stopping.data
     assert next_poll(stopping.data) == 1
@@ -99,6 +159,12 @@ def test_the_workers_check_of_a_unit_is_no_change_to_its_row(client, db_engine, 
     _, _, cu = equipped(db_engine, newcomer)
     path = f"/compute-units/{cu.id}/row"
     etag = client.get(path, headers=HTMX).headers["ETag"]
-    update(db_engine, ComputeUnit, cu.id, cluster_status='{"nodes": 1}', cluster_checked_at=utcnow(),
-           last_activity_at=utcnow())
+    update(
+        db_engine,
+        ComputeUnit,
+        cu.id,
+        cluster_status='{"nodes": 1}',
+        cluster_checked_at=utcnow(),
+        last_activity_at=utcnow(),
+    )
     assert client.get(path, headers={**HTMX, "If-None-Match": etag}).status_code == 304

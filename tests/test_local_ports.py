@@ -1,5 +1,6 @@
 """A local unit's ports are never the ones `ray start` holds every other port against (its Ray
 Client server's 10001), even when the machine would hand one out as free."""
+
 from __future__ import annotations
 
 from app.ray_clusters import local_ports

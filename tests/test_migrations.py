@@ -1,4 +1,5 @@
 """Alembic migrations build the schema the models describe, on SQLite and on PostgreSQL."""
+
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata

@@ -5,7 +5,14 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from app.models import ComputeUnit, ComputeUnitState, ExecutionState, User, Warehouse, WarehouseStatus
+from app.models import (
+    ComputeUnit,
+    ComputeUnitState,
+    ExecutionState,
+    User,
+    Warehouse,
+    WarehouseStatus,
+)
 from compute.contract import RunState
 
 
@@ -26,16 +33,32 @@ def test_display_name_falls_back_to_email_then_subject():
 
 
 def test_state_enums_are_their_stored_values():
-    assert [state.value for state in ExecutionState] == list(ExecutionState.ALL) == [
-        "QUEUED", "INITIALIZING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+    assert (
+        [state.value for state in ExecutionState]
+        == list(ExecutionState.ALL)
+        == ["QUEUED", "INITIALIZING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+    )
     assert ExecutionState.FINAL == ("COMPLETED", "FAILED", "CANCELLED")
     assert [state.value for state in ComputeUnitState] == [
-        "PENDING", "STARTING", "RUNNING", "TERMINATING", "TERMINATED", "FAILED"]
+        "PENDING",
+        "STARTING",
+        "RUNNING",
+        "TERMINATING",
+        "TERMINATED",
+        "FAILED",
+    ]
     assert set(ComputeUnitState.FINAL) | set(ComputeUnitState.LIVE) == set(ComputeUnitState)
-    assert list(WarehouseStatus.ALL) == [status.value for status in WarehouseStatus] == ["active", "inactive", "archived"]
+    assert (
+        list(WarehouseStatus.ALL)
+        == [status.value for status in WarehouseStatus]
+        == ["active", "inactive", "archived"]
+    )
     # The unit's run states are the portal's execution states of the same name.
     assert set(RunState) <= set(ExecutionState) and RunState.FINAL == ExecutionState.FINAL
-    assert (f"{WarehouseStatus.ARCHIVED}", json.dumps(ExecutionState.QUEUED)) == ("archived", '"QUEUED"')
+    assert (f"{WarehouseStatus.ARCHIVED}", json.dumps(ExecutionState.QUEUED)) == (
+        "archived",
+        '"QUEUED"',
+    )
 
 
 def test_a_state_enum_is_stored_as_its_value(db_engine):
@@ -43,10 +66,26 @@ def test_a_state_enum_is_stored_as_its_value(db_engine):
         user = User(issuer="https://idp", subject="enum-check")
         db.add(user)
         db.commit()
-        db.add(ComputeUnit(owner_id=user.id, name="cu", kind="local", state=ComputeUnitState.STARTING))
-        db.add(Warehouse(owner_id=user.id, name="w", lakekeeper_name="u-enum-w", lakekeeper_id="enum-w",
-                         bucket="b", region="r", status=WarehouseStatus.ARCHIVED))
+        db.add(
+            ComputeUnit(owner_id=user.id, name="cu", kind="local", state=ComputeUnitState.STARTING)
+        )
+        db.add(
+            Warehouse(
+                owner_id=user.id,
+                name="w",
+                lakekeeper_name="u-enum-w",
+                lakekeeper_id="enum-w",
+                bucket="b",
+                region="r",
+                status=WarehouseStatus.ARCHIVED,
+            )
+        )
         db.commit()
-        stored = db.execute(text("SELECT c.state, w.status FROM compute_units c JOIN warehouses w "
-                                 "ON w.owner_id = c.owner_id WHERE c.owner_id = :owner"), {"owner": user.id}).one()
+        stored = db.execute(
+            text(
+                "SELECT c.state, w.status FROM compute_units c JOIN warehouses w "
+                "ON w.owner_id = c.owner_id WHERE c.owner_id = :owner"
+            ),
+            {"owner": user.id},
+        ).one()
     assert tuple(stored) == ("STARTING", "archived")

@@ -1,6 +1,7 @@
 """The light processes a local unit's Ray node runs in place of Ray's own Python ones: the node's
 waiter (for `ray start --block`) and the idle agents (for the dashboard and runtime-env agents
 of a unit without a dashboard). Real processes; Ray itself is exercised by the unit tests."""
+
 from __future__ import annotations
 
 import os
@@ -56,20 +57,31 @@ def wait_until(condition, timeout: float = 10.0) -> bool:
 
 def start_node(tmp_path: Path, *servers: tuple[str, str]) -> tuple[subprocess.Popen, list[int]]:
     notes = tmp_path / "sigterms"
-    commands = ["\x1f".join([sys.executable, "-c", SERVER, str(notes), name, on_sigterm])
-                for name, on_sigterm in servers]
-    node = subprocess.Popen([sys.executable, "-c", LAUNCHER, node_waiter.__file__, *commands],
-                            stdout=subprocess.PIPE, text=True)
+    commands = [
+        "\x1f".join([sys.executable, "-c", SERVER, str(notes), name, on_sigterm])
+        for name, on_sigterm in servers
+    ]
+    node = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, node_waiter.__file__, *commands],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     pids = [int(pid) for pid in node.stdout.readline().split()]
     # The waiter runs once it catches SIGTERM, and so does each server.
-    assert wait_until(lambda: node_waiter.__file__ in Path(f"/proc/{node.pid}/cmdline").read_text()
-                      and all(catches_sigterm(pid) for pid in [node.pid, *pids]))
+    assert wait_until(
+        lambda: (
+            node_waiter.__file__ in Path(f"/proc/{node.pid}/cmdline").read_text()
+            and all(catches_sigterm(pid) for pid in [node.pid, *pids])
+        )
+    )
     return node, pids
 
 
 def catches_sigterm(pid: int) -> bool:
     status = Path(f"/proc/{pid}/status").read_text()
-    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    caught = int(
+        next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16
+    )
     return bool(caught & 1 << (signal.SIGTERM - 1))
 
 
@@ -83,7 +95,9 @@ def test_when_a_server_of_the_node_ends_the_waiter_kills_the_others_and_fails(tm
 
 
 def test_sigterm_stops_the_servers_in_order_and_kills_one_that_ignores_it(tmp_path):
-    node, (raylet, stubborn, gcs) = start_node(tmp_path, ("raylet", "exit"), ("stubborn", "ignore"), ("gcs", "exit"))
+    node, (raylet, stubborn, gcs) = start_node(
+        tmp_path, ("raylet", "exit"), ("stubborn", "ignore"), ("gcs", "exit")
+    )
     node.send_signal(signal.SIGTERM)
     assert node.wait(timeout=15) == 1  # the stubborn one was killed, not waited for
     assert (tmp_path / "sigterms").read_text().split() == ["raylet", "stubborn", "gcs"]
@@ -100,8 +114,12 @@ def test_the_waiter_is_a_bare_interpreter(tmp_path):
 
 
 def agent_args(session_dir: Path, node_id: str, **extra: str) -> list[str]:
-    return [f"--node-id={node_id}", "--node-ip-address=127.0.0.1", f"--session-dir={session_dir}",
-            *(f"--{name.replace('_', '-')}={value}" for name, value in extra.items())]
+    return [
+        f"--node-id={node_id}",
+        "--node-ip-address=127.0.0.1",
+        f"--session-dir={session_dir}",
+        *(f"--{name.replace('_', '-')}={value}" for name, value in extra.items()),
+    ]
 
 
 @pytest.mark.parametrize("kind", ["dashboard", "runtime_env"])
@@ -117,14 +135,30 @@ def test_an_idle_agent_persists_its_ports_as_ray_does_and_dies_with_the_raylet(t
         args = agent_args(session, node_id, runtime_env_agent_port=45678)
         persist_port(str(expected), node_id, "runtime_env_agent_port", 45678)
     # A stand-in raylet: the agent's parent, which the test then kills.
-    raylet = subprocess.Popen([sys.executable, "-c",
-                               "import subprocess, sys, time\n"
-                               f"print(subprocess.Popen([sys.executable, '-S', {idle_agent.__file__!r}, *sys.argv[1:]]).pid, flush=True)\n"
-                               "time.sleep(60)", *args], stdout=subprocess.PIPE, text=True)
+    raylet = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            f"print(subprocess.Popen([sys.executable, '-S', {idle_agent.__file__!r}, *sys.argv[1:]]).pid, flush=True)\n"
+            "time.sleep(60)",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     agent = int(raylet.stdout.readline())
     want = {path.name: path.read_text() for path in expected.iterdir()}
-    assert wait_until(lambda: {path.name: path.read_text() for path in session.iterdir()
-                               if not path.name.endswith(".tmp")} == want)
+    assert wait_until(
+        lambda: (
+            {
+                path.name: path.read_text()
+                for path in session.iterdir()
+                if not path.name.endswith(".tmp")
+            }
+            == want
+        )
+    )
     assert alive(agent)
     raylet.kill()
     raylet.wait()

@@ -3,6 +3,7 @@ signature (over its timestamp and body) it can check, a failing receiver retried
 one never holding the scheduler up, an email through a real local SMTP server (aiosmtpd), and a
 webhook URL the webhook policy refuses. The receivers listen on loopback, which webhooks reach
 only as a host the operator lists: each test's portal lists 127.0.0.1."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from sqlmodel import Session, select
 
-from app.models import JobState, Notification, Schedule
 from app.executions import notifications
+from app.models import JobState, Notification, Schedule
 from app.schedules import firing
 from app.worker import Worker
 from devstack.process import free_port
@@ -35,8 +36,14 @@ def signed_as_documented(secret: str, headers: dict, body: bytes) -> bool:
     """The check README tells a receiver to make: HMAC-SHA256 of "<timestamp>.<body>", and a
     timestamp within five minutes of now."""
     timestamp = headers["X-Lakeport-Timestamp"]
-    expected = "sha256=" + hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(headers["X-Lakeport-Signature"], expected) and abs(time.time() - int(timestamp)) < 300
+    expected = (
+        "sha256="
+        + hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    )
+    return (
+        hmac.compare_digest(headers["X-Lakeport-Signature"], expected)
+        and abs(time.time() - int(timestamp)) < 300
+    )
 
 
 class Receiver:
@@ -73,11 +80,21 @@ class Receiver:
 def scheduled(client, db_engine, owner, **fields) -> tuple[Schedule, str | None]:
     """A schedule made through its page; the webhook secret the page showed once."""
     workflow, warehouse, cu = equipped(db_engine, owner)
-    form = {"cron": "*/5 * * * *", "timezone": "UTC", "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id),
-            "catch_up": "skip", "notify_on": "both", "csrf_token": csrf(client), **fields}
+    form = {
+        "cron": "*/5 * * * *",
+        "timezone": "UTC",
+        "compute_unit_id": str(cu.id),
+        "warehouse_id": str(warehouse.id),
+        "catch_up": "skip",
+        "notify_on": "both",
+        "csrf_token": csrf(client),
+        **fields,
+    }
     page = client.post(f"/schedules/workflow/{workflow.id}", data=form)
     assert page.status_code in (200, 302), page.get_data(as_text=True)[:3000]
-    shown = re.search(r'data-testid="webhook-secret-text">([0-9a-f]+)<', page.get_data(as_text=True))
+    shown = re.search(
+        r'data-testid="webhook-secret-text">([0-9a-f]+)<', page.get_data(as_text=True)
+    )
     with Session(db_engine, expire_on_commit=False) as db:
         schedule = db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one()
         schedule.handled_until = T0
@@ -91,7 +108,9 @@ def run_ends(app, db_engine, monkeypatch, schedule, state: str) -> None:
     with app.app_context():
         firing.fire_due()
     (run,) = runs(db_engine, schedule)
-    set_execution(db_engine, run.execution_id, state=state, reason="boom" if state == "FAILED" else "")
+    set_execution(
+        db_engine, run.execution_id, state=state, reason="boom" if state == "FAILED" else ""
+    )
     with app.app_context():
         firing.fire_due()  # sees the end: queues the notifications
 
@@ -107,12 +126,19 @@ def notes(db_engine, schedule) -> list[Notification]:
         return list(db.exec(select(Notification).where(Notification.schedule_id == schedule.id)))
 
 
-def test_a_webhook_is_delivered_with_a_signature_the_receiver_can_check(app, client, db_engine, newcomer,  # noqa: F811
-                                                                        monkeypatch):
+def test_a_webhook_is_delivered_with_a_signature_the_receiver_can_check(
+    app,
+    client,
+    db_engine,
+    newcomer,  # noqa: F811
+    monkeypatch,
+):
     receiver = Receiver()
     try:
         schedule, secret = scheduled(client, db_engine, newcomer, webhook_url=receiver.url)
-        assert secret and secret not in client.get(f"/schedules/workflow/{schedule.workflow_id}").get_data(as_text=True)
+        assert secret and secret not in client.get(
+            f"/schedules/workflow/{schedule.workflow_id}"
+        ).get_data(as_text=True)
         run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
         deliver_all(app)
         deliver_all(app)  # delivered once
@@ -122,17 +148,27 @@ def test_a_webhook_is_delivered_with_a_signature_the_receiver_can_check(app, cli
     assert signed_as_documented(secret, headers, body)
     # The body alone, without the timestamp, is not what is signed: a replay cannot pass an old
     # signature off with a new timestamp.
-    assert headers["X-Lakeport-Signature"] != "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    assert (
+        headers["X-Lakeport-Signature"]
+        != "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    )
     sent = json.loads(body)
     assert (sent["state"], sent["reason"], sent["schedule_id"]) == ("FAILED", "boom", schedule.id)
     assert [note.state for note in notes(db_engine, schedule)] == [JobState.DONE]
 
 
-def test_a_failing_receiver_is_retried_with_backoff_then_given_up(app, client, db_engine, newcomer,  # noqa: F811
-                                                                  monkeypatch):
+def test_a_failing_receiver_is_retried_with_backoff_then_given_up(
+    app,
+    client,
+    db_engine,
+    newcomer,  # noqa: F811
+    monkeypatch,
+):
     receiver = Receiver(status=500)
     try:
-        schedule, _ = scheduled(client, db_engine, newcomer, webhook_url=receiver.url, notify_on="failure")
+        schedule, _ = scheduled(
+            client, db_engine, newcomer, webhook_url=receiver.url, notify_on="failure"
+        )
         run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
         for attempt in range(1, notifications.MAX_ATTEMPTS + 1):
             deliver_all(app)
@@ -150,7 +186,9 @@ def test_a_failing_receiver_is_retried_with_backoff_then_given_up(app, client, d
     assert notes(db_engine, schedule)[0].state == JobState.FAILED
 
 
-def test_a_hanging_receiver_never_holds_the_scheduler_up(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
+def test_a_hanging_receiver_never_holds_the_scheduler_up(
+    app, client, db_engine, newcomer, monkeypatch
+):  # noqa: F811
     receiver = Receiver(hang=True)
     app.config["SCHEDULER_SECONDS"] = 0.1
     worker = None
@@ -188,7 +226,9 @@ def test_an_email_goes_through_a_real_smtp_server(app, client, db_engine, newcom
     smtp.start()
     try:
         app.config.update(SMTP_HOST="127.0.0.1", SMTP_PORT=port, SMTP_FROM="lakeport@example.test")
-        schedule, secret = scheduled(client, db_engine, newcomer, notify_email="data-team@example.test")
+        schedule, secret = scheduled(
+            client, db_engine, newcomer, notify_email="data-team@example.test"
+        )
         assert secret is None  # no webhook, no secret
         run_ends(app, db_engine, monkeypatch, schedule, "COMPLETED")
         deliver_all(app)
@@ -196,19 +236,36 @@ def test_an_email_goes_through_a_real_smtp_server(app, client, db_engine, newcom
         smtp.stop()
     assert len(received) == 1, [(r, c[:300]) for r, c in received]
     ((recipients, content),) = received
-    assert recipients == ["data-team@example.test"] and "COMPLETED" in content and "Subject: Lakeport:" in content
+    assert (
+        recipients == ["data-team@example.test"]
+        and "COMPLETED" in content
+        and "Subject: Lakeport:" in content
+    )
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("webhook_url", "http://169.254.169.254/latest", "is not allowed by this portal"),
-    ("webhook_url", "ftp://example.test/hook", "http://"),
-    ("notify_email", "not-an-address", "One email address"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("webhook_url", "http://169.254.169.254/latest", "is not allowed by this portal"),
+        ("webhook_url", "ftp://example.test/hook", "http://"),
+        ("notify_email", "not-an-address", "One email address"),
+    ],
+)
 def test_a_notification_address_is_checked(client, db_engine, newcomer, field, value, message):  # noqa: F811
     workflow, warehouse, cu = equipped(db_engine, newcomer)
-    page = client.post(f"/schedules/workflow/{workflow.id}", data={
-        "cron": "0 7 * * *", "timezone": "UTC", "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id),
-        "catch_up": "skip", "notify_on": "both", field: value, "csrf_token": csrf(client)})
+    page = client.post(
+        f"/schedules/workflow/{workflow.id}",
+        data={
+            "cron": "0 7 * * *",
+            "timezone": "UTC",
+            "compute_unit_id": str(cu.id),
+            "warehouse_id": str(warehouse.id),
+            "catch_up": "skip",
+            "notify_on": "both",
+            field: value,
+            "csrf_token": csrf(client),
+        },
+    )
     assert page.status_code == 422 and message in page.get_data(as_text=True)
     assert f'id="error-{field}"' in page.get_data(as_text=True)
 
@@ -216,26 +273,48 @@ def test_a_notification_address_is_checked(client, db_engine, newcomer, field, v
 def ended_executions_queue(app, db_engine, execution_id: int, state: str) -> None:
     from app.models import utcnow
 
-    set_execution(db_engine, execution_id, state=state, reason="boom" if state == "FAILED" else "", ended_at=utcnow())
+    set_execution(
+        db_engine,
+        execution_id,
+        state=state,
+        reason="boom" if state == "FAILED" else "",
+        ended_at=utcnow(),
+    )
     with app.app_context():
         firing.fire_due()  # the scheduler pass also queues what single executions asked for
 
 
-def test_one_execution_started_from_the_run_page_tells_its_webhook_signed(app, client, db_engine, newcomer,  # noqa: F811
-                                                                            monkeypatch):
+def test_one_execution_started_from_the_run_page_tells_its_webhook_signed(
+    app,
+    client,
+    db_engine,
+    newcomer,  # noqa: F811
+    monkeypatch,
+):
     from app.models import Execution
 
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     receiver = Receiver()
     try:
-        page = client.post(f"/executions/new?workflow_id={workflow.id}", data={
-            "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "notify_on": "failure",
-            "webhook_url": receiver.url, "csrf_token": csrf(client)})
+        page = client.post(
+            f"/executions/new?workflow_id={workflow.id}",
+            data={
+                "compute_unit_id": str(cu.id),
+                "warehouse_id": str(warehouse.id),
+                "notify_on": "failure",
+                "webhook_url": receiver.url,
+                "csrf_token": csrf(client),
+            },
+        )
         assert page.status_code == 200, page.get_data(as_text=True)[:2000]
-        secret = re.search(r'data-testid="webhook-secret-text">([0-9a-f]+)<', page.get_data(as_text=True)).group(1)
+        secret = re.search(
+            r'data-testid="webhook-secret-text">([0-9a-f]+)<', page.get_data(as_text=True)
+        ).group(1)
         with Session(db_engine) as db:
             execution = db.exec(select(Execution).where(Execution.workflow_id == workflow.id)).one()
-        assert secret not in client.get(f"/executions/{execution.id}").get_data(as_text=True)  # shown once
+        assert secret not in client.get(f"/executions/{execution.id}").get_data(
+            as_text=True
+        )  # shown once
         assert secret not in json.dumps(execution.model_dump(mode="json"))  # derived, never stored
         at(monkeypatch, T0)
         ended_executions_queue(app, db_engine, execution.id, "FAILED")
@@ -248,37 +327,68 @@ def test_one_execution_started_from_the_run_page_tells_its_webhook_signed(app, c
     assert signed_as_documented(secret, headers, body)
     sent = json.loads(body)
     assert (sent["execution_id"], sent["state"], sent["reason"], sent["schedule_id"]) == (
-        execution.id, "FAILED", "boom", None)
+        execution.id,
+        "FAILED",
+        "boom",
+        None,
+    )
 
 
-def test_an_execution_that_asks_only_for_failures_is_not_told_of_success(app, client, db_engine, newcomer,  # noqa: F811
-                                                                         monkeypatch):
+def test_an_execution_that_asks_only_for_failures_is_not_told_of_success(
+    app,
+    client,
+    db_engine,
+    newcomer,  # noqa: F811
+    monkeypatch,
+):
     from app.models import Execution
 
     workflow, warehouse, cu = equipped(db_engine, newcomer)
-    client.post(f"/executions/new?workflow_id={workflow.id}", data={
-        "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "notify_on": "failure",
-        "notify_email": "me@example.test", "csrf_token": csrf(client)})
+    client.post(
+        f"/executions/new?workflow_id={workflow.id}",
+        data={
+            "compute_unit_id": str(cu.id),
+            "warehouse_id": str(warehouse.id),
+            "notify_on": "failure",
+            "notify_email": "me@example.test",
+            "csrf_token": csrf(client),
+        },
+    )
     with Session(db_engine) as db:
         execution = db.exec(select(Execution).where(Execution.workflow_id == workflow.id)).one()
     assert execution.notify_email == "me@example.test"
     at(monkeypatch, T0)
     ended_executions_queue(app, db_engine, execution.id, "COMPLETED")
     with Session(db_engine) as db:
-        assert db.exec(select(Notification).where(Notification.execution_id == execution.id)).all() == []
+        assert (
+            db.exec(select(Notification).where(Notification.execution_id == execution.id)).all()
+            == []
+        )
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("webhook_url", "http://169.254.169.254/latest", "is not allowed by this portal"),
-    ("notify_email", "not-an-address", "One email address"),
-])
-def test_the_run_page_checks_the_notification_address(client, db_engine, newcomer, field, value, message):  # noqa: F811
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("webhook_url", "http://169.254.169.254/latest", "is not allowed by this portal"),
+        ("notify_email", "not-an-address", "One email address"),
+    ],
+)
+def test_the_run_page_checks_the_notification_address(
+    client, db_engine, newcomer, field, value, message
+):  # noqa: F811
     from app.models import Execution
 
     workflow, warehouse, cu = equipped(db_engine, newcomer)
-    page = client.post(f"/executions/new?workflow_id={workflow.id}", data={
-        "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id), "notify_on": "both", field: value,
-        "csrf_token": csrf(client)})
+    page = client.post(
+        f"/executions/new?workflow_id={workflow.id}",
+        data={
+            "compute_unit_id": str(cu.id),
+            "warehouse_id": str(warehouse.id),
+            "notify_on": "both",
+            field: value,
+            "csrf_token": csrf(client),
+        },
+    )
     assert page.status_code == 422 and message in page.get_data(as_text=True)
     with Session(db_engine) as db:
         assert db.exec(select(Execution).where(Execution.workflow_id == workflow.id)).all() == []
@@ -292,19 +402,30 @@ def test_the_api_starts_an_execution_that_tells_a_webhook(app, client, db_engine
     workflow, warehouse, cu = equipped(db_engine, owner)
     api = Api(client, token_for(app, owner))
     body = {"workflow_id": workflow.id, "compute_unit_id": cu.id, "warehouse_id": warehouse.id}
-    refused = api.call("POST", "/api/v1/executions", {**body, "notify": {"on": "both", "email": "nope"}})
+    refused = api.call(
+        "POST", "/api/v1/executions", {**body, "notify": {"on": "both", "email": "nope"}}
+    )
     assert refused.status_code == 400 and refused.get_json()["field"] == "notify.email"
-    metadata = api.call("POST", "/api/v1/executions", {**body, "notify": {"on": "both",
-                                                                          "webhook_url": "http://169.254.169.254/x"}})
+    metadata = api.call(
+        "POST",
+        "/api/v1/executions",
+        {**body, "notify": {"on": "both", "webhook_url": "http://169.254.169.254/x"}},
+    )
     assert metadata.status_code == 400 and metadata.get_json()["field"] == "notify.webhook_url"
     receiver = Receiver()
     try:
-        started = api.call("POST", "/api/v1/executions", {**body, "notify": {"on": "success",
-                                                                            "webhook_url": receiver.url}})
+        started = api.call(
+            "POST",
+            "/api/v1/executions",
+            {**body, "notify": {"on": "success", "webhook_url": receiver.url}},
+        )
         assert started.status_code == 201, started.get_json()
         secret, execution_id = started.get_json()["webhook_secret"], started.get_json()["id"]
         assert secret and started.get_json()["notify_on"] == "success"
-        assert api.call("GET", f"/api/v1/executions/{execution_id}").get_json()["webhook_secret"] is None
+        assert (
+            api.call("GET", f"/api/v1/executions/{execution_id}").get_json()["webhook_secret"]
+            is None
+        )
         at(monkeypatch, T0)
         ended_executions_queue(app, db_engine, execution_id, "COMPLETED")
         deliver_all(app)

@@ -1,4 +1,5 @@
 """The local OpenID Connect provider, driven over HTTP as the portal and the catalog use it."""
+
 from __future__ import annotations
 
 import base64
@@ -74,7 +75,11 @@ def user_agent():
 
 def verify(token: str, keys: jwt.PyJWKClient, config: OidcProviderConfig, audience: str) -> dict:
     return jwt.decode(
-        token, keys.get_signing_key_from_jwt(token).key, algorithms=["RS256"], audience=audience, issuer=config.issuer,
+        token,
+        keys.get_signing_key_from_jwt(token).key,
+        algorithms=["RS256"],
+        audience=audience,
+        issuer=config.issuer,
     )
 
 
@@ -87,9 +92,15 @@ class AuthorizationRequest:
 
 
 def authorization_request(
-    discovery: dict, pkce: bool = True, scope: str = "openid profile email",
+    discovery: dict,
+    pkce: bool = True,
+    scope: str = "openid profile email",
 ) -> AuthorizationRequest:
-    state, nonce, verifier = secrets.token_urlsafe(16), secrets.token_urlsafe(16), secrets.token_urlsafe(48)
+    state, nonce, verifier = (
+        secrets.token_urlsafe(16),
+        secrets.token_urlsafe(16),
+        secrets.token_urlsafe(48),
+    )
     params = {
         "client_id": PORTAL_CLIENT_ID,
         "response_type": "code",
@@ -99,13 +110,21 @@ def authorization_request(
         "nonce": nonce,
     }
     if pkce:
-        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+        challenge = (
+            base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
+            .rstrip(b"=")
+            .decode()
+        )
         params |= {"code_challenge": challenge, "code_challenge_method": "S256"}
-    return AuthorizationRequest(f"{discovery['authorization_endpoint']}?{urlencode(params)}", state, nonce, verifier)
+    return AuthorizationRequest(
+        f"{discovery['authorization_endpoint']}?{urlencode(params)}", state, nonce, verifier
+    )
 
 
 def redirect_params(response: httpx.Response, expected_target: str) -> dict[str, str]:
-    assert response.is_redirect, f"expected a redirect to {expected_target}, got HTTP {response.status_code}"
+    assert response.is_redirect, (
+        f"expected a redirect to {expected_target}, got HTTP {response.status_code}"
+    )
     location = response.headers["location"]
     assert location.split("?")[0] == expected_target
     return {key: values[0] for key, values in parse_qs(urlsplit(location).query).items()}
@@ -124,23 +143,41 @@ def exchange_code(discovery: dict, request: AuthorizationRequest, code: str) -> 
     )
 
 
-def client_credentials(discovery: dict, secret: str = SERVICE_SECRET, **form: str) -> httpx.Response:
-    return httpx.post(discovery["token_endpoint"], data={
-        "grant_type": "client_credentials", "client_id": SERVICE_CLIENT_ID, "client_secret": secret, **form,
-    })
+def client_credentials(
+    discovery: dict, secret: str = SERVICE_SECRET, **form: str
+) -> httpx.Response:
+    return httpx.post(
+        discovery["token_endpoint"],
+        data={
+            "grant_type": "client_credentials",
+            "client_id": SERVICE_CLIENT_ID,
+            "client_secret": secret,
+            **form,
+        },
+    )
 
 
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 
 
-def exchange(discovery: dict, subject_token: str, requested_subject: str, **form: str) -> httpx.Response:
+def exchange(
+    discovery: dict, subject_token: str, requested_subject: str, **form: str
+) -> httpx.Response:
     """The service client's token exchange (RFC 8693) for a token acting as `requested_subject`."""
-    return httpx.post(discovery["token_endpoint"], data={
-        "grant_type": TOKEN_EXCHANGE_GRANT, "client_id": SERVICE_CLIENT_ID, "client_secret": SERVICE_SECRET,
-        "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN_TYPE,
-        "requested_token_type": ACCESS_TOKEN_TYPE, "requested_subject": requested_subject,
-        "audience": "lakekeeper", **form,
-    })
+    return httpx.post(
+        discovery["token_endpoint"],
+        data={
+            "grant_type": TOKEN_EXCHANGE_GRANT,
+            "client_id": SERVICE_CLIENT_ID,
+            "client_secret": SERVICE_SECRET,
+            "subject_token": subject_token,
+            "subject_token_type": ACCESS_TOKEN_TYPE,
+            "requested_token_type": ACCESS_TOKEN_TYPE,
+            "requested_subject": requested_subject,
+            "audience": "lakekeeper",
+            **form,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +204,9 @@ def sign_in(user_agent: httpx.Client, discovery: dict, username: str):
 def test_discovery_describes_the_provider(config, discovery):
     assert discovery["issuer"] == config.issuer
     assert discovery["code_challenge_methods_supported"] == ["S256"]
-    assert {"authorization_code", "client_credentials", "refresh_token"} <= set(discovery["grant_types_supported"])
+    assert {"authorization_code", "client_credentials", "refresh_token"} <= set(
+        discovery["grant_types_supported"]
+    )
     assert {"openid", "profile", "email"} <= set(discovery["scopes_supported"])
     assert discovery["end_session_endpoint"].startswith(config.issuer)
 
@@ -191,7 +230,8 @@ def test_client_credentials_with_a_wrong_secret_are_refused(discovery):
 
 @pytest.mark.parametrize("subject", [TEST_USERS["alice"].sub, PASSWORDLESS_SUBJECT])
 def test_the_service_client_exchanges_its_token_for_one_acting_as_a_user(
-        config, discovery, signing_keys, service_token, subject):
+    config, discovery, signing_keys, service_token, subject
+):
     warehouse = uuid.uuid4()
     response = exchange(discovery, service_token, subject, scope=f"warehouse:{warehouse}")
     assert response.status_code == 200, response.text
@@ -205,10 +245,14 @@ def test_the_service_client_exchanges_its_token_for_one_acting_as_a_user(
     assert answer["expires_in"] == claims["exp"] - claims["iat"] == USER_TOKEN_TTL
 
     unnarrowed = exchange(discovery, service_token, subject).raise_for_status().json()
-    assert "scope" not in verify(unnarrowed["access_token"], signing_keys, config, audience="lakekeeper")
+    assert "scope" not in verify(
+        unnarrowed["access_token"], signing_keys, config, audience="lakekeeper"
+    )
 
 
-def test_exchanged_tokens_carry_the_users_name_for_the_catalog(config, discovery, signing_keys, service_token):
+def test_exchanged_tokens_carry_the_users_name_for_the_catalog(
+    config, discovery, signing_keys, service_token
+):
     alice = TEST_USERS["alice"]
     token = exchange(discovery, service_token, alice.sub).raise_for_status().json()["access_token"]
     claims = verify(token, signing_keys, config, audience="lakekeeper")
@@ -228,35 +272,63 @@ def test_a_forged_or_foreign_subject_token_is_refused(discovery, service_token, 
         assert (response.status_code, response.json()["error"]) == (400, "invalid_grant")
 
 
-@pytest.mark.parametrize(("form", "error"), [
-    ({"requested_subject": "nobody-knows-me"}, "invalid_grant"),
-    ({"requested_subject": ""}, "invalid_request"),
-    ({"audience": "another-service"}, "invalid_target"),
-    ({"subject_token_type": "urn:ietf:params:oauth:token-type:id_token"}, "invalid_request"),
-    ({"requested_token_type": "urn:ietf:params:oauth:token-type:refresh_token"}, "invalid_request"),
-    ({"scope": f"warehouse:{uuid.uuid4()} warehouse:{uuid.uuid4()}"}, "invalid_scope"),
-    ({"scope": "warehouse:not-a-uuid"}, "invalid_scope"),
-    ({"scope": "openid profile"}, "invalid_scope"),
-], ids=["unknown-subject", "no-subject", "other-audience", "id-token", "refresh-token", "two-warehouses",
-        "malformed-warehouse", "other-scopes"])
+@pytest.mark.parametrize(
+    ("form", "error"),
+    [
+        ({"requested_subject": "nobody-knows-me"}, "invalid_grant"),
+        ({"requested_subject": ""}, "invalid_request"),
+        ({"audience": "another-service"}, "invalid_target"),
+        ({"subject_token_type": "urn:ietf:params:oauth:token-type:id_token"}, "invalid_request"),
+        (
+            {"requested_token_type": "urn:ietf:params:oauth:token-type:refresh_token"},
+            "invalid_request",
+        ),
+        ({"scope": f"warehouse:{uuid.uuid4()} warehouse:{uuid.uuid4()}"}, "invalid_scope"),
+        ({"scope": "warehouse:not-a-uuid"}, "invalid_scope"),
+        ({"scope": "openid profile"}, "invalid_scope"),
+    ],
+    ids=[
+        "unknown-subject",
+        "no-subject",
+        "other-audience",
+        "id-token",
+        "refresh-token",
+        "two-warehouses",
+        "malformed-warehouse",
+        "other-scopes",
+    ],
+)
 def test_a_token_exchange_is_refused_rather_than_widened(discovery, service_token, form, error):
-    response = exchange(discovery, service_token, **{"requested_subject": TEST_USERS["alice"].sub, **form})
+    response = exchange(
+        discovery, service_token, **{"requested_subject": TEST_USERS["alice"].sub, **form}
+    )
     assert response.status_code == 400, response.text
     assert response.json()["error"] == error
 
 
 def test_only_the_service_client_may_exchange_tokens(discovery, service_token):
-    response = httpx.post(discovery["token_endpoint"], auth=(PORTAL_CLIENT_ID, PORTAL_SECRET), data={
-        "grant_type": TOKEN_EXCHANGE_GRANT, "subject_token": service_token, "subject_token_type": ACCESS_TOKEN_TYPE,
-        "requested_subject": TEST_USERS["alice"].sub, "audience": "lakekeeper",
-    })
+    response = httpx.post(
+        discovery["token_endpoint"],
+        auth=(PORTAL_CLIENT_ID, PORTAL_SECRET),
+        data={
+            "grant_type": TOKEN_EXCHANGE_GRANT,
+            "subject_token": service_token,
+            "subject_token_type": ACCESS_TOKEN_TYPE,
+            "requested_subject": TEST_USERS["alice"].sub,
+            "audience": "lakekeeper",
+        },
+    )
     assert response.status_code == 400
     assert "grant type is not allowed for this client" in response.json()["error_description"]
-    wrong_secret = exchange(discovery, service_token, TEST_USERS["alice"].sub, client_secret="wrong")
+    wrong_secret = exchange(
+        discovery, service_token, TEST_USERS["alice"].sub, client_secret="wrong"
+    )
     assert wrong_secret.status_code == 401
 
 
-@pytest.mark.parametrize("scope", [f"warehouse:{uuid.uuid4()}", "warehouse:not-a-uuid", "lakekeeper warehouse:"])
+@pytest.mark.parametrize(
+    "scope", [f"warehouse:{uuid.uuid4()}", "warehouse:not-a-uuid", "lakekeeper warehouse:"]
+)
 def test_service_tokens_never_carry_warehouse_scopes(discovery, scope):
     # Refused, not dropped: a warehouse scope belongs to a token acting as a user.
     response = client_credentials(discovery, scope=scope)
@@ -290,7 +362,11 @@ def test_code_flow_with_pkce_signs_alice_in(config, discovery, signing_keys, use
     identity = verify(tokens["id_token"], signing_keys, config, audience=PORTAL_CLIENT_ID)
     assert identity["sub"] == alice.sub
     assert identity["nonce"] == request.nonce
-    assert (identity["name"], identity["email"], identity["preferred_username"]) == (alice.name, alice.email, "alice")
+    assert (identity["name"], identity["email"], identity["preferred_username"]) == (
+        alice.name,
+        alice.email,
+        "alice",
+    )
 
     access = verify(tokens["access_token"], signing_keys, config, audience="lakekeeper")
     assert access["sub"] == alice.sub
@@ -298,7 +374,10 @@ def test_code_flow_with_pkce_signs_alice_in(config, discovery, signing_keys, use
 
     refreshed = refresh(discovery, tokens["refresh_token"])
     assert refreshed.status_code == 200, refreshed.text
-    assert verify(refreshed.json()["access_token"], signing_keys, config, audience="lakekeeper")["sub"] == alice.sub
+    assert (
+        verify(refreshed.json()["access_token"], signing_keys, config, audience="lakekeeper")["sub"]
+        == alice.sub
+    )
 
 
 def test_a_code_is_redeemed_only_with_its_pkce_verifier(discovery, user_agent):
@@ -347,10 +426,20 @@ def test_logout_ends_the_provider_session(discovery, user_agent):
     assert "code" in redirect_params(open_via_provider(user_agent, again.url), REDIRECT_URI)
 
     logged_out_uri = portal_post_logout_redirect_uri(PORTAL_BASE_URL)
-    end_session = discovery["end_session_endpoint"] + "?" + urlencode(
-        {"id_token_hint": tokens["id_token"], "post_logout_redirect_uri": logged_out_uri, "state": "bye"}
+    end_session = (
+        discovery["end_session_endpoint"]
+        + "?"
+        + urlencode(
+            {
+                "id_token_hint": tokens["id_token"],
+                "post_logout_redirect_uri": logged_out_uri,
+                "state": "bye",
+            }
+        )
     )
-    assert redirect_params(logout_via_provider(user_agent, end_session), logged_out_uri) == {"state": "bye"}
+    assert redirect_params(logout_via_provider(user_agent, end_session), logged_out_uri) == {
+        "state": "bye"
+    }
 
     page = open_via_provider(user_agent, authorization_request(discovery).url)
     assert page.status_code == 200

@@ -3,6 +3,7 @@
 One two-node cluster serves the module; the test that kills its head runs last. A second,
 head-only cluster proves that clusters side by side do not collide.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,6 @@ import httpx
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from tests.processes import process_command_line, process_running, rss_bytes
-from app.spark_host.client import reported_use
 from app.ray_clusters.base import (
     ClusterHandle,
     ClusterSpec,
@@ -28,14 +27,16 @@ from app.ray_clusters.base import (
     SparkHostLaunch,
     SparkHostLaunchState,
 )
-from app.states import ComputeUnitState
 from app.ray_clusters.existing import ExistingClusterBackend
 from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
+from app.spark_host.client import reported_use
+from app.states import ComputeUnitState
 from compute import host_auth
 from compute.contract import secret_digest
 from compute.ray_node import DASHBOARD_MODULES
 from devstack.process import port_is_open
+from tests.processes import process_command_line, process_running, rss_bytes
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +66,9 @@ def listening_sockets(pids: list[int]) -> list[tuple[int, str, int]]:
 
 def _decode_address(address_hex: str) -> str:
     raw = bytes.fromhex(address_hex)
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # little-endian 32-bit words
+    words = b"".join(
+        raw[i : i + 4][::-1] for i in range(0, len(raw), 4)
+    )  # little-endian 32-bit words
     if len(words) == 4:
         return ".".join(str(b) for b in words)
     if words[:12] == b"\0" * 10 + b"\xff\xff":
@@ -93,8 +96,14 @@ def in_new_process(handle: ClusterHandle, *, terminate: bool = False) -> dict:
         "print(json.dumps({'state': status.state.value, 'reason': status.reason, 'nodes': status.alive_nodes}))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], input=handle.to_json(), capture_output=True, text=True,
-        cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}, timeout=60, check=True,
+        [sys.executable, "-c", script],
+        input=handle.to_json(),
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        timeout=60,
+        check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -109,7 +118,13 @@ def cluster(backend):
     steps: list[str] = []
     started = time.monotonic()
     handle = backend.start(
-        ClusterSpec(cu_id="test-local", name="two nodes", cpus_per_node=1, memory_gb_per_node=2, worker_nodes=1),
+        ClusterSpec(
+            cu_id="test-local",
+            name="two nodes",
+            cpus_per_node=1,
+            memory_gb_per_node=2,
+            worker_nodes=1,
+        ),
         progress=steps.append,
     )
     handle.details["measured_start_s"] = round(time.monotonic() - started, 1)
@@ -134,14 +149,18 @@ def test_start_reports_running_with_nodes_and_cpus(backend, cluster, capsys):
     time.sleep(2)  # let start-up work settle before measuring memory
     pids = cluster_pids(cluster)
     with capsys.disabled():
-        print(f"\n[measure] local CU (head + 1 worker) RUNNING after {cluster.details['measured_start_s']} s; "
-              f"idle RSS {rss_bytes(pids) / 2**30:.2f} GiB over {len(pids)} processes")
+        print(
+            f"\n[measure] local CU (head + 1 worker) RUNNING after {cluster.details['measured_start_s']} s; "
+            f"idle RSS {rss_bytes(pids) / 2**30:.2f} GiB over {len(pids)} processes"
+        )
 
 
 def test_every_server_of_the_cluster_listens_on_loopback_only(cluster):
     sockets = listening_sockets(cluster_pids(cluster))
 
-    assert {port for _, _, port in sockets} >= handle_ports(cluster) - {cluster.details["ports"]["spark_host"]}
+    assert {port for _, _, port in sockets} >= handle_ports(cluster) - {
+        cluster.details["ports"]["spark_host"]
+    }
     assert {address for _, address, _ in sockets} == {"127.0.0.1"}
 
 
@@ -156,18 +175,38 @@ def test_the_dashboard_demands_the_cluster_token(cluster):
 def test_the_dashboard_runs_only_the_modules_a_unit_uses_and_they_answer(cluster):
     """The State API (RayDP, node status), cluster status and health, and the Jobs API (a Spark
     host's second way to start) answer; the other dashboard modules are not started."""
-    dashboard_lines = [line for pid in cluster_pids(cluster)
-                       if "dashboard/dashboard.py" in (line := process_command_line(pid))]
+    dashboard_lines = [
+        line
+        for pid in cluster_pids(cluster)
+        if "dashboard/dashboard.py" in (line := process_command_line(pid))
+    ]
     assert len(dashboard_lines) == 1
     assert f"--modules-to-load={','.join(DASHBOARD_MODULES)}" in dashboard_lines[0]
-    for path in ("/api/v0/nodes", "/api/v0/actors", "/api/cluster_status", "/api/gcs_healthz", "/api/jobs/"):
-        assert httpx.get(f"{cluster.dashboard_url}{path}", headers=cluster.auth_headers()).status_code == 200, path
-    assert httpx.get(f"{cluster.dashboard_url}/api/serve/applications/",
-                     headers=cluster.auth_headers()).status_code == 404  # ServeHead: not started
+    for path in (
+        "/api/v0/nodes",
+        "/api/v0/actors",
+        "/api/cluster_status",
+        "/api/gcs_healthz",
+        "/api/jobs/",
+    ):
+        assert (
+            httpx.get(f"{cluster.dashboard_url}{path}", headers=cluster.auth_headers()).status_code
+            == 200
+        ), path
+    assert (
+        httpx.get(
+            f"{cluster.dashboard_url}/api/serve/applications/", headers=cluster.auth_headers()
+        ).status_code
+        == 404
+    )  # ServeHead: not started
     jobs = JobSubmissionClient(cluster.dashboard_url, headers=cluster.auth_headers())
     job_id = jobs.submit_job(entrypoint="python -c \"print('job ran')\"")
     deadline = time.monotonic() + 60
-    while (status := jobs.get_job_status(job_id)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+    while (status := jobs.get_job_status(job_id)) not in (
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.STOPPED,
+    ):
         assert time.monotonic() < deadline, "the job did not end"
         time.sleep(0.5)
     assert status == JobStatus.SUCCEEDED and "job ran" in jobs.get_job_logs(job_id)
@@ -177,12 +216,21 @@ def test_a_restarted_portal_adopts_the_live_cluster(backend, cluster):
     stored = cluster.to_json()
     assert cluster.auth_token not in stored  # the token stays in the cluster's 0600 file
 
-    assert in_new_process(ClusterHandle.from_json(stored)) == {"state": "RUNNING", "reason": "", "nodes": 2}
-    assert LocalClusterBackend().adopt(ClusterHandle.from_json(stored)).state == ComputeUnitState.RUNNING
+    assert in_new_process(ClusterHandle.from_json(stored)) == {
+        "state": "RUNNING",
+        "reason": "",
+        "nodes": 2,
+    }
+    assert (
+        LocalClusterBackend().adopt(ClusterHandle.from_json(stored)).state
+        == ComputeUnitState.RUNNING
+    )
 
 
 def test_two_clusters_side_by_side_do_not_collide_and_terminate_cleanly(backend, cluster):
-    second = backend.start(ClusterSpec(cu_id="test-local-2", name="head only", memory_gb_per_node=1))
+    second = backend.start(
+        ClusterSpec(cu_id="test-local-2", name="head only", memory_gb_per_node=1)
+    )
     try:
         assert backend.status(second).state == ComputeUnitState.RUNNING
         assert backend.status(cluster).alive_nodes == 2
@@ -230,13 +278,20 @@ def test_code_on_the_cluster_runs_sandboxed(cluster):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     jobs = JobSubmissionClient(cluster.dashboard_url, headers=cluster.auth_headers())
-    script = SANDBOX_FACTS.replace("PROJECT_ROOT", repr(str(PROJECT_ROOT / "app"))).replace("PORTAL_PID", str(os.getpid()))
+    script = SANDBOX_FACTS.replace("PROJECT_ROOT", repr(str(PROJECT_ROOT / "app"))).replace(
+        "PORTAL_PID", str(os.getpid())
+    )
     job_id = jobs.submit_job(entrypoint=f"python -c {shlex.quote(script)}")
     deadline = time.monotonic() + 60
-    while jobs.get_job_status(job_id) not in (JobStatus.SUCCEEDED, JobStatus.FAILED) and time.monotonic() < deadline:
+    while (
+        jobs.get_job_status(job_id) not in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
     logs = jobs.get_job_logs(job_id)
-    facts = json.loads(next((line for line in logs.splitlines() if line.startswith("FACTS ")), f"{{}} {logs}")[6:])
+    facts = json.loads(
+        next((line for line in logs.splitlines() if line.startswith("FACTS ")), f"{{}} {logs}")[6:]
+    )
 
     assert facts["uid"] == cluster.details["uid"] >= 200000
     assert facts["app"] is None and facts["work"] is False  # only compute/ of the checkout is there
@@ -244,8 +299,15 @@ def test_code_on_the_cluster_runs_sandboxed(cluster):
     # Its own PID namespace (bwrap is its pid 1): only the unit's processes, not the machine's.
     # The portal's pid number may name one of the unit's own processes in there (small pids on a
     # fresh machine): what counts is that the portal's process is not the one it names.
-    assert facts["pid1"] == "bwrap" and facts["at_portal_pid"] != Path("/proc/self/cmdline").read_text()
-    assert not [name for name in facts["env"] if name.startswith("LAKEPORT_") and name != "LAKEPORT_JARS_DIR"]
+    assert (
+        facts["pid1"] == "bwrap"
+        and facts["at_portal_pid"] != Path("/proc/self/cmdline").read_text()
+    )
+    assert not [
+        name
+        for name in facts["env"]
+        if name.startswith("LAKEPORT_") and name != "LAKEPORT_JARS_DIR"
+    ]
     assert Path(cluster.details["auth_token_file"]).stat().st_mode & 0o777 == 0o600
     assert Path(cluster.details["cluster_dir"]).stat().st_uid == cluster.details["uid"]
     assert Path(cluster.details["cluster_dir"]).parent.stat().st_mode & 0o777 == 0o711
@@ -278,11 +340,15 @@ def test_a_cluster_that_is_not_healthy_in_time_fails_and_leaves_nothing(backend)
 def existing_backend(address: str, token: str | None) -> ExistingClusterBackend:
     """The `existing` backend with one operator-listed cluster, "shared", at `address`."""
     entry = {"name": "shared", "address": address, "spark_host_ports": "8290-8299"}
-    return ExistingClusterBackend(parse_listed_clusters(json.dumps([{**entry, "token": token} if token else entry])))
+    return ExistingClusterBackend(
+        parse_listed_clusters(json.dumps([{**entry, "token": token} if token else entry]))
+    )
 
 
 def attach_spec(cluster_name: str = "shared", port: int = 8290) -> ClusterSpec:
-    return ClusterSpec(cu_id="test-attached", name="attached", cluster_name=cluster_name, spark_host_port=port)
+    return ClusterSpec(
+        cu_id="test-attached", name="attached", cluster_name=cluster_name, spark_host_port=port
+    )
 
 
 def test_an_existing_cluster_is_attached_by_its_listed_name(backend, cluster):
@@ -296,10 +362,17 @@ def test_an_existing_cluster_is_attached_by_its_listed_name(backend, cluster):
     assert cluster.auth_token not in stored  # the token stays in the operator's settings
     assert steps == ["connecting to the Ray cluster shared", "cluster ready"]
     assert handle.spark_host_url == "http://127.0.0.1:8290"
-    assert (status.state, status.alive_nodes, status.cpus_total) == (ComputeUnitState.RUNNING, 2, 2.0)
+    assert (status.state, status.alive_nodes, status.cpus_total) == (
+        ComputeUnitState.RUNNING,
+        2,
+        2.0,
+    )
     existing.terminate(handle)
     assert backend.status(cluster).state == ComputeUnitState.RUNNING  # detaching leaves it running
-    assert ExistingClusterBackend(()).status(handle).reason == "the Ray cluster 'shared' is no longer listed here"
+    assert (
+        ExistingClusterBackend(()).status(handle).reason
+        == "the Ray cluster 'shared' is no longer listed here"
+    )
 
 
 def test_attaching_fails_with_the_reason(cluster, closed_port):
@@ -309,14 +382,18 @@ def test_attaching_fails_with_the_reason(cluster, closed_port):
         existing_backend(f"http://127.0.0.1:{closed_port}", None).start(attach_spec())
     with pytest.raises(ClusterStartError, match="no Ray cluster named 'elsewhere' is listed here"):
         existing_backend(cluster.dashboard_url, cluster.auth_token).start(attach_spec("elsewhere"))
-    with pytest.raises(ClusterStartError, match="port 9000 is not in cluster shared's Spark host ports 8290-8299"):
+    with pytest.raises(
+        ClusterStartError, match="port 9000 is not in cluster shared's Spark host ports 8290-8299"
+    ):
         existing_backend(cluster.dashboard_url, cluster.auth_token).start(attach_spec(port=9000))
 
 
 def status_once_not_running(backend, handle, within_s: float):
     """The cluster's status once it is no longer RUNNING, or its last one after `within_s`."""
     deadline = time.monotonic() + within_s
-    while (status := backend.status(handle)).state == ComputeUnitState.RUNNING and time.monotonic() < deadline:
+    while (
+        status := backend.status(handle)
+    ).state == ComputeUnitState.RUNNING and time.monotonic() < deadline:
         time.sleep(0.1)
     return status
 
@@ -346,8 +423,11 @@ def test_a_unit_without_a_dashboard_runs_only_the_ray_processes_it_uses(backend)
     """Its node's `ray start --block` became the bare waiter and Ray's agents are stand-ins (none
     of them imports Ray); the raylet dying still fails the unit, named as Ray names it, and
     takes its stand-ins with it."""
-    unit = backend.start(ClusterSpec(cu_id="test-lean", name="lean", memory_gb_per_node=1, include_dashboard=False))
+    unit = backend.start(
+        ClusterSpec(cu_id="test-lean", name="lean", memory_gb_per_node=1, include_dashboard=False)
+    )
     try:
+
         def commands() -> dict[int, str]:
             return {pid: process_command_line(pid) for pid in cluster_pids(unit)}
 
@@ -355,36 +435,75 @@ def test_a_unit_without_a_dashboard_runs_only_the_ray_processes_it_uses(backend)
             return command.split()[1:3] == ["-S", str(PROJECT_ROOT / "compute" / script)]
 
         head_pid = unit.details["nodes"][0]["pid"]
-        deadline = time.monotonic() + 30  # RUNNING once the GCS answers; `ray start` ends a moment later
-        while not runs((running := commands())[head_pid], "node_waiter.py") and time.monotonic() < deadline:
+        deadline = (
+            time.monotonic() + 30
+        )  # RUNNING once the GCS answers; `ray start` ends a moment later
+        while (
+            not runs((running := commands())[head_pid], "node_waiter.py")
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.2)
         commands = running
         assert runs(commands[head_pid], "node_waiter.py")
         agents = [pid for pid, command in commands.items() if runs(command, "idle_agent.py")]
         assert len(agents) == 2
-        left_out = ("dashboard/agent.py", "runtime_env/agent/main.py", "compute.ray_node", "ray start")
-        assert not [command for command in commands.values() if any(marker in command for marker in left_out)]
-        assert all(b"site-packages" not in Path(f"/proc/{pid}/maps").read_bytes() for pid in [head_pid, *agents])
+        left_out = (
+            "dashboard/agent.py",
+            "runtime_env/agent/main.py",
+            "compute.ray_node",
+            "ray start",
+        )
+        assert not [
+            command
+            for command in commands.values()
+            if any(marker in command for marker in left_out)
+        ]
+        assert all(
+            b"site-packages" not in Path(f"/proc/{pid}/maps").read_bytes()
+            for pid in [head_pid, *agents]
+        )
 
-        raylet = next(pid for pid, command in commands.items() if command.split()[0].endswith("/raylet"))
+        raylet = next(
+            pid for pid, command in commands.items() if command.split()[0].endswith("/raylet")
+        )
         os.kill(raylet, signal.SIGKILL)
         status = status_once_not_running(backend, unit, within_s=10)
         assert status.state == ComputeUnitState.FAILED
-        assert status.reason == f"head node process (pid {head_pid}) exited with code 1; Ray reported: raylet [exit code=-9]"
+        assert (
+            status.reason
+            == f"head node process (pid {head_pid}) exited with code 1; Ray reported: raylet [exit code=-9]"
+        )
         assert not [pid for pid in agents if process_running(pid)]
     finally:
         backend.terminate(unit)
 
 
-def test_a_spark_host_started_with_the_cluster_that_fails_says_why_and_the_cluster_lives_on(backend):
+def test_a_spark_host_started_with_the_cluster_that_fails_says_why_and_the_cluster_lives_on(
+    backend,
+):
     """The unit's init starts the Spark host once the head is up (no Ray Job); a host that cannot
     start ends its launcher with the reason in its log."""
-    launch = SparkHostLaunch(nonce="a" * 32, secret_sha256="0" * 64, executors=1, executor_cores=1,
-                             executor_memory="not-a-size", warm_timeout_s=120)
-    handle = backend.start(ClusterSpec(cu_id="launch-fails", name="bad host", cpus_per_node=1, memory_gb_per_node=2,
-                                       spark_host=launch))
+    launch = SparkHostLaunch(
+        nonce="a" * 32,
+        secret_sha256="0" * 64,
+        executors=1,
+        executor_cores=1,
+        executor_memory="not-a-size",
+        warm_timeout_s=120,
+    )
+    handle = backend.start(
+        ClusterSpec(
+            cu_id="launch-fails",
+            name="bad host",
+            cpus_per_node=1,
+            memory_gb_per_node=2,
+            spark_host=launch,
+        )
+    )
     try:
-        assert handle.spark_host_nonce == launch.nonce  # the portal derives the host's secret from it
+        assert (
+            handle.spark_host_nonce == launch.nonce
+        )  # the portal derives the host's secret from it
         deadline = time.monotonic() + 120
         while backend.spark_host_launch(handle) != SparkHostLaunchState.ENDED:
             assert time.monotonic() < deadline, backend.spark_host_launch_log(handle)
@@ -397,13 +516,21 @@ def test_a_spark_host_started_with_the_cluster_that_fails_says_why_and_the_clust
     assert cluster_pids(handle) == []
 
 
-@pytest.mark.parametrize("answer, used, reason", [
-    ({"resources_used": {"CPU": 2.0, "memory": 2147483648.0}}, (2.0, 2 << 30), ""),
-    ({"resources_used": {"CPU": "lots"}}, (0.0, 0), "the Spark host reported no resource figures"),
-    (None, (0.0, 0), "resources in use as the Spark host reports them"),
-])
-def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_reports_in_use(answer, used, reason,
-                                                                                          closed_port):
+@pytest.mark.parametrize(
+    "answer, used, reason",
+    [
+        ({"resources_used": {"CPU": 2.0, "memory": 2147483648.0}}, (2.0, 2 << 30), ""),
+        (
+            {"resources_used": {"CPU": "lots"}},
+            (0.0, 0),
+            "the Spark host reported no resource figures",
+        ),
+        (None, (0.0, 0), "resources in use as the Spark host reports them"),
+    ],
+)
+def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_reports_in_use(
+    answer, used, reason, closed_port
+):
     """Nodes as the unit started them; use as its Spark host reports it (whatever the host's
     code writes there is a figure or nothing); no host answering, nothing in use."""
     import json
@@ -417,7 +544,10 @@ def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_repo
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             # Its proof, as the real host gives it (compute/host_auth.py).
-            self.send_header(host_auth.PROOF_HEADER, host_auth.response_proof(secret_digest("s" * 32), nonce, 200, body))
+            self.send_header(
+                host_auth.PROOF_HEADER,
+                host_auth.response_proof(secret_digest("s" * 32), nonce, 200, body),
+            )
             self.end_headers()
             self.wfile.write(body)
 
@@ -427,10 +557,18 @@ def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_repo
     server = HTTPServer(("127.0.0.1", 0), Host)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1] if answer is not None else closed_port
-    handle = ClusterHandle(backend="local", cu_id="t", spark_host_url=f"http://127.0.0.1:{port}",
-                           spark_host_secret="s" * 32, details={"nodes": [
-                               {"role": "head", "cpus": 2, "memory_bytes": 3 << 30},
-                               {"role": "worker-1", "cpus": 2, "memory_bytes": 3 << 30}]})
+    handle = ClusterHandle(
+        backend="local",
+        cu_id="t",
+        spark_host_url=f"http://127.0.0.1:{port}",
+        spark_host_secret="s" * 32,
+        details={
+            "nodes": [
+                {"role": "head", "cpus": 2, "memory_bytes": 3 << 30},
+                {"role": "worker-1", "cpus": 2, "memory_bytes": 3 << 30},
+            ]
+        },
+    )
     try:
         status = reported_use(handle, LocalClusterBackend._status_from_the_nodes(handle))
     finally:
@@ -438,7 +576,9 @@ def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_repo
         server.server_close()
     assert status.state == ComputeUnitState.RUNNING
     assert [(node.node_id, node.is_head, node.cpus) for node in status.nodes] == [
-        ("head", True, 2.0), ("worker-1", False, 2.0)]
+        ("head", True, 2.0),
+        ("worker-1", False, 2.0),
+    ]
     assert (status.cpus_total, status.memory_total_bytes) == (4.0, 6 << 30)
     assert (status.cpus_used, status.memory_used_bytes) == used
     assert status.reason.startswith(reason)

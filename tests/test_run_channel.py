@@ -1,6 +1,7 @@
 """What a run's own process and the Spark host say to each other (compute/run_channel.py), over a
 real socket pair, without Spark: progress relayed, the completion decision taken by the host under
 the lock a cancel takes, and what a hostile process may send refused."""
+
 from __future__ import annotations
 
 import socket
@@ -8,7 +9,14 @@ import threading
 
 import pytest
 
-from compute.run_channel import MAX_MESSAGE_BYTES, Channel, ChannelClosed, RemoteProgress, follow, listen
+from compute.run_channel import (
+    MAX_MESSAGE_BYTES,
+    Channel,
+    ChannelClosed,
+    RemoteProgress,
+    follow,
+    listen,
+)
 from compute.runs import Run
 
 
@@ -56,7 +64,9 @@ def test_progress_and_the_end_reach_the_hosts_record():
     assert end == {"kind": "end", "outcome": "completed", "result": {"n": 3}}
     assert run.progress.public()["steps"] == [{"name": "a", "state": "done", "rows_out": 3}]
     assert [line["message"] for line in run.progress.public()["logs"]] == ["hello"]
-    assert run.progress.completing and not run.progress.request_cancel()  # completion began: a cancel is refused
+    assert (
+        run.progress.completing and not run.progress.request_cancel()
+    )  # completion began: a cancel is refused
 
 
 def test_a_cancel_the_host_accepted_first_means_the_run_does_not_complete():
@@ -96,7 +106,11 @@ def test_what_a_hostile_process_sends_is_bounded_and_checked():
     with pytest.raises(ChannelClosed, match="bound"):
         follow(host, run)
     logged = run.progress.public()["logs"][0]
-    assert (logged["level"], logged["step"], logged["message"]) == ("['not', 'text']", "{'a': 1}", "5")
+    assert (logged["level"], logged["step"], logged["message"]) == (
+        "['not', 'text']",
+        "{'a': 1}",
+        "5",
+    )
     assert run.progress.public()["steps"] == [{"name": "ok"}]
 
 

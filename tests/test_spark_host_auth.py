@@ -2,6 +2,7 @@
 a listener squatting on the host's port learns nothing, and the host's real API refuses every
 request not signed with its key, an old-style bearer, a replay, a tampered one. No Ray: the
 host's HTTP API (compute/host_http.py) is served here around a stand-in for the session host."""
+
 from __future__ import annotations
 
 import base64
@@ -31,8 +32,9 @@ def free_port() -> int:
 
 
 def handle_on(port: int, key: str = "portal-key") -> ClusterHandle:
-    return with_spark_host_secret(ClusterHandle(backend="existing", cu_id="7",
-                                                spark_host_url=f"http://127.0.0.1:{port}"), key)
+    return with_spark_host_secret(
+        ClusterHandle(backend="existing", cu_id="7", spark_host_url=f"http://127.0.0.1:{port}"), key
+    )
 
 
 class Squatter:
@@ -45,8 +47,12 @@ class Squatter:
         class Handler(BaseHTTPRequestHandler):
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                recorder.received += self.requestline.encode() + bytes(self.headers) + self.rfile.read(length)
-                body = json.dumps({"state": "ready", "run_id": "r1", "app_id": "a", "executors": []}).encode()
+                recorder.received += (
+                    self.requestline.encode() + bytes(self.headers) + self.rfile.read(length)
+                )
+                body = json.dumps(
+                    {"state": "ready", "run_id": "r1", "app_id": "a", "executors": []}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -66,18 +72,33 @@ def test_a_squatter_on_the_host_port_learns_nothing_and_is_not_believed():
     squatter = Squatter()
     handle = handle_on(squatter.port)
     client = SparkHostClient(handle, timeout=5)
-    calls = [lambda: client.info(), lambda: client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}}),
-             lambda: client.run("r1"), lambda: client.cancel("r1"), lambda: client.prove()]
+    calls = [
+        lambda: client.info(),
+        lambda: client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}}),
+        lambda: client.run("r1"),
+        lambda: client.cancel("r1"),
+        lambda: client.prove(),
+    ]
     for call in calls:
         with pytest.raises(SparkHostError, match="is not this unit's Spark host"):
             call()
     client.close()
     received = bytes(squatter.received)
     assert received  # it was asked, and answered
-    for secret in (handle.spark_host_secret, secret_digest(handle.spark_host_secret), CATALOG_TOKEN):
-        for form in (secret.encode(), base64.b64encode(secret.encode()), secret.encode().hex().encode()):
+    for secret in (
+        handle.spark_host_secret,
+        secret_digest(handle.spark_host_secret),
+        CATALOG_TOKEN,
+    ):
+        for form in (
+            secret.encode(),
+            base64.b64encode(secret.encode()),
+            secret.encode().hex().encode(),
+        ):
             assert form not in received
-    assert b"sealed_args" not in received  # nothing was submitted to a host that did not prove itself
+    assert (
+        b"sealed_args" not in received
+    )  # nothing was submitted to a host that did not prove itself
     squatter.server.shutdown()
 
 
@@ -126,7 +147,10 @@ def test_the_portals_client_and_the_host_prove_themselves_and_seal_the_arguments
     handle, host = real_host
     with SparkHostClient(handle, timeout=5) as client:
         assert client.info()["app_id"] == "app-1"
-        assert client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}}, name="e-1")["run_id"] == "r1"
+        assert (
+            client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}}, name="e-1")["run_id"]
+            == "r1"
+        )
         assert client.run("r1", wait_s=0.5)["state"] == "COMPLETED"
         with pytest.raises(SparkHostError, match="404"):
             client.run("nope")
@@ -143,7 +167,9 @@ def test_the_host_refuses_every_request_not_signed_with_its_key(real_host):
     url, key = handle.spark_host_url, secret_digest(handle.spark_host_secret)
     refused = [
         {},
-        {"Authorization": f"Bearer {handle.spark_host_secret}"},  # the old scheme, even with the secret
+        {
+            "Authorization": f"Bearer {handle.spark_host_secret}"
+        },  # the old scheme, even with the secret
         {"Authorization": f"Bearer {key}"},
         _signed("not-the-key", "GET", "/v1/host"),
         _signed(key, "GET", "/v1/host", now=time.time() - 3600),  # stale
@@ -153,7 +179,9 @@ def test_the_host_refuses_every_request_not_signed_with_its_key(real_host):
     ]
     for headers in refused:
         response = httpx.get(f"{url}/v1/host", headers=headers)
-        assert response.status_code == 401 and host_auth.PROOF_HEADER not in response.headers, headers
+        assert response.status_code == 401 and host_auth.PROOF_HEADER not in response.headers, (
+            headers
+        )
     once = _signed(key, "GET", "/v1/host")
     assert httpx.get(f"{url}/v1/host", headers=once).status_code == 200
     assert httpx.get(f"{url}/v1/host", headers=once).status_code == 401  # replayed
@@ -169,7 +197,9 @@ def test_a_tampered_body_or_unsealed_arguments_are_refused(real_host):
     nonce = host_auth.new_nonce()
     wrong_seal = host_auth.seal("not-the-key", nonce, b'{"a": 1}')
     body = json.dumps({"code": "result = 1", "sealed_args": wrong_seal}).encode()
-    response = httpx.post(f"{url}/v1/runs", content=body, headers=_signed(key, "POST", "/v1/runs", body, nonce=nonce))
+    response = httpx.post(
+        f"{url}/v1/runs", content=body, headers=_signed(key, "POST", "/v1/runs", body, nonce=nonce)
+    )
     assert response.status_code == 400 and "do not open" in response.text
     assert host.submitted == []
 
@@ -178,15 +208,23 @@ def test_an_answer_proven_for_another_request_is_not_believed(real_host):
     handle, _ = real_host
     key = secret_digest(handle.spark_host_secret)
     nonce = host_auth.new_nonce()
-    old = httpx.get(f"{handle.spark_host_url}/v1/host", headers=_signed(key, "GET", "/v1/host", nonce=nonce))
+    old = httpx.get(
+        f"{handle.spark_host_url}/v1/host", headers=_signed(key, "GET", "/v1/host", nonce=nonce)
+    )
     host_auth.verify_response(key, nonce, 200, old.content, old.headers[host_auth.PROOF_HEADER])
     with pytest.raises(host_auth.AuthRefused):  # replayed to a later request
-        host_auth.verify_response(key, host_auth.new_nonce(), 200, old.content, old.headers[host_auth.PROOF_HEADER])
+        host_auth.verify_response(
+            key, host_auth.new_nonce(), 200, old.content, old.headers[host_auth.PROOF_HEADER]
+        )
     with pytest.raises(host_auth.AuthRefused):  # its body changed
-        host_auth.verify_response(key, nonce, 200, old.content + b" ", old.headers[host_auth.PROOF_HEADER])
+        host_auth.verify_response(
+            key, nonce, 200, old.content + b" ", old.headers[host_auth.PROOF_HEADER]
+        )
 
 
-def test_a_pooled_units_host_takes_a_new_key_once_before_any_run_and_the_old_opens_nothing(real_host):
+def test_a_pooled_units_host_takes_a_new_key_once_before_any_run_and_the_old_opens_nothing(
+    real_host,
+):
     """At a claim from the warm pool (app/compute_units/pool.py) the portal gives the host a key
     of its own, sealed under the one it started with. Whoever knew the first learns nothing."""
     handle, host = real_host
@@ -197,17 +235,42 @@ def test_a_pooled_units_host_takes_a_new_key_once_before_any_run_and_the_old_ope
 
     # Not in the clear, not malformed, not signed by another key.
     body = json.dumps({"secret_sha256": new_key}).encode()
-    assert httpx.post(f"{url}/v1/host/rekey", content=body,
-                      headers=_signed(old_key, "POST", "/v1/host/rekey", body)).status_code == 400
+    assert (
+        httpx.post(
+            f"{url}/v1/host/rekey",
+            content=body,
+            headers=_signed(old_key, "POST", "/v1/host/rekey", body),
+        ).status_code
+        == 400
+    )
     nonce = host_auth.new_nonce()
-    body = json.dumps({"sealed_args": host_auth.seal(old_key, nonce, b'{"secret_sha256": "short"}')}).encode()
-    assert httpx.post(f"{url}/v1/host/rekey", content=body,
-                      headers=_signed(old_key, "POST", "/v1/host/rekey", body, nonce=nonce)).status_code == 400
+    body = json.dumps(
+        {"sealed_args": host_auth.seal(old_key, nonce, b'{"secret_sha256": "short"}')}
+    ).encode()
+    assert (
+        httpx.post(
+            f"{url}/v1/host/rekey",
+            content=body,
+            headers=_signed(old_key, "POST", "/v1/host/rekey", body, nonce=nonce),
+        ).status_code
+        == 400
+    )
     nonce = host_auth.new_nonce()
-    body = json.dumps({"sealed_args": host_auth.seal("not-the-key", nonce, json.dumps(
-        {"secret_sha256": new_key}).encode())}).encode()
-    assert httpx.post(f"{url}/v1/host/rekey", content=body,
-                      headers=_signed("not-the-key", "POST", "/v1/host/rekey", body, nonce=nonce)).status_code == 401
+    body = json.dumps(
+        {
+            "sealed_args": host_auth.seal(
+                "not-the-key", nonce, json.dumps({"secret_sha256": new_key}).encode()
+            )
+        }
+    ).encode()
+    assert (
+        httpx.post(
+            f"{url}/v1/host/rekey",
+            content=body,
+            headers=_signed("not-the-key", "POST", "/v1/host/rekey", body, nonce=nonce),
+        ).status_code
+        == 401
+    )
 
     with SparkHostClient(handle, timeout=5) as client:
         client.rekey(new_key)
@@ -229,12 +292,15 @@ def test_one_connection_carries_the_portals_calls_each_signed_on_its_own(real_ho
     url, key = handle.spark_host_url, secret_digest(handle.spark_host_secret)
     connections: list[int] = []
     with httpx.Client(base_url=url) as client:
+
         def peer_port(response: httpx.Response) -> int:
             return response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
 
-        for path, headers, status in [("/v1/host", _signed(key, "GET", "/v1/host"), 200),
-                                      ("/v1/host", {}, 401),  # refused on a connection a signed call opened
-                                      ("/v1/runs/r1", _signed(key, "GET", "/v1/runs/r1"), 200)]:
+        for path, headers, status in [
+            ("/v1/host", _signed(key, "GET", "/v1/host"), 200),
+            ("/v1/host", {}, 401),  # refused on a connection a signed call opened
+            ("/v1/runs/r1", _signed(key, "GET", "/v1/runs/r1"), 200),
+        ]:
             response = client.get(path, headers=headers)
             assert response.status_code == status, path
             connections.append(peer_port(response))
@@ -246,8 +312,10 @@ def test_an_oversized_body_ends_its_connection(real_host):
     handle, _ = real_host
     port = int(handle.spark_host_url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n"
-                     b"GET /v1/host HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(
+            b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n"
+            b"GET /v1/host HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
@@ -263,4 +331,6 @@ def test_the_portals_clients_send_without_nagle_and_share_one_tls_context(real_h
         [connection] = first._http._transport._pool.connections
         sock = connection._connection._network_stream.get_extra_info("socket")
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
-        assert first._http._transport._pool._ssl_context is second._http._transport._pool._ssl_context
+        assert (
+            first._http._transport._pool._ssl_context is second._http._transport._pool._ssl_context
+        )

@@ -1,4 +1,5 @@
 """How the tenant-isolation tests judge what an attack step reached (tests/tenant_attacks.py)."""
+
 import json
 import os
 
@@ -27,13 +28,21 @@ def test_any_other_attempt_that_succeeds_is_a_breach():
 
 
 def test_portal_settings_in_any_visible_process_are_a_breach():
-    environs = {"7": {"PATH": "/bin", "LAKEPORT_JARS_DIR": "/jars"}, "9": {"LAKEPORT_SECRET_KEY": "k"}}
+    environs = {
+        "7": {"PATH": "/bin", "LAKEPORT_JARS_DIR": "/jars"},
+        "9": {"LAKEPORT_SECRET_KEY": "k"},
+    }
     assert breaches([row("environ of every visible process", json.dumps(environs))], []) == [
-        "process 9 has LAKEPORT_SECRET_KEY"]
+        "process 9 has LAKEPORT_SECRET_KEY"
+    ]
     own = {"PATH": "/bin", "LAKEPORT_DATABASE_URL": "postgresql://x"}
-    assert breaches([row("environment", json.dumps(own))], []) == ["environment has LAKEPORT_DATABASE_URL"]
+    assert breaches([row("environment", json.dumps(own))], []) == [
+        "environment has LAKEPORT_DATABASE_URL"
+    ]
 
 
 def test_the_attack_step_is_code_a_step_can_hold():
     code = attack_step({"portal_pid": 1, "other_ports": [1]})["code"]
-    compile(code, "attacks", "exec")  # a step's code is a source string: no null bytes, valid Python
+    compile(
+        code, "attacks", "exec"
+    )  # a step's code is a source string: no null bytes, valid Python

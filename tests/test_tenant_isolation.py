@@ -5,6 +5,7 @@ a local unit (its own sandbox), once on an `existing` unit of a Ray cluster that
 
 Run it alone, under the heavy lock: it starts two compute units and Spark.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,11 @@ def catalog_pid(catalog_url: str) -> int | None:
     """The dev catalog process of this test run (it listens on the catalog URL's port)."""
     port = catalog_url.rsplit(":", 1)[1]
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and "devcatalog" in (line := process_command_line(int(entry.name))) and port in line:
+        if (
+            entry.name.isdigit()
+            and "devcatalog" in (line := process_command_line(int(entry.name)))
+            and port in line
+        ):
             return int(entry.name)
     return None
 
@@ -55,10 +60,12 @@ def catalog_pid(catalog_url: str) -> int | None:
 @pytest.fixture(scope="module")
 def portal_secrets(portal_config):
     """The portal's settings as its environment holds them in production: what must not leak."""
-    values = {"LAKEPORT_SECRET_KEY": portal_config.SECRET_KEY,
-              "LAKEPORT_OIDC_CLIENT_SECRET": portal_config.OIDC_CLIENT_SECRET,
-              "LAKEPORT_LAKEKEEPER_CLIENT_SECRET": portal_config.LAKEKEEPER_CLIENT_SECRET,
-              "LAKEPORT_DATABASE_URL": portal_config.DATABASE_URL}
+    values = {
+        "LAKEPORT_SECRET_KEY": portal_config.SECRET_KEY,
+        "LAKEPORT_OIDC_CLIENT_SECRET": portal_config.OIDC_CLIENT_SECRET,
+        "LAKEPORT_LAKEKEEPER_CLIENT_SECRET": portal_config.LAKEKEEPER_CLIENT_SECRET,
+        "LAKEPORT_DATABASE_URL": portal_config.DATABASE_URL,
+    }
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     yield list(values.values())
@@ -73,7 +80,9 @@ def portal_secrets(portal_config):
 def other_unit():
     """Another tenant's unit, side by side (its own uid, token file and bridged ports)."""
     backend = LocalClusterBackend()
-    handle = backend.start(ClusterSpec(cu_id="test-other-tenant", name="other tenant", memory_gb_per_node=1))
+    handle = backend.start(
+        ClusterSpec(cu_id="test-other-tenant", name="other tenant", memory_gb_per_node=1)
+    )
     yield handle
     backend.terminate(handle)
 
@@ -84,19 +93,27 @@ def portal_with_worker(config):
     return app, Worker(app).start()
 
 
-def attack_targets(portal_config, lakehouse, run_dir, other_ports, other_warehouse, other_token_file=None) -> dict:
+def attack_targets(
+    portal_config, lakehouse, run_dir, other_ports, other_warehouse, other_token_file=None
+) -> dict:
     sqlite_file = run_dir / "portal-copy.db"
     with sqlite3.connect(sqlite_file) as db:
         db.execute("CREATE TABLE IF NOT EXISTS secrets (value TEXT)")
     targets = {
         "portal_pid": os.getpid(),
         "catalog_pid": catalog_pid(lakehouse.catalog_url),
-        "database_dsn": portal_config.DATABASE_URL.replace("postgresql+psycopg://", "postgresql://"),
+        "database_dsn": portal_config.DATABASE_URL.replace(
+            "postgresql+psycopg://", "postgresql://"
+        ),
         "sqlite_file": str(sqlite_file),
         "private_paths": [str(run_dir), str(PROJECT_ROOT / "app" / "config.py")],
         "other_ports": other_ports,
         "other_warehouse": other_warehouse,
-        "shared_code": [str(class_archive.archive_path()), str(jar_paths()[0]), str(class_path_jar.class_path_jar())],
+        "shared_code": [
+            str(class_archive.archive_path()),
+            str(jar_paths()[0]),
+            str(class_path_jar.class_path_jar()),
+        ],
     }
     if other_token_file:
         targets["other_token_file"] = other_token_file
@@ -108,7 +125,9 @@ def attack_targets(portal_config, lakehouse, run_dir, other_ports, other_warehou
     return targets
 
 
-def run_attacks(app, client, db_engine, lakehouse, attacker, warehouse_id: int, cu_id: int, targets: dict) -> list[dict]:
+def run_attacks(
+    app, client, db_engine, lakehouse, attacker, warehouse_id: int, cu_id: int, targets: dict
+) -> list[dict]:
     """Run the attack step as an execution on the unit; return its rows (its own warehouse works)."""
     workflow = workflow_for(db_engine, attacker, [attack_step(targets)])
     response = run(client, workflow, cu_id, warehouse_id)
@@ -130,9 +149,13 @@ def stop_units(app, db_engine, cu_ids) -> None:
                 pids += cluster_pids(lifecycle.handle_of(cu))
             lifecycle.terminate(cu, reason="test over")
     deadline = time.monotonic() + 60
-    while (any(process_running(pid) for pid in pids)
-           or any(reload(db_engine, ComputeUnit, cu_id).state not in ("TERMINATED", "FAILED") for cu_id in cu_ids)) \
-            and time.monotonic() < deadline:
+    while (
+        any(process_running(pid) for pid in pids)
+        or any(
+            reload(db_engine, ComputeUnit, cu_id).state not in ("TERMINATED", "FAILED")
+            for cu_id in cu_ids
+        )
+    ) and time.monotonic() < deadline:
         time.sleep(0.5)
 
 
@@ -144,29 +167,51 @@ def assert_all_failed(rows: list[dict], secrets: list[str], expected_attempts: i
     assert "ModuleNotFoundError" in attempts["import app"]["detail"]
 
 
-def test_a_step_on_a_local_unit_reaches_nothing_but_its_own_warehouse(portal_config, portal_secrets, lakehouse,
-                                                                     db_engine, other_unit, run_dir):
-    app, worker = portal_with_worker(replace(
-        portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2, CU_MAX_MEMORY_GB=4.0, CU_MAX_WORKERS=1,
-        CU_WARM_SPARK_ON_START=True, CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints))
+def test_a_step_on_a_local_unit_reaches_nothing_but_its_own_warehouse(
+    portal_config, portal_secrets, lakehouse, db_engine, other_unit, run_dir
+):
+    app, worker = portal_with_worker(
+        replace(
+            portal_config,
+            LAKEKEEPER_URL=lakehouse.catalog_url,
+            CU_MAX_CPUS=2,
+            CU_MAX_MEMORY_GB=4.0,
+            CU_MAX_WORKERS=1,
+            CU_WARM_SPARK_ON_START=True,
+            CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints,
+        )
+    )
     victim = app.test_client()
     sign_in_as(victim, make_user(db_engine))
-    victims_warehouse = reload(db_engine, Warehouse, register_warehouse(victim, lakehouse, "victim"))
+    victims_warehouse = reload(
+        db_engine, Warehouse, register_warehouse(victim, lakehouse, "victim")
+    )
     client = app.test_client()
     attacker = make_user(db_engine)
     sign_in_as(client, attacker)
     warehouse_id = register_warehouse(client, lakehouse, "attacker")
     cu = start_unit(client, db_engine, "attacker")
-    targets = attack_targets(portal_config, lakehouse, run_dir,
-                             [other_unit.details["ports"]["spark_host"], other_unit.details["ports"]["dashboard"]],
-                             victims_warehouse.lakekeeper_name, other_unit.details["auth_token_file"])
+    targets = attack_targets(
+        portal_config,
+        lakehouse,
+        run_dir,
+        [other_unit.details["ports"]["spark_host"], other_unit.details["ports"]["dashboard"]],
+        victims_warehouse.lakekeeper_name,
+        other_unit.details["auth_token_file"],
+    )
     assert Path(targets["other_token_file"]).read_text() == other_unit.auth_token
     try:
-        rows = run_attacks(app, client, db_engine, lakehouse, attacker, warehouse_id, cu.id, targets)
+        rows = run_attacks(
+            app, client, db_engine, lakehouse, attacker, warehouse_id, cu.id, targets
+        )
     finally:
         stop_units(app, db_engine, [cu.id])
         worker.stop()
-    assert_all_failed(rows, portal_secrets + target_environs(targets) + [other_unit.auth_token], expected_attempts=16)
+    assert_all_failed(
+        rows,
+        portal_secrets + target_environs(targets) + [other_unit.auth_token],
+        expected_attempts=16,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -176,21 +221,43 @@ def shared_cluster(lakehouse):
     first = free_port()
     while port_is_open(first + 1):
         first = free_port()
-    backend = LocalClusterBackend(endpoints=allowed_endpoints(lakehouse.catalog_url, lakehouse.cu_allowed_endpoints))
-    handle = backend.start(ClusterSpec(cu_id="test-shared-tenants", name="shared", cpus_per_node=2,
-                                       memory_gb_per_node=6, extra_ports=(first, first + 1)))
+    backend = LocalClusterBackend(
+        endpoints=allowed_endpoints(lakehouse.catalog_url, lakehouse.cu_allowed_endpoints)
+    )
+    handle = backend.start(
+        ClusterSpec(
+            cu_id="test-shared-tenants",
+            name="shared",
+            cpus_per_node=2,
+            memory_gb_per_node=6,
+            extra_ports=(first, first + 1),
+        )
+    )
     yield handle, (first, first + 1)
     backend.terminate(handle)
 
 
-def test_a_step_on_a_shared_cluster_reaches_nothing_of_the_other_user(portal_config, portal_secrets, lakehouse,
-                                                                       db_engine, shared_cluster, run_dir):
+def test_a_step_on_a_shared_cluster_reaches_nothing_of_the_other_user(
+    portal_config, portal_secrets, lakehouse, db_engine, shared_cluster, run_dir
+):
     cluster, ports = shared_cluster
-    listing = [{"name": "shared", "address": cluster.dashboard_url, "token": cluster.auth_token,
-                "spark_host_ports": f"{ports[0]}-{ports[1]}"}]
-    app, worker = portal_with_worker(replace(
-        portal_config, LAKEKEEPER_URL=lakehouse.catalog_url, CU_KINDS="local,existing",
-        RAY_CLUSTERS=json.dumps(listing), CU_WARM_SPARK_ON_START=True))
+    listing = [
+        {
+            "name": "shared",
+            "address": cluster.dashboard_url,
+            "token": cluster.auth_token,
+            "spark_host_ports": f"{ports[0]}-{ports[1]}",
+        }
+    ]
+    app, worker = portal_with_worker(
+        replace(
+            portal_config,
+            LAKEKEEPER_URL=lakehouse.catalog_url,
+            CU_KINDS="local,existing",
+            RAY_CLUSTERS=json.dumps(listing),
+            CU_WARM_SPARK_ON_START=True,
+        )
+    )
     units = {}
     try:
         for role in ("victim", "attacker"):
@@ -198,9 +265,18 @@ def test_a_step_on_a_shared_cluster_reaches_nothing_of_the_other_user(portal_con
             user = make_user(db_engine)
             sign_in_as(client, user)
             warehouse_id = register_warehouse(client, lakehouse, role)
-            started = client.post("/compute-units/", data={
-                "name": role, "kind": "existing", "ray_cluster": "shared", "cpus": "1", "memory_gb": "1",
-                "worker_nodes": "0", "csrf_token": csrf(client)})
+            started = client.post(
+                "/compute-units/",
+                data={
+                    "name": role,
+                    "kind": "existing",
+                    "ray_cluster": "shared",
+                    "cpus": "1",
+                    "memory_gb": "1",
+                    "worker_nodes": "0",
+                    "csrf_token": csrf(client),
+                },
+            )
             assert started.status_code == 302, started.get_data(as_text=True)[:2000]
             cu_id = int(started.headers["Location"].rstrip("/").rsplit("/", 1)[1])
             units[role] = (client, user, warehouse_id, cu_id)
@@ -214,11 +290,23 @@ def test_a_step_on_a_shared_cluster_reaches_nothing_of_the_other_user(portal_con
         victims_warehouse = reload(db_engine, Warehouse, units["victim"][2])
         client, attacker, warehouse_id, cu_id = units["attacker"]
         # The other tenant's Spark host answers on the shared cluster, to its secret only.
-        targets = attack_targets(portal_config, lakehouse, run_dir, [victim_cu.spark_host_port],
-                                 victims_warehouse.lakekeeper_name)
-        rows = run_attacks(app, client, db_engine, lakehouse, attacker, warehouse_id, cu_id, targets)
+        targets = attack_targets(
+            portal_config,
+            lakehouse,
+            run_dir,
+            [victim_cu.spark_host_port],
+            victims_warehouse.lakekeeper_name,
+        )
+        rows = run_attacks(
+            app, client, db_engine, lakehouse, attacker, warehouse_id, cu_id, targets
+        )
     finally:
         stop_units(app, db_engine, [cu_id for _, _, _, cu_id in units.values()])
         worker.stop()
     assert_all_failed(rows, portal_secrets + target_environs(targets), expected_attempts=14)
-    assert "401" in {row["attempt"]: row for row in rows}[f"other unit's port {victim_cu.spark_host_port}"]["detail"]
+    assert (
+        "401"
+        in {row["attempt"]: row for row in rows}[f"other unit's port {victim_cu.spark_host_port}"][
+            "detail"
+        ]
+    )

@@ -7,6 +7,7 @@ The attacking code runs as a Ray job on the unit: a process inside the unit's sa
 its uid and under its control group, exactly where a PySpark step's Python runs.
 Run it alone, under the heavy lock: it starts compute units.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ MiB = 2**20
 LIMITS = LocalLimits(tasks_per_node=400, disk_bytes=512 * MiB)
 SECRET = "portal-secret-" + secrets.token_hex(6)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or cgroup_version() is None,
-                                reason="kernel limits need root and cgroups (as on this project's machines)")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or cgroup_version() is None,
+    reason="kernel limits need root and cgroups (as on this project's machines)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,9 @@ def backend():
 
 @pytest.fixture(scope="module")
 def unit(backend):
-    handle = backend.start(ClusterSpec(cu_id="test-boundary", name="boundary", cpus_per_node=1, memory_gb_per_node=1))
+    handle = backend.start(
+        ClusterSpec(cu_id="test-boundary", name="boundary", cpus_per_node=1, memory_gb_per_node=1)
+    )
     yield handle
     backend.terminate(handle)
     assert cluster_pids(handle) == []
@@ -52,7 +57,11 @@ def run_in_unit(handle, script: str, timeout_s: float = 90) -> dict:
     jobs = JobSubmissionClient(handle.dashboard_url, headers=handle.auth_headers())
     job_id = jobs.submit_job(entrypoint=f"python -c {shlex.quote(script)}")
     deadline = time.monotonic() + timeout_s
-    while jobs.get_job_status(job_id) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+    while jobs.get_job_status(job_id) not in (
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.STOPPED,
+    ):
         assert time.monotonic() < deadline, jobs.get_job_logs(job_id)[-2000:]
         time.sleep(0.5)
     logs = jobs.get_job_logs(job_id)
@@ -76,7 +85,11 @@ def test_the_unit_runs_in_its_own_control_group_and_filesystem(backend, unit):
             continue  # ended since it was listed (a Ray worker's helper)
         assert f"/lakeport/{unit_dir.name}" in groups, (pid, groups)
     report = backend.status(unit).limits
-    assert report.limits.memory_bytes == 2**30 and report.limits.cpus == 1 and report.limits.tasks == 400
+    assert (
+        report.limits.memory_bytes == 2**30
+        and report.limits.cpus == 1
+        and report.limits.tasks == 400
+    )
     assert 0 < report.usage.memory_bytes <= 2**30 and 0 < report.usage.tasks <= 400
     assert report.disk_used_bytes is not None and report.disk_used_bytes < 512 * MiB
 
@@ -122,9 +135,6 @@ os.rename(path + ".part", path)
 """
 
 
-
-
-
 DISK_FILLER = r"""
 import errno, json, os
 written, error = 0, None
@@ -148,7 +158,9 @@ def test_a_step_cannot_write_more_than_its_units_disk(backend, unit):
     image = Path(unit.details["portal_dir"]) / "disk.img"
     assert image.stat().st_blocks * 512 <= 530 * MiB  # what the machine's disk holds for it
     assert free_before - os.statvfs("/").f_bavail * os.statvfs("/").f_frsize < 600 * MiB
-    run_in_unit(unit, 'import os; os.remove(os.path.join(os.environ["HOME"], "fill")); print("RESULT {}")')
+    run_in_unit(
+        unit, 'import os; os.remove(os.path.join(os.environ["HOME"], "fill")); print("RESULT {}")'
+    )
 
 
 LINKS = r"""
@@ -167,16 +179,23 @@ print("RESULT " + json.dumps({"done": True}))
 """
 
 
-def test_links_and_fifos_the_unit_makes_never_reach_the_machine(backend, unit, tmp_path, monkeypatch):
+def test_links_and_fifos_the_unit_makes_never_reach_the_machine(
+    backend, unit, tmp_path, monkeypatch
+):
     monkeypatch.setenv("LAKEPORT_SECRET_KEY", SECRET)
     outside = tmp_path / "created-by-the-portal"
     machine_file = tmp_path / "root-only"
     machine_file.write_text(f"{SECRET}\n  raylet [exit code=1]\n")
     machine_file.chmod(0o600)
-    script = (LINKS.replace("OUTSIDE", str(outside)).replace("PORTAL_PID", str(os.getpid()))
-              .replace("MACHINE_FILE", str(machine_file)))
+    script = (
+        LINKS.replace("OUTSIDE", str(outside))
+        .replace("PORTAL_PID", str(os.getpid()))
+        .replace("MACHINE_FILE", str(machine_file))
+    )
     assert run_in_unit(unit, script) == {"done": True}
-    unit.details["spark_host_on_request"] = True  # the portal's request path, as for a unit with a host on request
+    unit.details["spark_host_on_request"] = (
+        True  # the portal's request path, as for a unit with a host on request
+    )
     try:
         backend.launch_spark_host(unit)
         texts = [backend.spark_host_launch_log(unit), backend.status(unit).reason]
@@ -200,15 +219,22 @@ def test_a_unit_that_fails_to_start_says_why_and_keeps_its_logs(backend, monkeyp
     reason = str(failure.value)
     assert "head node process" in reason and "exited with code" in reason
     assert "the last lines of its log" in reason and "no-such-flag" in reason
-    kept = sorted(failed_start_logs_dir(backend.base_dir).iterdir(), key=lambda path: path.stat().st_mtime)[-1]
+    kept = sorted(
+        failed_start_logs_dir(backend.base_dir).iterdir(), key=lambda path: path.stat().st_mtime
+    )[-1]
     assert "no-such-flag" in (kept / "head.log").read_text()
     assert not Path(backend.base_dir, kept.name).exists()  # the unit itself is gone
 
 
 def test_only_the_operators_setting_lets_a_unit_start_without_limits(tmp_path):
-    backend = LocalClusterBackend(limits=LocalLimits(cgroup_mount=tmp_path, allow_unlimited=True))  # no cgroups there
-    handle = backend.start(ClusterSpec(cu_id="test-unlimited", name="unlimited", memory_gb_per_node=1,
-                                       include_dashboard=False))
+    backend = LocalClusterBackend(
+        limits=LocalLimits(cgroup_mount=tmp_path, allow_unlimited=True)
+    )  # no cgroups there
+    handle = backend.start(
+        ClusterSpec(
+            cu_id="test-unlimited", name="unlimited", memory_gb_per_node=1, include_dashboard=False
+        )
+    )
     try:
         assert handle.details["limits"] == {} and not os.path.ismount(handle.details["cluster_dir"])
         assert backend.limit_usage(handle) is None and backend.over_limit(handle, None) is None
@@ -239,7 +265,9 @@ def test_a_step_over_its_memory_is_ended_by_the_kernel_and_says_so(backend, unit
 def test_a_step_cannot_start_more_processes_than_its_unit_may(backend):
     """On a unit of its own: at the limit, the unit's own Ray processes cannot start threads
     either, so the unit may not survive it. Nothing outside it notices."""
-    unit = backend.start(ClusterSpec(cu_id="test-fork-bomb", name="fork bomb", cpus_per_node=1, memory_gb_per_node=1))
+    unit = backend.start(
+        ClusterSpec(cu_id="test-fork-bomb", name="fork bomb", cpus_per_node=1, memory_gb_per_node=1)
+    )
     try:
         before = backend.limit_usage(unit)
         jobs = JobSubmissionClient(unit.dashboard_url, headers=unit.auth_headers())
@@ -247,7 +275,9 @@ def test_a_step_cannot_start_more_processes_than_its_unit_may(backend):
         deadline = time.monotonic() + 90
         while True:
             try:
-                result = json.loads(UnitDir(unit.details["cluster_dir"]).read_head("bomb.json", 4096))
+                result = json.loads(
+                    UnitDir(unit.details["cluster_dir"]).read_head("bomb.json", 4096)
+                )
                 break
             except OSError:
                 assert time.monotonic() < deadline, "the step never finished"

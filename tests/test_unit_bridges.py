@@ -4,6 +4,7 @@ large blocks. A bridge relays a reply in the pieces it reads; with Nagle, a seco
 for the peer's ACK of the first, which a kept connection's peer delays by about 40 ms. With
 socat's default 8 KiB blocks, the data a unit reads from storage cost its relays two system
 calls per 8 KiB each, on the cores the unit computes on."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,12 @@ from pathlib import Path
 
 from app.ports import free_port, port_is_open
 from app.ray_clusters.sandbox import (
-    BRIDGE_BLOCK_BYTES, EgressRoute, Endpoint, egress_forwarders, egress_routes, ingress_forwarders,
+    BRIDGE_BLOCK_BYTES,
+    EgressRoute,
+    Endpoint,
+    egress_forwarders,
+    egress_routes,
+    ingress_forwarders,
 )
 
 
@@ -25,7 +31,9 @@ def _tcp_legs(command: list[str]) -> list[str]:
 
 
 def _every_bridge_command(tmp_path: Path) -> list[list[str]]:
-    routes = egress_routes([Endpoint("127.0.0.1", 9000), Endpoint("catalog.example", 443)], tmp_path)
+    routes = egress_routes(
+        [Endpoint("127.0.0.1", 9000), Endpoint("catalog.example", 443)], tmp_path
+    )
     commands = [command for route in routes for command in egress_forwarders(route)]
     return commands + list(ingress_forwarders(8123, tmp_path / "ingress"))
 
@@ -77,8 +85,12 @@ def test_a_bridge_relays_large_streams_both_ways_byte_for_byte(tmp_path: Path):
     service = socket.create_server(("127.0.0.1", 0))
     service_port, front_port = service.getsockname()[1], free_port()
     relay_socket = tmp_path / "egress-0"
-    outside, _ = egress_forwarders(EgressRoute(Endpoint("127.0.0.1", service_port), "127.0.0.1", relay_socket))
-    _, inside = egress_forwarders(EgressRoute(Endpoint("127.0.0.1", front_port), "127.0.0.1", relay_socket))
+    outside, _ = egress_forwarders(
+        EgressRoute(Endpoint("127.0.0.1", service_port), "127.0.0.1", relay_socket)
+    )
+    _, inside = egress_forwarders(
+        EgressRoute(Endpoint("127.0.0.1", front_port), "127.0.0.1", relay_socket)
+    )
     up, down, received = os.urandom(24 << 20), os.urandom(24 << 20), []
     threading.Thread(target=_serve, args=(service, down, received), daemon=True).start()
     relays = [subprocess.Popen(outside), subprocess.Popen(inside)]

@@ -3,6 +3,7 @@ files and directories where files belong never make the portal read, write or tr
 anything outside the unit, block, or repeat a secret. Also: text from a unit is cleaned and
 bounded (app/untrusted.py). No cluster is needed: the files are laid out as a unit's code
 would lay them out, and the portal's own code reads and writes them."""
+
 from __future__ import annotations
 
 import os
@@ -34,12 +35,22 @@ def machine_file(tmp_path) -> Path:
 @pytest.fixture
 def unit(tmp_path) -> tuple[LocalClusterBackend, ClusterHandle]:
     """A unit's directory and portal directory as `LocalClusterBackend.start` lays them out."""
-    unit_dir, portal_dir = tmp_path / "units" / "ab12cd34", tmp_path / "units" / ".portal" / "ab12cd34"
+    unit_dir, portal_dir = (
+        tmp_path / "units" / "ab12cd34",
+        tmp_path / "units" / ".portal" / "ab12cd34",
+    )
     (unit_dir / "nodes").mkdir(parents=True)
     portal_dir.mkdir(parents=True)
-    handle = ClusterHandle(backend="local", cu_id="7", details={
-        "cluster_dir": str(unit_dir), "portal_dir": str(portal_dir), "spark_host_on_request": True,
-        "nodes": [{"role": "head", "log": str(unit_dir / "head.log")}]})
+    handle = ClusterHandle(
+        backend="local",
+        cu_id="7",
+        details={
+            "cluster_dir": str(unit_dir),
+            "portal_dir": str(portal_dir),
+            "spark_host_on_request": True,
+            "nodes": [{"role": "head", "log": str(unit_dir / "head.log")}],
+        },
+    )
     return LocalClusterBackend(), handle  # its own base dir is not used by these calls
 
 
@@ -51,15 +62,22 @@ def test_a_start_request_never_writes_through_a_link_the_unit_made(unit, tmp_pat
     backend, handle = unit
     request = unit_path(handle, f"nodes/{SPARK_HOST_LAUNCHER}.start")
     outside = tmp_path / "machine" / "created-by-the-portal"
-    for target in (outside, machine_file):  # dangling (the portal would create it), then an existing file
+    for target in (
+        outside,
+        machine_file,
+    ):  # dangling (the portal would create it), then an existing file
         request.symlink_to(target)
         assert backend.launch_spark_host(handle) is True
-        UnitDir(handle.details["cluster_dir"]).create_replacing(f"nodes/{SPARK_HOST_LAUNCHER}.start")
+        UnitDir(handle.details["cluster_dir"]).create_replacing(
+            f"nodes/{SPARK_HOST_LAUNCHER}.start"
+        )
         assert request.is_file() and not request.is_symlink() and request.stat().st_size == 0
         request.unlink()
     assert not outside.exists()
     assert SECRET in machine_file.read_text()  # not truncated
-    assert backend.launch_spark_host(handle) is True and request.is_file() and not request.is_symlink()
+    assert (
+        backend.launch_spark_host(handle) is True and request.is_file() and not request.is_symlink()
+    )
 
 
 def test_a_start_request_refuses_a_linked_directory(unit, tmp_path):
@@ -100,7 +118,9 @@ def test_a_node_record_that_is_not_a_plain_file_is_no_record(unit, machine_file,
 
 def test_a_plain_node_record_is_read(unit):
     _, handle = unit
-    unit_path(handle, "nodes/head.json").write_text('{"pid": 12, "ready": true, "returncode": null}')
+    unit_path(handle, "nodes/head.json").write_text(
+        '{"pid": 12, "ready": true, "returncode": null}'
+    )
     assert node_record(handle, {"role": "head"}) == {"pid": 12, "ready": True, "returncode": None}
 
 
@@ -133,7 +153,9 @@ def test_a_fifo_log_never_blocks_the_portal(unit):
     backend, handle = unit
     os.mkfifo(unit_path(handle, f"{SPARK_HOST_LAUNCHER}.log"))
     done = threading.Event()
-    threading.Thread(target=lambda: (backend.spark_host_launch_log(handle), done.set()), daemon=True).start()
+    threading.Thread(
+        target=lambda: (backend.spark_host_launch_log(handle), done.set()), daemon=True
+    ).start()
     assert done.wait(2), "reading a FIFO in the unit's dir blocked"
 
 
@@ -141,7 +163,9 @@ def test_the_ray_token_is_restored_from_the_portals_copy_only(unit, machine_file
     backend, handle = unit
     unit_path(handle, "auth_token").symlink_to(machine_file)
     handle.details["auth_token_file"] = str(unit_path(handle, "auth_token"))
-    assert backend.restore_token(handle).auth_token is None  # no copy yet: no token, not the machine's file
+    assert (
+        backend.restore_token(handle).auth_token is None
+    )  # no copy yet: no token, not the machine's file
     Path(handle.details["portal_dir"], "auth_token").write_text("the-units-token")
     assert backend.restore_token(handle).auth_token == "the-units-token"
 
@@ -168,7 +192,11 @@ def test_clean_text_drops_controls_and_says_when_it_cut():
     assert clean_text("line\none", one_line=True) == "line one"
     cut = clean_text("x" * 5000, 100)
     kept = cut.split("…")[0]
-    assert len(cut) <= 100 and kept == "x" * len(kept) and cut.endswith(f"[cut: {5000 - len(kept)} more characters]")
+    assert (
+        len(cut) <= 100
+        and kept == "x" * len(kept)
+        and cut.endswith(f"[cut: {5000 - len(kept)} more characters]")
+    )
     assert clean_text(b"bytes") == "b'bytes'"
 
 
@@ -179,11 +207,17 @@ def test_clean_lines_keeps_the_last_lines_within_the_limit():
 
 
 def test_bounded_cuts_every_part_and_marks_it():
-    value = {"logs": [{"message": "m" * 50, "level": "INFO\x00"}] * 30, "deep": [[[[["x"]]]]],
-             **{f"k{n}": n for n in range(20)}}
+    value = {
+        "logs": [{"message": "m" * 50, "level": "INFO\x00"}] * 30,
+        "deep": [[[[["x"]]]]],
+        **{f"k{n}": n for n in range(20)},
+    }
     out = bounded(value, Limits(string=40, items=10, depth=3))
     assert len(out["logs"]) == 11 and out["logs"][-1] == "… [cut: 20 more items]"
-    assert out["logs"][0]["message"].endswith("more characters]") and len(out["logs"][0]["message"]) <= 40
+    assert (
+        out["logs"][0]["message"].endswith("more characters]")
+        and len(out["logs"][0]["message"]) <= 40
+    )
     assert out["logs"][0]["level"] == "INFO"
     assert out["…"] == "[cut: 12 more keys]"
     assert out["deep"] == [["… [cut: nested too deeply]"]]

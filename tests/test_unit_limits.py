@@ -1,6 +1,7 @@
 """Control groups for local units, both versions, against a file tree laid out as the kernel's
 (cgroup v2 cannot run on these machines, whose controllers are on v1: the real v1 kernel path is
 attacked in test_unit_boundary.py). Also: a machine without limits refuses local units."""
+
 from __future__ import annotations
 
 import shutil
@@ -53,7 +54,9 @@ def test_v2_sets_the_limits_and_passes_the_controllers_down(tmp_path):
     group = control_group("u1", "lakeport", mount)
     assert isinstance(group, CgroupV2)
     (mount / "lakeport" / "u1").mkdir(parents=True)
-    (mount / "lakeport" / "u1" / "memory.swap.max").write_text("max")  # the kernel makes it with the group
+    (mount / "lakeport" / "u1" / "memory.swap.max").write_text(
+        "max"
+    )  # the kernel makes it with the group
     group.create(LIMITS)
 
     unit = mount / "lakeport" / "u1"
@@ -62,24 +65,43 @@ def test_v2_sets_the_limits_and_passes_the_controllers_down(tmp_path):
     assert (unit / "cpu.max").read_text() == "150000 100000"
     assert (unit / "pids.max").read_text() == "800"
     for level in (mount, mount / "lakeport"):
-        assert set((level / "cgroup.subtree_control").read_text().split()) == {"+memory", "+cpu", "+pids"}
+        assert set((level / "cgroup.subtree_control").read_text().split()) == {
+            "+memory",
+            "+cpu",
+            "+pids",
+        }
     assert group.procs_files == [unit / "cgroup.procs"]
 
 
 def test_v2_usage_and_what_went_over(tmp_path):
     group = CgroupV2("u1", v2_tree(tmp_path))
     group.path.mkdir(parents=True)
-    files = {"memory.current": "1000", "memory.peak": "2147483648", "memory.events": "low 0\noom 1\noom_kill 2\n",
-             "pids.current": "37", "pids.events": "max 5\n", "cpu.stat": "usage_usec 2500000\nthrottled_usec 700000\n"}
+    files = {
+        "memory.current": "1000",
+        "memory.peak": "2147483648",
+        "memory.events": "low 0\noom 1\noom_kill 2\n",
+        "pids.current": "37",
+        "pids.events": "max 5\n",
+        "cpu.stat": "usage_usec 2500000\nthrottled_usec 700000\n",
+    }
     for name, text in files.items():
         (group.path / name).write_text(text)
     usage = group.usage()
-    assert usage == LimitUsage(memory_bytes=1000, memory_peak_bytes=2**31, cpu_seconds=2.5, cpu_throttled_seconds=0.7,
-                               tasks=37, oom_kills=2, tasks_refused=5)
+    assert usage == LimitUsage(
+        memory_bytes=1000,
+        memory_peak_bytes=2**31,
+        cpu_seconds=2.5,
+        cpu_throttled_seconds=0.7,
+        tasks=37,
+        oom_kills=2,
+        tasks_refused=5,
+    )
     assert over_limit_reason(LIMITS, LimitUsage(oom_kills=1), usage) == (
-        "the compute unit went over its memory limit of 2 GiB (peak 2 GiB): the kernel ended 1 of its processes")
+        "the compute unit went over its memory limit of 2 GiB (peak 2 GiB): the kernel ended 1 of its processes"
+    )
     assert over_limit_reason(LIMITS, LimitUsage(oom_kills=2, tasks_refused=1), usage) == (
-        "the compute unit reached its limit of 800 processes and threads: 4 new ones were refused")
+        "the compute unit reached its limit of 800 processes and threads: 4 new ones were refused"
+    )
     assert over_limit_reason(LIMITS, usage, usage) is None
 
 
@@ -95,30 +117,48 @@ def test_v1_sets_the_limits_in_each_hierarchy(tmp_path):
     assert (mount / "memory/lakeport/u1/memory.memsw.limit_in_bytes").read_text() == str(2 * 2**30)
     assert (mount / "cpu/lakeport/u1/cpu.cfs_quota_us").read_text() == "150000"
     assert (mount / "pids/lakeport/u1/pids.max").read_text() == "800"
-    assert {path.parent.parent.parent.name for path in group.procs_files} == {"memory", "cpu", "cpuacct", "pids"}
+    assert {path.parent.parent.parent.name for path in group.procs_files} == {
+        "memory",
+        "cpu",
+        "cpuacct",
+        "pids",
+    }
 
 
 def test_a_joined_command_is_the_process_in_the_group(tmp_path):
     group = CgroupV2("u1", v2_tree(tmp_path))
     group.path.mkdir(parents=True)
-    done = subprocess.run(group.join_argv(["sh", "-c", "echo $$"]), capture_output=True, text=True, timeout=10)
+    done = subprocess.run(
+        group.join_argv(["sh", "-c", "echo $$"]), capture_output=True, text=True, timeout=10
+    )
     assert done.returncode == 0
     assert (group.path / "cgroup.procs").read_text().strip() == done.stdout.strip()
 
 
 def test_a_group_that_cannot_be_joined_never_runs_the_command(tmp_path):
     group = CgroupV2("u1", v2_tree(tmp_path))  # its directory does not exist: nothing to join
-    done = subprocess.run(group.join_argv(["touch", str(tmp_path / "ran")]), capture_output=True, timeout=10)
+    done = subprocess.run(
+        group.join_argv(["touch", str(tmp_path / "ran")]), capture_output=True, timeout=10
+    )
     assert done.returncode == 125 and not (tmp_path / "ran").exists()
 
 
 def test_without_limits_a_local_unit_refuses_to_start_and_leaves_nothing(tmp_path):
-    base_dir = Path(tempfile.mkdtemp(prefix="lpu", dir="/tmp"))  # short: Ray's socket paths live under it
-    backend = LocalClusterBackend(base_dir, limits=LocalLimits(cgroup_mount=tmp_path))  # no controllers there
+    base_dir = Path(
+        tempfile.mkdtemp(prefix="lpu", dir="/tmp")
+    )  # short: Ray's socket paths live under it
+    backend = LocalClusterBackend(
+        base_dir, limits=LocalLimits(cgroup_mount=tmp_path)
+    )  # no controllers there
     try:
-        with pytest.raises(ClusterStartError, match="run under kernel limits, and .*no cgroup hierarchy"):
+        with pytest.raises(
+            ClusterStartError, match="run under kernel limits, and .*no cgroup hierarchy"
+        ):
             backend.start(ClusterSpec(cu_id="test-no-limits", name="no limits"))
-        assert [path.name for path in base_dir.rglob("*")] in ([".uids.lock", ".portal"], [".portal", ".uids.lock"])
+        assert [path.name for path in base_dir.rglob("*")] in (
+            [".uids.lock", ".portal"],
+            [".portal", ".uids.lock"],
+        )
     finally:
         shutil.rmtree(base_dir)
 

@@ -2,6 +2,7 @@
 as a unit's code would: a claimed unit is its user's alone, never handed out twice, and its
 Spark host no longer opens with the key it was started with. The last test runs the pool on
 real local Ray units: claimed, run into a warehouse, a dead pooled unit replaced."""
+
 from __future__ import annotations
 
 import os
@@ -21,10 +22,25 @@ from app.ray_clusters.local import cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError
 from app.worker import Worker
 from tests.test_executions import (
-    add, csrf, make_user, register_warehouse, reload, run, sign_in_as, text, wait_for, workflow_for,
+    add,
+    csrf,
+    make_user,
+    register_warehouse,
+    reload,
+    run,
+    sign_in_as,
+    text,
+    wait_for,
+    workflow_for,
 )
 
-POOL = {"CU_POOL_SIZE": 1, "CU_POOL_CPUS": 2, "CU_POOL_MEMORY_GB": 3.0, "CU_MAX_CPUS": 2, "CU_MAX_MEMORY_GB": 4.0}
+POOL = {
+    "CU_POOL_SIZE": 1,
+    "CU_POOL_CPUS": 2,
+    "CU_POOL_MEMORY_GB": 3.0,
+    "CU_MAX_CPUS": 2,
+    "CU_MAX_MEMORY_GB": 4.0,
+}
 
 
 @pytest.fixture
@@ -34,9 +50,20 @@ def app(portal_config):
 
 def pooled_row(db_engine, state: str = "RUNNING", ready: bool = True) -> ComputeUnit:
     """A unit waiting in the pool as the worker leaves it (no cluster: nothing here calls one)."""
-    return add(db_engine, ComputeUnit(owner_id=None, name="pool-standby", kind="local", cpus=2, memory_gb=3.0,
-                                      state=state, pooled_at=utcnow(), started_at=utcnow() if ready else None,
-                                      spark_ready_at=utcnow() if ready else None))
+    return add(
+        db_engine,
+        ComputeUnit(
+            owner_id=None,
+            name="pool-standby",
+            kind="local",
+            cpus=2,
+            memory_gb=3.0,
+            state=state,
+            pooled_at=utcnow(),
+            started_at=utcnow() if ready else None,
+            spark_ready_at=utcnow() if ready else None,
+        ),
+    )
 
 
 @pytest.fixture
@@ -47,20 +74,36 @@ def pool_rows(db_engine):
         before = db.exec(select(func.max(ComputeUnit.id))).one() or 0
     yield lambda **fields: pooled_row(db_engine, **fields)
     with Session(db_engine) as db:
-        for row in db.exec(select(ComputeUnit).where(ComputeUnit.id > before,
-                                                     ComputeUnit.state.in_(("PENDING", "STARTING", "RUNNING")))):
+        for row in db.exec(
+            select(ComputeUnit).where(
+                ComputeUnit.id > before, ComputeUnit.state.in_(("PENDING", "STARTING", "RUNNING"))
+            )
+        ):
             assert row.handle == "{}", f"unit {row.id} has a cluster: this test starts none"
             row.state, row.ended_at = "TERMINATED", utcnow()
             db.add(row)
-        for row in db.exec(select(ComputeUnit).where(ComputeUnit.id > before, ComputeUnit.state == "FAILED")):
-            row.ended_at = utcnow() - pool.FAILURE_WINDOW * 2  # no later test's pool pauses for them
+        for row in db.exec(
+            select(ComputeUnit).where(ComputeUnit.id > before, ComputeUnit.state == "FAILED")
+        ):
+            row.ended_at = (
+                utcnow() - pool.FAILURE_WINDOW * 2
+            )  # no later test's pool pauses for them
             db.add(row)
         db.commit()
 
 
 def create(client, name: str, cpus: str = "2", memory_gb: str = "3", worker_nodes: str = "0"):
-    return client.post("/compute-units/", data={"name": name, "kind": "local", "cpus": cpus, "memory_gb": memory_gb,
-                                                "worker_nodes": worker_nodes, "csrf_token": csrf(client)})
+    return client.post(
+        "/compute-units/",
+        data={
+            "name": name,
+            "kind": "local",
+            "cpus": cpus,
+            "memory_gb": memory_gb,
+            "worker_nodes": worker_nodes,
+            "csrf_token": csrf(client),
+        },
+    )
 
 
 def created_id(response) -> int:
@@ -74,7 +117,9 @@ def signed_in(app, db_engine):
     return client, user
 
 
-def test_a_create_of_the_pools_size_claims_a_ready_pooled_unit_for_its_user_alone(app, db_engine, pool_rows):
+def test_a_create_of_the_pools_size_claims_a_ready_pooled_unit_for_its_user_alone(
+    app, db_engine, pool_rows
+):
     waiting, not_ready = pool_rows(), pool_rows(ready=False)
     alice, alice_user = signed_in(app, db_engine)
     bob, bob_user = signed_in(app, db_engine)
@@ -87,7 +132,11 @@ def test_a_create_of_the_pools_size_claims_a_ready_pooled_unit_for_its_user_alon
     assert claimed_id == waiting.id  # the ready one; one still warming is never handed out
     claimed = reload(db_engine, ComputeUnit, claimed_id)
     assert (claimed.owner_id, claimed.name, claimed.state, claimed.progress_step) == (
-        alice_user.id, "mine", "STARTING", pool.HANDING_OVER)
+        alice_user.id,
+        "mine",
+        "STARTING",
+        pool.HANDING_OVER,
+    )
     assert claimed.claimed_at is not None
     assert alice.get(f"/compute-units/{claimed_id}").status_code == 200
     assert bob.get(f"/compute-units/{claimed_id}").status_code == 404
@@ -134,17 +183,23 @@ def test_two_users_racing_for_the_last_pooled_unit_never_share_it(app, db_engine
     assert reload(db_engine, ComputeUnit, waiting.id).owner_id == clients[winner][1].id
 
 
-def test_pooled_units_count_against_no_one_are_never_idle_and_are_refilled(app, db_engine, pool_rows):
+def test_pooled_units_count_against_no_one_are_never_idle_and_are_refilled(
+    app, db_engine, pool_rows
+):
     client, user = signed_in(app, db_engine)
     waiting = pool_rows()
     with app.app_context():
-        with Session(db_engine) as db:  # long idle: a user's unit would be stopped, a pooled one waits
+        with Session(
+            db_engine
+        ) as db:  # long idle: a user's unit would be stopped, a pooled one waits
             row = db.get(ComputeUnit, waiting.id)
             row.last_activity_at = utcnow() - timedelta(days=1)
             db.add(row)
             db.commit()
         assert waiting.id not in supervision.stop_idle(1)
-        assert pool.shortfall() == 0 and not [work for work in supervision.pending_work() if work[0] == "unit-pool-refill"]
+        assert pool.shortfall() == 0 and not [
+            work for work in supervision.pending_work() if work[0] == "unit-pool-refill"
+        ]
         assert pool.summary().ready == 1
 
     created_id(create(client, "takes-it"))
@@ -157,7 +212,11 @@ def test_pooled_units_count_against_no_one_are_never_idle_and_are_refilled(app, 
         summary = pool.summary()
         assert (summary.ready, summary.starting) == (0, 1)
     with Session(db_engine) as db:
-        new = db.exec(select(ComputeUnit).where(ComputeUnit.owner_id.is_(None), ComputeUnit.state == "PENDING")).one()
+        new = db.exec(
+            select(ComputeUnit).where(
+                ComputeUnit.owner_id.is_(None), ComputeUnit.state == "PENDING"
+            )
+        ).one()
         assert (new.cpus, new.memory_gb, new.worker_nodes, new.kind) == (2, 3.0, 0, "local")
         assert new.name == f"pool-{new.id}"
         pool_rows_made = new.id
@@ -179,7 +238,9 @@ def test_a_pool_whose_units_keep_failing_to_start_pauses_and_says_why(app, db_en
         summary = pool.summary()
         assert "no cgroup for the unit" in summary.paused_reason
     client = app.test_client()
-    health = client.get("/health").get_json()  # anyone's to read: the reason stays on the operators' page
+    health = client.get(
+        "/health"
+    ).get_json()  # anyone's to read: the reason stays on the operators' page
     assert health["unit_pool"]["paused"] is True and health["unit_pool"]["size"] == 1
     assert "no cgroup" not in client.get("/health").get_data(as_text=True)
 
@@ -199,7 +260,12 @@ def test_the_new_unit_form_offers_the_pools_size(app, db_engine):
     client, _ = signed_in(app, db_engine)
     page = text(client.get("/compute-units/new"))
     assert 'data-testid="cu-pool-hint"' in page
-    assert 'name="cpus"' in page and 'value="2"' in page and 'name="memory_gb"' in page and 'value="3"' in page
+    assert (
+        'name="cpus"' in page
+        and 'value="2"' in page
+        and 'name="memory_gb"' in page
+        and 'value="3"' in page
+    )
 
 
 def test_settings_refuse_a_pool_unit_larger_than_users_may_ask(portal_config):
@@ -213,14 +279,23 @@ def test_settings_refuse_a_pool_unit_larger_than_users_may_ask(portal_config):
 # --------------------------------------------------------------------------- on real units
 def pool_units(db_engine) -> list[ComputeUnit]:
     with Session(db_engine) as db:
-        return list(db.exec(select(ComputeUnit).where(ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None),
-                                                      ComputeUnit.state.in_(("PENDING", "STARTING", "RUNNING")))))
+        return list(
+            db.exec(
+                select(ComputeUnit).where(
+                    ComputeUnit.owner_id.is_(None),
+                    ComputeUnit.pooled_at.is_not(None),
+                    ComputeUnit.state.in_(("PENDING", "STARTING", "RUNNING")),
+                )
+            )
+        )
 
 
 def wait_until(what, check, timeout: float = 180.0, db_engine=None, cu_id=None):
     deadline = time.monotonic() + timeout
     while not (found := check()):
-        assert time.monotonic() < deadline, f"{what}: {unit_events(db_engine, cu_id) if cu_id else ''}"
+        assert time.monotonic() < deadline, (
+            f"{what}: {unit_events(db_engine, cu_id) if cu_id else ''}"
+        )
         time.sleep(0.3)
     return found
 
@@ -235,11 +310,19 @@ def _gone(host: SparkHostClient) -> bool:
 
 def unit_events(db_engine, cu_id: int) -> list[str]:
     with Session(db_engine) as db:
-        return [event.message for event in db.exec(select(ComputeUnitEvent).where(
-            ComputeUnitEvent.compute_unit_id == cu_id).order_by(ComputeUnitEvent.id))]
+        return [
+            event.message
+            for event in db.exec(
+                select(ComputeUnitEvent)
+                .where(ComputeUnitEvent.compute_unit_id == cu_id)
+                .order_by(ComputeUnitEvent.id)
+            )
+        ]
 
 
-def test_a_claimed_unit_whose_host_will_not_take_its_key_starts_afresh_for_its_user(portal_config, db_engine):
+def test_a_claimed_unit_whose_host_will_not_take_its_key_starts_afresh_for_its_user(
+    portal_config, db_engine
+):
     """The hand-over fails (here: its Spark host is not there): the pooled cluster is stopped and the
     unit starts as a new one, still its user's, with nothing of the pooled cluster kept."""
     app = create_app(portal_config)  # no pool: this test makes the claimed unit itself
@@ -255,21 +338,31 @@ def test_a_claimed_unit_whose_host_will_not_take_its_key_starts_afresh_for_its_u
         # As a claim leaves it; its host's address one where nothing listens.
         with Session(db_engine) as db:
             row = db.get(ComputeUnit, cu_id)
-            row.state, row.progress_step, row.pooled_at, row.claimed_at = "STARTING", pool.HANDING_OVER, utcnow(), utcnow()
+            row.state, row.progress_step, row.pooled_at, row.claimed_at = (
+                "STARTING",
+                pool.HANDING_OVER,
+                utcnow(),
+                utcnow(),
+            )
             row.handle = row.handle.replace(pooled_handle.spark_host_url, "http://127.0.0.1:9")
             db.add(row)
             db.commit()
         try:
             lifecycle.run_start(cu_id)
             fresh = reload(db_engine, ComputeUnit, cu_id)
-            assert (fresh.state, fresh.owner_id, fresh.pooled_at) == ("RUNNING", user.id, None), fresh.reason
+            assert (fresh.state, fresh.owner_id, fresh.pooled_at) == ("RUNNING", user.id, None), (
+                fresh.reason
+            )
             fresh_handle = lifecycle.handle_of(fresh)
             assert fresh_handle.details["cluster_dir"] != pooled_handle.details["cluster_dir"]
             assert not any(pid in cluster_pids(fresh_handle) for pid in pooled_pids)
             assert cluster_pids(pooled_handle) == []  # the pooled cluster is gone
             events = unit_events(db_engine, cu_id)
-            assert any(event.startswith("the unit from the warm pool could not be handed over") and
-                       event.endswith("starting a fresh one") for event in events), events
+            assert any(
+                event.startswith("the unit from the warm pool could not be handed over")
+                and event.endswith("starting a fresh one")
+                for event in events
+            ), events
             assert events[-1] == "running", events
         finally:
             lifecycle.ask_to_stop(cu_id, ("STARTING", "RUNNING"), "the test ends")
@@ -278,17 +371,31 @@ def test_a_claimed_unit_whose_host_will_not_take_its_key_starts_afresh_for_its_u
 
 
 def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_is_replaced(
-        portal_config, lakehouse, db_engine):
-    app = create_app(replace(portal_config, **POOL, LAKEKEEPER_URL=lakehouse.catalog_url,
-                             CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints, WORKER_SUPERVISOR_SECONDS=2.0))
+    portal_config, lakehouse, db_engine
+):
+    app = create_app(
+        replace(
+            portal_config,
+            **POOL,
+            LAKEKEEPER_URL=lakehouse.catalog_url,
+            CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints,
+            WORKER_SUPERVISOR_SECONDS=2.0,
+        )
+    )
     background = Worker(app).start()
     started: list[int] = []
     try:
         first = wait_until("a pooled unit", lambda: pool_units(db_engine))[0]
         started.append(first.id)
-        wait_until("the pooled unit warm", lambda: reload(db_engine, ComputeUnit, first.id).spark_ready_at
-                           or reload(db_engine, ComputeUnit, first.id).state == "FAILED", db_engine=db_engine,
-                           cu_id=first.id)
+        wait_until(
+            "the pooled unit warm",
+            lambda: (
+                reload(db_engine, ComputeUnit, first.id).spark_ready_at
+                or reload(db_engine, ComputeUnit, first.id).state == "FAILED"
+            ),
+            db_engine=db_engine,
+            cu_id=first.id,
+        )
         first = reload(db_engine, ComputeUnit, first.id)
         assert first.state == "RUNNING", (first.reason, unit_events(db_engine, first.id))
         with app.app_context():
@@ -299,8 +406,12 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
         clicked = time.monotonic()
         cu_id = created_id(create(client, "from-the-pool"))
         assert cu_id == first.id
-        wait_until("the claimed unit RUNNING", lambda: reload(db_engine, ComputeUnit, cu_id).state != "STARTING",
-                   db_engine=db_engine, cu_id=cu_id)
+        wait_until(
+            "the claimed unit RUNNING",
+            lambda: reload(db_engine, ComputeUnit, cu_id).state != "STARTING",
+            db_engine=db_engine,
+            cu_id=cu_id,
+        )
         claimed = reload(db_engine, ComputeUnit, cu_id)
         assert (claimed.state, claimed.owner_id) == ("RUNNING", user.id), claimed.reason
         assert "handed over: its Spark host has a key of its own" in unit_events(db_engine, cu_id)
@@ -309,7 +420,9 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
         with pytest.raises(SparkHostError, match="not this unit's Spark host"):
             with SparkHostClient(before_claim, timeout=5) as host:
                 host.info()
-        with app.app_context():  # the portal's own key, and a second change, refused now it may run code
+        with (
+            app.app_context()
+        ):  # the portal's own key, and a second change, refused now it may run code
             with SparkHostClient(lifecycle.handle_of(claimed), timeout=5) as host:
                 assert host.info()["state"] == "ready"
 
@@ -317,26 +430,46 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
         execution_id = int(response.headers["Location"].rsplit("/", 1)[1])
         execution = wait_for(client, db_engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED"))
         assert execution.state == "COMPLETED", execution.reason
-        print(f"[measure] pooled unit: create → execution COMPLETED {time.monotonic() - clicked:.2f} s")
+        print(
+            f"[measure] pooled unit: create → execution COMPLETED {time.monotonic() - clicked:.2f} s"
+        )
         with app.app_context():
             with SparkHostClient(lifecycle.handle_of(claimed), timeout=5) as host:
                 with pytest.raises(SparkHostError, match="409"):
                     host.rekey("0" * 64)
                 # Its host dies: the unit's init starts another with the key of the claim, not the start's.
-                host.submit("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", {}, name="kill the host")
+                host.submit(
+                    "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+                    {},
+                    name="kill the host",
+                )
                 wait_until("the host dead", lambda: _gone(host), timeout=30)
-        again = wait_for(client, db_engine, int(run(client, workflow_for(db_engine, user), cu_id, warehouse_id)
-                                                .headers["Location"].rsplit("/", 1)[1]), ("COMPLETED", "FAILED", "CANCELLED"))
+        again = wait_for(
+            client,
+            db_engine,
+            int(
+                run(client, workflow_for(db_engine, user), cu_id, warehouse_id)
+                .headers["Location"]
+                .rsplit("/", 1)[1]
+            ),
+            ("COMPLETED", "FAILED", "CANCELLED"),
+        )
         assert again.state == "COMPLETED", again.reason
         with pytest.raises(SparkHostError, match="not this unit's Spark host"):
             with SparkHostClient(before_claim, timeout=5) as host:
                 host.info()
 
         # The worker refills the pool; a pooled unit that dies is failed and replaced.
-        refill = wait_until("the refill", lambda: [cu for cu in pool_units(db_engine) if cu.id != cu_id])[0]
+        refill = wait_until(
+            "the refill", lambda: [cu for cu in pool_units(db_engine) if cu.id != cu_id]
+        )[0]
         started.append(refill.id)
-        wait_until("the refill RUNNING", lambda: reload(db_engine, ComputeUnit, refill.id).state in ("RUNNING", "FAILED"),
-                   db_engine=db_engine, cu_id=refill.id)
+        wait_until(
+            "the refill RUNNING",
+            lambda: reload(db_engine, ComputeUnit, refill.id).state in ("RUNNING", "FAILED"),
+            db_engine=db_engine,
+            cu_id=refill.id,
+        )
         with app.app_context():
             pids = cluster_pids(lifecycle.handle_of(reload(db_engine, ComputeUnit, refill.id)))
         for pid in pids:
@@ -344,14 +477,25 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        wait_until("the dead pooled unit FAILED", lambda: reload(db_engine, ComputeUnit, refill.id).state == "FAILED",
-                   db_engine=db_engine, cu_id=refill.id)
-        replacement = wait_until("its replacement",
-                                 lambda: [cu for cu in pool_units(db_engine) if cu.id not in (cu_id, refill.id)])[0]
+        wait_until(
+            "the dead pooled unit FAILED",
+            lambda: reload(db_engine, ComputeUnit, refill.id).state == "FAILED",
+            db_engine=db_engine,
+            cu_id=refill.id,
+        )
+        replacement = wait_until(
+            "its replacement",
+            lambda: [cu for cu in pool_units(db_engine) if cu.id not in (cu_id, refill.id)],
+        )[0]
         started.append(replacement.id)
         assert replacement.owner_id is None
         with Session(db_engine) as db:
-            assert db.exec(select(Execution).where(Execution.compute_unit_id == replacement.id)).first() is None
+            assert (
+                db.exec(
+                    select(Execution).where(Execution.compute_unit_id == replacement.id)
+                ).first()
+                is None
+            )
     finally:
         app.config["CU_POOL_SIZE"] = 0  # no refill of what is stopped now
         with app.app_context():
@@ -360,7 +504,12 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
             for leftover in pool_units(db_engine):
                 lifecycle.terminate(leftover, reason="test over")
         deadline = time.monotonic() + 90
-        while any(reload(db_engine, ComputeUnit, unit_id).state not in ("TERMINATED", "FAILED") for unit_id in started) \
-                and time.monotonic() < deadline:
+        while (
+            any(
+                reload(db_engine, ComputeUnit, unit_id).state not in ("TERMINATED", "FAILED")
+                for unit_id in started
+            )
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.5)
         background.stop()

@@ -7,6 +7,7 @@ against the real SeaweedFS: what the caller's grants allow (read-only with `sele
 Both scopes run: the session's dev catalog (scope "table", Lakekeeper's) and a second one
 started here on the same SeaweedFS with scope "warehouse". Users act through tokens the provider exchanges for
 them, grants are set by the portal's service identity, as the portal's sharing does."""
+
 from __future__ import annotations
 
 import json
@@ -36,13 +37,13 @@ from tests.test_devcatalog import (  # noqa: F401 - portal_tokens is a fixture
     ALICE,
     ALICE_USER,
     BOB_USER,
+    access_key,
     checked_client,
     checked_portal,
     iceberg_catalog,
     portal_tokens,
     s3_client,
     s3_profile,
-    access_key,
     vended_session,
 )
 
@@ -56,9 +57,16 @@ def warehouse_scoped_catalog(seaweedfs, oidc_provider, tmp_path_factory):
     """A second dev catalog on the session's SeaweedFS that widens credentials to the warehouse
     (the local stack's catalog scopes them to one table, as Lakekeeper does)."""
     run = tmp_path_factory.mktemp("warehouse-scoped-catalog")
-    config = replace(DevCatalogConfig.for_seaweedfs(
-        seaweedfs, port=free_port(), oidc_issuer=oidc_provider.issuer, data_dir=run,
-        encryption_key=Fernet.generate_key().decode()), vended_credentials_scope="warehouse")
+    config = replace(
+        DevCatalogConfig.for_seaweedfs(
+            seaweedfs,
+            port=free_port(),
+            oidc_issuer=oidc_provider.issuer,
+            data_dir=run,
+            encryption_key=Fernet.generate_key().decode(),
+        ),
+        vended_credentials_scope="warehouse",
+    )
     process = devcatalog_process(config, run / "logs").start(timeout=60)
     yield config
     process.stop()
@@ -76,9 +84,13 @@ class Shared:
 
     def grant_bob(self, relations: tuple[str, ...]) -> None:
         bob = lakekeeper_user_id(BOB_USER.sub)
-        self.portal.set_warehouse_assignments(self.warehouse_id, [
-            WarehouseAssignment("ownership", user=lakekeeper_user_id(ALICE_USER.sub)),
-            *(WarehouseAssignment(relation, user=bob) for relation in relations)])
+        self.portal.set_warehouse_assignments(
+            self.warehouse_id,
+            [
+                WarehouseAssignment("ownership", user=lakekeeper_user_id(ALICE_USER.sub)),
+                *(WarehouseAssignment(relation, user=bob) for relation in relations),
+            ],
+        )
 
     def bobs_table(self, table: str):
         """Table `lake.<table>` loaded by Bob (a fresh token each time, as a new run would get)."""
@@ -89,13 +101,26 @@ class Shared:
 @pytest.fixture(scope="module", params=["table", "warehouse"])
 def shared(request, devcatalog, seaweedfs, portal_tokens, lakehouse):
     assert devcatalog.vended_credentials_scope == "table"
-    catalog = request.getfixturevalue("warehouse_scoped_catalog") if request.param == "warehouse" else devcatalog
+    catalog = (
+        request.getfixturevalue("warehouse_scoped_catalog")
+        if request.param == "warehouse"
+        else devcatalog
+    )
     name = f"vend-{request.param}-{secrets.token_hex(2)}"
     with checked_client(catalog, lakehouse.service_token()) as api:
-        created = api.post("/management/v1/warehouse", json={
-            "warehouse-name": name, "storage-profile": s3_profile(seaweedfs, name, sts_enabled=True),
-            "storage-credential": access_key(ALICE.credentials), "delete-profile": {"type": "hard"},
-        }).raise_for_status().json()
+        created = (
+            api.post(
+                "/management/v1/warehouse",
+                json={
+                    "warehouse-name": name,
+                    "storage-profile": s3_profile(seaweedfs, name, sts_enabled=True),
+                    "storage-credential": access_key(ALICE.credentials),
+                    "delete-profile": {"type": "hard"},
+                },
+            )
+            .raise_for_status()
+            .json()
+        )
     portal = checked_portal(catalog, portal_tokens)
     as_admin = iceberg_catalog(catalog, name, token=lakehouse.service_token())
     as_admin.create_namespace("lake")
@@ -142,7 +167,9 @@ def test_a_read_sharee_gets_credentials_that_read_and_cannot_write(shared, seawe
     assert writes(seaweedfs, vended_session(credential["config"]), table) == 403
 
 
-def test_a_downgraded_sharee_gets_read_only_credentials_and_earlier_ones_end_with_their_lifetime(shared, seaweedfs):
+def test_a_downgraded_sharee_gets_read_only_credentials_and_earlier_ones_end_with_their_lifetime(
+    shared, seaweedfs
+):
     shared.grant_bob(WRITE)
     vended_at = time.time()
     before = shared.bobs_table("a")
@@ -172,10 +199,12 @@ def test_credentials_for_one_table_reach_only_its_location(shared, seaweedfs):
     key_b = urlsplit(table_b.location()).path.lstrip("/")
     with s3_client(seaweedfs, session_a) as s3:
         assert s3.get(data_file(table_a)).status_code == 200
-        reach_b = (s3.get(data_file(table_b)).status_code,
-                   s3.get(f"/{bucket}", params={"list-type": "2", "prefix": f"{key_b}/"}).status_code,
-                   s3.put(new_object(table_b), content=b"x").status_code,
-                   s3.delete(data_file(table_b)).status_code)
+        reach_b = (
+            s3.get(data_file(table_b)).status_code,
+            s3.get(f"/{bucket}", params={"list-type": "2", "prefix": f"{key_b}/"}).status_code,
+            s3.put(new_object(table_b), content=b"x").status_code,
+            s3.delete(data_file(table_b)).status_code,
+        )
     if shared.scope == "table":  # Lakekeeper's rule
         assert reach_b == (403, 403, 403, 403)
         assert table_b.scan().to_arrow().num_rows == 2
@@ -183,7 +212,9 @@ def test_credentials_for_one_table_reach_only_its_location(shared, seaweedfs):
         assert reach_b[:3] == (200, 200, 200)
 
 
-def test_credentials_live_fifteen_minutes_unless_the_profile_says_otherwise(shared, seaweedfs, lakehouse):
+def test_credentials_live_fifteen_minutes_unless_the_profile_says_otherwise(
+    shared, seaweedfs, lakehouse
+):
     shared.grant_bob(READ)
     vended_at = time.time()
     table = shared.bobs_table("a")
@@ -191,15 +222,29 @@ def test_credentials_live_fifteen_minutes_unless_the_profile_says_otherwise(shar
     assert DEFAULT_VENDED_CREDENTIALS_SECONDS == 15 * 60
     # SeaweedFS states the expiry to the second, and signs it into the session token it checks.
     assert vended_at + 900 - 2 <= expires_at <= time.time() + 900 + 1
-    session_claims = jwt.decode(table.io.properties["s3.session-token"], options={"verify_signature": False})
+    session_claims = jwt.decode(
+        table.io.properties["s3.session-token"], options={"verify_signature": False}
+    )
     assert session_claims["exp"] == expires_at
 
     name = f"{shared.name}-30m"
     with checked_client(shared.catalog, lakehouse.service_token()) as api:
-        profile = {**s3_profile(seaweedfs, name, sts_enabled=True), "sts-token-validity-seconds": 1800}
-        created = api.post("/management/v1/warehouse", json={
-            "warehouse-name": name, "storage-profile": profile, "storage-credential": access_key(ALICE.credentials),
-        }).raise_for_status().json()
+        profile = {
+            **s3_profile(seaweedfs, name, sts_enabled=True),
+            "sts-token-validity-seconds": 1800,
+        }
+        created = (
+            api.post(
+                "/management/v1/warehouse",
+                json={
+                    "warehouse-name": name,
+                    "storage-profile": profile,
+                    "storage-credential": access_key(ALICE.credentials),
+                },
+            )
+            .raise_for_status()
+            .json()
+        )
         try:
             as_admin = iceberg_catalog(shared.catalog, name, token=lakehouse.service_token())
             as_admin.create_namespace("lake")
@@ -222,7 +267,9 @@ def test_a_units_binding_of_fifteen_minute_credentials_serves_the_next_run(share
     token = shared.portal.user_token(BOB_USER.sub, shared.warehouse_id).access_token
     table = iceberg_catalog(shared.catalog, shared.name, token=token).load_table("lake.a")
     cache = CatalogCache()
-    access = CatalogAccess.vended(f"{shared.catalog.url}/catalog", shared.name, token, table.io.properties)
+    access = CatalogAccess.vended(
+        f"{shared.catalog.url}/catalog", shared.name, token, table.io.properties
+    )
     first = cache.binding(shared.warehouse_id, access)
     assert cache.current(shared.warehouse_id) == first
     assert cache.min_remaining_s < DEFAULT_VENDED_CREDENTIALS_SECONDS
@@ -231,35 +278,63 @@ def test_a_units_binding_of_fifteen_minute_credentials_serves_the_next_run(share
 def test_the_policy_and_the_privilege_are_lakekeepers():
     """Lakekeeper's own unit tests of `get_sts_policy_string` (crates/lakekeeper/src/service/storage/s3.rs:
     `policy_string_neutralizes_wildcard_in_table_path`, `..._question_mark_...`) and its load rule."""
-    policy = json.loads(sts_policy("bucket", "wh/evil*/ev?l/table/", StoragePermissions.READ_WRITE_DELETE))
+    policy = json.loads(
+        sts_policy("bucket", "wh/evil*/ev?l/table/", StoragePermissions.READ_WRITE_DELETE)
+    )
     access, listing, location = policy["Statement"]
     assert access["Resource"] == "arn:aws:s3:::bucket/wh/evil${*}/ev${?}l/table/*"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": "wh/evil${*}/ev${?}l/table/*"}}
-    assert location == {"Sid": "GetBucketLocation", "Effect": "Allow", "Action": "s3:GetBucketLocation",
-                        "Resource": "arn:aws:s3:::bucket"}
+    assert location == {
+        "Sid": "GetBucketLocation",
+        "Effect": "Allow",
+        "Action": "s3:GetBucketLocation",
+        "Resource": "arn:aws:s3:::bucket",
+    }
     assert "s3:DeleteObject" in access["Action"]
-    read_only = json.loads(sts_policy("bucket", "t/", StoragePermissions.READ))["Statement"][0]["Action"]
+    read_only = json.loads(sts_policy("bucket", "t/", StoragePermissions.READ))["Statement"][0][
+        "Action"
+    ]
     assert read_only == ["s3:GetObject", "s3:GetObjectVersion"]
     assert load_permissions({"describe", "select"}, False) is StoragePermissions.READ
-    assert load_permissions({"describe", "create"}, False) is None  # `create` alone: can_write_data is `modify`
-    assert load_permissions({"modify"}, False) is load_permissions({"ownership"}, False) \
-        is load_permissions(set(), True) is StoragePermissions.READ_WRITE_DELETE
+    assert (
+        load_permissions({"describe", "create"}, False) is None
+    )  # `create` alone: can_write_data is `modify`
+    assert (
+        load_permissions({"modify"}, False)
+        is load_permissions({"ownership"}, False)
+        is load_permissions(set(), True)
+        is StoragePermissions.READ_WRITE_DELETE
+    )
 
 
-def test_a_tables_credentials_name_their_renewal_endpoint_which_vends_the_same_privilege(shared, seaweedfs):
+def test_a_tables_credentials_name_their_renewal_endpoint_which_vends_the_same_privilege(
+    shared, seaweedfs
+):
     """As Lakekeeper's `generate_table_config` (crates/lakekeeper/src/service/storage/s3.rs): the
     storage credential carries `client.refresh-credentials-endpoint`, the table's loadCredentials,
     and its expiry; the table's `config` repeats the keys but neither of those."""
     shared.grant_bob(READ)
     token = shared.portal.user_token(BOB_USER.sub, shared.warehouse_id).access_token
     with checked_client(shared.catalog, token) as bob:
-        loaded = bob.get(f"/catalog/v1/{shared.warehouse_id}/namespaces/lake/tables/a",
-                         headers={"X-Iceberg-Access-Delegation": "vended-credentials"}).raise_for_status().json()
+        loaded = (
+            bob.get(
+                f"/catalog/v1/{shared.warehouse_id}/namespaces/lake/tables/a",
+                headers={"X-Iceberg-Access-Delegation": "vended-credentials"},
+            )
+            .raise_for_status()
+            .json()
+        )
         (credential,) = loaded["storage-credentials"]
         endpoint = credential["config"]["client.refresh-credentials-endpoint"]
-        assert endpoint == f"{shared.catalog.url}/catalog/v1/{shared.warehouse_id}/namespaces/lake/tables/a/credentials"
+        assert (
+            endpoint
+            == f"{shared.catalog.url}/catalog/v1/{shared.warehouse_id}/namespaces/lake/tables/a/credentials"
+        )
         assert "client.refresh-credentials-endpoint" not in loaded["config"]
-        assert credential["config"]["expiration-time"] == credential["config"]["s3.session-token-expires-at-ms"]
+        assert (
+            credential["config"]["expiration-time"]
+            == credential["config"]["s3.session-token-expires-at-ms"]
+        )
         renewed = bob.get(endpoint).raise_for_status().json()["storage-credentials"]
     (fresh,) = renewed
     table = shared.bobs_table("a")
@@ -273,10 +348,22 @@ def test_a_profile_lifetime_below_sts_minimum_is_stated_not_granted(shared, seaw
     credential says the profile's 20 s (Lakekeeper would pass 20 to STS, which refuses it)."""
     name = f"{shared.name}-20s"
     with checked_client(shared.catalog, lakehouse.service_token()) as api:
-        profile = {**s3_profile(seaweedfs, name, sts_enabled=True), "sts-token-validity-seconds": 20}
-        created = api.post("/management/v1/warehouse", json={
-            "warehouse-name": name, "storage-profile": profile, "storage-credential": access_key(ALICE.credentials),
-        }).raise_for_status().json()
+        profile = {
+            **s3_profile(seaweedfs, name, sts_enabled=True),
+            "sts-token-validity-seconds": 20,
+        }
+        created = (
+            api.post(
+                "/management/v1/warehouse",
+                json={
+                    "warehouse-name": name,
+                    "storage-profile": profile,
+                    "storage-credential": access_key(ALICE.credentials),
+                },
+            )
+            .raise_for_status()
+            .json()
+        )
         try:
             as_admin = iceberg_catalog(shared.catalog, name, token=lakehouse.service_token())
             as_admin.create_namespace("lake")
@@ -284,7 +371,9 @@ def test_a_profile_lifetime_below_sts_minimum_is_stated_not_granted(shared, seaw
             made = as_admin.create_table("lake.t", schema=ROWS.schema)
             stated = int(made.io.properties["s3.session-token-expires-at-ms"]) / 1000
             assert asked_at + 20 - 2 <= stated <= time.time() + 20 + 1
-            granted = jwt.decode(made.io.properties["s3.session-token"], options={"verify_signature": False})["exp"]
+            granted = jwt.decode(
+                made.io.properties["s3.session-token"], options={"verify_signature": False}
+            )["exp"]
             assert granted >= asked_at + 900 - 2
         finally:
             shared.portal.purge_warehouse_contents(name)

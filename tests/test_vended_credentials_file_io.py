@@ -3,6 +3,7 @@ Iceberg's REST catalog makes it (its storage credential, the catalog's `uri` and
 copy of it as Spark's tasks get it (Java-serialized). Each gives S3A the table's keys, and renews
 them through the credential's `client.refresh-credentials-endpoint`, with the run's bearer token,
 once fewer than 5 minutes remain; never before."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,12 @@ def classpath(tmp_path_factory) -> str:
     if shutil.which("javac") is None:
         pytest.skip("javac (a JDK) is needed")
     pyspark_jars = Path(pyspark.__file__).parent / "jars"
-    jars = [*jar_paths(), *pyspark_jars.glob("hadoop-client-*.jar"), *pyspark_jars.glob("slf4j-api-*.jar"),
-            *pyspark_jars.glob("commons-*.jar")]
+    jars = [
+        *jar_paths(),
+        *pyspark_jars.glob("hadoop-client-*.jar"),
+        *pyspark_jars.glob("slf4j-api-*.jar"),
+        *pyspark_jars.glob("commons-*.jar"),
+    ]
     assert jars_dir() / ICEBERG_SPARK_RUNTIME.file_name in jars
     classes = tmp_path_factory.mktemp("renewal-check")
     path = ":".join(map(str, jars))
@@ -47,11 +52,23 @@ class Catalog(ThreadingHTTPServer):
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
                 catalog.calls.append((self.path, self.headers.get("Authorization")))
-                body = json.dumps({"storage-credentials": [{"prefix": "s3://bucket/ns/t", "config": {
-                    "s3.access-key-id": "RENEWED", "s3.secret-access-key": "renewed-secret",
-                    "s3.session-token": "renewed-token",
-                    "s3.session-token-expires-at-ms": str(int((time.time() + RENEWED_EXPIRY_S) * 1000)),
-                }}]}).encode()
+                body = json.dumps(
+                    {
+                        "storage-credentials": [
+                            {
+                                "prefix": "s3://bucket/ns/t",
+                                "config": {
+                                    "s3.access-key-id": "RENEWED",
+                                    "s3.secret-access-key": "renewed-secret",
+                                    "s3.session-token": "renewed-token",
+                                    "s3.session-token-expires-at-ms": str(
+                                        int((time.time() + RENEWED_EXPIRY_S) * 1000)
+                                    ),
+                                },
+                            }
+                        ]
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -79,8 +96,12 @@ def catalog():
 
 def check(classpath: str, catalog: Catalog, expires_in_s: float, mode: str) -> dict[str, list[str]]:
     expires_at_ms = int((time.time() + expires_in_s) * 1000)
-    answer = subprocess.run(["java", "-cp", classpath, "RenewalCheck", catalog.uri, str(expires_at_ms), mode],
-                            capture_output=True, text=True, timeout=60)
+    answer = subprocess.run(
+        ["java", "-cp", classpath, "RenewalCheck", catalog.uri, str(expires_at_ms), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert answer.returncode == 0, answer.stderr
     return {line.split()[0]: line.split()[1:] for line in answer.stdout.splitlines()}
 
@@ -88,7 +109,11 @@ def check(classpath: str, catalog: Catalog, expires_in_s: float, mode: str) -> d
 def test_keys_with_time_left_are_used_as_vended_on_the_driver_and_in_tasks(classpath, catalog):
     seen = check(classpath, catalog, expires_in_s=3600, mode="driver")
     assert seen["driver"][0] == "FIRST" and seen["driver"][2] == "0"
-    assert seen["task"][:3] == ["FIRST", "first-token", "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"]
+    assert seen["task"][:3] == [
+        "FIRST",
+        "first-token",
+        "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider",
+    ]
     assert seen["task"][3] == "0"
     assert catalog.calls == []  # a warm run pays no credential call
 
@@ -99,14 +124,23 @@ def test_keys_near_their_expiry_are_renewed_by_the_driver_with_the_runs_token(cl
     # The renewed expiry goes to S3A's settings: CredentialKeyedS3AFileSystem closes the set after it.
     assert abs(int(seen["driver"][1]) / 1000 - (time.time() + RENEWED_EXPIRY_S)) < 60
     assert seen["task"][:2] == ["RENEWED", "renewed-token"]  # the task got the renewed keys
-    assert catalog.calls == [("/catalog/v1/wh/namespaces/ns/tables/t/credentials", "Bearer the-runs-token")]
+    assert catalog.calls == [
+        ("/catalog/v1/wh/namespaces/ns/tables/t/credentials", "Bearer the-runs-token")
+    ]
 
 
 def test_a_task_renews_keys_that_near_their_expiry_itself(classpath, catalog):
     seen = check(classpath, catalog, expires_in_s=120, mode="task")
     assert "driver" not in seen
-    assert seen["task"] == ["RENEWED", "renewed-token", "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider", "1"]
-    assert catalog.calls == [("/catalog/v1/wh/namespaces/ns/tables/t/credentials", "Bearer the-runs-token")]
+    assert seen["task"] == [
+        "RENEWED",
+        "renewed-token",
+        "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider",
+        "1",
+    ]
+    assert catalog.calls == [
+        ("/catalog/v1/wh/namespaces/ns/tables/t/credentials", "Bearer the-runs-token")
+    ]
 
 
 def test_a_failed_renewal_keeps_the_keys_in_hand(classpath, catalog):

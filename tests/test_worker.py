@@ -5,6 +5,7 @@ The leases are checked on SQLite and PostgreSQL. The rest runs the worker as a r
 running real executions: the worker is killed mid-run and started again, and the database refuses
 every connection for 20 s mid-run.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,7 +64,9 @@ def test_postgresql_announces_new_work_and_state_changes_to_the_worker_at_once()
     try:
         announcements.wait(0)  # listening from here on
         with Session(engine) as db:
-            user = User(issuer="https://tests.invalid", subject="announced", email="announced@example.test")
+            user = User(
+                issuer="https://tests.invalid", subject="announced", email="announced@example.test"
+            )
             db.add(user)
             db.flush()
             db.add(ComputeUnit(owner_id=user.id, name="announced", kind="local"))
@@ -126,8 +129,14 @@ def test_a_lease_has_one_holder_until_it_expires_then_another_takes_it_over(leas
 
 
 # --------------------------------------------------------------------------- the worker as a process
-SLEEPY_STEP = [{"name": "slept", "kind": "python", "output": True,
-                "code": "import time\n\ndef run(spark):\n    time.sleep({seconds})\n    return spark.range(7)"}]
+SLEEPY_STEP = [
+    {
+        "name": "slept",
+        "kind": "python",
+        "output": True,
+        "code": "import time\n\ndef run(spark):\n    time.sleep({seconds})\n    return spark.range(7)",
+    }
+]
 
 
 def sleepy(seconds: int) -> list[dict]:
@@ -153,9 +162,13 @@ class WorkerProcess:
     def start(self) -> "WorkerProcess":
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "flask", "--app", "wsgi", "lakeport", "worker"], cwd=PROJECT_ROOT,
-            env={**os.environ, **environment_of(self.config)}, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [sys.executable, "-m", "flask", "--app", "wsgi", "lakeport", "worker"],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **environment_of(self.config)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         return self
 
@@ -193,10 +206,17 @@ def worker_stack(own_database, portal_config, lakehouse, tmp_path_factory):
     """The web side in this process, the worker as a subprocess, a newcomer with a warehouse and a
     RUNNING local unit whose Spark session is warm."""
     name, url = own_database
-    config = replace(portal_config, DATABASE_URL=url, LAKEKEEPER_URL=lakehouse.catalog_url, CU_MAX_CPUS=2,
-                     CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints,
-                     CU_MAX_MEMORY_GB=4.0, CU_MAX_WORKERS=1, CU_WARM_SPARK_ON_START=True,
-                     WORKER_LEASE_SECONDS=6.0)
+    config = replace(
+        portal_config,
+        DATABASE_URL=url,
+        LAKEKEEPER_URL=lakehouse.catalog_url,
+        CU_MAX_CPUS=2,
+        CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints,
+        CU_MAX_MEMORY_GB=4.0,
+        CU_MAX_WORKERS=1,
+        CU_WARM_SPARK_ON_START=True,
+        WORKER_LEASE_SECONDS=6.0,
+    )
     app = create_app(config)
     engine = make_engine(url)
     client = app.test_client()
@@ -281,19 +301,28 @@ def test_a_killed_worker_is_replaced_and_the_run_it_watched_completes(worker_sta
     assert reload(engine, ComputeUnit, cu_id).state == "RUNNING"
 
 
-def test_a_database_outage_of_20_seconds_mid_run_never_leaves_the_execution_stuck(worker_stack, own_database):
+def test_a_database_outage_of_20_seconds_mid_run_never_leaves_the_execution_stuck(
+    worker_stack, own_database
+):
     app, client, engine, user, cu_id, warehouse_id, new_worker, workers = worker_stack
     name, _url = own_database
     worker = workers[-1]
     execution_id = start_sleepy_run(client, engine, user, cu_id, warehouse_id, seconds=15)
     with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name))
+        )
         try:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
             time.sleep(20)  # the run ends on its unit meanwhile
         finally:
-            admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name)))
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
+            )
 
     engine.dispose()  # this test's own connections died too
     execution = wait_state(engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED"), timeout=120)
@@ -301,7 +330,9 @@ def test_a_database_outage_of_20_seconds_mid_run_never_leaves_the_execution_stuc
     if execution.state == "FAILED":
         assert execution.reason
     else:
-        assert json.loads(execution.outputs)["outputs"] == {"slept": f"results.e{execution_id}_slept"}
+        assert json.loads(execution.outputs)["outputs"] == {
+            "slept": f"results.e{execution_id}_slept"
+        }
     assert worker.alive  # the same worker process lived through it, retrying
 
     def own_lines() -> str:
@@ -312,5 +343,7 @@ def test_a_database_outage_of_20_seconds_mid_run_never_leaves_the_execution_stuc
     deadline = time.monotonic() + MAX_BACKOFF_SECONDS + 10
     while "the database answers again" not in own_lines() and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert "database unavailable" in own_lines() and "the database answers again" in own_lines(), own_lines()[-3000:]
+    assert "database unavailable" in own_lines() and "the database answers again" in own_lines(), (
+        own_lines()[-3000:]
+    )
     assert reload(engine, ComputeUnit, cu_id).state == "RUNNING"  # not stopped as idle underneath

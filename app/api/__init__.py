@@ -6,8 +6,18 @@ OpenAPI 3.1 document is generated from the routes and their pydantic models by s
 documents, supports Flask blueprints, and is kept up to date. A caller authenticates with a
 personal access token (`auth.py`, app/tokens/); errors are problem documents (`problems.py`).
 """
+
 from flask import Blueprint
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
-from app.api import auth, compute_units, executions, openapi, problems, tokens, warehouses, workflows  # noqa: E402,F401,E501
+from app.api import (  # noqa: E402,F401,E501
+    auth,
+    compute_units,
+    executions,
+    openapi,
+    problems,
+    tokens,
+    warehouses,
+    workflows,
+)

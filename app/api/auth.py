@@ -8,6 +8,7 @@ no CSRF token is needed), and a token opens no page. The token's owner is the ca
 pages, and another user's id answers 404. A `read` token only reads. Every call counts against
 its token's and its user's rate limits (`rate_limit.py`).
 """
+
 from __future__ import annotations
 
 from flask import g, request
@@ -55,12 +56,18 @@ def authenticate():
         user = bearer.user_for(text) if text else None
         scope, key = "run", f"oidc:{user.id}" if user else None
     if user is None:
-        raise ApiProblem(401, "A valid token is needed: Authorization: Bearer <personal access token>.",
-                         headers={"WWW-Authenticate": 'Bearer realm="lakeport"'})
+        raise ApiProblem(
+            401,
+            "A valid token is needed: Authorization: Bearer <personal access token>.",
+            headers={"WWW-Authenticate": 'Bearer realm="lakeport"'},
+        )
     if roles.suspended(user):  # the provider refused the user since their last sign-in
-        raise ApiProblem(401, "This token's owner must sign in to Lakeport again: the identity provider "
-                              "no longer confirms their sign-in.",
-                         headers={"WWW-Authenticate": 'Bearer realm="lakeport"'})
+        raise ApiProblem(
+            401,
+            "This token's owner must sign in to Lakeport again: the identity provider "
+            "no longer confirms their sign-in.",
+            headers={"WWW-Authenticate": 'Bearer realm="lakeport"'},
+        )
     g._login_user = user  # flask-login's current_user, for this request only
     rate_limit.count([key, f"user:{user.id}"])
     if request.method not in READ_METHODS and scope != "run":

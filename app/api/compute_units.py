@@ -1,4 +1,5 @@
 """The API's compute units: list, create, get, terminate."""
+
 from __future__ import annotations
 
 from flask import current_app
@@ -21,27 +22,40 @@ def unit_out(row: ComputeUnit) -> schemas.ComputeUnit:
 
 
 @bp.get("/compute-units")
-@spec.validate(query=schemas.ListQuery, resp=Response(HTTP_200=schemas.ComputeUnitPage, **ERRORS),
-               tags=["compute units"])
+@spec.validate(
+    query=schemas.ListQuery,
+    resp=Response(HTTP_200=schemas.ComputeUnitPage, **ERRORS),
+    tags=["compute units"],
+)
 def list_compute_units(query: schemas.ListQuery):
     """Your compute units (but those you cleared from the list)."""
-    return page_of(lifecycle.user_compute_units(current_user), query, unit_out, schemas.ComputeUnitPage)
+    return page_of(
+        lifecycle.user_compute_units(current_user), query, unit_out, schemas.ComputeUnitPage
+    )
 
 
 @bp.post("/compute-units")
-@spec.validate(json=schemas.ComputeUnitCreate, resp=Response(HTTP_201=schemas.ComputeUnit, HTTP_409=schemas.Problem,
-                                                             **ERRORS), tags=["compute units"])
+@spec.validate(
+    json=schemas.ComputeUnitCreate,
+    resp=Response(HTTP_201=schemas.ComputeUnit, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["compute units"],
+)
 def create_compute_unit(json: schemas.ComputeUnitCreate):
     """Ask for a compute unit: it is PENDING until the worker has started it."""
-    values, errors = forms.parse({key: str(value) for key, value in json.model_dump().items()},
-                                 current_app.config, *unit_choices(current_app.config, current_user))
+    values, errors = forms.parse(
+        {key: str(value) for key, value in json.model_dump().items()},
+        current_app.config,
+        *unit_choices(current_app.config, current_user),
+    )
     if errors:
         field, message = next(iter(errors.items()))
         raise ApiProblem(400, message, field)
     try:
         return unit_out(lifecycle.create(current_user, values)), 201
     except ComputeUnitError as error:
-        raise ApiProblem(409 if error.field in (None, "form") else 400, error.message, error.field) from None
+        raise ApiProblem(
+            409 if error.field in (None, "form") else 400, error.message, error.field
+        ) from None
 
 
 @bp.get("/compute-units/<int:cu_id>")

@@ -1,10 +1,12 @@
 """The API's executions: list, start (idempotent), get, cancel; results page by page, CSV, logs
 and lineage."""
+
 from __future__ import annotations
 
 import json as json_module
 
-from flask import Response as FlaskResponse, request
+from flask import Response as FlaskResponse
+from flask import request
 from flask_login import current_user
 from pydantic import BaseModel, Field
 from spectree import Response
@@ -35,28 +37,48 @@ class Lines(BaseModel):
 
 def execution_out(row: Execution) -> schemas.Execution:
     outputs = json_module.loads(row.outputs or "{}").get("outputs") or {}
-    fields = {name: getattr(row, name) for name in schemas.Execution.model_fields if hasattr(row, name)}
-    return schemas.Execution(**{**fields, "outputs": {str(step): str(table) for step, table in outputs.items()},
-                                "code_author": seen_version.execution_code_author(row)})
+    fields = {
+        name: getattr(row, name) for name in schemas.Execution.model_fields if hasattr(row, name)
+    }
+    return schemas.Execution(
+        **{
+            **fields,
+            "outputs": {str(step): str(table) for step, table in outputs.items()},
+            "code_author": seen_version.execution_code_author(row),
+        }
+    )
 
 
 def _version_conflict(changed: seen_version.VersionChanged) -> FlaskResponse:
     """409: the workflow's latest version is not the one the call saw (nothing started)."""
-    body = schemas.VersionConflict(type="about:blank", title="Conflict", status=409, detail=changed.message,
-                                   field="version", seen_version=changed.seen, latest_version=changed.latest)
+    body = schemas.VersionConflict(
+        type="about:blank",
+        title="Conflict",
+        status=409,
+        detail=changed.message,
+        field="version",
+        seen_version=changed.seen,
+        latest_version=changed.latest,
+    )
     return FlaskResponse(body.model_dump_json(), 409, content_type=PROBLEM_TYPE)
 
 
 def _output_table(execution: Execution, step: str) -> str:
     table = history.output_tables(execution).get(step)
     if table is None:
-        raise ApiProblem(404, f"Execution {execution.id} has no output {step!r} (only a completed one has outputs).")
+        raise ApiProblem(
+            404,
+            f"Execution {execution.id} has no output {step!r} (only a completed one has outputs).",
+        )
     return table
 
 
 @bp.get("/executions")
-@spec.validate(query=schemas.ListQuery, resp=Response(HTTP_200=schemas.ExecutionPage, **ERRORS),
-               tags=["executions"])
+@spec.validate(
+    query=schemas.ListQuery,
+    resp=Response(HTTP_200=schemas.ExecutionPage, **ERRORS),
+    tags=["executions"],
+)
 def list_executions(query: schemas.ListQuery):
     """Your executions (the newest 200)."""
     rows = [row.execution for row in history.user_executions(current_user)]
@@ -64,9 +86,16 @@ def list_executions(query: schemas.ListQuery):
 
 
 @bp.post("/executions")
-@spec.validate(json=schemas.ExecutionStart,
-               resp=Response(HTTP_201=schemas.Execution, HTTP_200=schemas.Execution, HTTP_409=schemas.VersionConflict,
-                             **ERRORS), tags=["executions"])
+@spec.validate(
+    json=schemas.ExecutionStart,
+    resp=Response(
+        HTTP_201=schemas.Execution,
+        HTTP_200=schemas.Execution,
+        HTTP_409=schemas.VersionConflict,
+        **ERRORS,
+    ),
+    tags=["executions"],
+)
 def start_execution(json: schemas.ExecutionStart):
     """Run a workflow's latest version, the one you saw (`version`), on one of your running units, into one of
     your active warehouses, optionally reading some tables at given snapshots (`pinned`). If a newer version
@@ -82,17 +111,35 @@ def start_execution(json: schemas.ExecutionStart):
         version = seen_version.version_to_run(current_user, workflow, json.version)
     except seen_version.VersionChanged as changed:
         return _version_conflict(changed)
-    asked = {"notify_on": json.notify.on, "webhook_url": json.notify.webhook_url,
-             "notify_email": json.notify.email} if json.notify else {}
+    asked = (
+        {
+            "notify_on": json.notify.on,
+            "webhook_url": json.notify.webhook_url,
+            "notify_email": json.notify.email,
+        }
+        if json.notify
+        else {}
+    )
     for field, message in notifications.check(asked).items():
-        raise ApiProblem(400, message, {"notify_on": "notify.on", "notify_email": "notify.email"}.get(
-            field, f"notify.{field}"))
+        raise ApiProblem(
+            400,
+            message,
+            {"notify_on": "notify.on", "notify_email": "notify.email"}.get(
+                field, f"notify.{field}"
+            ),
+        )
     db = get_db()
     try:
-        execution = runner.start(current_user, workflow, version, db.get(ComputeUnit, json.compute_unit_id),
-                                 db.get(Warehouse, json.warehouse_id), idempotency_key=key,
-                                 pinned_to={"tables": json.pinned} if json.pinned else None,
-                                 notify=notifications.fields(asked))
+        execution = runner.start(
+            current_user,
+            workflow,
+            version,
+            db.get(ComputeUnit, json.compute_unit_id),
+            db.get(Warehouse, json.warehouse_id),
+            idempotency_key=key,
+            pinned_to={"tables": json.pinned} if json.pinned else None,
+            notify=notifications.fields(asked),
+        )
     except runner.RunRefused as refusal:
         raise ApiProblem(400, refusal.message, refusal.field) from None
     except runner.AlreadyStarted as started:  # the same key, at the same moment
@@ -111,7 +158,10 @@ def get_execution(execution_id: int):
 
 
 @bp.post("/executions/<int:execution_id>/cancel")
-@spec.validate(resp=Response(HTTP_202=schemas.Execution, HTTP_409=schemas.Problem, **ERRORS), tags=["executions"])
+@spec.validate(
+    resp=Response(HTTP_202=schemas.Execution, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["executions"],
+)
 def cancel_execution(execution_id: int):
     """Cancel an execution: at once if it has not started, else as soon as its unit has stopped it."""
     execution = get_owned_or_404(Execution, execution_id)
@@ -123,8 +173,11 @@ def cancel_execution(execution_id: int):
 
 
 @bp.get("/executions/<int:execution_id>/results/<step>")
-@spec.validate(query=schemas.RowsQuery, resp=Response(HTTP_200=schemas.RowsPage, HTTP_409=schemas.Problem, **ERRORS),
-               tags=["executions"])
+@spec.validate(
+    query=schemas.RowsQuery,
+    resp=Response(HTTP_200=schemas.RowsPage, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["executions"],
+)
 def get_results(execution_id: int, step: str, query: schemas.RowsQuery):
     """One page of an output's rows."""
     execution = get_owned_or_404(Execution, execution_id)
@@ -139,13 +192,19 @@ def get_results_csv(execution_id: int, step: str):
     execution = get_owned_or_404(Execution, execution_id)
     table = _output_table(execution, step)
     chunks = table_read(lambda: results.csv_chunks(execution, table))
-    return FlaskResponse(chunks, mimetype="text/csv",
-                         headers={"Content-Disposition": f'attachment; filename="{table.replace(".", "-")}.csv"'})
+    return FlaskResponse(
+        chunks,
+        mimetype="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{table.replace(".", "-")}.csv"'},
+    )
 
 
 @bp.get("/executions/<int:execution_id>/logs")
-@spec.validate(query=LogsQuery, resp=Response(HTTP_200=schemas.RowsPage, HTTP_409=schemas.Problem, **ERRORS),
-               tags=["executions"])
+@spec.validate(
+    query=LogsQuery,
+    resp=Response(HTTP_200=schemas.RowsPage, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["executions"],
+)
 def get_logs(execution_id: int, query: LogsQuery):
     """One page of an ended execution's console log, in time order, optionally filtered by
     level, step and text (`q`). While it runs, `/logs/tail` has its last lines."""
@@ -153,7 +212,9 @@ def get_logs(execution_id: int, query: LogsQuery):
     if not results.ran_on_the_unit(execution):
         raise ApiProblem(409, "This execution has not ended on its unit: see /logs/tail.")
     filters = logs.LogFilters(level=query.level, step=query.step, text=query.q)
-    return rows_page(table_read(lambda: logs.log_view(execution, filters).page(query.page, query.size)))
+    return rows_page(
+        table_read(lambda: logs.log_view(execution, filters).page(query.page, query.size))
+    )
 
 
 @bp.get("/executions/<int:execution_id>/logs/tail")
@@ -161,7 +222,9 @@ def get_logs(execution_id: int, query: LogsQuery):
 def get_log_tail(execution_id: int):
     """The last lines the execution's unit reported (kept while it runs)."""
     execution = get_owned_or_404(Execution, execution_id)
-    return Lines(lines=[line for line in history.progress_of(execution)["logs"] if isinstance(line, dict)])
+    return Lines(
+        lines=[line for line in history.progress_of(execution)["logs"] if isinstance(line, dict)]
+    )
 
 
 @bp.get("/executions/<int:execution_id>/lineage")

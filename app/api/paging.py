@@ -1,5 +1,6 @@
 """What every API route shares: the errors it may answer, paging by cursor, reading tables, and
 JSON for values read from them."""
+
 from __future__ import annotations
 
 import base64
@@ -19,11 +20,15 @@ def page_of(rows: Sequence, query: schemas.ListQuery, convert: Callable, page_mo
     before = None
     if query.cursor is not None and (before := schemas.cursor_id(query.cursor)) is None:
         raise ApiProblem(400, "cursor: not one this API gave", "cursor")
-    ordered = sorted((row for row in rows if before is None or row.id < before), key=lambda row: -row.id)
-    items = ordered[:query.limit]
+    ordered = sorted(
+        (row for row in rows if before is None or row.id < before), key=lambda row: -row.id
+    )
+    items = ordered[: query.limit]
     more = len(ordered) > query.limit
-    return page_model(items=[convert(row) for row in items],
-                      next_cursor=schemas.cursor_after(items[-1].id) if more else None)
+    return page_model(
+        items=[convert(row) for row in items],
+        next_cursor=schemas.cursor_after(items[-1].id) if more else None,
+    )
 
 
 def jsonable(value):
@@ -55,6 +60,12 @@ def table_read(read: Callable, missing: str = "That table is not in the warehous
 
 
 def rows_page(page) -> schemas.RowsPage:
-    return schemas.RowsPage(columns=page.columns, types=list(page.types), total_rows=page.total_rows,
-                            page=page.page, size=page.size, pages=page.pages,
-                            rows=[[jsonable(cell) for cell in row] for row in page.rows])
+    return schemas.RowsPage(
+        columns=page.columns,
+        types=list(page.types),
+        total_rows=page.total_rows,
+        page=page.page,
+        size=page.size,
+        pages=page.pages,
+        rows=[[jsonable(cell) for cell in row] for row in page.rows],
+    )

@@ -1,5 +1,6 @@
 """Errors as problem documents (RFC 9457, `application/problem+json`): `title` says what, `detail`
 why, and a validation error names its `field`."""
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,22 @@ PROBLEM_TYPE = "application/problem+json"
 class ApiProblem(Exception):
     """End an API call with a problem document."""
 
-    def __init__(self, status: int, detail: str, field: str | None = None, headers: dict | None = None) -> None:
+    def __init__(
+        self, status: int, detail: str, field: str | None = None, headers: dict | None = None
+    ) -> None:
         super().__init__(detail)
         self.status, self.detail, self.field, self.headers = status, detail, field, headers or {}
 
 
-def problem(status: int, detail: str, field: str | None = None, headers: dict | None = None) -> Response:
-    body = {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": detail}
+def problem(
+    status: int, detail: str, field: str | None = None, headers: dict | None = None
+) -> Response:
+    body = {
+        "type": "about:blank",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
     if field:
         body["field"] = field
     return Response(json.dumps(body), status, headers=headers or {}, content_type=PROBLEM_TYPE)
@@ -47,8 +57,13 @@ def invalid_request(_request, response, validation_error, _instance, _adapter) -
     errors = validation_error.errors() if hasattr(validation_error, "errors") else []
     first = errors[0] if errors else {}
     field = ".".join(str(part) for part in first.get("loc", ())) or None
-    body = problem(400, f"{field or 'the request'}: {first.get('msg', 'invalid')}" if errors else "Invalid request.",
-                   field)
+    body = problem(
+        400,
+        f"{field or 'the request'}: {first.get('msg', 'invalid')}"
+        if errors
+        else "Invalid request.",
+        field,
+    )
     response.status_code = 400
     response.set_data(body.get_data())
     response.headers["Content-Type"] = PROBLEM_TYPE

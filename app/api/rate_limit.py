@@ -2,6 +2,7 @@
 each (a user's tokens share the user's count). Windows are rows (`api_rate_windows`), counted
 with one upsert, so every web process shares them; old windows are dropped as new ones start.
 Over a limit the call answers 429 with `Retry-After`."""
+
 from __future__ import annotations
 
 import time
@@ -28,14 +29,22 @@ def count(keys: list[str]) -> None:
         insert = postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert
         for key in keys:
             statement = insert(ApiRateWindow).values(key=key, window_start=window, calls=1)
-            statement = statement.on_conflict_do_update(index_elements=["key", "window_start"],
-                                                        set_={"calls": ApiRateWindow.calls + 1})
+            statement = statement.on_conflict_do_update(
+                index_elements=["key", "window_start"], set_={"calls": ApiRateWindow.calls + 1}
+            )
             db.exec(statement)
             calls = db.get(ApiRateWindow, (key, window), populate_existing=True).calls
             over = over or calls > limit
             if calls == 1:  # the first call of a window: the windows before it are done with
-                db.exec(delete(ApiRateWindow).where(ApiRateWindow.key == key, ApiRateWindow.window_start < window))
+                db.exec(
+                    delete(ApiRateWindow).where(
+                        ApiRateWindow.key == key, ApiRateWindow.window_start < window
+                    )
+                )
     if over:
         retry_after = max(1, int(window + WINDOW_SECONDS - now) + 1)
-        raise ApiProblem(429, f"Over {limit} calls a minute: try again in {retry_after} s.",
-                         headers={"Retry-After": str(retry_after)})
+        raise ApiProblem(
+            429,
+            f"Over {limit} calls a minute: try again in {retry_after} s.",
+            headers={"Retry-After": str(retry_after)},
+        )

@@ -1,11 +1,11 @@
 """What the API takes and returns, as pydantic models: spectree validates calls with them and
 writes the OpenAPI document from them."""
+
 from __future__ import annotations
 
 import base64
 import json
 from datetime import datetime
-
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -31,7 +31,9 @@ class VersionConflict(Problem):
     """A start refused because the workflow's latest version is not the one the call saw."""
 
     seen_version: int | None = Field(description="the version the call named (null: none)")
-    latest_version: int = Field(description="the workflow's latest version: look at it, then start again naming it")
+    latest_version: int = Field(
+        description="the workflow's latest version: look at it, then start again naming it"
+    )
 
 
 class ListQuery(Input):
@@ -50,7 +52,9 @@ class Warehouse(BaseModel):
     region: str
     created_at: datetime
     archived_at: datetime | None
-    closing: str = Field(description="what the worker still owes the catalog: archive, deactivate, purge, or ''")
+    closing: str = Field(
+        description="what the worker still owes the catalog: archive, deactivate, purge, or ''"
+    )
 
 
 class ComputeUnit(BaseModel):
@@ -101,16 +105,26 @@ class Notify(Input):
 
 class ExecutionStart(Input):
     workflow_id: int
-    version: int | None = Field(None, description=(
-        "the version you saw (and reviewed): it runs only if it is still the workflow's latest, else 409 "
-        "(`seen_version`, `latest_version`) and nothing starts. Absent: the latest, for a workflow of your own "
-        "only; someone else's workflow must be named at a version (409 otherwise)"))
+    version: int | None = Field(
+        None,
+        description=(
+            "the version you saw (and reviewed): it runs only if it is still the workflow's latest, else 409 "
+            "(`seen_version`, `latest_version`) and nothing starts. Absent: the latest, for a workflow of your own "
+            "only; someone else's workflow must be named at a version (409 otherwise)"
+        ),
+    )
     compute_unit_id: int
     warehouse_id: int
-    pinned: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)+$", max_length=256)],
-                 Annotated[int, Field(ge=0)]] = Field(
-        default_factory=dict, max_length=100,
-        description="tables to read at a snapshot (`namespace.table` → snapshot id), e.g. an earlier run's inputs")
+    pinned: dict[
+        Annotated[
+            str, StringConstraints(pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)+$", max_length=256)
+        ],
+        Annotated[int, Field(ge=0)],
+    ] = Field(
+        default_factory=dict,
+        max_length=100,
+        description="tables to read at a snapshot (`namespace.table` → snapshot id), e.g. an earlier run's inputs",
+    )
     notify: Notify | None = None
 
 
@@ -127,11 +141,19 @@ class Execution(BaseModel):
     started_at: datetime | None
     ended_at: datetime | None
     outputs: dict[str, str] = Field(description="output step → its table in the warehouse")
-    notify_on: str = Field("", description="when its owner is told it ended (failure, success, both; empty: never)")
-    code_author: str | None = Field(None, description="whose code it runs with your credentials (their email, "
-                                                      "else name) when the workflow is someone else's; null: yours")
-    webhook_secret: str | None = Field(None, description="the key of the webhook's X-Lakeport-Signature HMAC: "
-                                                         "in the answer that started the execution only")
+    notify_on: str = Field(
+        "", description="when its owner is told it ended (failure, success, both; empty: never)"
+    )
+    code_author: str | None = Field(
+        None,
+        description="whose code it runs with your credentials (their email, "
+        "else name) when the workflow is someone else's; null: yours",
+    )
+    webhook_secret: str | None = Field(
+        None,
+        description="the key of the webhook's X-Lakeport-Signature HMAC: "
+        "in the answer that started the execution only",
+    )
 
 
 class StorageIn(Input):
@@ -155,7 +177,9 @@ class PurgeIn(Input):
 class Purged(BaseModel):
     tables_dropped: int
     namespaces_dropped: int
-    pending: bool = Field(description="Lakekeeper still deletes the files; the warehouse goes once it has")
+    pending: bool = Field(
+        description="Lakekeeper still deletes the files; the warehouse goes once it has"
+    )
 
 
 class StorageCheck(BaseModel):

@@ -1,4 +1,5 @@
 """The API's own token: a script revokes the personal access token it called with when done."""
+
 from __future__ import annotations
 
 from flask import g
@@ -16,6 +17,9 @@ from app.tokens import service as tokens
 def revoke_current_token():
     """Revoke the personal access token this call carries (it opens nothing afterwards)."""
     if g.api_token is None:
-        raise ApiProblem(409, "This call carries no personal access token (an identity provider's token expires by itself).")
+        raise ApiProblem(
+            409,
+            "This call carries no personal access token (an identity provider's token expires by itself).",
+        )
     tokens.revoke(g.api_token)
     return "", 204

@@ -1,4 +1,5 @@
 """The API's warehouses: list, get, test a connection, register, archive; their tables."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -39,19 +40,30 @@ def _refusals():
     except WarehouseActionError as error:
         raise ApiProblem(400 if error.field else 409, error.message, error.field) from None
     except ProbesLimited as limited:
-        raise ApiProblem(429, limited.message, headers={"Retry-After": str(limited.retry_after)}) from None
+        raise ApiProblem(
+            429, limited.message, headers={"Retry-After": str(limited.retry_after)}
+        ) from None
 
 
 @bp.get("/warehouses")
-@spec.validate(query=schemas.ListQuery, resp=Response(HTTP_200=schemas.WarehousePage, **ERRORS), tags=["warehouses"])
+@spec.validate(
+    query=schemas.ListQuery,
+    resp=Response(HTTP_200=schemas.WarehousePage, **ERRORS),
+    tags=["warehouses"],
+)
 def list_warehouses(query: schemas.ListQuery):
     """Your warehouses."""
-    return page_of(service.user_warehouses(current_user), query, warehouse_out, schemas.WarehousePage)
+    return page_of(
+        service.user_warehouses(current_user), query, warehouse_out, schemas.WarehousePage
+    )
 
 
 @bp.post("/warehouses")
-@spec.validate(json=schemas.StorageIn, resp=Response(HTTP_201=schemas.Warehouse, HTTP_409=schemas.Problem, **ERRORS),
-               tags=["warehouses"])
+@spec.validate(
+    json=schemas.StorageIn,
+    resp=Response(HTTP_201=schemas.Warehouse, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["warehouses"],
+)
 def register_warehouse(json: schemas.StorageIn):
     """Register a warehouse on your bucket: the keys go to the catalog, never into Lakeport."""
     with _refusals():
@@ -59,15 +71,26 @@ def register_warehouse(json: schemas.StorageIn):
 
 
 @bp.post("/warehouses/test-connection")
-@spec.validate(json=schemas.StorageIn, resp=Response(HTTP_200=schemas.StorageReport, **ERRORS), tags=["warehouses"])
+@spec.validate(
+    json=schemas.StorageIn,
+    resp=Response(HTTP_200=schemas.StorageReport, **ERRORS),
+    tags=["warehouses"],
+)
 def test_warehouse_connection(json: schemas.StorageIn):
     """Write, read, list and delete a probe object with these keys (nothing is registered)."""
     storage = _storage(json, forms.PROBE_FIELDS)
     with _refusals():
         report = service.test_connection(storage, current_user)
-    return schemas.StorageReport(ok=report.ok, location=str(report.location), checks=[
-        schemas.StorageCheck(name=check.name, outcome=check.outcome.value, message=check.message)
-        for check in report.checks])
+    return schemas.StorageReport(
+        ok=report.ok,
+        location=str(report.location),
+        checks=[
+            schemas.StorageCheck(
+                name=check.name, outcome=check.outcome.value, message=check.message
+            )
+            for check in report.checks
+        ],
+    )
 
 
 @bp.get("/warehouses/<int:warehouse_id>")
@@ -78,7 +101,10 @@ def get_warehouse(warehouse_id: int):
 
 
 @bp.post("/warehouses/<int:warehouse_id>/archive")
-@spec.validate(resp=Response(HTTP_202=schemas.Warehouse, HTTP_409=schemas.Problem, **ERRORS), tags=["warehouses"])
+@spec.validate(
+    resp=Response(HTTP_202=schemas.Warehouse, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["warehouses"],
+)
 def archive_warehouse(warehouse_id: int):
     """No new executions; those writing into it are stopped; what it holds stays readable."""
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
@@ -88,32 +114,45 @@ def archive_warehouse(warehouse_id: int):
 
 
 @bp.post("/warehouses/<int:warehouse_id>/purge")
-@spec.validate(json=schemas.PurgeIn, resp=Response(HTTP_200=schemas.Purged, HTTP_409=schemas.Problem, **ERRORS),
-               tags=["warehouses"])
+@spec.validate(
+    json=schemas.PurgeIn,
+    resp=Response(HTTP_200=schemas.Purged, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["warehouses"],
+)
 def purge_warehouse(warehouse_id: int, json: schemas.PurgeIn):
     """Delete an archived warehouse's tables and files, then the warehouse (cannot be undone)."""
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
     with _refusals():
         outcome = service.purge(warehouse, json.confirm_name)
-    return schemas.Purged(tables_dropped=outcome.tables_dropped, namespaces_dropped=outcome.namespaces_dropped,
-                          pending=outcome.pending)
+    return schemas.Purged(
+        tables_dropped=outcome.tables_dropped,
+        namespaces_dropped=outcome.namespaces_dropped,
+        pending=outcome.pending,
+    )
 
 
 @bp.get("/warehouses/<int:warehouse_id>/tables")
-@spec.validate(resp=Response(HTTP_200=list[schemas.TableRef], HTTP_409=schemas.Problem, **ERRORS),
-               tags=["warehouses"])
+@spec.validate(
+    resp=Response(HTTP_200=list[schemas.TableRef], HTTP_409=schemas.Problem, **ERRORS),
+    tags=["warehouses"],
+)
 def list_tables(warehouse_id: int):
     """Every table of the warehouse, by namespace."""
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
     with _refusals():
         listings = service.browse(warehouse)
-    return [schemas.TableRef(namespace=listing.name, name=table.identifier.name)
-            for listing in listings for table in listing.tables]
+    return [
+        schemas.TableRef(namespace=listing.name, name=table.identifier.name)
+        for listing in listings
+        for table in listing.tables
+    ]
 
 
 @bp.get("/warehouses/<int:warehouse_id>/tables/<name>")
-@spec.validate(resp=Response(HTTP_200=schemas.TableOverview, HTTP_409=schemas.Problem, **ERRORS),
-               tags=["warehouses"])
+@spec.validate(
+    resp=Response(HTTP_200=schemas.TableOverview, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["warehouses"],
+)
 def get_table(warehouse_id: int, name: str):
     """A table's schema, properties, snapshots (newest first) and size; `name` is `namespace.table`."""
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
@@ -121,7 +160,11 @@ def get_table(warehouse_id: int, name: str):
         raise ApiProblem(404, "No such table.")
     found = table_read(lambda: tables.overview(warehouse, name), missing="No such table.")
     return schemas.TableOverview(
-        name=found.name, location=found.location, properties=found.properties, total_records=found.total_records,
+        name=found.name,
+        location=found.location,
+        properties=found.properties,
+        total_records=found.total_records,
         total_bytes=found.total_bytes,
         columns=[schemas.Column(**vars(column)) for column in found.columns],
-        snapshots=[schemas.Snapshot(**vars(snapshot)) for snapshot in found.snapshots])
+        snapshots=[schemas.Snapshot(**vars(snapshot)) for snapshot in found.snapshots],
+    )

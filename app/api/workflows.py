@@ -1,4 +1,5 @@
 """The API's workflows: list, get, save a new version."""
+
 from __future__ import annotations
 
 from flask_login import current_user
@@ -10,19 +11,32 @@ from app.api.paging import ERRORS, page_of
 from app.api.problems import ApiProblem
 from app.db import get_owned_or_404
 from app.models import Workflow
-from app.workflows import service, sharing as workflow_sharing, steps as step_model
+from app.workflows import service
+from app.workflows import sharing as workflow_sharing
+from app.workflows import steps as step_model
 from app.workflows.service import WorkflowActionError
 from compute.contract import Step
 
 
 def workflow_out(row: Workflow) -> schemas.Workflow:
-    steps = [schemas.Step(**step.to_dict()) for step in service.steps_of(service.latest_version(row))]
-    return schemas.Workflow(id=row.id, name=row.name, description=row.description,
-                            latest_version=row.latest_version, steps=steps)
+    steps = [
+        schemas.Step(**step.to_dict()) for step in service.steps_of(service.latest_version(row))
+    ]
+    return schemas.Workflow(
+        id=row.id,
+        name=row.name,
+        description=row.description,
+        latest_version=row.latest_version,
+        steps=steps,
+    )
 
 
 @bp.get("/workflows")
-@spec.validate(query=schemas.ListQuery, resp=Response(HTTP_200=schemas.WorkflowPage, **ERRORS), tags=["workflows"])
+@spec.validate(
+    query=schemas.ListQuery,
+    resp=Response(HTTP_200=schemas.WorkflowPage, **ERRORS),
+    tags=["workflows"],
+)
 def list_workflows(query: schemas.ListQuery):
     """Your workflows, each with the steps of its latest version."""
     return page_of(service.user_workflows(current_user), query, workflow_out, schemas.WorkflowPage)
@@ -37,8 +51,11 @@ def get_workflow(workflow_id: int):
 
 
 @bp.post("/workflows/<int:workflow_id>/versions")
-@spec.validate(json=schemas.StepsIn, resp=Response(HTTP_201=schemas.Workflow, HTTP_409=schemas.Problem, **ERRORS),
-               tags=["workflows"])
+@spec.validate(
+    json=schemas.StepsIn,
+    resp=Response(HTTP_201=schemas.Workflow, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["workflows"],
+)
 def save_workflow_version(workflow_id: int, json: schemas.StepsIn):
     """Save the steps as the workflow's next version (versions never change once saved). The
     steps get the editor's checks; `base_version` must be the latest, or the save is refused."""

@@ -1,4 +1,5 @@
 """Single sign-on: OpenID Connect sign-in, sign-out and the user session."""
+
 from flask import Blueprint
 
 bp = Blueprint("auth", __name__, url_prefix="/auth")

@@ -1,6 +1,7 @@
 """Bearer tokens from the identity provider, for the API: a JWT the provider signed (checked
 against its published keys), from the configured issuer, for the portal's audience (its client
 id), unexpired, naming a user who has signed in to Lakeport before."""
+
 from __future__ import annotations
 
 import logging
@@ -29,7 +30,9 @@ def _keys() -> jwt.PyJWKClient:
             timeout = current_app.config["OIDC_TIMEOUT_SECONDS"]
             discovery = httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=timeout)
             discovery.raise_for_status()
-            _clients[issuer] = jwt.PyJWKClient(discovery.json()["jwks_uri"], cache_keys=True, timeout=int(timeout))
+            _clients[issuer] = jwt.PyJWKClient(
+                discovery.json()["jwks_uri"], cache_keys=True, timeout=int(timeout)
+            )
         return _clients[issuer]
 
 
@@ -40,8 +43,15 @@ def verified_claims(text: str, require: tuple[str, ...] = ("exp", "iat", "sub"))
     """The claims of a JWT the provider signed for this portal (issuer, audience, expiry checked);
     raises one of TOKEN_ERRORS otherwise."""
     key = _keys().get_signing_key_from_jwt(text)
-    return jwt.decode(text, key.key, algorithms=ALGORITHMS, audience=current_app.config["OIDC_CLIENT_ID"],
-                      issuer=current_app.config["OIDC_ISSUER"], options={"require": list(require)}, leeway=30)
+    return jwt.decode(
+        text,
+        key.key,
+        algorithms=ALGORITHMS,
+        audience=current_app.config["OIDC_CLIENT_ID"],
+        issuer=current_app.config["OIDC_ISSUER"],
+        options={"require": list(require)},
+        leeway=30,
+    )
 
 
 def user_for(text: str) -> User | None:
@@ -53,5 +63,12 @@ def user_for(text: str) -> User | None:
     except TOKEN_ERRORS as error:
         logger.info("a bearer token was refused: %s", type(error).__name__)
         return None
-    return get_db().exec(select(User).where(User.issuer == current_app.config["OIDC_ISSUER"],
-                                            User.subject == claims["sub"])).first()
+    return (
+        get_db()
+        .exec(
+            select(User).where(
+                User.issuer == current_app.config["OIDC_ISSUER"], User.subject == claims["sub"]
+            )
+        )
+        .first()
+    )

@@ -5,6 +5,7 @@ Endpoints come from the issuer's discovery document. Of the tokens only the refr
 kept, encrypted in the user's row (app/auth/provider_grant.py), so that the worker can ask the
 provider about the user again; a signed cookie is not a place for tokens.
 """
+
 from __future__ import annotations
 
 from urllib.parse import urlencode
@@ -56,8 +57,11 @@ def _asking_provider(call):
     try:
         return call()
     except PROVIDER_UNREACHABLE as exc:
-        raise SignInError(UNREACHABLE_TITLE,
-                          "The sign-in service is not answering right now. Please try again in a minute.", 503) from exc
+        raise SignInError(
+            UNREACHABLE_TITLE,
+            "The sign-in service is not answering right now. Please try again in a minute.",
+            503,
+        ) from exc
 
 
 def provider_metadata() -> dict:
@@ -75,8 +79,10 @@ def start_sign_in():
 
 
 CALLBACK_ERRORS = {
-    "access_denied": ("Sign-in cancelled", "You cancelled the sign-in, or did not give consent. "
-                      "Sign in again whenever you are ready."),
+    "access_denied": (
+        "Sign-in cancelled",
+        "You cancelled the sign-in, or did not give consent. Sign in again whenever you are ready.",
+    ),
     "login_required": ("Sign-in required", "The identity provider asked you to sign in again."),
 }
 
@@ -85,22 +91,35 @@ def finish_sign_in(args) -> tuple[dict, str | None]:
     """Exchange the callback's code for tokens; return the verified ID-token claims and the
     refresh token (None when the provider gave none)."""
     if "error" in args:
-        raise SignInError(*CALLBACK_ERRORS.get(
-            args["error"], ("Sign-in failed", "The identity provider reported an error and did not sign you in.")))
+        raise SignInError(
+            *CALLBACK_ERRORS.get(
+                args["error"],
+                (
+                    "Sign-in failed",
+                    "The identity provider reported an error and did not sign you in.",
+                ),
+            )
+        )
     try:
         token = client().authorize_access_token()
     except PROVIDER_UNREACHABLE as exc:
-        raise SignInError(UNREACHABLE_TITLE,
-                          "The sign-in service stopped answering while signing you in. Please try again.",
-                          503) from exc
+        raise SignInError(
+            UNREACHABLE_TITLE,
+            "The sign-in service stopped answering while signing you in. Please try again.",
+            503,
+        ) from exc
     except OAuthError as exc:
         if exc.error == "mismatching_state":
-            raise SignInError("Sign-in expired",
-                              "This sign-in link is no longer valid (it was used already, or it expired). "
-                              "Please sign in again.") from exc
-        raise SignInError("Sign-in failed",
-                          "The identity provider did not accept this sign-in "
-                          f"({exc.error or 'unknown error'}). Please sign in again.") from exc
+            raise SignInError(
+                "Sign-in expired",
+                "This sign-in link is no longer valid (it was used already, or it expired). "
+                "Please sign in again.",
+            ) from exc
+        raise SignInError(
+            "Sign-in failed",
+            "The identity provider did not accept this sign-in "
+            f"({exc.error or 'unknown error'}). Please sign in again.",
+        ) from exc
     claims = token.get("userinfo")
     if not claims or not claims.get("sub"):
         raise SignInError("Sign-in failed", "The identity provider sent no identity.")
@@ -116,17 +135,21 @@ def sign_out_url() -> str | None:
         return None
     if not endpoint:
         return None
-    query = urlencode({
-        "client_id": current_app.config["OIDC_CLIENT_ID"],
-        "post_logout_redirect_uri": _portal_url("/auth/logged-out"),
-    })
+    query = urlencode(
+        {
+            "client_id": current_app.config["OIDC_CLIENT_ID"],
+            "post_logout_redirect_uri": _portal_url("/auth/logged-out"),
+        }
+    )
     return f"{endpoint}?{query}"
 
 
 def provider_reachable() -> bool:
     try:
-        response = requests.get(discovery_url(current_app.config["OIDC_ISSUER"]),
-                                timeout=current_app.config["OIDC_TIMEOUT_SECONDS"])
+        response = requests.get(
+            discovery_url(current_app.config["OIDC_ISSUER"]),
+            timeout=current_app.config["OIDC_TIMEOUT_SECONDS"],
+        )
     except requests.RequestException:
         return False
     return response.ok

@@ -7,6 +7,7 @@ SECRET_KEY), never logged, never shown, and dropped once it stops working. What 
 is the provider's to say: `invalid_grant` (the user disabled or deleted, the session ended or
 revoked, the token expired) is final; a provider that does not answer is not (docs/identity.md).
 """
+
 from __future__ import annotations
 
 import base64
@@ -78,7 +79,9 @@ def _token_endpoint() -> str:
     try:
         return oidc.client().load_server_metadata()["token_endpoint"]
     except (requests.RequestException, KeyError, ValueError) as error:
-        raise ProviderUnavailable(f"no token endpoint: {type(error).__name__}", answered=False) from None
+        raise ProviderUnavailable(
+            f"no token endpoint: {type(error).__name__}", answered=False
+        ) from None
 
 
 def http_client() -> httpx.Client:
@@ -90,15 +93,22 @@ def confirm(subject: str, refresh_token: str, http: httpx.Client) -> Confirmatio
     """Ask the provider about `subject` again with its refresh token. Raises ProviderRefused or
     ProviderUnavailable."""
     try:
-        answer = http.post(_token_endpoint(), headers={"Authorization": _client_auth(), "Accept": "application/json"},
-                           data={"grant_type": "refresh_token", "refresh_token": refresh_token})
+        answer = http.post(
+            _token_endpoint(),
+            headers={"Authorization": _client_auth(), "Accept": "application/json"},
+            data={"grant_type": "refresh_token", "refresh_token": refresh_token},
+        )
     except httpx.HTTPError as error:
         raise ProviderUnavailable(type(error).__name__, answered=False) from None
     try:
         body = answer.json()
     except ValueError:
         body = {}
-    if answer.status_code == 400 and isinstance(body, dict) and body.get("error") == "invalid_grant":
+    if (
+        answer.status_code == 400
+        and isinstance(body, dict)
+        and body.get("error") == "invalid_grant"
+    ):
         raise ProviderRefused("invalid_grant")
     if answer.status_code != 200 or not isinstance(body, dict):
         error = body.get("error") if isinstance(body, dict) else None

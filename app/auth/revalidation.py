@@ -16,6 +16,7 @@ IDENTITY_BOUND_SECONDS on every path: pages, API tokens, and the catalog's group
 
 Why the refresh grant and not Keycloak's admin API or back-channel logout: docs/identity.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,21 +53,31 @@ def revalidate() -> None:
 def _active(now):
     """The clause of users who may act now: a session possible, or a live token."""
     since = now - timedelta(hours=current_app.config["SESSION_MAX_HOURS"])
-    live_token = exists().where(ApiToken.owner_id == User.id, ApiToken.revoked_at.is_(None),
-                                ApiToken.expires_at > now)
+    live_token = exists().where(
+        ApiToken.owner_id == User.id, ApiToken.revoked_at.is_(None), ApiToken.expires_at > now
+    )
     return or_(User.last_login_at >= since, live_token)
 
 
 def _active_with_grant(now) -> list[int]:
     with Session(engine()) as db:
-        return list(db.exec(select(User.id).where(User.refresh_token_sealed.is_not(None),
-                                                  User.suspended_at.is_(None), _active(now))))
+        return list(
+            db.exec(
+                select(User.id).where(
+                    User.refresh_token_sealed.is_not(None),
+                    User.suspended_at.is_(None),
+                    _active(now),
+                )
+            )
+        )
 
 
 def _drop_idle_grants(now) -> list[int]:
     """Refresh tokens of users who can no longer act are not kept (nor kept alive by asking)."""
     with Session(engine()) as db:
-        ids = list(db.exec(select(User.id).where(User.refresh_token_sealed.is_not(None), ~_active(now))))
+        ids = list(
+            db.exec(select(User.id).where(User.refresh_token_sealed.is_not(None), ~_active(now)))
+        )
         if ids:
             db.exec(update(User).where(User.id.in_(ids)).values(refresh_token_sealed=None))
             db.commit()
@@ -86,19 +97,39 @@ def _ask_again(user_id: int, http) -> bool:
         confirmation = provider_grant.confirm(subject, token, http)
     except provider_grant.ProviderRefused:
         if _record(user_id, sealed, refresh_token_sealed=None, suspended_at=utcnow(), groups="[]"):
-            audit.record("user.suspend", _user(user_id), owner_id=user_id,
-                         reason="the identity provider refused the refresh grant (invalid_grant)")
+            audit.record(
+                "user.suspend",
+                _user(user_id),
+                owner_id=user_id,
+                reason="the identity provider refused the refresh grant (invalid_grant)",
+            )
             _sync_catalog(user_id)
         return True
     except provider_grant.ProviderUnavailable as error:
-        logger.warning("user %s: the identity provider could not confirm the groups: %s", user_id, error)
+        logger.warning(
+            "user %s: the identity provider could not confirm the groups: %s", user_id, error
+        )
         return error.answered  # it answered this one: ask the others
     groups = groups_from_claims(confirmation.claims)
     before = _user(user_id).group_names
-    resealed = sealed if confirmation.refresh_token == token else provider_grant.seal(confirmation.refresh_token)
-    if _record(user_id, sealed, refresh_token_sealed=resealed, groups=json.dumps(groups),
-               groups_checked_at=utcnow()) and groups != before:
-        audit.record("user.groups_change", _user(user_id), owner_id=user_id, before=before, after=groups)
+    resealed = (
+        sealed
+        if confirmation.refresh_token == token
+        else provider_grant.seal(confirmation.refresh_token)
+    )
+    if (
+        _record(
+            user_id,
+            sealed,
+            refresh_token_sealed=resealed,
+            groups=json.dumps(groups),
+            groups_checked_at=utcnow(),
+        )
+        and groups != before
+    ):
+        audit.record(
+            "user.groups_change", _user(user_id), owner_id=user_id, before=before, after=groups
+        )
         _sync_catalog(user_id)
     return True
 
@@ -107,8 +138,11 @@ def _record(user_id: int, sealed: str | None, **values) -> bool:
     """Write `values` unless the user signed in meanwhile (their refresh token changed): a
     sign-in's answer is newer than this pass's."""
     with Session(engine()) as db:
-        changed = db.exec(update(User).where(User.id == user_id, User.refresh_token_sealed == sealed)
-                          .values(**values)).rowcount
+        changed = db.exec(
+            update(User)
+            .where(User.id == user_id, User.refresh_token_sealed == sealed)
+            .values(**values)
+        ).rowcount
         db.commit()
     return changed == 1
 
@@ -116,19 +150,38 @@ def _record(user_id: int, sealed: str | None, **values) -> bool:
 def _expire_unconfirmed(now) -> None:
     """Empty the groups that will be older than the bound before the next pass comes."""
     config = current_app.config
-    horizon = now - timedelta(seconds=config["IDENTITY_BOUND_SECONDS"] - config["IDENTITY_CHECK_SECONDS"])
+    horizon = now - timedelta(
+        seconds=config["IDENTITY_BOUND_SECONDS"] - config["IDENTITY_CHECK_SECONDS"]
+    )
     with Session(engine()) as db:
-        lapsing = list(db.exec(select(User.id, User.groups_checked_at).where(
-            User.groups != "[]", or_(User.groups_checked_at.is_(None), User.groups_checked_at < horizon))))
+        lapsing = list(
+            db.exec(
+                select(User.id, User.groups_checked_at).where(
+                    User.groups != "[]",
+                    or_(User.groups_checked_at.is_(None), User.groups_checked_at < horizon),
+                )
+            )
+        )
     for user_id, checked_at in lapsing:
         with Session(engine()) as db:
-            changed = db.exec(update(User).where(User.id == user_id, User.groups_checked_at.is_(None)
-                                                 if checked_at is None else User.groups_checked_at == checked_at)
-                              .values(groups="[]")).rowcount
+            changed = db.exec(
+                update(User)
+                .where(
+                    User.id == user_id,
+                    User.groups_checked_at.is_(None)
+                    if checked_at is None
+                    else User.groups_checked_at == checked_at,
+                )
+                .values(groups="[]")
+            ).rowcount
             db.commit()
         if changed:
-            audit.record("user.groups_expire", _user(user_id), owner_id=user_id,
-                         last_confirmed=checked_at.isoformat() if checked_at else None)
+            audit.record(
+                "user.groups_expire",
+                _user(user_id),
+                owner_id=user_id,
+                last_confirmed=checked_at.isoformat() if checked_at else None,
+            )
             _sync_catalog(user_id)
 
 
@@ -140,6 +193,8 @@ def _user(user_id: int) -> User:
 
 def _sync_catalog(user_id: int) -> None:
     """The user's memberships of the groups' Lakekeeper roles follow their groups now."""
-    from app.warehouses import sharing  # a feature's module, imported when needed (as the worker does)
+    from app.warehouses import (
+        sharing,  # a feature's module, imported when needed (as the worker does)
+    )
 
     sharing.sync_memberships(_user(user_id))

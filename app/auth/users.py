@@ -4,6 +4,7 @@ A session carries the time of its sign-in (SIGNED_IN_KEY). It ends SESSION_MAX_H
 however active, and at once when the provider refused the user after it (a suspension by the
 worker's re-validation, app/auth/revalidation.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,9 @@ def upsert_user_from_claims(issuer: str, claims: dict, refresh_token: str | None
     refreshed on each, confirmed now; the sign-in's refresh token kept (sealed) for re-validation,
     and a suspension lifted."""
     with writing_session() as db:  # the sign-in callback is a GET, whose own session reads only
-        user = db.exec(select(User).where(User.issuer == issuer, User.subject == claims["sub"])).first()
+        user = db.exec(
+            select(User).where(User.issuer == issuer, User.subject == claims["sub"])
+        ).first()
         if user is None:
             user = User(issuer=issuer, subject=claims["sub"])
         user.name = claims.get("name") or claims.get("preferred_username") or ""

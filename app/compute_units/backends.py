@@ -1,4 +1,5 @@
 """Which Ray cluster backend serves each kind of compute unit, built from the portal's settings."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,20 +19,27 @@ KIND_LABELS = {
 
 
 def local_limits(config) -> LocalLimits:
-    return LocalLimits(tasks_per_node=config["CU_TASKS_PER_NODE"], disk_bytes=int(config["CU_DISK_GB"] * 2**30),
-                       cgroup_parent=config["CU_CGROUP_PARENT"], allow_unlimited=config["CU_ALLOW_UNLIMITED_UNITS"])
+    return LocalLimits(
+        tasks_per_node=config["CU_TASKS_PER_NODE"],
+        disk_bytes=int(config["CU_DISK_GB"] * 2**30),
+        cgroup_parent=config["CU_CGROUP_PARENT"],
+        allow_unlimited=config["CU_ALLOW_UNLIMITED_UNITS"],
+    )
 
 
 def backend_for(kind: str, config) -> ClusterBackend:
     if kind == "local":
-        return LocalClusterBackend(Path(config["CU_WORK_DIR"]) if config["CU_WORK_DIR"] else None,
-                                   endpoints=allowed_endpoints(config["LAKEKEEPER_URL"], config["CU_ALLOWED_ENDPOINTS"]),
-                                   limits=local_limits(config))
+        return LocalClusterBackend(
+            Path(config["CU_WORK_DIR"]) if config["CU_WORK_DIR"] else None,
+            endpoints=allowed_endpoints(config["LAKEKEEPER_URL"], config["CU_ALLOWED_ENDPOINTS"]),
+            limits=local_limits(config),
+        )
     if kind == "existing":
         return ExistingClusterBackend(parse_listed_clusters(config["RAY_CLUSTERS"]))
     if kind == "kuberay":
         connection = KubernetesConnection(
-            api_url=config["KUBERAY_API_URL"], namespace=config["KUBERAY_NAMESPACE"],
+            api_url=config["KUBERAY_API_URL"],
+            namespace=config["KUBERAY_NAMESPACE"],
             token=Path(config["KUBERAY_TOKEN_FILE"]).read_text().strip(),
             verify=config["KUBERAY_CA_FILE"] or True,
         )

@@ -11,6 +11,7 @@ and the transport's `SparkHostError`.
 
 Only the worker calls through this door: requests record what they want (app/worker.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,9 +33,26 @@ from app.untrusted import clean_text
 from compute.contract import ACCESS_DELEGATION, RunState
 
 __all__ = [
-    "HOST_CALL_TIMEOUT_SECONDS", "NoCatalogToken", "RunNotCompleted", "SparkHostClient", "SparkHostError", "UnitUnavailable",
-    "REASON_LIMIT", "cancel", "catalog_binding", "failure_reason", "first_ready_host", "forget_ready", "make_ready", "ready_app", "run_to_end",
-    "run_token", "running_host", "submit", "unit_failure", "watching",
+    "HOST_CALL_TIMEOUT_SECONDS",
+    "NoCatalogToken",
+    "RunNotCompleted",
+    "SparkHostClient",
+    "SparkHostError",
+    "UnitUnavailable",
+    "REASON_LIMIT",
+    "cancel",
+    "catalog_binding",
+    "failure_reason",
+    "first_ready_host",
+    "forget_ready",
+    "make_ready",
+    "ready_app",
+    "run_to_end",
+    "run_token",
+    "running_host",
+    "submit",
+    "unit_failure",
+    "watching",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,7 +96,9 @@ def catalog_binding(warehouse: Warehouse, token: str) -> dict:
     return {
         "uri": f"{config['LAKEKEEPER_URL'].rstrip('/')}/catalog",
         # Lakekeeper resolves `<project>/<name>` in a project other than its default one.
-        "warehouse": f"{project_id}/{warehouse.lakekeeper_name}" if project_id else warehouse.lakekeeper_name,
+        "warehouse": f"{project_id}/{warehouse.lakekeeper_name}"
+        if project_id
+        else warehouse.lakekeeper_name,
         "token": token,
         "access_delegation": ACCESS_DELEGATION,
     }
@@ -121,11 +141,15 @@ def running_host(cu_id: int | None) -> tuple[ComputeUnit, ClusterHandle]:
     return cu, handle
 
 
-def make_ready(cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallback = no_progress) -> None:
+def make_ready(
+    cu: ComputeUnit, handle: ClusterHandle, progress: ProgressCallback = no_progress
+) -> None:
     """The unit's Spark session is warm (the first run on a unit may wait for it to start, and
     `progress` says so). Raises UnitUnavailable."""
     try:
-        warmup.ensure_warm(cu, handle, backend_for(cu.kind, current_app.config), progress, for_a_run=True)
+        warmup.ensure_warm(
+            cu, handle, backend_for(cu.kind, current_app.config), progress, for_a_run=True
+        )
     except warmup.SparkHostUnavailable as error:
         raise UnitUnavailable(unit_failure(cu.id) or str(error)) from None
 
@@ -171,8 +195,9 @@ def cancel(cu_id: int | None, run_id: str) -> dict:
         return client.cancel(run_id)
 
 
-def run_to_end(cu: ComputeUnit, handle: ClusterHandle, code: str, args: dict, name: str,
-               timeout_s: float) -> dict:
+def run_to_end(
+    cu: ComputeUnit, handle: ClusterHandle, code: str, args: dict, name: str, timeout_s: float
+) -> dict:
     """Run `code` on the unit and wait (at most `timeout_s`) for its result: for one-off jobs,
     which have no watcher. Raises UnitUnavailable, or RunNotCompleted with the unit's reason."""
     make_ready(cu, handle)
@@ -182,7 +207,9 @@ def run_to_end(cu: ComputeUnit, handle: ClusterHandle, code: str, args: dict, na
     except SparkHostError as error:
         raise RunNotCompleted(f"the compute unit did not run it: {error}") from None
     if run["state"] != RunState.COMPLETED:
-        raise RunNotCompleted(failure_reason(run.get("error")) if run.get("error") else run["state"].lower())
+        raise RunNotCompleted(
+            failure_reason(run.get("error")) if run.get("error") else run["state"].lower()
+        )
     result = run.get("result")
     return result if isinstance(result, dict) else {}
 

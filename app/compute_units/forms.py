@@ -1,4 +1,5 @@
 """Validation of the compute-unit form against the limits from configuration."""
+
 from __future__ import annotations
 
 import re
@@ -7,17 +8,29 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9-]{1,46}[a-z0-9]$")
 
 
 def limits(config) -> dict:
-    return {"cpus": config["CU_MAX_CPUS"], "memory_gb": config["CU_MAX_MEMORY_GB"],
-            "workers": config["CU_MAX_WORKERS"], "running": config["CU_MAX_RUNNING_PER_USER"]}
+    return {
+        "cpus": config["CU_MAX_CPUS"],
+        "memory_gb": config["CU_MAX_MEMORY_GB"],
+        "workers": config["CU_MAX_WORKERS"],
+        "running": config["CU_MAX_RUNNING_PER_USER"],
+    }
 
 
 def defaults(kinds: list[str], clusters: list[str], pooled: dict | None = None) -> dict:
     """The form's first values; with a warm pool (`pooled`: its unit's size), the pool's size, so
     a new unit is one of its ready ones unless its user asks otherwise."""
-    values = {"name": "", "kind": kinds[0] if kinds else "local", "cpus": "1", "memory_gb": "2",
-              "worker_nodes": "0", "ray_cluster": clusters[0] if clusters else ""}
+    values = {
+        "name": "",
+        "kind": kinds[0] if kinds else "local",
+        "cpus": "1",
+        "memory_gb": "2",
+        "worker_nodes": "0",
+        "ray_cluster": clusters[0] if clusters else "",
+    }
     if pooled and pooled["kind"] in kinds:
-        values.update(kind=pooled["kind"], cpus=str(pooled["cpus"]), memory_gb=f"{pooled['memory_gb']:g}")
+        values.update(
+            kind=pooled["kind"], cpus=str(pooled["cpus"]), memory_gb=f"{pooled['memory_gb']:g}"
+        )
     return values
 
 
@@ -39,7 +52,9 @@ def parse(data, config, kinds: list[str], clusters: list[str]) -> tuple[dict, di
     errors: dict[str, str] = {}
     values: dict = {"name": raw["name"], "kind": raw["kind"], "ray_cluster": ""}
     if not NAME_RE.match(raw["name"]):
-        errors["name"] = "3–48 characters: lowercase letters, digits and hyphens, starting with a letter."
+        errors["name"] = (
+            "3–48 characters: lowercase letters, digits and hyphens, starting with a letter."
+        )
     if raw["kind"] not in kinds:
         errors["kind"] = "Choose one of the kinds offered here."
     for field, cast, label, low, high in (

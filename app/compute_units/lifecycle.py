@@ -11,6 +11,7 @@ Every state change is compare-and-set (`_transition`): an UPDATE that names the 
 leave, so two processes racing (two supervisors stopping one idle unit, a failure noticed while a
 terminate finishes) change the row once, and a final state is never overwritten.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,9 +26,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, func, select
 
 from app.audit import trail as audit
+from app.compute_units import pool
+from app.compute_units.backends import backend_for
+from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT, SPARK_WARMING_EVENT
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
-from app.transitions import compare_and_set, set_fields
 from app.models import (
     ComputeUnit,
     ComputeUnitEvent,
@@ -37,10 +40,6 @@ from app.models import (
     User,
     utcnow,
 )
-from app.spark_host import warmup
-from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT, SPARK_WARMING_EVENT
-from app.compute_units import pool
-from app.compute_units.backends import backend_for
 from app.ray_clusters.base import (
     ClusterHandle,
     ClusterSpec,
@@ -48,11 +47,13 @@ from app.ray_clusters.base import (
     ClusterStatus,
     SparkHostLaunch,
 )
-from app.ray_clusters.unit_limits import LimitUsage
-from app.untrusted import clean_text
 from app.ray_clusters.listed import listed_cluster
+from app.ray_clusters.unit_limits import LimitUsage
 from app.spark_host import client as spark_host_client
+from app.spark_host import warmup
 from app.spark_host.client import new_spark_host_nonce, spark_host_secret, with_spark_host_secret
+from app.transitions import compare_and_set, set_fields
+from app.untrusted import clean_text
 from compute.contract import secret_digest
 
 State = ComputeUnitState
@@ -74,41 +75,57 @@ def fit_column(text: str, column, what: str) -> str:
     if len(text) <= limit:
         return text
     logger.warning("%s, in full (cut to %d characters in the database):\n%s", what, limit, text)
-    return text[:limit - 1] + "…"
+    return text[: limit - 1] + "…"
 
 
 def record_event(db: Session, cu: ComputeUnit, message: str) -> None:
-    message = fit_column(message, ComputeUnitEvent.__table__.c.message, f"compute unit {cu.id} event")
+    message = fit_column(
+        message, ComputeUnitEvent.__table__.c.message, f"compute unit {cu.id} event"
+    )
     db.add(ComputeUnitEvent(compute_unit_id=cu.id, message=message))
 
 
 def recent_events(cu: ComputeUnit, limit: int = 20) -> list[ComputeUnitEvent]:
-    statement = (select(ComputeUnitEvent).where(ComputeUnitEvent.compute_unit_id == cu.id)
-                 .order_by(ComputeUnitEvent.at.desc(), ComputeUnitEvent.id.desc()).limit(limit))
+    statement = (
+        select(ComputeUnitEvent)
+        .where(ComputeUnitEvent.compute_unit_id == cu.id)
+        .order_by(ComputeUnitEvent.at.desc(), ComputeUnitEvent.id.desc())
+        .limit(limit)
+    )
     return list(get_db().exec(statement))
 
 
 def running_executions(cu: ComputeUnit) -> list[Execution]:
-    statement = (select(Execution).where(Execution.compute_unit_id == cu.id,
-                                         Execution.state.not_in(ExecutionState.FINAL))
-                 .order_by(Execution.created_at))
+    statement = (
+        select(Execution)
+        .where(Execution.compute_unit_id == cu.id, Execution.state.not_in(ExecutionState.FINAL))
+        .order_by(Execution.created_at)
+    )
     return list(get_db().exec(statement))
 
 
 def user_compute_units(owner: User) -> list[ComputeUnit]:
     """The owner's units for the list: all but the ended ones they cleared."""
-    statement = (select(ComputeUnit).where(ComputeUnit.owner_id == owner.id, ComputeUnit.cleared_at.is_(None))
-                 .order_by(ComputeUnit.created_at.desc()))
+    statement = (
+        select(ComputeUnit)
+        .where(ComputeUnit.owner_id == owner.id, ComputeUnit.cleared_at.is_(None))
+        .order_by(ComputeUnit.created_at.desc())
+    )
     return list(get_db().exec(statement))
 
 
 def clear(owner: User, cu_id: int | None = None) -> int:
     """Clear the owner's ended units (or only unit `cu_id`) from the list: their rows stay, as the
     executions that ran on them refer to them. A live unit is never cleared. Returns how many."""
-    statement = (update(ComputeUnit)
-                 .where(ComputeUnit.owner_id == owner.id, ComputeUnit.state.in_(State.FINAL),
-                        ComputeUnit.cleared_at.is_(None))
-                 .values(cleared_at=utcnow()))
+    statement = (
+        update(ComputeUnit)
+        .where(
+            ComputeUnit.owner_id == owner.id,
+            ComputeUnit.state.in_(State.FINAL),
+            ComputeUnit.cleared_at.is_(None),
+        )
+        .values(cleared_at=utcnow())
+    )
     if cu_id is not None:
         statement = statement.where(ComputeUnit.id == cu_id)
     db = get_db()
@@ -120,8 +137,11 @@ def clear(owner: User, cu_id: int | None = None) -> int:
 
 
 def live_count(owner: User) -> int:
-    statement = select(func.count()).select_from(ComputeUnit).where(
-        ComputeUnit.owner_id == owner.id, ComputeUnit.state.in_(State.LIVE))
+    statement = (
+        select(func.count())
+        .select_from(ComputeUnit)
+        .where(ComputeUnit.owner_id == owner.id, ComputeUnit.state.in_(State.LIVE))
+    )
     return get_db().exec(statement).one()
 
 
@@ -139,13 +159,26 @@ def _spec(cu: ComputeUnit) -> ClusterSpec:
     config = current_app.config
     nonce = new_spark_host_nonce()
     secret = spark_host_secret(config["SECRET_KEY"], str(cu.id), nonce)
-    spark_host = SparkHostLaunch(nonce=nonce, secret_sha256=secret_digest(secret), **warmup.spark_host_size(cu),
-                                 warm_timeout_s=warmup.BOOTSTRAP_TIMEOUT_SECONDS, with_cluster=_warms_on_start(cu))
+    spark_host = SparkHostLaunch(
+        nonce=nonce,
+        secret_sha256=secret_digest(secret),
+        **warmup.spark_host_size(cu),
+        warm_timeout_s=warmup.BOOTSTRAP_TIMEOUT_SECONDS,
+        with_cluster=_warms_on_start(cu),
+    )
     return ClusterSpec(
-        cu_id=str(cu.id), name=cu.name, cpus_per_node=cu.cpus, memory_gb_per_node=cu.memory_gb,
-        worker_nodes=cu.worker_nodes, owner=str(cu.owner_id or "pool"), cluster_name=cu.ray_cluster,
-        spark_host_port=cu.spark_host_port, include_dashboard=config["RAY_DASHBOARD"], spark_host=spark_host,
-        start_timeout_s=config["CU_START_TIMEOUT_SECONDS"])
+        cu_id=str(cu.id),
+        name=cu.name,
+        cpus_per_node=cu.cpus,
+        memory_gb_per_node=cu.memory_gb,
+        worker_nodes=cu.worker_nodes,
+        owner=str(cu.owner_id or "pool"),
+        cluster_name=cu.ray_cluster,
+        spark_host_port=cu.spark_host_port,
+        include_dashboard=config["RAY_DASHBOARD"],
+        spark_host=spark_host,
+        start_timeout_s=config["CU_START_TIMEOUT_SECONDS"],
+    )
 
 
 def _warms_on_start(cu: ComputeUnit) -> bool:
@@ -170,7 +203,9 @@ def over_limit(cu: ComputeUnit, handle: ClusterHandle, before: LimitUsage | None
 def touch(cu_id: int) -> None:
     """The unit is busy: push its idle timeout back (one UPDATE: never over a state change)."""
     with Session(engine()) as db:
-        db.exec(update(ComputeUnit).where(ComputeUnit.id == cu_id).values(last_activity_at=utcnow()))
+        db.exec(
+            update(ComputeUnit).where(ComputeUnit.id == cu_id).values(last_activity_at=utcnow())
+        )
         db.commit()
 
 
@@ -182,7 +217,9 @@ def handle_of(cu: ComputeUnit) -> ClusterHandle | None:
 
 
 def _with_secrets(cu: ComputeUnit, handle: ClusterHandle) -> ClusterHandle:
-    return with_spark_host_secret(_backend(cu).restore_token(handle), current_app.config["SECRET_KEY"])
+    return with_spark_host_secret(
+        _backend(cu).restore_token(handle), current_app.config["SECRET_KEY"]
+    )
 
 
 def create(owner: User, values: dict) -> ComputeUnit:
@@ -195,23 +232,42 @@ def create(owner: User, values: dict) -> ComputeUnit:
     _lock_user(db, owner.id)
     if live_count(owner) >= limit:
         db.rollback()
-        raise ComputeUnitError(f"You can have at most {limit} compute units running at once. "
-                               "Terminate one first.")
+        raise ComputeUnitError(
+            f"You can have at most {limit} compute units running at once. Terminate one first."
+        )
     cu = pool.claim(db, owner, values) if pool.fits(values, current_app.config) else None
     if cu is not None:
         origin = {"from_pool": True}
     else:
         try:
-            cu = _insert_with_port(db, owner, values) if values["kind"] == "existing" else _insert(db, owner, values)
+            cu = (
+                _insert_with_port(db, owner, values)
+                if values["kind"] == "existing"
+                else _insert(db, owner, values)
+            )
         except ComputeUnitError:
             db.rollback()  # releases the user's row
             raise
-        record_event(db, cu, f"requested: {cu.kind}, {cu.cpus} CPU and {cu.memory_gb:g} GiB per node, "
-                             f"{cu.worker_nodes} worker node(s)" + (f", on {cu.ray_cluster}" if cu.ray_cluster else ""))
+        record_event(
+            db,
+            cu,
+            f"requested: {cu.kind}, {cu.cpus} CPU and {cu.memory_gb:g} GiB per node, "
+            f"{cu.worker_nodes} worker node(s)"
+            + (f", on {cu.ray_cluster}" if cu.ray_cluster else ""),
+        )
         origin = {"ray_cluster": cu.ray_cluster}
     db.commit()
-    audit.record("unit.create", cu, name=cu.name, kind=cu.kind, cpus=cu.cpus, memory_gb=cu.memory_gb,
-                 worker_nodes=cu.worker_nodes, **origin, actor=owner)
+    audit.record(
+        "unit.create",
+        cu,
+        name=cu.name,
+        kind=cu.kind,
+        cpus=cu.cpus,
+        memory_gb=cu.memory_gb,
+        worker_nodes=cu.worker_nodes,
+        **origin,
+        actor=owner,
+    )
     return cu
 
 
@@ -230,8 +286,13 @@ def _insert_with_port(db: Session, owner: User, values: dict) -> ComputeUnit:
     if cluster is None:
         raise ComputeUnitError("Choose one of the Ray clusters offered here.", "ray_cluster")
     for _ in cluster.ports():  # each failed attempt means another unit took a port meanwhile
-        taken = set(db.exec(select(ComputeUnit.spark_host_port).where(
-            ComputeUnit.ray_cluster == cluster.name, ComputeUnit.state.in_(State.LIVE))))
+        taken = set(
+            db.exec(
+                select(ComputeUnit.spark_host_port).where(
+                    ComputeUnit.ray_cluster == cluster.name, ComputeUnit.state.in_(State.LIVE)
+                )
+            )
+        )
         port = next((port for port in cluster.ports() if port not in taken), None)
         if port is None:
             break
@@ -240,8 +301,11 @@ def _insert_with_port(db: Session, owner: User, values: dict) -> ComputeUnit:
                 return _insert(db, owner, values, spark_host_port=port)
         except IntegrityError:
             continue  # taken meanwhile by a unit created at the same moment
-    raise ComputeUnitError(f"All {len(cluster.ports())} Spark host ports of the Ray cluster {cluster.name} "
-                           "are held by running units. Try again once one has ended.", "ray_cluster")
+    raise ComputeUnitError(
+        f"All {len(cluster.ports())} Spark host ports of the Ray cluster {cluster.name} "
+        "are held by running units. Try again once one has ended.",
+        "ray_cluster",
+    )
 
 
 def _load(cu_id: int) -> ComputeUnit | None:
@@ -266,38 +330,74 @@ def _update(cu_id: int, **changes) -> ComputeUnit | None:
         return cu
 
 
-def _transition(cu_id: int, from_states: Iterable[str], event: str | None = None, where=None,
-                **changes) -> ComputeUnit | None:
+def _transition(
+    cu_id: int, from_states: Iterable[str], event: str | None = None, where=None, **changes
+) -> ComputeUnit | None:
     """Compare-and-set (app/transitions.py), recording `event` with the change. Returns the
     changed unit, or None when another change came first."""
     if "reason" in changes:
-        changes["reason"] = fit_column(changes["reason"], ComputeUnit.__table__.c.reason,
-                                       f"compute unit {cu_id}'s reason")
+        changes["reason"] = fit_column(
+            changes["reason"], ComputeUnit.__table__.c.reason, f"compute unit {cu_id}'s reason"
+        )
     then = (lambda db, cu: record_event(db, cu, event)) if event else None
     return compare_and_set(ComputeUnit, cu_id, from_states, where=where, then=then, **changes)
 
 
-def ask_to_stop(cu_id: int, from_states: Iterable[str], reason: str, where=None) -> ComputeUnit | None:
+def ask_to_stop(
+    cu_id: int, from_states: Iterable[str], reason: str, where=None
+) -> ComputeUnit | None:
     """TERMINATING with `reason`, compare-and-set from `from_states` (`where`: conditions more);
     the worker then stops it. None when another change came first."""
-    return _transition(cu_id, from_states, event=f"terminating{': ' + reason if reason else ''}", where=where,
-                       state=State.TERMINATING, reason=reason, progress_step="stopping")
+    return _transition(
+        cu_id,
+        from_states,
+        event=f"terminating{': ' + reason if reason else ''}",
+        where=where,
+        state=State.TERMINATING,
+        reason=reason,
+        progress_step="stopping",
+    )
 
 
-def _end(cu_id: int, from_states: Iterable[str], state: str, reason: str | None = None,
-         event: str | None = None, where=None, progress_step: str = "") -> ComputeUnit | None:
+def _end(
+    cu_id: int,
+    from_states: Iterable[str],
+    state: str,
+    reason: str | None = None,
+    event: str | None = None,
+    where=None,
+    progress_step: str = "",
+) -> ComputeUnit | None:
     """A final state, compare-and-set from `from_states`."""
     changes = {"reason": reason} if reason is not None else {}
-    return _transition(cu_id, from_states, event=event, where=where, state=state, ended_at=utcnow(),
-                       progress_step=progress_step, **changes)
+    return _transition(
+        cu_id,
+        from_states,
+        event=event,
+        where=where,
+        state=state,
+        ended_at=utcnow(),
+        progress_step=progress_step,
+        **changes,
+    )
 
 
-def fail(cu_id: int, reason: str, from_states: Iterable[str] = (State.RUNNING,),
-         event: str | None = None) -> bool:
+def fail(
+    cu_id: int, reason: str, from_states: Iterable[str] = (State.RUNNING,), event: str | None = None
+) -> bool:
     """Mark the unit FAILED with `reason` if it is still in `from_states` (never over a final
     state); the worker then stops what is left of its cluster."""
-    return _end(cu_id, from_states, State.FAILED, reason=reason, progress_step=CLEANING_UP,
-                event=event or f"failed: {reason}") is not None
+    return (
+        _end(
+            cu_id,
+            from_states,
+            State.FAILED,
+            reason=reason,
+            progress_step=CLEANING_UP,
+            event=event or f"failed: {reason}",
+        )
+        is not None
+    )
 
 
 def run_start(cu_id: int) -> None:
@@ -309,7 +409,9 @@ def run_start(cu_id: int) -> None:
     if cu.state == State.STARTING:
         _hand_over(cu) if cu.progress_step == pool.HANDING_OVER else _resume_start(cu)
         return
-    cu = _transition(cu_id, (State.PENDING,), event="starting", state=State.STARTING, progress_step="preparing")
+    cu = _transition(
+        cu_id, (State.PENDING,), event="starting", state=State.STARTING, progress_step="preparing"
+    )
     if cu is None:
         return  # terminated while pending
 
@@ -317,7 +419,9 @@ def run_start(cu_id: int) -> None:
         try:
             _update(cu_id, progress_step=step, event=step)
         except DATABASE_UNAVAILABLE:  # only the page's progress: the start goes on
-            logger.warning("compute unit %s: progress not recorded (database unavailable): %s", cu_id, step)
+            logger.warning(
+                "compute unit %s: progress not recorded (database unavailable): %s", cu_id, step
+            )
 
     try:
         handle = _backend(cu).start(_spec(cu), progress)
@@ -328,15 +432,28 @@ def run_start(cu_id: int) -> None:
         raise
     except Exception as error:  # a bug or an environment problem: still never a stuck STARTING
         logger.exception("compute unit %s failed to start", cu_id)
-        fail(cu_id, f"could not start: {error}", from_states=(State.STARTING,), event="failed to start")
+        fail(
+            cu_id,
+            f"could not start: {error}",
+            from_states=(State.STARTING,),
+            event="failed to start",
+        )
         return
     handle = _with_secrets(cu, handle)  # makes the handle's Spark host nonce
     _record_handle(cu_id, handle)
     now = utcnow()
     # Its page shows its nodes from the moment it is RUNNING, not from the next supervisor pass.
     checked = _first_check(cu, handle)
-    running = _transition(cu_id, (State.STARTING,), event="running", state=State.RUNNING, progress_step="",
-                          started_at=now, last_activity_at=now, **checked)
+    running = _transition(
+        cu_id,
+        (State.STARTING,),
+        event="running",
+        state=State.RUNNING,
+        progress_step="",
+        started_at=now,
+        last_activity_at=now,
+        **checked,
+    )
     if running is None:
         # Terminated while starting: stop what was started.
         _backend(cu).terminate(handle)
@@ -384,7 +501,10 @@ def _record_handle(cu_id: int, handle: ClusterHandle, patience_s: float = 300.0)
         except DATABASE_UNAVAILABLE:
             if time.monotonic() > deadline:
                 raise
-            logger.warning("compute unit %s: its handle could not be recorded yet (database unavailable)", cu_id)
+            logger.warning(
+                "compute unit %s: its handle could not be recorded yet (database unavailable)",
+                cu_id,
+            )
             time.sleep(pause)
             pause = min(pause * 2, 15.0)
 
@@ -394,8 +514,11 @@ def _resume_start(cu: ComputeUnit) -> None:
     alive; one without a handle cannot be found again."""
     handle = handle_of(cu)
     if handle is None:
-        fail(cu.id, "the worker starting this unit stopped before the cluster was up",
-             from_states=(State.STARTING,))
+        fail(
+            cu.id,
+            "the worker starting this unit stopped before the cluster was up",
+            from_states=(State.STARTING,),
+        )
         return
     try:
         status = _backend(cu).adopt(handle)
@@ -405,8 +528,15 @@ def _resume_start(cu: ComputeUnit) -> None:
         fail(cu.id, status.reason or "the cluster was gone", from_states=(State.STARTING,))
         return
     now = utcnow()
-    _transition(cu.id, (State.STARTING,), event="running (its start was taken over by another worker)",
-                state=State.RUNNING, progress_step="", started_at=now, last_activity_at=now)
+    _transition(
+        cu.id,
+        (State.STARTING,),
+        event="running (its start was taken over by another worker)",
+        state=State.RUNNING,
+        progress_step="",
+        started_at=now,
+        last_activity_at=now,
+    )
 
 
 def _hand_over(cu: ComputeUnit) -> None:
@@ -417,14 +547,22 @@ def _hand_over(cu: ComputeUnit) -> None:
     claimed = dataclasses.replace(handle, spark_host_claim_nonce=new_spark_host_nonce())
     claimed = with_spark_host_secret(claimed, current_app.config["SECRET_KEY"])
     try:
-        with spark_host_client.SparkHostClient(handle, timeout=warmup.HOST_CALL_TIMEOUT_SECONDS) as host:
+        with spark_host_client.SparkHostClient(
+            handle, timeout=warmup.HOST_CALL_TIMEOUT_SECONDS
+        ) as host:
             host.rekey(secret_digest(claimed.spark_host_secret))
     except spark_host_client.SparkHostError as error:
         _start_afresh(cu, handle, f"the unit from the warm pool could not be handed over ({error})")
         return
     _record_handle(cu.id, claimed)
-    _transition(cu.id, (State.STARTING,), event="handed over: its Spark host has a key of its own",
-                state=State.RUNNING, progress_step="", last_activity_at=utcnow())
+    _transition(
+        cu.id,
+        (State.STARTING,),
+        event="handed over: its Spark host has a key of its own",
+        state=State.RUNNING,
+        progress_step="",
+        last_activity_at=utcnow(),
+    )
 
 
 def _start_afresh(cu: ComputeUnit, handle: ClusterHandle, why: str) -> None:
@@ -433,9 +571,21 @@ def _start_afresh(cu: ComputeUnit, handle: ClusterHandle, why: str) -> None:
     try:
         _backend(cu).terminate(handle)
     except Exception:  # the supervisor's clean-up of ended units does not reach a live row: say so
-        logger.exception("compute unit %s: the pooled cluster it was claimed with did not stop", cu.id)
-    if _transition(cu.id, (State.STARTING,), event=f"{why}: starting a fresh one", state=State.PENDING,
-                   progress_step="", handle="{}", pooled_at=None) is not None:
+        logger.exception(
+            "compute unit %s: the pooled cluster it was claimed with did not stop", cu.id
+        )
+    if (
+        _transition(
+            cu.id,
+            (State.STARTING,),
+            event=f"{why}: starting a fresh one",
+            state=State.PENDING,
+            progress_step="",
+            handle="{}",
+            pooled_at=None,
+        )
+        is not None
+    ):
         run_start(cu.id)
 
 
@@ -448,13 +598,21 @@ def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
         warmup.ensure_warm(cu, handle, _backend(cu))
     except warmup.SparkHostUnavailable as error:
         still_running = (latest := _load(cu.id)) is not None and latest.state == State.RUNNING
-        if still_running and pool.is_pooled(cu):  # a pooled unit is only any use warm: the pool replaces it
+        if still_running and pool.is_pooled(
+            cu
+        ):  # a pooled unit is only any use warm: the pool replaces it
             fail(cu.id, f"its Spark session did not start: {error}")
         elif still_running:  # otherwise it was terminated or failed meanwhile, which says enough
             current_app.logger.warning("compute unit %s: %s", cu.id, error)
-            _update(cu.id, event=f"{SPARK_FAILED_EVENT}; the first execution will try again: {error}")
+            _update(
+                cu.id, event=f"{SPARK_FAILED_EVENT}; the first execution will try again: {error}"
+            )
         return
-    _update(cu.id, spark_ready_at=utcnow(), event=f"{SPARK_READY_EVENT} after {time.monotonic() - began:.0f} s")
+    _update(
+        cu.id,
+        spark_ready_at=utcnow(),
+        event=f"{SPARK_READY_EVENT} after {time.monotonic() - began:.0f} s",
+    )
 
 
 def terminate(cu: ComputeUnit, reason: str = "") -> None:
@@ -464,8 +622,14 @@ def terminate(cu: ComputeUnit, reason: str = "") -> None:
     audit.record("unit.terminate", cu, before=cu.state, reason=reason)
     # A unit still starting without a cluster ends at once: its starting worker sees the state
     # change and stops what it started.
-    if not _end(cu.id, (State.PENDING, State.STARTING), State.TERMINATED, reason=reason,
-                event="terminated while starting", where=ComputeUnit.handle == "{}"):
+    if not _end(
+        cu.id,
+        (State.PENDING, State.STARTING),
+        State.TERMINATED,
+        reason=reason,
+        event="terminated while starting",
+        where=ComputeUnit.handle == "{}",
+    ):
         ask_to_stop(cu.id, (State.STARTING, State.RUNNING), reason)
     db = get_db()
     if cu in db:
@@ -493,8 +657,13 @@ def run_stop(cu_id: int) -> None:
         raise
     except Exception as error:
         logger.exception("terminating compute unit %s failed", cu_id)
-        _end(cu_id, (State.TERMINATING,), State.FAILED, reason=f"could not be stopped cleanly: {error}",
-             event="terminate failed")
+        _end(
+            cu_id,
+            (State.TERMINATING,),
+            State.FAILED,
+            reason=f"could not be stopped cleanly: {error}",
+            event="terminate failed",
+        )
         return
     _end(cu_id, (State.TERMINATING,), State.TERMINATED, event="terminated")
 

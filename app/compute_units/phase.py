@@ -4,6 +4,7 @@ A RUNNING unit whose Spark session is still starting cannot run anything quickly
 is no stored state: the unit's events say it ("starting its Spark session" with no "ready"
 or "did not start" after it), so the phase is derived from them, with the time it began.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -19,6 +19,7 @@ unit that dies is FAILED by the supervisor like any unit, and refilled. A pool w
 failing to start is paused for a while (`FAILURE_PAUSE`) and reported (`summary`), rather than
 start units in a loop.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,13 @@ _POOLED = (ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None))
 
 def unit_values(config) -> dict:
     """What a pooled unit is: the values of its row."""
-    return {"kind": "local", "cpus": config["CU_POOL_CPUS"], "memory_gb": float(config["CU_POOL_MEMORY_GB"]),
-            "worker_nodes": 0, "ray_cluster": ""}
+    return {
+        "kind": "local",
+        "cpus": config["CU_POOL_CPUS"],
+        "memory_gb": float(config["CU_POOL_MEMORY_GB"]),
+        "worker_nodes": 0,
+        "ray_cluster": "",
+    }
 
 
 def fits(values: dict, config) -> bool:
@@ -63,15 +69,31 @@ def claim(db: Session, owner: User, values: dict) -> ComputeUnit | None:
     """Take a ready pooled unit for `owner`, named as they asked, in the caller's transaction;
     None when none is ready. The worker then hands it over (see HANDING_OVER)."""
     now = utcnow()
-    candidates = db.exec(select(ComputeUnit.id).where(
-        *_POOLED, ComputeUnit.state == State.RUNNING, ComputeUnit.spark_ready_at.is_not(None))
-        .order_by(ComputeUnit.spark_ready_at).limit(5)).all()
+    candidates = db.exec(
+        select(ComputeUnit.id)
+        .where(
+            *_POOLED, ComputeUnit.state == State.RUNNING, ComputeUnit.spark_ready_at.is_not(None)
+        )
+        .order_by(ComputeUnit.spark_ready_at)
+        .limit(5)
+    ).all()
     for cu_id in candidates:
-        taken = db.exec(update(ComputeUnit)
-                        .where(ComputeUnit.id == cu_id, ComputeUnit.owner_id.is_(None),
-                               ComputeUnit.state == State.RUNNING)
-                        .values(owner_id=owner.id, name=values["name"], claimed_at=now, state=State.STARTING,
-                                progress_step=HANDING_OVER, last_activity_at=now)).rowcount
+        taken = db.exec(
+            update(ComputeUnit)
+            .where(
+                ComputeUnit.id == cu_id,
+                ComputeUnit.owner_id.is_(None),
+                ComputeUnit.state == State.RUNNING,
+            )
+            .values(
+                owner_id=owner.id,
+                name=values["name"],
+                claimed_at=now,
+                state=State.STARTING,
+                progress_step=HANDING_OVER,
+                last_activity_at=now,
+            )
+        ).rowcount
         if taken:
             cu = db.get(ComputeUnit, cu_id)
             db.refresh(cu)
@@ -81,16 +103,28 @@ def claim(db: Session, owner: User, values: dict) -> ComputeUnit | None:
 
 
 def _live_pool(db: Session) -> list:  # (state, spark_ready_at) of each live pooled unit
-    return db.exec(select(ComputeUnit.state, ComputeUnit.spark_ready_at).where(
-        *_POOLED, ComputeUnit.state.in_(State.LIVE))).all()
+    return db.exec(
+        select(ComputeUnit.state, ComputeUnit.spark_ready_at).where(
+            *_POOLED, ComputeUnit.state.in_(State.LIVE)
+        )
+    ).all()
 
 
 def _recent_start_failures(db: Session) -> list[str]:
     """Reasons of pooled units that failed before anyone claimed them, in the failure window."""
     since = utcnow() - FAILURE_WINDOW
-    return list(db.exec(select(ComputeUnit.reason).where(
-        *_POOLED, ComputeUnit.state == State.FAILED, ComputeUnit.started_at.is_(None), ComputeUnit.ended_at >= since)
-        .order_by(ComputeUnit.ended_at.desc())))
+    return list(
+        db.exec(
+            select(ComputeUnit.reason)
+            .where(
+                *_POOLED,
+                ComputeUnit.state == State.FAILED,
+                ComputeUnit.started_at.is_(None),
+                ComputeUnit.ended_at >= since,
+            )
+            .order_by(ComputeUnit.ended_at.desc())
+        )
+    )
 
 
 def shortfall() -> int:
@@ -111,8 +145,12 @@ def refill(_unused: int = 0) -> None:
         return
     with Session(engine()) as db:
         for _ in range(missing):
-            cu = ComputeUnit(owner_id=None, name=NAME_PREFIX + "standby", pooled_at=utcnow(),
-                             **unit_values(current_app.config))
+            cu = ComputeUnit(
+                owner_id=None,
+                name=NAME_PREFIX + "standby",
+                pooled_at=utcnow(),
+                **unit_values(current_app.config),
+            )
             db.add(cu)
             db.flush()
             cu.name = f"{NAME_PREFIX}{cu.id}"
@@ -133,30 +171,47 @@ def is_pooled(cu: ComputeUnit) -> bool:
 
 @dataclass
 class PoolSummary:
-    size: int                 # the setting
-    ready: int                # claimable now
-    starting: int             # PENDING, STARTING, or RUNNING with Spark not ready yet
+    size: int  # the setting
+    ready: int  # claimable now
+    starting: int  # PENDING, STARTING, or RUNNING with Spark not ready yet
     claimed_today: int
-    paused_reason: str = ""   # set while repeated start failures pause the refill
+    paused_reason: str = ""  # set while repeated start failures pause the refill
 
     def to_json(self) -> dict:
         """For /health, which anyone may read: counts, and whether the refill is paused (its
         reason, a unit's failure, is for the operators' page)."""
-        return {"size": self.size, "ready": self.ready, "starting": self.starting,
-                "claimed_last_24h": self.claimed_today, "paused": bool(self.paused_reason)}
+        return {
+            "size": self.size,
+            "ready": self.ready,
+            "starting": self.starting,
+            "claimed_last_24h": self.claimed_today,
+            "paused": bool(self.paused_reason),
+        }
 
 
 def summary() -> PoolSummary:
     """The pool as the operators' page and /health show it."""
     with Session(engine()) as db:
         rows = _live_pool(db)
-        claimed = db.exec(select(func.count()).select_from(ComputeUnit).where(
-            ComputeUnit.claimed_at >= utcnow() - timedelta(days=1))).one()
+        claimed = db.exec(
+            select(func.count())
+            .select_from(ComputeUnit)
+            .where(ComputeUnit.claimed_at >= utcnow() - timedelta(days=1))
+        ).one()
         failures = _recent_start_failures(db)
-    ready = sum(1 for state, spark_ready in rows if state == State.RUNNING and spark_ready is not None)
+    ready = sum(
+        1 for state, spark_ready in rows if state == State.RUNNING and spark_ready is not None
+    )
     paused = ""
     if len(failures) >= FAILURE_LIMIT:
-        paused = (f"{len(failures)} pooled units failed to start in the last "
-                  f"{int(FAILURE_WINDOW.total_seconds() // 60)} minutes; the last: {failures[0]}")
-    return PoolSummary(size=current_app.config["CU_POOL_SIZE"], ready=ready, starting=len(rows) - ready,
-                       claimed_today=claimed, paused_reason=paused)
+        paused = (
+            f"{len(failures)} pooled units failed to start in the last "
+            f"{int(FAILURE_WINDOW.total_seconds() // 60)} minutes; the last: {failures[0]}"
+        )
+    return PoolSummary(
+        size=current_app.config["CU_POOL_SIZE"],
+        ready=ready,
+        starting=len(rows) - ready,
+        claimed_today=claimed,
+        paused_reason=paused,
+    )

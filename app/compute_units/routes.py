@@ -4,19 +4,28 @@ from flask import current_app, flash, redirect, render_template, request, url_fo
 from flask_login import current_user
 from htmx_flask import make_response
 
+from app import live_partials
 from app.compute_units import bp, forms, lifecycle, pool
 from app.compute_units.backends import KIND_LABELS, unit_choices
 from app.compute_units.lifecycle import ComputeUnitError
 from app.compute_units.phase import Phase, phase_of
-from app import live_partials
 from app.db import get_owned_or_404
 from app.models import ComputeUnit, ComputeUnitState
 
-
 # What templates/compute_units/_row.html shows of a unit, besides its phase: its version. (Not the
 # worker's checks of its cluster, which change at every pass and which the row does not show.)
-ROW_SHOWS = ("id", "name", "kind", "cpus", "memory_gb", "worker_nodes", "state", "reason", "progress_step",
-             "created_at")
+ROW_SHOWS = (
+    "id",
+    "name",
+    "kind",
+    "cpus",
+    "memory_gb",
+    "worker_nodes",
+    "state",
+    "reason",
+    "progress_step",
+    "created_at",
+)
 
 
 def _choices() -> tuple[list[str], list[str]]:
@@ -28,8 +37,11 @@ def form_choices() -> dict:
     if not current_user.is_authenticated:  # an error page for a request without a session
         return {}
     kinds, clusters = _choices()
-    return {"kinds": {kind: KIND_LABELS[kind] for kind in kinds}, "ray_clusters": clusters,
-            "limits": forms.limits(current_app.config)}
+    return {
+        "kinds": {kind: KIND_LABELS[kind] for kind in kinds},
+        "ray_clusters": clusters,
+        "limits": forms.limits(current_app.config),
+    }
 
 
 @bp.app_template_global()
@@ -51,8 +63,12 @@ def index():
 @bp.get("/new")
 def new():
     pooled = pool.unit_values(current_app.config) if current_app.config["CU_POOL_SIZE"] else None
-    return render_template("compute_units/new.html", values=forms.defaults(*_choices(), pooled=pooled),
-                           errors={}, pooled=pooled)
+    return render_template(
+        "compute_units/new.html",
+        values=forms.defaults(*_choices(), pooled=pooled),
+        errors={},
+        pooled=pooled,
+    )
 
 
 @bp.post("/")
@@ -67,15 +83,23 @@ def create():
             flash(f"Requested compute unit {cu.name}.", "success")
             return redirect(url_for("compute_units.detail", cu_id=cu.id))
     pooled = pool.unit_values(current_app.config) if current_app.config["CU_POOL_SIZE"] else None
-    return render_template("compute_units/new.html", values=request.form, errors=errors, pooled=pooled), 422
+    return render_template(
+        "compute_units/new.html", values=request.form, errors=errors, pooled=pooled
+    ), 422
 
 
 @bp.get("/<int:cu_id>")
 def detail(cu_id: int):
     cu = _unit(cu_id)
     template = "compute_units/_detail_status.html" if request.htmx else "compute_units/detail.html"
-    return render_template(template, cu=cu, status=lifecycle.recorded_status(cu), events=lifecycle.recent_events(cu),
-                           executions=lifecycle.running_executions(cu), handle=lifecycle.recorded_handle(cu))
+    return render_template(
+        template,
+        cu=cu,
+        status=lifecycle.recorded_status(cu),
+        events=lifecycle.recent_events(cu),
+        executions=lifecycle.running_executions(cu),
+        handle=lifecycle.recorded_handle(cu),
+    )
 
 
 @bp.get("/<int:cu_id>/row")
@@ -86,8 +110,13 @@ def row(cu_id: int):
     phase = unit_phase(cu)
     if cu.state in ComputeUnitState.FINAL:
         return render_template("compute_units/_row.html", cu=cu, phase=phase)
-    version = tuple(getattr(cu, column) for column in ROW_SHOWS) + (phase.name, phase.elapsed_seconds())
-    return live_partials.conditional(version, lambda: render_template("compute_units/_row.html", cu=cu, phase=phase))
+    version = tuple(getattr(cu, column) for column in ROW_SHOWS) + (
+        phase.name,
+        phase.elapsed_seconds(),
+    )
+    return live_partials.conditional(
+        version, lambda: render_template("compute_units/_row.html", cu=cu, phase=phase)
+    )
 
 
 @bp.post("/<int:cu_id>/terminate")
@@ -117,6 +146,8 @@ def clear(cu_id: int):
 @bp.post("/clear")
 def clear_ended():
     cleared = lifecycle.clear(current_user)
-    flash(f"Cleared {cleared} ended compute unit{'' if cleared == 1 else 's'} from the list.", "info")
+    flash(
+        f"Cleared {cleared} ended compute unit{'' if cleared == 1 else 's'} from the list.", "info"
+    )
     url = url_for("compute_units.index")
     return make_response("", redirect=url) if request.htmx else redirect(url)

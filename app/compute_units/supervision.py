@@ -2,6 +2,7 @@
 stops, clean-ups, the warm pool's refill), the supervisor pass (`supervise`: idle units stopped,
 every RUNNING one checked for death), and the local stack's shutdown (`terminate_all_local`).
 What happens to one unit is app/compute_units/lifecycle.py's."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -23,22 +24,39 @@ def stop_idle(idle_minutes: float) -> list[int]:
     the execution could not report activity (the database was away). Returns their ids."""
     cutoff = utcnow() - timedelta(minutes=idle_minutes)
     reason = f"idle for {idle_minutes:g} minutes without executions"
-    busy = exists().where(Execution.compute_unit_id == ComputeUnit.id,
-                          Execution.state.not_in(ExecutionState.FINAL))
+    busy = exists().where(
+        Execution.compute_unit_id == ComputeUnit.id, Execution.state.not_in(ExecutionState.FINAL)
+    )
     with Session(engine()) as db:  # a pooled unit waits idle by design
-        candidates = list(db.exec(select(ComputeUnit.id).where(
-            ComputeUnit.state == State.RUNNING, ComputeUnit.last_activity_at < cutoff, ~busy,
-            ComputeUnit.owner_id.is_not(None))))
-    return [cu_id for cu_id in candidates
-            if lifecycle.ask_to_stop(cu_id, (State.RUNNING,), reason,
-                                     where=(ComputeUnit.last_activity_at < cutoff) & ~busy)]
+        candidates = list(
+            db.exec(
+                select(ComputeUnit.id).where(
+                    ComputeUnit.state == State.RUNNING,
+                    ComputeUnit.last_activity_at < cutoff,
+                    ~busy,
+                    ComputeUnit.owner_id.is_not(None),
+                )
+            )
+        )
+    return [
+        cu_id
+        for cu_id in candidates
+        if lifecycle.ask_to_stop(
+            cu_id, (State.RUNNING,), reason, where=(ComputeUnit.last_activity_at < cutoff) & ~busy
+        )
+    ]
 
 
 def terminate_all_local(reason: str) -> int:
     """Stop every live local compute unit now, in this thread (the local stack's shutdown)."""
     with Session(engine(), expire_on_commit=False) as db:
-        units = list(db.exec(select(ComputeUnit).where(ComputeUnit.kind == "local",
-                                                       ComputeUnit.state.in_(State.LIVE))))
+        units = list(
+            db.exec(
+                select(ComputeUnit).where(
+                    ComputeUnit.kind == "local", ComputeUnit.state.in_(State.LIVE)
+                )
+            )
+        )
     for cu in units:
         lifecycle.ask_to_stop(cu.id, State.LIVE, reason)
         lifecycle.run_stop(cu.id)
@@ -60,11 +78,21 @@ def supervise() -> None:
 def pending_work() -> list[tuple[str, object, int]]:
     """What the units ask the worker to do: (lease name, function, unit id)."""
     with Session(engine()) as db:
-        rows = db.exec(select(ComputeUnit.id, ComputeUnit.state).where(
-            ComputeUnit.state.in_((State.PENDING, State.STARTING, State.TERMINATING))
-            | ((ComputeUnit.state == State.FAILED) & (ComputeUnit.progress_step == lifecycle.CLEANING_UP)))).all()
-    jobs = {State.PENDING: ("unit-start", lifecycle.run_start), State.STARTING: ("unit-start", lifecycle.run_start),
-            State.TERMINATING: ("unit-stop", lifecycle.run_stop), State.FAILED: ("unit-clean-up", lifecycle.run_clean_up)}
+        rows = db.exec(
+            select(ComputeUnit.id, ComputeUnit.state).where(
+                ComputeUnit.state.in_((State.PENDING, State.STARTING, State.TERMINATING))
+                | (
+                    (ComputeUnit.state == State.FAILED)
+                    & (ComputeUnit.progress_step == lifecycle.CLEANING_UP)
+                )
+            )
+        ).all()
+    jobs = {
+        State.PENDING: ("unit-start", lifecycle.run_start),
+        State.STARTING: ("unit-start", lifecycle.run_start),
+        State.TERMINATING: ("unit-stop", lifecycle.run_stop),
+        State.FAILED: ("unit-clean-up", lifecycle.run_clean_up),
+    }
     work = []
     for cu_id, state in rows:
         name, run = jobs[state]

@@ -7,6 +7,7 @@ the user (`COMPARE_CODE`, compute/comparison.py): the page records a `Comparison
 catalog token acting as the user for the executions' warehouse, and the page polls the job.
 Without such a unit the page says so and shows the metadata part.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,12 +15,12 @@ from dataclasses import dataclass, field
 
 from sqlmodel import select
 
+from app.compute_units import door
 from app.db import get_db
 from app.executions import history, results
 from app.iceberg_catalogs import ResultReadError
 from app.iceberg_reader import TableShape, table_shape
 from app.models import ComparisonJob, Execution, JobState, User, utcnow
-from app.compute_units import door
 from app.transitions import compare_and_set
 from app.untrusted import Limits, bounded, clean_text
 from compute.contract import COMPARE_CODE
@@ -68,7 +69,11 @@ def _shape(execution: Execution, table: str | None) -> TableShape | None:
 def schema_changes(a: dict[str, str], b: dict[str, str]) -> list[str]:
     changes = [f"column {name} only in A ({kind})" for name, kind in a.items() if name not in b]
     changes += [f"column {name} only in B ({kind})" for name, kind in b.items() if name not in a]
-    changes += [f"column {name}: {a[name]} in A, {b[name]} in B" for name in a if name in b and a[name] != b[name]]
+    changes += [
+        f"column {name}: {a[name]} in A, {b[name]} in B"
+        for name in a
+        if name in b and a[name] != b[name]
+    ]
     return changes
 
 
@@ -77,18 +82,29 @@ class RowsUnavailable(Exception):
 
 
 _NOT_ONE_WAREHOUSE = "The rows are compared only for executions in one warehouse that still exists."
-_NO_READY_UNIT = "No compute unit of yours is running with Spark ready: start one to see the differing rows."
+_NO_READY_UNIT = (
+    "No compute unit of yours is running with Spark ready: start one to see the differing rows."
+)
 
 
 def _pairs(a: Execution, b: Execution) -> list[dict]:
     tables_a, tables_b = history.output_tables(a), history.output_tables(b)
-    return [{"output": output, "a": tables_a[output], "b": tables_b[output]}
-            for output in sorted(set(tables_a) & set(tables_b))]
+    return [
+        {"output": output, "a": tables_a[output], "b": tables_b[output]}
+        for output in sorted(set(tables_a) & set(tables_b))
+    ]
 
 
 def latest_rows_job(a: Execution, b: Execution) -> ComparisonJob | None:
-    return get_db().exec(select(ComparisonJob).where(ComparisonJob.a_id == a.id, ComparisonJob.b_id == b.id)
-                         .order_by(ComparisonJob.id.desc())).first()
+    return (
+        get_db()
+        .exec(
+            select(ComparisonJob)
+            .where(ComparisonJob.a_id == a.id, ComparisonJob.b_id == b.id)
+            .order_by(ComparisonJob.id.desc())
+        )
+        .first()
+    )
 
 
 def request_rows(owner: User, a: Execution, b: Execution) -> ComparisonJob | None:
@@ -115,35 +131,56 @@ def run_rows_job(job_id: int) -> None:
     unit first) and record them, or why not."""
     db = get_db()
     job = db.get(ComparisonJob, job_id)
-    if job is None or not compare_and_set(ComparisonJob, job_id, JobState.LIVE, state=JobState.RUNNING):
+    if job is None or not compare_and_set(
+        ComparisonJob, job_id, JobState.LIVE, state=JobState.RUNNING
+    ):
         return
     a, b = db.get(Execution, job.a_id), db.get(Execution, job.b_id)
     try:
         rows = _differing_rows(db.get(User, job.owner_id), a, b)
     except RowsUnavailable as unavailable:
-        compare_and_set(ComparisonJob, job_id, JobState.LIVE, state=JobState.FAILED,
-                        error=clean_text(unavailable.args[0], door.REASON_LIMIT), ended_at=utcnow())
+        compare_and_set(
+            ComparisonJob,
+            job_id,
+            JobState.LIVE,
+            state=JobState.FAILED,
+            error=clean_text(unavailable.args[0], door.REASON_LIMIT),
+            ended_at=utcnow(),
+        )
     else:
-        compare_and_set(ComparisonJob, job_id, JobState.LIVE, state=JobState.DONE,
-                        result=json.dumps(_checked(rows, _pairs(a, b))), ended_at=utcnow())
+        compare_and_set(
+            ComparisonJob,
+            job_id,
+            JobState.LIVE,
+            state=JobState.DONE,
+            result=json.dumps(_checked(rows, _pairs(a, b))),
+            ended_at=utcnow(),
+        )
 
 
 def _checked(rows: dict, pairs: list[dict]) -> dict:
     """What the unit reported, kept only in the shape the page shows: per compared output, its
     error, or its columns, the rows only in A and only in B (objects) and their counts."""
+
     def count(value: object) -> int:
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
     checked = {}
     for output in (pair["output"] for pair in pairs):
-        diff = rows.get(output) if isinstance(rows.get(output), dict) else {"error": "the unit reported nothing"}
+        diff = (
+            rows.get(output)
+            if isinstance(rows.get(output), dict)
+            else {"error": "the unit reported nothing"}
+        )
         if "error" in diff:
             checked[output] = {"error": clean_text(diff["error"], 500)}
             continue
         columns = [str(column) for column in diff.get("columns") or [] if isinstance(column, str)]
         entry = {"columns": columns}
         for side in ("a", "b"):
-            found = diff.get(f"only_in_{side}") if isinstance(diff.get(f"only_in_{side}"), list) else []
+            found = (
+                diff.get(f"only_in_{side}") if isinstance(diff.get(f"only_in_{side}"), list) else []
+            )
             entry[f"only_in_{side}"] = [row for row in found[:SAMPLE_ROWS] if isinstance(row, dict)]
             entry[f"only_in_{side}_count"] = count(diff.get(f"only_in_{side}_count"))
         checked[output] = bounded(entry, ROWS_LIMITS)
@@ -162,10 +199,19 @@ def _differing_rows(owner: User, a: Execution, b: Execution) -> dict:
         token = door.run_token(warehouse, owner)
     except door.NoCatalogToken as failure:
         raise RowsUnavailable(f"The catalog gave no token for the comparison: {failure}") from None
-    args = {"catalog": door.catalog_binding(warehouse, token), "limit": SAMPLE_ROWS, "pairs": _pairs(a, b),
-            "warehouse": {"lakekeeper_id": warehouse.lakekeeper_id}}
+    args = {
+        "catalog": door.catalog_binding(warehouse, token),
+        "limit": SAMPLE_ROWS,
+        "pairs": _pairs(a, b),
+        "warehouse": {"lakekeeper_id": warehouse.lakekeeper_id},
+    }
     try:
-        return door.run_to_end(*ready, COMPARE_CODE, args, name=f"compare-{a.id}-{b.id}",
-                               timeout_s=COMPARE_TIMEOUT_SECONDS)
+        return door.run_to_end(
+            *ready,
+            COMPARE_CODE,
+            args,
+            name=f"compare-{a.id}-{b.id}",
+            timeout_s=COMPARE_TIMEOUT_SECONDS,
+        )
     except (door.UnitUnavailable, door.RunNotCompleted) as error:
         raise RowsUnavailable(f"The comparison did not run on the compute unit: {error}") from None

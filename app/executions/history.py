@@ -1,5 +1,6 @@
 """Reading executions back: lists with filters, the choices of the run dialog, and what a
 finished execution recorded (its progress, its output tables)."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,15 @@ from datetime import timezone
 from sqlmodel import select
 
 from app.db import get_db
-from app.models import ComputeUnit, ComputeUnitState, Execution, ExecutionState, User, Warehouse, Workflow
+from app.models import (
+    ComputeUnit,
+    ComputeUnitState,
+    Execution,
+    ExecutionState,
+    User,
+    Warehouse,
+    Workflow,
+)
 from app.warehouses import sharing
 from compute.contract import CONSOLE_LOGS, RUNTIME_STATS, table_name
 
@@ -36,8 +45,11 @@ class Filters:
     def from_args(cls, args) -> Filters:
         """Filters from query parameters; values that are not valid choices are ignored."""
         state = args.get("state")
-        return cls(state=state if state in ExecutionState.ALL else None, warehouse_id=_int_or_none(
-            args.get("warehouse_id")), compute_unit_id=_int_or_none(args.get("compute_unit_id")))
+        return cls(
+            state=state if state in ExecutionState.ALL else None,
+            warehouse_id=_int_or_none(args.get("warehouse_id")),
+            compute_unit_id=_int_or_none(args.get("compute_unit_id")),
+        )
 
     @property
     def active(self) -> bool:
@@ -51,7 +63,9 @@ def _int_or_none(value) -> int | None:
         return None
 
 
-def user_executions(owner: User, filters: Filters = Filters(), workflow_id: int | None = None) -> list[ExecutionRow]:
+def user_executions(
+    owner: User, filters: Filters = Filters(), workflow_id: int | None = None
+) -> list[ExecutionRow]:
     """The user's executions, newest first, narrowed by `filters` and optionally to one workflow."""
     statement = (
         select(Execution, Workflow.name, ComputeUnit.name)
@@ -59,23 +73,39 @@ def user_executions(owner: User, filters: Filters = Filters(), workflow_id: int 
         .outerjoin(ComputeUnit, ComputeUnit.id == Execution.compute_unit_id)
         .where(Execution.owner_id == owner.id)
     )
-    for column, value in ((Execution.workflow_id, workflow_id), (Execution.state, filters.state),
-                          (Execution.warehouse_id, filters.warehouse_id),
-                          (Execution.compute_unit_id, filters.compute_unit_id)):
+    for column, value in (
+        (Execution.workflow_id, workflow_id),
+        (Execution.state, filters.state),
+        (Execution.warehouse_id, filters.warehouse_id),
+        (Execution.compute_unit_id, filters.compute_unit_id),
+    ):
         if value is not None:
             statement = statement.where(column == value)
-    statement = statement.order_by(Execution.created_at.desc(), Execution.id.desc()).limit(HISTORY_LIMIT)
-    return [ExecutionRow(execution, workflow_name, cu_name) for execution, workflow_name, cu_name
-            in get_db().exec(statement)]
+    statement = statement.order_by(Execution.created_at.desc(), Execution.id.desc()).limit(
+        HISTORY_LIMIT
+    )
+    return [
+        ExecutionRow(execution, workflow_name, cu_name)
+        for execution, workflow_name, cu_name in get_db().exec(statement)
+    ]
 
 
 def user_warehouses(owner: User) -> list[Warehouse]:
-    return list(get_db().exec(select(Warehouse).where(Warehouse.owner_id == owner.id).order_by(Warehouse.name)))
+    return list(
+        get_db().exec(
+            select(Warehouse).where(Warehouse.owner_id == owner.id).order_by(Warehouse.name)
+        )
+    )
 
 
 def user_compute_units(owner: User) -> list[ComputeUnit]:
-    return list(get_db().exec(select(ComputeUnit).where(ComputeUnit.owner_id == owner.id)
-                              .order_by(ComputeUnit.created_at.desc())))
+    return list(
+        get_db().exec(
+            select(ComputeUnit)
+            .where(ComputeUnit.owner_id == owner.id)
+            .order_by(ComputeUnit.created_at.desc())
+        )
+    )
 
 
 def running_compute_units(owner: User) -> list[ComputeUnit]:
@@ -89,9 +119,12 @@ def active_warehouses(owner: User) -> list[Warehouse]:
 
 def last_warehouse_id(owner: User, workflow: Workflow) -> int | None:
     """The warehouse this workflow's latest execution wrote to (None if never run, or purged)."""
-    statement = (select(Execution.warehouse_id)
-                 .where(Execution.owner_id == owner.id, Execution.workflow_id == workflow.id)
-                 .order_by(Execution.created_at.desc(), Execution.id.desc()).limit(1))
+    statement = (
+        select(Execution.warehouse_id)
+        .where(Execution.owner_id == owner.id, Execution.workflow_id == workflow.id)
+        .order_by(Execution.created_at.desc(), Execution.id.desc())
+        .limit(1)
+    )
     return get_db().exec(statement).first()
 
 
@@ -99,8 +132,11 @@ def progress_of(execution: Execution) -> dict:
     """{"steps": [{"name", "state", "rows_out", "started_at", "ended_at"}], "logs": [...], "phase": "..."};
     `phase` says what an INITIALIZING execution is doing."""
     progress = json.loads(execution.progress or "{}")
-    return {"steps": progress.get("steps") or [], "logs": progress.get("logs") or [],
-            "phase": progress.get("phase") or ""}
+    return {
+        "steps": progress.get("steps") or [],
+        "logs": progress.get("logs") or [],
+        "phase": progress.get("phase") or "",
+    }
 
 
 def last_change(execution: Execution, now: float) -> float | None:
@@ -110,7 +146,9 @@ def last_change(execution: Execution, now: float) -> float | None:
     if execution.started_at is None:
         return None
     progress = progress_of(execution)
-    moments = [execution.started_at.replace(tzinfo=execution.started_at.tzinfo or timezone.utc).timestamp()]
+    moments = [
+        execution.started_at.replace(tzinfo=execution.started_at.tzinfo or timezone.utc).timestamp()
+    ]
     moments += [step.get(key) for step in progress["steps"] for key in ("started_at", "ended_at")]
     moments += [line.get("ts") for line in progress["logs"][-1:] if isinstance(line, dict)]
     return min(now, max(moment for moment in moments if isinstance(moment, (int, float))))
@@ -119,14 +157,18 @@ def last_change(execution: Execution, now: float) -> float | None:
 def live_version(execution: Execution, poll_delay: int) -> tuple:
     """Everything a running execution's live partials show: the row's every value and the delay
     of their next poll (app/live_partials.py tags them with it)."""
-    return tuple(getattr(execution, column) for column in Execution.__table__.columns.keys()) + (poll_delay,)
+    return tuple(getattr(execution, column) for column in Execution.__table__.columns.keys()) + (
+        poll_delay,
+    )
 
 
 def stopped_progress(progress: str) -> str:
     """The progress (JSON) of a run stopped from outside: steps not finished are cancelled."""
     parsed = json.loads(progress or "{}")
-    steps = [{**step, "state": "cancelled"} if step.get("state") in ("pending", "running") else step
-             for step in parsed.get("steps") or []]
+    steps = [
+        {**step, "state": "cancelled"} if step.get("state") in ("pending", "running") else step
+        for step in parsed.get("steps") or []
+    ]
     return json.dumps({"steps": steps, "logs": parsed.get("logs") or []})
 
 
@@ -173,8 +215,15 @@ def pinned_of(execution: Execution) -> dict:
 
 def completed_runs_of(owner: User, workflow_id: int, but: int) -> list[Execution]:
     """The owner's other COMPLETED executions of a workflow, newest first (to compare with)."""
-    statement = (select(Execution)
-                 .where(Execution.owner_id == owner.id, Execution.workflow_id == workflow_id,
-                        Execution.state == ExecutionState.COMPLETED, Execution.id != but)
-                 .order_by(Execution.id.desc()).limit(100))
+    statement = (
+        select(Execution)
+        .where(
+            Execution.owner_id == owner.id,
+            Execution.workflow_id == workflow_id,
+            Execution.state == ExecutionState.COMPLETED,
+            Execution.id != but,
+        )
+        .order_by(Execution.id.desc())
+        .limit(100)
+    )
     return list(get_db().exec(statement).all())

@@ -16,6 +16,7 @@ address the asker gave, parsed by the parser smtplib reads recipients with. A fa
 again after a doubling backoff, MAX_ATTEMPTS times in all. The webhook's secret is derived from
 the portal's key and the asker's nonce, shown to its owner once, and never stored.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,7 +37,16 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, exists, select
 
 from app.db import engine
-from app.models import Execution, ExecutionState, JobState, Notification, NotifyFields, Schedule, Workflow, utcnow
+from app.models import (
+    Execution,
+    ExecutionState,
+    JobState,
+    Notification,
+    NotifyFields,
+    Schedule,
+    Workflow,
+    utcnow,
+)
 from app.network_policy import OutboundRefused, parse_webhook_url, total_deadline, webhook_policy
 from app.transitions import compare_and_set
 
@@ -47,11 +57,18 @@ TIMESTAMP_HEADER = "X-Lakeport-Timestamp"
 DELIVERY_TIMEOUT_SECONDS = 5.0
 MAX_ATTEMPTS = 5
 FIRST_BACKOFF_SECONDS = 30
-NOTIFY_ON = {"": "Nobody", "failure": "When a run fails", "success": "When a run completes", "both": "When a run ends"}
+NOTIFY_ON = {
+    "": "Nobody",
+    "failure": "When a run fails",
+    "success": "When a run completes",
+    "both": "When a run ends",
+}
 # One plain address: a dot-atom local part (no quotes, no comments) at a host name (no domain
 # literal such as [127.0.0.1], which a mail server delivers to that address).
-EMAIL = re.compile(r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
-                   r"@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+EMAIL = re.compile(
+    r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    r"@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
+)
 EMAIL_MESSAGE = "One email address, e.g. data-team@example.com (no list, no name, no [address])."
 # An execution's own notifications are queued when it ends within this long (older ends were
 # queued already, or ended before the worker ran: not announced days late).
@@ -63,7 +80,10 @@ def check(values) -> dict[str, str]:
     errors: dict[str, str] = {}
     if (values.get("notify_on") or "") not in NOTIFY_ON:
         errors["notify_on"] = "Choose when to be told."
-    url, email = (values.get("webhook_url") or "").strip(), (values.get("notify_email") or "").strip()
+    url, email = (
+        (values.get("webhook_url") or "").strip(),
+        (values.get("notify_email") or "").strip(),
+    )
     if len(url) > 1000:
         errors["webhook_url"] = "At most 1,000 characters."
     elif url:
@@ -93,9 +113,12 @@ def fields(values) -> dict:
     """The checked request as `NotifyFields` values (a fresh nonce when there is a webhook)."""
     url = (values.get("webhook_url") or "").strip()
     asked = bool(values.get("notify_on"))
-    return {"notify_on": values.get("notify_on") or "", "webhook_url": url if asked else "",
-            "notify_email": (values.get("notify_email") or "").strip() if asked else "",
-            "webhook_nonce": secrets.token_hex(16) if url and asked else ""}
+    return {
+        "notify_on": values.get("notify_on") or "",
+        "webhook_url": url if asked else "",
+        "notify_email": (values.get("notify_email") or "").strip() if asked else "",
+        "webhook_nonce": secrets.token_hex(16) if url and asked else "",
+    }
 
 
 def webhook_secret(asker: NotifyFields) -> str:
@@ -112,8 +135,11 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
 
 
 def wanted(asker: NotifyFields, state: str) -> bool:
-    return (asker.notify_on == "both" or (asker.notify_on == "failure" and state != ExecutionState.COMPLETED)
-            or (asker.notify_on == "success" and state == ExecutionState.COMPLETED))
+    return (
+        asker.notify_on == "both"
+        or (asker.notify_on == "failure" and state != ExecutionState.COMPLETED)
+        or (asker.notify_on == "success" and state == ExecutionState.COMPLETED)
+    )
 
 
 def queue(asker: NotifyFields, execution: Execution) -> None:
@@ -121,12 +147,17 @@ def queue(asker: NotifyFields, execution: Execution) -> None:
     for (once per channel)."""
     if execution.state not in ExecutionState.FINAL or not wanted(asker, execution.state):
         return
-    channels = [name for name, address in (("webhook", asker.webhook_url), ("email", asker.notify_email))
-                if address]
+    channels = [
+        name
+        for name, address in (("webhook", asker.webhook_url), ("email", asker.notify_email))
+        if address
+    ]
     schedule_id = asker.id if isinstance(asker, Schedule) else None
     for channel in channels:
         with Session(engine()) as db:
-            db.add(Notification(schedule_id=schedule_id, execution_id=execution.id, channel=channel))
+            db.add(
+                Notification(schedule_id=schedule_id, execution_id=execution.id, channel=channel)
+            )
             try:
                 db.commit()
             except IntegrityError:
@@ -136,19 +167,28 @@ def queue(asker: NotifyFields, execution: Execution) -> None:
 def queue_ended_executions() -> None:
     """Queue what executions that asked for themselves want, once they have ended (a scheduler pass)."""
     with Session(engine(), expire_on_commit=False) as db:
-        ended = db.exec(select(Execution).where(
-            Execution.notify_on != "", Execution.state.in_(ExecutionState.FINAL),
-            Execution.ended_at >= utcnow() - RECENT_END,
-            ~exists().where(Notification.execution_id == Execution.id))).all()
+        ended = db.exec(
+            select(Execution).where(
+                Execution.notify_on != "",
+                Execution.state.in_(ExecutionState.FINAL),
+                Execution.ended_at >= utcnow() - RECENT_END,
+                ~exists().where(Notification.execution_id == Execution.id),
+            )
+        ).all()
     for execution in ended:
         queue(execution, execution)
 
 
 def pending_work() -> list[tuple[str, object, int]]:
     with Session(engine()) as db:
-        ids = db.exec(select(Notification.id).where(Notification.state == JobState.QUEUED,
-                                                    Notification.next_attempt_at <= utcnow())).all()
-    return [(f"notification:{notification_id}", deliver, notification_id) for notification_id in ids]
+        ids = db.exec(
+            select(Notification.id).where(
+                Notification.state == JobState.QUEUED, Notification.next_attempt_at <= utcnow()
+            )
+        ).all()
+    return [
+        (f"notification:{notification_id}", deliver, notification_id) for notification_id in ids
+    ]
 
 
 def deliver(notification_id: int) -> None:
@@ -156,31 +196,70 @@ def deliver(notification_id: int) -> None:
     with Session(engine(), expire_on_commit=False) as db:
         notification = db.get(Notification, notification_id)
         execution = db.get(Execution, notification.execution_id) if notification else None
-        schedule = db.get(Schedule, notification.schedule_id) if notification and notification.schedule_id else None
+        schedule = (
+            db.get(Schedule, notification.schedule_id)
+            if notification and notification.schedule_id
+            else None
+        )
         workflow = db.get(Workflow, execution.workflow_id) if execution else None
     asker = schedule if notification and notification.schedule_id else execution
-    if notification is None or notification.state != JobState.QUEUED or asker is None or execution is None:
+    if (
+        notification is None
+        or notification.state != JobState.QUEUED
+        or asker is None
+        or execution is None
+    ):
         return
-    body = json.dumps({"execution_id": execution.id, "workflow": {"id": workflow.id, "name": workflow.name},
-                       "schedule_id": schedule.id if schedule else None, "state": execution.state,
-                       "reason": execution.reason,
-                       "started_at": execution.started_at.isoformat() if execution.started_at else None,
-                       "ended_at": execution.ended_at.isoformat() if execution.ended_at else None}).encode()
+    body = json.dumps(
+        {
+            "execution_id": execution.id,
+            "workflow": {"id": workflow.id, "name": workflow.name},
+            "schedule_id": schedule.id if schedule else None,
+            "state": execution.state,
+            "reason": execution.reason,
+            "started_at": execution.started_at.isoformat() if execution.started_at else None,
+            "ended_at": execution.ended_at.isoformat() if execution.ended_at else None,
+        }
+    ).encode()
     try:
         if notification.channel == "webhook":
             _post(asker, body)
         else:
             _mail(asker, workflow, execution)
-    except (httpx.HTTPError, OutboundRefused, smtplib.SMTPException, OSError, DeliveryRefused) as error:
+    except (
+        httpx.HTTPError,
+        OutboundRefused,
+        smtplib.SMTPException,
+        OSError,
+        DeliveryRefused,
+    ) as error:
         attempts = notification.attempts + 1
-        compare_and_set(Notification, notification_id, (JobState.QUEUED,), attempts=attempts, last_error=str(error)[:500],
-                        state=JobState.FAILED if attempts >= MAX_ATTEMPTS else JobState.QUEUED,
-                        next_attempt_at=utcnow() + timedelta(seconds=FIRST_BACKOFF_SECONDS * 2 ** (attempts - 1)))
-        logger.warning("notification %s (%s) failed, attempt %s: %s", notification_id, notification.channel,
-                       attempts, error)
+        compare_and_set(
+            Notification,
+            notification_id,
+            (JobState.QUEUED,),
+            attempts=attempts,
+            last_error=str(error)[:500],
+            state=JobState.FAILED if attempts >= MAX_ATTEMPTS else JobState.QUEUED,
+            next_attempt_at=utcnow()
+            + timedelta(seconds=FIRST_BACKOFF_SECONDS * 2 ** (attempts - 1)),
+        )
+        logger.warning(
+            "notification %s (%s) failed, attempt %s: %s",
+            notification_id,
+            notification.channel,
+            attempts,
+            error,
+        )
         return
-    compare_and_set(Notification, notification_id, (JobState.QUEUED,), state=JobState.DONE,
-                    attempts=notification.attempts + 1, last_error="")
+    compare_and_set(
+        Notification,
+        notification_id,
+        (JobState.QUEUED,),
+        state=JobState.DONE,
+        attempts=notification.attempts + 1,
+        last_error="",
+    )
 
 
 class DeliveryRefused(Exception):
@@ -193,9 +272,16 @@ def _post(asker: NotifyFields, body: bytes) -> None:
     checks that address and connects to it."""
     parse_webhook_url(asker.webhook_url)
     timestamp = int(time.time())
-    headers = {"Content-Type": "application/json", "User-Agent": "lakeport-webhook",
-               TIMESTAMP_HEADER: str(timestamp), SIGNATURE_HEADER: signature(webhook_secret(asker), timestamp, body)}
-    with total_deadline(DELIVERY_TIMEOUT_SECONDS), webhook_policy().client(timeout=DELIVERY_TIMEOUT_SECONDS) as client:
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "lakeport-webhook",
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: signature(webhook_secret(asker), timestamp, body),
+    }
+    with (
+        total_deadline(DELIVERY_TIMEOUT_SECONDS),
+        webhook_policy().client(timeout=DELIVERY_TIMEOUT_SECONDS) as client,
+    ):
         with client.stream("POST", asker.webhook_url, content=body, headers=headers) as answer:
             status = answer.status_code
     if not 200 <= status < 300:
@@ -212,8 +298,14 @@ def _mail(asker: NotifyFields, workflow: Workflow, execution: Execution) -> None
     message = EmailMessage()
     message["From"], message["To"] = config["SMTP_FROM"], address
     message["Subject"] = f"Lakeport: {workflow.name} — execution #{execution.id} {execution.state}"
-    started_by = f" (schedule {asker.cron}, {asker.timezone})" if isinstance(asker, Schedule) else ""
-    message.set_content(f"Execution #{execution.id} of {workflow.name}{started_by} ended {execution.state}."
-                        + (f"\n\nReason: {execution.reason}" if execution.reason else ""))
-    with smtplib.SMTP(config["SMTP_HOST"], config["SMTP_PORT"], timeout=DELIVERY_TIMEOUT_SECONDS) as smtp:
+    started_by = (
+        f" (schedule {asker.cron}, {asker.timezone})" if isinstance(asker, Schedule) else ""
+    )
+    message.set_content(
+        f"Execution #{execution.id} of {workflow.name}{started_by} ended {execution.state}."
+        + (f"\n\nReason: {execution.reason}" if execution.reason else "")
+    )
+    with smtplib.SMTP(
+        config["SMTP_HOST"], config["SMTP_PORT"], timeout=DELIVERY_TIMEOUT_SECONDS
+    ) as smtp:
         smtp.send_message(message, to_addrs=[address])

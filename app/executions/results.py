@@ -1,5 +1,6 @@
 """An execution's tables in its warehouse (outputs, runtime stats, console logs), read through
 the portal's per-warehouse pyiceberg catalogs (`app.iceberg_reader`)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -23,7 +24,9 @@ def warehouse_of(execution: Execution) -> Warehouse | None:
 def catalog_of(execution: Execution):
     warehouse = warehouse_of(execution)
     if warehouse is None or execution.outputs_purged:
-        raise ResultReadError(f"The warehouse {execution.warehouse_name} was purged: its tables are gone.")
+        raise ResultReadError(
+            f"The warehouse {execution.warehouse_name} was purged: its tables are gone."
+        )
     return catalog_for(warehouse)
 
 
@@ -45,8 +48,18 @@ def step_timings(execution: Execution) -> list[StepTiming]:
     (step, status, rows_out, started_at, duration_ms, ...: compute/pipeline.py writes it)."""
     stats = page(execution, history.runtime_stats_table(execution), 1, RUNTIME_STATS_ROWS)
     rows = [dict(zip(stats.columns, row)) for row in stats.rows]
-    return _timeline([(str(row["step"]), str(row.get("status") or ""), row.get("started_at"),
-                       (row.get("duration_ms") or 0) / 1000, row.get("rows_out")) for row in rows])
+    return _timeline(
+        [
+            (
+                str(row["step"]),
+                str(row.get("status") or ""),
+                row.get("started_at"),
+                (row.get("duration_ms") or 0) / 1000,
+                row.get("rows_out"),
+            )
+            for row in rows
+        ]
+    )
 
 
 def progress_timings(execution: Execution) -> list[StepTiming]:
@@ -57,8 +70,15 @@ def progress_timings(execution: Execution) -> list[StepTiming]:
         started, ended = as_datetime(step.get("started_at")), as_datetime(step.get("ended_at"))
         if started is None:
             continue
-        rows.append((str(step.get("name")), str(step.get("state") or ""), started,
-                     max(0.0, (ended - started).total_seconds()) if ended else 0.0, step.get("rows_out")))
+        rows.append(
+            (
+                str(step.get("name")),
+                str(step.get("state") or ""),
+                started,
+                max(0.0, (ended - started).total_seconds()) if ended else 0.0,
+                step.get("rows_out"),
+            )
+        )
     return _timeline(rows)
 
 
@@ -69,7 +89,11 @@ def _timeline(rows: list[tuple[str, str, datetime | None, float, int | None]]) -
     for name, status, started, duration, rows_out in rows:
         # A step that never started is drawn, empty, after the one before it.
         offset = (started - origin).total_seconds() if started else cursor
-        timings.append(StepTiming(name=name, status=status, start_s=offset, duration_s=duration, rows_out=rows_out))
+        timings.append(
+            StepTiming(
+                name=name, status=status, start_s=offset, duration_s=duration, rows_out=rows_out
+            )
+        )
         cursor = offset + duration
     return timings
 

@@ -5,15 +5,24 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from flask import Response, current_app, abort, flash, redirect, render_template, request, url_for
+from flask import Response, abort, current_app, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 from htmx_flask import make_response
 from werkzeug.routing import BuildError
 
-from app.charts import step_timeline_svg
 from app import live_partials
+from app.charts import step_timeline_svg
 from app.db import get_db, get_owned_or_404
-from app.executions import bp, comparison, forms, history, notifications, results, runner, seen_version
+from app.executions import (
+    bp,
+    comparison,
+    forms,
+    history,
+    notifications,
+    results,
+    runner,
+    seen_version,
+)
 from app.executions import logs as logs_view
 from app.executions.history import Filters
 from app.executions.runner import RunRefused
@@ -39,7 +48,11 @@ def log_iso(value) -> str:
 @bp.app_template_filter("ms_time")
 def ms_time(value) -> str:
     """A snapshot's time (epoch milliseconds) as YYYY-MM-DD HH:MM:SS UTC."""
-    return "" if value is None else datetime.fromtimestamp(value / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        ""
+        if value is None
+        else datetime.fromtimestamp(value / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    )
 
 
 @bp.app_template_global()
@@ -49,7 +62,9 @@ def warehouse_table_url(warehouse_id: int | None, table: str) -> str | None:
         return None
     namespace, _, name = table.rpartition(".")
     try:
-        return url_for("warehouses.table", warehouse_id=warehouse_id, namespace=namespace, table=name)
+        return url_for(
+            "warehouses.table", warehouse_id=warehouse_id, namespace=namespace, table=name
+        )
     except BuildError:
         return None
 
@@ -70,16 +85,23 @@ def _live_partial(template: str, execution: Execution, context: Callable[[], dic
         return render_template(template, execution=execution, **context())
     now = time.time()
     delay = live_partials.poll_delay(history.last_change(execution, now), now)
-    return live_partials.conditional((template,) + history.live_version(execution, delay), lambda: render_template(
-        template, execution=execution, poll_delay=delay, **context()))
+    return live_partials.conditional(
+        (template,) + history.live_version(execution, delay),
+        lambda: render_template(template, execution=execution, poll_delay=delay, **context()),
+    )
 
 
 def _live_context(execution: Execution) -> dict:
     """What the execution's live part shows besides the row."""
-    return {"progress": history.progress_of(execution), "outputs": history.output_tables(execution),
-            "lineage": history.lineage_of(execution), "failed_step": history.failed_step(execution),
-            "others": history.completed_runs_of(current_user, execution.workflow_id, execution.id)
-            if execution.state == ExecutionState.COMPLETED else []}
+    return {
+        "progress": history.progress_of(execution),
+        "outputs": history.output_tables(execution),
+        "lineage": history.lineage_of(execution),
+        "failed_step": history.failed_step(execution),
+        "others": history.completed_runs_of(current_user, execution.workflow_id, execution.id)
+        if execution.state == ExecutionState.COMPLETED
+        else [],
+    }
 
 
 @bp.get("/")
@@ -88,9 +110,14 @@ def index():
     rows = history.user_executions(current_user, filters)
     if request.htmx:
         return render_template("executions/_list.html", rows=rows, filters=filters)
-    return render_template("executions/index.html", rows=rows, filters=filters,
-                           warehouses=history.user_warehouses(current_user),
-                           compute_units=history.user_compute_units(current_user), states=ExecutionState.ALL)
+    return render_template(
+        "executions/index.html",
+        rows=rows,
+        filters=filters,
+        warehouses=history.user_warehouses(current_user),
+        compute_units=history.user_compute_units(current_user),
+        states=ExecutionState.ALL,
+    )
 
 
 @bp.get("/workflow/<int:workflow_id>")
@@ -110,38 +137,66 @@ def new():
     errors: dict[str, str] = {}
     changed: seen_version.VersionChanged | None = None
     if request.method == "GET":
-        values = {"compute_unit_id": None, "warehouse_id": history.last_warehouse_id(current_user, workflow)}
+        values = {
+            "compute_unit_id": None,
+            "warehouse_id": history.last_warehouse_id(current_user, workflow),
+        }
     else:
         values, errors = forms.parse_run_form(request.form)
         if not errors:
             try:
                 execution = _start_seen(workflow, values)
-            except seen_version.VersionChanged as refusal:  # nothing queued: show what changed, then ask again
+            except (
+                seen_version.VersionChanged
+            ) as refusal:  # nothing queued: show what changed, then ask again
                 changed = refusal
             except RunRefused as refusal:
                 errors[refusal.field or "form"] = refusal.message
             else:
-                if execution.webhook_url:  # its signing secret, shown this once, before the execution's page
-                    return render_template("executions/started.html", execution=execution, workflow=workflow,
-                                           webhook_secret=notifications.webhook_secret(execution))
+                if (
+                    execution.webhook_url
+                ):  # its signing secret, shown this once, before the execution's page
+                    return render_template(
+                        "executions/started.html",
+                        execution=execution,
+                        workflow=workflow,
+                        webhook_secret=notifications.webhook_secret(execution),
+                    )
                 flash(f"You started execution #{execution.id} of {workflow.name}.", "success")
                 return _go(url_for("executions.detail", execution_id=execution.id))
     author = seen_version.code_author(current_user.id, workflow)
-    page = render_template("executions/new.html", workflow=workflow, version=version, values=values, errors=errors,
-                           compute_units=history.running_compute_units(current_user),
-                           warehouses=history.active_warehouses(current_user), notify_on=notifications.NOTIFY_ON,
-                           code_author=seen_version.author_label(author) if author else None, changed=changed,
-                           changes=seen_version.changes_between(workflow, changed.seen, changed.latest)
-                           if changed else [])
-    return (page, 422) if changed or errors else page  # the form again, to look at before submitting
+    page = render_template(
+        "executions/new.html",
+        workflow=workflow,
+        version=version,
+        values=values,
+        errors=errors,
+        compute_units=history.running_compute_units(current_user),
+        warehouses=history.active_warehouses(current_user),
+        notify_on=notifications.NOTIFY_ON,
+        code_author=seen_version.author_label(author) if author else None,
+        changed=changed,
+        changes=seen_version.changes_between(workflow, changed.seen, changed.latest)
+        if changed
+        else [],
+    )
+    return (
+        (page, 422) if changed or errors else page
+    )  # the form again, to look at before submitting
 
 
 def _start_seen(workflow: Workflow, values: dict) -> Execution:
     """Start the run dialog's execution of the version it showed (VersionChanged if not the latest)."""
     db = get_db()
     version = seen_version.version_to_run(current_user, workflow, values["version"])
-    return runner.start(current_user, workflow, version, db.get(ComputeUnit, values["compute_unit_id"]),
-                        db.get(Warehouse, values["warehouse_id"]), notify=notifications.fields(values))
+    return runner.start(
+        current_user,
+        workflow,
+        version,
+        db.get(ComputeUnit, values["compute_unit_id"]),
+        db.get(Warehouse, values["warehouse_id"]),
+        notify=notifications.fields(values),
+    )
 
 
 @bp.get("/<int:execution_id>")
@@ -151,9 +206,15 @@ def detail(execution_id: int):
         return _live_partial("executions/_live.html", execution, lambda: _live_context(execution))
     workflow = get_db().get(Workflow, execution.workflow_id)
     cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-    return render_template("executions/detail.html", execution=execution, workflow=workflow, cu=cu,
-                           pinned=history.pinned_of(execution), code_author=seen_version.execution_code_author(execution),
-                           **_live_context(execution))
+    return render_template(
+        "executions/detail.html",
+        execution=execution,
+        workflow=workflow,
+        cu=cu,
+        pinned=history.pinned_of(execution),
+        code_author=seen_version.execution_code_author(execution),
+        **_live_context(execution),
+    )
 
 
 @bp.post("/<int:execution_id>/rerun")
@@ -182,10 +243,19 @@ def compare():
     a, b = _pair()
     workflow = get_db().get(Workflow, a.workflow_id)
     if b.workflow_id != a.workflow_id:
-        return render_template("error.html", title="Not comparable",
-                               message=f"Executions #{a.id} and #{b.id} run different workflows."), 422
-    return _rows_partial(a, b, comparison.latest_rows_job(a, b), template="executions/compare.html",
-                         workflow=workflow, outputs=comparison.outputs(a, b))
+        return render_template(
+            "error.html",
+            title="Not comparable",
+            message=f"Executions #{a.id} and #{b.id} run different workflows.",
+        ), 422
+    return _rows_partial(
+        a,
+        b,
+        comparison.latest_rows_job(a, b),
+        template="executions/compare.html",
+        workflow=workflow,
+        outputs=comparison.outputs(a, b),
+    )
 
 
 @bp.get("/compare/rows")
@@ -214,12 +284,27 @@ def _comparable_pair() -> tuple[Execution, Execution]:
     return a, b
 
 
-def _rows_partial(a: Execution, b: Execution, job, error: str | None = None, nothing_shared: bool = False,
-                  template: str = "executions/_compare_rows.html", **context):
+def _rows_partial(
+    a: Execution,
+    b: Execution,
+    job,
+    error: str | None = None,
+    nothing_shared: bool = False,
+    template: str = "executions/_compare_rows.html",
+    **context,
+):
     """The differing rows' partial (or, with `template`, the page around it)."""
-    return render_template(template, a=a, b=b, job=job, error=error, nothing_shared=nothing_shared,
-                           sample=comparison.SAMPLE_ROWS,
-                           rows=json.loads(job.result) if job is not None and not job.running else {}, **context)
+    return render_template(
+        template,
+        a=a,
+        b=b,
+        job=job,
+        error=error,
+        nothing_shared=nothing_shared,
+        sample=comparison.SAMPLE_ROWS,
+        rows=json.loads(job.result) if job is not None and not job.running else {},
+        **context,
+    )
 
 
 @bp.get("/<int:execution_id>/row")
@@ -227,8 +312,10 @@ def row(execution_id: int):
     execution = _execution(execution_id)
     workflow = get_db().get(Workflow, execution.workflow_id)
     cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-    return render_template("executions/_row.html", row=history.ExecutionRow(execution, workflow.name,
-                                                                            cu.name if cu else None))
+    return render_template(
+        "executions/_row.html",
+        row=history.ExecutionRow(execution, workflow.name, cu.name if cu else None),
+    )
 
 
 @bp.post("/<int:execution_id>/cancel")
@@ -255,8 +342,13 @@ def stats(execution_id: int):
             timings, from_progress = results.progress_timings(execution), True
         except ResultReadError as failure:
             error = failure.args[0]
-    return render_template("executions/_stats.html", execution=execution, error=error, from_progress=from_progress,
-                           chart=step_timeline_svg(timings) if timings else None)
+    return render_template(
+        "executions/_stats.html",
+        execution=execution,
+        error=error,
+        from_progress=from_progress,
+        chart=step_timeline_svg(timings) if timings else None,
+    )
 
 
 def _output_table(execution: Execution, step: str) -> str:
@@ -268,21 +360,31 @@ def _output_table(execution: Execution, step: str) -> str:
 
 def _table_partial(context: dict):
     """The pager's partial; the address bar follows the page shown."""
-    return make_response(render_template("executions/_table_page.html", **context),
-                         push_url=canonical_page_url(context))
+    return make_response(
+        render_template("executions/_table_page.html", **context),
+        push_url=canonical_page_url(context),
+    )
 
 
 @bp.get("/<int:execution_id>/results/<step>")
 def results_page(execution_id: int, step: str):
     execution = _execution(execution_id)
     table = _output_table(execution, step)
-    context = table_page_context(lambda page, size: results.page(execution, table, page, size), table,
-                                 url_for("executions.results_page", execution_id=execution.id, step=step))
+    context = table_page_context(
+        lambda page, size: results.page(execution, table, page, size),
+        table,
+        url_for("executions.results_page", execution_id=execution.id, step=step),
+    )
     if request.htmx:
         return _table_partial(context)
-    return render_template("executions/results.html", execution=execution, step=step,
-                           warehouse=results.warehouse_of(execution), outputs=history.output_tables(execution),
-                           **context)
+    return render_template(
+        "executions/results.html",
+        execution=execution,
+        step=step,
+        warehouse=results.warehouse_of(execution),
+        outputs=history.output_tables(execution),
+        **context,
+    )
 
 
 @bp.get("/<int:execution_id>/results/<step>/csv")
@@ -293,8 +395,11 @@ def download(execution_id: int, step: str):
         chunks = results.csv_chunks(execution, table)
     except ResultReadError as failure:
         return render_template("error.html", title="Download failed", message=failure.args[0]), 502
-    return Response(chunks, mimetype="text/csv",
-                    headers={"Content-Disposition": f'attachment; filename="{table.replace(".", "-")}.csv"'})
+    return Response(
+        chunks,
+        mimetype="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{table.replace(".", "-")}.csv"'},
+    )
 
 
 @bp.get("/<int:execution_id>/logs")
@@ -304,12 +409,22 @@ def logs(execution_id: int):
         # While it runs (or if it never ran): the tail the compute unit reports. Once it has
         # ended, the tail partial loads the complete console_logs table in its place.
         if request.htmx:
-            return _live_partial("executions/_log_tail.html", execution,
-                                 lambda: {"progress": history.progress_of(execution)})
-        return render_template("executions/logs.html", execution=execution, progress=history.progress_of(execution),
-                               tail=True)
-    context = logs_view.page_context(execution, logs_view.LogFilters.from_args(request.args),
-                                     url_for("executions.logs", execution_id=execution.id))
+            return _live_partial(
+                "executions/_log_tail.html",
+                execution,
+                lambda: {"progress": history.progress_of(execution)},
+            )
+        return render_template(
+            "executions/logs.html",
+            execution=execution,
+            progress=history.progress_of(execution),
+            tail=True,
+        )
+    context = logs_view.page_context(
+        execution,
+        logs_view.LogFilters.from_args(request.args),
+        url_for("executions.logs", execution_id=execution.id),
+    )
     if request.htmx:
         return _table_partial(context)
     return render_template("executions/logs.html", execution=execution, tail=False, **context)

@@ -22,6 +22,7 @@ the execution again from its row: a RUNNING one is watched again (the host keeps
 an INITIALIZING one is prepared again. A worker that died is replaced the same way, by whichever
 worker takes its lease over.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,19 +38,28 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from app import leases
-from app.compute_units import lifecycle
 from app.audit import trail as audit
+from app.compute_units import door, lifecycle
+from app.compute_units.door import SparkHostClient, SparkHostError, UnitUnavailable
 from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
+from app.executions import run_spec, unit_reports
 from app.executions.history import progress_of, stopped_progress
 from app.extensions import lakekeeper
 from app.lakekeeper.errors import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
-from app.models import (ComputeUnit, ComputeUnitState, Execution, ExecutionState, User, Warehouse, WarehouseStatus,
-                        Workflow, WorkflowVersion, utcnow)
-from app.executions import run_spec, unit_reports
+from app.models import (
+    ComputeUnit,
+    ComputeUnitState,
+    Execution,
+    ExecutionState,
+    User,
+    Warehouse,
+    WarehouseStatus,
+    Workflow,
+    WorkflowVersion,
+    utcnow,
+)
 from app.ray_clusters.base import ClusterHandle
-from app.compute_units import door
-from app.compute_units.door import SparkHostClient, SparkHostError, UnitUnavailable
 from app.states import execution_state_of
 from app.transitions import compare_and_set, set_fields
 from app.untrusted import clean_text
@@ -97,17 +107,24 @@ class ExecutionFailed(Exception):
 # --- Starting and cancelling (request side) -------------------------------------------------
 
 
-def check_runnable(owner: User, cu: ComputeUnit | None, warehouse: Warehouse | None) -> dict[str, str]:
+def check_runnable(
+    owner: User, cu: ComputeUnit | None, warehouse: Warehouse | None
+) -> dict[str, str]:
     """Why this unit and this warehouse cannot take a new execution (field → message); {} if they can."""
     errors: dict[str, str] = {}
     if cu is None or cu.owner_id != owner.id:
         errors["compute_unit_id"] = "Choose one of your running compute units."
     elif cu.state != ComputeUnitState.RUNNING:
         errors["compute_unit_id"] = f"Compute unit {cu.name} is {cu.state.lower()}, not running."
-    if warehouse is None or sharing.access_of(owner, warehouse) not in (sharing.OWNER, sharing.WRITE):
+    if warehouse is None or sharing.access_of(owner, warehouse) not in (
+        sharing.OWNER,
+        sharing.WRITE,
+    ):
         errors["warehouse_id"] = "Choose an active warehouse you may write into."
     elif warehouse.status == WarehouseStatus.ARCHIVED:
-        errors["warehouse_id"] = f"Warehouse {warehouse.name} is archived: it takes no new executions."
+        errors["warehouse_id"] = (
+            f"Warehouse {warehouse.name} is archived: it takes no new executions."
+        )
     elif warehouse.status != WarehouseStatus.ACTIVE:
         errors["warehouse_id"] = f"Warehouse {warehouse.name} is deactivated; activate it first."
     return errors
@@ -115,23 +132,42 @@ def check_runnable(owner: User, cu: ComputeUnit | None, warehouse: Warehouse | N
 
 def started_with(owner: User, idempotency_key: str) -> Execution | None:
     """The execution `owner` started with this idempotency key (the API's), if any."""
-    return get_db().exec(select(Execution).where(Execution.owner_id == owner.id,
-                                                 Execution.idempotency_key == idempotency_key)).first()
+    return (
+        get_db()
+        .exec(
+            select(Execution).where(
+                Execution.owner_id == owner.id, Execution.idempotency_key == idempotency_key
+            )
+        )
+        .first()
+    )
 
 
-def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: ComputeUnit | None,
-          warehouse: Warehouse | None, pinned_to: dict | None = None, idempotency_key: str | None = None,
-          notify: dict | None = None) -> Execution:
+def start(
+    owner: User,
+    workflow: Workflow,
+    version: WorkflowVersion | None,
+    cu: ComputeUnit | None,
+    warehouse: Warehouse | None,
+    pinned_to: dict | None = None,
+    idempotency_key: str | None = None,
+    notify: dict | None = None,
+) -> Execution:
     """Record a QUEUED execution of `version` (the caller's choice: for a runner, the version they
     saw, `seen_version.version_to_run`); the worker runs that version's steps (reading its inputs at the
     snapshots of `pinned_to`, see `rerun_pinned`). With `idempotency_key`, one execution per key:
     a second start with it raises AlreadyStarted. `notify`: who is told when it ends
     (`notifications.fields` of a checked request)."""
-    if workflow_sharing.access_of(owner, workflow) not in (workflow_sharing.OWNER, workflow_sharing.RUN):
+    if workflow_sharing.access_of(owner, workflow) not in (
+        workflow_sharing.OWNER,
+        workflow_sharing.RUN,
+    ):
         raise RunRefused("This workflow is not yours to run (or no longer shared with you).")
     if version is None or not json.loads(version.steps or "[]"):
         raise RunRefused("This workflow has no steps yet. Add steps in the editor and save first.")
-    if version.workflow_id != workflow.id:  # the row the worker runs must be one of the workflow checked above
+    if (
+        version.workflow_id != workflow.id
+    ):  # the row the worker runs must be one of the workflow checked above
         raise RunRefused("This version is not one of this workflow's.", "version")
     if errors := check_runnable(owner, cu, warehouse):
         field, message = next(iter(errors.items()))
@@ -139,10 +175,17 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
     db = get_db()
     steps = [{"name": step["name"], "state": "pending"} for step in json.loads(version.steps)]
     execution = Execution(
-        owner_id=owner.id, workflow_id=workflow.id, workflow_version_id=version.id,
-        workflow_version=version.version, compute_unit_id=cu.id, warehouse_id=warehouse.id,
-        warehouse_name=warehouse.name, progress=json.dumps({"steps": steps, "logs": []}),
-        pinned_to=json.dumps(pinned_to or {}), idempotency_key=idempotency_key, **(notify or {}),
+        owner_id=owner.id,
+        workflow_id=workflow.id,
+        workflow_version_id=version.id,
+        workflow_version=version.version,
+        compute_unit_id=cu.id,
+        warehouse_id=warehouse.id,
+        warehouse_name=warehouse.name,
+        progress=json.dumps({"steps": steps, "logs": []}),
+        pinned_to=json.dumps(pinned_to or {}),
+        idempotency_key=idempotency_key,
+        **(notify or {}),
     )
     db.add(execution)
     # A unit idle for long would be stopped at the next check, under this execution.
@@ -152,13 +195,31 @@ def start(owner: User, workflow: Workflow, version: WorkflowVersion | None, cu: 
         db.commit()
     except IntegrityError:
         db.rollback()
-        if idempotency_key is not None and (earlier := started_with(owner, idempotency_key)) is not None:
+        if (
+            idempotency_key is not None
+            and (earlier := started_with(owner, idempotency_key)) is not None
+        ):
             raise AlreadyStarted(earlier) from None
         raise
-    current_app.logger.info("user %s started execution %s of workflow %s v%s on compute unit %s into warehouse %s",
-                            owner.id, execution.id, workflow.id, version.version, cu.id, warehouse.id)
-    audit.record("execution.start", execution, workflow_id=workflow.id, version=version.version, unit_id=cu.id,
-                 warehouse_id=warehouse.id, actor=owner, **({"pinned": True} if pinned_to else {}))
+    current_app.logger.info(
+        "user %s started execution %s of workflow %s v%s on compute unit %s into warehouse %s",
+        owner.id,
+        execution.id,
+        workflow.id,
+        version.version,
+        cu.id,
+        warehouse.id,
+    )
+    audit.record(
+        "execution.start",
+        execution,
+        workflow_id=workflow.id,
+        version=version.version,
+        unit_id=cu.id,
+        warehouse_id=warehouse.id,
+        actor=owner,
+        **({"pinned": True} if pinned_to else {}),
+    )
     return execution
 
 
@@ -169,14 +230,24 @@ def rerun_pinned(owner: User, execution: Execution) -> Execution:
         raise RunRefused("Only a completed execution can be run again on the same inputs.")
     lineage = json.loads(execution.lineage or "{}")
     if "read" not in lineage:
-        raise RunRefused("This execution recorded no lineage (it ran before Lakeport kept it): there is "
-                         "nothing to pin a re-run to.")
+        raise RunRefused(
+            "This execution recorded no lineage (it ran before Lakeport kept it): there is "
+            "nothing to pin a re-run to."
+        )
     db = get_db()
-    tables = {entry["table"]: entry["snapshot_id"] for entry in lineage["read"] if entry.get("snapshot_id") is not None}
-    return start(owner, db.get(Workflow, execution.workflow_id), db.get(WorkflowVersion, execution.workflow_version_id),
-                 db.get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None,
-                 db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None,
-                 pinned_to={"execution_id": execution.id, "tables": tables})
+    tables = {
+        entry["table"]: entry["snapshot_id"]
+        for entry in lineage["read"]
+        if entry.get("snapshot_id") is not None
+    }
+    return start(
+        owner,
+        db.get(Workflow, execution.workflow_id),
+        db.get(WorkflowVersion, execution.workflow_version_id),
+        db.get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None,
+        db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None,
+        pinned_to={"execution_id": execution.id, "tables": tables},
+    )
 
 
 def cancel(execution: Execution, by: str = "its owner") -> None:
@@ -186,8 +257,13 @@ def cancel(execution: Execution, by: str = "its owner") -> None:
     if execution.state in State.FINAL:
         raise RunRefused("This execution has already finished.")
     audit.record("execution.cancel", execution, before=execution.state)
-    if not _transition(execution.id, (State.QUEUED, State.INITIALIZING), state=State.CANCELLED,
-                       reason=f"cancelled by {by} before it ran", ended_at=utcnow()):
+    if not _transition(
+        execution.id,
+        (State.QUEUED, State.INITIALIZING),
+        state=State.CANCELLED,
+        reason=f"cancelled by {by} before it ran",
+        ended_at=utcnow(),
+    ):
         _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow())
     get_db().refresh(execution)
 
@@ -216,14 +292,19 @@ def load(execution_id: int) -> Execution | None:
 def pending_work() -> list[tuple[str, object, int]]:
     """What the executions ask the worker to do: (lease name, function, execution id)."""
     with Session(engine()) as db:
-        live = db.exec(select(Execution.id, Execution.cancel_requested_at)
-                       .where(Execution.state.not_in(State.FINAL))).all()
+        live = db.exec(
+            select(Execution.id, Execution.cancel_requested_at).where(
+                Execution.state.not_in(State.FINAL)
+            )
+        ).all()
     cancels = [execution_id for execution_id, asked in live if asked is not None]
     for execution_id in _cancels_passed.keys() - set(cancels):
         del _cancels_passed[execution_id]
-    return ([(f"execution:{execution_id}", drive, execution_id) for execution_id, _ in live]
-            + [(f"execution-cancel:{execution_id}", pass_cancel, execution_id) for execution_id in cancels
-               if execution_id not in _cancels_passed])
+    return [(f"execution:{execution_id}", drive, execution_id) for execution_id, _ in live] + [
+        (f"execution-cancel:{execution_id}", pass_cancel, execution_id)
+        for execution_id in cancels
+        if execution_id not in _cancels_passed
+    ]
 
 
 # Cancels this process passed to their units (execution id → when): once each; the watcher
@@ -265,7 +346,8 @@ def drive(execution_id: int) -> None:
         # The catalog token takes longest to prepare: it is minted while the rest is checked.
         groundwork = _Groundwork.start(execution)
         if execution.state == State.QUEUED and not _transition(
-                execution_id, (State.QUEUED,), state=State.INITIALIZING, started_at=utcnow()):
+            execution_id, (State.QUEUED,), state=State.INITIALIZING, started_at=utcnow()
+        ):
             return  # cancelled while queued
         _submit_and_watch(execution_id, groundwork)
     except DATABASE_UNAVAILABLE:
@@ -285,9 +367,14 @@ def _finish_failed(execution_id: int, reason: str) -> None:
     except DATABASE_UNAVAILABLE:
         raise
     except Exception as error:
-        logger.error("execution %s: its reason could not be stored (%s)", execution_id,
-                     clean_text(error, 300, one_line=True))
-        finish(execution_id, State.FAILED, reason="the run failed, and its reason could not be stored")
+        logger.error(
+            "execution %s: its reason could not be stored (%s)",
+            execution_id,
+            clean_text(error, 300, one_line=True),
+        )
+        finish(
+            execution_id, State.FAILED, reason="the run failed, and its reason could not be stored"
+        )
 
 
 def _submit_and_watch(execution_id: int, groundwork: _Groundwork) -> None:
@@ -320,7 +407,9 @@ def _submit_and_watch(execution_id: int, groundwork: _Groundwork) -> None:
 
 def _not_taken(cu_id: int, error: SparkHostError) -> ExecutionFailed:
     """Why the unit did not take the run: its own failure if it has one, else the host's answer."""
-    return ExecutionFailed(door.unit_failure(cu_id) or f"the compute unit did not take the run: {error}")
+    return ExecutionFailed(
+        door.unit_failure(cu_id) or f"the compute unit did not take the run: {error}"
+    )
 
 
 def _submit(handle: ClusterHandle, args: dict, execution_id: int) -> str:
@@ -343,7 +432,9 @@ class _Groundwork:
 
         def rows() -> tuple[Warehouse | None, User | None]:
             with Session(engine()) as db:
-                warehouse = db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
+                warehouse = (
+                    db.get(Warehouse, execution.warehouse_id) if execution.warehouse_id else None
+                )
                 return warehouse, db.get(User, execution.owner_id)
 
         def mint() -> str | None:
@@ -386,7 +477,8 @@ def _prepare(execution_id: int, groundwork: _Groundwork) -> tuple[dict, ClusterH
             .outerjoin(WorkflowVersion, WorkflowVersion.id == Execution.workflow_version_id)
             .outerjoin(User, User.id == Execution.owner_id)
             .outerjoin(Warehouse, Warehouse.id == Execution.warehouse_id)
-            .where(Execution.id == execution_id)).one()
+            .where(Execution.id == execution_id)
+        ).one()
     # Beside the token and the warehouse's check: the unit. A warehouse that cannot take the
     # run says so first, before the unit's state and before a Spark host is started for it.
     try:
@@ -396,9 +488,15 @@ def _prepare(execution_id: int, groundwork: _Groundwork) -> tuple[dict, ClusterH
     if (seen_app := door.ready_app(cu.id, handle)) is None:
         door.make_ready(cu, handle, progress=lambda phase: _note(execution_id, phase))
     token = groundwork.token()
-    if time.monotonic() - groundwork.started_at > FRESH_TOKEN_SECONDS:  # the unit's Spark host was started meanwhile
+    if (
+        time.monotonic() - groundwork.started_at > FRESH_TOKEN_SECONDS
+    ):  # the unit's Spark host was started meanwhile
         token = _run_token(warehouse, owner)
-    return run_spec.execution_spec(execution, workflow, version, owner, cu, warehouse, token), handle, seen_app
+    return (
+        run_spec.execution_spec(execution, workflow, version, owner, cu, warehouse, token),
+        handle,
+        seen_app,
+    )
 
 
 def _state_of(execution_id: int) -> str | None:
@@ -409,7 +507,9 @@ def _state_of(execution_id: int) -> str | None:
 def _note(execution_id: int, phase: str) -> None:
     """What INITIALIZING is doing right now, for the page."""
     execution = load(execution_id)
-    set_fields(Execution, execution_id, progress=json.dumps({**progress_of(execution), "phase": phase}))
+    set_fields(
+        Execution, execution_id, progress=json.dumps({**progress_of(execution), "phase": phase})
+    )
 
 
 def _check_warehouse(execution: Execution, warehouse: Warehouse | None) -> None:
@@ -423,11 +523,15 @@ def _check_warehouse(execution: Execution, warehouse: Warehouse | None) -> None:
     try:
         found = lakekeeper().get_warehouse(warehouse.lakekeeper_id)
     except (LakekeeperUnavailable, ServiceTokenError) as error:
-        raise ExecutionFailed(f"the catalog (Lakekeeper) is unreachable: {error.user_message}") from None
+        raise ExecutionFailed(
+            f"the catalog (Lakekeeper) is unreachable: {error.user_message}"
+        ) from None
     except LakekeeperError as error:
         if error.status == 404:
             raise ExecutionFailed(f"the warehouse {name} no longer exists in the catalog") from None
-        raise ExecutionFailed(f"the catalog refused the warehouse {name}: {error.user_message}") from None
+        raise ExecutionFailed(
+            f"the catalog refused the warehouse {name}: {error.user_message}"
+        ) from None
     if not found.is_active:
         raise ExecutionFailed(f"the warehouse {name} is inactive in the catalog")
 
@@ -452,14 +556,21 @@ def _watch(execution_id: int) -> None:
                 # Answered as soon as the run ends: the end is recorded without a poll's delay.
                 run = client.run(run_id, wait_s=WATCH_WAIT_SECONDS)
             except SparkHostError as error:
-                _check_silence(client, cu_id, error, silent_for=time.monotonic() - last_heard,
-                               over_limit=over_limit)
+                _check_silence(
+                    client,
+                    cu_id,
+                    error,
+                    silent_for=time.monotonic() - last_heard,
+                    over_limit=over_limit,
+                )
                 time.sleep(POLL_SECONDS)
                 continue
             now = last_heard = time.monotonic()
             if run["state"] not in RunState.FINAL and now - asked < WATCH_WAIT_SECONDS / 2:
                 time.sleep(POLL_SECONDS)  # a host that does not wait (an older one): poll
-            progress = unit_reports.merged_progress(json.loads(last_progress), run.get("progress") or {})
+            progress = unit_reports.merged_progress(
+                json.loads(last_progress), run.get("progress") or {}
+            )
             if run["state"] in RunState.FINAL:
                 _record_end(execution_id, run, progress, over_limit)
                 return
@@ -484,21 +595,32 @@ def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, r
     if execution.cancel_requested_at is not None and execution.state == State.RUNNING:
         _cancel_run(execution_id, lambda: client.cancel(run_id))
     if execution.state in State.FINAL:
-        if execution.state != State.COMPLETED:  # stopped from outside (see app/executions/stopping.py): make sure
+        if (
+            execution.state != State.COMPLETED
+        ):  # stopped from outside (see app/executions/stopping.py): make sure
             _cancel_run(execution_id, lambda: client.cancel(run_id), quiet=True)
         return True
     with Session(engine()) as db:
         cu = db.get(ComputeUnit, cu_id)
     if cu is not None and cu.state == ComputeUnitState.RUNNING:
         return False
-    _cancel_run(execution_id, lambda: client.cancel(run_id), quiet=True)  # a terminating unit may still run it
-    reason = f"the compute unit stopped: {(cu.reason or cu.state.lower()) if cu else 'it was deleted'}"
+    _cancel_run(
+        execution_id, lambda: client.cancel(run_id), quiet=True
+    )  # a terminating unit may still run it
+    reason = (
+        f"the compute unit stopped: {(cu.reason or cu.state.lower()) if cu else 'it was deleted'}"
+    )
     finish(execution_id, State.FAILED, reason=reason)
     return True
 
 
-def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, silent_for: float,
-                   over_limit: Callable[[], str | None] = lambda: None) -> None:
+def _check_silence(
+    client: SparkHostClient,
+    cu_id: int,
+    error: SparkHostError,
+    silent_for: float,
+    over_limit: Callable[[], str | None] = lambda: None,
+) -> None:
     """The host did not answer about the run: find out whether the unit died, the kernel ended
     its host for going over a limit, the host forgot the run, or this is a hiccup to wait out
     (up to HOST_SILENCE_SECONDS)."""
@@ -513,26 +635,38 @@ def _check_silence(client: SparkHostClient, cu_id: int, error: SparkHostError, s
             pass
         else:  # the host answers, and says it has no such run: it was restarted and lost it
             raise ExecutionFailed(
-                f"the compute unit's Spark host no longer knows this run (it was restarted): {error}")
+                f"the compute unit's Spark host no longer knows this run (it was restarted): {error}"
+            )
     # No answer, a broken connection or another error: a hiccup, until it lasts too long.
     if silent_for > HOST_SILENCE_SECONDS:
         raise ExecutionFailed(f"the compute unit's Spark host stopped answering: {error}") from None
 
 
-def _record_end(execution_id: int, run: dict, progress: str, over_limit: Callable[[], str | None]) -> None:
+def _record_end(
+    execution_id: int, run: dict, progress: str, over_limit: Callable[[], str | None]
+) -> None:
     """The row follows the unit, whose run marks its tables complete if and only if it COMPLETED."""
     state = execution_state_of(run["state"])  # a host's state outside RunState is a failure
     if state == State.COMPLETED:
         # A stop asked for after the run had begun to complete was refused on the unit: no reason.
         result = run.get("result") if isinstance(run.get("result"), dict) else {}
-        finish(execution_id, State.COMPLETED, progress=progress,
-               outputs=json.dumps(unit_reports.reported_result(execution_id, result)),
-               lineage=json.dumps(unit_reports.reported_lineage(result)), reason="")
+        finish(
+            execution_id,
+            State.COMPLETED,
+            progress=progress,
+            outputs=json.dumps(unit_reports.reported_result(execution_id, result)),
+            lineage=json.dumps(unit_reports.reported_lineage(result)),
+            reason="",
+        )
     elif state == State.CANCELLED:
         # A reason on the row is stopping.stop_in_warehouse's, written before it cancelled the run.
         stopped_because = load(execution_id).reason
-        finish(execution_id, State.FAILED if stopped_because else State.CANCELLED, progress=stopped_progress(progress),
-               reason=stopped_because or "cancelled by its owner")
+        finish(
+            execution_id,
+            State.FAILED if stopped_because else State.CANCELLED,
+            progress=stopped_progress(progress),
+            reason=stopped_because or "cancelled by its owner",
+        )
     else:
         reason = door.failure_reason(run.get("error"))
         if over := over_limit():

@@ -12,6 +12,7 @@ Running someone else's workflow runs its owner's code with the runner's credenti
 their catalog token, their warehouse): `code_author` names that owner for the run form, the
 execution's page and the API.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -31,9 +32,11 @@ class VersionChanged(RunRefused):
     """The runner saw `seen` (None: named no version) but the workflow's latest is `latest`."""
 
     def __init__(self, seen: int | None, latest: int) -> None:
-        message = (f"This workflow's latest version is {latest}, not the version {seen} you saw: nothing was started."
-                   if seen is not None else
-                   f"Name the version you reviewed: this workflow is someone else's, and its latest is {latest}.")
+        message = (
+            f"This workflow's latest version is {latest}, not the version {seen} you saw: nothing was started."
+            if seen is not None
+            else f"Name the version you reviewed: this workflow is someone else's, and its latest is {latest}."
+        )
         super().__init__(message, "version")
         self.seen, self.latest = seen, latest
 
@@ -62,13 +65,23 @@ class StepChange:
 
 
 def _steps(version: WorkflowVersion | None) -> dict[str, dict]:
-    return {} if version is None else {step["name"]: step for step in json.loads(version.steps or "[]")}
+    return (
+        {}
+        if version is None
+        else {step["name"]: step for step in json.loads(version.steps or "[]")}
+    )
 
 
 def _code_diff(before: str, after: str, name: str) -> tuple[tuple[tuple[str, str], ...], bool]:
     lines = []
-    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), f"{name} (before)", f"{name} (after)",
-                                     lineterm="", n=2):
+    for line in difflib.unified_diff(
+        before.splitlines(),
+        after.splitlines(),
+        f"{name} (before)",
+        f"{name} (after)",
+        lineterm="",
+        n=2,
+    ):
         if line.startswith(("---", "+++")):
             continue
         lines.append(("@", line) if line.startswith("@@") else (line[:1] or " ", line[1:]))
@@ -89,8 +102,11 @@ def changes_between(workflow: Workflow, seen: int | None, latest: int) -> list[S
             lines, truncated = _code_diff("", step.get("code", ""), name)
             changes.append(StepChange(name, "added", (), lines, truncated))
             continue
-        details = tuple(f"{field}: {old.get(field)} → {step.get(field)}" for field in ("kind", "output")
-                        if old.get(field) != step.get(field))
+        details = tuple(
+            f"{field}: {old.get(field)} → {step.get(field)}"
+            for field in ("kind", "output")
+            if old.get(field) != step.get(field)
+        )
         if old.get("code") != step.get("code") or details:
             lines, truncated = _code_diff(old.get("code", ""), step.get("code", ""), name)
             changes.append(StepChange(name, "changed", details, lines, truncated))

@@ -16,6 +16,7 @@ the reason and a cancel request that the worker passes to their units (`runner.p
 their watchers record FAILED with that reason once the runs have stopped. A warehouse's catalog
 step waits for that (app/warehouses/closing.py).
 """
+
 from __future__ import annotations
 
 from flask import current_app
@@ -24,7 +25,8 @@ from sqlmodel import select
 from app.db import get_db
 from app.executions import runner
 from app.executions.history import stopped_progress
-from app.models import Execution, ExecutionState as State, User, Warehouse, Workflow, utcnow
+from app.models import Execution, User, Warehouse, Workflow, utcnow
+from app.models import ExecutionState as State
 from app.transitions import compare_and_set
 from app.warehouses import sharing as warehouse_sharing
 from app.workflows import sharing as workflow_sharing
@@ -39,10 +41,14 @@ def _stop(execution: Execution, reason: str) -> bool:
     there (a cancel is then refused) completes, because its tables say so. True if it was
     stopped or asked to stop."""
     # The reason with the request: a watcher that sees the run end cancelled records FAILED with it.
-    if compare_and_set(Execution, execution.id, (State.RUNNING,), reason=reason, cancel_requested_at=utcnow()):
+    if compare_and_set(
+        Execution, execution.id, (State.RUNNING,), reason=reason, cancel_requested_at=utcnow()
+    ):
         current_app.logger.info("execution %s asked to stop: %s", execution.id, reason)
         return True
-    if runner.finish(execution.id, State.FAILED, reason=reason, progress=stopped_progress(execution.progress)):
+    if runner.finish(
+        execution.id, State.FAILED, reason=reason, progress=stopped_progress(execution.progress)
+    ):
         # A thread still initializing it sees the final state before it submits, or cancels
         # what it submitted; a watcher cancels the run when it finds the row final.
         current_app.logger.info("execution %s stopped: %s", execution.id, reason)
@@ -53,8 +59,15 @@ def _stop(execution: Execution, reason: str) -> bool:
 def stop_in_warehouse(warehouse: Warehouse, why: str) -> int:
     """Stop every live execution writing into `warehouse`, with the reason "the warehouse <name>
     <why>" (archived, deactivated, about to be purged). Returns how many were stopped or asked to stop."""
-    live = get_db().exec(select(Execution).where(Execution.warehouse_id == warehouse.id,
-                                                 Execution.state.in_(_LIVE))).all()
+    live = (
+        get_db()
+        .exec(
+            select(Execution).where(
+                Execution.warehouse_id == warehouse.id, Execution.state.in_(_LIVE)
+            )
+        )
+        .all()
+    )
     return sum(_stop(execution, f"the warehouse {warehouse.name} {why}") for execution in live)
 
 
@@ -70,12 +83,20 @@ def stop_unshared(thing: Warehouse | Workflow) -> int:
         sharing, needed, states = workflow_sharing, workflow_sharing.RUN, _NOT_ON_A_UNIT
         column, what = Execution.workflow_id, f"the workflow {thing.name}"
     stopped = 0
-    for execution, user in db.exec(select(Execution, User).join(User, User.id == Execution.owner_id)
-                                   .where(column == thing.id, Execution.owner_id != thing.owner_id,
-                                          Execution.state.in_(states))).all():
+    for execution, user in db.exec(
+        select(Execution, User)
+        .join(User, User.id == Execution.owner_id)
+        .where(
+            column == thing.id, Execution.owner_id != thing.owner_id, Execution.state.in_(states)
+        )
+    ).all():
         access = sharing.access_of(user, thing)
         if access in (sharing.OWNER, needed):
             continue
-        change = "is no longer shared with you" if access is None else f"is now shared with you to {access} only"
+        change = (
+            "is no longer shared with you"
+            if access is None
+            else f"is now shared with you to {access} only"
+        )
         stopped += _stop(execution, f"{what} {change}")
     return stopped

@@ -5,6 +5,7 @@ app/untrusted.py): a run's progress (steps and log lines), its result (output ta
 counts, the time by phase) and its lineage are each bounded, and the result's tables must be
 the ones this execution's steps write, so a unit's word never points the portal elsewhere.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,27 +24,42 @@ def merged_progress(previous: dict, reported: object) -> str:
     """The host's progress, bounded, keeping the steps and logs known so far until it reports
     its own (a run that has not started yet reports none)."""
     reported = bounded(reported, PROGRESS_LIMITS) if isinstance(reported, dict) else {}
-    return json.dumps({"steps": reported.get("steps") or previous.get("steps") or [],
-                       "logs": reported.get("logs") or previous.get("logs") or []})
+    return json.dumps(
+        {
+            "steps": reported.get("steps") or previous.get("steps") or [],
+            "logs": reported.get("logs") or previous.get("logs") or [],
+        }
+    )
 
 
 def reported_result(execution_id: int, result: dict) -> dict:
     """What the unit reports of a COMPLETED run (compute/pipeline.py), each part checked: an
     output table must be the one this execution's step writes (`results.e42_step`), so a
     unit's word never points the portal at another table; figures must be numbers."""
+
     def named_entries(key: str) -> list[tuple[str, object]]:
         entries = result.get(key) if isinstance(result.get(key), dict) else {}
-        return [(name, value) for name, value in list(entries.items())[:PROGRESS_LIMITS.items]
-                if isinstance(name, str) and _STEP_NAME.fullmatch(name)]
+        return [
+            (name, value)
+            for name, value in list(entries.items())[: PROGRESS_LIMITS.items]
+            if isinstance(name, str) and _STEP_NAME.fullmatch(name)
+        ]
 
     def number(value: object) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
 
     checked = {
-        "outputs": {step: table for step, table in named_entries("outputs")
-                    if table == table_name(RESULTS, execution_id, step)},
-        "rows": {step: rows for step, rows in named_entries("rows") if rows is None or number(rows)},
-        "phases_s": {phase: seconds for phase, seconds in named_entries("phases_s") if number(seconds)},
+        "outputs": {
+            step: table
+            for step, table in named_entries("outputs")
+            if table == table_name(RESULTS, execution_id, step)
+        },
+        "rows": {
+            step: rows for step, rows in named_entries("rows") if rows is None or number(rows)
+        },
+        "phases_s": {
+            phase: seconds for phase, seconds in named_entries("phases_s") if number(seconds)
+        },
     }
     for namespace in (RUNTIME_STATS, CONSOLE_LOGS):
         if result.get(namespace) == table_name(namespace, execution_id):

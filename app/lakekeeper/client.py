@@ -1,6 +1,7 @@
 """Lakeport's client for Lakekeeper: its Management API and the Iceberg REST calls the portal
 makes to browse and purge a warehouse (see the package's docstring for identity, errors, retries).
 """
+
 from __future__ import annotations
 
 import logging
@@ -118,11 +119,19 @@ class LakekeeperClient:
         """Register a warehouse. Lakekeeper first checks that it can write, read and delete
         a test object at the location with `credential`, and refuses otherwise."""
         optional = {"storage-credential": credential, "delete-profile": delete_profile}
-        body = {"warehouse-name": name, "storage-profile": storage_profile.to_api(),
-                **{key: value.to_api() for key, value in optional.items() if value is not None}}
+        body = {
+            "warehouse-name": name,
+            "storage-profile": storage_profile.to_api(),
+            **{key: value.to_api() for key, value in optional.items() if value is not None},
+        }
         return self._call(
-            "create_warehouse", "POST", "/management/v1/warehouse", json=body, idempotent=False,
-            secrets=_secrets_of(credential), parse=WarehouseInfo.from_api,
+            "create_warehouse",
+            "POST",
+            "/management/v1/warehouse",
+            json=body,
+            idempotent=False,
+            secrets=_secrets_of(credential),
+            parse=WarehouseInfo.from_api,
         )
 
     def list_warehouses(self) -> list[WarehouseInfo]:
@@ -133,25 +142,37 @@ class LakekeeperClient:
         (crates/lakekeeper-storage-postgres/src/warehouse.rs, `list_warehouses`, at v0.13.3). A
         deactivated warehouse is read by its id (`get_warehouse`)."""
         return self._call(
-            "list_warehouses", "GET", "/management/v1/warehouse",
+            "list_warehouses",
+            "GET",
+            "/management/v1/warehouse",
             parse=lambda body: [WarehouseInfo.from_api(item) for item in body["warehouses"]],
         )
 
     def get_warehouse(self, warehouse_id: str) -> WarehouseInfo:
-        return self._call("get_warehouse", "GET", _warehouse_path(warehouse_id), parse=WarehouseInfo.from_api)
+        return self._call(
+            "get_warehouse", "GET", _warehouse_path(warehouse_id), parse=WarehouseInfo.from_api
+        )
 
     def rename_warehouse(self, warehouse_id: str, new_name: str) -> WarehouseInfo:
         # Setting a name is idempotent: a repeated rename to the same name changes nothing.
         return self._call(
-            "rename_warehouse", "POST", _warehouse_path(warehouse_id, "rename"), json={"new-name": new_name},
+            "rename_warehouse",
+            "POST",
+            _warehouse_path(warehouse_id, "rename"),
+            json={"new-name": new_name},
             parse=WarehouseInfo.from_api,
         )
 
-    def update_storage_credential(self, warehouse_id: str, credential: S3AccessKeyCredential) -> WarehouseInfo:
+    def update_storage_credential(
+        self, warehouse_id: str, credential: S3AccessKeyCredential
+    ) -> WarehouseInfo:
         """Rotate the key Lakekeeper uses for the warehouse's bucket (validated like on create)."""
         return self._call(
-            "update_storage_credential", "POST", _warehouse_path(warehouse_id, "storage-credential"),
-            json={"new-storage-credential": credential.to_api()}, secrets=_secrets_of(credential),
+            "update_storage_credential",
+            "POST",
+            _warehouse_path(warehouse_id, "storage-credential"),
+            json={"new-storage-credential": credential.to_api()},
+            secrets=_secrets_of(credential),
             parse=WarehouseInfo.from_api,
         )
 
@@ -163,8 +184,11 @@ class LakekeeperClient:
 
     def set_delete_profile(self, warehouse_id: str, delete_profile: DeleteProfile) -> WarehouseInfo:
         return self._call(
-            "set_delete_profile", "POST", _warehouse_path(warehouse_id, "delete-profile"),
-            json={"delete-profile": delete_profile.to_api()}, parse=WarehouseInfo.from_api,
+            "set_delete_profile",
+            "POST",
+            _warehouse_path(warehouse_id, "delete-profile"),
+            json={"delete-profile": delete_profile.to_api()},
+            parse=WarehouseInfo.from_api,
         )
 
     def delete_warehouse(self, warehouse_id: str) -> None:
@@ -176,7 +200,9 @@ class LakekeeperClient:
 
     def whoami(self, token: str | None = None) -> CatalogUser:
         """Who Lakekeeper takes the caller to be: the service identity, or the holder of `token`."""
-        return self._call("whoami", "GET", "/management/v1/whoami", token=token, parse=CatalogUser.from_api)
+        return self._call(
+            "whoami", "GET", "/management/v1/whoami", token=token, parse=CatalogUser.from_api
+        )
 
     def provision_user(self, user_token: str) -> CatalogUser:
         """Register (or refresh) the holder of `user_token` in Lakekeeper, name and email taken
@@ -184,29 +210,46 @@ class LakekeeperClient:
         registering others needs a server-level right the portal's project-admin identity lacks.
         Setting the user's details is idempotent."""
         return self._call(
-            "provision_user", "POST", "/management/v1/user", json={"update-if-exists": True}, token=user_token,
+            "provision_user",
+            "POST",
+            "/management/v1/user",
+            json={"update-if-exists": True},
+            token=user_token,
             parse=CatalogUser.from_api,
         )
 
     def warehouse_assignments(self, warehouse_id: str) -> list[WarehouseAssignment]:
         return self._call(
-            "warehouse_assignments", "GET", _permissions_path(warehouse_id),
+            "warehouse_assignments",
+            "GET",
+            _permissions_path(warehouse_id),
             parse=lambda body: [WarehouseAssignment.from_api(item) for item in body["assignments"]],
         )
 
     def update_warehouse_assignments(
-        self, warehouse_id: str, writes: list[WarehouseAssignment] = (), deletes: list[WarehouseAssignment] = (),
+        self,
+        warehouse_id: str,
+        writes: list[WarehouseAssignment] = (),
+        deletes: list[WarehouseAssignment] = (),
     ) -> None:
         """Add `writes` and remove `deletes` (an absolute change: safe to repeat), in one call when
         they fit Lakekeeper's one OpenFGA write, else deletes first, then writes, in turns."""
         changes = [("deletes", a) for a in deletes] + [("writes", a) for a in writes]
         for start in range(0, max(len(changes), 1), MAX_ASSIGNMENT_CHANGES):
-            turn = changes[start:start + MAX_ASSIGNMENT_CHANGES]
-            self._call("update_warehouse_assignments", "POST", _permissions_path(warehouse_id), json={
-                "writes": [a.to_api() for kind, a in turn if kind == "writes"],
-                "deletes": [a.to_api() for kind, a in turn if kind == "deletes"]})
+            turn = changes[start : start + MAX_ASSIGNMENT_CHANGES]
+            self._call(
+                "update_warehouse_assignments",
+                "POST",
+                _permissions_path(warehouse_id),
+                json={
+                    "writes": [a.to_api() for kind, a in turn if kind == "writes"],
+                    "deletes": [a.to_api() for kind, a in turn if kind == "deletes"],
+                },
+            )
 
-    def set_warehouse_assignments(self, warehouse_id: str, wanted: list[WarehouseAssignment]) -> None:
+    def set_warehouse_assignments(
+        self, warehouse_id: str, wanted: list[WarehouseAssignment]
+    ) -> None:
         """Make `wanted` the warehouse's only grants: write what is missing, delete the rest
         (e.g. the ownership Lakekeeper gives the creator, here the portal's service identity)."""
         current = set(self.warehouse_assignments(warehouse_id))
@@ -217,14 +260,22 @@ class LakekeeperClient:
 
     def grant_sole_ownership(self, warehouse_id: str, user_id: str) -> None:
         """`ownership` of the warehouse for `user_id`, and no grant for anyone else."""
-        self.set_warehouse_assignments(warehouse_id, [WarehouseAssignment("ownership", user=user_id)])
+        self.set_warehouse_assignments(
+            warehouse_id, [WarehouseAssignment("ownership", user=user_id)]
+        )
 
     # --- Management API: roles (a group's members hold what its role is granted) ---
 
     def create_role(self, name: str, description: str = "") -> CatalogRole:
         """A new role in the project (never retried: a retry could make a second one)."""
-        return self._call("create_role", "POST", "/management/v1/role", idempotent=False,
-                          json={"name": name, "description": description or None}, parse=CatalogRole.from_api)
+        return self._call(
+            "create_role",
+            "POST",
+            "/management/v1/role",
+            idempotent=False,
+            json={"name": name, "description": description or None},
+            parse=CatalogRole.from_api,
+        )
 
     def delete_role(self, role_id: str) -> None:
         self._call("delete_role", "DELETE", f"/management/v1/role/{_segment(role_id)}")
@@ -238,50 +289,81 @@ class LakekeeperClient:
         `GetRoleAssignmentsQuery`, at v0.13.3; fixed on `main` only:
         crates/lakekeeper-integration-tests/tests/management_query_arrays.rs)."""
         return self._call(
-            "role_members", "GET", _role_permissions_path(role_id),
-            parse=lambda body: {item["user"] for item in body["assignments"]
-                                if item.get("type") == "assignee" and item.get("user")})
+            "role_members",
+            "GET",
+            _role_permissions_path(role_id),
+            parse=lambda body: {
+                item["user"]
+                for item in body["assignments"]
+                if item.get("type") == "assignee" and item.get("user")
+            },
+        )
 
-    def update_role_members(self, role_id: str, add: set[str] = frozenset(), remove: set[str] = frozenset()) -> None:
+    def update_role_members(
+        self, role_id: str, add: set[str] = frozenset(), remove: set[str] = frozenset()
+    ) -> None:
         """Add and remove assignee users in one call (an absolute change: safe to repeat)."""
         if add or remove:
-            self._call("update_role_members", "POST", _role_permissions_path(role_id), json={
-                "writes": [{"type": "assignee", "user": user} for user in sorted(add)],
-                "deletes": [{"type": "assignee", "user": user} for user in sorted(remove)]})
+            self._call(
+                "update_role_members",
+                "POST",
+                _role_permissions_path(role_id),
+                json={
+                    "writes": [{"type": "assignee", "user": user} for user in sorted(add)],
+                    "deletes": [{"type": "assignee", "user": user} for user in sorted(remove)],
+                },
+            )
 
     # --- Iceberg REST catalog ---
 
     def catalog_prefix(self, warehouse_name: str) -> str:
         """The URL prefix of the warehouse in the Iceberg REST API (Lakekeeper: its id)."""
         # Overrides win over defaults, as for every Iceberg catalog property.
-        return self._call("catalog_prefix", "GET", "/catalog/v1/config", params={"warehouse": warehouse_name},
-                          parse=lambda config: config["overrides"].get("prefix") or config["defaults"]["prefix"])
+        return self._call(
+            "catalog_prefix",
+            "GET",
+            "/catalog/v1/config",
+            params={"warehouse": warehouse_name},
+            parse=lambda config: config["overrides"].get("prefix") or config["defaults"]["prefix"],
+        )
 
     def list_namespaces(self, prefix: str, parent: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
         """The namespaces directly under `parent` (top level when empty)."""
         params = {"parent": NAMESPACE_SEPARATOR.join(parent)} if parent else {}
         return self._paged(
-            "list_namespaces", f"/catalog/v1/{_segment(prefix)}/namespaces", params,
+            "list_namespaces",
+            f"/catalog/v1/{_segment(prefix)}/namespaces",
+            params,
             lambda page: [tuple(namespace) for namespace in page.get("namespaces", [])],
         )
 
     def list_tables(self, prefix: str, namespace: tuple[str, ...]) -> list[TableIdentifier]:
         return self._paged(
-            "list_tables", f"{_namespace_path(prefix, namespace)}/tables", {},
-            lambda page: [TableIdentifier(tuple(i["namespace"]), i["name"]) for i in page.get("identifiers", [])],
+            "list_tables",
+            f"{_namespace_path(prefix, namespace)}/tables",
+            {},
+            lambda page: [
+                TableIdentifier(tuple(i["namespace"]), i["name"])
+                for i in page.get("identifiers", [])
+            ],
         )
 
     def load_table(self, prefix: str, table: TableIdentifier) -> TableSummary:
         # Only the snapshots that refs point at: the current one is all the summary needs.
         return self._call(
-            "load_table", "GET", _table_path(prefix, table), params={"snapshots": "refs"},
+            "load_table",
+            "GET",
+            _table_path(prefix, table),
+            params={"snapshots": "refs"},
             parse=lambda result: TableSummary.from_load_table(table, result),
         )
 
     def drop_table(self, prefix: str, table: TableIdentifier, purge: bool = True) -> None:
         """Drop a table; with `purge`, Lakekeeper also deletes its data and metadata files."""
         self._call(
-            "drop_table", "DELETE", _table_path(prefix, table),
+            "drop_table",
+            "DELETE",
+            _table_path(prefix, table),
             params={"purgeRequested": "true" if purge else "false"},
         )
 
@@ -316,7 +398,11 @@ class LakekeeperClient:
     # --- Transport ---
 
     def _paged(
-        self, operation: str, path: str, params: dict[str, str], items_of: Callable[[dict[str, Any]], list[T]],
+        self,
+        operation: str,
+        path: str,
+        params: dict[str, str],
+        items_of: Callable[[dict[str, Any]], list[T]],
     ) -> list[T]:
         """All items of an Iceberg listing, following `next-page-token`."""
         items: list[T] = []
@@ -324,7 +410,10 @@ class LakekeeperClient:
         while True:
             query = {**params, "pageToken": page_token} if page_token else params
             page_items, page_token = self._call(
-                operation, "GET", path, params=query,
+                operation,
+                "GET",
+                path,
+                params=query,
                 parse=lambda page: (items_of(page), page.get("next-page-token")),
             )
             items.extend(page_items)
@@ -356,13 +445,22 @@ class LakekeeperClient:
             return parse(response.json())
         except (ValueError, LookupError, TypeError, AttributeError) as error:
             raise LakekeeperError(
-                response.status_code, "UnexpectedResponse",
-                f"answer does not match the API ({type(error).__name__}: {error})", operation,
+                response.status_code,
+                "UnexpectedResponse",
+                f"answer does not match the API ({type(error).__name__}: {error})",
+                operation,
             ) from None
 
     def _send(
-        self, operation: str, method: str, path: str, params: Any, json: Any, idempotent: bool,
-        secrets: tuple[str, ...], token: str | None = None,
+        self,
+        operation: str,
+        method: str,
+        path: str,
+        params: Any,
+        json: Any,
+        idempotent: bool,
+        secrets: tuple[str, ...],
+        token: str | None = None,
     ) -> httpx.Response | None:
         """The successful response, or None for a DELETE that an earlier attempt whose
         answer was lost had already carried out."""
@@ -375,19 +473,28 @@ class LakekeeperClient:
             started = time.monotonic()
             try:
                 headers = self._headers(operation, token)
-                response = self._http.request(method, path, params=params, json=json, headers=headers)
+                response = self._http.request(
+                    method, path, params=params, json=json, headers=headers
+                )
             except httpx.TransportError as error:
                 # A refused connection never reached Lakekeeper; anything later may have.
                 reached = not isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout))
                 if attempt < attempts:
                     earlier_attempt_may_have_acted |= reached
-                    self._pause_before_retry(operation, method, path, type(error).__name__, attempt, attempts)
+                    self._pause_before_retry(
+                        operation, method, path, type(error).__name__, attempt, attempts
+                    )
                     continue
                 raise LakekeeperUnavailable(
-                    f"{type(error).__name__}: {error}", operation, outcome_unknown=reached and not idempotent,
+                    f"{type(error).__name__}: {error}",
+                    operation,
+                    outcome_unknown=reached and not idempotent,
                 ) from None
             logger.debug(
-                "Lakekeeper %s %s -> %s in %.0f ms", method, path, response.status_code,
+                "Lakekeeper %s %s -> %s in %.0f ms",
+                method,
+                path,
+                response.status_code,
                 (time.monotonic() - started) * 1000,
             )
             if response.status_code == 401 and not token_renewed and token is None:
@@ -399,9 +506,15 @@ class LakekeeperClient:
                 continue
             if response.status_code in _RETRY_STATUSES and attempt < attempts:
                 earlier_attempt_may_have_acted = True
-                self._pause_before_retry(operation, method, path, f"HTTP {response.status_code}", attempt, attempts)
+                self._pause_before_retry(
+                    operation, method, path, f"HTTP {response.status_code}", attempt, attempts
+                )
                 continue
-            if response.status_code == 404 and method == "DELETE" and earlier_attempt_may_have_acted:
+            if (
+                response.status_code == 404
+                and method == "DELETE"
+                and earlier_attempt_may_have_acted
+            ):
                 return None
             if response.is_error:
                 raise _error_from(response, operation, secrets)
@@ -422,17 +535,31 @@ class LakekeeperClient:
         return {"Authorization": f"Bearer {token}", "x-project-id": self.project_id}
 
     def _pause_before_retry(
-        self, operation: str, method: str, path: str, reason: str, attempt: int, attempts: int,
+        self,
+        operation: str,
+        method: str,
+        path: str,
+        reason: str,
+        attempt: int,
+        attempts: int,
     ) -> None:
         delay = self.backoff * (2 ** (attempt - 1))
         logger.warning(
             "Lakekeeper %s (%s %s) failed with %s; retry %d of %d in %.1f s",
-            operation, method, path, reason, attempt, attempts - 1, delay,
+            operation,
+            method,
+            path,
+            reason,
+            attempt,
+            attempts - 1,
+            delay,
         )
         time.sleep(delay)
 
 
-def _error_from(response: httpx.Response, operation: str, secrets: tuple[str, ...]) -> LakekeeperError:
+def _error_from(
+    response: httpx.Response, operation: str, secrets: tuple[str, ...]
+) -> LakekeeperError:
     try:
         error = response.json()["error"]
         error_type, message = str(error["type"]), str(error["message"])
@@ -466,7 +593,9 @@ def _role_permissions_path(role_id: str) -> str:
 
 
 def _namespace_path(prefix: str, namespace: tuple[str, ...]) -> str:
-    return f"/catalog/v1/{_segment(prefix)}/namespaces/{_segment(NAMESPACE_SEPARATOR.join(namespace))}"
+    return (
+        f"/catalog/v1/{_segment(prefix)}/namespaces/{_segment(NAMESPACE_SEPARATOR.join(namespace))}"
+    )
 
 
 def _table_path(prefix: str, table: TableIdentifier) -> str:

@@ -1,34 +1,51 @@
 """Lakekeeper errors: every failure is a `LakekeeperError` whose `user_message` can be shown to
 users; `str(error)` is the technical account for logs. Neither ever contains a secret.
 """
+
 from __future__ import annotations
 
 # Lakekeeper's error types for a storage location it could not write, read and delete with
 # the credentials given (storage validation on create and on credential rotation).
-_STORAGE_VALIDATION_TYPES = frozenset({
-    "IoOperationFailed", "ValidationFailedError", "IcebergFileIOError", "ShortTermCredentialError",
-    "InitializeClientError", "MissingCredentialError", "InvalidLocation", "StorageValidationFailed",
-})
+_STORAGE_VALIDATION_TYPES = frozenset(
+    {
+        "IoOperationFailed",
+        "ValidationFailedError",
+        "IcebergFileIOError",
+        "ShortTermCredentialError",
+        "InitializeClientError",
+        "MissingCredentialError",
+        "InvalidLocation",
+        "StorageValidationFailed",
+    }
+)
 _USER_MESSAGES = {
     "WarehouseAlreadyExists": "A warehouse with this name already exists in the catalog. Choose another name.",
-    "CreateWarehouseStorageProfileOverlap": ("This bucket location overlaps an existing warehouse. Use another "
-                                             "bucket, or a key prefix that no other warehouse uses."),
+    "CreateWarehouseStorageProfileOverlap": (
+        "This bucket location overlaps an existing warehouse. Use another "
+        "bucket, or a key prefix that no other warehouse uses."
+    ),
     # Lakekeeper v0.13.3's type for a missing warehouse (crates/lakekeeper/src/service/catalog_store/warehouse.rs).
     "NoSuchWarehouseException": "This warehouse no longer exists in the catalog.",
-    "WarehouseHasUnfinishedTasks": ("The catalog is still purging this warehouse's dropped tables. Try again in "
-                                    "a minute."),
-    "WarehouseNotEmpty": ("The warehouse still holds namespaces or tables (dropped tables awaiting deletion count "
-                          "too). Empty it before deleting it."),
+    "WarehouseHasUnfinishedTasks": (
+        "The catalog is still purging this warehouse's dropped tables. Try again in a minute."
+    ),
+    "WarehouseNotEmpty": (
+        "The warehouse still holds namespaces or tables (dropped tables awaiting deletion count "
+        "too). Empty it before deleting it."
+    ),
     "WarehouseProtected": "The warehouse is protected against deletion in the catalog.",
 }
 _STORAGE_VALIDATION_MESSAGE = (
     "Lakekeeper could not write to the bucket with these credentials. Check the bucket name, region, "
     "endpoint and key prefix, and that the access key may write, read and delete objects there."
 )
-_UNEXPECTED_ANSWER_MESSAGE = ("The catalog (Lakekeeper) gave an answer the portal does not understand. Contact "
-                              "the operators.")
-_UNREACHABLE_MESSAGE = ("The catalog (Lakekeeper) is unreachable. Try again in a moment; if this persists, contact "
-                        "the operators.")
+_UNEXPECTED_ANSWER_MESSAGE = (
+    "The catalog (Lakekeeper) gave an answer the portal does not understand. Contact the operators."
+)
+_UNREACHABLE_MESSAGE = (
+    "The catalog (Lakekeeper) is unreachable. Try again in a moment; if this persists, contact "
+    "the operators."
+)
 
 
 class LakekeeperError(Exception):
@@ -77,8 +94,10 @@ class LakekeeperError(Exception):
         if self.status == 503:
             return "The catalog (Lakekeeper) is temporarily unavailable. Try again in a moment."
         if self.status is not None and self.status >= 500:
-            return ("The catalog (Lakekeeper) failed to process the request. Try again later; if this persists, "
-                    "contact the operators.")
+            return (
+                "The catalog (Lakekeeper) failed to process the request. Try again later; if this persists, "
+                "contact the operators."
+            )
         return f"The catalog rejected the request: {self.message}"
 
 
@@ -96,8 +115,10 @@ class LakekeeperUnavailable(LakekeeperError):
     @property
     def user_message(self) -> str:
         if self.outcome_unknown:
-            return ("The catalog (Lakekeeper) did not answer in time, so it is unknown whether the change was "
-                    "made. Refresh the page to check before trying again.")
+            return (
+                "The catalog (Lakekeeper) did not answer in time, so it is unknown whether the change was "
+                "made. Refresh the page to check before trying again."
+            )
         return _UNREACHABLE_MESSAGE
 
 
@@ -107,9 +128,15 @@ class ServiceTokenError(LakekeeperError):
     @property
     def user_message(self) -> str:
         if self.status is None or self.status >= 500:
-            return ("The portal could not sign in to the catalog because the identity provider is unreachable. "
-                    "Try again in a moment.")
+            return (
+                "The portal could not sign in to the catalog because the identity provider is unreachable. "
+                "Try again in a moment."
+            )
         if self.operation == "user_token":
-            return ("The identity provider refused the portal a catalog token acting as this user for one "
-                    "warehouse. Contact the operators.")
-        return "The identity provider refused the portal's catalog credentials. Contact the operators."
+            return (
+                "The identity provider refused the portal a catalog token acting as this user for one "
+                "warehouse. Contact the operators."
+            )
+        return (
+            "The identity provider refused the portal's catalog credentials. Contact the operators."
+        )

@@ -1,6 +1,7 @@
 """What Lakekeeper's API takes and returns, as Lakeport uses it (management-open-api.yaml,
 rest-catalog-open-api.yaml): storage profiles and credentials, warehouses, tables, grants, users.
 """
+
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
@@ -10,9 +11,18 @@ Resource = TypeVar("Resource")
 
 
 # Relations of a warehouse (management-open-api.yaml, WarehouseRelation).
-WAREHOUSE_RELATIONS = frozenset({
-    "ownership", "pass_grants", "manage_grants", "describe", "select", "create", "modify", "manage_tags",
-})
+WAREHOUSE_RELATIONS = frozenset(
+    {
+        "ownership",
+        "pass_grants",
+        "manage_grants",
+        "describe",
+        "select",
+        "create",
+        "modify",
+        "manage_tags",
+    }
+)
 
 
 def _from_api(cls: type[Resource], data: dict[str, Any], **given: Any) -> Resource:
@@ -42,11 +52,20 @@ class S3StorageProfile:
     sts_token_validity_seconds: int | None = None
 
     def to_api(self) -> dict[str, Any]:
-        optional = {"key-prefix": self.key_prefix, "endpoint": self.endpoint,
-                    "path-style-access": self.path_style_access, "flavor": self.flavor,
-                    "sts-token-validity-seconds": self.sts_token_validity_seconds}
-        return {"type": "s3", "bucket": self.bucket, "region": self.region, "sts-enabled": self.sts_enabled,
-                **{key: value for key, value in optional.items() if value is not None}}
+        optional = {
+            "key-prefix": self.key_prefix,
+            "endpoint": self.endpoint,
+            "path-style-access": self.path_style_access,
+            "flavor": self.flavor,
+            "sts-token-validity-seconds": self.sts_token_validity_seconds,
+        }
+        return {
+            "type": "s3",
+            "bucket": self.bucket,
+            "region": self.region,
+            "sts-enabled": self.sts_enabled,
+            **{key: value for key, value in optional.items() if value is not None},
+        }
 
     from_api = classmethod(_from_api)
 
@@ -59,12 +78,16 @@ class S3AccessKeyCredential:
     secret_access_key: str = field(repr=False)
 
     def __repr__(self) -> str:
-        return f"S3AccessKeyCredential(access_key_id={self.access_key_id!r}, secret_access_key='***')"
+        return (
+            f"S3AccessKeyCredential(access_key_id={self.access_key_id!r}, secret_access_key='***')"
+        )
 
     def to_api(self) -> dict[str, Any]:
         return {
-            "type": "s3", "credential-type": "access-key",
-            "access-key-id": self.access_key_id, "secret-access-key": self.secret_access_key,
+            "type": "s3",
+            "credential-type": "access-key",
+            "access-key-id": self.access_key_id,
+            "secret-access-key": self.secret_access_key,
         }
 
 
@@ -115,7 +138,10 @@ class WarehouseInfo:
         profile = data["storage-profile"]
         credential_type = data.get("storage-credential-type") or {}
         return _from_api(
-            cls, data, id=data["warehouse-id"], storage_type=profile["type"],
+            cls,
+            data,
+            id=data["warehouse-id"],
+            storage_type=profile["type"],
             storage_profile=S3StorageProfile.from_api(profile) if profile["type"] == "s3" else None,
             delete_profile=DeleteProfile.from_api(data["delete-profile"]),
             storage_credential_type=credential_type.get("credential-type"),
@@ -164,8 +190,14 @@ class TableSummary:
         # Iceberg v1 writers mark "no snapshot" with -1.
         if snapshot_id == -1:
             snapshot_id = None
-        summary = next((snapshot.get("summary", {}) for snapshot in metadata.get("snapshots") or []
-                        if snapshot["snapshot-id"] == snapshot_id), {})
+        summary = next(
+            (
+                snapshot.get("summary", {})
+                for snapshot in metadata.get("snapshots") or []
+                if snapshot["snapshot-id"] == snapshot_id
+            ),
+            {},
+        )
 
         def count(key: str) -> int | None:
             value = summary.get(key)

@@ -2,6 +2,7 @@
 short-lived tokens an execution acts with (OAuth 2.0 Token Exchange, RFC 8693, narrowed to a
 warehouse by scope).
 """
+
 from __future__ import annotations
 
 import logging
@@ -112,8 +113,10 @@ class ClientCredentialsTokenSource:
         self._refresh_at = 0.0
 
     def __repr__(self) -> str:
-        return (f"ClientCredentialsTokenSource(client_id={self.client_id!r}, "
-                f"token_url={self._token_url or self.issuer!r}, client_secret='***')")
+        return (
+            f"ClientCredentialsTokenSource(client_id={self.client_id!r}, "
+            f"token_url={self._token_url or self.issuer!r}, client_secret='***')"
+        )
 
     def token(self) -> str:
         with self._lock:
@@ -136,7 +139,9 @@ class ClientCredentialsTokenSource:
         parameter; the provider must allow this client to impersonate). With `warehouse_id`
         and `narrow_to_warehouse`, also asks for `warehouse:<id>` and refuses a token granted
         without it. Raises ServiceTokenError if the provider refuses."""
-        narrowing = warehouse_scope(warehouse_id) if warehouse_id and self.narrow_to_warehouse else None
+        narrowing = (
+            warehouse_scope(warehouse_id) if warehouse_id and self.narrow_to_warehouse else None
+        )
         form = {
             "grant_type": TOKEN_EXCHANGE_GRANT,
             "subject_token": self.token(),
@@ -151,11 +156,14 @@ class ClientCredentialsTokenSource:
         granted = str(payload.get("scope") or "")
         if narrowing and narrowing not in granted.split():
             raise ServiceTokenError(
-                200, "ScopeNotGranted",
+                200,
+                "ScopeNotGranted",
                 f"the identity provider did not grant scope {narrowing} (granted: {granted or 'none'})",
                 "user_token",
             )
-        return ScopedToken(payload["access_token"], granted, float(payload.get("expires_in") or 300))
+        return ScopedToken(
+            payload["access_token"], granted, float(payload.get("expires_in") or 300)
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -187,7 +195,9 @@ class ClientCredentialsTokenSource:
             auth = httpx.BasicAuth(self.client_id, self._client_secret)
         else:
             form = {**form, "client_id": self.client_id, "client_secret": self._client_secret}
-        response = self._call_provider(operation, "POST", self._resolve_token_url(operation), data=form, auth=auth)
+        response = self._call_provider(
+            operation, "POST", self._resolve_token_url(operation), data=form, auth=auth
+        )
         if response.status_code != 200:
             error, description = _oauth_error(response)
             raise ServiceTokenError(response.status_code, error, description, operation)
@@ -199,24 +209,33 @@ class ClientCredentialsTokenSource:
             response = self._call_provider(operation, "GET", discovery_url)
             if response.status_code != 200:
                 raise ServiceTokenError(
-                    response.status_code, "DiscoveryFailed", f"{discovery_url} answered {response.status_code}",
+                    response.status_code,
+                    "DiscoveryFailed",
+                    f"{discovery_url} answered {response.status_code}",
                     operation,
                 )
             self._token_url = response.json()["token_endpoint"]
         return self._token_url
 
-    def _call_provider(self, operation: str, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    def _call_provider(
+        self, operation: str, method: str, url: str, **kwargs: Any
+    ) -> httpx.Response:
         try:
             return self._http.request(method, url, **kwargs)
         except httpx.TransportError as error:
             raise ServiceTokenError(
-                None, "IdentityProviderUnreachable", f"{type(error).__name__}: {error}", operation,
+                None,
+                "IdentityProviderUnreachable",
+                f"{type(error).__name__}: {error}",
+                operation,
             ) from None
 
 
 def _oauth_error(response: httpx.Response) -> tuple[str, str]:
     try:
         payload = response.json()
-        return str(payload.get("error", "TokenRequestFailed")), str(payload.get("error_description", ""))
+        return str(payload.get("error", "TokenRequestFailed")), str(
+            payload.get("error_description", "")
+        )
     except ValueError:
         return "TokenRequestFailed", f"HTTP {response.status_code}"

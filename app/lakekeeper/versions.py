@@ -9,6 +9,7 @@ refused until the portal is checked against it.
 Lakekeeper reports its version in `GET /management/v1/info` as `lakekeeper-version`, the SemVer of
 its crate (crates/lakekeeper/src/api/management/v1/server.rs at v0.13.3: `env!("CARGO_PKG_VERSION")`).
 """
+
 from __future__ import annotations
 
 import re
@@ -31,7 +32,8 @@ class UnsupportedLakekeeper(LakekeeperError):
 
     def __init__(self, version: str, operation: str = "") -> None:
         super().__init__(
-            None, "UnsupportedLakekeeperVersion",
+            None,
+            "UnsupportedLakekeeperVersion",
             f"Lakekeeper reports version {version!r}; this portal supports Lakekeeper {SUPPORTED_RANGE_TEXT} "
             f"(tested against {TESTED_LAKEKEEPER}). Run a supported Lakekeeper, or a Lakeport release made "
             "for this one.",
@@ -41,8 +43,10 @@ class UnsupportedLakekeeper(LakekeeperError):
 
     @property
     def user_message(self) -> str:
-        return (f"The catalog runs a Lakekeeper version ({self.version[:40]}) that this portal does not support "
-                f"(supported: {SUPPORTED_RANGE_TEXT}). Contact the operators.")
+        return (
+            f"The catalog runs a Lakekeeper version ({self.version[:40]}) that this portal does not support "
+            f"(supported: {SUPPORTED_RANGE_TEXT}). Contact the operators."
+        )
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:

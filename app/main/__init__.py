@@ -1,4 +1,5 @@
 """The dashboard and the health endpoint."""
+
 from flask import Blueprint
 
 bp = Blueprint("main", __name__)

@@ -1,4 +1,5 @@
 """Small formatting helpers the templates share (durations, times for the viewer's clock)."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -12,7 +13,7 @@ def _utc(moment: datetime) -> datetime:
 
 @bp.app_template_filter("duration")
 def duration(start: datetime | None, end: datetime | None = None) -> str:
-    """"1 h 02 min", "3 min 07 s", "12 s"; up to now when `end` is None; "—" without a start."""
+    """ "1 h 02 min", "3 min 07 s", "12 s"; up to now when `end` is None; "—" without a start."""
     if start is None:
         return "—"
     seconds = max(0, int((_utc(end or datetime.now(timezone.utc)) - _utc(start)).total_seconds()))

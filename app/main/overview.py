@@ -1,5 +1,6 @@
 """What the dashboard shows a user: what runs now, what ran last, where data goes, and the
 first steps they have not taken yet."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -13,7 +13,9 @@ from app.main.overview import overview_of
 
 @bp.get("/")
 def dashboard():
-    return render_template("main/dashboard.html", user=current_user, overview=overview_of(current_user))
+    return render_template(
+        "main/dashboard.html", user=current_user, overview=overview_of(current_user)
+    )
 
 
 def _database_reachable() -> bool:
@@ -40,4 +42,6 @@ def health():
     extra = {}
     if healthy and current_app.config["CU_POOL_SIZE"]:  # the warm pool is the operators' to watch
         extra["unit_pool"] = pool.summary().to_json()
-    return jsonify(status="ok" if healthy else "degraded", checks=checks, **extra), 200 if healthy else 503
+    return jsonify(
+        status="ok" if healthy else "degraded", checks=checks, **extra
+    ), 200 if healthy else 503

@@ -1,5 +1,6 @@
 """The operators' view: every unit, execution and warehouse (metadata only), per-user usage,
 stopping any unit or execution. For members of LAKEPORT_OPERATORS_GROUP; 404 for anyone else."""
+
 from flask import Blueprint
 
 bp = Blueprint("operators", __name__, url_prefix="/operators")

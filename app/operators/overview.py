@@ -1,5 +1,6 @@
 """What operators see: metadata of every user's units, executions and warehouses, and each
 user's compute and storage. Never a table's rows: nothing here reads a warehouse."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -25,19 +26,35 @@ class UserUsage:
 
 def live_units() -> list[tuple[ComputeUnit, User | None]]:
     """Every live unit with its owner (None: a unit waiting in the warm pool)."""
-    return list(get_db().exec(select(ComputeUnit, User).outerjoin(User, User.id == ComputeUnit.owner_id)
-                              .where(ComputeUnit.state.in_(ComputeUnitState.LIVE))
-                              .order_by(ComputeUnit.created_at.desc())))
+    return list(
+        get_db().exec(
+            select(ComputeUnit, User)
+            .outerjoin(User, User.id == ComputeUnit.owner_id)
+            .where(ComputeUnit.state.in_(ComputeUnitState.LIVE))
+            .order_by(ComputeUnit.created_at.desc())
+        )
+    )
 
 
 def recent_executions() -> list[tuple[Execution, User]]:
-    return list(get_db().exec(select(Execution, User).join(User, User.id == Execution.owner_id)
-                              .order_by(Execution.id.desc()).limit(RECENT_EXECUTIONS)))
+    return list(
+        get_db().exec(
+            select(Execution, User)
+            .join(User, User.id == Execution.owner_id)
+            .order_by(Execution.id.desc())
+            .limit(RECENT_EXECUTIONS)
+        )
+    )
 
 
 def warehouses() -> list[tuple[Warehouse, User]]:
-    return list(get_db().exec(select(Warehouse, User).join(User, User.id == Warehouse.owner_id)
-                              .order_by(User.id, Warehouse.name)))
+    return list(
+        get_db().exec(
+            select(Warehouse, User)
+            .join(User, User.id == Warehouse.owner_id)
+            .order_by(User.id, Warehouse.name)
+        )
+    )
 
 
 def usage_by_user() -> list[UserUsage]:
@@ -51,5 +68,10 @@ def usage_by_user() -> list[UserUsage]:
         stored[owner.id] += sum(sample.bytes for sample in samples.get(warehouse.id, []))
     # The warm pool's units are no one's.
     live = Counter(owner.id for _unit, owner in live_units() if owner is not None)
-    usage = [UserUsage(user, user_totals(user, USAGE_DAYS), live[user.id], stored[user.id]) for user in users]
-    return sorted(usage, key=lambda row: (-row.totals.compute.cpu_seconds, -row.storage_bytes, row.user.id))
+    usage = [
+        UserUsage(user, user_totals(user, USAGE_DAYS), live[user.id], stored[user.id])
+        for user in users
+    ]
+    return sorted(
+        usage, key=lambda row: (-row.totals.compute.cpu_seconds, -row.storage_bytes, row.user.id)
+    )

@@ -1,23 +1,30 @@
 """The operators' page and their two actions: terminate any unit, cancel any execution (both
 recorded in the audit trail as the operator's, with the owner the object belongs to)."""
+
 from __future__ import annotations
 
 from flask import abort, flash, redirect, render_template, url_for
 
-from app.roles import operator_required
 from app.compute_units import lifecycle, pool
 from app.db import get_db
 from app.executions import runner
 from app.models import ComputeUnit, Execution
 from app.operators import bp, overview
+from app.roles import operator_required
 
 
 @bp.get("/")
 @operator_required
 def index():
-    return render_template("operators/index.html", units=overview.live_units(),
-                           executions=overview.recent_executions(), warehouses=overview.warehouses(),
-                           usage=overview.usage_by_user(), usage_days=overview.USAGE_DAYS, pool=pool.summary())
+    return render_template(
+        "operators/index.html",
+        units=overview.live_units(),
+        executions=overview.recent_executions(),
+        warehouses=overview.warehouses(),
+        usage=overview.usage_by_user(),
+        usage_days=overview.USAGE_DAYS,
+        pool=pool.summary(),
+    )
 
 
 @bp.post("/units/<int:cu_id>/terminate")

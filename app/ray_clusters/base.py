@@ -11,6 +11,7 @@ A `ClusterHandle` is everything needed to find the cluster again. It serialises 
 so the portal can store it with the CU; after a portal restart `backend.adopt(handle)`
 tells whether the cluster survived (RUNNING) or not (FAILED).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,9 @@ class SparkHostLaunch:
 
 
 class SparkHostLaunchState(str, Enum):
-    NONE = "NONE"          # the backend starts no host with the cluster: bootstrap it (Ray Jobs)
+    NONE = "NONE"  # the backend starts no host with the cluster: bootstrap it (Ray Jobs)
     STARTING = "STARTING"  # started with the cluster, not ready yet
-    ENDED = "ENDED"        # its launcher is done: the host answers, or it failed (then bootstrap)
+    ENDED = "ENDED"  # its launcher is done: the host answers, or it failed (then bootstrap)
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,20 @@ class ClusterSpec:
     cpus_per_node: int = 1
     memory_gb_per_node: float = 2.0
     worker_nodes: int = 0
-    owner: str = ""                 # the owning user, for labels on Kubernetes objects
-    cluster_name: str = ""          # existing clusters only: the operator-listed cluster to attach to
-    spark_host_port: int | None = None  # existing clusters only: this unit's port of the cluster's range
+    owner: str = ""  # the owning user, for labels on Kubernetes objects
+    cluster_name: str = ""  # existing clusters only: the operator-listed cluster to attach to
+    spark_host_port: int | None = (
+        None  # existing clusters only: this unit's port of the cluster's range
+    )
     # Local clusters only: more of the cluster's loopback ports the portal must reach (bridged out of
     # its sandbox), e.g. the Spark host ports of a local cluster listed as a shared cluster.
     extra_ports: tuple[int, ...] = ()
-    include_dashboard: bool = True  # local clusters only (the portal's LAKEPORT_RAY_DASHBOARD): Ray Jobs need it
-    spark_host: SparkHostLaunch | None = None  # backends that cannot start it with the cluster ignore it
+    include_dashboard: bool = (
+        True  # local clusters only (the portal's LAKEPORT_RAY_DASHBOARD): Ray Jobs need it
+    )
+    spark_host: SparkHostLaunch | None = (
+        None  # backends that cannot start it with the cluster ignore it
+    )
     start_timeout_s: float = 120.0
 
     @property
@@ -118,7 +125,9 @@ class ClusterHandle:
         return f"lakeport-cu-{self.cu_id}-{(self.spark_host_nonce or '')[:8]}"
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "auth_token": None, "spark_host_secret": None}, sort_keys=True)
+        return json.dumps(
+            {**asdict(self), "auth_token": None, "spark_host_secret": None}, sort_keys=True
+        )
 
     @classmethod
     def from_json(cls, text: str) -> ClusterHandle:
@@ -159,10 +168,20 @@ class ClusterStatus:
     def from_json(cls, text: str) -> ClusterStatus:
         data = json.loads(text)
         limits = data.pop("limits", None)
-        return cls(**{**data, "state": ComputeUnitState(data["state"]),
-                      "nodes": [NodeStatus(**node) for node in data.get("nodes") or []],
-                      "limits": LimitsReport(UnitLimits(**limits["limits"]), LimitUsage(**limits["usage"]),
-                                             limits["disk_used_bytes"]) if limits else None})
+        return cls(
+            **{
+                **data,
+                "state": ComputeUnitState(data["state"]),
+                "nodes": [NodeStatus(**node) for node in data.get("nodes") or []],
+                "limits": LimitsReport(
+                    UnitLimits(**limits["limits"]),
+                    LimitUsage(**limits["usage"]),
+                    limits["disk_used_bytes"],
+                )
+                if limits
+                else None,
+            }
+        )
 
 
 class ClusterStartError(RuntimeError):
@@ -227,4 +246,6 @@ class ClusterBackend(ABC):
 
     def _check_handle(self, handle: ClusterHandle) -> None:
         if handle.backend != self.kind:
-            raise ValueError(f"a {handle.backend!r} handle cannot be used with the {self.kind!r} backend")
+            raise ValueError(
+                f"a {handle.backend!r} handle cannot be used with the {self.kind!r} backend"
+            )

@@ -9,6 +9,7 @@ Several units, of several users, may attach to one cluster: each gets its own Sp
 cluster's nodes need this project's `compute` package, Ray, RayDP, pyspark and the jars, and
 the portal must reach the head node on those ports.
 """
+
 from __future__ import annotations
 
 from urllib.parse import urlsplit
@@ -24,16 +25,20 @@ from app.ray_clusters.base import (
     ProgressCallback,
     no_progress,
 )
-from app.states import ComputeUnitState
 from app.ray_clusters.listed import ListedCluster
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
+from app.states import ComputeUnitState
 
 
 class ExistingClusterBackend(ClusterBackend):
     kind = "existing"
 
-    def __init__(self, clusters: tuple[ListedCluster, ...] | list[ListedCluster], *,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        clusters: tuple[ListedCluster, ...] | list[ListedCluster],
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.clusters = {cluster.name: cluster for cluster in clusters}
         self._transport = transport
 
@@ -48,12 +53,19 @@ class ExistingClusterBackend(ClusterBackend):
         if cluster is None:
             raise ClusterStartError(f"no Ray cluster named {spec.cluster_name!r} is listed here")
         if spec.spark_host_port not in cluster.ports():
-            raise ClusterStartError(f"port {spec.spark_host_port} is not in cluster {cluster.name}'s Spark host "
-                                    f"ports {cluster.ports().start}-{cluster.ports().stop - 1}")
+            raise ClusterStartError(
+                f"port {spec.spark_host_port} is not in cluster {cluster.name}'s Spark host "
+                f"ports {cluster.ports().start}-{cluster.ports().stop - 1}"
+            )
         address = urlsplit(cluster.address)
-        handle = ClusterHandle(backend=self.kind, cu_id=spec.cu_id, dashboard_url=cluster.address,
-                               auth_token=cluster.read_token(), details={"cluster": cluster.name},
-                               spark_host_url=f"{address.scheme}://{address.hostname}:{spec.spark_host_port}")
+        handle = ClusterHandle(
+            backend=self.kind,
+            cu_id=spec.cu_id,
+            dashboard_url=cluster.address,
+            auth_token=cluster.read_token(),
+            details={"cluster": cluster.name},
+            spark_host_url=f"{address.scheme}://{address.hostname}:{spec.spark_host_port}",
+        )
         progress(f"connecting to the Ray cluster {cluster.name}")
         status = self.status(handle)
         if status.state != ComputeUnitState.RUNNING:
@@ -65,9 +77,13 @@ class ExistingClusterBackend(ClusterBackend):
         self._check_handle(handle)
         name = handle.details.get("cluster", "")
         if name not in self.clusters:
-            return ClusterStatus(ComputeUnitState.FAILED, reason=f"the Ray cluster {name!r} is no longer listed here")
+            return ClusterStatus(
+                ComputeUnitState.FAILED, reason=f"the Ray cluster {name!r} is no longer listed here"
+            )
         try:
-            with RayDashboard(handle.dashboard_url, handle.auth_headers(), transport=self._transport) as dashboard:
+            with RayDashboard(
+                handle.dashboard_url, handle.auth_headers(), transport=self._transport
+            ) as dashboard:
                 return dashboard.cluster_status()
         except RayApiError as error:
             return ClusterStatus(ComputeUnitState.FAILED, reason=str(error))

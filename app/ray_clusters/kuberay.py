@@ -15,12 +15,13 @@ The tests validate every rendered manifest against the RayCluster CRD's openAPIV
 HTTP calls against a mock transport. The image must carry this project's `compute`
 package, its venv (Ray, RayDP, pyspark) and the jars (LAKEPORT_JARS_DIR), as on a local node.
 """
+
 from __future__ import annotations
 
-import hashlib
-import re
 import base64
 import copy
+import hashlib
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -67,8 +68,13 @@ class KubernetesConnection:
 class KubernetesApi:
     """The few Kubernetes API calls the backend makes."""
 
-    def __init__(self, connection: KubernetesConnection, *, transport: httpx.BaseTransport | None = None,
-                 timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        connection: KubernetesConnection,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 10.0,
+    ) -> None:
         self.namespace = connection.namespace
         self._http = httpx.Client(
             base_url=connection.api_url.rstrip("/"),
@@ -79,7 +85,9 @@ class KubernetesApi:
         )
 
     def rayclusters(self, name: str = "") -> str:
-        return f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters" + (f"/{name}" if name else "")
+        return f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters" + (
+            f"/{name}" if name else ""
+        )
 
     def secrets(self, name: str = "") -> str:
         return f"/api/v1/namespaces/{self.namespace}/secrets" + (f"/{name}" if name else "")
@@ -88,7 +96,9 @@ class KubernetesApi:
         return f"/api/v1/namespaces/{self.namespace}/pods"
 
     def network_policies(self, name: str = "") -> str:
-        return f"/apis/networking.k8s.io/v1/namespaces/{self.namespace}/networkpolicies" + (f"/{name}" if name else "")
+        return f"/apis/networking.k8s.io/v1/namespaces/{self.namespace}/networkpolicies" + (
+            f"/{name}" if name else ""
+        )
 
     def _send(self, method: str, path: str, **kwargs) -> dict:
         try:
@@ -136,31 +146,54 @@ def cluster_name(cu_id: str) -> str:
 # Users' code runs in these pods: no Kubernetes API token, no root, no privilege to gain.
 # The image's `ray` user (compute/Dockerfile, from rayproject/ray) is uid 1000, group 100.
 _POD_SECURITY = {
-    "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 100, "fsGroup": 100,
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 100,
+    "fsGroup": 100,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 _CONTAINER_SECURITY = {
-    "runAsNonRoot": True, "allowPrivilegeEscalation": False, "privileged": False,
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
     "capabilities": {"drop": ["ALL"]},
 }
 
 
 def _pod_template(labels: dict[str, str], container: dict) -> dict:
-    return {"metadata": {"labels": labels},
-            "spec": {"automountServiceAccountToken": False, "securityContext": copy.deepcopy(_POD_SECURITY),
-                     "containers": [container]}}
+    return {
+        "metadata": {"labels": labels},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "securityContext": copy.deepcopy(_POD_SECURITY),
+            "containers": [container],
+        },
+    }
 
 
 def _ray_container(name: str, spec: ClusterSpec, image: str, ports: list[dict]) -> dict:
     resources = {"cpu": str(spec.cpus_per_node), "memory": f"{spec.memory_bytes_per_node // MIB}Mi"}
-    return {"name": name, "image": image, "resources": {"requests": dict(resources), "limits": dict(resources)},
-            "securityContext": copy.deepcopy(_CONTAINER_SECURITY), **({"ports": ports} if ports else {})}
+    return {
+        "name": name,
+        "image": image,
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "securityContext": copy.deepcopy(_CONTAINER_SECURITY),
+        **({"ports": ports} if ports else {}),
+    }
 
 
-def render_raycluster(spec: ClusterSpec, *, name: str, namespace: str, image: str, token_secret: str) -> dict:
-    labels = {**MANAGED_BY, LABEL_OWNER: _label_value(spec.owner or "unknown"),
-              LABEL_COMPUTE_UNIT: _label_value(spec.cu_id)}
-    start_params = {"num-cpus": str(spec.cpus_per_node), "object-store-memory": str(spec.object_store_bytes)}
+def render_raycluster(
+    spec: ClusterSpec, *, name: str, namespace: str, image: str, token_secret: str
+) -> dict:
+    labels = {
+        **MANAGED_BY,
+        LABEL_OWNER: _label_value(spec.owner or "unknown"),
+        LABEL_COMPUTE_UNIT: _label_value(spec.cu_id),
+    }
+    start_params = {
+        "num-cpus": str(spec.cpus_per_node),
+        "object-store-memory": str(spec.object_store_bytes),
+    }
     head_ports = [
         {"name": "gcs-server", "containerPort": 6379},
         {"name": "dashboard", "containerPort": DASHBOARD_PORT},
@@ -177,19 +210,23 @@ def render_raycluster(spec: ClusterSpec, *, name: str, namespace: str, image: st
             "authOptions": {"mode": "token", "secretName": token_secret},
             "headGroupSpec": {
                 "rayStartParams": {**start_params, "dashboard-host": "0.0.0.0"},
-                "template": _pod_template(labels, _ray_container("ray-head", spec, image, head_ports)),
+                "template": _pod_template(
+                    labels, _ray_container("ray-head", spec, image, head_ports)
+                ),
             },
         },
     }
     if spec.worker_nodes:
-        manifest["spec"]["workerGroupSpecs"] = [{
-            "groupName": "workers",
-            "replicas": spec.worker_nodes,
-            "minReplicas": spec.worker_nodes,
-            "maxReplicas": spec.worker_nodes,
-            "rayStartParams": dict(start_params),
-            "template": _pod_template(labels, _ray_container("ray-worker", spec, image, [])),
-        }]
+        manifest["spec"]["workerGroupSpecs"] = [
+            {
+                "groupName": "workers",
+                "replicas": spec.worker_nodes,
+                "minReplicas": spec.worker_nodes,
+                "maxReplicas": spec.worker_nodes,
+                "rayStartParams": dict(start_params),
+                "template": _pod_template(labels, _ray_container("ray-worker", spec, image, [])),
+            }
+        ]
     return manifest
 
 
@@ -223,8 +260,18 @@ def render_token_secret(name: str, namespace: str, token: str, labels: dict[str,
 
 # ------------------------------------------------------------------ status mapping
 _QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
-_SUFFIX = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_SUFFIX = {
+    "": 1,
+    "m": Decimal("0.001"),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 
 
 def parse_quantity(value: str | int | None) -> Decimal:
@@ -260,20 +307,37 @@ def status_from_raycluster(obj: dict) -> ClusterStatus:
     provisioned = is_true("RayClusterProvisioned") if conditions else status.get("state") == "ready"
     figures = _figures(status, head_ready, ready_workers)
 
-    if is_true("RayClusterSuspended") or is_true("RayClusterSuspending") or status.get("state") == "suspended":
-        return ClusterStatus(ComputeUnitState.FAILED, reason="the RayCluster was suspended", **figures)
+    if (
+        is_true("RayClusterSuspended")
+        or is_true("RayClusterSuspending")
+        or status.get("state") == "suspended"
+    ):
+        return ClusterStatus(
+            ComputeUnitState.FAILED, reason="the RayCluster was suspended", **figures
+        )
     if is_true("ReplicaFailure"):
         failure = conditions["ReplicaFailure"]
-        return ClusterStatus(ComputeUnitState.FAILED, reason=f"{failure['reason']}: {failure['message']}", **figures)
+        return ClusterStatus(
+            ComputeUnitState.FAILED, reason=f"{failure['reason']}: {failure['message']}", **figures
+        )
     if provisioned and not head_ready:
-        message = conditions.get("HeadPodReady", {}).get("message") or status.get("reason") or "not ready"
-        return ClusterStatus(ComputeUnitState.FAILED, reason=f"the head pod is no longer ready: {message}", **figures)
+        message = (
+            conditions.get("HeadPodReady", {}).get("message") or status.get("reason") or "not ready"
+        )
+        return ClusterStatus(
+            ComputeUnitState.FAILED, reason=f"the head pod is no longer ready: {message}", **figures
+        )
     if provisioned:
-        reason = "" if ready_workers >= desired_workers else (
-            f"degraded: {ready_workers} of {desired_workers} worker pods ready")
+        reason = (
+            ""
+            if ready_workers >= desired_workers
+            else (f"degraded: {ready_workers} of {desired_workers} worker pods ready")
+        )
         return ClusterStatus(ComputeUnitState.RUNNING, reason=reason, **figures)
-    step = f"pods starting: head {'ready' if head_ready else 'not ready'}, " \
-           f"{ready_workers} of {desired_workers} worker pods ready"
+    step = (
+        f"pods starting: head {'ready' if head_ready else 'not ready'}, "
+        f"{ready_workers} of {desired_workers} worker pods ready"
+    )
     return ClusterStatus(ComputeUnitState.STARTING, progress_step=step, **figures)
 
 
@@ -292,8 +356,14 @@ def _figures(status: dict, head_ready: bool, ready_workers: int) -> dict:
 class KubeRayBackend(ClusterBackend):
     kind = "kuberay"
 
-    def __init__(self, connection: KubernetesConnection, *, image: str,
-                 transport: httpx.BaseTransport | None = None, poll_interval_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        connection: KubernetesConnection,
+        *,
+        image: str,
+        transport: httpx.BaseTransport | None = None,
+        poll_interval_s: float = 2.0,
+    ) -> None:
         self.connection = connection
         self.image = image
         self.api = KubernetesApi(connection, transport=transport)
@@ -311,25 +381,36 @@ class KubeRayBackend(ClusterBackend):
         namespace = self.api.namespace
         token = secrets.token_hex(32)
         service = f"http://{name}-head-svc.{namespace}.svc.cluster.local"
-        handle = ClusterHandle(backend=self.kind, cu_id=spec.cu_id, dashboard_url=f"{service}:{DASHBOARD_PORT}",
-                               auth_token=token, spark_host_url=f"{service}:{SPARK_HOST_PORT}",
-                               details={"namespace": namespace, "name": name, "secret": secret_name})
-        manifest = render_raycluster(spec, name=name, namespace=namespace, image=self.image,
-                                     token_secret=secret_name)
+        handle = ClusterHandle(
+            backend=self.kind,
+            cu_id=spec.cu_id,
+            dashboard_url=f"{service}:{DASHBOARD_PORT}",
+            auth_token=token,
+            spark_host_url=f"{service}:{SPARK_HOST_PORT}",
+            details={"namespace": namespace, "name": name, "secret": secret_name},
+        )
+        manifest = render_raycluster(
+            spec, name=name, namespace=namespace, image=self.image, token_secret=secret_name
+        )
         deadline = time.monotonic() + spec.start_timeout_s
         try:
             progress("creating the RayCluster")
             labels = manifest["metadata"]["labels"]
-            self.api.create(self.api.secrets(), render_token_secret(secret_name, namespace, token, labels))
+            self.api.create(
+                self.api.secrets(), render_token_secret(secret_name, namespace, token, labels)
+            )
             # Before the pods exist, so that none runs a moment without its policy.
-            self.api.create(self.api.network_policies(), render_unit_network_policy(name, namespace, labels))
+            self.api.create(
+                self.api.network_policies(), render_unit_network_policy(name, namespace, labels)
+            )
             self.api.create(self.api.rayclusters(), manifest)
             while (status := self.status(handle)).state == ComputeUnitState.STARTING:
                 progress(status.progress_step)
                 if time.monotonic() > deadline:
                     raise ClusterStartError(
                         f"did not become healthy within {spec.start_timeout_s:.0f} s: "
-                        f"{status.progress_step}{self._pod_problems(name)}")
+                        f"{status.progress_step}{self._pod_problems(name)}"
+                    )
                 time.sleep(self.poll_interval_s)
             if status.state != ComputeUnitState.RUNNING:
                 raise ClusterStartError(status.reason)
@@ -349,7 +430,9 @@ class KubeRayBackend(ClusterBackend):
         except KubernetesApiError as error:
             if error.status_code == 404:
                 name = handle.details["name"]
-                return ClusterStatus(ComputeUnitState.FAILED, reason=f"RayCluster {name} no longer exists")
+                return ClusterStatus(
+                    ComputeUnitState.FAILED, reason=f"RayCluster {name} no longer exists"
+                )
             raise
         return status_from_raycluster(obj)
 
@@ -369,6 +452,10 @@ class KubeRayBackend(ClusterBackend):
         for pod in pods.get("items", []):
             for container in pod.get("status", {}).get("containerStatuses", []):
                 waiting = container.get("state", {}).get("waiting")
-                if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+                if waiting and waiting.get("reason") not in (
+                    None,
+                    "ContainerCreating",
+                    "PodInitializing",
+                ):
                     problems.append(f"{pod['metadata']['name']}: {waiting['reason']}")
         return f" ({'; '.join(problems)})" if problems else ""

@@ -12,6 +12,7 @@ a cluster's Ray token to the address the operator gave with it. Each entry:
 the Spark hosts of units on that cluster: one port per live unit, so it also caps how many
 units the cluster takes at once.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,23 +63,31 @@ def parse_listed_clusters(text: str) -> tuple[ListedCluster, ...]:
     clusters = [_cluster(index, entry) for index, entry in enumerate(entries)]
     names = [cluster.name for cluster in clusters]
     if duplicates := sorted({name for name in names if names.count(name) > 1}):
-        raise ValueError(f"cluster names must be unique: {', '.join(duplicates)} listed more than once")
+        raise ValueError(
+            f"cluster names must be unique: {', '.join(duplicates)} listed more than once"
+        )
     return tuple(clusters)
 
 
 def _cluster(index: int, entry) -> ListedCluster:
-    where = f"cluster {index}" + (f" ({entry.get('name')!r})" if isinstance(entry, dict) and entry.get("name") else "")
+    where = f"cluster {index}" + (
+        f" ({entry.get('name')!r})" if isinstance(entry, dict) and entry.get("name") else ""
+    )
     if not isinstance(entry, dict):
         raise ValueError(f"{where}: must be a JSON object")
     if unknown := sorted(set(entry) - _KEYS):
-        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}")
+        raise ValueError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}"
+        )
     name = entry.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ValueError(f"{where}: `name` must be 1-63 lowercase letters, digits and hyphens")
     address = entry.get("address")
     parts = urlsplit(address) if isinstance(address, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{where}: `address` must be the dashboard (Jobs API) URL, e.g. http://ray-head:8265")
+        raise ValueError(
+            f"{where}: `address` must be the dashboard (Jobs API) URL, e.g. http://ray-head:8265"
+        )
     token, token_file = entry.get("token"), entry.get("token_file")
     if token is not None and token_file is not None:
         raise ValueError(f"{where}: give `token` or `token_file`, not both")
@@ -91,19 +100,28 @@ def _cluster(index: int, entry) -> ListedCluster:
             if not Path(token_file).read_text().strip():
                 raise ValueError(f"{where}: `token_file` {token_file!r} is empty")
         except OSError as error:
-            raise ValueError(f"{where}: `token_file` {token_file!r} cannot be read: {error.strerror}") from None
+            raise ValueError(
+                f"{where}: `token_file` {token_file!r} cannot be read: {error.strerror}"
+            ) from None
     ports = entry.get("spark_host_ports")
     match = _PORTS_RE.match(ports.strip()) if isinstance(ports, str) else None
     first, last = (int(match[1]), int(match[2] or match[1])) if match else (0, 0)
     if not match or not 1024 <= first <= last <= 65535:
-        raise ValueError(f"{where}: `spark_host_ports` must be a port or range between 1024 and 65535, "
-                         "e.g. \"8290-8299\"")
+        raise ValueError(
+            f"{where}: `spark_host_ports` must be a port or range between 1024 and 65535, "
+            'e.g. "8290-8299"'
+        )
     users = entry.get("users")
-    if users is not None and (not isinstance(users, list) or not all(isinstance(u, str) and "@" in u for u in users)):
+    if users is not None and (
+        not isinstance(users, list) or not all(isinstance(u, str) and "@" in u for u in users)
+    ):
         raise ValueError(f"{where}: `users` must be a list of email addresses")
     return ListedCluster(
-        name=name, address=address.rstrip("/"), spark_host_ports=(first, last),
-        token=token.strip() if token else None, token_file=token_file,
+        name=name,
+        address=address.rstrip("/"),
+        spark_host_ports=(first, last),
+        token=token.strip() if token else None,
+        token_file=token_file,
         users=frozenset(u.strip().lower() for u in users) if users is not None else None,
     )
 

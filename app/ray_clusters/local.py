@@ -25,6 +25,7 @@ for a node), the sandbox's PID namespace, ports and paths, so a restarted portal
 liveness and terminate. `terminate` stops the node processes, then kills whatever is left
 in the unit's PID namespace and the outside processes' sessions; never `ray stop`.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,6 +42,18 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from app.ray_clusters import local_limits, local_ports, sandbox, unit_files
+from app.ray_clusters.base import (
+    ClusterBackend,
+    ClusterHandle,
+    ClusterSpec,
+    ClusterStartError,
+    ClusterStatus,
+    NodeStatus,
+    ProgressCallback,
+    SparkHostLaunch,
+    SparkHostLaunchState,
+    no_progress,
+)
 from app.ray_clusters.local_limits import LocalLimits
 from app.ray_clusters.local_processes import (
     all_pids,
@@ -60,24 +73,12 @@ from app.ray_clusters.local_processes import (
     unit_log_tail,
     wait_gone,
 )
-from app.ray_clusters.unit_limits import LimitsUnavailable, LimitUsage
-from app.ray_clusters.unit_files import UnitDir
-from app.ray_clusters.base import (
-    ClusterBackend,
-    ClusterHandle,
-    ClusterSpec,
-    SparkHostLaunch,
-    SparkHostLaunchState,
-    ClusterStartError,
-    ClusterStatus,
-    NodeStatus,
-    ProgressCallback,
-    no_progress,
-)
-from app.states import ComputeUnitState
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
-from compute.jars import jars_dir
+from app.ray_clusters.unit_files import UnitDir
+from app.ray_clusters.unit_limits import LimitsUnavailable, LimitUsage
+from app.states import ComputeUnitState
 from compute.contract import SparkHostSettings, secret_digest
+from compute.jars import jars_dir
 
 logger = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -89,9 +90,14 @@ _RAY_SOCKET_SUFFIX_LEN = 66
 _SOCKET_PATH_MAX = 107
 WORKER_PORTS_PER_NODE = 100
 # A node's own ports, by the names its handle records, and the `ray start` options that take them.
-_NODE_PORT_OPTIONS = {"node_manager": "node-manager-port", "object_manager": "object-manager-port",
-                      "agent_http": "dashboard-agent-listen-port", "agent_grpc": "dashboard-agent-grpc-port",
-                      "runtime_env_agent": "runtime-env-agent-port", "metrics_export": "metrics-export-port"}
+_NODE_PORT_OPTIONS = {
+    "node_manager": "node-manager-port",
+    "object_manager": "object-manager-port",
+    "agent_http": "dashboard-agent-listen-port",
+    "agent_grpc": "dashboard-agent-grpc-port",
+    "runtime_env_agent": "runtime-env-agent-port",
+    "metrics_export": "metrics-export-port",
+}
 # Ports the portal reaches inside a unit, through ingress bridges.
 _INGRESS_PORTS = ("dashboard", "spark_host")
 # The record name of the process that starts a unit's Spark host with the unit (compute/unit_init.py).
@@ -110,15 +116,27 @@ def allowed_endpoints(catalog_url: str, operator_endpoints: str) -> list[sandbox
     catalog = urlsplit(catalog_url)
     if not catalog.hostname:
         raise ValueError(f"catalog URL {catalog_url!r} has no host")
-    endpoints = [sandbox.Endpoint(catalog.hostname, catalog.port or (443 if catalog.scheme == "https" else 80))]
-    return endpoints + [sandbox.Endpoint.parse(item) for item in operator_endpoints.split(",") if item.strip()]
+    endpoints = [
+        sandbox.Endpoint(
+            catalog.hostname, catalog.port or (443 if catalog.scheme == "https" else 80)
+        )
+    ]
+    return endpoints + [
+        sandbox.Endpoint.parse(item) for item in operator_endpoints.split(",") if item.strip()
+    ]
 
 
 class LocalClusterBackend(ClusterBackend):
     kind = "local"
 
-    def __init__(self, base_dir: Path | None = None, *, stop_grace_s: float = 5.0,
-                 endpoints: Sequence[sandbox.Endpoint] = (), limits: LocalLimits = LocalLimits()) -> None:
+    def __init__(
+        self,
+        base_dir: Path | None = None,
+        *,
+        stop_grace_s: float = 5.0,
+        endpoints: Sequence[sandbox.Endpoint] = (),
+        limits: LocalLimits = LocalLimits(),
+    ) -> None:
         self.base_dir = Path(base_dir or DEFAULT_BASE_DIR).resolve()
         # <base>/<8 hex>/<node dir>/ + Ray's session and socket names
         if len(str(self.base_dir)) + 14 + _RAY_SOCKET_SUFFIX_LEN > _SOCKET_PATH_MAX:
@@ -126,21 +144,28 @@ class LocalClusterBackend(ClusterBackend):
         self.stop_grace_s = stop_grace_s
         self.endpoints = list(endpoints)
         self.limits = limits
-        sandbox.egress_routes(self.endpoints, self.base_dir)  # refuses endpoints a sandbox cannot reach
+        sandbox.egress_routes(
+            self.endpoints, self.base_dir
+        )  # refuses endpoints a sandbox cannot reach
 
     # ------------------------------------------------------------------ start
     def start(self, spec: ClusterSpec, progress: ProgressCallback = no_progress) -> ClusterHandle:
         deadline = time.monotonic() + spec.start_timeout_s
         handle = self._new_unit(spec)
-        dashboard = (RayDashboard(handle.dashboard_url, handle.auth_headers(), timeout=2.0)
-                     if handle.dashboard_url else None)
+        dashboard = (
+            RayDashboard(handle.dashboard_url, handle.auth_headers(), timeout=2.0)
+            if handle.dashboard_url
+            else None
+        )
         try:
             for role in ["head"] + [f"worker-{index}" for index in range(1, spec.worker_nodes + 1)]:
                 self._plan_node(handle, spec, role)
             progress("starting head node")
             self._launch(handle, spec)
             head = handle.details["nodes"][0]
-            while not (dashboard.healthy() if dashboard else (node_record(handle, head) or {}).get("ready")):
+            while not (
+                dashboard.healthy() if dashboard else (node_record(handle, head) or {}).get("ready")
+            ):
                 self._check_start(handle, spec, deadline, "the head node was not ready")
                 time.sleep(0.2)
             if spec.worker_nodes:
@@ -180,12 +205,22 @@ class LocalClusterBackend(ClusterBackend):
             os.chown(token_path, uid, uid)  # Ray in the unit reads it
         # The portal's copy, read back after a restart: the unit's own can be anything by then.
         UnitDir(portal_dir).write_new("auth_token", token.encode())
-        ports = {name: local_ports.reserve_port()
-                 for name in ("gcs", "dashboard", "autoscaler_metrics", "dashboard_metrics", "spark_host")}
+        ports = {
+            name: local_ports.reserve_port()
+            for name in (
+                "gcs",
+                "dashboard",
+                "autoscaler_metrics",
+                "dashboard_metrics",
+                "spark_host",
+            )
+        }
         return ClusterHandle(
             backend=self.kind,
             cu_id=spec.cu_id,
-            dashboard_url=f"http://127.0.0.1:{ports['dashboard']}" if spec.include_dashboard else None,
+            dashboard_url=f"http://127.0.0.1:{ports['dashboard']}"
+            if spec.include_dashboard
+            else None,
             auth_token=token,
             spark_host_url=f"http://127.0.0.1:{ports['spark_host']}",
             spark_host_nonce=spec.spark_host.nonce if spec.spark_host else None,
@@ -223,12 +258,15 @@ class LocalClusterBackend(ClusterBackend):
             logger.warning("could not keep the logs of compute unit %s: %s", handle.cu_id, error)
         self.terminate(handle)
 
-    def _node_env(self, cluster_dir: Path, token_path: Path, ports: dict[str, int]) -> dict[str, str]:
+    def _node_env(
+        self, cluster_dir: Path, token_path: Path, ports: dict[str, int]
+    ) -> dict[str, str]:
         """The whole environment of the unit's processes: an allow-list, nothing of the portal's."""
         compute_package = (PROJECT_ROOT / "compute").resolve()
         env = {
-            "PATH": os.pathsep.join([str(Path(sandbox.sandbox_python()).parent), "/usr/local/bin", "/usr/bin",
-                                     "/bin"]),
+            "PATH": os.pathsep.join(
+                [str(Path(sandbox.sandbox_python()).parent), "/usr/local/bin", "/usr/bin", "/bin"]
+            ),
             "HOME": str(cluster_dir),
             "TMPDIR": "/tmp",
             "LANG": os.environ.get("LANG") or "C.UTF-8",
@@ -249,7 +287,11 @@ class LocalClusterBackend(ClusterBackend):
         return env
 
     def _read_only_paths(self) -> list[Path]:
-        paths = [*sandbox.runtime_paths(), jars_dir().resolve(), (PROJECT_ROOT / "compute").resolve()]
+        paths = [
+            *sandbox.runtime_paths(),
+            jars_dir().resolve(),
+            (PROJECT_ROOT / "compute").resolve(),
+        ]
         if os.environ.get("JAVA_HOME"):
             paths.append(Path(os.environ["JAVA_HOME"]).resolve())
         return paths
@@ -258,13 +300,22 @@ class LocalClusterBackend(ClusterBackend):
         cluster_dir = Path(handle.details["cluster_dir"])
         node_dir = cluster_dir / ("h" if role == "head" else f"w{role.split('-')[1]}")
         ports = {name: local_ports.reserve_port() for name in _NODE_PORT_OPTIONS}
-        node = {"role": role, "ports": ports, "dir": str(node_dir), "log": str(cluster_dir / f"{role}.log"),
-                "cpus": spec.cpus_per_node, "memory_bytes": spec.memory_bytes_per_node - spec.object_store_bytes}
+        node = {
+            "role": role,
+            "ports": ports,
+            "dir": str(node_dir),
+            "log": str(cluster_dir / f"{role}.log"),
+            "cpus": spec.cpus_per_node,
+            "memory_bytes": spec.memory_bytes_per_node - spec.object_store_bytes,
+        }
         handle.details["nodes"].append(node)  # from here on, terminate releases what the node holds
         worker_ports = local_ports.reserve_port_block(WORKER_PORTS_PER_NODE)
         node["worker_ports"] = [worker_ports[0], worker_ports[-1]]
         argv = [
-            sandbox.sandbox_python(), "-m", "compute.ray_node", "--block",
+            sandbox.sandbox_python(),
+            "-m",
+            "compute.ray_node",
+            "--block",
             "--node-ip-address=127.0.0.1",
             f"--temp-dir={node_dir}",
             f"--num-cpus={spec.cpus_per_node}",
@@ -294,7 +345,10 @@ class LocalClusterBackend(ClusterBackend):
         else:
             argv.append(f"--address={handle.details['gcs_address']}")
         node["plan"] = {
-            "role": role, "argv": argv, "log": node["log"], "dir": str(node_dir / "spark"),
+            "role": role,
+            "argv": argv,
+            "log": node["log"],
+            "dir": str(node_dir / "spark"),
             # Spark's scratch space stays inside the cluster directory, which terminate removes.
             "env": {"SPARK_LOCAL_DIRS": str(node_dir / "spark")},
             "ready_port": cluster_ports["gcs"] if role == "head" else ports["node_manager"],
@@ -312,30 +366,50 @@ class LocalClusterBackend(ClusterBackend):
         generated = {"/etc/hosts": sandbox.hosts_file_text(routes)}
         if uid is not None:
             generated.update(sandbox.account_files(uid, cluster_dir))
-        etc_files = {target: Path(handle.details["portal_dir"]) / Path(target).name for target in generated}
+        etc_files = {
+            target: Path(handle.details["portal_dir"]) / Path(target).name for target in generated
+        }
         for target, text in generated.items():
             etc_files[target].write_text(text)
             etc_files[target].chmod(0o644)
         egress = [sandbox.egress_forwarders(route) for route in routes]
-        ingress = [sandbox.ingress_forwarders(handle.details["ports"][name], socket_dir / name)
-                   for name in _INGRESS_PORTS if name != "dashboard" or spec.include_dashboard]
-        ingress += [sandbox.ingress_forwarders(port, socket_dir / f"port-{port}") for port in spec.extra_ports]
+        ingress = [
+            sandbox.ingress_forwarders(handle.details["ports"][name], socket_dir / name)
+            for name in _INGRESS_PORTS
+            if name != "dashboard" or spec.include_dashboard
+        ]
+        ingress += [
+            sandbox.ingress_forwarders(port, socket_dir / f"port-{port}")
+            for port in spec.extra_ports
+        ]
         plan_path = cluster_dir / "plan.json"
         launcher = self._spark_host_launcher(handle, spec.spark_host) if spec.spark_host else None
-        UnitDir(cluster_dir).write_new(plan_path.name, mode=0o644, data=json.dumps({
-            "records_dir": str(cluster_dir / "nodes"),
-            "forwarders_log": str(cluster_dir / "forwarders.log"),
-            "forwarders": [inside for _, inside in egress + ingress],
-            "nodes": [node.pop("plan") for node in handle.details["nodes"]],
-            "with_head": [launcher] if launcher and spec.spark_host.with_cluster else [],
-            "on_request": [launcher] if launcher else [],
-        }).encode())
+        UnitDir(cluster_dir).write_new(
+            plan_path.name,
+            mode=0o644,
+            data=json.dumps(
+                {
+                    "records_dir": str(cluster_dir / "nodes"),
+                    "forwarders_log": str(cluster_dir / "forwarders.log"),
+                    "forwarders": [inside for _, inside in egress + ingress],
+                    "nodes": [node.pop("plan") for node in handle.details["nodes"]],
+                    "with_head": [launcher] if launcher and spec.spark_host.with_cluster else [],
+                    "on_request": [launcher] if launcher else [],
+                }
+            ).encode(),
+        )
         handle.details["spark_host_launched"] = bool(launcher and spec.spark_host.with_cluster)
         handle.details["spark_host_on_request"] = launcher is not None
-        env = self._node_env(cluster_dir, Path(handle.details["auth_token_file"]), handle.details["ports"])
-        bwrap = sandbox.bwrap_argv(unit_dir=cluster_dir, uid=uid, read_only=self._read_only_paths(),
-                                   etc_files=etc_files,
-                                   command=[sandbox.sandbox_python(), "-m", "compute.unit_init", str(plan_path)])
+        env = self._node_env(
+            cluster_dir, Path(handle.details["auth_token_file"]), handle.details["ports"]
+        )
+        bwrap = sandbox.bwrap_argv(
+            unit_dir=cluster_dir,
+            uid=uid,
+            read_only=self._read_only_paths(),
+            etc_files=etc_files,
+            command=[sandbox.sandbox_python(), "-m", "compute.unit_init", str(plan_path)],
+        )
         bridge_env = {"PATH": "/usr/bin:/bin"}
         for outside, _ in egress:
             self._spawn(handle, "egress bridge", sandbox.as_unit_user(uid, outside), bridge_env)
@@ -350,25 +424,47 @@ class LocalClusterBackend(ClusterBackend):
         waits for the head's GCS): the same entrypoint as the Ray Job a bootstrap submits, as a
         plain driver of the cluster."""
         settings = SparkHostSettings(
-            port=handle.details["ports"]["spark_host"], namespace=handle.spark_host_namespace,
-            secret_sha256=launch.secret_sha256, bind_loopback=True, executors=launch.executors,
-            executor_cores=launch.executor_cores, executor_memory=launch.executor_memory,
-            warm_timeout_s=launch.warm_timeout_s)
+            port=handle.details["ports"]["spark_host"],
+            namespace=handle.spark_host_namespace,
+            secret_sha256=launch.secret_sha256,
+            bind_loopback=True,
+            executors=launch.executors,
+            executor_cores=launch.executor_cores,
+            executor_memory=launch.executor_memory,
+            warm_timeout_s=launch.warm_timeout_s,
+        )
         cluster_dir = Path(handle.details["cluster_dir"])
-        return {"role": SPARK_HOST_LAUNCHER, "argv": [sandbox.sandbox_python(), "-m", "compute.start_spark_host",
-                                                      settings.to_json()],
-                "env": {"RAY_ADDRESS": handle.details["gcs_address"]}, "dir": str(cluster_dir / "h"),
-                "log": str(cluster_dir / f"{SPARK_HOST_LAUNCHER}.log"),
-                "ready_port": handle.details["ports"]["spark_host"]}
+        return {
+            "role": SPARK_HOST_LAUNCHER,
+            "argv": [
+                sandbox.sandbox_python(),
+                "-m",
+                "compute.start_spark_host",
+                settings.to_json(),
+            ],
+            "env": {"RAY_ADDRESS": handle.details["gcs_address"]},
+            "dir": str(cluster_dir / "h"),
+            "log": str(cluster_dir / f"{SPARK_HOST_LAUNCHER}.log"),
+            "ready_port": handle.details["ports"]["spark_host"],
+        }
 
     def spark_host_launch(self, handle: ClusterHandle) -> SparkHostLaunchState:
-        if unit_dir(handle).exists(_LAUNCH_REQUEST):  # the unit's init starts the launcher, then takes the request
+        if unit_dir(handle).exists(
+            _LAUNCH_REQUEST
+        ):  # the unit's init starts the launcher, then takes the request
             return SparkHostLaunchState.STARTING
         record = node_record(handle, {"role": SPARK_HOST_LAUNCHER})
         if record is None:  # not started yet: with the cluster's head; or never
-            return SparkHostLaunchState.STARTING if handle.details.get("spark_host_launched") \
+            return (
+                SparkHostLaunchState.STARTING
+                if handle.details.get("spark_host_launched")
                 else SparkHostLaunchState.NONE
-        return SparkHostLaunchState.STARTING if record["returncode"] is None else SparkHostLaunchState.ENDED
+            )
+        return (
+            SparkHostLaunchState.STARTING
+            if record["returncode"] is None
+            else SparkHostLaunchState.ENDED
+        )
 
     def launch_spark_host(self, handle: ClusterHandle) -> bool:
         """Ask the unit's init to start the Spark host's launcher (compute/unit_init.py): the
@@ -376,10 +472,16 @@ class LocalClusterBackend(ClusterBackend):
         ended. No Ray Job, so no dashboard, is needed."""
         if not handle.details.get("spark_host_on_request"):
             return False  # a unit started before units could
-        if self.spark_host_launch(handle) != SparkHostLaunchState.STARTING:  # one launcher at a time
+        if (
+            self.spark_host_launch(handle) != SparkHostLaunchState.STARTING
+        ):  # one launcher at a time
             # The request names the host's present key (a pooled unit's changed at its claim):
             # the unit's init hands it to the launcher, whose plan holds the key of the start.
-            key = secret_digest(handle.spark_host_secret).encode() if handle.spark_host_secret else b""
+            key = (
+                secret_digest(handle.spark_host_secret).encode()
+                if handle.spark_host_secret
+                else b""
+            )
             unit_dir(handle).create_replacing(_LAUNCH_REQUEST, key, mode=0o644)
         return True
 
@@ -389,12 +491,19 @@ class LocalClusterBackend(ClusterBackend):
     def _spawn(self, handle: ClusterHandle, name: str, argv: list[str], env: dict[str, str]) -> int:
         with open(Path(handle.details["portal_dir"]) / "outside.log", "ab") as log:
             # Its own session, which terminate kills as a whole.
-            process = subprocess.Popen(local_limits.join_argv(handle.details.get("limits", {}), argv),
-                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                       cwd=handle.details["cluster_dir"], start_new_session=True)
+            process = subprocess.Popen(
+                local_limits.join_argv(handle.details.get("limits", {}), argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=handle.details["cluster_dir"],
+                start_new_session=True,
+            )
         children[process.pid] = process
-        handle.details["processes"].append({"name": name, "pid": process.pid,
-                                            "start_time": start_time(process.pid)})
+        handle.details["processes"].append(
+            {"name": name, "pid": process.pid, "start_time": start_time(process.pid)}
+        )
         return process.pid
 
     def _find_namespace(self, handle: ClusterHandle) -> None:
@@ -405,28 +514,44 @@ class LocalClusterBackend(ClusterBackend):
             for pid in all_pids():
                 fields = proc_stat(pid)
                 if fields and int(fields[1]) == box["pid"] and (namespace := pid_namespace(pid)):
-                    box.update(init_pid=pid, init_start_time=int(fields[19]), pid_namespace=namespace)
+                    box.update(
+                        init_pid=pid, init_start_time=int(fields[19]), pid_namespace=namespace
+                    )
                     return
             if (child := children.get(box["pid"])) is not None and child.poll() is not None:
                 break
             time.sleep(0.02)
         raise ClusterStartError(f"the sandbox did not start: {log_tail(handle, 'outside.log')}")
 
-    def _check_start(self, handle: ClusterHandle, spec: ClusterSpec, deadline: float, late: str) -> None:
+    def _check_start(
+        self, handle: ClusterHandle, spec: ClusterSpec, deadline: float, late: str
+    ) -> None:
         """Raises if a node died, the sandbox ended or time is up; learns nodes' pids on the way."""
         for node in handle.details["nodes"]:
             learn_pid(handle, node)
             if (reason := death_reason(handle, node)) is not None:
-                tail = unit_log_tail(handle, Path(node["log"]).name, lines=START_FAILURE_LOG_LINES, limit=700)
-                raise ClusterStartError(f"{node['role']} node {reason}"
-                                        + (f"; the last lines of its log:\n{tail}" if tail else "; its log is empty"))
+                tail = unit_log_tail(
+                    handle, Path(node["log"]).name, lines=START_FAILURE_LOG_LINES, limit=700
+                )
+                raise ClusterStartError(
+                    f"{node['role']} node {reason}"
+                    + (f"; the last lines of its log:\n{tail}" if tail else "; its log is empty")
+                )
         if not sandbox_running(handle):
             raise ClusterStartError(f"the sandbox ended: {log_tail(handle, 'outside.log')}")
         if time.monotonic() > deadline:
-            raise ClusterStartError(f"did not become healthy within {spec.start_timeout_s:.0f} s: {late}")
+            raise ClusterStartError(
+                f"did not become healthy within {spec.start_timeout_s:.0f} s: {late}"
+            )
 
-    def _wait_for_nodes(self, handle: ClusterHandle, spec: ClusterSpec, dashboard: RayDashboard | None,
-                        deadline: float, progress: ProgressCallback) -> None:
+    def _wait_for_nodes(
+        self,
+        handle: ClusterHandle,
+        spec: ClusterSpec,
+        dashboard: RayDashboard | None,
+        deadline: float,
+        progress: ProgressCallback,
+    ) -> None:
         expected = handle.details["expected_nodes"]
         joined = -1
         while True:
@@ -437,7 +562,9 @@ class LocalClusterBackend(ClusterBackend):
                 except RayApiError:
                     now_joined = 0
             else:
-                now_joined = sum(bool((node_record(handle, node) or {}).get("ready")) for node in nodes)
+                now_joined = sum(
+                    bool((node_record(handle, node) or {}).get("ready")) for node in nodes
+                )
             if now_joined != joined:
                 joined = now_joined
                 progress(f"waiting for nodes: {joined} of {expected} joined")
@@ -469,17 +596,23 @@ class LocalClusterBackend(ClusterBackend):
         for node in handle.details["nodes"]:
             if (reason := death_reason(handle, node)) is not None:
                 over = self.over_limit(handle, LimitUsage())
-                return ClusterStatus(ComputeUnitState.FAILED,
-                                     reason=f"{node['role']} node {reason}" + (f"; {over}" if over else ""))
+                return ClusterStatus(
+                    ComputeUnitState.FAILED,
+                    reason=f"{node['role']} node {reason}" + (f"; {over}" if over else ""),
+                )
         status = self._live_status(handle)
-        status.limits = local_limits.report(handle.details.get("limits", {}), Path(handle.details["cluster_dir"]))
+        status.limits = local_limits.report(
+            handle.details.get("limits", {}), Path(handle.details["cluster_dir"])
+        )
         return status
 
     def limit_usage(self, handle: ClusterHandle) -> LimitUsage | None:
         return local_limits.usage(handle.details.get("limits", {}))
 
     def over_limit(self, handle: ClusterHandle, before: LimitUsage | None) -> str | None:
-        return local_limits.over_limit(handle.details.get("limits", {}), before, Path(handle.details["cluster_dir"]))
+        return local_limits.over_limit(
+            handle.details.get("limits", {}), before, Path(handle.details["cluster_dir"])
+        )
 
     def _live_status(self, handle: ClusterHandle) -> ClusterStatus:
         if handle.dashboard_url is None:
@@ -489,7 +622,9 @@ class LocalClusterBackend(ClusterBackend):
                 status = dashboard.cluster_status()
         except RayApiError as error:
             # Every node process is alive, so the cluster is; only the figures are missing.
-            return ClusterStatus(ComputeUnitState.RUNNING, reason=f"resource figures unavailable: {error}")
+            return ClusterStatus(
+                ComputeUnitState.RUNNING, reason=f"resource figures unavailable: {error}"
+            )
         expected = handle.details["expected_nodes"]
         if status.alive_nodes < expected:
             status.state = ComputeUnitState.FAILED
@@ -501,11 +636,23 @@ class LocalClusterBackend(ClusterBackend):
         """A unit without a dashboard: its nodes as started (each node's process is alive). What
         is in use is what its Spark host reports (`use_from_spark_host`, asked by the portal):
         only the host and its Spark session take Ray resources on a unit."""
-        nodes = [NodeStatus(node_id=node["role"], is_head=node["role"] == "head", alive=True,
-                            cpus=float(node.get("cpus", 0)), memory_bytes=int(node.get("memory_bytes", 0)))
-                 for node in handle.details["nodes"]]
-        return ClusterStatus(ComputeUnitState.RUNNING, nodes=nodes, cpus_total=sum(node.cpus for node in nodes),
-                             memory_total_bytes=sum(node.memory_bytes for node in nodes), use_from_spark_host=True)
+        nodes = [
+            NodeStatus(
+                node_id=node["role"],
+                is_head=node["role"] == "head",
+                alive=True,
+                cpus=float(node.get("cpus", 0)),
+                memory_bytes=int(node.get("memory_bytes", 0)),
+            )
+            for node in handle.details["nodes"]
+        ]
+        return ClusterStatus(
+            ComputeUnitState.RUNNING,
+            nodes=nodes,
+            cpus_total=sum(node.cpus for node in nodes),
+            memory_total_bytes=sum(node.memory_bytes for node in nodes),
+            use_from_spark_host=True,
+        )
 
     def adopt(self, handle: ClusterHandle) -> ClusterStatus:
         self._check_handle(handle)
@@ -523,12 +670,16 @@ class LocalClusterBackend(ClusterBackend):
         for pid in cluster_pids(handle):  # the bridges, and whatever did not stop in time
             kill(pid, signal.SIGKILL)
         if not wait_gone(handle, 5.0):
-            raise RuntimeError(f"processes {cluster_pids(handle)} of compute unit {handle.cu_id} survived SIGKILL")
+            raise RuntimeError(
+                f"processes {cluster_pids(handle)} of compute unit {handle.cu_id} survived SIGKILL"
+            )
         local_ports.release(local_ports.handle_ports(handle))
         for process in handle.details.get("processes", []):
             children.pop(process["pid"], None)
         if handle.details.get("cluster_dir"):
-            local_limits.release(handle.details.get("limits", {}), Path(handle.details["cluster_dir"]))
+            local_limits.release(
+                handle.details.get("limits", {}), Path(handle.details["cluster_dir"])
+            )
         for directory in ("cluster_dir", "portal_dir"):
             if handle.details.get(directory):
                 shutil.rmtree(handle.details[directory], ignore_errors=True)

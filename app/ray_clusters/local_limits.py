@@ -7,6 +7,7 @@ can starve the machine). It makes a unit's control group (`unit_limits`) and dis
 (`unit_disk`) before the unit's first process starts, records them in the unit's handle (so a
 restarted portal can read and remove them) and removes them after the unit's processes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,36 +41,60 @@ class LocalLimits:
 
     def __post_init__(self) -> None:
         if self.tasks_per_node < 64:
-            raise ValueError(f"a node needs at least 64 tasks (Ray's and Spark's own), not {self.tasks_per_node}")
+            raise ValueError(
+                f"a node needs at least 64 tasks (Ray's and Spark's own), not {self.tasks_per_node}"
+            )
         if self.disk_bytes < 256 * 2**20:
-            raise ValueError(f"a unit needs at least 256 MiB of disk for its logs, not {self.disk_bytes} bytes")
+            raise ValueError(
+                f"a unit needs at least 256 MiB of disk for its logs, not {self.disk_bytes} bytes"
+            )
 
     def apply(self, spec: ClusterSpec, unit_dir: Path, portal_dir: Path, uid: int | None) -> dict:
         """Make the unit's control group and disk; the handle's `limits` record. Raises
         LimitsUnavailable when they cannot be had, unless the operator allowed units without."""
-        limits = UnitLimits(memory_bytes=spec.memory_bytes_per_node * spec.node_count,
-                            cpus=float(spec.cpus_per_node * spec.node_count),
-                            tasks=self.tasks_per_node * spec.node_count, disk_bytes=self.disk_bytes)
+        limits = UnitLimits(
+            memory_bytes=spec.memory_bytes_per_node * spec.node_count,
+            cpus=float(spec.cpus_per_node * spec.node_count),
+            tasks=self.tasks_per_node * spec.node_count,
+            disk_bytes=self.disk_bytes,
+        )
         try:
             require_limits(self.cgroup_parent, self.cgroup_mount)
             group = control_group(unit_dir.name, self.cgroup_parent, self.cgroup_mount)
             group.create(limits)
         except LimitsUnavailable as error:
             if not self.allow_unlimited:
-                raise LimitsUnavailable(f"local compute units run under kernel limits, and {error}") from None
-            logger.warning("compute unit %s starts WITHOUT resource limits (allowed by the operator): %s",
-                           spec.cu_id, error)
+                raise LimitsUnavailable(
+                    f"local compute units run under kernel limits, and {error}"
+                ) from None
+            logger.warning(
+                "compute unit %s starts WITHOUT resource limits (allowed by the operator): %s",
+                spec.cu_id,
+                error,
+            )
             return {}
-        record = {**limits.__dict__, "cgroup": {"version": group.version, "name": unit_dir.name,
-                                                "parent": self.cgroup_parent, "mount": str(self.cgroup_mount)}}
+        record = {
+            **limits.__dict__,
+            "cgroup": {
+                "version": group.version,
+                "name": unit_dir.name,
+                "parent": self.cgroup_parent,
+                "mount": str(self.cgroup_mount),
+            },
+        }
         try:
             unit_disk.mount_unit_disk(unit_dir, portal_dir, limits.disk_bytes, uid)
         except (LimitsUnavailable, OSError) as error:
             if not self.allow_unlimited:
                 group.remove()
-                raise LimitsUnavailable(f"local compute units run with a disk limit, and {error}") from None
-            logger.warning("compute unit %s starts WITHOUT a disk limit (allowed by the operator): %s",
-                           spec.cu_id, error)
+                raise LimitsUnavailable(
+                    f"local compute units run with a disk limit, and {error}"
+                ) from None
+            logger.warning(
+                "compute unit %s starts WITHOUT a disk limit (allowed by the operator): %s",
+                spec.cu_id,
+                error,
+            )
             return {**record, "disk_bytes": 0}
         return record
 
@@ -82,7 +107,9 @@ def _group(record: dict) -> ControlGroup | None:
 
 
 def _limits(record: dict) -> UnitLimits:
-    return UnitLimits(**{name: record[name] for name in ("memory_bytes", "cpus", "tasks", "disk_bytes")})
+    return UnitLimits(
+        **{name: record[name] for name in ("memory_bytes", "cpus", "tasks", "disk_bytes")}
+    )
 
 
 def join_argv(record: dict, argv: list[str]) -> list[str]:
@@ -111,8 +138,10 @@ def over_limit(record: dict, before: LimitUsage | None, unit_dir: Path) -> str |
         return reason
     if limits.disk_bytes and unit_disk.disk_full(unit_dir):
         used = unit_disk.disk_used_bytes(unit_dir) or 0
-        return (f"the compute unit's disk is full: {used / 2**30:.3g} GiB of its {limits.disk_bytes / 2**30:.3g} GiB "
-                "are used (what its steps write in its directory counts)")
+        return (
+            f"the compute unit's disk is full: {used / 2**30:.3g} GiB of its {limits.disk_bytes / 2**30:.3g} GiB "
+            "are used (what its steps write in its directory counts)"
+        )
     return None
 
 

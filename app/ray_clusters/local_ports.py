@@ -3,6 +3,7 @@
 Every port Ray would otherwise default is chosen explicitly and free, and reserved here, so
 two units never collide; a restarted portal reserves an adopted unit's ports again.
 """
+
 from __future__ import annotations
 
 import random
@@ -46,7 +47,8 @@ def reserve_port_block(size: int) -> list[int]:
             first = random.randrange(low, high - size)
             block = list(range(first, first + size))
             if not _reserved_ports.union(RAY_DEFAULT_PORTS).intersection(block) and all(
-                    port_is_free(port) for port in block):
+                port_is_free(port) for port in block
+            ):
                 _reserved_ports.update(block)
                 return block
     raise ClusterStartError(f"no {size} consecutive free ports between {low} and {high}")

@@ -5,6 +5,7 @@ PID namespace, what the unit's init records of each node (`compute/unit_init.py`
 hostile input through `UnitDir`) and how a node ended, in words. `children` holds the outside
 processes (bwrap, the bridges) this portal process started, to reap them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,7 @@ def proc_stat(pid: int) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2 :].split()
 
 
 def start_time(pid: int) -> int | None:
@@ -79,11 +80,16 @@ def node_record(handle: ClusterHandle, node: dict) -> dict | None:
     writable dir, so it is read as hostile input, checked for shape and never trusted over a
     live process."""
     try:
-        record = json.loads(unit_dir(handle).read_head(f"nodes/{node['role']}.json", RECORD_MAX_BYTES))
+        record = json.loads(
+            unit_dir(handle).read_head(f"nodes/{node['role']}.json", RECORD_MAX_BYTES)
+        )
     except (OSError, ValueError):
         return None
-    if not (isinstance(record, dict) and isinstance(record.get("pid"), int)
-            and isinstance(record.get("returncode"), (int, type(None)))):
+    if not (
+        isinstance(record, dict)
+        and isinstance(record.get("pid"), int)
+        and isinstance(record.get("returncode"), (int, type(None)))
+    ):
         return None
     return record
 
@@ -100,7 +106,9 @@ def learn_pid(handle: ClusterHandle, node: dict) -> None:
             status = Path(f"/proc/{pid}/status").read_text()
         except (FileNotFoundError, ProcessLookupError):
             continue
-        nspids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        nspids = next(
+            (line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), []
+        )
         if nspids and int(nspids[-1]) == record["pid"]:
             node.update(pid=pid, start_time=start_time(pid))
             return
@@ -141,7 +149,11 @@ RAY_EXIT_LINE = re.compile(r"^\s+(\S+) \[exit code=(-?\d+)\]\s*$")
 def ray_exit_report(handle: ClusterHandle, node: dict) -> str:
     """`ray start --block` names the subprocess that died first, e.g. "raylet [exit code=-9]"."""
     try:
-        text = unit_dir(handle).read_tail(Path(node["log"]).name, LOG_TAIL_BYTES).decode(errors="replace")
+        text = (
+            unit_dir(handle)
+            .read_tail(Path(node["log"]).name, LOG_TAIL_BYTES)
+            .decode(errors="replace")
+        )
     except OSError:
         return ""
     reported = ", ".join(line.strip() for line in text.splitlines() if RAY_EXIT_LINE.match(line))
@@ -160,7 +172,11 @@ def unit_log_tail(handle: ClusterHandle, name: str, *, lines: int = 10, limit: i
 def log_tail(handle: ClusterHandle, name: str, lines: int = 10) -> str:
     """The last lines of a log the portal's own processes (bwrap, the bridges) write."""
     try:
-        text = UnitDir(handle.details["portal_dir"]).read_tail(name, LOG_TAIL_BYTES).decode(errors="replace")
+        text = (
+            UnitDir(handle.details["portal_dir"])
+            .read_tail(name, LOG_TAIL_BYTES)
+            .decode(errors="replace")
+        )
     except (KeyError, OSError):
         return "(no log)"
     return clean_lines(text, lines=lines, limit=2000) or "(empty log)"
@@ -172,7 +188,11 @@ def outside_sessions(handle: ClusterHandle) -> set[int]:
     sessions = set()
     for process in handle.details.get("processes", []):
         fields = proc_stat(process["pid"])
-        if fields is None or int(fields[19]) == process["start_time"] or int(fields[3]) != process["pid"]:
+        if (
+            fields is None
+            or int(fields[19]) == process["start_time"]
+            or int(fields[3]) != process["pid"]
+        ):
             sessions.add(process["pid"])
     return sessions
 
@@ -188,8 +208,11 @@ def cluster_pids(handle: ClusterHandle, *, sandbox_only: bool = False) -> list[i
         fields = proc_stat(pid)
         if fields is None or fields[0] == "Z":
             continue
-        if (int(fields[3]) in sessions or (sandbox_only and pid == box_pid and int(fields[3]) == pid)
-                or (namespace is not None and pid_namespace(pid) == namespace)):
+        if (
+            int(fields[3]) in sessions
+            or (sandbox_only and pid == box_pid and int(fields[3]) == pid)
+            or (namespace is not None and pid_namespace(pid) == namespace)
+        ):
             pids.append(pid)
     return pids
 
@@ -210,5 +233,3 @@ def wait_gone(handle: ClusterHandle, timeout: float, *, sandbox_only: bool = Fal
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
-
-

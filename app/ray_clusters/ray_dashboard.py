@@ -5,6 +5,7 @@ cluster status (`/api/cluster_status`) and the Jobs API. Talking HTTP, with the 
 token in a header per request, lets one portal process watch many clusters at once; a Ray
 driver could only ever be connected to one.
 """
+
 from __future__ import annotations
 
 import httpx
@@ -18,10 +19,18 @@ class RayApiError(RuntimeError):
 
 
 class RayDashboard:
-    def __init__(self, url: str, headers: dict[str, str] | None = None, *, timeout: float = 5.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str] | None = None,
+        *,
+        timeout: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
-        self._client = httpx.Client(base_url=self.url, headers=headers or {}, timeout=timeout, transport=transport)
+        self._client = httpx.Client(
+            base_url=self.url, headers=headers or {}, timeout=timeout, transport=transport
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -38,7 +47,9 @@ class RayDashboard:
         except httpx.HTTPError as error:
             raise RayApiError(f"Ray dashboard at {self.url} not reachable: {error}") from error
         if response.status_code in (401, 403):
-            raise RayApiError(f"Ray dashboard at {self.url} refused the cluster token ({response.status_code})")
+            raise RayApiError(
+                f"Ray dashboard at {self.url} refused the cluster token ({response.status_code})"
+            )
         if not response.is_success:
             raise RayApiError(f"Ray dashboard at {self.url}{path} answered {response.status_code}")
         return response
@@ -52,11 +63,16 @@ class RayDashboard:
 
     def nodes(self) -> list[NodeStatus]:
         payload = self._get("/api/v0/nodes", limit=1000).json()
-        return [NodeStatus(node_id=node["node_id"], is_head=bool(node.get("is_head_node")),
-                           alive=node.get("state") == "ALIVE",
-                           cpus=float(node.get("resources_total", {}).get("CPU", 0.0)),
-                           memory_bytes=int(node.get("resources_total", {}).get("memory", 0)))
-                for node in payload["data"]["result"]["result"]]
+        return [
+            NodeStatus(
+                node_id=node["node_id"],
+                is_head=bool(node.get("is_head_node")),
+                alive=node.get("state") == "ALIVE",
+                cpus=float(node.get("resources_total", {}).get("CPU", 0.0)),
+                memory_bytes=int(node.get("resources_total", {}).get("memory", 0)),
+            )
+            for node in payload["data"]["result"]["result"]
+        ]
 
     def resource_usage(self) -> dict[str, tuple[float, float]]:
         """Logical resources in use and in total, e.g. {"CPU": (1.0, 2.0)}."""

@@ -20,6 +20,7 @@ allowed endpoint: the catalog and the operator's `LAKEPORT_CU_ALLOWED_ENDPOINTS`
 loopback endpoint keeps its address inside; a host name is mapped to a loopback alias in
 the sandbox's own /etc/hosts. Nothing else is reachable.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -38,8 +39,14 @@ UNIT_UID_RANGE = range(200001, 265536)
 _ALIAS_NETWORK = "127.0.100."
 # No --die-with-parent: a unit outlives the portal process (a restarted portal adopts it), and
 # the parent's death signal would even fire when the portal *thread* that started it ends.
-_NAMESPACES = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
-               "--new-session"]
+_NAMESPACES = [
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup",
+    "--new-session",
+]
 # The sandbox's own host name, which its /etc/hosts resolves to loopback (Spark looks itself up).
 UNIT_HOSTNAME = "lakeport-unit"
 _DROP_PRIVILEGES = ["--clear-groups", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
@@ -98,8 +105,10 @@ def egress_routes(endpoints: list[Endpoint], socket_dir: Path) -> list[EgressRou
             inside = "127.0.0.1" if endpoint.host == "localhost" else endpoint.host
         elif endpoint.ip is not None:
             # The sandbox has only `lo`: an outside IP address cannot be given to it.
-            raise ValueError(f"allowed endpoint {endpoint.host}:{endpoint.port}: name it by host name "
-                             "(an IP address outside loopback cannot be mapped into a compute unit's sandbox)")
+            raise ValueError(
+                f"allowed endpoint {endpoint.host}:{endpoint.port}: name it by host name "
+                "(an IP address outside loopback cannot be mapped into a compute unit's sandbox)"
+            )
         else:
             inside = aliases.setdefault(endpoint.host, f"{_ALIAS_NETWORK}{len(aliases) + 1}")
         routes.append(EgressRoute(endpoint, inside, socket_dir / f"egress-{index}"))
@@ -108,24 +117,43 @@ def egress_routes(endpoints: list[Endpoint], socket_dir: Path) -> list[EgressRou
 
 def hosts_file_text(routes: list[EgressRoute]) -> str:
     lines = [f"127.0.0.1 localhost {UNIT_HOSTNAME}", "::1 localhost"]
-    lines += sorted({f"{route.inside_address} {route.endpoint.host}" for route in routes
-                     if not route.endpoint.is_loopback})
+    lines += sorted(
+        {
+            f"{route.inside_address} {route.endpoint.host}"
+            for route in routes
+            if not route.endpoint.is_loopback
+        }
+    )
     return "\n".join(lines) + "\n"
 
 
 def egress_forwarders(route: EgressRoute) -> tuple[list[str], list[str]]:
     """(outside, inside) socat commands of one egress route."""
-    outside = [*_SOCAT, f"UNIX-LISTEN:{route.socket},fork,unlink-early,perm=0600",
-               f"TCP:{route.endpoint.host}:{route.endpoint.port},nodelay"]
-    inside = [*_SOCAT, f"TCP-LISTEN:{route.endpoint.port},bind={route.inside_address},fork,reuseaddr,nodelay",
-              f"UNIX-CONNECT:{route.socket}"]
+    outside = [
+        *_SOCAT,
+        f"UNIX-LISTEN:{route.socket},fork,unlink-early,perm=0600",
+        f"TCP:{route.endpoint.host}:{route.endpoint.port},nodelay",
+    ]
+    inside = [
+        *_SOCAT,
+        f"TCP-LISTEN:{route.endpoint.port},bind={route.inside_address},fork,reuseaddr,nodelay",
+        f"UNIX-CONNECT:{route.socket}",
+    ]
     return outside, inside
 
 
 def ingress_forwarders(port: int, socket: Path) -> tuple[list[str], list[str]]:
     """(outside, inside) socat commands that make the unit's loopback `port` the portal's too."""
-    outside = [*_SOCAT, f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,nodelay", f"UNIX-CONNECT:{socket}"]
-    inside = [*_SOCAT, f"UNIX-LISTEN:{socket},fork,unlink-early,perm=0600", f"TCP:127.0.0.1:{port},nodelay"]
+    outside = [
+        *_SOCAT,
+        f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,nodelay",
+        f"UNIX-CONNECT:{socket}",
+    ]
+    inside = [
+        *_SOCAT,
+        f"UNIX-LISTEN:{socket},fork,unlink-early,perm=0600",
+        f"TCP:127.0.0.1:{port},nodelay",
+    ]
     return outside, inside
 
 
@@ -142,13 +170,22 @@ def as_unit_user(uid: int | None, command: list[str]) -> list[str]:
 
 def account_files(uid: int, home: Path) -> dict[str, str]:
     """/etc/passwd and /etc/group with the unit's uid named (Hadoop's login refuses a nameless uid)."""
-    passwd = Path("/etc/passwd").read_text() + f"{UNIT_HOSTNAME}:x:{uid}:{uid}::{home}:/usr/sbin/nologin\n"
+    passwd = (
+        Path("/etc/passwd").read_text()
+        + f"{UNIT_HOSTNAME}:x:{uid}:{uid}::{home}:/usr/sbin/nologin\n"
+    )
     group = Path("/etc/group").read_text() + f"{UNIT_HOSTNAME}:x:{uid}:\n"
     return {"/etc/passwd": passwd, "/etc/group": group}
 
 
-def bwrap_argv(*, unit_dir: Path, uid: int | None, read_only: list[Path], etc_files: dict[str, Path],
-               command: list[str]) -> list[str]:
+def bwrap_argv(
+    *,
+    unit_dir: Path,
+    uid: int | None,
+    read_only: list[Path],
+    etc_files: dict[str, Path],
+    command: list[str],
+) -> list[str]:
     """The bwrap command line that runs `command` in the unit's sandbox.
 
     `read_only` must be real paths (no symlinks): a bind follows none. Every parent dir of a
@@ -169,8 +206,20 @@ def bwrap_argv(*, unit_dir: Path, uid: int | None, read_only: list[Path], etc_fi
     argv += ["--ro-bind", "/etc", "/etc"]
     for target, source in etc_files.items():  # generated files in place of the machine's
         argv += ["--ro-bind", str(source), target]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777", "--tmpfs", "/tmp"]
+    argv += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/dev/shm",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+    ]
     # Binds under /tmp land on the tmpfs: their parents are made like any other.
     visible = [Path("/usr"), Path("/etc")]
     made = {Path(p) for p in ("/", "/proc", "/dev", "/tmp")}
@@ -179,7 +228,9 @@ def bwrap_argv(*, unit_dir: Path, uid: int | None, read_only: list[Path], etc_fi
         if any(path == seen or seen in path.parents for seen in visible):
             return  # already visible through a bind above
         for parent in reversed(path.parents):
-            if parent not in made and not any(parent == seen or seen in parent.parents for seen in visible):
+            if parent not in made and not any(
+                parent == seen or seen in parent.parents for seen in visible
+            ):
                 argv.extend(["--perms", "0755", "--dir", str(parent)])
                 made.add(parent)
         argv.extend([option, str(path), str(path)])
@@ -198,19 +249,34 @@ def sandbox_problem() -> str | None:
     needed = ["bwrap", "socat"] + (["setpriv"] if runs_as_root() else [])
     missing = [tool for tool in needed if shutil.which(tool) is None]
     if missing:
-        return (f"local compute units run in a sandbox, and {', '.join(missing)} is not installed "
-                "(Debian packages: bubblewrap, socat, util-linux)")
+        return (
+            f"local compute units run in a sandbox, and {', '.join(missing)} is not installed "
+            "(Debian packages: bubblewrap, socat, util-linux)"
+        )
     probe_dir = Path(os.environ.get("TMPDIR", "/tmp"))
-    argv = bwrap_argv(unit_dir=probe_dir.resolve(), uid=UNIT_UID_RANGE[0] if runs_as_root() else None,
-                      read_only=[], etc_files={}, command=["true"])
+    argv = bwrap_argv(
+        unit_dir=probe_dir.resolve(),
+        uid=UNIT_UID_RANGE[0] if runs_as_root() else None,
+        read_only=[],
+        etc_files={},
+        command=["true"],
+    )
     try:
-        done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            argv,
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"local compute units run in a sandbox, and bwrap could not run: {error}"
     if done.returncode != 0:
-        return ("local compute units run in a sandbox, and bwrap could not create one here (namespaces "
-                f"refused?): {(done.stderr or done.stdout).strip() or f'exit code {done.returncode}'}")
+        return (
+            "local compute units run in a sandbox, and bwrap could not create one here (namespaces "
+            f"refused?): {(done.stderr or done.stdout).strip() or f'exit code {done.returncode}'}"
+        )
     return None
 
 

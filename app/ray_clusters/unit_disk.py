@@ -8,6 +8,7 @@ the unit's directory: a write past the size fails with "No space left on device"
 the unit, and nothing outside changes. The image lives in the unit's portal directory (out
 of the unit's reach) and takes only what the unit really wrote.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,14 +26,18 @@ def disk_problem() -> str | None:
     """Why unit disks cannot be made here, or None."""
     missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
     if missing:
-        return f"bounding a unit's disk needs {', '.join(missing)} (Debian packages: e2fsprogs, mount)"
+        return (
+            f"bounding a unit's disk needs {', '.join(missing)} (Debian packages: e2fsprogs, mount)"
+        )
     if os.geteuid() != 0:
         return "bounding a unit's disk needs the portal to run as root (it mounts a filesystem per unit)"
     return None
 
 
 def _run(argv: list[str]) -> None:
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+    )
     if done.returncode != 0:
         raise LimitsUnavailable(f"{argv[0]} failed: {(done.stderr or done.stdout).strip()[:300]}")
 
@@ -46,8 +51,20 @@ def mount_unit_disk(unit_dir: Path, portal_dir: Path, size_bytes: int, uid: int 
         file.truncate(size_bytes)  # sparse: the host's disk holds only what the unit writes
     owner = uid if uid is not None else os.geteuid()
     # No journal (scratch space, gone with the unit) and no reserved blocks: the unit's size is its own.
-    _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
-          "-E", f"root_owner={owner}:{owner},lazy_itable_init=1", str(image)])
+    _run(
+        [
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-m",
+            "0",
+            "-O",
+            "^has_journal",
+            "-E",
+            f"root_owner={owner}:{owner},lazy_itable_init=1",
+            str(image),
+        ]
+    )
     # Not noexec: Spark unpacks native libraries into its scratch space and loads them from there.
     _run(["mount", "-o", "loop,nosuid,nodev", str(image), str(unit_dir)])
     (unit_dir / "lost+found").rmdir()

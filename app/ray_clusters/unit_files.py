@@ -15,6 +15,7 @@ start request. So every such access goes through `UnitDir`, which:
 What the portal writes for itself (its bridges' log, the unit's Ray token, the generated
 /etc files) lives in the unit's *portal directory*, which the unit cannot see.
 """
+
 from __future__ import annotations
 
 import errno
@@ -41,7 +42,11 @@ class UnitDir:
         """A descriptor of `relative`'s parent directory (walked without following links) and
         the last component's name. The caller closes the descriptor."""
         parts = PurePosixPath(relative).parts
-        if not parts or PurePosixPath(relative).is_absolute() or any(part in (".", "..") for part in parts):
+        if (
+            not parts
+            or PurePosixPath(relative).is_absolute()
+            or any(part in (".", "..") for part in parts)
+        ):
             raise ValueError(f"not a path inside a unit's directory: {relative!r}")
         fd = os.open(self.path, _DIR)
         try:
@@ -52,7 +57,9 @@ class UnitDir:
         except OSError as error:
             os.close(fd)
             if error.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise UnsafeUnitFile(error.errno, f"not a directory the portal made: {relative}") from None
+                raise UnsafeUnitFile(
+                    error.errno, f"not a directory the portal made: {relative}"
+                ) from None
             raise
         return fd, parts[-1]
 
@@ -115,9 +122,13 @@ class UnitDir:
                     return
                 except FileExistsError:
                     if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
-                        raise UnsafeUnitFile(errno.EISDIR, f"a directory, not a file: {relative}") from None
+                        raise UnsafeUnitFile(
+                            errno.EISDIR, f"a directory, not a file: {relative}"
+                        ) from None
                     os.unlink(name, dir_fd=parent)  # removes a link itself, not its target
-            raise UnsafeUnitFile(errno.EEXIST, f"could not create {relative}: something keeps appearing there")
+            raise UnsafeUnitFile(
+                errno.EEXIST, f"could not create {relative}: something keeps appearing there"
+            )
         finally:
             os.close(parent)
 

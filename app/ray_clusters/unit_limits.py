@@ -15,6 +15,7 @@ unified hierarchy, as on most production hosts; the portal needs a delegated sub
 `LAKEPORT_CU_CGROUP_PARENT`). `usage()` reads what the unit uses and how often it hit a limit,
 so a run that ends over a limit can say which one.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,7 +93,9 @@ def _mkdir(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise LimitsUnavailable(f"could not make the control group {path}: {error.strerror}") from None
+        raise LimitsUnavailable(
+            f"could not make the control group {path}: {error.strerror}"
+        ) from None
 
 
 class ControlGroup:
@@ -120,8 +123,18 @@ class ControlGroup:
     def join_argv(self, command: list[str]) -> list[str]:
         """`command`, started inside this group: a shell joins it, then execs the command (so
         the command's first instruction already runs under the limits)."""
-        script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-        return ["/bin/sh", "-c", script, "lakeport-join", *map(str, self.procs_files), "--", *command]
+        script = (
+            'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+        )
+        return [
+            "/bin/sh",
+            "-c",
+            script,
+            "lakeport-join",
+            *map(str, self.procs_files),
+            "--",
+            *command,
+        ]
 
     def pids(self) -> list[int]:
         return sorted({_int(line) for path in self.procs_files for line in _read(path).split()})
@@ -150,7 +163,9 @@ class CgroupV1(ControlGroup):
         super().__init__(name)
         self.paths = {controller: mount / controller / parent / name for controller in _CONTROLLERS}
         # CPU time used is cpuacct's: a hierarchy of its own on some machines, cpu's on others.
-        if (mount / "cpuacct" / "cgroup.procs").exists() and not (mount / "cpu" / "cpuacct.usage").exists():
+        if (mount / "cpuacct" / "cgroup.procs").exists() and not (
+            mount / "cpu" / "cpuacct.usage"
+        ).exists():
             self.paths["cpuacct"] = mount / "cpuacct" / parent / name
 
     @property
@@ -210,7 +225,11 @@ class CgroupV2(ControlGroup):
         """Turn the controllers on from the mount down to the units' parent (each level must
         pass them to its children)."""
         levels = [self.parent, *self.parent.parents]
-        levels = [level for level in reversed(levels) if level == self.mount or self.mount in level.parents]
+        levels = [
+            level
+            for level in reversed(levels)
+            if level == self.mount or self.mount in level.parents
+        ]
         for level in levels:
             enabled = set(_read(level / "cgroup.subtree_control").split())
             missing = [name for name in _CONTROLLERS if name not in enabled]
@@ -222,7 +241,8 @@ class CgroupV2(ControlGroup):
             memory_bytes=_int(_read(self.path / "memory.current")),
             memory_peak_bytes=_int(_read(self.path / "memory.peak")),
             cpu_seconds=_keyed(_read(self.path / "cpu.stat")).get("usage_usec", 0) / 1e6,
-            cpu_throttled_seconds=_keyed(_read(self.path / "cpu.stat")).get("throttled_usec", 0) / 1e6,
+            cpu_throttled_seconds=_keyed(_read(self.path / "cpu.stat")).get("throttled_usec", 0)
+            / 1e6,
             tasks=_int(_read(self.path / "pids.current")),
             oom_kills=_keyed(_read(self.path / "memory.events")).get("oom_kill", 0),
             tasks_refused=_keyed(_read(self.path / "pids.events")).get("max", 0),
@@ -247,23 +267,28 @@ def control_group(name: str, parent: str, mount: Path = CGROUP_MOUNT) -> Control
         return CgroupV2(name, mount, parent)
     if version == 1:
         return CgroupV1(name, mount, parent)
-    raise LimitsUnavailable(f"no cgroup hierarchy with the {', '.join(_CONTROLLERS)} controllers "
-                            f"under {mount}")
+    raise LimitsUnavailable(
+        f"no cgroup hierarchy with the {', '.join(_CONTROLLERS)} controllers under {mount}"
+    )
 
 
 def require_limits(parent: str, mount: Path = CGROUP_MOUNT) -> None:
     """Raise LimitsUnavailable unless units' control groups can be made here (as root, with
     the controllers mounted and writable)."""
     if os.geteuid() != 0:
-        raise LimitsUnavailable("bounding a unit's memory, CPU and tasks needs the portal to run as root "
-                                "(it makes a control group per unit)")
+        raise LimitsUnavailable(
+            "bounding a unit's memory, CPU and tasks needs the portal to run as root "
+            "(it makes a control group per unit)"
+        )
     group = control_group("probe", parent, mount)
     for directory in group.dirs:
         parent_dir = directory.parent
         try:
             parent_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise LimitsUnavailable(f"cannot make control groups under {parent_dir}: {error.strerror}") from None
+            raise LimitsUnavailable(
+                f"cannot make control groups under {parent_dir}: {error.strerror}"
+            ) from None
         if not os.access(parent_dir, os.W_OK):
             raise LimitsUnavailable(f"cannot make control groups under {parent_dir}: not writable")
 
@@ -271,10 +296,14 @@ def require_limits(parent: str, mount: Path = CGROUP_MOUNT) -> None:
 def over_limit_reason(limits: UnitLimits, before: LimitUsage, after: LimitUsage) -> str | None:
     """Which limit the unit went over between two readings, and by how much, in words."""
     if after.oom_kills > before.oom_kills:
-        return (f"the compute unit went over its memory limit of {limits.memory_bytes / 2**30:.3g} GiB "
-                f"(peak {after.memory_peak_bytes / 2**30:.3g} GiB): the kernel ended "
-                f"{after.oom_kills - before.oom_kills} of its processes")
+        return (
+            f"the compute unit went over its memory limit of {limits.memory_bytes / 2**30:.3g} GiB "
+            f"(peak {after.memory_peak_bytes / 2**30:.3g} GiB): the kernel ended "
+            f"{after.oom_kills - before.oom_kills} of its processes"
+        )
     if after.tasks_refused > before.tasks_refused:
-        return (f"the compute unit reached its limit of {limits.tasks} processes and threads: "
-                f"{after.tasks_refused - before.tasks_refused} new ones were refused")
+        return (
+            f"the compute unit reached its limit of {limits.tasks} processes and threads: "
+            f"{after.tasks_refused - before.tasks_refused} new ones were refused"
+        )
     return None

@@ -16,6 +16,7 @@ A due time whose unit is not running, whose warehouse takes no runs, or that fin
 its retries are over. Each pass also cancels runs over the schedule's timeout, and retries a
 failed run (a row of its own, `attempt` 1, 2…, as unique as the first) once its backoff has passed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,18 @@ from app import roles
 from app.compute_units import lifecycle
 from app.db import engine, get_db
 from app.executions import notifications, runner
-from app.models import (ComputeUnit, ComputeUnitState, Execution, ExecutionState, Schedule, ScheduledRun, User,
-                        Warehouse, Workflow, utcnow)
+from app.models import (
+    ComputeUnit,
+    ComputeUnitState,
+    Execution,
+    ExecutionState,
+    Schedule,
+    ScheduledRun,
+    User,
+    Warehouse,
+    Workflow,
+    utcnow,
+)
 from app.schedules import service
 from app.schedules.service import due_between
 from app.transitions import set_fields
@@ -63,9 +74,14 @@ def fire_due() -> None:
 def _started(schedule_id: int) -> list[tuple[ScheduledRun, Execution]]:
     """The schedule's runs that started an execution, with it, the newest attempt of each due time last."""
     with Session(engine(), expire_on_commit=False) as db:
-        return list(db.exec(select(ScheduledRun, Execution).join(Execution, Execution.id == ScheduledRun.execution_id)
-                            .where(ScheduledRun.schedule_id == schedule_id)
-                            .order_by(ScheduledRun.due_at, ScheduledRun.attempt)))
+        return list(
+            db.exec(
+                select(ScheduledRun, Execution)
+                .join(Execution, Execution.id == ScheduledRun.execution_id)
+                .where(ScheduledRun.schedule_id == schedule_id)
+                .order_by(ScheduledRun.due_at, ScheduledRun.attempt)
+            )
+        )
 
 
 def _follow_runs(schedule_id: int, moment: datetime) -> None:
@@ -77,8 +93,12 @@ def _follow_runs(schedule_id: int, moment: datetime) -> None:
         latest[run.due_at] = (run, execution)
         if schedule.notify_on and not _will_retry(schedule, run, execution):
             notifications.queue(schedule, execution)
-        if (schedule.timeout_minutes and execution.state not in ExecutionState.FINAL and not run.reason
-                and moment - execution.created_at > timedelta(minutes=schedule.timeout_minutes)):
+        if (
+            schedule.timeout_minutes
+            and execution.state not in ExecutionState.FINAL
+            and not run.reason
+            and moment - execution.created_at > timedelta(minutes=schedule.timeout_minutes)
+        ):
             _settle(run.id, reason=f"cancelled: over its timeout of {schedule.timeout_minutes} min")
             try:
                 runner.cancel(get_db().get(Execution, execution.id))
@@ -86,9 +106,15 @@ def _follow_runs(schedule_id: int, moment: datetime) -> None:
                 pass  # it ended meanwhile
     for run, execution in latest.values():
         if _will_retry(schedule, run, execution):
-            if moment >= (execution.ended_at or execution.created_at) \
-                    + timedelta(seconds=schedule.retry_backoff_seconds * 2 ** run.attempt):
-                _fire(schedule, run.due_at, attempt=run.attempt + 1, started_unit_id=run.started_unit_id)
+            if moment >= (execution.ended_at or execution.created_at) + timedelta(
+                seconds=schedule.retry_backoff_seconds * 2**run.attempt
+            ):
+                _fire(
+                    schedule,
+                    run.due_at,
+                    attempt=run.attempt + 1,
+                    started_unit_id=run.started_unit_id,
+                )
         elif run.started_unit_id and execution.state in ExecutionState.FINAL:
             _stop_started_unit(run, "its scheduled run has ended")
 
@@ -98,26 +124,41 @@ def _follow_waiting(schedule_id: int) -> None:
     that ended or takes too long to start."""
     with Session(engine(), expire_on_commit=False) as db:
         schedule = db.get(Schedule, schedule_id)
-        waiting = db.exec(select(ScheduledRun).where(ScheduledRun.schedule_id == schedule_id,
-                                                     ScheduledRun.outcome == "waiting")).all()
+        waiting = db.exec(
+            select(ScheduledRun).where(
+                ScheduledRun.schedule_id == schedule_id, ScheduledRun.outcome == "waiting"
+            )
+        ).all()
     for run in waiting:
         unit = get_db().get(ComputeUnit, run.started_unit_id) if run.started_unit_id else None
         if unit is None or unit.state in ComputeUnitState.FINAL:
-            _settle(run.id, outcome="skipped", reason="the unit started for this run ended before it ran"
-                                                     + (f": {unit.reason}" if unit is not None and unit.reason else ""))
+            _settle(
+                run.id,
+                outcome="skipped",
+                reason="the unit started for this run ended before it ran"
+                + (f": {unit.reason}" if unit is not None and unit.reason else ""),
+            )
         elif unit.state == ComputeUnitState.RUNNING:
             _start_execution(schedule, run, unit)
         elif utcnow() - run.created_at > START_PATIENCE:
-            _settle(run.id, outcome="skipped", reason=f"the unit started for this run was not running after "
-                                                     f"{START_PATIENCE.total_seconds() / 60:.0f} min; it is stopped")
+            _settle(
+                run.id,
+                outcome="skipped",
+                reason=f"the unit started for this run was not running after "
+                f"{START_PATIENCE.total_seconds() / 60:.0f} min; it is stopped",
+            )
             _stop_started_unit(run, "it did not start in time for its scheduled run")
 
 
 def _stop_started_unit(run: ScheduledRun, why: str) -> None:
     """Stop the unit a due time started, unless something else now runs on it."""
     unit = get_db().get(ComputeUnit, run.started_unit_id)
-    if unit is None or unit.state not in (ComputeUnitState.PENDING, ComputeUnitState.STARTING,
-                                          ComputeUnitState.RUNNING) or lifecycle.running_executions(unit):
+    if (
+        unit is None
+        or unit.state
+        not in (ComputeUnitState.PENDING, ComputeUnitState.STARTING, ComputeUnitState.RUNNING)
+        or lifecycle.running_executions(unit)
+    ):
         return
     lifecycle.terminate(unit, reason=f"stopped by its schedule: {why}")
     logger.info("schedule %s: stopped unit %s (%s)", run.schedule_id, unit.id, why)
@@ -125,18 +166,25 @@ def _stop_started_unit(run: ScheduledRun, why: str) -> None:
 
 def _will_retry(schedule: Schedule, run: ScheduledRun, execution: Execution) -> bool:
     """A failed attempt with retries left (one cancelled for its timeout is not retried)."""
-    return (execution.state == ExecutionState.FAILED and run.attempt < schedule.max_retries
-            and not run.reason.startswith("cancelled"))
+    return (
+        execution.state == ExecutionState.FAILED
+        and run.attempt < schedule.max_retries
+        and not run.reason.startswith("cancelled")
+    )
 
 
 def _still_running(schedule_id: int) -> int:
     """The schedule's runs still going: waiting for their unit, starting (a row whose execution
     another pass is creating this moment) or with an execution not ended."""
     with Session(engine()) as db:
-        rows = db.exec(select(ScheduledRun.outcome, Execution.state)
-                       .join(Execution, Execution.id == ScheduledRun.execution_id, isouter=True)
-                       .where(ScheduledRun.schedule_id == schedule_id,
-                              ScheduledRun.outcome.in_(("started", "waiting")))).all()
+        rows = db.exec(
+            select(ScheduledRun.outcome, Execution.state)
+            .join(Execution, Execution.id == ScheduledRun.execution_id, isouter=True)
+            .where(
+                ScheduledRun.schedule_id == schedule_id,
+                ScheduledRun.outcome.in_(("started", "waiting")),
+            )
+        ).all()
     return sum(state is None or state not in ExecutionState.FINAL for _, state in rows)
 
 
@@ -153,11 +201,21 @@ def _fire_schedule(schedule_id: int, moment: datetime) -> None:
     on_time = [time for time in due if time not in missed]
     if missed and schedule.catch_up == "once":
         for time in missed[:-1]:
-            _record(schedule, time, "skipped", f"missed while Lakeport was down; caught up by one run for {missed[-1]:%Y-%m-%d %H:%M} UTC")
+            _record(
+                schedule,
+                time,
+                "skipped",
+                f"missed while Lakeport was down; caught up by one run for {missed[-1]:%Y-%m-%d %H:%M} UTC",
+            )
         _fire(schedule, missed[-1])
     else:
         for time in missed:
-            _record(schedule, time, "skipped", "missed while Lakeport was down (this schedule skips missed times)")
+            _record(
+                schedule,
+                time,
+                "skipped",
+                "missed while Lakeport was down (this schedule skips missed times)",
+            )
     for time in on_time:
         _fire(schedule, time)
     with Session(engine()) as db:
@@ -168,12 +226,24 @@ def _fire_schedule(schedule_id: int, moment: datetime) -> None:
             db.commit()
 
 
-def _record(schedule: Schedule, due_at: datetime, outcome: str, reason: str = "",
-            attempt: int = 0, started_unit_id: int | None = None) -> ScheduledRun | None:
+def _record(
+    schedule: Schedule,
+    due_at: datetime,
+    outcome: str,
+    reason: str = "",
+    attempt: int = 0,
+    started_unit_id: int | None = None,
+) -> ScheduledRun | None:
     """The due time's row (of this attempt), or None when another pass handled it first."""
     with Session(engine(), expire_on_commit=False) as db:
-        run = ScheduledRun(schedule_id=schedule.id, due_at=due_at, outcome=outcome, reason=reason[:500],
-                           attempt=attempt, started_unit_id=started_unit_id)
+        run = ScheduledRun(
+            schedule_id=schedule.id,
+            due_at=due_at,
+            outcome=outcome,
+            reason=reason[:500],
+            attempt=attempt,
+            started_unit_id=started_unit_id,
+        )
         db.add(run)
         try:
             db.commit()
@@ -183,24 +253,41 @@ def _record(schedule: Schedule, due_at: datetime, outcome: str, reason: str = ""
         return run
 
 
-def _fire(schedule: Schedule, due_at: datetime, attempt: int = 0, started_unit_id: int | None = None) -> None:
+def _fire(
+    schedule: Schedule, due_at: datetime, attempt: int = 0, started_unit_id: int | None = None
+) -> None:
     """Start the workflow's latest version for this due time (or its retry), once; or start the
     unit it needs first; or record why not."""
     running = _still_running(schedule.id) if attempt == 0 else 0
     if running >= schedule.max_running:
-        _record(schedule, due_at, "skipped", f"{running} run{'s' if running > 1 else ''} of this schedule "
-                                              "still going (its limit of runs at once)")
+        _record(
+            schedule,
+            due_at,
+            "skipped",
+            f"{running} run{'s' if running > 1 else ''} of this schedule "
+            "still going (its limit of runs at once)",
+        )
         return
     db = get_db()
     if roles.suspended(db.get(User, schedule.owner_id)):
         # The provider refused its owner (app/auth/revalidation.py): nothing runs as them until they sign in.
-        _record(schedule, due_at, "skipped", "its owner's sign-in was refused by the identity provider; "
-                                             "it runs again once they sign in")
+        _record(
+            schedule,
+            due_at,
+            "skipped",
+            "its owner's sign-in was refused by the identity provider; "
+            "it runs again once they sign in",
+        )
         return
     unit = db.get(ComputeUnit, schedule.compute_unit_id) if schedule.compute_unit_id else None
     needs_unit = schedule.start_unit and unit is not None and unit.state in ComputeUnitState.FINAL
-    run = _record(schedule, due_at, "waiting" if needs_unit else "started", attempt=attempt,
-                  started_unit_id=started_unit_id)
+    run = _record(
+        schedule,
+        due_at,
+        "waiting" if needs_unit else "started",
+        attempt=attempt,
+        started_unit_id=started_unit_id,
+    )
     if run is None:
         return  # handled elsewhere
     if needs_unit:
@@ -212,12 +299,16 @@ def _fire(schedule: Schedule, due_at: datetime, attempt: int = 0, started_unit_i
 def _start_unit(schedule: Schedule, run: ScheduledRun, ended: ComputeUnit) -> None:
     """Start a copy of the schedule's ended unit for this due time; the schedule names it from now on."""
     db = get_db()
-    values = {field: getattr(ended, field) for field in ("name", "kind", "cpus", "memory_gb", "worker_nodes",
-                                                         "ray_cluster")}
+    values = {
+        field: getattr(ended, field)
+        for field in ("name", "kind", "cpus", "memory_gb", "worker_nodes", "ray_cluster")
+    }
     try:
         unit = lifecycle.create(db.get(User, schedule.owner_id), values)
     except lifecycle.ComputeUnitError as refusal:
-        _settle(run.id, outcome="skipped", reason=f"its unit could not be started: {refusal.message}")
+        _settle(
+            run.id, outcome="skipped", reason=f"its unit could not be started: {refusal.message}"
+        )
         return
     _settle(run.id, started_unit_id=unit.id)
     set_fields(Schedule, schedule.id, compute_unit_id=unit.id)
@@ -241,6 +332,11 @@ def _start_execution(schedule: Schedule, run: ScheduledRun, cu: ComputeUnit | No
 
 
 def _settle(run_id: int, **changes) -> None:
-    set_fields(ScheduledRun, run_id, **{name: value[:500] if isinstance(value, str) else value
-                                        for name, value in changes.items()})
-
+    set_fields(
+        ScheduledRun,
+        run_id,
+        **{
+            name: value[:500] if isinstance(value, str) else value
+            for name, value in changes.items()
+        },
+    )

@@ -1,5 +1,6 @@
 """A workflow's schedules: list (next times, past runs and why one was skipped), create, pause,
 resume, delete."""
+
 from __future__ import annotations
 
 from flask import flash, redirect, render_template, request, url_for
@@ -22,7 +23,9 @@ def create(workflow_id: int):
     try:
         schedule = service.create(current_user, workflow, request.form, service.now())
     except service.ScheduleRefused as refusal:
-        return _page(workflow, errors={refusal.field or "form": refusal.message}, values=request.form), 422
+        return _page(
+            workflow, errors={refusal.field or "form": refusal.message}, values=request.form
+        ), 422
     flash(f"Scheduled: {schedule.cron} ({schedule.timezone}).", "success")
     if schedule.webhook_url:  # its signing secret, shown this once
         return _page(workflow, webhook_secret=notifications.webhook_secret(schedule))
@@ -41,13 +44,30 @@ def change(schedule_id: int, action: str):
     return redirect(url_for("schedules.for_workflow", workflow_id=workflow_id))
 
 
-def _page(workflow: Workflow, errors: dict | None = None, values=None, webhook_secret: str | None = None):
+def _page(
+    workflow: Workflow, errors: dict | None = None, values=None, webhook_secret: str | None = None
+):
     now = service.now()
-    schedules = [(schedule, service.next_times(schedule, now) if not schedule.paused else [],
-                  service.runs_of(schedule)) for schedule in service.schedules_of(workflow)]
-    return render_template("schedules/index.html", workflow=workflow, schedules=schedules, errors=errors or {},
-                           values=values or {"timezone": "UTC", "catch_up": "skip"},
-                           units=history.user_compute_units(current_user),
-                           warehouses=history.active_warehouses(current_user), zones=service.zone_names(),
-                           catch_up=service.CATCH_UP, options=service.OPTIONS, defaults=service.DEFAULTS,
-                           notify_on=notifications.NOTIFY_ON, webhook_secret=webhook_secret)
+    schedules = [
+        (
+            schedule,
+            service.next_times(schedule, now) if not schedule.paused else [],
+            service.runs_of(schedule),
+        )
+        for schedule in service.schedules_of(workflow)
+    ]
+    return render_template(
+        "schedules/index.html",
+        workflow=workflow,
+        schedules=schedules,
+        errors=errors or {},
+        values=values or {"timezone": "UTC", "catch_up": "skip"},
+        units=history.user_compute_units(current_user),
+        warehouses=history.active_warehouses(current_user),
+        zones=service.zone_names(),
+        catch_up=service.CATCH_UP,
+        options=service.OPTIONS,
+        defaults=service.DEFAULTS,
+        notify_on=notifications.NOTIFY_ON,
+        webhook_secret=webhook_secret,
+    )

@@ -1,5 +1,6 @@
 """What users do with schedules: make one (every field checked), pause, resume, delete; and when
 one runs next, in its own time zone (cron through croniter, zones from the IANA database)."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -15,14 +16,20 @@ from app.executions import notifications
 from app.models import ComputeUnit, Schedule, ScheduledRun, User, Warehouse, Workflow
 from app.warehouses import sharing
 
-CATCH_UP = {"skip": "Skip the times missed while Lakeport was down",
-            "once": "Run once for all the times missed"}
+CATCH_UP = {
+    "skip": "Skip the times missed while Lakeport was down",
+    "once": "Run once for all the times missed",
+}
 MAX_PER_WORKFLOW = 10
 # A schedule that would fire more often than this is refused (a unit is not a queue).
 MIN_INTERVAL_SECONDS = 60
 # The options of a schedule: (field, lowest, highest, what it is) and their defaults.
-OPTIONS = (("max_retries", 0, 5, "Retries"), ("retry_backoff_seconds", 10, 3600, "Seconds before the first retry"),
-           ("timeout_minutes", 0, 1440, "Timeout in minutes (0: none)"), ("max_running", 1, 10, "Runs at once"))
+OPTIONS = (
+    ("max_retries", 0, 5, "Retries"),
+    ("retry_backoff_seconds", 10, 3600, "Seconds before the first retry"),
+    ("timeout_minutes", 0, 1440, "Timeout in minutes (0: none)"),
+    ("max_running", 1, 10, "Runs at once"),
+)
 DEFAULTS = {"max_retries": 0, "retry_backoff_seconds": 60, "timeout_minutes": 0, "max_running": 1}
 
 
@@ -54,14 +61,22 @@ def check(values: dict, owner: User) -> dict[str, str]:
     errors: dict[str, str] = {}
     cron = (values.get("cron") or "").strip()
     if not cron or len(cron) > 100 or len(cron.split()) != 5:
-        errors["cron"] = "Five fields: minute hour day-of-month month day-of-week, e.g. “30 6 * * 1-5”."
+        errors["cron"] = (
+            "Five fields: minute hour day-of-month month day-of-week, e.g. “30 6 * * 1-5”."
+        )
     else:
         try:
             times = croniter(cron, datetime(2026, 1, 1, tzinfo=timezone.utc))
             first, second = times.get_next(datetime), times.get_next(datetime)
             if (second - first).total_seconds() < MIN_INTERVAL_SECONDS:
                 errors["cron"] = "At most one run a minute."
-        except (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError, KeyError):
+        except (
+            CroniterBadCronError,
+            CroniterBadDateError,
+            CroniterNotAlphaError,
+            ValueError,
+            KeyError,
+        ):
             errors["cron"] = "Not a cron expression Lakeport understands, e.g. “30 6 * * 1-5”."
     if (values.get("timezone") or "") not in available_timezones():
         errors["timezone"] = "Choose a time zone by its IANA name, e.g. Europe/Lisbon or UTC."
@@ -70,7 +85,10 @@ def check(values: dict, owner: User) -> dict[str, str]:
     if unit is None or unit.owner_id != owner.id:
         errors["compute_unit_id"] = "Choose one of your compute units."
     warehouse = db.get(Warehouse, _int(values.get("warehouse_id")))
-    if warehouse is None or sharing.access_of(owner, warehouse) not in (sharing.OWNER, sharing.WRITE):
+    if warehouse is None or sharing.access_of(owner, warehouse) not in (
+        sharing.OWNER,
+        sharing.WRITE,
+    ):
         errors["warehouse_id"] = "Choose a warehouse you may write into."
     if values.get("catch_up") not in CATCH_UP:
         errors["catch_up"] = "Choose what happens to missed times."
@@ -90,12 +108,22 @@ def _int(value, default: int | None = 0) -> int | None:
 
 
 def schedules_of(workflow: Workflow) -> list[Schedule]:
-    return list(get_db().exec(select(Schedule).where(Schedule.workflow_id == workflow.id).order_by(Schedule.id)))
+    return list(
+        get_db().exec(
+            select(Schedule).where(Schedule.workflow_id == workflow.id).order_by(Schedule.id)
+        )
+    )
 
 
 def runs_of(schedule: Schedule, limit: int = 20) -> list[ScheduledRun]:
-    return list(get_db().exec(select(ScheduledRun).where(ScheduledRun.schedule_id == schedule.id)
-                              .order_by(ScheduledRun.due_at.desc(), ScheduledRun.attempt.desc()).limit(limit)))
+    return list(
+        get_db().exec(
+            select(ScheduledRun)
+            .where(ScheduledRun.schedule_id == schedule.id)
+            .order_by(ScheduledRun.due_at.desc(), ScheduledRun.attempt.desc())
+            .limit(limit)
+        )
+    )
 
 
 def create(owner: User, workflow: Workflow, values: dict, now: datetime) -> Schedule:
@@ -104,17 +132,32 @@ def create(owner: User, workflow: Workflow, values: dict, now: datetime) -> Sche
         raise ScheduleRefused(message, field)
     if len(schedules_of(workflow)) >= MAX_PER_WORKFLOW:
         raise ScheduleRefused(f"A workflow has at most {MAX_PER_WORKFLOW} schedules.")
-    schedule = Schedule(owner_id=owner.id, workflow_id=workflow.id, cron=values["cron"].strip(),
-                        timezone=values["timezone"], compute_unit_id=int(values["compute_unit_id"]),
-                        warehouse_id=int(values["warehouse_id"]), catch_up=values["catch_up"], handled_until=now,
-                        start_unit=values.get("start_unit") in ("on", "true", True),
-                        **{field: _int(values.get(field, DEFAULTS[field])) for field in DEFAULTS},
-                        **notifications.fields(values))
+    schedule = Schedule(
+        owner_id=owner.id,
+        workflow_id=workflow.id,
+        cron=values["cron"].strip(),
+        timezone=values["timezone"],
+        compute_unit_id=int(values["compute_unit_id"]),
+        warehouse_id=int(values["warehouse_id"]),
+        catch_up=values["catch_up"],
+        handled_until=now,
+        start_unit=values.get("start_unit") in ("on", "true", True),
+        **{field: _int(values.get(field, DEFAULTS[field])) for field in DEFAULTS},
+        **notifications.fields(values),
+    )
     db = get_db()
     db.add(schedule)
     db.commit()
-    audit.record("schedule.create", schedule, workflow_id=workflow.id, cron=schedule.cron, timezone=schedule.timezone,
-                 unit_id=schedule.compute_unit_id, warehouse_id=schedule.warehouse_id, start_unit=schedule.start_unit)
+    audit.record(
+        "schedule.create",
+        schedule,
+        workflow_id=workflow.id,
+        cron=schedule.cron,
+        timezone=schedule.timezone,
+        unit_id=schedule.compute_unit_id,
+        warehouse_id=schedule.warehouse_id,
+        start_unit=schedule.start_unit,
+    )
     return schedule
 
 

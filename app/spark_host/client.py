@@ -11,12 +11,13 @@ without the host's proof, and a run's arguments (its catalog token) go sealed, a
 host that has just answered a fresh challenge. A process squatting on the host's port learns
 nothing it could use.
 """
+
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import hmac
+import json
 import secrets
 import shlex
 import socket
@@ -56,7 +57,9 @@ def _read_bounded(response: httpx.Response) -> bytes:
     for chunk in response.iter_bytes():
         size += len(chunk)
         if size > MAX_REPLY_BYTES:
-            raise SparkHostError(f"the Spark host's answer is over {MAX_REPLY_BYTES >> 20} MiB: refused")
+            raise SparkHostError(
+                f"the Spark host's answer is over {MAX_REPLY_BYTES >> 20} MiB: refused"
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -77,7 +80,9 @@ def with_spark_host_secret(handle: ClusterHandle, key: str) -> ClusterHandle:
     if handle.spark_host_nonce is None:
         handle.spark_host_nonce = new_spark_host_nonce()
     nonce = handle.spark_host_nonce
-    if handle.spark_host_claim_nonce:  # the key its host took when the unit was claimed from the pool
+    if (
+        handle.spark_host_claim_nonce
+    ):  # the key its host took when the unit was claimed from the pool
         nonce = f"{nonce}:{handle.spark_host_claim_nonce}"
     handle.spark_host_secret = spark_host_secret(key, handle.cu_id, nonce)
     return handle
@@ -97,8 +102,13 @@ def spark_host_secret(key: str, cu_id: str, nonce: str) -> str:
 
 
 class SparkHostClient:
-    def __init__(self, handle: ClusterHandle, *, timeout: float = 10.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        handle: ClusterHandle,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         if not handle.spark_host_url:
             raise ValueError(f"compute unit {handle.cu_id} has no Spark host address")
         if not handle.spark_host_secret:
@@ -106,9 +116,12 @@ class SparkHostClient:
         self.handle = handle
         self._key = secret_digest(handle.spark_host_secret)
         self._proven = False
-        self._http = httpx.Client(base_url=handle.spark_host_url.rstrip("/") + HOST_API, timeout=timeout,
-                                  transport=transport or httpx.HTTPTransport(verify=_tls_context(),
-                                                                             socket_options=NO_DELAY))
+        self._http = httpx.Client(
+            base_url=handle.spark_host_url.rstrip("/") + HOST_API,
+            timeout=timeout,
+            transport=transport
+            or httpx.HTTPTransport(verify=_tls_context(), socket_options=NO_DELAY),
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -119,22 +132,37 @@ class SparkHostClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def bootstrap(self, *, executors: int, executor_cores: int = 1, executor_memory: str = "1g",
-                  placement_strategy: str | None = "SPREAD", timeout_s: float = 300.0,
-                  progress: ProgressCallback = no_progress) -> dict:
+    def bootstrap(
+        self,
+        *,
+        executors: int,
+        executor_cores: int = 1,
+        executor_memory: str = "1g",
+        placement_strategy: str | None = "SPREAD",
+        timeout_s: float = 300.0,
+        progress: ProgressCallback = no_progress,
+    ) -> dict:
         """Start the host (a Ray Job creates it on the head node) and return its info once warm."""
         from ray.job_submission import JobStatus, JobSubmissionClient
 
         if not self.handle.dashboard_url:
-            raise SparkHostError("the Spark host is started through Ray's Jobs API, which needs the dashboard")
+            raise SparkHostError(
+                "the Spark host is started through Ray's Jobs API, which needs the dashboard"
+            )
         address = urlsplit(self.handle.spark_host_url)
         settings = SparkHostSettings(
-            port=address.port or 80, namespace=self.handle.spark_host_namespace,
+            port=address.port or 80,
+            namespace=self.handle.spark_host_namespace,
             secret_sha256=secret_digest(self.handle.spark_host_secret),
             # On loopback clusters the host stays on loopback; elsewhere (a pod, a shared cluster's
             # head) it listens on the head's address, which the portal reaches.
-            bind_loopback=address.hostname in _LOOPBACK, executors=executors, executor_cores=executor_cores,
-            executor_memory=executor_memory, placement_strategy=placement_strategy, warm_timeout_s=timeout_s)
+            bind_loopback=address.hostname in _LOOPBACK,
+            executors=executors,
+            executor_cores=executor_cores,
+            executor_memory=executor_memory,
+            placement_strategy=placement_strategy,
+            warm_timeout_s=timeout_s,
+        )
         jobs = JobSubmissionClient(self.handle.dashboard_url, headers=self.handle.auth_headers())
         progress("starting the Spark host")
         job_id = jobs.submit_job(
@@ -166,16 +194,30 @@ class SparkHostClient:
         progress("Spark host ready")
         return info
 
-    def _call(self, method: str, path: str, *, params: dict | None = None, body: dict | None = None,
-              nonce: str | None = None, timeout: httpx.Timeout | None = None) -> dict:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict | None = None,
+        body: dict | None = None,
+        nonce: str | None = None,
+        timeout: httpx.Timeout | None = None,
+    ) -> dict:
         """One signed request; the answer, once the host has proven that it gave it."""
         nonce = nonce or host_auth.new_nonce()
         content = json.dumps(body).encode() if body is not None else b""
-        request = self._http.build_request(method, path, params=params, content=content,
-                                           headers={"Content-Type": "application/json"} if body is not None else {},
-                                           timeout=timeout or self._http.timeout)
+        request = self._http.build_request(
+            method,
+            path,
+            params=params,
+            content=content,
+            headers={"Content-Type": "application/json"} if body is not None else {},
+            timeout=timeout or self._http.timeout,
+        )
         request.headers["Authorization"] = host_auth.sign_request(
-            self._key, method, request.url.raw_path.decode("ascii"), content, nonce)
+            self._key, method, request.url.raw_path.decode("ascii"), content, nonce
+        )
         try:
             response = self._http.send(request, stream=True)
             try:
@@ -183,18 +225,30 @@ class SparkHostClient:
             finally:
                 response.close()
         except httpx.HTTPError as error:
-            raise SparkHostError(f"Spark host at {self.handle.spark_host_url} not reachable: {error}") from error
+            raise SparkHostError(
+                f"Spark host at {self.handle.spark_host_url} not reachable: {error}"
+            ) from error
         try:
-            host_auth.verify_response(self._key, nonce, response.status_code, content,
-                                      response.headers.get(host_auth.PROOF_HEADER))
+            host_auth.verify_response(
+                self._key,
+                nonce,
+                response.status_code,
+                content,
+                response.headers.get(host_auth.PROOF_HEADER),
+            )
         except host_auth.AuthRefused as refused:
             # Not this unit's host (or it refused the signature): nothing it said is repeated.
-            raise SparkHostError(f"the process on the Spark host port {self.handle.spark_host_url} is not "
-                                 f"this unit's Spark host ({refused}; it answered {response.status_code})") from None
+            raise SparkHostError(
+                f"the process on the Spark host port {self.handle.spark_host_url} is not "
+                f"this unit's Spark host ({refused}; it answered {response.status_code})"
+            ) from None
         self._proven = True
         if not response.is_success:
-            raise SparkHostError(f"Spark host answered {response.status_code}: "
-                                 f"{clean_text(content.decode(errors='replace'), 300)}", response.status_code)
+            raise SparkHostError(
+                f"Spark host answered {response.status_code}: "
+                f"{clean_text(content.decode(errors='replace'), 300)}",
+                response.status_code,
+            )
         try:
             return json.loads(content)
         except ValueError:
@@ -238,8 +292,14 @@ class SparkHostClient:
         `wait_s` seconds if it has not."""
         if wait_s <= 0:
             return self._call("GET", f"/runs/{run_id}")
-        return self._call("GET", f"/runs/{run_id}", params={"wait_s": f"{wait_s:g}"}, timeout=httpx.Timeout(
-            self._http.timeout.connect, read=(self._http.timeout.read or 0.0) + wait_s))
+        return self._call(
+            "GET",
+            f"/runs/{run_id}",
+            params={"wait_s": f"{wait_s:g}"},
+            timeout=httpx.Timeout(
+                self._http.timeout.connect, read=(self._http.timeout.read or 0.0) + wait_s
+            ),
+        )
 
     def cancel(self, run_id: str) -> dict:
         return self._call("POST", f"/runs/{run_id}/cancel")
@@ -248,10 +308,13 @@ class SparkHostClient:
         """Wait until the execution finishes (status requests that the host answers when it
         does); returns its final record."""
         deadline = time.monotonic() + timeout_s
-        while (run := self.run(run_id, wait_s=min(5.0, max(0.1, deadline - time.monotonic()))))["state"] \
-                not in RunState.FINAL:
+        while (run := self.run(run_id, wait_s=min(5.0, max(0.1, deadline - time.monotonic()))))[
+            "state"
+        ] not in RunState.FINAL:
             if time.monotonic() > deadline:
-                raise SparkHostError(f"execution {run_id} still {run['state']} after {timeout_s:.0f} s")
+                raise SparkHostError(
+                    f"execution {run_id} still {run['state']} after {timeout_s:.0f} s"
+                )
         return run
 
 

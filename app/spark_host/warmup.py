@@ -9,6 +9,7 @@ as the head's GCS answers (`ClusterSpec.spark_host`): then this waits for that h
 Either way there is one bootstrap at a time per unit: a lock among this process's threads, and
 a lease (`spark-host:<unit id>`) among worker processes.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,12 @@ import time
 
 from app import leases
 from app.models import ComputeUnit
-from app.ray_clusters.base import ClusterBackend, ClusterHandle, ProgressCallback, SparkHostLaunchState
+from app.ray_clusters.base import (
+    ClusterBackend,
+    ClusterHandle,
+    ProgressCallback,
+    SparkHostLaunchState,
+)
 from app.spark_host.client import SparkHostClient, SparkHostError
 
 HOST_CALL_TIMEOUT_SECONDS = 5.0
@@ -49,11 +55,21 @@ def spark_host_size(cu: ComputeUnit) -> dict:
     """Spark on the whole unit: one executor per node with all its CPUs and half its memory
     (the rest is Ray's object store, the Spark driver on the head and the JVMs' overhead)."""
     memory_mb = max(512, int(cu.memory_gb * 1024 / 2) // 128 * 128)
-    return {"executors": cu.worker_nodes + 1, "executor_cores": cu.cpus, "executor_memory": f"{memory_mb}m"}
+    return {
+        "executors": cu.worker_nodes + 1,
+        "executor_cores": cu.cpus,
+        "executor_memory": f"{memory_mb}m",
+    }
 
 
-def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend,
-                progress: ProgressCallback = lambda _phase: None, *, for_a_run: bool = False) -> dict:
+def ensure_warm(
+    cu: ComputeUnit,
+    handle: ClusterHandle,
+    backend: ClusterBackend,
+    progress: ProgressCallback = lambda _phase: None,
+    *,
+    for_a_run: bool = False,
+) -> dict:
     """The unit's Spark host answers and its session is ready; bootstrap it if it is not there,
     or wait for the bootstrap under way. `for_a_run`: a run waits for it. Returns the host's
     info; raises SparkHostUnavailable."""
@@ -68,14 +84,21 @@ def ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend,
                 _runs_waiting[cu.id] = waiting
 
 
-def _ensure_warm_alone(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend, progress: ProgressCallback,
-                       lock: threading.Lock) -> dict:
+def _ensure_warm_alone(
+    cu: ComputeUnit,
+    handle: ClusterHandle,
+    backend: ClusterBackend,
+    progress: ProgressCallback,
+    lock: threading.Lock,
+) -> dict:
     with lock:
         lease = f"spark-host:{cu.id}"
         deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
         while not leases.claim(lease, _HOLDER, _LEASE_SECONDS):
             if time.monotonic() > deadline:  # another worker's bootstrap takes too long
-                raise SparkHostUnavailable("the compute unit's Spark host is being started elsewhere for too long")
+                raise SparkHostUnavailable(
+                    "the compute unit's Spark host is being started elsewhere for too long"
+                )
             time.sleep(0.5)
         try:
             return _ensure_warm(cu, handle, backend, progress)
@@ -83,7 +106,9 @@ def _ensure_warm_alone(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterB
             leases.release([lease], _HOLDER)
 
 
-def _ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend, progress: ProgressCallback) -> dict:
+def _ensure_warm(
+    cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend, progress: ProgressCallback
+) -> dict:
     with SparkHostClient(handle, timeout=HOST_CALL_TIMEOUT_SECONDS) as client:
         try:
             info = _started_with_the_unit(cu.id, backend, handle, client)
@@ -93,8 +118,10 @@ def _ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend
                 try:
                     info = _started_with_the_unit(cu.id, backend, handle, client)
                 except SparkHostError:
-                    raise SparkHostUnavailable("the compute unit's Spark host did not start: "
-                                               f"{backend.spark_host_launch_log(handle) or 'no output'}") from None
+                    raise SparkHostUnavailable(
+                        "the compute unit's Spark host did not start: "
+                        f"{backend.spark_host_launch_log(handle) or 'no output'}"
+                    ) from None
             else:
                 info = _bootstrapped(cu, backend, handle, client, progress)
         deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
@@ -103,10 +130,13 @@ def _ensure_warm(cu: ComputeUnit, handle: ClusterHandle, backend: ClusterBackend
                 time.sleep(0.25)
                 info = _info(client, cu.id)
         except SparkHostError as error:
-            raise SparkHostUnavailable(f"the compute unit's Spark host stopped answering: {error}") from None
+            raise SparkHostUnavailable(
+                f"the compute unit's Spark host stopped answering: {error}"
+            ) from None
     if info["state"] != "ready":
         raise SparkHostUnavailable(
-            f"the compute unit's Spark session is not usable ({info['state']}): {info.get('error')}")
+            f"the compute unit's Spark session is not usable ({info['state']}): {info.get('error')}"
+        )
     _ready[cu.id] = (handle.spark_host_url, info["app_id"])
     return info
 
@@ -123,21 +153,33 @@ def forget_ready(cu_id: int) -> None:
     _ready.pop(cu_id, None)
 
 
-def _bootstrapped(cu: ComputeUnit, backend: ClusterBackend, handle: ClusterHandle, client: SparkHostClient,
-                  progress: ProgressCallback) -> dict:
+def _bootstrapped(
+    cu: ComputeUnit,
+    backend: ClusterBackend,
+    handle: ClusterHandle,
+    client: SparkHostClient,
+    progress: ProgressCallback,
+) -> dict:
     """The host started through Ray's Jobs API, for units whose cluster cannot start it itself."""
     if backend.spark_host_launch(handle) == SparkHostLaunchState.ENDED and not handle.dashboard_url:
         # Started with the unit, and it failed; Ray Jobs (a second try) need the dashboard.
-        raise SparkHostUnavailable("the compute unit's Spark host did not start: "
-                                   f"{backend.spark_host_launch_log(handle) or 'no output'}")
+        raise SparkHostUnavailable(
+            "the compute unit's Spark host did not start: "
+            f"{backend.spark_host_launch_log(handle) or 'no output'}"
+        )
     try:
-        return client.bootstrap(**spark_host_size(cu), timeout_s=BOOTSTRAP_TIMEOUT_SECONDS, progress=progress)
+        return client.bootstrap(
+            **spark_host_size(cu), timeout_s=BOOTSTRAP_TIMEOUT_SECONDS, progress=progress
+        )
     except Exception as error:  # Ray's Jobs API raises its own errors too
-        raise SparkHostUnavailable(f"the compute unit's Spark host did not start: {error}") from None
+        raise SparkHostUnavailable(
+            f"the compute unit's Spark host did not start: {error}"
+        ) from None
 
 
-def _started_with_the_unit(cu_id: int, backend: ClusterBackend, handle: ClusterHandle,
-                           client: SparkHostClient) -> dict:
+def _started_with_the_unit(
+    cu_id: int, backend: ClusterBackend, handle: ClusterHandle, client: SparkHostClient
+) -> dict:
     """The host's info, waiting for one the unit's backend started with the cluster to answer.
     Raises SparkHostError when there is no host to wait for: then it is bootstrapped."""
     deadline = time.monotonic() + BOOTSTRAP_TIMEOUT_SECONDS
@@ -145,7 +187,10 @@ def _started_with_the_unit(cu_id: int, backend: ClusterBackend, handle: ClusterH
         try:
             return _info(client, cu_id)
         except SparkHostError:
-            if backend.spark_host_launch(handle) != SparkHostLaunchState.STARTING or time.monotonic() > deadline:
+            if (
+                backend.spark_host_launch(handle) != SparkHostLaunchState.STARTING
+                or time.monotonic() > deadline
+            ):
                 raise
         time.sleep(0.25)
 

@@ -1,4 +1,5 @@
 """Personal access tokens for the API: made, listed and revoked on the Tokens page."""
+
 from flask import Blueprint
 
 bp = Blueprint("tokens", __name__, url_prefix="/tokens")

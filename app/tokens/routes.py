@@ -16,8 +16,12 @@ def index():
 @bp.post("/")
 def create():
     try:
-        made = service.create(current_user, request.form.get("name", ""), request.form.get("scope", ""),
-                              request.form.get("days", ""))
+        made = service.create(
+            current_user,
+            request.form.get("name", ""),
+            request.form.get("scope", ""),
+            request.form.get("days", ""),
+        )
     except service.TokenRefused as refusal:
         return _page(errors={refusal.field or "form": refusal.message}, values=request.form), 422
     return _page(made=made)
@@ -32,6 +36,13 @@ def revoke(token_id: int):
 
 
 def _page(made: service.NewToken | None = None, errors: dict | None = None, values=None):
-    return render_template("tokens/index.html", tokens=service.user_tokens(current_user), made=made,
-                           errors=errors or {}, values=values or {}, scopes=service.SCOPES,
-                           max_days=service.MAX_DAYS, now=utcnow())
+    return render_template(
+        "tokens/index.html",
+        tokens=service.user_tokens(current_user),
+        made=made,
+        errors=errors or {},
+        values=values or {},
+        scopes=service.SCOPES,
+        max_days=service.MAX_DAYS,
+        now=utcnow(),
+    )

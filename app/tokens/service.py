@@ -4,6 +4,7 @@ a scope ("read" or "run"), an expiry of at most MAX_DAYS, and a last-used time; 
 A token stands for its owner in the API (app/api/auth.py), never on the pages, and opens only
 what its scope allows.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,8 +20,10 @@ from app.db import get_db, writing_session
 from app.errors import UserFacingError
 from app.models import ApiToken, User, utcnow
 
-SCOPES = {"read": "Read: look at warehouses, units, workflows and executions",
-          "run": "Run: also start and cancel executions, create and terminate units"}
+SCOPES = {
+    "read": "Read: look at warehouses, units, workflows and executions",
+    "run": "Run: also start and cancel executions, create and terminate units",
+}
 MAX_DAYS = 90
 PREFIX = "lkp_"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$")
@@ -43,15 +46,22 @@ def digest(text: str) -> str:
 
 
 def user_tokens(owner: User) -> list[ApiToken]:
-    return list(get_db().exec(select(ApiToken).where(ApiToken.owner_id == owner.id)
-                              .order_by(ApiToken.created_at.desc(), ApiToken.id.desc())))
+    return list(
+        get_db().exec(
+            select(ApiToken)
+            .where(ApiToken.owner_id == owner.id)
+            .order_by(ApiToken.created_at.desc(), ApiToken.id.desc())
+        )
+    )
 
 
 def create(owner: User, name: str, scope: str, days: str | int) -> NewToken:
     name = (name or "").strip()
     if not NAME_RE.match(name):
-        raise TokenRefused("1–64 characters: letters, digits, spaces, _ . and -, starting with a letter or digit.",
-                           "name")
+        raise TokenRefused(
+            "1–64 characters: letters, digits, spaces, _ . and -, starting with a letter or digit.",
+            "name",
+        )
     if scope not in SCOPES:
         raise TokenRefused("Choose read or run.", "scope")
     try:
@@ -62,8 +72,15 @@ def create(owner: User, name: str, scope: str, days: str | int) -> NewToken:
         raise TokenRefused(f"A token lives 1 to {MAX_DAYS} days.", "days")
     text = PREFIX + secrets.token_urlsafe(32)
     now = utcnow()
-    row = ApiToken(owner_id=owner.id, name=name, scope=scope, token_sha256=digest(text), prefix=text[:10],
-                   created_at=now, expires_at=now + timedelta(days=days))
+    row = ApiToken(
+        owner_id=owner.id,
+        name=name,
+        scope=scope,
+        token_sha256=digest(text),
+        prefix=text[:10],
+        created_at=now,
+        expires_at=now + timedelta(days=days),
+    )
     db = get_db()
     db.add(row)
     db.commit()
@@ -85,7 +102,9 @@ def holder_of(text: str) -> tuple[ApiToken, User] | None:
     revoked). Marks it used."""
     if not TOKEN_RE.match(text or ""):
         return None
-    with writing_session() as db:  # marking it used is a write, and most calls are GETs, whose session reads only
+    with (
+        writing_session() as db
+    ):  # marking it used is a write, and most calls are GETs, whose session reads only
         token = db.exec(select(ApiToken).where(ApiToken.token_sha256 == digest(text))).first()
         now = utcnow()
         if token is None or token.revoked_at is not None or token.expires_at <= now:

@@ -6,6 +6,7 @@ reads table metadata through app/iceberg_reader.py and stores what it found
 storage call. Compute comes from rows the portal has: an execution's wall time (started to
 ended) times its unit's CPUs and memory (all its nodes).
 """
+
 from __future__ import annotations
 
 import json
@@ -55,12 +56,25 @@ def measure() -> None:
     measure_executions()
     fresh_since = utcnow() - timedelta(seconds=current_app.config["USAGE_SAMPLE_SECONDS"] / 2)
     with Session(engine()) as db:
-        db.exec(delete(StorageSample).where(StorageSample.measured_at < utcnow() - timedelta(days=SAMPLES_KEPT_DAYS)))
+        db.exec(
+            delete(StorageSample).where(
+                StorageSample.measured_at < utcnow() - timedelta(days=SAMPLES_KEPT_DAYS)
+            )
+        )
         db.commit()
-        fresh = set(db.exec(select(StorageSample.warehouse_id).where(StorageSample.measured_at >= fresh_since)))
+        fresh = set(
+            db.exec(
+                select(StorageSample.warehouse_id).where(StorageSample.measured_at >= fresh_since)
+            )
+        )
         # A deactivated warehouse refuses all access in the catalog: its last samples stand.
-        warehouses = [warehouse for warehouse in db.exec(select(Warehouse).where(
-            Warehouse.status != WarehouseStatus.INACTIVE)) if warehouse.id not in fresh]
+        warehouses = [
+            warehouse
+            for warehouse in db.exec(
+                select(Warehouse).where(Warehouse.status != WarehouseStatus.INACTIVE)
+            )
+            if warehouse.id not in fresh
+        ]
     for warehouse in warehouses:
         try:
             measure_warehouse(warehouse)
@@ -76,10 +90,20 @@ def measure_warehouse(warehouse: Warehouse) -> list[StorageSample]:
     samples = []
     for namespace in iceberg_reader.list_namespaces(catalog):
         figure = iceberg_storage.namespace_storage(catalog, namespace)
-        samples.append(StorageSample(warehouse_id=warehouse.id, namespace=namespace, tables=figure.tables,
-                                     files=figure.files, bytes=figure.bytes, measured_at=measured_at))
+        samples.append(
+            StorageSample(
+                warehouse_id=warehouse.id,
+                namespace=namespace,
+                tables=figure.tables,
+                files=figure.files,
+                bytes=figure.bytes,
+                measured_at=measured_at,
+            )
+        )
     if not samples:
-        samples.append(StorageSample(warehouse_id=warehouse.id, namespace="", measured_at=measured_at))
+        samples.append(
+            StorageSample(warehouse_id=warehouse.id, namespace="", measured_at=measured_at)
+        )
     with Session(engine(), expire_on_commit=False) as db:
         db.add_all(samples)
         db.commit()
@@ -96,9 +120,16 @@ def execution_tables(execution: Execution) -> tuple[list[str], list[str]]:
 def measure_execution(execution: Execution, warehouse: Warehouse) -> ExecutionUsage:
     """What the execution wrote, from its tables' snapshot summaries (`added-files-size`)."""
     catalog = catalog_for(warehouse)
-    results, logs = (iceberg_storage.tables_written(catalog, tables) for tables in execution_tables(execution))
-    return ExecutionUsage(execution_id=execution.id, results_bytes=results.bytes, results_files=results.files,
-                          logs_bytes=logs.bytes, logs_files=logs.files)
+    results, logs = (
+        iceberg_storage.tables_written(catalog, tables) for tables in execution_tables(execution)
+    )
+    return ExecutionUsage(
+        execution_id=execution.id,
+        results_bytes=results.bytes,
+        results_files=results.files,
+        logs_bytes=logs.bytes,
+        logs_files=logs.files,
+    )
 
 
 def measure_executions(limit: int = EXECUTIONS_PER_PASS) -> int:
@@ -109,9 +140,15 @@ def measure_executions(limit: int = EXECUTIONS_PER_PASS) -> int:
             select(Execution, Warehouse)
             .join(Warehouse, Warehouse.id == Execution.warehouse_id)
             .outerjoin(ExecutionUsage, ExecutionUsage.execution_id == Execution.id)
-            .where(ExecutionUsage.execution_id.is_(None), Execution.state.in_(ExecutionState.FINAL),
-                   Execution.outputs_expired_at.is_(None), Execution.stats_expired_at.is_(None))
-            .order_by(Execution.id.desc()).limit(limit)).all()
+            .where(
+                ExecutionUsage.execution_id.is_(None),
+                Execution.state.in_(ExecutionState.FINAL),
+                Execution.outputs_expired_at.is_(None),
+                Execution.stats_expired_at.is_(None),
+            )
+            .order_by(Execution.id.desc())
+            .limit(limit)
+        ).all()
     measured, failing = 0, set()
     for execution, warehouse in rows:
         if warehouse.id in failing:
@@ -139,8 +176,11 @@ class Compute:
     gib_seconds: float = 0.0
 
     def __add__(self, other: "Compute") -> "Compute":
-        return Compute(self.seconds + other.seconds, self.cpu_seconds + other.cpu_seconds,
-                       self.gib_seconds + other.gib_seconds)
+        return Compute(
+            self.seconds + other.seconds,
+            self.cpu_seconds + other.cpu_seconds,
+            self.gib_seconds + other.gib_seconds,
+        )
 
 
 def compute_of(execution: Execution, unit: ComputeUnit | None) -> Compute:
@@ -169,7 +209,12 @@ def user_totals(user: User, days: int, now: datetime | None = None) -> Totals:
             select(Execution, ComputeUnit, ExecutionUsage)
             .outerjoin(ComputeUnit, ComputeUnit.id == Execution.compute_unit_id)
             .outerjoin(ExecutionUsage, ExecutionUsage.execution_id == Execution.id)
-            .where(Execution.owner_id == user.id, Execution.ended_at.is_not(None), Execution.ended_at >= since)).all()
+            .where(
+                Execution.owner_id == user.id,
+                Execution.ended_at.is_not(None),
+                Execution.ended_at >= since,
+            )
+        ).all()
     compute, storage, unmeasured = Compute(), StorageFigure(), 0
     for execution, unit, usage in rows:
         compute += compute_of(execution, unit)
@@ -185,29 +230,42 @@ def latest_samples(warehouse_ids: list[int]) -> dict[int, list[StorageSample]]:
     if not warehouse_ids:
         return {}
     with Session(engine()) as db:
-        latest = (select(StorageSample.warehouse_id, func.max(StorageSample.measured_at).label("at"))
-                  .where(StorageSample.warehouse_id.in_(warehouse_ids))
-                  .group_by(StorageSample.warehouse_id).subquery())
-        rows = db.exec(select(StorageSample).join(
-            latest, (StorageSample.warehouse_id == latest.c.warehouse_id) & (StorageSample.measured_at == latest.c.at))
-            .order_by(StorageSample.namespace)).all()
+        latest = (
+            select(StorageSample.warehouse_id, func.max(StorageSample.measured_at).label("at"))
+            .where(StorageSample.warehouse_id.in_(warehouse_ids))
+            .group_by(StorageSample.warehouse_id)
+            .subquery()
+        )
+        rows = db.exec(
+            select(StorageSample)
+            .join(
+                latest,
+                (StorageSample.warehouse_id == latest.c.warehouse_id)
+                & (StorageSample.measured_at == latest.c.at),
+            )
+            .order_by(StorageSample.namespace)
+        ).all()
     found: dict[int, list[StorageSample]] = {}
     for sample in rows:
         found.setdefault(sample.warehouse_id, []).append(sample)
     return found
 
 
-def storage_history(warehouse: Warehouse, days: int = CHART_DAYS,
-                    points: int = CHART_SAMPLES) -> list[tuple[datetime, int]]:
+def storage_history(
+    warehouse: Warehouse, days: int = CHART_DAYS, points: int = CHART_SAMPLES
+) -> list[tuple[datetime, int]]:
     """(measured at, live bytes of the whole warehouse) over the last `days`, oldest first, at
     most `points` of them evenly spread (the latest always among them)."""
     with Session(engine()) as db:
         rows = db.exec(
             select(StorageSample.measured_at, func.sum(StorageSample.bytes))
-            .where(StorageSample.warehouse_id == warehouse.id,
-                   StorageSample.measured_at >= utcnow() - timedelta(days=days))
+            .where(
+                StorageSample.warehouse_id == warehouse.id,
+                StorageSample.measured_at >= utcnow() - timedelta(days=days),
+            )
             .group_by(StorageSample.measured_at)
-            .order_by(StorageSample.measured_at)).all()
+            .order_by(StorageSample.measured_at)
+        ).all()
     step = max(1, -(-len(rows) // points))
     kept = rows[::-1][::step][::-1]
     return [(at, int(total or 0)) for at, total in kept]
@@ -216,4 +274,3 @@ def storage_history(warehouse: Warehouse, days: int = CHART_DAYS,
 def usage_of(execution_id: int) -> ExecutionUsage | None:
     with Session(engine()) as db:
         return db.get(ExecutionUsage, execution_id)
-

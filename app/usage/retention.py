@@ -6,6 +6,7 @@ dropped with purge through Lakekeeper, the executions are marked (`outputs_expir
 `stats_expired_at`; the rows stay, with their compute figures and, while kept, their stats),
 and one log entry says what went.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -14,6 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session, select
 
+from app.charts import human_bytes
 from app.db import engine
 from app.errors import UserFacingError
 from app.extensions import lakekeeper
@@ -28,11 +30,12 @@ from app.models import (
     Warehouse,
     utcnow,
 )
-from app.charts import human_bytes
 from app.usage.accounting import execution_tables
 
-RESULTS_MODES = {"days": "Keep result tables for N days after their run ended",
-                 "last": "Keep the result tables of the last N executions of each workflow"}
+RESULTS_MODES = {
+    "days": "Keep result tables for N days after their run ended",
+    "last": "Keep the result tables of the last N executions of each workflow",
+}
 MAX_DAYS = 3650
 MAX_KEEP_LAST = 10_000
 MAX_RETAIN_SNAPSHOTS = 1000
@@ -78,9 +81,15 @@ def parse_policy(form) -> tuple[dict, dict[str, str]]:
     values["snapshots_retain_last"] = None
     if (form.get("snapshots_retain_last") or "").strip():
         whole_number("snapshots_retain_last", "Snapshots", 1, MAX_RETAIN_SNAPSHOTS)
-    if (not errors and values["logs_days"] is not None and values["results_mode"] == "days"
-            and values["logs_days"] < values["results_value"]):
-        errors["logs_days"] = "Keep runtime stats and console logs at least as long as the result tables."
+    if (
+        not errors
+        and values["logs_days"] is not None
+        and values["results_mode"] == "days"
+        and values["logs_days"] < values["results_value"]
+    ):
+        errors["logs_days"] = (
+            "Keep runtime stats and console logs at least as long as the result tables."
+        )
     return values, errors
 
 
@@ -97,12 +106,22 @@ def save_policy(warehouse: Warehouse, values: dict) -> RetentionPolicy:
 
 def form_values(policy: RetentionPolicy | None) -> dict:
     if policy is None:
-        return {"results_mode": "days", "results_value": "30", "logs_days": "", "logs_forever": "on",
-                "snapshots_retain_last": ""}
-    return {"results_mode": policy.results_mode, "results_value": str(policy.results_value),
-            "logs_days": "" if policy.logs_days is None else str(policy.logs_days),
-            "logs_forever": "on" if policy.logs_days is None else "",
-            "snapshots_retain_last": "" if policy.snapshots_retain_last is None else str(policy.snapshots_retain_last)}
+        return {
+            "results_mode": "days",
+            "results_value": "30",
+            "logs_days": "",
+            "logs_forever": "on",
+            "snapshots_retain_last": "",
+        }
+    return {
+        "results_mode": policy.results_mode,
+        "results_value": str(policy.results_value),
+        "logs_days": "" if policy.logs_days is None else str(policy.logs_days),
+        "logs_forever": "on" if policy.logs_days is None else "",
+        "snapshots_retain_last": ""
+        if policy.snapshots_retain_last is None
+        else str(policy.snapshots_retain_last),
+    }
 
 
 # --- Preview -----------------------------------------------------------------------------------
@@ -127,7 +146,7 @@ class Plan:
 
     @property
     def summary(self) -> str:
-        """"will drop 14 tables, 2.3 GiB"."""
+        """ "will drop 14 tables, 2.3 GiB"."""
         count = len(self.tables)
         return f"will drop {count} table{'s' if count != 1 else ''}, {human_bytes(self.bytes)}"
 
@@ -139,16 +158,24 @@ def plan(warehouse: Warehouse, policy: RetentionPolicy, now: datetime | None = N
         rows = db.exec(
             select(Execution, ExecutionUsage)
             .outerjoin(ExecutionUsage, ExecutionUsage.execution_id == Execution.id)
-            .where(Execution.warehouse_id == warehouse.id, Execution.state.in_(ExecutionState.FINAL),
-                   Execution.ended_at.is_not(None))
-            .order_by(Execution.workflow_id, Execution.created_at.desc(), Execution.id.desc())).all()
+            .where(
+                Execution.warehouse_id == warehouse.id,
+                Execution.state.in_(ExecutionState.FINAL),
+                Execution.ended_at.is_not(None),
+            )
+            .order_by(Execution.workflow_id, Execution.created_at.desc(), Execution.id.desc())
+        ).all()
     result = Plan()
     seen_per_workflow: Counter[int] = Counter()
     for execution, usage in rows:
         results, logs = execution_tables(execution)
         if execution.state == ExecutionState.COMPLETED and results:
             seen_per_workflow[execution.workflow_id] += 1
-        if execution.outputs_expired_at is None and results and execution.state == ExecutionState.COMPLETED:
+        if (
+            execution.outputs_expired_at is None
+            and results
+            and execution.state == ExecutionState.COMPLETED
+        ):
             if policy.results_mode == "days":
                 due = execution.ended_at <= now - timedelta(days=policy.results_value)
             else:
@@ -157,8 +184,12 @@ def plan(warehouse: Warehouse, policy: RetentionPolicy, now: datetime | None = N
                 result.results_of.add(execution.id)
                 result.tables += [DueTable(name, execution.id, "results") for name in results]
                 result.bytes += usage.results_bytes if usage else 0
-        if (policy.logs_days is not None and execution.stats_expired_at is None and logs
-                and execution.ended_at <= now - timedelta(days=policy.logs_days)):
+        if (
+            policy.logs_days is not None
+            and execution.stats_expired_at is None
+            and logs
+            and execution.ended_at <= now - timedelta(days=policy.logs_days)
+        ):
             result.logs_of.add(execution.id)
             result.tables += [DueTable(name, execution.id, "logs") for name in logs]
             result.bytes += usage.logs_bytes if usage else 0
@@ -170,7 +201,9 @@ def plan(warehouse: Warehouse, policy: RetentionPolicy, now: datetime | None = N
 # --- Enforcement -------------------------------------------------------------------------------
 
 
-def enforce(warehouse: Warehouse, policy: RetentionPolicy, confirmed: set[str]) -> RetentionLogEntry:
+def enforce(
+    warehouse: Warehouse, policy: RetentionPolicy, confirmed: set[str]
+) -> RetentionLogEntry:
     """Drop the tables of the confirmed preview that are still due (a table confirmed but no
     longer due is kept; one not previewed is never dropped), mark their executions, log it."""
     due = plan(warehouse, policy)
@@ -200,12 +233,18 @@ def enforce(warehouse: Warehouse, policy: RetentionPolicy, confirmed: set[str]) 
     return entry
 
 
-def _record(warehouse: Warehouse, dropped: list[DueTable], failure: str | None) -> RetentionLogEntry:
+def _record(
+    warehouse: Warehouse, dropped: list[DueTable], failure: str | None
+) -> RetentionLogEntry:
     """Mark executions whose tables of a kind are all gone, and write the log entry."""
     now = utcnow()
     with Session(engine(), expire_on_commit=False) as db:
-        executions = {e.id: e for e in db.exec(select(Execution).where(
-            Execution.id.in_({table.execution_id for table in dropped})))}
+        executions = {
+            e.id: e
+            for e in db.exec(
+                select(Execution).where(Execution.id.in_({table.execution_id for table in dropped}))
+            )
+        }
         freed = 0
         for execution in executions.values():
             results, logs = execution_tables(execution)
@@ -223,8 +262,14 @@ def _record(warehouse: Warehouse, dropped: list[DueTable], failure: str | None) 
             message += ": " + ", ".join(table.name for table in dropped)
         if failure:
             message += f". Stopped: {failure}"
-        entry = RetentionLogEntry(warehouse_id=warehouse.id, at=now, kind="expiry", tables=len(dropped),
-                                  bytes=freed, message=message[:4000])
+        entry = RetentionLogEntry(
+            warehouse_id=warehouse.id,
+            at=now,
+            kind="expiry",
+            tables=len(dropped),
+            bytes=freed,
+            message=message[:4000],
+        )
         db.add(entry)
         db.commit()
         return entry
@@ -232,14 +277,29 @@ def _record(warehouse: Warehouse, dropped: list[DueTable], failure: str | None) 
 
 def log_of(warehouse: Warehouse, limit: int = LOG_ENTRIES_SHOWN) -> list[RetentionLogEntry]:
     with Session(engine()) as db:
-        return list(db.exec(select(RetentionLogEntry).where(RetentionLogEntry.warehouse_id == warehouse.id)
-                            .order_by(RetentionLogEntry.at.desc(), RetentionLogEntry.id.desc()).limit(limit)))
+        return list(
+            db.exec(
+                select(RetentionLogEntry)
+                .where(RetentionLogEntry.warehouse_id == warehouse.id)
+                .order_by(RetentionLogEntry.at.desc(), RetentionLogEntry.id.desc())
+                .limit(limit)
+            )
+        )
 
 
-def write_log(warehouse_id: int, kind: str, message: str, tables: int = 0, bytes_freed: int = 0) -> None:
+def write_log(
+    warehouse_id: int, kind: str, message: str, tables: int = 0, bytes_freed: int = 0
+) -> None:
     with Session(engine()) as db:
-        db.add(RetentionLogEntry(warehouse_id=warehouse_id, kind=kind, tables=tables, bytes=bytes_freed,
-                                 message=message[:4000]))
+        db.add(
+            RetentionLogEntry(
+                warehouse_id=warehouse_id,
+                kind=kind,
+                tables=tables,
+                bytes=bytes_freed,
+                message=message[:4000],
+            )
+        )
         db.commit()
 
 

@@ -18,25 +18,40 @@ def index():
     warehouses = user_warehouses(current_user)
     samples = accounting.latest_samples([warehouse.id for warehouse in warehouses])
     totals = [accounting.user_totals(current_user, days) for days in USAGE_PERIODS]
-    return render_template("usage/index.html", totals=totals, warehouses=warehouses, samples=samples)
+    return render_template(
+        "usage/index.html", totals=totals, warehouses=warehouses, samples=samples
+    )
 
 
 @bp.get("/warehouses/<int:warehouse_id>/storage")
 def warehouse_storage(warehouse_id: int):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
     history = accounting.storage_history(warehouse)
-    return render_template("usage/_warehouse_storage.html", warehouse=warehouse,
-                           samples=accounting.latest_samples([warehouse.id]).get(warehouse.id, []),
-                           chart=storage_history_svg(history) if len(history) > 1 else None)
+    return render_template(
+        "usage/_warehouse_storage.html",
+        warehouse=warehouse,
+        samples=accounting.latest_samples([warehouse.id]).get(warehouse.id, []),
+        chart=storage_history_svg(history) if len(history) > 1 else None,
+    )
 
 
-def _retention(warehouse: Warehouse, *, values=None, errors=None, preview=None, message=None, status=200):
+def _retention(
+    warehouse: Warehouse, *, values=None, errors=None, preview=None, message=None, status=200
+):
     policy = retention.policy_of(warehouse)
     return render_template(
-        "usage/_retention.html", warehouse=warehouse, policy=policy, modes=retention.RESULTS_MODES,
-        values=values or retention.form_values(policy), errors=errors or {}, preview=preview, message=message,
-        log=retention.log_of(warehouse), job=maintenance.latest_job(warehouse),
-        unit=maintenance.running_unit(warehouse.owner_id)), status
+        "usage/_retention.html",
+        warehouse=warehouse,
+        policy=policy,
+        modes=retention.RESULTS_MODES,
+        values=values or retention.form_values(policy),
+        errors=errors or {},
+        preview=preview,
+        message=message,
+        log=retention.log_of(warehouse),
+        job=maintenance.latest_job(warehouse),
+        unit=maintenance.running_unit(warehouse.owner_id),
+    ), status
 
 
 @bp.get("/warehouses/<int:warehouse_id>/retention")
@@ -51,7 +66,9 @@ def save_retention(warehouse_id: int):
     if errors:
         return _retention(warehouse, values=dict(request.form.items()), errors=errors, status=422)
     retention.save_policy(warehouse, values)
-    return _retention(warehouse, message="Retention policy saved. Preview to see what it drops now.")
+    return _retention(
+        warehouse, message="Retention policy saved. Preview to see what it drops now."
+    )
 
 
 @bp.post("/warehouses/<int:warehouse_id>/retention/preview")
@@ -73,7 +90,9 @@ def enforce_retention(warehouse_id: int):
         entry = retention.enforce(warehouse, policy, retention.confirmed_tables(request.form))
     except retention.RetentionError as error:
         return _retention(warehouse, errors={"form": error.message}, status=422)
-    return _retention(warehouse, message=f"{entry.message[:200]}{'…' if len(entry.message) > 200 else ''}")
+    return _retention(
+        warehouse, message=f"{entry.message[:200]}{'…' if len(entry.message) > 200 else ''}"
+    )
 
 
 @bp.post("/warehouses/<int:warehouse_id>/maintenance")
@@ -81,8 +100,11 @@ def request_maintenance(warehouse_id: int):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
     policy = retention.policy_of(warehouse)
     try:
-        maintenance.request(warehouse, policy.snapshots_retain_last if policy else None,
-                            remove_orphans=request.form.get("remove_orphans") == "on")
+        maintenance.request(
+            warehouse,
+            policy.snapshots_retain_last if policy else None,
+            remove_orphans=request.form.get("remove_orphans") == "on",
+        )
     except maintenance.MaintenanceRefused as refusal:
         return _retention(warehouse, errors={"maintenance": refusal.message}, status=422)
     return _retention(warehouse, message="Snapshot expiry is queued on your running compute unit.")
@@ -91,6 +113,12 @@ def request_maintenance(warehouse_id: int):
 @bp.get("/executions/<int:execution_id>/usage")
 def execution_usage(execution_id: int):
     execution = get_owned_or_404(Execution, execution_id)
-    unit = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
-    return render_template("usage/_execution_usage.html", execution=execution,
-                           compute=accounting.compute_of(execution, unit), usage=accounting.usage_of(execution.id))
+    unit = (
+        get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
+    )
+    return render_template(
+        "usage/_execution_usage.html",
+        execution=execution,
+        compute=accounting.compute_of(execution, unit),
+        usage=accounting.usage_of(execution.id),
+    )

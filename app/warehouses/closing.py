@@ -9,6 +9,7 @@ once no run writes into the warehouse any more, or at `closing_due_at` at the la
 catalog that refuses or does not answer is tried again CLOSING_RETRY_SECONDS later, and the
 warehouse's page says why meanwhile; its status (no new executions) holds throughout.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,7 +29,9 @@ CLOSING_RETRY_SECONDS = 30.0
 def pending_work() -> list[tuple[str, object, int]]:
     with Session(engine()) as db:
         ids = db.exec(select(Warehouse.id).where(Warehouse.closing != "")).all()
-    return [(f"warehouse-closing:{warehouse_id}", finish_closing, warehouse_id) for warehouse_id in ids]
+    return [
+        (f"warehouse-closing:{warehouse_id}", finish_closing, warehouse_id) for warehouse_id in ids
+    ]
 
 
 def finish_closing(warehouse_id: int) -> None:
@@ -41,13 +44,19 @@ def finish_closing(warehouse_id: int) -> None:
     step = warehouse.closing
     due = warehouse.closing_due_at is None or utcnow() >= warehouse.closing_due_at
     # An archive or deactivation goes ahead as soon as its runs have stopped; a retry waits.
-    runs_stopped = step != service.CLOSING_PURGE and not warehouse.closing_error and not service.running_into(warehouse)
+    runs_stopped = (
+        step != service.CLOSING_PURGE
+        and not warehouse.closing_error
+        and not service.running_into(warehouse)
+    )
     if not (due or runs_stopped):
         return  # looked at again at the worker's next pass
     try:
         done = service.catalog_step(warehouse, step)
     except service.WarehouseActionError as error:
-        logger.warning("warehouse %s: the catalog's part of %s failed: %s", warehouse_id, step, error.message)
+        logger.warning(
+            "warehouse %s: the catalog's part of %s failed: %s", warehouse_id, step, error.message
+        )
         warehouse.closing_error = error.message[:2000]
         warehouse.closing_due_at = utcnow() + timedelta(seconds=CLOSING_RETRY_SECONDS)
         warehouse.updated_at = utcnow()

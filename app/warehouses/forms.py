@@ -2,6 +2,7 @@
 
 Secret keys are validated but never echoed back: a re-rendered form leaves them empty.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -16,15 +17,33 @@ PREFIX_SEGMENT_RE = re.compile(r"^[A-Za-z0-9!_.*'()-]+$")
 ACCESS_KEY_RE = re.compile(r"^[A-Za-z0-9_+=,.@/-]{3,128}$")
 FLAVORS = {"s3-compat": "S3-compatible (SeaweedFS, MinIO, Ceph, …)", "aws": "AWS S3"}
 
-REGISTER_FIELDS = ("name", "bucket", "key_prefix", "endpoint", "region", "path_style_access", "flavor",
-                   "access_key_id", "secret_access_key")
+REGISTER_FIELDS = (
+    "name",
+    "bucket",
+    "key_prefix",
+    "endpoint",
+    "region",
+    "path_style_access",
+    "flavor",
+    "access_key_id",
+    "secret_access_key",
+)
 SECRET_FIELDS = ("secret_access_key",)
 # What the connection test needs: the storage and its keys (no name).
-PROBE_FIELDS = ("bucket", "key_prefix", "endpoint", "region", "flavor", "access_key_id", "secret_access_key")
+PROBE_FIELDS = (
+    "bucket",
+    "key_prefix",
+    "endpoint",
+    "region",
+    "flavor",
+    "access_key_id",
+    "secret_access_key",
+)
 
 
 def _matching(pattern: re.Pattern, missing: str, invalid: str):
     """A check: `missing` for an empty value, `invalid` for one that does not match `pattern`."""
+
     def check(value: str, _form: dict) -> str | None:
         if not value:
             return missing
@@ -33,11 +52,19 @@ def _matching(pattern: re.Pattern, missing: str, invalid: str):
     return check
 
 
-check_name = _matching(NAME_RE, "Give the warehouse a name.",
-                       "3–48 characters: lowercase letters, digits and hyphens, starting with a letter.")
-check_region = _matching(REGION_RE, "Give the region (S3-compatible stores usually accept us-east-1).",
-                         "Lowercase letters, digits and hyphens, e.g. eu-central-1.")
-check_access_key_id = _matching(ACCESS_KEY_RE, "Give the access key id.", "3–128 characters, without spaces.")
+check_name = _matching(
+    NAME_RE,
+    "Give the warehouse a name.",
+    "3–48 characters: lowercase letters, digits and hyphens, starting with a letter.",
+)
+check_region = _matching(
+    REGION_RE,
+    "Give the region (S3-compatible stores usually accept us-east-1).",
+    "Lowercase letters, digits and hyphens, e.g. eu-central-1.",
+)
+check_access_key_id = _matching(
+    ACCESS_KEY_RE, "Give the access key id.", "3–128 characters, without spaces."
+)
 
 
 def check_bucket(value: str, _form: dict) -> str | None:
@@ -97,8 +124,13 @@ def check_secret_access_key(value: str, _form: dict) -> str | None:
 
 
 CHECKS = {
-    "name": check_name, "bucket": check_bucket, "key_prefix": check_key_prefix, "endpoint": check_endpoint,
-    "region": check_region, "flavor": check_flavor, "access_key_id": check_access_key_id,
+    "name": check_name,
+    "bucket": check_bucket,
+    "key_prefix": check_key_prefix,
+    "endpoint": check_endpoint,
+    "region": check_region,
+    "flavor": check_flavor,
+    "access_key_id": check_access_key_id,
     "secret_access_key": check_secret_access_key,
 }
 

@@ -25,6 +25,7 @@ What Lakekeeper does that this relies on (lakekeeper/lakekeeper v0.13.3):
   `ON DELETE CASCADE`; crates/authz-openfga/src/authorizer.rs `delete_role` ->
   `delete_all_relations`: the tuples on the role and those naming it).
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,8 +60,11 @@ def pending_work() -> list[tuple[str, object, int]]:
     with Session(engine()) as db:
         ids = db.exec(select(Warehouse.id).where(Warehouse.grants_due_at <= utcnow())).all()
     now = time.monotonic()
-    return [(f"warehouse-grants:{warehouse_id}", check_warehouse, warehouse_id) for warehouse_id in ids
-            if _busy_until.get(warehouse_id, 0.0) <= now]
+    return [
+        (f"warehouse-grants:{warehouse_id}", check_warehouse, warehouse_id)
+        for warehouse_id in ids
+        if _busy_until.get(warehouse_id, 0.0) <= now
+    ]
 
 
 def reconcile() -> None:
@@ -90,35 +94,60 @@ def check_warehouse(warehouse_id: int, roles_checked: set[str] | None = None) ->
         db.rollback()
         message = getattr(error, "user_message", None) or str(error)
         logger.warning("warehouse %s: its grants could not be checked: %s", warehouse_id, message)
-        db.execute(update(Warehouse).where(Warehouse.id == warehouse_id).values(
-            grants_checked_at=utcnow(), grants_error=message[:2000],
-            grants_due_at=utcnow() + timedelta(seconds=RETRY_SECONDS)))
+        db.execute(
+            update(Warehouse)
+            .where(Warehouse.id == warehouse_id)
+            .values(
+                grants_checked_at=utcnow(),
+                grants_error=message[:2000],
+                grants_due_at=utcnow() + timedelta(seconds=RETRY_SECONDS),
+            )
+        )
         db.commit()
         return
     names = _holder_names()
-    repair = "; ".join([*(f"restored {_label(a, names)}" for a in added),
-                        *(f"removed {_label(a, names)}" for a in removed),
-                        *(_member_text(*repair) for repair in members)])
+    repair = "; ".join(
+        [
+            *(f"restored {_label(a, names)}" for a in added),
+            *(f"removed {_label(a, names)}" for a in removed),
+            *(_member_text(*repair) for repair in members),
+        ]
+    )
     now = utcnow()
     warehouse.grants_checked_at = warehouse.grants_agreed_at = now
-    warehouse.grants_repair, warehouse.grants_error, warehouse.grants_due_at = repair[:2000], "", None
+    warehouse.grants_repair, warehouse.grants_error, warehouse.grants_due_at = (
+        repair[:2000],
+        "",
+        None,
+    )
     db.add(warehouse)
     db.commit()
     for change, assignments in (("added", added), ("removed", removed)):
         for assignment in assignments:
-            audit.record("warehouse.grant_repair", warehouse, change=change, relation=assignment.relation,
-                         holder=_label_holder(assignment, names))
+            audit.record(
+                "warehouse.grant_repair",
+                warehouse,
+                change=change,
+                relation=assignment.relation,
+                holder=_label_holder(assignment, names),
+            )
     for group, change, who in members:
-        audit.record("warehouse.role_member_repair", warehouse, change=change, group=group, user=who)
+        audit.record(
+            "warehouse.role_member_repair", warehouse, change=change, group=group, user=who
+        )
 
 
 def _left_to_closing(warehouse: Warehouse) -> bool:
     """Whether the warehouse's closing still owes the catalog's part (it sets the grants then), or
     is about to: an archive or deactivation whose runs still write into it."""
-    return bool(warehouse.closing) or (warehouse.status != WarehouseStatus.ACTIVE and service.running_into(warehouse))
+    return bool(warehouse.closing) or (
+        warehouse.status != WarehouseStatus.ACTIVE and service.running_into(warehouse)
+    )
 
 
-def _repair_assignments(warehouse: Warehouse) -> tuple[list[WarehouseAssignment], list[WarehouseAssignment]]:
+def _repair_assignments(
+    warehouse: Warehouse,
+) -> tuple[list[WarehouseAssignment], list[WarehouseAssignment]]:
     """Make the warehouse's assignments in the catalog those its shares imply; what was added and
     removed. Raises LakekeeperError or ShareRefused (a group's role could not be made)."""
     wanted = set(sharing.catalog_assignments(warehouse))
@@ -134,8 +163,13 @@ def _repair_members(warehouse_id: int, roles_checked: set[str]) -> list[tuple[st
     members (as of their last sign-in); (group, "added" or "removed", user) for each repair. A role
     the catalog no longer has is forgotten and made again, with its members."""
     db = get_db()
-    groups = set(db.exec(select(WarehouseShare.group_name).where(WarehouseShare.warehouse_id == warehouse_id,
-                                                                 WarehouseShare.group_name.is_not(None))).all())
+    groups = set(
+        db.exec(
+            select(WarehouseShare.group_name).where(
+                WarehouseShare.warehouse_id == warehouse_id, WarehouseShare.group_name.is_not(None)
+            )
+        ).all()
+    )
     repairs = []
     for role in db.exec(select(GroupRole).where(GroupRole.group_name.in_(groups))).all():
         if role.lakekeeper_role_id in roles_checked:
@@ -151,15 +185,22 @@ def _repair_members(warehouse_id: int, roles_checked: set[str]) -> list[tuple[st
             sharing.ensure_group_role(role.group_name)
             repairs.append((role.group_name, ROLE_MADE_AGAIN, ""))
             continue
-        wanted = {lakekeeper_user_id(user.subject) for user in db.exec(select(User))
-                  if role.group_name in user.group_names}
+        wanted = {
+            lakekeeper_user_id(user.subject)
+            for user in db.exec(select(User))
+            if role.group_name in user.group_names
+        }
         if wanted != found:
-            lakekeeper().update_role_members(role.lakekeeper_role_id, add=wanted - found, remove=found - wanted)
+            lakekeeper().update_role_members(
+                role.lakekeeper_role_id, add=wanted - found, remove=found - wanted
+            )
             repairs += [(role.group_name, "added", who) for who in sorted(wanted - found)]
             repairs += [(role.group_name, "removed", who) for who in sorted(found - wanted)]
         roles_checked.add(role.lakekeeper_role_id)
     for group in groups - {role.group_name for role in db.exec(select(GroupRole))}:
-        sharing.ensure_group_role(group)  # a share whose role is missing (made again in the catalog)
+        sharing.ensure_group_role(
+            group
+        )  # a share whose role is missing (made again in the catalog)
     db.rollback()  # nothing of this transaction's reads is kept into the warehouse's turn
     return repairs
 
@@ -169,18 +210,32 @@ def delete_unused_roles() -> int:
     them in the catalog); how many. A share being made of the group holds the role's row, and one
     made after the deletion makes a new role."""
     with Session(engine()) as db:
-        unused = db.exec(select(GroupRole.id).where(~exists().where(
-            WarehouseShare.group_name == GroupRole.group_name))).all()
+        unused = db.exec(
+            select(GroupRole.id).where(
+                ~exists().where(WarehouseShare.group_name == GroupRole.group_name)
+            )
+        ).all()
     return sum(_delete_if_unused(role_id) for role_id in unused)
 
 
 def _delete_if_unused(role_id: int) -> bool:
     db = get_db()
-    if db.get_bind().dialect.name == "sqlite":  # no row locks: a first write takes the writers' turn
+    if (
+        db.get_bind().dialect.name == "sqlite"
+    ):  # no row locks: a first write takes the writers' turn
         db.execute(update(GroupRole).where(GroupRole.id == role_id).values(id=GroupRole.id))
-    role = db.exec(select(GroupRole).where(GroupRole.id == role_id).with_for_update(skip_locked=True)
-                   .execution_options(populate_existing=True)).first()
-    if role is None or db.exec(select(WarehouseShare.id).where(WarehouseShare.group_name == role.group_name)).first():
+    role = db.exec(
+        select(GroupRole)
+        .where(GroupRole.id == role_id)
+        .with_for_update(skip_locked=True)
+        .execution_options(populate_existing=True)
+    ).first()
+    if (
+        role is None
+        or db.exec(
+            select(WarehouseShare.id).where(WarehouseShare.group_name == role.group_name)
+        ).first()
+    ):
         db.rollback()  # gone, being shared right now, or shared again since
         return False
     try:
@@ -192,8 +247,14 @@ def _delete_if_unused(role_id: int) -> bool:
             return False
     db.delete(role)
     db.commit()
-    audit.record("group_role.delete", role, owner_id=None, group=role.group_name,
-                 lakekeeper_role_id=role.lakekeeper_role_id, why="no warehouse is shared with the group")
+    audit.record(
+        "group_role.delete",
+        role,
+        owner_id=None,
+        group=role.group_name,
+        lakekeeper_role_id=role.lakekeeper_role_id,
+        why="no warehouse is shared with the group",
+    )
     return True
 
 
@@ -209,8 +270,13 @@ def _member_text(group: str, change: str, who: str) -> str:
 def _holder_names() -> dict[str, str]:
     """Lakekeeper's names of users and roles, as the owner knows them: a user's email, a group."""
     db = get_db()
-    names = {lakekeeper_user_id(user.subject): user.email or user.display_name for user in db.exec(select(User))}
-    names.update({role.lakekeeper_role_id: f"group {role.group_name}" for role in db.exec(select(GroupRole))})
+    names = {
+        lakekeeper_user_id(user.subject): user.email or user.display_name
+        for user in db.exec(select(User))
+    }
+    names.update(
+        {role.lakekeeper_role_id: f"group {role.group_name}" for role in db.exec(select(GroupRole))}
+    )
     return names
 
 

@@ -6,6 +6,7 @@ documented ones the stack gives its own SeaweedFS, which open nothing else). Whe
 is empty, as in production, nothing here shows: `storage_hint` and `development_keys` return
 None. The portal never imports the local stack: this setting is all it knows of it.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,13 @@ class StorageHint:
 
     def form_values(self) -> dict:
         """The register form's fields this hint fills (as the page's script sets them)."""
-        return {"endpoint": self.endpoint, "region": self.region, "bucket": self.bucket,
-                "flavor": "s3-compat", "path_style_access": self.path_style}
+        return {
+            "endpoint": self.endpoint,
+            "region": self.region,
+            "bucket": self.bucket,
+            "flavor": "s3-compat",
+            "path_style_access": self.path_style,
+        }
 
 
 @dataclass(frozen=True)
@@ -44,9 +50,15 @@ def parse_hint(raw: str) -> dict | None:
     if not raw.strip():
         return None
     hint = json.loads(raw)
-    if not isinstance(hint, dict) or not isinstance(hint.get("endpoint"), str) \
-            or not isinstance(hint.get("region"), str) or not isinstance(hint.get("buckets", {}), dict):
-        raise ValueError("LAKEPORT_DEV_STORAGE_HINT: expected {endpoint, region, path_style, buckets}")
+    if (
+        not isinstance(hint, dict)
+        or not isinstance(hint.get("endpoint"), str)
+        or not isinstance(hint.get("region"), str)
+        or not isinstance(hint.get("buckets", {}), dict)
+    ):
+        raise ValueError(
+            "LAKEPORT_DEV_STORAGE_HINT: expected {endpoint, region, path_style, buckets}"
+        )
     return hint
 
 
@@ -58,9 +70,12 @@ def storage_hint(user: User) -> StorageHint | None:
         return None
     if hint is None:
         return None
-    return StorageHint(endpoint=hint["endpoint"], region=hint["region"],
-                       path_style=bool(hint.get("path_style", True)),
-                       bucket=hint.get("buckets", {}).get(user.email, ""))
+    return StorageHint(
+        endpoint=hint["endpoint"],
+        region=hint["region"],
+        path_style=bool(hint.get("path_style", True)),
+        bucket=hint.get("buckets", {}).get(user.email, ""),
+    )
 
 
 def development_keys(user: User) -> DevelopmentKeys | None:
@@ -68,8 +83,15 @@ def development_keys(user: User) -> DevelopmentKeys | None:
     hint = storage_hint(user)
     if hint is None or not hint.bucket:
         return None
-    keys = parse_hint(current_app.config["DEV_STORAGE_HINT"]).get("development_keys", {}).get(hint.bucket)
-    if not (isinstance(keys, dict) and isinstance(keys.get("access_key_id"), str)
-            and isinstance(keys.get("secret_access_key"), str)):
+    keys = (
+        parse_hint(current_app.config["DEV_STORAGE_HINT"])
+        .get("development_keys", {})
+        .get(hint.bucket)
+    )
+    if not (
+        isinstance(keys, dict)
+        and isinstance(keys.get("access_key_id"), str)
+        and isinstance(keys.get("secret_access_key"), str)
+    ):
         return None
     return DevelopmentKeys(hint.bucket, keys["access_key_id"], keys["secret_access_key"])

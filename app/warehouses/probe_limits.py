@@ -8,6 +8,7 @@ a lease (`app/leases.py`, `storage-probe:<user>:<slot>`), which expires on its o
 the probe's deadline if its process dies mid-probe, and each probe started counts in the user's
 minute window (`api_rate_windows`, key `probe:<user>`, as the API's rate limits count calls).
 """
+
 from __future__ import annotations
 
 import time
@@ -51,8 +52,10 @@ def probe_slot(user_id: int | None) -> Iterator[None]:
     names = [f"storage-probe:{user_id}:{slot}" for slot in range(PROBES_AT_ONCE)]
     held = next((name for name in names if leases.claim(name, holder, _LEASE_SECONDS)), None)
     if held is None:
-        raise ProbesLimited(f"At most {PROBES_AT_ONCE} connection tests run at once for you: wait for one to end.",
-                            retry_after=int(PROBE_DEADLINE_SECONDS))
+        raise ProbesLimited(
+            f"At most {PROBES_AT_ONCE} connection tests run at once for you: wait for one to end.",
+            retry_after=int(PROBE_DEADLINE_SECONDS),
+        )
     try:
         _count_this_minute(user_id)
         yield
@@ -67,12 +70,23 @@ def _count_this_minute(user_id: int) -> None:
     key = f"probe:{user_id}"
     with writing_session() as db:
         insert = postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert
-        db.exec(insert(ApiRateWindow).values(key=key, window_start=window, calls=1)
-                .on_conflict_do_update(index_elements=["key", "window_start"], set_={"calls": ApiRateWindow.calls + 1}))
+        db.exec(
+            insert(ApiRateWindow)
+            .values(key=key, window_start=window, calls=1)
+            .on_conflict_do_update(
+                index_elements=["key", "window_start"], set_={"calls": ApiRateWindow.calls + 1}
+            )
+        )
         calls = db.get(ApiRateWindow, (key, window), populate_existing=True).calls
         if calls == 1:  # the first probe of a window: the windows before it are done with
-            db.exec(delete(ApiRateWindow).where(ApiRateWindow.key == key, ApiRateWindow.window_start < window))
+            db.exec(
+                delete(ApiRateWindow).where(
+                    ApiRateWindow.key == key, ApiRateWindow.window_start < window
+                )
+            )
     if calls > limit:
         retry_after = max(1, int(window + WINDOW_SECONDS - now) + 1)
-        raise ProbesLimited(f"At most {limit} connection tests a minute: try again in {retry_after} s.",
-                            retry_after=retry_after)
+        raise ProbesLimited(
+            f"At most {limit} connection tests a minute: try again in {retry_after} s.",
+            retry_after=retry_after,
+        )

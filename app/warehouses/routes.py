@@ -29,14 +29,21 @@ def _to_detail(warehouse_id: int):
 
 @bp.get("/")
 def index():
-    return render_template("warehouses/index.html", warehouses=service.user_warehouses(current_user),
-                           shared=sharing.shared_with(current_user))
+    return render_template(
+        "warehouses/index.html",
+        warehouses=service.user_warehouses(current_user),
+        shared=sharing.shared_with(current_user),
+    )
 
 
 def _register_page(values: dict, errors: dict, status: int = 200):
-    return render_template("warehouses/new.html", values=values, errors=errors,
-                           storage_hint=local_stack.storage_hint(current_user),
-                           development_keys=local_stack.development_keys(current_user)), status
+    return render_template(
+        "warehouses/new.html",
+        values=values,
+        errors=errors,
+        storage_hint=local_stack.storage_hint(current_user),
+        development_keys=local_stack.development_keys(current_user),
+    ), status
 
 
 @bp.get("/new")
@@ -48,8 +55,9 @@ def new():
 def validate_field(field: str):
     if field not in forms.CHECKS or field in forms.SECRET_FIELDS:
         abort(404)
-    return render_template("warehouses/_field_error.html", field=field,
-                           message=forms.check_one(field, request.form))
+    return render_template(
+        "warehouses/_field_error.html", field=field, message=forms.check_one(field, request.form)
+    )
 
 
 @bp.post("/test-connection")
@@ -60,9 +68,13 @@ def test_connection():
     try:
         report = service.test_connection(storage, current_user)
     except WarehouseActionError as error:
-        return render_template("warehouses/_probe_result.html", report=None, errors={error.field: error.message}), 422
+        return render_template(
+            "warehouses/_probe_result.html", report=None, errors={error.field: error.message}
+        ), 422
     except ProbesLimited as limited:
-        return render_template("warehouses/_probe_result.html", report=None, errors={"form": limited.message}), 429
+        return render_template(
+            "warehouses/_probe_result.html", report=None, errors={"form": limited.message}
+        ), 429
     return render_template("warehouses/_probe_result.html", report=report, errors={})
 
 
@@ -86,21 +98,33 @@ def create():
 def detail(warehouse_id: int):
     """The owner's page, or (for a user it is shared with) its tables and who has it."""
     warehouse = sharing.accessible_or_404(warehouse_id)
-    return render_template("warehouses/detail.html", warehouse=warehouse, **_shares_context(warehouse))
+    return render_template(
+        "warehouses/detail.html", warehouse=warehouse, **_shares_context(warehouse)
+    )
 
 
 def _shares_context(warehouse: Warehouse, errors: dict | None = None, values=None) -> dict:
-    return {"access": sharing.access_of(current_user, warehouse), "owner": get_db().get(User, warehouse.owner_id),
-            "shares": sharing.shares_of(warehouse), "share_levels": sharing.LEVELS, "share_errors": errors or {},
-            "share_values": values or {"kind": "group", "level": "read"}, "shared_thing": "warehouse",
-            "can_share": warehouse.status == "active", "share_url": url_for("warehouses.share", warehouse_id=warehouse.id),
-            "revoke_endpoint": "warehouses.revoke_share", "revoke_args": {"warehouse_id": warehouse.id},
-            "revoke_effect": "New runs and pages are refused at once; a running run's next catalog call too.",
-            "stays_yours": "Credentials, rotation and closing stay yours."}
+    return {
+        "access": sharing.access_of(current_user, warehouse),
+        "owner": get_db().get(User, warehouse.owner_id),
+        "shares": sharing.shares_of(warehouse),
+        "share_levels": sharing.LEVELS,
+        "share_errors": errors or {},
+        "share_values": values or {"kind": "group", "level": "read"},
+        "shared_thing": "warehouse",
+        "can_share": warehouse.status == "active",
+        "share_url": url_for("warehouses.share", warehouse_id=warehouse.id),
+        "revoke_endpoint": "warehouses.revoke_share",
+        "revoke_args": {"warehouse_id": warehouse.id},
+        "revoke_effect": "New runs and pages are refused at once; a running run's next catalog call too.",
+        "stays_yours": "Credentials, rotation and closing stay yours.",
+    }
 
 
 def _shares_panel(warehouse: Warehouse, errors: dict | None = None, values=None, status: int = 200):
-    return render_template("_shares.html", warehouse=warehouse, **_shares_context(warehouse, errors, values)), status
+    return render_template(
+        "_shares.html", warehouse=warehouse, **_shares_context(warehouse, errors, values)
+    ), status
 
 
 @bp.post("/<int:warehouse_id>/shares")
@@ -109,7 +133,9 @@ def share(warehouse_id: int):
     try:
         sharing.share(warehouse, request.form)
     except sharing.ShareRefused as refusal:
-        return _shares_panel(warehouse, {refusal.field or "form": refusal.message}, request.form, 422)
+        return _shares_panel(
+            warehouse, {refusal.field or "form": refusal.message}, request.form, 422
+        )
     return _shares_panel(warehouse)
 
 
@@ -130,8 +156,13 @@ def contents(warehouse_id: int):
         namespaces, error = service.browse(warehouse), None
     except WarehouseActionError as failure:
         namespaces, error = [], failure.message
-    return render_template("warehouses/_contents.html", warehouse=warehouse, namespaces=namespaces, error=error,
-                           is_internal=tables.is_internal)
+    return render_template(
+        "warehouses/_contents.html",
+        warehouse=warehouse,
+        namespaces=namespaces,
+        error=error,
+        is_internal=tables.is_internal,
+    )
 
 
 @bp.get("/<int:warehouse_id>/tables/<name>")
@@ -140,18 +171,30 @@ def table(warehouse_id: int, name: str):
     warehouse = sharing.accessible_or_404(warehouse_id)
     if not tables.valid_table_name(name):
         abort(404)
-    context = table_page_context(lambda page, size: tables.preview(warehouse, name, page, size), name,
-                                 url_for("warehouses.table", warehouse_id=warehouse.id, name=name))
+    context = table_page_context(
+        lambda page, size: tables.preview(warehouse, name, page, size),
+        name,
+        url_for("warehouses.table", warehouse_id=warehouse.id, name=name),
+    )
     if request.htmx:
-        return make_response(render_template("executions/_table_page.html", **context),
-                             push_url=canonical_page_url(context))
+        return make_response(
+            render_template("executions/_table_page.html", **context),
+            push_url=canonical_page_url(context),
+        )
     try:
         overview, error = tables.overview(warehouse, name), None
     except ResultReadError as failure:
         overview, error = None, failure.args[0]
     links = tables.property_links(overview.properties, current_user) if overview else {}
-    return render_template("warehouses/table.html", warehouse=warehouse, name=name, overview=overview,
-                           overview_error=error, links=links, **context)
+    return render_template(
+        "warehouses/table.html",
+        warehouse=warehouse,
+        name=name,
+        overview=overview,
+        overview_error=error,
+        links=links,
+        **context,
+    )
 
 
 def _action(warehouse_id: int, action, success: str):
@@ -178,7 +221,9 @@ def rename(warehouse_id: int):
         except WarehouseActionError as error:
             message = error.message
     if message:
-        return render_template("warehouses/_rename.html", warehouse=warehouse, value=new_name, error=message), 422
+        return render_template(
+            "warehouses/_rename.html", warehouse=warehouse, value=new_name, error=message
+        ), 422
     flash(f"Renamed to {warehouse.name}.", "success")
     return _to_detail(warehouse_id)
 
@@ -191,12 +236,19 @@ def rotate_credentials(warehouse_id: int):
     report = None
     if not errors:
         try:
-            report = service.rotate_credentials(warehouse, values["access_key_id"], values["secret_access_key"])
+            report = service.rotate_credentials(
+                warehouse, values["access_key_id"], values["secret_access_key"]
+            )
         except WarehouseActionError as error:
             errors["form"] = error.message
     status = 422 if errors else 200
-    return render_template("warehouses/_rotate.html", warehouse=warehouse, errors=errors, report=report,
-                           access_key_id=values["access_key_id"]), status
+    return render_template(
+        "warehouses/_rotate.html",
+        warehouse=warehouse,
+        errors=errors,
+        report=report,
+        access_key_id=values["access_key_id"],
+    ), status
 
 
 @bp.post("/<int:warehouse_id>/deactivate")
@@ -211,8 +263,11 @@ def activate(warehouse_id: int):
 
 @bp.post("/<int:warehouse_id>/archive")
 def archive(warehouse_id: int):
-    return _action(warehouse_id, service.archive,
-                   "Warehouse {name} is archived: no new executions; its tables stay readable.")
+    return _action(
+        warehouse_id,
+        service.archive,
+        "Warehouse {name} is archived: no new executions; its tables stay readable.",
+    )
 
 
 @bp.post("/<int:warehouse_id>/purge")
@@ -223,12 +278,21 @@ def purge(warehouse_id: int):
         outcome = service.purge(warehouse, request.form.get("confirm_name", ""))
     except WarehouseActionError as error:
         # What was typed stays, so a near miss can be corrected rather than retyped.
-        return render_template("warehouses/_purge.html", warehouse=warehouse, error=error.message,
-                               typed=request.form.get("confirm_name", "")), 422
-    removed = f"{outcome.tables_dropped} tables and {outcome.namespaces_dropped} namespaces were removed"
+        return render_template(
+            "warehouses/_purge.html",
+            warehouse=warehouse,
+            error=error.message,
+            typed=request.form.get("confirm_name", ""),
+        ), 422
+    removed = (
+        f"{outcome.tables_dropped} tables and {outcome.namespaces_dropped} namespaces were removed"
+    )
     if outcome.pending:
-        flash(f"Warehouse {name} is being purged: {removed}; Lakekeeper still deletes their files, and the "
-              "warehouse goes once it has.", "info")
+        flash(
+            f"Warehouse {name} is being purged: {removed}; Lakekeeper still deletes their files, and the "
+            "warehouse goes once it has.",
+            "info",
+        )
         return _to_detail(warehouse_id)
     flash(f"Warehouse {name} is purged: {removed}.", "success")
     return _to(url_for("warehouses.index"))

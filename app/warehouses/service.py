@@ -4,6 +4,7 @@ Every change goes to Lakekeeper first and to Lakeport's row second, so that a re
 from Lakekeeper leaves nothing behind; when the row cannot be saved after Lakekeeper
 accepted, the Lakekeeper side is undone (compensating delete).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -23,10 +24,10 @@ from app.models import Execution, ExecutionState, User, Warehouse, WarehouseStat
 from app.network_policy import OutboundRefused, portal_policy
 from app.signals import close_warehouse
 from app.storage_probe import ProbeReport, S3Credentials, S3Location, probe_storage
-from app.warehouses.diagnosis import field_errors
-from app.warehouses.probe_limits import probe_slot
 from app.warehouses import sharing
+from app.warehouses.diagnosis import field_errors
 from app.warehouses.forms import StorageForm
+from app.warehouses.probe_limits import probe_slot
 
 
 class WarehouseActionError(UserFacingError):
@@ -43,8 +44,13 @@ def default_key_prefix(owner: User, name: str) -> str:
 
 
 def location_of(storage: StorageForm | Warehouse) -> S3Location:
-    return S3Location(bucket=storage.bucket, region=storage.region, key_prefix=storage.key_prefix,
-                      endpoint=storage.endpoint or None, path_style=storage.path_style_access)
+    return S3Location(
+        bucket=storage.bucket,
+        region=storage.region,
+        key_prefix=storage.key_prefix,
+        endpoint=storage.endpoint or None,
+        path_style=storage.path_style_access,
+    )
 
 
 def check_endpoint(location: S3Location) -> None:
@@ -69,12 +75,19 @@ def test_connection(form: StorageForm, owner: User | None = None) -> ProbeReport
     location = location_of(form)
     check_endpoint(location)
     with probe_slot(owner.id if owner is not None else None):
-        return probe_storage(location, S3Credentials(form.access_key_id, form.secret_access_key),
-                             policy=portal_policy())
+        return probe_storage(
+            location,
+            S3Credentials(form.access_key_id, form.secret_access_key),
+            policy=portal_policy(),
+        )
 
 
 def user_warehouses(owner: User) -> list[Warehouse]:
-    statement = select(Warehouse).where(Warehouse.owner_id == owner.id).order_by(Warehouse.created_at.desc())
+    statement = (
+        select(Warehouse)
+        .where(Warehouse.owner_id == owner.id)
+        .order_by(Warehouse.created_at.desc())
+    )
     return list(get_db().exec(statement))
 
 
@@ -99,13 +112,21 @@ def register(owner: User, form: StorageForm) -> Warehouse:
     # and otherwise remote-signs, which units cannot use (lakekeeper/lakekeeper v0.13.3
     # crates/lakekeeper/src/service/storage/s3.rs, generate_table_config). An S3-compatible store
     # (MinIO) needs no role for it; on AWS STS needs a role ARN, which this form does not take.
-    profile = S3StorageProfile(bucket=form.bucket, region=form.region, key_prefix=key_prefix,
-                               endpoint=form.endpoint or None, path_style_access=form.path_style_access,
-                               flavor=form.flavor, sts_enabled=form.flavor == "s3-compat",
-                               sts_token_validity_seconds=vended_credentials_seconds(form.flavor == "s3-compat"))
+    profile = S3StorageProfile(
+        bucket=form.bucket,
+        region=form.region,
+        key_prefix=key_prefix,
+        endpoint=form.endpoint or None,
+        path_style_access=form.path_style_access,
+        flavor=form.flavor,
+        sts_enabled=form.flavor == "s3-compat",
+        sts_token_validity_seconds=vended_credentials_seconds(form.flavor == "s3-compat"),
+    )
     credential = S3AccessKeyCredential(form.access_key_id, form.secret_access_key)
     try:
-        created = lakekeeper().create_warehouse(lakekeeper_name(owner, form.name), profile, credential)
+        created = lakekeeper().create_warehouse(
+            lakekeeper_name(owner, form.name), profile, credential
+        )
     except LakekeeperError as error:
         if error.is_storage_refusal:
             # Lakekeeper's refusal is generic: the probe tells which field is at fault.
@@ -116,14 +137,23 @@ def register(owner: User, form: StorageForm) -> Warehouse:
     try:
         _give_to_owner(owner, created.id)
     except LakekeeperError as error:
-        current_app.logger.warning("granting warehouse %s to user %s failed: %s", created.id, owner.id, error)
+        current_app.logger.warning(
+            "granting warehouse %s to user %s failed: %s", created.id, owner.id, error
+        )
         _compensate_create(created.id)
         raise WarehouseActionError(error.user_message) from error
 
     warehouse = Warehouse(
-        owner_id=owner.id, name=form.name, lakekeeper_name=created.name, lakekeeper_id=created.id,
-        bucket=form.bucket, key_prefix=key_prefix, endpoint=form.endpoint, region=form.region,
-        path_style_access=form.path_style_access, flavor=form.flavor,
+        owner_id=owner.id,
+        name=form.name,
+        lakekeeper_name=created.name,
+        lakekeeper_id=created.id,
+        bucket=form.bucket,
+        key_prefix=key_prefix,
+        endpoint=form.endpoint,
+        region=form.region,
+        path_style_access=form.path_style_access,
+        flavor=form.flavor,
     )
     db = get_db()
     try:
@@ -131,12 +161,24 @@ def register(owner: User, form: StorageForm) -> Warehouse:
         db.commit()
     except Exception:
         db.rollback()
-        current_app.logger.exception("saving warehouse %s failed; deleting it in Lakekeeper again", created.id)
+        current_app.logger.exception(
+            "saving warehouse %s failed; deleting it in Lakekeeper again", created.id
+        )
         _compensate_create(created.id)
-        raise WarehouseActionError("Lakeport could not save the warehouse, so it was not created. Please try again.")
-    current_app.logger.info("user %s registered warehouse %s (%s)", owner.id, warehouse.id, created.id)
-    audit.record("warehouse.register", warehouse, name=warehouse.name, bucket=warehouse.bucket,
-                 endpoint=warehouse.endpoint, lakekeeper_id=warehouse.lakekeeper_id)
+        raise WarehouseActionError(
+            "Lakeport could not save the warehouse, so it was not created. Please try again."
+        )
+    current_app.logger.info(
+        "user %s registered warehouse %s (%s)", owner.id, warehouse.id, created.id
+    )
+    audit.record(
+        "warehouse.register",
+        warehouse,
+        name=warehouse.name,
+        bucket=warehouse.bucket,
+        endpoint=warehouse.endpoint,
+        lakekeeper_id=warehouse.lakekeeper_id,
+    )
     return warehouse
 
 
@@ -146,11 +188,14 @@ def _give_to_owner(owner: User, lakekeeper_id: str) -> None:
     it keeps only what its project-admin role gives. The owner registers in Lakekeeper through a
     token exchanged for them (self-provisioning needs no right the portal lacks)."""
     client = lakekeeper()
-    provisioned = client.provision_user(client.user_token(owner.subject, lakekeeper_id).access_token)
+    provisioned = client.provision_user(
+        client.user_token(owner.subject, lakekeeper_id).access_token
+    )
     expected = lakekeeper_user_id(owner.subject)
     if provisioned.id != expected:
         raise LakekeeperError(
-            None, "UnexpectedUserId",
+            None,
+            "UnexpectedUserId",
             f"Lakekeeper names the user {provisioned.id!r}, not {expected!r}: its subject claim must be `sub`",
             "provision_user",
         )
@@ -178,7 +223,9 @@ def rename(warehouse: Warehouse, new_name: str) -> None:
     audit.record("warehouse.rename", warehouse, before=before, after=new_name)
 
 
-def rotate_credentials(warehouse: Warehouse, access_key_id: str, secret_access_key: str) -> ProbeReport:
+def rotate_credentials(
+    warehouse: Warehouse, access_key_id: str, secret_access_key: str
+) -> ProbeReport:
     """Send the new keys straight to Lakekeeper (which validates them), then re-test the connection."""
     location = location_of(warehouse)
     # The endpoint was allowed at registration; its name may resolve elsewhere now.
@@ -187,7 +234,9 @@ def rotate_credentials(warehouse: Warehouse, access_key_id: str, secret_access_k
     _call(lambda: lakekeeper().update_storage_credential(warehouse.lakekeeper_id, credential))
     _save(warehouse)
     audit.record("warehouse.rotate_keys", warehouse)
-    return probe_storage(location, S3Credentials(access_key_id, secret_access_key), policy=portal_policy())
+    return probe_storage(
+        location, S3Credentials(access_key_id, secret_access_key), policy=portal_policy()
+    )
 
 
 def deactivate(warehouse: Warehouse) -> int:
@@ -204,7 +253,9 @@ def activate(warehouse: Warehouse) -> None:
     warehouse.status = WarehouseStatus.ACTIVE
     owe_nothing(warehouse)  # a deactivation still owed is called off
     _save(warehouse)
-    audit.record("warehouse.activate", warehouse, before=WarehouseStatus.INACTIVE, after=warehouse.status)
+    audit.record(
+        "warehouse.activate", warehouse, before=WarehouseStatus.INACTIVE, after=warehouse.status
+    )
 
 
 def archive(warehouse: Warehouse) -> int:
@@ -252,8 +303,16 @@ def _close(warehouse: Warehouse, step: str, previous: str, why: str) -> int:
 
 def running_into(warehouse: Warehouse) -> bool:
     """Whether a run of an execution still writes into the warehouse on its unit."""
-    return get_db().exec(select(Execution.id).where(Execution.warehouse_id == warehouse.id,
-                                                    Execution.state == ExecutionState.RUNNING)).first() is not None
+    return (
+        get_db()
+        .exec(
+            select(Execution.id).where(
+                Execution.warehouse_id == warehouse.id, Execution.state == ExecutionState.RUNNING
+            )
+        )
+        .first()
+        is not None
+    )
 
 
 def catalog_step(warehouse: Warehouse, step: str) -> bool:
@@ -267,8 +326,11 @@ def catalog_step(warehouse: Warehouse, step: str) -> bool:
         return True
     # The owner and the sharees keep reading (describe, select) but may no longer write, grant or
     # delete: a token minted before the archive cannot add to a warehouse on its way out.
-    _call(lambda: lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id,
-                                                         sharing.catalog_assignments(warehouse)))
+    _call(
+        lambda: lakekeeper().set_warehouse_assignments(
+            warehouse.lakekeeper_id, sharing.catalog_assignments(warehouse)
+        )
+    )
     return True
 
 
@@ -303,17 +365,25 @@ def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
     tries again until it is done; a request never waits for it. A 404 counts as done."""
     _require(warehouse, WarehouseStatus.ARCHIVED, "Archive the warehouse before purging it.")
     if typed_name.strip() != warehouse.name:
-        raise WarehouseActionError("Type the warehouse's name exactly to confirm the purge.", field="confirm_name")
+        raise WarehouseActionError(
+            "Type the warehouse's name exactly to confirm the purge.", field="confirm_name"
+        )
     close_warehouse(warehouse, "was purged")  # none, unless one slipped past the archive
     # The grants' turn, kept to the end: the worker's check of the grants must not give back what
     # the purge takes (SQLite: no turn, its writes would wait for the purge's end).
     sharing.lock_grants(warehouse.id, writers_turn=False)
     client = lakekeeper()
-    contents = _call(lambda: client.purge_warehouse_contents(warehouse.lakekeeper_name), missing_ok=True)
+    contents = _call(
+        lambda: client.purge_warehouse_contents(warehouse.lakekeeper_name), missing_ok=True
+    )
     # Lakekeeper drops a deleted warehouse's grants only on a best-effort basis: revoke them first.
     _call(lambda: client.set_warehouse_assignments(warehouse.lakekeeper_id, []), missing_ok=True)
-    outcome = PurgeOutcome(contents.tables_dropped if contents else 0, contents.namespaces_dropped if contents else 0)
-    audit.record("warehouse.purge", warehouse, name=warehouse.name, tables_dropped=outcome.tables_dropped)
+    outcome = PurgeOutcome(
+        contents.tables_dropped if contents else 0, contents.namespaces_dropped if contents else 0
+    )
+    audit.record(
+        "warehouse.purge", warehouse, name=warehouse.name, tables_dropped=outcome.tables_dropped
+    )
     if not _delete_purged(warehouse):
         _owe(warehouse, CLOSING_PURGE, PURGE_RETRY_SECONDS)
         outcome.pending = True
@@ -356,7 +426,9 @@ def browse(warehouse: Warehouse) -> list[NamespaceListing]:
         pending = list(client.list_namespaces(prefix))
         while pending:
             namespace = pending.pop(0)
-            tables = [client.load_table(prefix, table) for table in client.list_tables(prefix, namespace)]
+            tables = [
+                client.load_table(prefix, table) for table in client.list_tables(prefix, namespace)
+            ]
             listings.append(NamespaceListing(".".join(namespace), tables))
             pending.extend(client.list_namespaces(prefix, namespace))
     except LakekeeperError as error:

@@ -18,6 +18,7 @@ also compares every warehouse periodically (app/warehouses/grants.py).
 An archived warehouse keeps only reading, for its owner and its sharees alike; a purge takes
 every grant away. Credentials, rotation, renaming, closing and sharing stay with the owner.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,11 +36,22 @@ from app.extensions import lakekeeper
 from app.lakekeeper.errors import LakekeeperError
 from app.lakekeeper.resources import WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
-from app.models import GroupRole, User, Warehouse, WarehouseShare, WarehouseStatus, Workflow, WorkflowShare, utcnow
+from app.models import (
+    GroupRole,
+    User,
+    Warehouse,
+    WarehouseShare,
+    WarehouseStatus,
+    Workflow,
+    WorkflowShare,
+    utcnow,
+)
 from app.signals import enforce_shares
 
-LEVELS = {"read": "Read: browse its tables and read what is in it",
-          "write": "Write: also run executions into it"}
+LEVELS = {
+    "read": "Read: browse its tables and read what is in it",
+    "write": "Write: also run executions into it",
+}
 RELATIONS = {"read": ("describe", "select"), "write": ("describe", "select", "create", "modify")}
 OWNER, WRITE, READ = grantees.OWNER, "write", "read"
 MAX_SHARES = 100
@@ -48,7 +60,11 @@ MAX_SHARES = 100
 # (`shared_with`), who else has one (`shares_of`).
 _shares = grantees.Shares(Warehouse, WarehouseShare, "warehouse_id", (READ, WRITE))
 access_of, accessible_or_404, shared_with, shares_of = (
-    _shares.access_of, _shares.accessible_or_404, _shares.shared_with, _shares.shares_of)
+    _shares.access_of,
+    _shares.accessible_or_404,
+    _shares.shared_with,
+    _shares.shares_of,
+)
 
 
 class ShareRefused(UserFacingError):
@@ -57,11 +73,19 @@ class ShareRefused(UserFacingError):
 
 def writable_by(user: User) -> list[Warehouse]:
     """Active warehouses `user` may run into: their own and those shared with them to write."""
-    own = get_db().exec(select(Warehouse).where(Warehouse.owner_id == user.id,
-                                                Warehouse.status == WarehouseStatus.ACTIVE))
-    shared = [warehouse for warehouse, level, _ in shared_with(user)
-              if level == WRITE and warehouse.status == WarehouseStatus.ACTIVE]
-    return sorted([*own, *shared], key=lambda warehouse: (warehouse.owner_id != user.id, warehouse.name))
+    own = get_db().exec(
+        select(Warehouse).where(
+            Warehouse.owner_id == user.id, Warehouse.status == WarehouseStatus.ACTIVE
+        )
+    )
+    shared = [
+        warehouse
+        for warehouse, level, _ in shared_with(user)
+        if level == WRITE and warehouse.status == WarehouseStatus.ACTIVE
+    ]
+    return sorted(
+        [*own, *shared], key=lambda warehouse: (warehouse.owner_id != user.id, warehouse.name)
+    )
 
 
 def catalog_assignments(warehouse: Warehouse) -> list[WarehouseAssignment]:
@@ -70,12 +94,21 @@ def catalog_assignments(warehouse: Warehouse) -> list[WarehouseAssignment]:
     db = get_db()
     owner = lakekeeper_user_id(db.get(User, warehouse.owner_id).subject)
     archived = warehouse.status == WarehouseStatus.ARCHIVED
-    wanted = ([WarehouseAssignment(relation, user=owner) for relation in RELATIONS[READ]] if archived
-              else [WarehouseAssignment("ownership", user=owner)])
+    wanted = (
+        [WarehouseAssignment(relation, user=owner) for relation in RELATIONS[READ]]
+        if archived
+        else [WarehouseAssignment("ownership", user=owner)]
+    )
     for share, user in shares_of(warehouse):
-        holder = ({"user": lakekeeper_user_id(user.subject)} if user is not None
-                  else {"role": _group_role(share.group_name)})
-        wanted += [WarehouseAssignment(relation, **holder) for relation in RELATIONS[READ if archived else share.level]]
+        holder = (
+            {"user": lakekeeper_user_id(user.subject)}
+            if user is not None
+            else {"role": _group_role(share.group_name)}
+        )
+        wanted += [
+            WarehouseAssignment(relation, **holder)
+            for relation in RELATIONS[READ if archived else share.level]
+        ]
     return wanted
 
 
@@ -108,7 +141,9 @@ def share(warehouse: Warehouse, values) -> WarehouseShare:
         db.flush()  # the share counts in the grants below; committed only once Lakekeeper has them
     except IntegrityError:  # the same grantee, shared at the same moment by another request
         db.rollback()
-        raise ShareRefused("This warehouse was shared with them at the same moment. Look again.") from None
+        raise ShareRefused(
+            "This warehouse was shared with them at the same moment. Look again."
+        ) from None
     _mirror(warehouse)
     db.commit()
     audit.record("warehouse.share", warehouse, grantee=fields, before=before, after=level)
@@ -122,8 +157,11 @@ def revoke(warehouse: Warehouse, share_id: int) -> None:
     if lock_grants(warehouse.id) is None:
         abort(404)
     # Read in this turn: a revoke of the same share that came first has deleted it (404).
-    row = db.exec(select(WarehouseShare).where(WarehouseShare.id == share_id)
-                  .execution_options(populate_existing=True)).first()
+    row = db.exec(
+        select(WarehouseShare)
+        .where(WarehouseShare.id == share_id)
+        .execution_options(populate_existing=True)
+    ).first()
     if row is None or row.warehouse_id != warehouse.id:
         db.rollback()
         abort(404)
@@ -131,11 +169,19 @@ def revoke(warehouse: Warehouse, share_id: int) -> None:
     db.flush()
     _mirror(warehouse)
     db.commit()
-    audit.record("warehouse.unshare", warehouse, grantee=grantees.fields_of(row), before=row.level, after=None)
+    audit.record(
+        "warehouse.unshare",
+        warehouse,
+        grantee=grantees.fields_of(row),
+        before=row.level,
+        after=None,
+    )
     enforce_shares(warehouse)  # the sharee's runs into it stop
 
 
-def lock_grants(warehouse_id: int, skip_locked: bool = False, writers_turn: bool = True) -> Warehouse | None:
+def lock_grants(
+    warehouse_id: int, skip_locked: bool = False, writers_turn: bool = True
+) -> Warehouse | None:
     """Take the warehouse's turn at changing its grants, until the request's transaction ends, and
     return its row read afresh (None if it is gone, or with `skip_locked` if another holds the turn).
     PostgreSQL: the row locked FOR UPDATE; the shares read after it are those committed before.
@@ -145,11 +191,15 @@ def lock_grants(warehouse_id: int, skip_locked: bool = False, writers_turn: bool
     db = get_db()
     if db.get_bind().dialect.name == "sqlite":
         if writers_turn:
-            db.execute(update(Warehouse).where(Warehouse.id == warehouse_id).values(id=Warehouse.id))
+            db.execute(
+                update(Warehouse).where(Warehouse.id == warehouse_id).values(id=Warehouse.id)
+            )
         statement = select(Warehouse)
     else:
         statement = select(Warehouse).with_for_update(skip_locked=skip_locked)
-    return db.exec(statement.where(Warehouse.id == warehouse_id).execution_options(populate_existing=True)).first()
+    return db.exec(
+        statement.where(Warehouse.id == warehouse_id).execution_options(populate_existing=True)
+    ).first()
 
 
 def ask_for_grants_check(warehouse_ids) -> None:
@@ -158,7 +208,9 @@ def ask_for_grants_check(warehouse_ids) -> None:
     ids = list(warehouse_ids)
     if ids:
         with Session(engine()) as own:
-            own.execute(update(Warehouse).where(Warehouse.id.in_(ids)).values(grants_due_at=utcnow()))
+            own.execute(
+                update(Warehouse).where(Warehouse.id.in_(ids)).values(grants_due_at=utcnow())
+            )
             own.commit()
 
 
@@ -168,10 +220,14 @@ def _mirror(warehouse: Warehouse) -> None:
     change back, ask the worker to check the grants (a lost answer may hide a change made), and
     raise ShareRefused."""
     try:
-        lakekeeper().set_warehouse_assignments(warehouse.lakekeeper_id, catalog_assignments(warehouse))
+        lakekeeper().set_warehouse_assignments(
+            warehouse.lakekeeper_id, catalog_assignments(warehouse)
+        )
     except LakekeeperError as error:
         get_db().rollback()
-        current_app.logger.warning("grants of warehouse %s could not be set: %s", warehouse.id, error)
+        current_app.logger.warning(
+            "grants of warehouse %s could not be set: %s", warehouse.id, error
+        )
         ask_for_grants_check([warehouse.id])
         raise ShareRefused(error.user_message) from error
 
@@ -184,12 +240,17 @@ def ensure_group_role(group: str) -> None:
     if db.exec(select(GroupRole.id).where(GroupRole.group_name == group)).first() is not None:
         return
     try:
-        made = lakekeeper().create_role(f"lakeport-group-{group}", f"Members of the group {group} (Lakeport)")
+        made = lakekeeper().create_role(
+            f"lakeport-group-{group}", f"Members of the group {group} (Lakeport)"
+        )
     except LakekeeperError as error:
         raise ShareRefused(error.user_message) from error
     try:
-        members = {lakekeeper_user_id(user.subject) for user in db.exec(select(User))
-                   if group in user.group_names}
+        members = {
+            lakekeeper_user_id(user.subject)
+            for user in db.exec(select(User))
+            if group in user.group_names
+        }
         lakekeeper().update_role_members(made.id, add=members)
     except LakekeeperError as error:
         _delete_role_quietly(made.id)  # no role is left in the catalog that no row names
@@ -207,8 +268,16 @@ def _group_role(group: str) -> str:
     """The group's Lakekeeper role id (made by `ensure_group_role`). Its row stays locked until the
     caller's transaction ends, so the worker cannot delete the role as unused
     (app/warehouses/grants.py) while a share of it is being made."""
-    role = get_db().exec(select(GroupRole).where(GroupRole.group_name == group).with_for_update()
-                         .execution_options(populate_existing=True)).first()
+    role = (
+        get_db()
+        .exec(
+            select(GroupRole)
+            .where(GroupRole.group_name == group)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        .first()
+    )
     if role is None:  # deleted as unused between its making and this turn
         raise ShareRefused("The group's role changed at the same moment. Please try again.")
     return role.lakekeeper_role_id
@@ -243,24 +312,44 @@ def sync_memberships(user: User, groups: list[str] | None = None) -> None:
     before = set(json.loads(recorded or "[]"))
     if now == before:
         return
-    synced = set(now)  # groups without a role need no call: a role made later takes its members then
+    synced = set(
+        now
+    )  # groups without a role need no call: a role made later takes its members then
     member = lakekeeper_user_id(user.subject)
     roles = get_db().exec(select(GroupRole).where(GroupRole.group_name.in_(now ^ before))).all()
     for role in roles:
         wanted = role.group_name in now
         try:
             if (member in lakekeeper().role_members(role.lakekeeper_role_id)) != wanted:
-                lakekeeper().update_role_members(role.lakekeeper_role_id, add={member} if wanted else set(),
-                                                 remove=set() if wanted else {member})
+                lakekeeper().update_role_members(
+                    role.lakekeeper_role_id,
+                    add={member} if wanted else set(),
+                    remove=set() if wanted else {member},
+                )
         except LakekeeperError as error:
-            current_app.logger.warning("role of group %s: membership of user %s not synced: %s",
-                                       role.group_name, user.id, error)
+            current_app.logger.warning(
+                "role of group %s: membership of user %s not synced: %s",
+                role.group_name,
+                user.id,
+                error,
+            )
             synced ^= {role.group_name}  # as before: asked again next time
-            ask_for_grants_check(get_db().exec(select(WarehouseShare.warehouse_id).where(
-                WarehouseShare.group_name == role.group_name)).all())
+            ask_for_grants_check(
+                get_db()
+                .exec(
+                    select(WarehouseShare.warehouse_id).where(
+                        WarehouseShare.group_name == role.group_name
+                    )
+                )
+                .all()
+            )
     user.catalog_groups = json.dumps(sorted(synced))
-    with Session(engine()) as own:  # the sign-in's callback is a reading request: a write of its own
-        own.execute(update(User).where(User.id == user.id).values(catalog_groups=user.catalog_groups))
+    with Session(
+        engine()
+    ) as own:  # the sign-in's callback is a reading request: a write of its own
+        own.execute(
+            update(User).where(User.id == user.id).values(catalog_groups=user.catalog_groups)
+        )
         own.commit()
     _enforce_lost_groups(before - now)
 
@@ -272,9 +361,17 @@ def _enforce_lost_groups(lost: set[str]) -> None:
     if not lost:
         return
     db = get_db()
-    warehouses = db.exec(select(Warehouse).join(WarehouseShare, WarehouseShare.warehouse_id == Warehouse.id)
-                         .where(WarehouseShare.group_name.in_(lost)).distinct()).all()
-    workflows = db.exec(select(Workflow).join(WorkflowShare, WorkflowShare.workflow_id == Workflow.id)
-                        .where(WorkflowShare.group_name.in_(lost)).distinct()).all()
+    warehouses = db.exec(
+        select(Warehouse)
+        .join(WarehouseShare, WarehouseShare.warehouse_id == Warehouse.id)
+        .where(WarehouseShare.group_name.in_(lost))
+        .distinct()
+    ).all()
+    workflows = db.exec(
+        select(Workflow)
+        .join(WorkflowShare, WorkflowShare.workflow_id == Workflow.id)
+        .where(WorkflowShare.group_name.in_(lost))
+        .distinct()
+    ).all()
     for thing in [*warehouses, *workflows]:
         enforce_shares(thing)

@@ -1,6 +1,7 @@
 """A warehouse's tables as its table explorer shows them: namespaces with Lakeport's internal
 ones folded away, and one table's schema, properties, snapshots and first rows. Reading goes
 through `app.iceberg_reader`, the portal's one way into Iceberg."""
+
 from __future__ import annotations
 
 import re
@@ -52,4 +53,3 @@ def property_links(properties: dict[str, str], owner: User) -> dict[str, str]:
         if row is not None and row.owner_id == owner.id:
             links[key] = url_for(endpoint, **{argument: row.id})
     return links
-

@@ -22,6 +22,7 @@ renamed into its place: anything that fails before that swap leaves the old tabl
 readers see the old table, for a moment none, then the complete new one (and runs pinned to the
 old table fail, saying so).
 """
+
 from __future__ import annotations
 
 import codecs
@@ -46,18 +47,23 @@ import pyarrow.parquet as pq
 import requests
 from flask import current_app
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import (CommitFailedException, NoSuchNamespaceError, NoSuchTableError, RESTError,
-                                  TableAlreadyExistsError)
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    RESTError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
 from pyiceberg.table import Table
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
+from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.errors import UserFacingError
 from app.iceberg_catalogs import ResultReadError, catalog_for
 from app.lakekeeper.errors import LakekeeperError, LakekeeperUnavailable
-from app.db import DATABASE_UNAVAILABLE, engine, get_db
 from app.models import JobState, SampleDataJob, User, Warehouse, WarehouseStatus, utcnow
 from app.transitions import compare_and_set, set_fields
 
@@ -75,11 +81,22 @@ TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 ROWS_PER_APPEND = 1_000_000
 _SNIFF_BYTES = 64 * 1024
 _COPY_CHUNK_BYTES = 1024 * 1024
-_COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
-                     b"\x28\xb5\x2f\xfd": "zstd"}
+_COMPRESSED_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"PK\x03\x04": "zip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+}
 _PARQUET_MAGIC = b"PAR1"
 # What pyiceberg raises when the catalog refuses a call (its other errors are not the catalog's).
-_CATALOG_ERRORS = (RESTError, CommitFailedException, NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError)
+_CATALOG_ERRORS = (
+    RESTError,
+    CommitFailedException,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 
 
 class DatasetError(UserFacingError):
@@ -128,13 +145,17 @@ def _catalog_call(action: Callable[[], T]) -> T:
     except _CATALOG_ERRORS as error:
         raise DatasetError(f"The catalog (Lakekeeper) refused: {error}") from error
     except OSError as error:
-        raise DatasetError(f"Writing the table's files to the warehouse's storage failed: {error}") from error
+        raise DatasetError(
+            f"Writing the table's files to the warehouse's storage failed: {error}"
+        ) from error
 
 
 def _require_active(warehouse: Warehouse) -> None:
     if warehouse.status != WarehouseStatus.ACTIVE:
-        raise DatasetError(f"Warehouse {warehouse.name} is {warehouse.status}: choose an active warehouse.",
-                           field="warehouse_id")
+        raise DatasetError(
+            f"Warehouse {warehouse.name} is {warehouse.status}: choose an active warehouse.",
+            field="warehouse_id",
+        )
 
 
 # --- Writing Arrow data as an Iceberg table ---
@@ -163,19 +184,29 @@ def _iceberg_schema(schema: pa.Schema) -> pa.Schema:
     if not names:
         raise DatasetError("The file has no columns.", field="file")
     if any(not name for name in names):
-        raise DatasetError(f"Column {names.index('') + 1} has no name: give every column a header.", field="file")
+        raise DatasetError(
+            f"Column {names.index('') + 1} has no name: give every column a header.", field="file"
+        )
     seen: set[str] = set()
     for name in names:
         # Spark resolves column names without regard to case.
         if name.lower() in seen:
-            raise DatasetError(f"The column name “{name}” appears twice (names are compared without case).",
-                               field="file")
+            raise DatasetError(
+                f"The column name “{name}” appears twice (names are compared without case).",
+                field="file",
+            )
         seen.add(name.lower())
-    return pa.schema([pa.field(name, _iceberg_type(f.type), nullable=f.nullable)
-                      for name, f in zip(names, schema)])
+    return pa.schema(
+        [
+            pa.field(name, _iceberg_type(f.type), nullable=f.nullable)
+            for name, f in zip(names, schema)
+        ]
+    )
 
 
-def _table_with_schema(catalog: Catalog, identifier: tuple[str, str], schema: pa.Schema) -> Table | None:
+def _table_with_schema(
+    catalog: Catalog, identifier: tuple[str, str], schema: pa.Schema
+) -> Table | None:
     """The existing table `identifier` if its columns (names, types, nullability, in order) are
     those of `schema`; None if there is no such table or its schema differs."""
     if not catalog.table_exists(identifier):
@@ -186,8 +217,14 @@ def _table_with_schema(catalog: Catalog, identifier: tuple[str, str], schema: pa
     return table if have == [(f.name, f.field_type, f.required) for f in wanted.fields] else None
 
 
-def _replace_table(catalog: Catalog, namespace: str, name: str, schema: pa.Schema,
-                   pieces: Iterable[pa.Table], properties: dict[str, str]) -> int:
+def _replace_table(
+    catalog: Catalog,
+    namespace: str,
+    name: str,
+    schema: pa.Schema,
+    pieces: Iterable[pa.Table],
+    properties: dict[str, str],
+) -> int:
     """Write the pieces' rows as `namespace.name`, replacing the table of that name if there is
     one (see the module's docstring). Returns the number of rows written."""
     target = (namespace, name)
@@ -200,8 +237,13 @@ def _replace_table(catalog: Catalog, namespace: str, name: str, schema: pa.Schem
         try:
             existing = _table_with_schema(catalog, target, schema)
             in_place = existing is not None
-            transaction = (existing.transaction() if in_place
-                           else catalog.create_table_transaction(incoming, schema=schema, properties=properties))
+            transaction = (
+                existing.transaction()
+                if in_place
+                else catalog.create_table_transaction(
+                    incoming, schema=schema, properties=properties
+                )
+            )
         except UnsupportedPyArrowTypeException as error:
             raise DatasetError(f"Iceberg cannot hold this data: {error}", field="file") from error
         if in_place:
@@ -230,8 +272,12 @@ def _replace_table(catalog: Catalog, namespace: str, name: str, schema: pa.Schem
         try:
             _catalog_call(lambda: catalog.purge_table(incoming))
         except DatasetError as cleanup:
-            logger.warning("table %s.%s is left behind after a failed replace: %s", namespace, incoming[1],
-                           cleanup.message)
+            logger.warning(
+                "table %s.%s is left behind after a failed replace: %s",
+                namespace,
+                incoming[1],
+                cleanup.message,
+            )
         raise
     return rows
 
@@ -241,14 +287,15 @@ def _replace_table(catalog: Catalog, namespace: str, name: str, schema: pa.Schem
 
 @dataclass
 class ImportedTable:
-    identifier: str          # e.g. "datasets.orders"
-    file_format: str         # "csv" | "parquet"
+    identifier: str  # e.g. "datasets.orders"
+    file_format: str  # "csv" | "parquet"
     rows: int
     columns: list[str]
 
 
-def import_upload(warehouse: Warehouse, table_name: str, stream: IO[bytes], filename: str,
-                  uploaded_by: User) -> ImportedTable:
+def import_upload(
+    warehouse: Warehouse, table_name: str, stream: IO[bytes], filename: str, uploaded_by: User
+) -> ImportedTable:
     """Import an uploaded CSV or Parquet file as `datasets.<table_name>` of the warehouse."""
     _require_active(warehouse)
     if message := check_table_name(table_name):
@@ -259,11 +306,22 @@ def import_upload(warehouse: Warehouse, table_name: str, stream: IO[bytes], file
         file_format = _sniff_format(path)
         schema, pieces = (_read_csv if file_format == "csv" else _read_parquet)(path)
         schema = _iceberg_schema(schema)
-        properties = {"lakeport.source": f"upload ({file_format})", "lakeport.source-file": filename[:200],
-                      "lakeport.uploaded-by": uploaded_by.email or str(uploaded_by.id)}
-        rows = _replace_table(_catalog(warehouse), DATASETS_NAMESPACE, table_name, schema, pieces, properties)
-    logger.info("imported %s rows of a %s upload into %s.%s of warehouse %s", rows, file_format,
-                DATASETS_NAMESPACE, table_name, warehouse.id)
+        properties = {
+            "lakeport.source": f"upload ({file_format})",
+            "lakeport.source-file": filename[:200],
+            "lakeport.uploaded-by": uploaded_by.email or str(uploaded_by.id),
+        }
+        rows = _replace_table(
+            _catalog(warehouse), DATASETS_NAMESPACE, table_name, schema, pieces, properties
+        )
+    logger.info(
+        "imported %s rows of a %s upload into %s.%s of warehouse %s",
+        rows,
+        file_format,
+        DATASETS_NAMESPACE,
+        table_name,
+        warehouse.id,
+    )
     return ImportedTable(f"{DATASETS_NAMESPACE}.{table_name}", file_format, rows, schema.names)
 
 
@@ -278,7 +336,7 @@ def _save_within_limit(stream: IO[bytes], path: Path) -> None:
 
 
 def _sniff_format(path: Path) -> str:
-    """"csv" or "parquet", from the file's content; DatasetError for anything else."""
+    """ "csv" or "parquet", from the file's content; DatasetError for anything else."""
     with open(path, "rb") as file:
         head = file.read(_SNIFF_BYTES)
         if not head:
@@ -287,20 +345,25 @@ def _sniff_format(path: Path) -> str:
             file.seek(-len(_PARQUET_MAGIC), os.SEEK_END)
             if file.read(len(_PARQUET_MAGIC)) == _PARQUET_MAGIC:
                 return "parquet"
-            raise DatasetError("The file starts like Parquet but is incomplete (it has no Parquet footer).",
-                               field="file")
+            raise DatasetError(
+                "The file starts like Parquet but is incomplete (it has no Parquet footer).",
+                field="file",
+            )
     for magic, compression in _COMPRESSED_MAGIC.items():
         if head.startswith(magic):
-            raise DatasetError(f"This is a {compression}-compressed file: upload the CSV or Parquet file itself.",
-                               field="file")
+            raise DatasetError(
+                f"This is a {compression}-compressed file: upload the CSV or Parquet file itself.",
+                field="file",
+            )
     if b"\x00" in head:
         raise DatasetError("This is neither CSV nor Parquet: it is a binary file.", field="file")
     try:
         # Incremental: the sample may end in the middle of a multi-byte character.
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError:
-        raise DatasetError("The CSV file is not UTF-8 text: save it as UTF-8 and upload it again.",
-                           field="file") from None
+        raise DatasetError(
+            "The CSV file is not UTF-8 text: save it as UTF-8 and upload it again.", field="file"
+        ) from None
     return "csv"
 
 
@@ -316,10 +379,14 @@ def _csv_delimiter(path: Path) -> str:
 def _read_csv(path: Path) -> tuple[pa.Schema, list[pa.Table]]:
     """The whole file (one piece), its header row naming the columns and the types inferred from the values."""
     try:
-        table = pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=_csv_delimiter(path)))
+        table = pa_csv.read_csv(
+            path, parse_options=pa_csv.ParseOptions(delimiter=_csv_delimiter(path))
+        )
         return table.schema, [table]
     except pa.ArrowException as error:
-        raise DatasetError(f"The CSV file could not be read: {_arrow_message(error)}", field="file") from None
+        raise DatasetError(
+            f"The CSV file could not be read: {_arrow_message(error)}", field="file"
+        ) from None
 
 
 def _read_parquet(path: Path) -> tuple[pa.Schema, Iterator[pa.Table]]:
@@ -328,15 +395,18 @@ def _read_parquet(path: Path) -> tuple[pa.Schema, Iterator[pa.Table]]:
     try:
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as error:
-        raise DatasetError(f"The Parquet file could not be read: {_arrow_message(error)}", field="file") from None
+        raise DatasetError(
+            f"The Parquet file could not be read: {_arrow_message(error)}", field="file"
+        ) from None
 
     def pieces() -> Iterator[pa.Table]:
         try:
             for batch in parquet.iter_batches(batch_size=ROWS_PER_APPEND):
                 yield pa.Table.from_batches([batch])
         except (pa.ArrowException, OSError) as error:
-            raise DatasetError(f"The Parquet file could not be read: {_arrow_message(error)}",
-                               field="file") from None
+            raise DatasetError(
+                f"The Parquet file could not be read: {_arrow_message(error)}", field="file"
+            ) from None
 
     return parquet.schema_arrow, pieces()
 
@@ -351,9 +421,16 @@ def _arrow_message(error: Exception) -> str:
 
 def sample_data_job(owner: User, warehouse: Warehouse) -> SampleDataJob | None:
     """The latest sample-data job of this user into this warehouse, if any."""
-    return get_db().exec(select(SampleDataJob).where(
-        SampleDataJob.owner_id == owner.id, SampleDataJob.warehouse_id == warehouse.id)
-        .order_by(SampleDataJob.id.desc()).limit(1)).first()
+    return (
+        get_db()
+        .exec(
+            select(SampleDataJob)
+            .where(SampleDataJob.owner_id == owner.id, SampleDataJob.warehouse_id == warehouse.id)
+            .order_by(SampleDataJob.id.desc())
+            .limit(1)
+        )
+        .first()
+    )
 
 
 def tpchgen_binary() -> str:
@@ -361,8 +438,10 @@ def tpchgen_binary() -> str:
     search_path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     binary = shutil.which("tpchgen-cli", path=search_path)
     if binary is None:
-        raise DatasetError("The TPC-H generator (tpchgen-cli) is not installed on the portal. "
-                           "Contact the operators.")
+        raise DatasetError(
+            "The TPC-H generator (tpchgen-cli) is not installed on the portal. "
+            "Contact the operators."
+        )
     return binary
 
 
@@ -370,8 +449,10 @@ def start_sample_data(owner: User, warehouse: Warehouse, scale_factor: float) ->
     """Record a job to generate TPC-H at `scale_factor` into `tpch.*` of the warehouse; the worker runs it."""
     _require_active(warehouse)
     if not SCALE_FACTOR_MIN <= scale_factor <= SCALE_FACTOR_MAX:
-        raise DatasetError(f"Choose a scale factor from {SCALE_FACTOR_MIN:g} to {SCALE_FACTOR_MAX:g}.",
-                           field="scale_factor")
+        raise DatasetError(
+            f"Choose a scale factor from {SCALE_FACTOR_MIN:g} to {SCALE_FACTOR_MAX:g}.",
+            field="scale_factor",
+        )
     tpchgen_binary()
     _catalog(warehouse)  # fails here, visibly, if the catalog is unreachable
     db = get_db()
@@ -381,14 +462,28 @@ def start_sample_data(owner: User, warehouse: Warehouse, scale_factor: float) ->
         db.commit()
     except IntegrityError:  # the partial unique index: a live job for this warehouse exists
         db.rollback()
-        raise DatasetError("Sample data is already being written into this warehouse; wait for it to finish.") from None
-    logger.info("user %s asked for TPC-H at scale factor %g in warehouse %s", owner.id, scale_factor, warehouse.id)
+        raise DatasetError(
+            "Sample data is already being written into this warehouse; wait for it to finish."
+        ) from None
+    logger.info(
+        "user %s asked for TPC-H at scale factor %g in warehouse %s",
+        owner.id,
+        scale_factor,
+        warehouse.id,
+    )
     return job
 
 
 def _end_job(job_id: int, state: str, error: str = "") -> None:
-    compare_and_set(SampleDataJob, job_id, JobState.LIVE, state=state, error=error[:1000], ended_at=utcnow(),
-                    **({"step": "done"} if state == JobState.DONE else {}))
+    compare_and_set(
+        SampleDataJob,
+        job_id,
+        JobState.LIVE,
+        state=state,
+        error=error[:1000],
+        ended_at=utcnow(),
+        **({"step": "done"} if state == JobState.DONE else {}),
+    )
 
 
 def run_sample_data_job(job_id: int) -> None:
@@ -399,42 +494,83 @@ def run_sample_data_job(job_id: int) -> None:
     if job is None or job.state not in JobState.LIVE:
         return
     if job.state == JobState.RUNNING:
-        logger.info("sample-data job %s was left by a worker that stopped: running it again", job_id)
-    if not compare_and_set(SampleDataJob, job_id, JobState.LIVE, state=JobState.RUNNING, started_at=utcnow(),
-                           table_rows="{}", step="starting"):
+        logger.info(
+            "sample-data job %s was left by a worker that stopped: running it again", job_id
+        )
+    if not compare_and_set(
+        SampleDataJob,
+        job_id,
+        JobState.LIVE,
+        state=JobState.RUNNING,
+        started_at=utcnow(),
+        table_rows="{}",
+        step="starting",
+    ):
         return
     try:
         if warehouse is None or warehouse.status != WarehouseStatus.ACTIVE:
             raise DatasetError("The warehouse is no longer active.")
         _generate_sample_data(job, _catalog(warehouse), tpchgen_binary())
         _end_job(job_id, JobState.DONE)
-        logger.info("TPC-H at scale factor %g written into warehouse %s", job.scale_factor, job.warehouse_id)
+        logger.info(
+            "TPC-H at scale factor %g written into warehouse %s", job.scale_factor, job.warehouse_id
+        )
     except DATABASE_UNAVAILABLE:
         raise
     except DatasetError as error:
         _end_job(job_id, JobState.FAILED, error.message)
     except subprocess.CalledProcessError as error:
-        _end_job(job_id, JobState.FAILED, f"tpchgen-cli failed: {(error.stderr or '').strip()[-500:]}")
+        _end_job(
+            job_id, JobState.FAILED, f"tpchgen-cli failed: {(error.stderr or '').strip()[-500:]}"
+        )
     except subprocess.TimeoutExpired:
-        _end_job(job_id, JobState.FAILED,
-                 f"Generating took longer than {TPCH_TIMEOUT_SECONDS} s and was stopped.")
+        _end_job(
+            job_id,
+            JobState.FAILED,
+            f"Generating took longer than {TPCH_TIMEOUT_SECONDS} s and was stopped.",
+        )
     except Exception:
         logger.exception("TPC-H generation into warehouse %s failed", job.warehouse_id)
-        _end_job(job_id, JobState.FAILED,
-                 "Generating the sample data failed unexpectedly; the portal's log has the details.")
+        _end_job(
+            job_id,
+            JobState.FAILED,
+            "Generating the sample data failed unexpectedly; the portal's log has the details.",
+        )
 
 
 def _generate_sample_data(job: SampleDataJob, catalog: Catalog, binary: str) -> None:
     with tempfile.TemporaryDirectory(prefix="lakeport-tpch-") as directory:
-        set_fields(SampleDataJob, job.id, step=f"generating the tables at scale factor {job.scale_factor:g}")
-        subprocess.run(
-            [binary, "parquet", f"--scale-factor={job.scale_factor}", f"--output-dir={directory}", "--quiet"],
-            check=True, capture_output=True, text=True, timeout=TPCH_TIMEOUT_SECONDS,
+        set_fields(
+            SampleDataJob,
+            job.id,
+            step=f"generating the tables at scale factor {job.scale_factor:g}",
         )
-        properties = {"lakeport.source": "tpch", "lakeport.tpch-scale-factor": f"{job.scale_factor:g}"}
+        subprocess.run(
+            [
+                binary,
+                "parquet",
+                f"--scale-factor={job.scale_factor}",
+                f"--output-dir={directory}",
+                "--quiet",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=TPCH_TIMEOUT_SECONDS,
+        )
+        properties = {
+            "lakeport.source": "tpch",
+            "lakeport.tpch-scale-factor": f"{job.scale_factor:g}",
+        }
         written: dict[str, int] = {}
         for position, name in enumerate(TPCH_TABLES, start=1):
-            set_fields(SampleDataJob, job.id, step=f"writing {TPCH_NAMESPACE}.{name} ({position} of {len(TPCH_TABLES)})")
+            set_fields(
+                SampleDataJob,
+                job.id,
+                step=f"writing {TPCH_NAMESPACE}.{name} ({position} of {len(TPCH_TABLES)})",
+            )
             schema, pieces = _read_parquet(Path(directory) / f"{name}.parquet")
-            written[name] = _replace_table(catalog, TPCH_NAMESPACE, name, _iceberg_schema(schema), pieces, properties)
+            written[name] = _replace_table(
+                catalog, TPCH_NAMESPACE, name, _iceberg_schema(schema), pieces, properties
+            )
             set_fields(SampleDataJob, job.id, table_rows=json.dumps(written))

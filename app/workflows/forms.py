@@ -3,6 +3,7 @@
 The editor keeps no state on the server: every request carries all steps as fields
 `steps-<i>-name`, `steps-<i>-kind`, `steps-<i>-code` and `steps-<i>-output`.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,12 +21,17 @@ def check_workflow_name(value: str) -> str | None:
     if not value:
         return "Give the workflow a name."
     if not WORKFLOW_NAME_RE.match(value):
-        return "1–64 characters: letters, digits, spaces, - _ and ., starting with a letter or digit."
+        return (
+            "1–64 characters: letters, digits, spaces, - _ and ., starting with a letter or digit."
+        )
     return None
 
 
 def parse_workflow_form(data) -> tuple[dict, dict[str, str]]:
-    values = {"name": (data.get("name") or "").strip(), "description": (data.get("description") or "").strip()}
+    values = {
+        "name": (data.get("name") or "").strip(),
+        "description": (data.get("description") or "").strip(),
+    }
     errors = {}
     if message := check_workflow_name(values["name"]):
         errors["name"] = message
@@ -37,15 +43,19 @@ def parse_workflow_form(data) -> tuple[dict, dict[str, str]]:
 def read_steps(data) -> list[Step]:
     """The editor's steps in order. Reads at most one step more than a workflow may have:
     enough for the check to say so, without reading an unbounded form."""
-    indexes = sorted(int(match.group(1)) for key in data.keys() if (match := _STEP_FIELD_RE.match(key)))
+    indexes = sorted(
+        int(match.group(1)) for key in data.keys() if (match := _STEP_FIELD_RE.match(key))
+    )
     return [
-        normalized(Step(
-            name=data.get(f"steps-{index}-name") or "",
-            kind=data.get(f"steps-{index}-kind") or "",
-            code=data.get(f"steps-{index}-code") or "",
-            output=data.get(f"steps-{index}-output") in ("on", "true", "1"),
-        ))
-        for index in indexes[:MAX_STEPS + 1]
+        normalized(
+            Step(
+                name=data.get(f"steps-{index}-name") or "",
+                kind=data.get(f"steps-{index}-kind") or "",
+                code=data.get(f"steps-{index}-code") or "",
+                output=data.get(f"steps-{index}-output") in ("on", "true", "1"),
+            )
+        )
+        for index in indexes[: MAX_STEPS + 1]
     ]
 
 
@@ -78,8 +88,11 @@ def read_warehouse_id(data) -> int | None:
 def parse_upload_form(data, files) -> tuple[dict, dict[str, str]]:
     """The upload form: which warehouse, which table name, which file."""
     upload = files.get("file")
-    values = {"warehouse_id": read_warehouse_id(data), "table_name": (data.get("table_name") or "").strip(),
-              "file": upload if upload is not None and upload.filename else None}
+    values = {
+        "warehouse_id": read_warehouse_id(data),
+        "table_name": (data.get("table_name") or "").strip(),
+        "file": upload if upload is not None and upload.filename else None,
+    }
     errors = {}
     if values["warehouse_id"] is None:
         errors["warehouse_id"] = "Choose a warehouse."
@@ -93,8 +106,11 @@ def parse_upload_form(data, files) -> tuple[dict, dict[str, str]]:
 def parse_sample_form(data) -> tuple[dict, dict[str, str]]:
     """The sample-data form: which warehouse, which TPC-H scale factor."""
     scale_factor, message = parse_scale_factor(data.get("scale_factor", ""))
-    values = {"warehouse_id": read_warehouse_id(data), "scale_factor": scale_factor,
-              "scale_factor_text": (data.get("scale_factor") or "").strip()}
+    values = {
+        "warehouse_id": read_warehouse_id(data),
+        "scale_factor": scale_factor,
+        "scale_factor_text": (data.get("scale_factor") or "").strip(),
+    }
     errors = {}
     if values["warehouse_id"] is None:
         errors["warehouse_id"] = "Choose a warehouse."

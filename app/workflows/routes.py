@@ -5,14 +5,14 @@ from flask_login import current_user
 from htmx_flask import make_response
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from app.workflows import datasets
-from app.workflows.datasets import DatasetError
 from app.db import get_db, get_owned_or_404
 from app.models import User, Warehouse, WarehouseStatus, Workflow, WorkflowVersion
+
 # The module, not the name: app.warehouses.service imports app.executions, which imports this
 # module, so when the warehouses blueprint is loaded first the name does not exist yet here.
 from app.warehouses import service as warehouse_service
-from app.workflows import bp, forms, service, sharing, steps
+from app.workflows import bp, datasets, forms, service, sharing, steps
+from app.workflows.datasets import DatasetError
 from app.workflows.service import WorkflowActionError
 
 # Room for the upload form's other fields and the multipart framing around the file.
@@ -36,8 +36,11 @@ def _go(url: str):
 
 @bp.get("/")
 def index():
-    return render_template("workflows/index.html", workflows=service.user_workflows(current_user),
-                           shared=sharing.shared_with(current_user))
+    return render_template(
+        "workflows/index.html",
+        workflows=service.user_workflows(current_user),
+        shared=sharing.shared_with(current_user),
+    )
 
 
 @bp.get("/new")
@@ -54,7 +57,10 @@ def create():
         except WorkflowActionError as error:
             errors[error.field or "form"] = error.message
         else:
-            flash(f"Workflow {workflow.name} is created: add its steps and save the first version.", "success")
+            flash(
+                f"Workflow {workflow.name} is created: add its steps and save the first version.",
+                "success",
+            )
             return redirect(url_for("workflows.edit", workflow_id=workflow.id))
     return render_template("workflows/new.html", values=values, errors=errors), 422
 
@@ -64,8 +70,14 @@ def create():
 
 def _show_version(workflow: Workflow, version: WorkflowVersion | None):
     template = "workflows/_version.html" if _partial_wanted() else "workflows/detail.html"
-    return render_template(template, workflow=workflow, version=version, steps=service.steps_of(version),
-                           versions=service.versions_of(workflow), **_shares_context(workflow))
+    return render_template(
+        template,
+        workflow=workflow,
+        version=version,
+        steps=service.steps_of(version),
+        versions=service.versions_of(workflow),
+        **_shares_context(workflow),
+    )
 
 
 @bp.get("/<int:workflow_id>")
@@ -100,13 +112,21 @@ def delete(workflow_id: int):
 
 
 def _shares_context(workflow: Workflow, errors: dict | None = None, values=None) -> dict:
-    return {"access": sharing.access_of(current_user, workflow), "owner": get_db().get(User, workflow.owner_id),
-            "shares": sharing.shares_of(workflow), "share_levels": sharing.LEVELS, "share_errors": errors or {},
-            "share_values": values or {"kind": "group", "level": "view"}, "shared_thing": "workflow",
-            "can_share": True, "share_url": url_for("workflows.share", workflow_id=workflow.id),
-            "revoke_endpoint": "workflows.revoke_share", "revoke_args": {"workflow_id": workflow.id},
-            "revoke_effect": "They can no longer open or run it; what they ran stays theirs.",
-            "stays_yours": "Editing, schedules and deleting stay yours."}
+    return {
+        "access": sharing.access_of(current_user, workflow),
+        "owner": get_db().get(User, workflow.owner_id),
+        "shares": sharing.shares_of(workflow),
+        "share_levels": sharing.LEVELS,
+        "share_errors": errors or {},
+        "share_values": values or {"kind": "group", "level": "view"},
+        "shared_thing": "workflow",
+        "can_share": True,
+        "share_url": url_for("workflows.share", workflow_id=workflow.id),
+        "revoke_endpoint": "workflows.revoke_share",
+        "revoke_args": {"workflow_id": workflow.id},
+        "revoke_effect": "They can no longer open or run it; what they ran stays theirs.",
+        "stays_yours": "Editing, schedules and deleting stay yours.",
+    }
 
 
 def _shares_panel(workflow: Workflow, errors: dict | None = None, values=None, status: int = 200):
@@ -119,7 +139,9 @@ def share(workflow_id: int):
     try:
         sharing.share(workflow, request.form)
     except sharing.ShareRefused as refusal:
-        return _shares_panel(workflow, {refusal.field or "form": refusal.message}, request.form, 422)
+        return _shares_panel(
+            workflow, {refusal.field or "form": refusal.message}, request.form, 422
+        )
     return _shares_panel(workflow)
 
 
@@ -151,17 +173,31 @@ def copy(workflow_id: int):
 # --- The step editor: the form carries every step; each action answers with the whole, checked editor ---
 
 
-def _editor(workflow: Workflow, step_list: list[steps.Step], base_version: int,
-            check: steps.StepsCheck | None = None, message: str | None = None, status: int = 200):
+def _editor(
+    workflow: Workflow,
+    step_list: list[steps.Step],
+    base_version: int,
+    check: steps.StepsCheck | None = None,
+    message: str | None = None,
+    status: int = 200,
+):
     template = "workflows/_editor.html" if _partial_wanted() else "workflows/edit.html"
-    return render_template(template, workflow=workflow, steps=step_list, base_version=base_version,
-                           check=check or steps.StepsCheck(workflow=[], steps={}), message=message), status
+    return render_template(
+        template,
+        workflow=workflow,
+        steps=step_list,
+        base_version=base_version,
+        check=check or steps.StepsCheck(workflow=[], steps={}),
+        message=message,
+    ), status
 
 
 @bp.get("/<int:workflow_id>/edit")
 def edit(workflow_id: int):
     workflow = get_owned_or_404(Workflow, workflow_id)
-    step_list = service.steps_of(service.latest_version(workflow)) or [steps.starter_step("sql", [])]
+    step_list = service.steps_of(service.latest_version(workflow)) or [
+        steps.starter_step("sql", [])
+    ]
     return _editor(workflow, step_list, workflow.latest_version)
 
 
@@ -174,18 +210,31 @@ def add_step(workflow_id: int, kind: str):
         message = f"A workflow has at most {steps.MAX_STEPS} steps."
     else:
         step_list.append(steps.starter_step(kind, step_list))
-    return _editor(workflow, step_list, forms.read_base_version(request.form), check=steps.check_steps(step_list),
-                   message=message)
+    return _editor(
+        workflow,
+        step_list,
+        forms.read_base_version(request.form),
+        check=steps.check_steps(step_list),
+        message=message,
+    )
 
 
 @bp.post("/<int:workflow_id>/editor/<int:index>/<any(up, down, remove):action>")
 def change_step(workflow_id: int, index: int, action: str):
     workflow = get_owned_or_404(Workflow, workflow_id)
     step_list = forms.read_steps(request.form)
-    step_list = (steps.removed(step_list, index) if action == "remove"
-                 else steps.moved(step_list, index, -1 if action == "up" else 1))
+    step_list = (
+        steps.removed(step_list, index)
+        if action == "remove"
+        else steps.moved(step_list, index, -1 if action == "up" else 1)
+    )
     # Checked again: a move or a removal can leave a step reading one that no longer comes before it.
-    return _editor(workflow, step_list, forms.read_base_version(request.form), check=steps.check_steps(step_list))
+    return _editor(
+        workflow,
+        step_list,
+        forms.read_base_version(request.form),
+        check=steps.check_steps(step_list),
+    )
 
 
 @bp.post("/<int:workflow_id>/editor/<int:index>/check")
@@ -196,7 +245,7 @@ def check_step(workflow_id: int, index: int):
     if index >= len(step_list):
         abort(404)
     names = [step.name for step in step_list]
-    errors = steps.check_step(step_list[index], earlier=names[:index], later=names[index + 1:])
+    errors = steps.check_step(step_list[index], earlier=names[:index], later=names[index + 1 :])
     return render_template("workflows/_step_errors.html", index=index, errors=errors)
 
 
@@ -211,8 +260,14 @@ def save(workflow_id: int):
         if error.field == "base_version":
             # Shown once: saving again makes these steps the next version.
             base_version = workflow.latest_version
-        return _editor(workflow, step_list, base_version, check=steps.check_steps(step_list),
-                       message=error.message, status=422)
+        return _editor(
+            workflow,
+            step_list,
+            base_version,
+            check=steps.check_steps(step_list),
+            message=error.message,
+            status=422,
+        )
     flash(f"Saved {workflow.name} as version {saved.version}.", "success")
     return _go(url_for("workflows.detail", workflow_id=workflow.id))
 
@@ -230,7 +285,11 @@ def limit_upload_size(endpoint: str | None, _values: dict | None) -> None:
 
 @bp.errorhandler(RequestEntityTooLarge)
 def upload_too_large(_error):
-    return _data_sources("workflows/_upload.html", status=413, upload_errors={"file": datasets.upload_limit_message()})
+    return _data_sources(
+        "workflows/_upload.html",
+        status=413,
+        upload_errors={"file": datasets.upload_limit_message()},
+    )
 
 
 def _data_sources(partial: str, status: int = 200, **context):
@@ -240,9 +299,14 @@ def _data_sources(partial: str, status: int = 200, **context):
         "warehouses": warehouses,
         "active_warehouses": [w for w in warehouses if w.status == WarehouseStatus.ACTIVE],
         "upload_limit_mb": datasets.upload_limit_mb(),
-        "upload_values": {}, "upload_errors": {}, "imported": None,
-        "sample_values": {"scale_factor_text": "0.01"}, "sample_errors": {},
-        "sample_jobs": [(w, job) for w in warehouses if (job := datasets.sample_data_job(current_user, w))],
+        "upload_values": {},
+        "upload_errors": {},
+        "imported": None,
+        "sample_values": {"scale_factor_text": "0.01"},
+        "sample_errors": {},
+        "sample_jobs": [
+            (w, job) for w in warehouses if (job := datasets.sample_data_job(current_user, w))
+        ],
         **context,
     }
     template = partial if _partial_wanted() else "workflows/datasets.html"
@@ -262,12 +326,22 @@ def upload_dataset():
         warehouse = get_owned_or_404(Warehouse, values["warehouse_id"])
         if not errors:
             try:
-                imported = datasets.import_upload(warehouse, values["table_name"], values["file"].stream,
-                                                  values["file"].filename, current_user)
+                imported = datasets.import_upload(
+                    warehouse,
+                    values["table_name"],
+                    values["file"].stream,
+                    values["file"].filename,
+                    current_user,
+                )
             except DatasetError as error:
                 errors[error.field or "form"] = error.message
-    return _data_sources("workflows/_upload.html", status=422 if errors else 200,
-                         upload_values=values, upload_errors=errors, imported=imported)
+    return _data_sources(
+        "workflows/_upload.html",
+        status=422 if errors else 200,
+        upload_values=values,
+        upload_errors=errors,
+        imported=imported,
+    )
 
 
 @bp.post("/datasets/sample")
@@ -280,8 +354,12 @@ def generate_sample_data():
                 datasets.start_sample_data(current_user, warehouse, values["scale_factor"])
             except DatasetError as error:
                 errors[error.field or "form"] = error.message
-    return _data_sources("workflows/_sample.html", status=422 if errors else 200,
-                         sample_values=values, sample_errors=errors)
+    return _data_sources(
+        "workflows/_sample.html",
+        status=422 if errors else 200,
+        sample_values=values,
+        sample_errors=errors,
+    )
 
 
 @bp.get("/datasets/sample/<int:warehouse_id>")

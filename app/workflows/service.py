@@ -2,6 +2,7 @@
 
 A version is never changed once written; saving writes version `latest_version + 1`.
 """
+
 from __future__ import annotations
 
 from flask import current_app
@@ -22,14 +23,18 @@ class WorkflowActionError(UserFacingError):
 
 
 def user_workflows(owner: User) -> list[Workflow]:
-    statement = select(Workflow).where(Workflow.owner_id == owner.id).order_by(Workflow.updated_at.desc())
+    statement = (
+        select(Workflow).where(Workflow.owner_id == owner.id).order_by(Workflow.updated_at.desc())
+    )
     return list(get_db().exec(statement))
 
 
 def create(owner: User, name: str, description: str) -> Workflow:
     """A workflow without steps yet: its first save in the editor is version 1."""
     db = get_db()
-    if db.exec(select(Workflow.id).where(Workflow.owner_id == owner.id, Workflow.name == name)).first():
+    if db.exec(
+        select(Workflow.id).where(Workflow.owner_id == owner.id, Workflow.name == name)
+    ).first():
         raise WorkflowActionError("You already have a workflow with this name.", field="name")
     workflow = Workflow(owner_id=owner.id, name=name, description=description)
     db.add(workflow)
@@ -37,15 +42,18 @@ def create(owner: User, name: str, description: str) -> Workflow:
         db.commit()
     except IntegrityError:  # the same name, created at the same moment
         db.rollback()
-        raise WorkflowActionError("You already have a workflow with this name.", field="name") from None
+        raise WorkflowActionError(
+            "You already have a workflow with this name.", field="name"
+        ) from None
     current_app.logger.info("user %s created workflow %s", owner.id, workflow.id)
     audit.record("workflow.create", workflow, name=name)
     return workflow
 
 
 def version_of(workflow: Workflow, number: int) -> WorkflowVersion | None:
-    statement = select(WorkflowVersion).where(WorkflowVersion.workflow_id == workflow.id,
-                                              WorkflowVersion.version == number)
+    statement = select(WorkflowVersion).where(
+        WorkflowVersion.workflow_id == workflow.id, WorkflowVersion.version == number
+    )
     return get_db().exec(statement).first()
 
 
@@ -54,8 +62,11 @@ def latest_version(workflow: Workflow) -> WorkflowVersion | None:
 
 
 def versions_of(workflow: Workflow) -> list[WorkflowVersion]:
-    statement = (select(WorkflowVersion).where(WorkflowVersion.workflow_id == workflow.id)
-                 .order_by(WorkflowVersion.version.desc()))
+    statement = (
+        select(WorkflowVersion)
+        .where(WorkflowVersion.workflow_id == workflow.id)
+        .order_by(WorkflowVersion.version.desc())
+    )
     return list(get_db().exec(statement))
 
 
@@ -73,12 +84,15 @@ def save_version(workflow: Workflow, steps: list[Step], base_version: int) -> Wo
     if base_version != workflow.latest_version:
         raise WorkflowActionError(
             f"This workflow was saved as version {workflow.latest_version} after you opened the editor. "
-            "Your changes are still here; save again to make them the next version.", field="base_version")
+            "Your changes are still here; save again to make them the next version.",
+            field="base_version",
+        )
     if workflow.latest_version and steps_of(latest_version(workflow)) == steps:
         raise WorkflowActionError(f"Nothing changed since version {workflow.latest_version}.")
     db = get_db()
-    version = WorkflowVersion(workflow_id=workflow.id, version=workflow.latest_version + 1,
-                              steps=step_model.dumps(steps))
+    version = WorkflowVersion(
+        workflow_id=workflow.id, version=workflow.latest_version + 1, steps=step_model.dumps(steps)
+    )
     workflow.latest_version = version.version
     workflow.updated_at = utcnow()
     db.add(version)
@@ -91,7 +105,8 @@ def save_version(workflow: Workflow, steps: list[Step], base_version: int) -> Wo
         raise WorkflowActionError(
             f"This workflow was saved as version {workflow.latest_version} at the same moment. "
             "Your changes are still here; save again to make them the next version.",
-            field="base_version") from None
+            field="base_version",
+        ) from None
     current_app.logger.info("workflow %s saved as version %s", workflow.id, version.version)
     audit.record("workflow.save", workflow, version=version.version, steps=len(steps))
     return version
@@ -100,11 +115,17 @@ def save_version(workflow: Workflow, steps: list[Step], base_version: int) -> Wo
 def delete(workflow: Workflow) -> None:
     """Delete a workflow; its versions go with it (ON DELETE CASCADE). Refused once it has executions: their history
     (and the tables they wrote, which name the workflow) must keep pointing at it."""
-    if count := get_db().exec(select(func.count()).select_from(Execution)
-                              .where(Execution.workflow_id == workflow.id)).one():
+    if (
+        count := get_db()
+        .exec(
+            select(func.count()).select_from(Execution).where(Execution.workflow_id == workflow.id)
+        )
+        .one()
+    ):
         raise WorkflowActionError(
             f"{workflow.name} has {count} execution{'s' if count != 1 else ''}; a workflow that has run "
-            "stays, so that its history remains readable.")
+            "stays, so that its history remains readable."
+        )
     db = get_db()
     db.delete(workflow)
     db.commit()

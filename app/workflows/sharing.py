@@ -2,6 +2,7 @@
 (also run it). A runner uses their own unit and a warehouse they may write; the execution is
 theirs and records who ran it. Versions stay immutable and the owner's to write: editing,
 deleting, scheduling and sharing stay with the owner (404 for anyone else)."""
+
 from __future__ import annotations
 
 from flask import abort
@@ -23,7 +24,11 @@ MAX_SHARES = 100
 # (`shared_with`), who else has one (`shares_of`).
 _shares = grantees.Shares(Workflow, WorkflowShare, "workflow_id", (VIEW, RUN))
 access_of, accessible_or_404, shared_with, shares_of = (
-    _shares.access_of, _shares.accessible_or_404, _shares.shared_with, _shares.shares_of)
+    _shares.access_of,
+    _shares.accessible_or_404,
+    _shares.shared_with,
+    _shares.shares_of,
+)
 
 
 class ShareRefused(UserFacingError):
@@ -49,7 +54,9 @@ def share(workflow: Workflow, values) -> WorkflowShare:
         db.commit()
     except IntegrityError:  # the same grantee, shared at the same moment by another request
         db.rollback()
-        raise ShareRefused("This workflow was shared with them at the same moment. Look again.") from None
+        raise ShareRefused(
+            "This workflow was shared with them at the same moment. Look again."
+        ) from None
     audit.record("workflow.share", workflow, grantee=grantee.fields, before=before, after=level)
     if before:  # a level changed: runs it no longer allows stop
         enforce_shares(workflow)
@@ -63,7 +70,9 @@ def revoke(workflow: Workflow, share_id: int) -> None:
         abort(404)
     db.delete(row)
     db.commit()
-    audit.record("workflow.unshare", workflow, grantee=grantees.fields_of(row), before=row.level, after=None)
+    audit.record(
+        "workflow.unshare", workflow, grantee=grantees.fields_of(row), before=row.level, after=None
+    )
     enforce_shares(workflow)  # the sharee's runs of it that have not reached a unit stop
 
 
@@ -73,5 +82,10 @@ def copy(user: User, workflow: Workflow, name: str) -> Workflow:
     version = service.latest_version(workflow)
     if version is not None:
         service.save_version(made, service.steps_of(version), 0)
-    audit.record("workflow.copy", made, source_workflow_id=workflow.id, source_version=workflow.latest_version)
+    audit.record(
+        "workflow.copy",
+        made,
+        source_workflow_id=workflow.id,
+        source_version=workflow.latest_version,
+    )
     return made

@@ -8,6 +8,7 @@ SQL gets a lexical check (one query, balanced quotes and parentheses, no referen
 later step), then sqlglot's Spark-dialect parser, which points at the line and column of a
 grammar error. Spark has the final word when the workflow runs.
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,8 +46,11 @@ def starter_step(kind: str, steps: list[Step]) -> Step:
         number += 1
     previous = steps[-1].name if steps else None
     if kind == "python":
-        code = (f"def run(spark, {previous}):\n    return {previous}" if previous
-                else "def run(spark):\n    return spark.range(10)")
+        code = (
+            f"def run(spark, {previous}):\n    return {previous}"
+            if previous
+            else "def run(spark):\n    return spark.range(10)"
+        )
     else:
         code = f"SELECT * FROM {previous}" if previous else "SELECT 1 AS one"
     return Step(name=f"step_{number}", kind=kind, code=code)
@@ -92,7 +96,7 @@ def check_steps(steps: list[Step]) -> StepsCheck:
         result.workflow.append(f"A workflow has at most {MAX_STEPS} steps.")
     names = [step.name for step in steps]
     for index, step in enumerate(steps):
-        if errors := check_step(step, earlier=names[:index], later=names[index + 1:]):
+        if errors := check_step(step, earlier=names[:index], later=names[index + 1 :]):
             result.steps[index] = errors
     return result
 
@@ -130,7 +134,9 @@ def _check_name(name: str, earlier: list[str]) -> str | None:
     return None
 
 
-def _reference_error(reference: str, own_name: str, earlier: list[str], later: list[str]) -> str | None:
+def _reference_error(
+    reference: str, own_name: str, earlier: list[str], later: list[str]
+) -> str | None:
     if reference == own_name:
         return f"The step reads itself (“{reference}”): a step can only read the steps above it."
     if reference in later and reference not in earlier:
@@ -147,8 +153,11 @@ def check_python(code: str, own_name: str, earlier: list[str], later: list[str])
         return [f"{where}{error.msg}."]
     except ValueError as error:  # e.g. a NUL character in the source
         return [f"The code cannot be compiled: {error}."]
-    definitions = [node for node in ast.parse(code).body
-                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "run"]
+    definitions = [
+        node
+        for node in ast.parse(code).body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "run"
+    ]
     if not definitions:
         return ["Define a top-level function run(spark, …) that returns a DataFrame."]
     run = definitions[-1]  # the last definition is the one Python keeps
@@ -164,8 +173,10 @@ def check_python(code: str, own_name: str, earlier: list[str], later: list[str])
     for parameter in positional[1:] + [argument.arg for argument in arguments.kwonlyargs]:
         problem = _reference_error(parameter, own_name, earlier, later)
         if problem is None and parameter not in earlier:
-            problem = (f"run() takes “{parameter}”, but no step above has that name "
-                       f"(steps above: {', '.join(earlier) or 'none'}).")
+            problem = (
+                f"run() takes “{parameter}”, but no step above has that name "
+                f"(steps above: {', '.join(earlier) or 'none'})."
+            )
         if problem:
             errors.append(problem)
     return errors
@@ -189,7 +200,7 @@ def check_sql(code: str, own_name: str, earlier: list[str], later: list[str]) ->
     except _SqlSyntaxError as error:
         return [str(error)]
     for position, token in enumerate(tokens):
-        if token.text == ";" and any(t.text != ";" for t in tokens[position + 1:]):
+        if token.text == ";" and any(t.text != ";" for t in tokens[position + 1 :]):
             return [f"Line {token.line}: one query per step; remove what follows the “;”."]
     tokens = [token for token in tokens if token.text != ";"]
     if not tokens:
@@ -204,8 +215,20 @@ def check_sql(code: str, own_name: str, earlier: list[str], later: list[str]) ->
 
 # sqlglot names a clause left incomplete by its expression class ("… missing for <class '…Where'>").
 _MISSING_PART = re.compile(r"^Required keyword: '\w+' missing for <class '(?:[\w.]+\.)?(\w+)'>")
-_CLAUSE_WORDS = {"EQ": "=", "NEQ": "<>", "GT": ">", "LT": "<", "GTE": ">=", "LTE": "<=", "Add": "+", "Sub": "-",
-                 "Mul": "*", "Div": "/", "And": "AND", "Or": "OR"}
+_CLAUSE_WORDS = {
+    "EQ": "=",
+    "NEQ": "<>",
+    "GT": ">",
+    "LT": "<",
+    "GTE": ">=",
+    "LTE": "<=",
+    "Add": "+",
+    "Sub": "-",
+    "Mul": "*",
+    "Div": "/",
+    "And": "AND",
+    "Or": "OR",
+}
 
 
 def _sql_grammar_error(code: str) -> str | None:
@@ -217,7 +240,9 @@ def _sql_grammar_error(code: str) -> str | None:
         description = detail.get("description") or str(error)
         if missing := _MISSING_PART.match(description):
             part = missing.group(1)
-            description = f"{_CLAUSE_WORDS.get(part, part.upper())} is incomplete: something is missing here"
+            description = (
+                f"{_CLAUSE_WORDS.get(part, part.upper())} is incomplete: something is missing here"
+            )
         line, column = detail.get("line"), detail.get("col")
         where = f"Line {line}, column {column}: " if line else ""
         return f"{where}{description}."
@@ -225,7 +250,16 @@ def _sql_grammar_error(code: str) -> str | None:
 
 
 # What cannot follow a comma in a list (sqlglot accepts `SELECT a,, b` and `SELECT a, FROM t`; Spark does not).
-_AFTER_A_COMMA_NOTHING = {"COMMA", "R_PAREN", "FROM", "WHERE", "GROUP_BY", "ORDER_BY", "HAVING", "LIMIT"}
+_AFTER_A_COMMA_NOTHING = {
+    "COMMA",
+    "R_PAREN",
+    "FROM",
+    "WHERE",
+    "GROUP_BY",
+    "ORDER_BY",
+    "HAVING",
+    "LIMIT",
+}
 
 
 def _sql_empty_item_error(code: str) -> str | None:
@@ -236,18 +270,26 @@ def _sql_empty_item_error(code: str) -> str | None:
         return None
     for comma, following in zip(tokens, tokens[1:]):
         if comma.token_type.name == "COMMA" and following.token_type.name in _AFTER_A_COMMA_NOTHING:
-            return (f"Line {comma.line}, column {comma.col}: nothing between “,” and “{following.text}”; "
-                    "remove the comma or add what goes there.")
+            return (
+                f"Line {comma.line}, column {comma.col}: nothing between “,” and “{following.text}”; "
+                "remove the comma or add what goes there."
+            )
     return None
 
 
-def _sql_reference_errors(tokens: list[_Token], own_name: str, earlier: list[str], later: list[str]) -> list[str]:
+def _sql_reference_errors(
+    tokens: list[_Token], own_name: str, earlier: list[str], later: list[str]
+) -> list[str]:
     """Unqualified names after FROM or JOIN that are this step or a later one.
 
     Names defined in the query itself (WITH name AS (...)) shadow steps and are skipped."""
-    defined = {tokens[i].text.lower() for i in range(len(tokens) - 2)
-               if tokens[i].kind in ("word", "quoted") and tokens[i + 1].text.upper() == "AS"
-               and tokens[i + 2].text == "("}
+    defined = {
+        tokens[i].text.lower()
+        for i in range(len(tokens) - 2)
+        if tokens[i].kind in ("word", "quoted")
+        and tokens[i + 1].text.upper() == "AS"
+        and tokens[i + 2].text == "("
+    }
     errors = []
     for position, token in enumerate(tokens[:-1]):
         if token.kind != "word" or token.text.upper() not in ("FROM", "JOIN"):
@@ -288,11 +330,15 @@ def _sql_tokens(code: str) -> list[_Token]:
             start_line, end = line, _closing_quote(code, i)
             if end < 0:
                 what = "identifier" if char == "`" else "string"
-                raise _SqlSyntaxError(f"Line {start_line}: the {what} opened with {char} is not closed.")
-            text = code[i + 1:end]
+                raise _SqlSyntaxError(
+                    f"Line {start_line}: the {what} opened with {char} is not closed."
+                )
+            text = code[i + 1 : end]
             line += text.count("\n")
             kind = "quoted" if char == "`" else "string"
-            tokens.append(_Token(kind, text.replace("``", "`") if kind == "quoted" else text, start_line))
+            tokens.append(
+                _Token(kind, text.replace("``", "`") if kind == "quoted" else text, start_line)
+            )
             i = end + 1
         elif char.isalpha() or char == "_":
             end = i
@@ -316,8 +362,11 @@ def _sql_tokens(code: str) -> list[_Token]:
 
 # A whole literal by its opening quote: strings escape with a backslash (Spark's default),
 # identifiers double the backtick. Possessive, so an escape is never read back as a closing quote.
-_LITERALS = {"'": re.compile(r"'(?:\\.|[^'\\])*+'", re.S), '"': re.compile(r'"(?:\\.|[^"\\])*+"', re.S),
-             "`": re.compile(r"`(?:``|[^`])*+`")}
+_LITERALS = {
+    "'": re.compile(r"'(?:\\.|[^'\\])*+'", re.S),
+    '"': re.compile(r'"(?:\\.|[^"\\])*+"', re.S),
+    "`": re.compile(r"`(?:``|[^`])*+`"),
+}
 
 
 def _closing_quote(code: str, start: int) -> int:

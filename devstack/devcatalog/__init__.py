@@ -38,6 +38,7 @@ stored and shown, but tables are always dropped at once (SeaweedFS purges synchr
 there are no background tasks and no `WarehouseHasUnfinishedTasks`); remote signing is not
 offered (credentials are vended instead); only S3 storage with access-key credentials.
 """
+
 from __future__ import annotations
 
 import sys
@@ -55,11 +56,22 @@ def devcatalog_process(config: DevCatalogConfig, log_dir: Path) -> ManagedProces
     """The dev catalog (gunicorn on 127.0.0.1:config.port) as a not-yet-started process."""
     return ManagedProcess(
         "devcatalog",
-        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{config.port}",
-         "--workers", "1", "--threads", "8", "--access-logfile", "-",
-         # Its default socket path is per user, so two stacks side by side would share it.
-         "--no-control-socket",
-         "devstack.devcatalog.app:create_app()"],
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--bind",
+            f"127.0.0.1:{config.port}",
+            "--workers",
+            "1",
+            "--threads",
+            "8",
+            "--access-logfile",
+            "-",
+            # Its default socket path is per user, so two stacks side by side would share it.
+            "--no-control-socket",
+            "devstack.devcatalog.app:create_app()",
+        ],
         log_dir=log_dir,
         cwd=PROJECT_ROOT,
         env={ENVIRONMENT_VARIABLE: config.to_json()},

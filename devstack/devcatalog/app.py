@@ -1,4 +1,5 @@
 """The dev catalog's WSGI application: `create_app()` for gunicorn, `create_app(config)` in code."""
+
 from __future__ import annotations
 
 import logging
@@ -83,7 +84,11 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
         # Every management and catalog route that names a warehouse calls it `warehouse_id`.
         warehouse_id = (request.view_args or {}).get("warehouse_id")
         if warehouse_id is not None:
-            require_warehouse(warehouse_id, _warehouse_action(), services.store.relations(warehouse_id, g.caller.user_id))
+            require_warehouse(
+                warehouse_id,
+                _warehouse_action(),
+                services.store.relations(warehouse_id, g.caller.user_id),
+            )
 
     @app.errorhandler(CatalogError)
     def catalog_error(error: CatalogError):
@@ -93,12 +98,19 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
     @app.errorhandler(HTTPException)
     def http_error(error: HTTPException):
         # Unknown paths, wrong methods, malformed ids: still Lakekeeper's error envelope.
-        return catalog_error(CatalogError(error.code or 500, error.name.replace(" ", ""), error.description or ""))
+        return catalog_error(
+            CatalogError(error.code or 500, error.name.replace(" ", ""), error.description or "")
+        )
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded call is noise
     log.info(
         "%s on %s: tokens from %s (audience %s); project admins %s; tables in SeaweedFS at %s",
-        LABEL, config.url, config.oidc_issuer, config.audience, ", ".join(config.project_admins), config.iceberg_url,
+        LABEL,
+        config.url,
+        config.oidc_issuer,
+        config.audience,
+        ", ".join(config.project_admins),
+        config.iceberg_url,
     )
     return app

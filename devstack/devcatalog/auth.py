@@ -15,6 +15,7 @@ Second layer, a stand-in's own: a token whose `scope` claim names warehouses
 reaches only those warehouses, whatever its holder's grants, and may read but not change them
 through the Management API. Lakekeeper ignores such scopes; there the grants alone decide.
 """
+
 from __future__ import annotations
 
 import threading
@@ -40,7 +41,18 @@ WAREHOUSE_ACTIONS = {
 }
 
 # Asymmetric algorithms only: a token signed with a shared secret cannot be checked against a JWKS.
-_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+_ALGORITHMS = [
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+]
 
 
 def unauthorized(message: str) -> CatalogError:
@@ -59,11 +71,15 @@ class TokenVerifier:
         with self._lock:
             if self._keys is None:
                 try:
-                    discovery = httpx.get(f"{self.issuer}/.well-known/openid-configuration", timeout=5.0)
+                    discovery = httpx.get(
+                        f"{self.issuer}/.well-known/openid-configuration", timeout=5.0
+                    )
                     jwks_uri = discovery.raise_for_status().json()["jwks_uri"]
                 except (httpx.HTTPError, ValueError, KeyError):
                     raise CatalogError(
-                        503, "IdentityProviderUnavailable", f"Cannot read the OpenID configuration of {self.issuer}",
+                        503,
+                        "IdentityProviderUnavailable",
+                        f"Cannot read the OpenID configuration of {self.issuer}",
                     ) from None
                 self._keys = jwt.PyJWKClient(jwks_uri, cache_keys=True, lifespan=300, timeout=5)
             return self._keys
@@ -77,12 +93,18 @@ class TokenVerifier:
         try:
             signing_key = keys.get_signing_key_from_jwt(token.strip())
             return jwt.decode(
-                token.strip(), signing_key.key, algorithms=_ALGORITHMS,
-                audience=self.audience, issuer=self.issuer, options={"require": ["exp", "iss", "aud"]},
+                token.strip(),
+                signing_key.key,
+                algorithms=_ALGORITHMS,
+                audience=self.audience,
+                issuer=self.issuer,
+                options={"require": ["exp", "iss", "aud"]},
             )
         except jwt.PyJWKClientConnectionError:
             raise CatalogError(
-                503, "IdentityProviderUnavailable", f"Cannot read the signing keys of {self.issuer}",
+                503,
+                "IdentityProviderUnavailable",
+                f"Cannot read the signing keys of {self.issuer}",
             ) from None
         except jwt.PyJWTError as error:
             raise unauthorized(f"Invalid bearer token: {error}") from None
@@ -99,8 +121,11 @@ class TokenScope:
     def of(cls, claims: dict) -> "TokenScope":
         scope = claims.get("scope") or ""
         words = scope.split() if isinstance(scope, str) else [str(word) for word in scope]
-        named = [word.removeprefix(WAREHOUSE_SCOPE_PREFIX) for word in words
-                 if word.startswith(WAREHOUSE_SCOPE_PREFIX)]
+        named = [
+            word.removeprefix(WAREHOUSE_SCOPE_PREFIX)
+            for word in words
+            if word.startswith(WAREHOUSE_SCOPE_PREFIX)
+        ]
         if not named:
             return cls(None)
         warehouses = set()

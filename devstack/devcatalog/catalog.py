@@ -27,6 +27,7 @@ happens whatever the warehouse's `sts-enabled` says: Lakekeeper would remote-sig
 warehouse without STS, which this stand-in cannot, and vending keeps such clients working as
 they would with Lakekeeper.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,12 @@ from urllib.parse import quote
 from flask import Blueprint, Response, current_app, request
 
 from devstack.devcatalog.auth import caller, may_reach
-from devstack.devcatalog.errors import CatalogError, bad_request, warehouse_forbidden, warehouse_not_found
+from devstack.devcatalog.errors import (
+    CatalogError,
+    bad_request,
+    warehouse_forbidden,
+    warehouse_not_found,
+)
 from devstack.devcatalog.management import DEFAULT_PROJECT_ID
 from devstack.devcatalog.store import Warehouse
 from devstack.devcatalog.vending import (
@@ -58,7 +64,9 @@ REST_PAGE_SIZE = "100"
 _ACCESS_DELEGATION = "X-Iceberg-Access-Delegation"
 # Lakekeeper's keys of a storage credential that its LoadTableResult's `config` does not repeat
 # (`generate_table_config`, crates/lakekeeper/src/service/storage/s3.rs: `creds` only).
-_CREDENTIAL_ONLY = frozenset({"s3.session-token-expires-at-ms", "expiration-time", "client.refresh-credentials-endpoint"})
+_CREDENTIAL_ONLY = frozenset(
+    {"s3.session-token-expires-at-ms", "expiration-time", "client.refresh-credentials-endpoint"}
+)
 _TABLE = re.compile(r"namespaces/[^/]+/tables/[^/]+")
 # The calls whose answer is a LoadTableResult, which carries vended credentials.
 _LOAD_TABLE_RESULTS = (
@@ -90,9 +98,13 @@ def get_config():
     warehouse = store.find_by_name(project_id, name)
     # Names the caller may not reach are refused whether they exist or not, so they reveal nothing.
     restricted = caller().scope.restricted or not caller().project_admin
-    if restricted and (warehouse is None or not may_reach(
-            warehouse.id, "describe", store.relations(warehouse.id, caller().user_id))):
-        raise warehouse_forbidden(f"Warehouse '{name}' is outside what {caller().user_id} may reach")
+    if restricted and (
+        warehouse is None
+        or not may_reach(warehouse.id, "describe", store.relations(warehouse.id, caller().user_id))
+    ):
+        raise warehouse_forbidden(
+            f"Warehouse '{name}' is outside what {caller().user_id} may reach"
+        )
     if warehouse is None or warehouse.status != "active":
         raise warehouse_not_found(name)
     return {
@@ -108,23 +120,37 @@ def _active_warehouse(warehouse_id: uuid.UUID) -> Warehouse:
     return warehouse
 
 
-def _vended_credentials(warehouse: Warehouse, table_location: str, permissions: StoragePermissions,
-                        namespace: str, table: str) -> dict:
+def _vended_credentials(
+    warehouse: Warehouse,
+    table_location: str,
+    permissions: StoragePermissions,
+    namespace: str,
+    table: str,
+) -> dict:
     """A `storage-credentials` entry for `table_location` (or the warehouse's whole table
     bucket, by the catalog's scope) with `permissions`, naming the table's loadCredentials
     endpoint to renew them (Lakekeeper's `client.refresh-credentials-endpoint`)."""
     services, settings = current_app.extensions["devcatalog"], current_app.config
-    location = (table_location if settings["VENDED_CREDENTIALS_SCOPE"] == SCOPE_TABLE
-                else f"s3://{warehouse.table_bucket}/")
+    location = (
+        table_location
+        if settings["VENDED_CREDENTIALS_SCOPE"] == SCOPE_TABLE
+        else f"s3://{warehouse.table_bucket}/"
+    )
     try:
         inside = split_location(location)[0] == warehouse.table_bucket
     except ValueError:
         inside = False
     if not inside:  # the role reaches every warehouse's table bucket: never vend outside this one
-        raise CatalogError(403, "StorageLocationForbidden", f"No credentials for {location}: outside the warehouse")
+        raise CatalogError(
+            403, "StorageLocationForbidden", f"No credentials for {location}: outside the warehouse"
+        )
     lifetime = lifetime_seconds(warehouse.storage_profile, settings["VENDED_CREDENTIALS_SECONDS"])
-    vended = services.seaweed.vend_credentials(location, permissions, max(lifetime, STS_DURATION_RANGE.start),
-                                               session_name=f"lakeport-wh-{warehouse.id.hex}")
+    vended = services.seaweed.vend_credentials(
+        location,
+        permissions,
+        max(lifetime, STS_DURATION_RANGE.start),
+        session_name=f"lakeport-wh-{warehouse.id.hex}",
+    )
     # A profile lifetime below STS's minimum is stated, not granted (`vending.stated_expiry`).
     expires_at_ms = str(int(stated_expiry(vended.expires_at.timestamp(), lifetime) * 1000))
     return {
@@ -141,7 +167,8 @@ def _vended_credentials(warehouse: Warehouse, table_location: str, permissions: 
             "client.region": services.seaweed.region,
             "client.refresh-credentials-endpoint": (
                 f"{request.host_url.rstrip('/')}/catalog/v1/{warehouse.id}/namespaces/{quote(namespace, safe='')}"
-                f"/tables/{quote(table, safe='')}/credentials"),
+                f"/tables/{quote(table, safe='')}/credentials"
+            ),
         },
     }
 
@@ -159,7 +186,9 @@ class _CreatedTables:
         self._lock = threading.Lock()
         self._tables: dict[tuple[uuid.UUID, str, str], tuple[str, str]] = {}
 
-    def add(self, warehouse_id: uuid.UUID, namespace: str, table: str, creator: str, location: str) -> None:
+    def add(
+        self, warehouse_id: uuid.UUID, namespace: str, table: str, creator: str, location: str
+    ) -> None:
         with self._lock:
             self._tables[(warehouse_id, namespace, table)] = (creator, location)
 
@@ -175,7 +204,9 @@ class _CreatedTables:
 _CREATED = _CreatedTables()
 
 
-def _callers_load_permissions(warehouse: Warehouse, namespace: str, table: str) -> StoragePermissions | None:
+def _callers_load_permissions(
+    warehouse: Warehouse, namespace: str, table: str
+) -> StoragePermissions | None:
     """What the caller's grants allow on a table it loads (`vending.load_permissions`); all of it
     on a table it created (`_CreatedTables`)."""
     created = _CREATED.get(warehouse.id, namespace, table)
@@ -191,7 +222,10 @@ def _wants_vended_credentials() -> bool:
 
 
 def _is_load_table_result(rest: str) -> bool:
-    return any(request.method == method and pattern.fullmatch(rest) for method, pattern in _LOAD_TABLE_RESULTS)
+    return any(
+        request.method == method and pattern.fullmatch(rest)
+        for method, pattern in _LOAD_TABLE_RESULTS
+    )
 
 
 def _table_named(rest: str) -> tuple[str, str]:
@@ -206,24 +240,42 @@ def _table_named(rest: str) -> tuple[str, str]:
 def _forward(warehouse: Warehouse, method: str, rest: str, **kwargs):
     # Flask decoded the path; the namespace separator (0x1F) and spaces must be encoded again.
     return current_app.extensions["devcatalog"].seaweed.iceberg_call(
-        method, warehouse.table_bucket, quote(rest, safe="/"), **kwargs,
+        method,
+        warehouse.table_bucket,
+        quote(rest, safe="/"),
+        **kwargs,
     )
 
 
 @catalog.get("/<uuid:warehouse_id>/namespaces/<namespace>/tables/<table>/credentials")
 def load_credentials(warehouse_id: uuid.UUID, namespace: str, table: str):
     warehouse = _active_warehouse(warehouse_id)
-    table_exists = _forward(warehouse, "GET", f"namespaces/{namespace}/tables/{table}", query=b"snapshots=refs")
+    table_exists = _forward(
+        warehouse, "GET", f"namespaces/{namespace}/tables/{table}", query=b"snapshots=refs"
+    )
     staged = _CREATED.get(warehouse.id, namespace, table)
     if not table_exists.is_success and (table_exists.status_code != 404 or staged is None):
         # SeaweedFS's own answer: NoSuchTableException, NoSuchNamespaceException.
-        return Response(table_exists.content, status=table_exists.status_code,
-                        content_type=table_exists.headers.get("content-type"))
+        return Response(
+            table_exists.content,
+            status=table_exists.status_code,
+            content_type=table_exists.headers.get("content-type"),
+        )
     permissions = _callers_load_permissions(warehouse, namespace, table)
     if permissions is None:  # Lakekeeper: AuthZTableActionForbidden for ReadData
-        raise CatalogError(403, "TableActionForbidden", f"{caller().user_id} may not read data of table {table}")
-    location = json.loads(table_exists.content)["metadata"]["location"] if table_exists.is_success else staged[1]
-    return {"storage-credentials": [_vended_credentials(warehouse, location, permissions, namespace, table)]}
+        raise CatalogError(
+            403, "TableActionForbidden", f"{caller().user_id} may not read data of table {table}"
+        )
+    location = (
+        json.loads(table_exists.content)["metadata"]["location"]
+        if table_exists.is_success
+        else staged[1]
+    )
+    return {
+        "storage-credentials": [
+            _vended_credentials(warehouse, location, permissions, namespace, table)
+        ]
+    }
 
 
 @catalog.route("/<uuid:warehouse_id>/<path:rest>", methods=["GET", "HEAD", "POST", "DELETE"])
@@ -232,25 +284,50 @@ def forward(warehouse_id: uuid.UUID, rest: str):
     # SeaweedFS is not asked to vend: the vending rules are Lakekeeper's, applied here.
     headers = {"content-type": request.content_type} if request.content_type else {}
     answer = _forward(
-        warehouse, request.method, rest, query=request.query_string, content=request.get_data(), headers=headers,
+        warehouse,
+        request.method,
+        rest,
+        query=request.query_string,
+        content=request.get_data(),
+        headers=headers,
     )
     body = answer.content
     if answer.is_success and request.method == "DELETE" and _TABLE.fullmatch(rest):
         _CREATED.forget(warehouse.id, *_table_named(rest))
     if answer.is_success and _is_load_table_result(rest):
         namespace, table = _table_named(rest)
-        if request.method == "POST":  # Lakekeeper's: a table the caller creates or registers is theirs
-            _CREATED.add(warehouse.id, namespace, table, caller().user_id, json.loads(body)["metadata"]["location"])
+        if (
+            request.method == "POST"
+        ):  # Lakekeeper's: a table the caller creates or registers is theirs
+            _CREATED.add(
+                warehouse.id,
+                namespace,
+                table,
+                caller().user_id,
+                json.loads(body)["metadata"]["location"],
+            )
     if answer.is_success and _is_load_table_result(rest) and _wants_vended_credentials():
-        permissions = (StoragePermissions.READ_WRITE_DELETE if request.method == "POST"
-                       else _callers_load_permissions(warehouse, namespace, table))
+        permissions = (
+            StoragePermissions.READ_WRITE_DELETE
+            if request.method == "POST"
+            else _callers_load_permissions(warehouse, namespace, table)
+        )
         if permissions is not None:  # Lakekeeper loads the table without credentials then
             result = json.loads(body)
-            credential = _vended_credentials(warehouse, result["metadata"]["location"], permissions,
-                                             namespace, table)
+            credential = _vended_credentials(
+                warehouse, result["metadata"]["location"], permissions, namespace, table
+            )
             # Lakekeeper puts the renewal endpoint and the expiry in the credential only (`creds`).
-            result["config"] = {**(result.get("config") or {}), **{
-                key: value for key, value in credential["config"].items() if key not in _CREDENTIAL_ONLY}}
+            result["config"] = {
+                **(result.get("config") or {}),
+                **{
+                    key: value
+                    for key, value in credential["config"].items()
+                    if key not in _CREDENTIAL_ONLY
+                },
+            }
             result["storage-credentials"] = [credential]
             body = json.dumps(result).encode()
-    return Response(body, status=answer.status_code, content_type=answer.headers.get("content-type"))
+    return Response(
+        body, status=answer.status_code, content_type=answer.headers.get("content-type")
+    )

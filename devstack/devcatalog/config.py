@@ -1,4 +1,5 @@
 """Settings of the Lakekeeper-compatible dev catalog (a development stand-in for Lakekeeper)."""
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,9 @@ class DevCatalogConfig:
     storage_check_timeout: float = 5.0
     # Lakekeeper user ids (`oidc~<sub>`) with the project_admin role in every project: the
     # portal's service identity, as deploy/compose.yaml's bootstrap makes it in Lakekeeper.
-    project_admins: list[str] = field(default_factory=lambda: [lakekeeper_user_id(SERVICE_CLIENT_ID)])
+    project_admins: list[str] = field(
+        default_factory=lambda: [lakekeeper_user_id(SERVICE_CLIENT_ID)]
+    )
     # What vended credentials reach (`vending.SCOPES`): "table", Lakekeeper's rule (the loaded
     # table's location), or "warehouse" (the warehouse's whole table bucket), for engines that
     # bind one set of credentials per warehouse. Lakeport's units reach each table with its own
@@ -58,15 +61,26 @@ class DevCatalogConfig:
 
     @classmethod
     def for_seaweedfs(
-        cls, seaweed: SeaweedConfig, *, port: int, oidc_issuer: str, data_dir: Path, encryption_key: str,
+        cls,
+        seaweed: SeaweedConfig,
+        *,
+        port: int,
+        oidc_issuer: str,
+        data_dir: Path,
+        encryption_key: str,
         audience: str = "lakekeeper",
     ) -> "DevCatalogConfig":
         return cls(
-            port=port, oidc_issuer=oidc_issuer, data_dir=Path(data_dir),
-            s3_endpoint=seaweed.s3_endpoint, iceberg_url=seaweed.iceberg_url,
+            port=port,
+            oidc_issuer=oidc_issuer,
+            data_dir=Path(data_dir),
+            s3_endpoint=seaweed.s3_endpoint,
+            iceberg_url=seaweed.iceberg_url,
             admin_access_key_id=seaweed.admin_access_key_id,
             admin_secret_access_key=seaweed.admin_secret_access_key,
-            encryption_key=encryption_key, audience=audience, s3_region=seaweed.region,
+            encryption_key=encryption_key,
+            audience=audience,
+            s3_region=seaweed.region,
         )
 
     @property

@@ -1,11 +1,14 @@
 """Errors in Lakekeeper's shape: `{"error": {"message", "type", "code"}}` with its type names."""
+
 from __future__ import annotations
 
 import uuid
 
 
 class CatalogError(Exception):
-    def __init__(self, code: int, error_type: str, message: str, stack: list[str] | None = None) -> None:
+    def __init__(
+        self, code: int, error_type: str, message: str, stack: list[str] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.error_type = error_type
@@ -24,8 +27,12 @@ def warehouse_not_found(warehouse: object) -> CatalogError:
     # (crates/lakekeeper/src/service/catalog_store/warehouse.rs): type `NoSuchWarehouseException`,
     # also for a warehouse the caller may not see (`AuthZCannotUseWarehouseId`, service/authz/warehouse.rs).
     if isinstance(warehouse, uuid.UUID):
-        return CatalogError(404, "NoSuchWarehouseException", f"A warehouse with id '{warehouse}' does not exist")
-    return CatalogError(404, "NoSuchWarehouseException", f"A warehouse '{warehouse}' does not exist")
+        return CatalogError(
+            404, "NoSuchWarehouseException", f"A warehouse with id '{warehouse}' does not exist"
+        )
+    return CatalogError(
+        404, "NoSuchWarehouseException", f"A warehouse '{warehouse}' does not exist"
+    )
 
 
 def bad_request(message: str, error_type: str = "BadRequest") -> CatalogError:

@@ -9,6 +9,7 @@ there are no background tasks to wait for. Only project admins create warehouses
 see and manage only the warehouses their grants allow, and a warehouse-scoped token (see `auth`)
 sees only its warehouses and may not change anything here.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,10 +41,26 @@ STORAGE_POLICY = NetworkPolicy(allow_loopback=True, allow_private=True)
 DEV_CATALOG_VERSION = "0.13.3+lakeport-dev-catalog"
 # The S3 profile fields Lakekeeper defines (management-open-api.yaml, S3Profile).
 _S3_PROFILE_FIELDS = {
-    "type", "bucket", "region", "sts-enabled", "key-prefix", "endpoint", "path-style-access", "flavor",
-    "sts-endpoint", "sts-role-arn", "assume-role-arn", "aws-kms-key-arn", "allow-alternative-protocols",
-    "legacy-md5-behavior", "push-s3-delete-disabled", "remote-signing-enabled", "remote-signing-url-style",
-    "storage-layout", "sts-session-tags", "sts-token-validity-seconds",
+    "type",
+    "bucket",
+    "region",
+    "sts-enabled",
+    "key-prefix",
+    "endpoint",
+    "path-style-access",
+    "flavor",
+    "sts-endpoint",
+    "sts-role-arn",
+    "assume-role-arn",
+    "aws-kms-key-arn",
+    "allow-alternative-protocols",
+    "legacy-md5-behavior",
+    "push-s3-delete-disabled",
+    "remote-signing-enabled",
+    "remote-signing-url-style",
+    "storage-layout",
+    "sts-session-tags",
+    "sts-token-validity-seconds",
 }
 
 management = Blueprint("management", __name__, url_prefix="/management/v1")
@@ -57,7 +74,9 @@ def scoped_tokens_only_read():
     warehouse_id = (request.view_args or {}).get("warehouse_id")
     if warehouse_id is None:
         raise project_forbidden("A warehouse-scoped token may not create warehouses")
-    raise warehouse_forbidden(f"A warehouse-scoped token may read warehouse '{warehouse_id}' but not change it")
+    raise warehouse_forbidden(
+        f"A warehouse-scoped token may read warehouse '{warehouse_id}' but not change it"
+    )
 
 
 def _services():
@@ -70,8 +89,11 @@ def request_project_id() -> str:
     # default project); any id of letters, digits, '-' and '_', not only UUIDs, taken as written.
     project_id = (request.headers.get("x-project-id") or "").strip() or DEFAULT_PROJECT_ID
     if not all(c.isalnum() or c in "-_" for c in project_id):
-        raise bad_request("Project IDs may only contain alphanumeric characters, hyphens and underscores. "
-                          f"Got: `{project_id}`", "MalformedProjectID")
+        raise bad_request(
+            "Project IDs may only contain alphanumeric characters, hyphens and underscores. "
+            f"Got: `{project_id}`",
+            "MalformedProjectID",
+        )
     return project_id
 
 
@@ -100,7 +122,8 @@ def _validated_name(name: object) -> str:
 def _s3_profile(raw: object) -> dict:
     if not isinstance(raw, dict) or raw.get("type") != "s3":
         raise bad_request(
-            "The Lakekeeper-compatible dev catalog supports S3 storage profiles only", "UnsupportedStorageProfile",
+            "The Lakekeeper-compatible dev catalog supports S3 storage profiles only",
+            "UnsupportedStorageProfile",
         )
     for name, kind in (("bucket", str), ("region", str), ("sts-enabled", bool)):
         if not isinstance(raw.get(name), kind) or raw.get(name) == "":
@@ -114,14 +137,27 @@ def _s3_profile(raw: object) -> dict:
 
 def _s3_credentials(raw: object) -> S3Credentials:
     if raw is None:
-        raise bad_request("Credential is missing, a credential is required for storage `s3`", "MissingCredentialError")
-    if not isinstance(raw, dict) or raw.get("type") != "s3" or raw.get("credential-type") != "access-key":
+        raise bad_request(
+            "Credential is missing, a credential is required for storage `s3`",
+            "MissingCredentialError",
+        )
+    if (
+        not isinstance(raw, dict)
+        or raw.get("type") != "s3"
+        or raw.get("credential-type") != "access-key"
+    ):
         raise CatalogError(
-            501, "UnsupportedCredentialError",
+            501,
+            "UnsupportedCredentialError",
             "Credential not supported: the dev catalog takes S3 access-key credentials only",
         )
     access_key_id, secret = raw.get("access-key-id"), raw.get("secret-access-key")
-    if not isinstance(access_key_id, str) or not isinstance(secret, str) or not access_key_id or not secret:
+    if (
+        not isinstance(access_key_id, str)
+        or not isinstance(secret, str)
+        or not access_key_id
+        or not secret
+    ):
         raise bad_request("An access-key credential needs 'access-key-id' and 'secret-access-key'")
     return S3Credentials(access_key_id, secret)
 
@@ -130,20 +166,34 @@ def _delete_profile(raw: object) -> dict:
     if raw == {"type": "hard"}:
         return raw
     if (
-        isinstance(raw, dict) and raw.get("type") == "soft" and set(raw) == {"type", "expiration-seconds"}
-        and isinstance(raw["expiration-seconds"], int) and raw["expiration-seconds"] >= 0
+        isinstance(raw, dict)
+        and raw.get("type") == "soft"
+        and set(raw) == {"type", "expiration-seconds"}
+        and isinstance(raw["expiration-seconds"], int)
+        and raw["expiration-seconds"] >= 0
     ):
         return raw
-    raise bad_request('Delete profile must be {"type": "hard"} or {"type": "soft", "expiration-seconds": N}')
+    raise bad_request(
+        'Delete profile must be {"type": "hard"} or {"type": "soft", "expiration-seconds": N}'
+    )
 
 
 def _validate_storage(location: S3Location, credentials: S3Credentials) -> None:
     """Lakekeeper's storage validation: write, read, list and delete a probe object."""
-    report = probe_storage(location, credentials, policy=STORAGE_POLICY, timeout=current_app.config["STORAGE_CHECK_TIMEOUT"])
+    report = probe_storage(
+        location,
+        credentials,
+        policy=STORAGE_POLICY,
+        timeout=current_app.config["STORAGE_CHECK_TIMEOUT"],
+    )
     if not report.ok:
         raise CatalogError(
-            400, "IoOperationFailed", f"IO Operation failed during Validation: {report.summary()}",
-            stack=[f"{check.name}: {check.outcome.value}: {check.message}" for check in report.checks],
+            400,
+            "IoOperationFailed",
+            f"IO Operation failed during Validation: {report.summary()}",
+            stack=[
+                f"{check.name}: {check.outcome.value}: {check.message}" for check in report.checks
+            ],
         )
 
 
@@ -191,8 +241,14 @@ def create_warehouse():
 
     warehouse_id = uuid.uuid4()
     draft = Warehouse(
-        id=warehouse_id, project_id=project_id, name=name, storage_profile=profile, delete_profile=delete_profile,
-        status="active", table_bucket=warehouse_table_bucket(profile["bucket"], warehouse_id), table_bucket_arn="",
+        id=warehouse_id,
+        project_id=project_id,
+        name=name,
+        storage_profile=profile,
+        delete_profile=delete_profile,
+        status="active",
+        table_bucket=warehouse_table_bucket(profile["bucket"], warehouse_id),
+        table_bucket_arn="",
     )
     # Lakekeeper's order: storage validation, then overlap, then the name (a database constraint).
     _validate_storage(draft.location, credentials)
@@ -207,7 +263,9 @@ def create_warehouse():
 
     arn = seaweed.create_table_bucket(draft.table_bucket)
     try:
-        created = store.add(dataclasses.replace(draft, table_bucket_arn=arn), credentials, caller().user_id)
+        created = store.add(
+            dataclasses.replace(draft, table_bucket_arn=arn), credentials, caller().user_id
+        )
     except CatalogError:
         seaweed.delete_table_bucket(draft.table_bucket, arn)
         raise
@@ -220,7 +278,11 @@ def list_warehouses():
     statuses = ("active",)
     project_id = request.args.get("projectId") or request_project_id()
     store, user_id = _services().store, caller().user_id
-    visible = [w for w in store.list(project_id, statuses) if may_reach(w.id, "describe", store.relations(w.id, user_id))]
+    visible = [
+        w
+        for w in store.list(project_id, statuses)
+        if may_reach(w.id, "describe", store.relations(w.id, user_id))
+    ]
     return {"warehouses": [w.as_api() for w in visible]}
 
 
@@ -233,7 +295,9 @@ def get_warehouse(warehouse_id: uuid.UUID):
 def delete_warehouse(warehouse_id: uuid.UUID):
     warehouse = _warehouse(warehouse_id)
     seaweed = _services().seaweed
-    not_empty = CatalogError(409, "WarehouseNotEmpty", "Warehouse is not empty. Cannot delete a non-empty warehouse.")
+    not_empty = CatalogError(
+        409, "WarehouseNotEmpty", "Warehouse is not empty. Cannot delete a non-empty warehouse."
+    )
     # Checked first so that a refused delete leaves the namespaces alone.
     if seaweed.has_tables(warehouse.table_bucket_arn):
         raise not_empty

@@ -9,6 +9,7 @@ path is parsed from the raw request line before routing, and such a path is refu
 path trick reaches another warehouse. The one encoding Iceberg REST needs inside a segment, the
 namespace separator `%1F`, is kept.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,7 +31,11 @@ def path_trick(message: str) -> CatalogError:
 
 def raw_path(request: Request) -> str:
     """The path as the client sent it, still encoded (gunicorn's RAW_URI, Werkzeug's REQUEST_URI)."""
-    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or request.environ.get("PATH_INFO", "")
+    raw = (
+        request.environ.get("RAW_URI")
+        or request.environ.get("REQUEST_URI")
+        or request.environ.get("PATH_INFO", "")
+    )
     return raw.split("?", 1)[0].split("#", 1)[0]
 
 

@@ -14,6 +14,7 @@ authorizer adds and the portal uses (management-open-api.yaml, tags `user` and
   identity makes a role per shared group). A user holds what its roles hold, read on every
   request, so a membership or grant taken away counts at the next call.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -22,11 +23,15 @@ from flask import Blueprint, current_app, request
 
 from app.lakekeeper.resources import WAREHOUSE_RELATIONS
 from devstack.devcatalog.auth import caller
-from devstack.devcatalog.errors import CatalogError, bad_request, project_forbidden, warehouse_not_found
+from devstack.devcatalog.errors import (
+    CatalogError,
+    bad_request,
+    project_forbidden,
+    warehouse_not_found,
+)
 from devstack.devcatalog.management import request_project_id
 
 permissions = Blueprint("permissions", __name__, url_prefix="/management/v1")
-
 
 
 def _store():
@@ -36,8 +41,14 @@ def _store():
 @permissions.before_request
 def scoped_tokens_change_no_grants():
     # An execution's warehouse-scoped token may register its own user, never change grants.
-    if caller().scope.restricted and request.method == "POST" and request.endpoint != "permissions.provision_user":
-        raise CatalogError(403, "WarehouseActionForbidden", "A warehouse-scoped token may not change grants")
+    if (
+        caller().scope.restricted
+        and request.method == "POST"
+        and request.endpoint != "permissions.provision_user"
+    ):
+        raise CatalogError(
+            403, "WarehouseActionForbidden", "A warehouse-scoped token may not change grants"
+        )
 
 
 def _register_caller(how: str) -> bool:
@@ -46,7 +57,9 @@ def _register_caller(how: str) -> bool:
     name = claims.get("name") or claims.get("preferred_username")
     # Lakekeeper takes a token without a person's name for an application's.
     user_type = "human" if name else "application"
-    return _store().save_user(caller().user_id, str(name or claims.get("sub")), claims.get("email"), user_type, how)
+    return _store().save_user(
+        caller().user_id, str(name or claims.get("sub")), claims.get("email"), user_type, how
+    )
 
 
 @permissions.post("/user")
@@ -57,7 +70,8 @@ def provision_user():
     user_id = body.get("id")
     if user_id is not None and user_id != caller().user_id:
         raise CatalogError(
-            403, "ServerActionForbidden",
+            403,
+            "ServerActionForbidden",
             f"{caller().user_id} may not provision other users: that needs the server's admin or operator",
         )
     existing = _store().user(caller().user_id)
@@ -96,7 +110,9 @@ def _assignments(raw: object, field: str) -> list[tuple[str, str]]:
     pairs = []
     for item in raw:
         if not isinstance(item, dict) or item.get("type") not in WAREHOUSE_RELATIONS:
-            raise bad_request(f"Each assignment in '{field}' needs a 'type', one of {', '.join(sorted(WAREHOUSE_RELATIONS))}")
+            raise bad_request(
+                f"Each assignment in '{field}' needs a 'type', one of {', '.join(sorted(WAREHOUSE_RELATIONS))}"
+            )
         pairs.append((item["type"], _holder(item)))
     return pairs
 
@@ -132,7 +148,9 @@ def _project_admin_only() -> None:
 def warehouse_assignments(warehouse_id: uuid.UUID):
     _existing_warehouse(warehouse_id)
     # Every relation: Lakekeeper 0.13.3 answers 400 to a `relations` filter (app.py).
-    grants = [_assignment_to_api(relation, user) for relation, user in _store().grants(warehouse_id)]
+    grants = [
+        _assignment_to_api(relation, user) for relation, user in _store().grants(warehouse_id)
+    ]
     return {"assignments": grants}
 
 
@@ -142,7 +160,10 @@ def update_warehouse_assignments(warehouse_id: uuid.UUID):
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise bad_request("Expected a JSON object as the request body")
-    writes, deletes = _assignments(body.get("writes"), "writes"), _assignments(body.get("deletes"), "deletes")
+    writes, deletes = (
+        _assignments(body.get("writes"), "writes"),
+        _assignments(body.get("deletes"), "deletes"),
+    )
     _store().update_grants(warehouse_id, writes, deletes)
     return "", 204
 
@@ -151,7 +172,11 @@ def update_warehouse_assignments(warehouse_id: uuid.UUID):
 def create_role():
     _project_admin_only()
     body = request.get_json(silent=True)
-    if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not body["name"].strip():
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("name"), str)
+        or not body["name"].strip()
+    ):
         raise bad_request("A role needs a 'name'")
     return _store().add_role(request_project_id(), body["name"], body.get("description")), 201
 
@@ -192,12 +217,15 @@ def update_role_assignments(role_id: uuid.UUID):
 
     def members(field: str) -> list[str]:
         raw = body.get(field) or []
-        if not isinstance(raw, list) or any(not isinstance(item, dict) or item.get("type") != "assignee"
-                                            for item in raw):
+        if not isinstance(raw, list) or any(
+            not isinstance(item, dict) or item.get("type") != "assignee" for item in raw
+        ):
             raise bad_request(f"'{field}' must be a list of assignee assignments")
         users = [_holder(item) for item in raw]
         if any(user.startswith(ROLE_HOLDER) for user in users):
-            raise CatalogError(501, "NestedRolesNotSupported", "The dev catalog's roles have users as members")
+            raise CatalogError(
+                501, "NestedRolesNotSupported", "The dev catalog's roles have users as members"
+            )
         return users
 
     _store().update_role_members(role_id, members("writes"), members("deletes"))

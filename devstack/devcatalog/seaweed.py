@@ -10,6 +10,7 @@ of the warehouse-credentials role, with Lakekeeper's session policy (`vending.st
 SeaweedFS enforces it, the `s3:prefix` condition on listing included, and refuses a
 `DurationSeconds` outside 900..43200 as AWS does.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -45,7 +46,9 @@ class VendedCredentials:
 
 
 def _backend_error(what: str, response: httpx.Response | None = None) -> CatalogError:
-    detail = f" (HTTP {response.status_code}: {response.text[:200]})" if response is not None else ""
+    detail = (
+        f" (HTTP {response.status_code}: {response.text[:200]})" if response is not None else ""
+    )
     return CatalogError(502, "StorageBackendError", f"SeaweedFS failed to {what}{detail}")
 
 
@@ -55,7 +58,9 @@ class SeaweedCatalog:
         self.iceberg_url = config.iceberg_url.rstrip("/")
         self.admin = S3Credentials(config.admin_access_key_id, config.admin_secret_access_key)
         self.region = config.s3_region
-        self.tables_api = httpx.Client(auth=SigV4Auth(self.admin, config.s3_region, "s3tables"), timeout=15.0)
+        self.tables_api = httpx.Client(
+            auth=SigV4Auth(self.admin, config.s3_region, "s3tables"), timeout=15.0
+        )
         self.sts = httpx.Client(auth=SigV4Auth(self.admin, config.s3_region, "sts"), timeout=15.0)
         self.iceberg = httpx.Client(timeout=60.0)
         self._token: tuple[str, float] | None = None
@@ -66,15 +71,21 @@ class SeaweedCatalog:
     def _tables_call(self, operation: str, body: dict, what: str) -> httpx.Response:
         try:
             return self.tables_api.post(
-                f"{self.s3_endpoint}/", json=body,
-                headers={"x-amz-target": f"S3Tables.{operation}", "content-type": "application/x-amz-json-1.1"},
+                f"{self.s3_endpoint}/",
+                json=body,
+                headers={
+                    "x-amz-target": f"S3Tables.{operation}",
+                    "content-type": "application/x-amz-json-1.1",
+                },
             )
         except httpx.HTTPError:
             raise _backend_error(what) from None
 
     def create_table_bucket(self, name: str) -> str:
         """Create the table bucket and wait until the Iceberg catalog serves it; returns its ARN."""
-        response = self._tables_call("CreateTableBucket", {"name": name}, f"create table bucket {name}")
+        response = self._tables_call(
+            "CreateTableBucket", {"name": name}, f"create table bucket {name}"
+        )
         if not response.is_success:
             raise _backend_error(f"create table bucket {name}", response)
         deadline = time.monotonic() + 10
@@ -85,7 +96,9 @@ class SeaweedCatalog:
         return response.json()["arn"]
 
     def has_tables(self, arn: str) -> bool:
-        response = self._tables_call("ListTables", {"tableBucketARN": arn, "maxTables": 1}, "list tables")
+        response = self._tables_call(
+            "ListTables", {"tableBucketARN": arn, "maxTables": 1}, "list tables"
+        )
         if not response.is_success:
             raise _backend_error("list tables", response)
         return bool(response.json().get("tables"))
@@ -97,14 +110,20 @@ class SeaweedCatalog:
         if not response.is_success:
             raise _backend_error("list namespaces", response)
         # Deepest first: a parent namespace cannot go before its children.
-        namespaces = sorted((entry["namespace"] for entry in response.json().get("namespaces") or []), key=len)
+        namespaces = sorted(
+            (entry["namespace"] for entry in response.json().get("namespaces") or []), key=len
+        )
         for namespace in reversed(namespaces):
-            dropped = self.iceberg_call("DELETE", name, f"namespaces/{quote(chr(0x1F).join(namespace), safe='')}")
+            dropped = self.iceberg_call(
+                "DELETE", name, f"namespaces/{quote(chr(0x1F).join(namespace), safe='')}"
+            )
             if dropped.status_code == 409:
                 raise TableBucketNotEmpty(name)
             if dropped.status_code not in (204, 404):
                 raise _backend_error(f"drop namespace {'.'.join(namespace)}", dropped)
-        response = self._tables_call("DeleteTableBucket", {"tableBucketARN": arn}, f"delete table bucket {name}")
+        response = self._tables_call(
+            "DeleteTableBucket", {"tableBucketARN": arn}, f"delete table bucket {name}"
+        )
         if response.status_code == 409:
             raise TableBucketNotEmpty(name)
         if not response.is_success and response.status_code != 404:
@@ -113,7 +132,11 @@ class SeaweedCatalog:
     # --- vended credentials -------------------------------------------------------------
 
     def vend_credentials(
-        self, location: str, permissions: StoragePermissions, lifetime_seconds: int, session_name: str,
+        self,
+        location: str,
+        permissions: StoragePermissions,
+        lifetime_seconds: int,
+        session_name: str,
     ) -> VendedCredentials:
         """Fresh STS credentials for the objects under `location` (`s3://bucket/key/`), doing
         what `permissions` allow, valid `lifetime_seconds`. `session_name` (letters, digits,
@@ -121,11 +144,17 @@ class SeaweedCatalog:
         bucket, key_prefix = split_location(location)
         what = f"vend credentials for {location}"
         try:
-            response = self.sts.post(f"{self.s3_endpoint}/", data={
-                "Action": "AssumeRole", "Version": "2011-06-15",
-                "RoleArn": WAREHOUSE_CREDENTIALS_ROLE, "RoleSessionName": session_name,
-                "DurationSeconds": str(lifetime_seconds), "Policy": sts_policy(bucket, key_prefix, permissions),
-            })
+            response = self.sts.post(
+                f"{self.s3_endpoint}/",
+                data={
+                    "Action": "AssumeRole",
+                    "Version": "2011-06-15",
+                    "RoleArn": WAREHOUSE_CREDENTIALS_ROLE,
+                    "RoleSessionName": session_name,
+                    "DurationSeconds": str(lifetime_seconds),
+                    "Policy": sts_policy(bucket, key_prefix, permissions),
+                },
+            )
         except httpx.HTTPError:
             raise _backend_error(what) from None
         if not response.is_success:
@@ -134,11 +163,13 @@ class SeaweedCatalog:
             answer = ElementTree.fromstring(response.content).find(".//{*}Credentials")
             return VendedCredentials(
                 S3Credentials(
-                    answer.findtext("{*}AccessKeyId"), answer.findtext("{*}SecretAccessKey"),
+                    answer.findtext("{*}AccessKeyId"),
+                    answer.findtext("{*}SecretAccessKey"),
                     answer.findtext("{*}SessionToken"),
                 ),
                 datetime.datetime.fromisoformat(answer.findtext("{*}Expiration")),
-                f"s3://{bucket}/{key_prefix}", permissions,
+                f"s3://{bucket}/{key_prefix}",
+                permissions,
             )
         except (ElementTree.ParseError, AttributeError, TypeError, ValueError):
             # Not `response` itself: a garbled answer may still hold a secret.
@@ -150,30 +181,47 @@ class SeaweedCatalog:
         with self._token_lock:
             if self._token is None or time.monotonic() > self._token[1]:
                 try:
-                    response = self.iceberg.post(f"{self.iceberg_url}/v1/oauth/tokens", data={
-                        "grant_type": "client_credentials",
-                        "client_id": self.admin.access_key_id,
-                        "client_secret": self.admin.secret_access_key,
-                    })
+                    response = self.iceberg.post(
+                        f"{self.iceberg_url}/v1/oauth/tokens",
+                        data={
+                            "grant_type": "client_credentials",
+                            "client_id": self.admin.access_key_id,
+                            "client_secret": self.admin.secret_access_key,
+                        },
+                    )
                 except httpx.HTTPError:
                     raise _backend_error("issue a catalog token") from None
                 if not response.is_success:
                     raise _backend_error("issue a catalog token", response)
                 answer = response.json()
-                expires_at = time.monotonic() + answer.get("expires_in", 3600) - _TOKEN_REFRESH_MARGIN_SECONDS
+                expires_at = (
+                    time.monotonic()
+                    + answer.get("expires_in", 3600)
+                    - _TOKEN_REFRESH_MARGIN_SECONDS
+                )
                 self._token = (answer["access_token"], expires_at)
             return self._token[0]
 
     def iceberg_call(
-        self, method: str, table_bucket: str, path: str, *, query: bytes = b"",
-        content: bytes = b"", headers: dict[str, str] | None = None,
+        self,
+        method: str,
+        table_bucket: str,
+        path: str,
+        *,
+        query: bytes = b"",
+        content: bytes = b"",
+        headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         """One call to SeaweedFS's Iceberg REST catalog, under the table bucket's prefix.
         `path` follows `/v1/<prefix>/` and is already URL-encoded."""
-        url = f"{self.iceberg_url}/v1/{table_bucket}/{path}" + (f"?{query.decode('ascii')}" if query else "")
+        url = f"{self.iceberg_url}/v1/{table_bucket}/{path}" + (
+            f"?{query.decode('ascii')}" if query else ""
+        )
         try:
             return self.iceberg.request(
-                method, url, content=content,
+                method,
+                url,
+                content=content,
                 headers={**(headers or {}), "authorization": f"Bearer {self._bearer_token()}"},
             )
         except httpx.HTTPError:

@@ -6,6 +6,7 @@ Credentials sit in their own table, encrypted with Fernet. The dev catalog keeps
 Lakekeeper does but never reads them back: its tables live in SeaweedFS table buckets that it
 reaches with its own admin key. API answers carry the credential's type, never its values.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -89,8 +90,11 @@ class Warehouse:
     def location(self) -> S3Location:
         profile = self.storage_profile
         return S3Location(
-            bucket=profile["bucket"], region=profile["region"], key_prefix=profile.get("key-prefix") or "",
-            endpoint=profile.get("endpoint"), path_style=profile.get("path-style-access"),
+            bucket=profile["bucket"],
+            region=profile["region"],
+            key_prefix=profile.get("key-prefix") or "",
+            endpoint=profile.get("endpoint"),
+            path_style=profile.get("path-style-access"),
         )
 
     def as_api(self) -> dict:
@@ -142,14 +146,23 @@ class WarehouseStore:
     @staticmethod
     def _warehouse(row: sqlite3.Row) -> Warehouse:
         return Warehouse(
-            id=uuid.UUID(row["id"]), project_id=row["project_id"], name=row["name"],
-            storage_profile=json.loads(row["storage_profile"]), delete_profile=json.loads(row["delete_profile"]),
-            status=row["status"], table_bucket=row["table_bucket"], table_bucket_arn=row["table_bucket_arn"],
-            updated_at=row["updated_at"], has_credential=bool(row["has_credential"]),
+            id=uuid.UUID(row["id"]),
+            project_id=row["project_id"],
+            name=row["name"],
+            storage_profile=json.loads(row["storage_profile"]),
+            delete_profile=json.loads(row["delete_profile"]),
+            status=row["status"],
+            table_bucket=row["table_bucket"],
+            table_bucket_arn=row["table_bucket_arn"],
+            updated_at=row["updated_at"],
+            has_credential=bool(row["has_credential"]),
         )
 
     def _encrypt(self, credentials: S3Credentials) -> bytes:
-        plain = {"access-key-id": credentials.access_key_id, "secret-access-key": credentials.secret_access_key}
+        plain = {
+            "access-key-id": credentials.access_key_id,
+            "secret-access-key": credentials.secret_access_key,
+        }
         return self.fernet.encrypt(json.dumps(plain).encode())
 
     def add(self, warehouse: Warehouse, credentials: S3Credentials, owner_id: str) -> Warehouse:
@@ -158,15 +171,25 @@ class WarehouseStore:
             with self._connect() as connection:
                 connection.execute(
                     "INSERT INTO warehouse VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (str(warehouse.id), warehouse.project_id, warehouse.name,
-                     json.dumps(warehouse.storage_profile), json.dumps(warehouse.delete_profile),
-                     warehouse.status, warehouse.table_bucket, warehouse.table_bucket_arn, None),
+                    (
+                        str(warehouse.id),
+                        warehouse.project_id,
+                        warehouse.name,
+                        json.dumps(warehouse.storage_profile),
+                        json.dumps(warehouse.delete_profile),
+                        warehouse.status,
+                        warehouse.table_bucket,
+                        warehouse.table_bucket_arn,
+                        None,
+                    ),
                 )
                 connection.execute(
-                    "INSERT INTO storage_secret VALUES (?, ?)", (str(warehouse.id), self._encrypt(credentials)),
+                    "INSERT INTO storage_secret VALUES (?, ?)",
+                    (str(warehouse.id), self._encrypt(credentials)),
                 )
                 connection.execute(
-                    "INSERT INTO warehouse_grant VALUES (?, 'ownership', ?)", (str(warehouse.id), owner_id),
+                    "INSERT INTO warehouse_grant VALUES (?, 'ownership', ?)",
+                    (str(warehouse.id), owner_id),
                 )
         except sqlite3.IntegrityError:
             raise name_taken(warehouse.name, warehouse.project_id) from None
@@ -174,17 +197,22 @@ class WarehouseStore:
 
     def get(self, warehouse_id: uuid.UUID) -> Warehouse | None:
         with self._connect() as connection:
-            row = connection.execute(f"{self._SELECT} WHERE warehouse.id = ?", (str(warehouse_id),)).fetchone()
+            row = connection.execute(
+                f"{self._SELECT} WHERE warehouse.id = ?", (str(warehouse_id),)
+            ).fetchone()
         return self._warehouse(row) if row else None
 
     def find_by_name(self, project_id: str, name: str) -> Warehouse | None:
         with self._connect() as connection:
             row = connection.execute(
-                f"{self._SELECT} WHERE project_id = ? AND name = ?", (project_id, name),
+                f"{self._SELECT} WHERE project_id = ? AND name = ?",
+                (project_id, name),
             ).fetchone()
         return self._warehouse(row) if row else None
 
-    def list(self, project_id: str, statuses: tuple[str, ...] = ("active", "inactive")) -> list[Warehouse]:
+    def list(
+        self, project_id: str, statuses: tuple[str, ...] = ("active", "inactive")
+    ) -> list[Warehouse]:
         marks = ",".join("?" * len(statuses))
         with self._connect() as connection:
             rows = connection.execute(
@@ -196,7 +224,8 @@ class WarehouseStore:
     def _update(self, warehouse_id: uuid.UUID, column: str, value: str) -> Warehouse:
         with self._connect() as connection:
             connection.execute(
-                f"UPDATE warehouse SET {column} = ?, updated_at = ? WHERE id = ?", (value, _now(), str(warehouse_id)),
+                f"UPDATE warehouse SET {column} = ?, updated_at = ? WHERE id = ?",
+                (value, _now(), str(warehouse_id)),
             )
         return self.get(warehouse_id)
 
@@ -215,41 +244,53 @@ class WarehouseStore:
     def set_credentials(self, warehouse_id: uuid.UUID, credentials: S3Credentials) -> Warehouse:
         with self._connect() as connection:
             connection.execute(
-                "INSERT OR REPLACE INTO storage_secret VALUES (?, ?)", (str(warehouse_id), self._encrypt(credentials)),
+                "INSERT OR REPLACE INTO storage_secret VALUES (?, ?)",
+                (str(warehouse_id), self._encrypt(credentials)),
             )
-            connection.execute("UPDATE warehouse SET updated_at = ? WHERE id = ?", (_now(), str(warehouse_id)))
+            connection.execute(
+                "UPDATE warehouse SET updated_at = ? WHERE id = ?", (_now(), str(warehouse_id))
+            )
         return self.get(warehouse_id)
 
     def delete(self, warehouse_id: uuid.UUID) -> None:
         with self._connect() as connection:
             connection.execute("DELETE FROM warehouse WHERE id = ?", (str(warehouse_id),))
 
-
     # --- Users and grants ---
 
     def user(self, user_id: str) -> dict | None:
         """The user as Lakekeeper's `User`, or None."""
         with self._connect() as connection:
-            row = connection.execute("SELECT * FROM catalog_user WHERE id = ?", (user_id,)).fetchone()
+            row = connection.execute(
+                "SELECT * FROM catalog_user WHERE id = ?", (user_id,)
+            ).fetchone()
         if row is None:
             return None
         return {
-            "id": row["id"], "name": row["name"], "email": row["email"], "user-type": row["user_type"],
-            "last-updated-with": row["last_updated_with"], "created-at": row["created_at"],
+            "id": row["id"],
+            "name": row["name"],
+            "email": row["email"],
+            "user-type": row["user_type"],
+            "last-updated-with": row["last_updated_with"],
+            "created-at": row["created_at"],
             "updated-at": row["updated_at"],
         }
 
-    def save_user(self, user_id: str, name: str, email: str | None, user_type: str, how: str) -> bool:
+    def save_user(
+        self, user_id: str, name: str, email: str | None, user_type: str, how: str
+    ) -> bool:
         """Create the user, or update the one with that id; True if it was created."""
         now = _now()
         with self._connect() as connection:
             updated = connection.execute(
                 "UPDATE catalog_user SET name = ?, email = ?, user_type = ?, last_updated_with = ?, updated_at = ? "
-                "WHERE id = ?", (name, email, user_type, how, now, user_id),
+                "WHERE id = ?",
+                (name, email, user_type, how, now, user_id),
             ).rowcount
             if not updated:
                 connection.execute(
-                    "INSERT INTO catalog_user VALUES (?, ?, ?, ?, ?, ?, NULL)", (user_id, name, email, user_type, how, now),
+                    "INSERT INTO catalog_user VALUES (?, ?, ?, ?, ?, ?, NULL)",
+                    (user_id, name, email, user_type, how, now),
                 )
         return not updated
 
@@ -278,24 +319,41 @@ class WarehouseStore:
     def add_role(self, project_id: str, name: str, description: str | None) -> dict:
         role_id = str(uuid.uuid4())
         with self._connect() as connection:
-            connection.execute("INSERT INTO catalog_role VALUES (?, ?, ?, ?, ?)",
-                               (role_id, project_id, name, description, _now()))
+            connection.execute(
+                "INSERT INTO catalog_role VALUES (?, ?, ?, ?, ?)",
+                (role_id, project_id, name, description, _now()),
+            )
         return self.role(uuid.UUID(role_id))
 
     def role(self, role_id: uuid.UUID) -> dict | None:
         """The role as Lakekeeper's `Role`, or None."""
         with self._connect() as connection:
-            row = connection.execute("SELECT * FROM catalog_role WHERE id = ?", (str(role_id),)).fetchone()
+            row = connection.execute(
+                "SELECT * FROM catalog_role WHERE id = ?", (str(role_id),)
+            ).fetchone()
         if row is None:
             return None
-        return {"id": row["id"], "ident": f"lakekeeper~{row['id']}", "provider-id": "lakekeeper",
-                "source-id": row["id"], "name": row["name"], "description": row["description"],
-                "project-id": row["project_id"], "created-at": row["created_at"], "updated-at": None}
+        return {
+            "id": row["id"],
+            "ident": f"lakekeeper~{row['id']}",
+            "provider-id": "lakekeeper",
+            "source-id": row["id"],
+            "name": row["name"],
+            "description": row["description"],
+            "project-id": row["project_id"],
+            "created-at": row["created_at"],
+            "updated-at": None,
+        }
 
     def roles(self, project_id: str) -> list[dict]:
         with self._connect() as connection:
-            ids = [row["id"] for row in connection.execute(
-                "SELECT id FROM catalog_role WHERE project_id = ? ORDER BY created_at, id", (project_id,))]
+            ids = [
+                row["id"]
+                for row in connection.execute(
+                    "SELECT id FROM catalog_role WHERE project_id = ? ORDER BY created_at, id",
+                    (project_id,),
+                )
+            ]
         return [self.role(uuid.UUID(role_id)) for role_id in ids]
 
     def delete_role(self, role_id: uuid.UUID) -> None:
@@ -304,23 +362,39 @@ class WarehouseStore:
         # crates/authz-openfga/src/authorizer.rs `delete_role` -> `delete_all_relations`).
         with self._connect() as connection:
             connection.execute("DELETE FROM role_member WHERE role_id = ?", (str(role_id),))
-            connection.execute("DELETE FROM warehouse_grant WHERE user_id = ?", (f"role:{role_id}",))
+            connection.execute(
+                "DELETE FROM warehouse_grant WHERE user_id = ?", (f"role:{role_id}",)
+            )
             connection.execute("DELETE FROM catalog_role WHERE id = ?", (str(role_id),))
 
     def role_members(self, role_id: uuid.UUID) -> list[str]:
         with self._connect() as connection:
-            return [row["user_id"] for row in connection.execute(
-                "SELECT user_id FROM role_member WHERE role_id = ? ORDER BY user_id", (str(role_id),))]
+            return [
+                row["user_id"]
+                for row in connection.execute(
+                    "SELECT user_id FROM role_member WHERE role_id = ? ORDER BY user_id",
+                    (str(role_id),),
+                )
+            ]
 
-    def update_role_members(self, role_id: uuid.UUID, writes: list[str], deletes: list[str]) -> None:
+    def update_role_members(
+        self, role_id: uuid.UUID, writes: list[str], deletes: list[str]
+    ) -> None:
         with self._connect() as connection:
-            connection.executemany("DELETE FROM role_member WHERE role_id = ? AND user_id = ?",
-                                   [(str(role_id), user_id) for user_id in deletes])
-            connection.executemany("INSERT OR IGNORE INTO role_member VALUES (?, ?)",
-                                   [(str(role_id), user_id) for user_id in writes])
+            connection.executemany(
+                "DELETE FROM role_member WHERE role_id = ? AND user_id = ?",
+                [(str(role_id), user_id) for user_id in deletes],
+            )
+            connection.executemany(
+                "INSERT OR IGNORE INTO role_member VALUES (?, ?)",
+                [(str(role_id), user_id) for user_id in writes],
+            )
 
     def update_grants(
-        self, warehouse_id: uuid.UUID, writes: list[tuple[str, str]], deletes: list[tuple[str, str]],
+        self,
+        warehouse_id: uuid.UUID,
+        writes: list[tuple[str, str]],
+        deletes: list[tuple[str, str]],
     ) -> None:
         """Remove `deletes` and add `writes` in one transaction (both idempotent)."""
         with self._connect() as connection:
@@ -335,4 +409,8 @@ class WarehouseStore:
 
 
 def name_taken(name: str, project_id: str) -> CatalogError:
-    return CatalogError(409, "WarehouseAlreadyExists", f"Warehouse '{name}' already exists in project '{project_id}'")
+    return CatalogError(
+        409,
+        "WarehouseAlreadyExists",
+        f"Warehouse '{name}' already exists in project '{project_id}'",
+    )

@@ -27,6 +27,7 @@ serves one set for up to half its remaining lifetime (crates/lakekeeper/src/serv
 to the warehouse's whole table bucket (privilege and lifetime still apply), for engines that
 bind one set of credentials per warehouse.
 """
+
 from __future__ import annotations
 
 import enum
@@ -66,10 +67,21 @@ class StoragePermissions(enum.Enum):
 
 _ACTIONS = {
     StoragePermissions.READ: ("s3:GetObject", "s3:GetObjectVersion"),
-    StoragePermissions.READ_WRITE: ("s3:GetObject", "s3:GetObjectVersion", "s3:PutObject",
-                                    "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"),
-    StoragePermissions.READ_WRITE_DELETE: ("s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject",
-                                           "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"),
+    StoragePermissions.READ_WRITE: (
+        "s3:GetObject",
+        "s3:GetObjectVersion",
+        "s3:PutObject",
+        "s3:AbortMultipartUpload",
+        "s3:ListMultipartUploadParts",
+    ),
+    StoragePermissions.READ_WRITE_DELETE: (
+        "s3:GetObject",
+        "s3:GetObjectVersion",
+        "s3:PutObject",
+        "s3:DeleteObject",
+        "s3:AbortMultipartUpload",
+        "s3:ListMultipartUploadParts",
+    ),
 }
 
 
@@ -119,12 +131,31 @@ def sts_policy(bucket: str, key_prefix: str, permissions: StoragePermissions) ->
     prefix "" is the whole bucket; then listing is not narrowed by a condition)."""
     bucket_arn = f"arn:aws:s3:::{bucket}"
     key_wildcard = f"{escape_iam_glob_literal(key_prefix)}*"
-    listing = {"Sid": "ListBucketForFolder", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket_arn}
+    listing = {
+        "Sid": "ListBucketForFolder",
+        "Effect": "Allow",
+        "Action": "s3:ListBucket",
+        "Resource": bucket_arn,
+    }
     if key_prefix:
         listing["Condition"] = {"StringLike": {"s3:prefix": key_wildcard}}
-    return json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Sid": "TableAccess", "Effect": "Allow", "Action": permissions.actions,
-         "Resource": f"{bucket_arn}/{key_wildcard}"},
-        listing,
-        {"Sid": "GetBucketLocation", "Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": bucket_arn},
-    ]})
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "TableAccess",
+                    "Effect": "Allow",
+                    "Action": permissions.actions,
+                    "Resource": f"{bucket_arn}/{key_wildcard}",
+                },
+                listing,
+                {
+                    "Sid": "GetBucketLocation",
+                    "Effect": "Allow",
+                    "Action": "s3:GetBucketLocation",
+                    "Resource": bucket_arn,
+                },
+            ],
+        }
+    )

@@ -8,11 +8,11 @@ A row of a table the worker takes work from, inserted or changed in state, sends
 on the channel `lakeport_work` when its transaction commits, so the worker starts on it at once
 instead of at its next poll (app/worker.py). SQLite has no such thing: there the worker polls.
 """
+
 from alembic import op
 
-
-revision = '0009'
-down_revision = '0008'
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
@@ -33,8 +33,10 @@ def upgrade() -> None:
     """)
     for table in WORK_TABLES:
         # Per statement, and notifications of one transaction are delivered once at its commit.
-        op.execute(f"CREATE TRIGGER {table}_announce_work AFTER INSERT OR UPDATE OF state ON {table} "
-                   f"FOR EACH STATEMENT EXECUTE FUNCTION lakeport_announce_work()")
+        op.execute(
+            f"CREATE TRIGGER {table}_announce_work AFTER INSERT OR UPDATE OF state ON {table} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION lakeport_announce_work()"
+        )
 
 
 def downgrade() -> None:

@@ -9,20 +9,21 @@ connects as another role (LAKEPORT_DATABASE_URL), that role gets its grants here
 says which and why. migrations/env.py applies them again after every later upgrade. SQLite has no
 roles: nothing changes there, nor where one role does everything.
 """
+
 from alembic import context, op
 
 from app.database_roles import apply_portal_grants, revoke_portal_grants
 
-revision = '0018'
-down_revision = '0017'
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
 
 def _portal_role() -> str | None:
-    if op.get_bind().dialect.name != 'postgresql':
+    if op.get_bind().dialect.name != "postgresql":
         return None
-    return context.config.attributes.get('portal_role')
+    return context.config.attributes.get("portal_role")
 
 
 def upgrade() -> None:
