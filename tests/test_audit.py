@@ -151,9 +151,9 @@ def test_the_database_refuses_to_change_or_remove_an_audit_row(app, db_engine, o
     tables' owner; the portal's own role is refused them before (tests/test_database_roles.py)."""
     assert db_engine.dialect.name == "postgresql"
     with app.app_context():
-        from app.audit import trail
+        from app.audit import service as audit
 
-        trail.record("test.append_only", owner_id=None, note="kept")
+        audit.record("test.append_only", owner_id=None, note="kept")
     (row,) = events(db_engine, action="test.append_only")
     owner = make_engine(owner_database_url)
     try:
@@ -176,7 +176,7 @@ def test_the_database_refuses_to_change_or_remove_an_audit_row(app, db_engine, o
 
 
 def test_a_detail_that_could_hold_a_secret_is_refused(app):
-    from app.audit import trail
+    from app.audit import service as audit
 
     with app.app_context(), pytest.raises(ValueError, match="never hold secrets"):
-        trail.record("warehouse.rotate_keys", secret_access_key="x")
+        audit.record("warehouse.rotate_keys", secret_access_key="x")

@@ -27,7 +27,7 @@ from flask import current_app
 from sqlalchemy import exists, or_, update
 from sqlmodel import Session, select
 
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.auth import provider_grant
 from app.db import engine, get_db
 from app.models import ApiToken, User, utcnow

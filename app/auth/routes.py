@@ -5,7 +5,7 @@ from urllib.parse import urlsplit
 from flask import current_app, flash, redirect, render_template, request, session, url_for
 from flask_login import current_user, login_user, logout_user
 
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.auth import bp, oidc
 from app.auth.users import begin_session, upsert_user_from_claims
 from app.warehouses import sharing

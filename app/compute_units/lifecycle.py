@@ -25,7 +25,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, func, select
 
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.compute_units import pool
 from app.compute_units.backends import backend_for
 from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT, SPARK_WARMING_EVENT

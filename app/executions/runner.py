@@ -38,7 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from app import leases
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.compute_units import door, lifecycle
 from app.compute_units.door import SparkHostClient, SparkHostError, UnitUnavailable
 from app.db import DATABASE_UNAVAILABLE, engine, get_db

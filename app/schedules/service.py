@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
 from sqlmodel import select
 
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.executions import notifications

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from sqlmodel import select
 
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.db import get_db, writing_session
 from app.errors import UserFacingError
 from app.models import ApiToken, User, utcnow

@@ -35,7 +35,7 @@ from datetime import timedelta
 from sqlalchemy import delete, exists, update
 from sqlmodel import Session, select
 
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.db import engine, get_db
 from app.extensions import lakekeeper
 from app.lakekeeper.errors import LakekeeperError

@@ -13,7 +13,7 @@ from datetime import timedelta
 from flask import current_app
 from sqlmodel import select
 
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.extensions import lakekeeper

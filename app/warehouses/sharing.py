@@ -29,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from app import grantees
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.db import engine, get_db
 from app.errors import UserFacingError
 from app.extensions import lakekeeper

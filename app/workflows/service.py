@@ -10,7 +10,7 @@ from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import select
 
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.models import Execution, User, Workflow, WorkflowVersion, utcnow

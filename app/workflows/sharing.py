@@ -9,7 +9,7 @@ from flask import abort
 from sqlalchemy.exc import IntegrityError
 
 from app import grantees
-from app.audit import trail as audit
+from app.audit import service as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.models import User, Workflow, WorkflowShare
