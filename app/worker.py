@@ -40,17 +40,15 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
 from flask import Flask
 from sqlalchemy.engine import make_url
-from sqlmodel import Session, select
 
-from app import leases
-from app.db import DATABASE_UNAVAILABLE, engine
-from app.states import JobState
+from app import leases, work_registry
+from app.db import DATABASE_UNAVAILABLE
 
 logger = logging.getLogger(__name__)
 
@@ -68,34 +66,82 @@ class _Work:
     lost: threading.Event = field(default_factory=threading.Event)
 
 
-def _pending_work() -> Iterator[tuple[str, Callable[[int], None], int]]:
-    """The work the rows ask for, one kind after another: each kind's is claimed before the next
-    kind is looked for, so that a new execution does not wait for the jobs' queries."""
+def _join_the_features() -> None:
+    """Fill the registry (app/work_registry.py) with every kind of work the worker does.
+
+    Each feature's `work.py` joins the registry at import: the imports of `work` modules below.
+    The work of a feature without a `work.py` yet is registered here under the names and leases
+    its own will use, and only where no entry of that name is in the registry already."""
+    # Features whose work.py joins the registry itself (nothing yet).
+
+    from app.auth import revalidation
     from app.compute_units import supervision
     from app.executions import comparison, notifications, runner
     from app.models import ComparisonJob, MaintenanceJob, SampleDataJob
-    from app.usage import maintenance
+    from app.schedules import firing
+    from app.usage import accounting, maintenance
     from app.warehouses import closing, grants
     from app.workflows import datasets
 
-    # Units first: an execution's fate depends on its unit's.
-    yield from supervision.pending_work()
-    yield from runner.pending_work()
-    yield from _live_jobs(ComparisonJob, "comparison", comparison.run_rows_job)
-    yield from _live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job)
-    yield from _live_jobs(MaintenanceJob, "maintenance", maintenance.run_job)
-    yield from closing.pending_work()
-    yield from grants.pending_work()
-    yield from notifications.pending_work()
+    join = _Interim()
+    join.pending_source("units", join.UNITS, supervision.pending_work)
+    join.pending_source("executions", join.EXECUTIONS, runner.pending_work)
+    join.pending_source(
+        "comparison",
+        join.JOBS + 1,
+        lambda: join.live_jobs(ComparisonJob, "comparison", comparison.run_rows_job),
+    )
+    join.pending_source(
+        "sample-data",
+        join.JOBS + 2,
+        lambda: join.live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job),
+    )
+    join.pending_source(
+        "maintenance",
+        join.JOBS + 3,
+        lambda: join.live_jobs(MaintenanceJob, "maintenance", maintenance.run_job),
+    )
+    join.pending_source("warehouse-closing", join.CATALOG + 1, closing.pending_work)
+    join.pending_source("grants", join.CATALOG + 2, grants.pending_work)
+    join.pending_source("notifications", join.NOTIFICATIONS, notifications.pending_work)
+
+    join.periodic_pass(
+        SUPERVISOR_LEASE,
+        "WORKER_SUPERVISOR_SECONDS",
+        supervision.supervise,
+        join.FirstPass.AFTER_A_PERIOD,
+    )
+    join.periodic_pass(
+        accounting.USAGE_LEASE, "USAGE_SAMPLE_SECONDS", accounting.measure, join.FirstPass.SOON
+    )
+    join.periodic_pass(firing.LEASE, "SCHEDULER_SECONDS", firing.fire_due, join.FirstPass.AT_ONCE)
+    join.periodic_pass(
+        revalidation.LEASE,
+        "IDENTITY_CHECK_SECONDS",
+        revalidation.revalidate,
+        join.FirstPass.AT_ONCE,
+    )
+    join.periodic_pass(
+        grants.LEASE, "GRANTS_RECONCILE_SECONDS", grants.reconcile, join.FirstPass.SOON
+    )
 
 
-def _live_jobs(
-    model, lease: str, run: Callable[[int], None]
-) -> list[tuple[str, Callable[[int], None], int]]:
-    """A job table's work: each of its live jobs, run by `run` under the lease `<lease>:<id>`."""
-    with Session(engine()) as db:
-        ids = db.exec(select(model.id).where(model.state.in_(JobState.LIVE))).all()
-    return [(f"{lease}:{job_id}", run, job_id) for job_id in ids]
+class _Interim:
+    """The registry's joins, for the entries the worker makes until a feature's own `work.py`
+    does: each only where the registry has no entry of that name."""
+
+    UNITS, EXECUTIONS, JOBS = work_registry.UNITS, work_registry.EXECUTIONS, work_registry.JOBS
+    CATALOG, NOTIFICATIONS = work_registry.CATALOG, work_registry.NOTIFICATIONS
+    FirstPass = work_registry.FirstPass
+    live_jobs = staticmethod(work_registry.live_jobs)
+
+    def pending_source(self, name, order, pending) -> None:
+        if all(source.name != name for source in work_registry.sources()):
+            work_registry.pending_source(name, order, pending)
+
+    def periodic_pass(self, lease, period_setting, run, first) -> None:
+        if all(entry.lease != lease for entry in work_registry.passes()):
+            work_registry.periodic_pass(lease, period_setting, run, first)
 
 
 WORK_CHANNEL = "lakeport_work"  # what migration 0009's triggers notify
@@ -145,9 +191,6 @@ class Worker:
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.poll_seconds = app.config["WORKER_POLL_SECONDS"]
         self.lease_seconds = app.config["WORKER_LEASE_SECONDS"]
-        self.supervisor_seconds = app.config["WORKER_SUPERVISOR_SECONDS"]
-        self.usage_seconds = app.config["USAGE_SAMPLE_SECONDS"]
-        self.scheduler_seconds = app.config["SCHEDULER_SECONDS"]
         self.stopping = threading.Event()
         self.announcements = WorkAnnouncements(app.config["DATABASE_URL"], self.stopping)
         self._work: dict[str, _Work] = {}
@@ -155,32 +198,16 @@ class Worker:
         self._loop: threading.Thread | None = None
         self._last_renewal = 0.0
 
-        from app.auth import revalidation
-        from app.compute_units import supervision
-        from app.schedules import firing
-        from app.usage import accounting
-        from app.warehouses import grants
-
-        # The periodic passes by lease, with their period: the supervisor's (dead and idle units),
-        # the usage pass (app/usage/accounting.py) and the scheduler's (app/schedules/firing.py).
+        _join_the_features()
+        # The periodic passes by lease, with their period (app/work_registry.py), and when each
+        # comes next.
         self._passes = {
-            SUPERVISOR_LEASE: (self.supervisor_seconds, supervision.supervise),
-            accounting.USAGE_LEASE: (self.usage_seconds, accounting.measure),
-            firing.LEASE: (self.scheduler_seconds, firing.fire_due),
-            revalidation.LEASE: (app.config["IDENTITY_CHECK_SECONDS"], revalidation.revalidate),
-            grants.LEASE: (app.config["GRANTS_RECONCILE_SECONDS"], grants.reconcile),
+            entry.lease: (app.config[entry.period_setting], entry.run)
+            for entry in work_registry.passes()
         }
-        # The supervisor's first pass comes one interval after the start: a unit found dead sooner
-        # shows on its page, and a restarted worker has its work back under way first. The usage
-        # pass's comes soon: a restart must not delay it by a period.
         now = time.monotonic()
         self._next_pass = {
-            SUPERVISOR_LEASE: now + self.supervisor_seconds,
-            accounting.USAGE_LEASE: now + min(self.usage_seconds, self.supervisor_seconds),
-            firing.LEASE: now,
-            revalidation.LEASE: now,
-            grants.LEASE: now
-            + min(app.config["GRANTS_RECONCILE_SECONDS"], self.supervisor_seconds),
+            entry.lease: now + entry.first_delay(app.config) for entry in work_registry.passes()
         }
 
     # --- running ------------------------------------------------------------------------------
@@ -236,7 +263,7 @@ class Worker:
         periodic passes that are due."""
         self._renew()
         self._release_finished()
-        for name, function, subject in _pending_work():
+        for name, function, subject in work_registry.pending_work():
             if self.stopping.is_set():
                 return
             with self._lock:

@@ -40,6 +40,41 @@ from tests.test_executions import (
 )
 
 
+# --------------------------------------------------------------------------- the registry
+def test_the_registry_holds_every_kind_of_work_the_worker_does_units_first():
+    from app import work_registry
+    from app.worker import _join_the_features
+
+    _join_the_features()
+    assert [source.name for source in work_registry.sources()] == [
+        "units",
+        "executions",
+        "comparison",
+        "sample-data",
+        "maintenance",
+        "warehouse-closing",
+        "grants",
+        "notifications",
+    ]
+    config = {
+        "WORKER_SUPERVISOR_SECONDS": 30,
+        "USAGE_SAMPLE_SECONDS": 600,
+        "SCHEDULER_SECONDS": 20,
+        "IDENTITY_CHECK_SECONDS": 900,
+        "GRANTS_RECONCILE_SECONDS": 10,
+    }
+    first = {entry.lease: entry.first_delay(config) for entry in work_registry.passes()}
+    assert first == {
+        "supervisor": 30,
+        "usage": 30,
+        "scheduler": 0,
+        "identity": 0,
+        "catalog-grants": 10,
+    }
+    _join_the_features()  # joining again doubles nothing
+    assert len(work_registry.sources()) == 8 and len(work_registry.passes()) == 5
+
+
 # --------------------------------------------------------------------------- leases
 @pytest.fixture(params=["sqlite", "postgresql"])
 def lease_app(request, tmp_path, portal_config):
