@@ -1,5 +1,6 @@
 """The audit trail: who did what to which object, when and from where (append-only).
 
+Modules:
 - `service.py` — `record`: one event appended after a state change succeeds, never a secret
 - `queries.py` — the events a viewer may read, filtered and paged; their CSV export
 - `routes.py` — the Audit trail page and its export
