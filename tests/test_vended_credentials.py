@@ -24,7 +24,7 @@ from cryptography.fernet import Fernet
 from app.lakekeeper.resources import WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
 from app.storage_probe import S3Credentials
-from compute.catalog_cache import CatalogAccess, CatalogCache
+from compute.host.catalog_cache import CatalogAccess, CatalogCache
 from devstack.devcatalog import DevCatalogConfig, devcatalog_process
 from devstack.devcatalog.vending import (
     DEFAULT_VENDED_CREDENTIALS_SECONDS,
@@ -191,6 +191,23 @@ def test_a_downgraded_sharee_gets_read_only_credentials_and_earlier_ones_end_wit
         shared.bobs_table("a")
 
 
+def test_loads_within_half_the_lifetime_get_one_set_per_table_and_privilege(shared):
+    """Lakekeeper's short-term-credentials cache (devstack/devcatalog/credential_cache.py): a
+    second load of a table by the same privilege gets the first load's keys; another table or
+    another privilege gets keys of its own."""
+    shared.grant_bob(READ)
+    first, again, other = shared.bobs_table("a"), shared.bobs_table("a"), shared.bobs_table("b")
+    key = "s3.access-key-id"
+    assert again.io.properties[key] == first.io.properties[key]
+    assert (
+        again.io.properties["s3.session-token-expires-at-ms"]
+        == first.io.properties["s3.session-token-expires-at-ms"]
+    )
+    assert other.io.properties[key] != first.io.properties[key]
+    shared.grant_bob(WRITE)
+    assert shared.bobs_table("a").io.properties[key] != first.io.properties[key]
+
+
 def test_credentials_for_one_table_reach_only_its_location(shared, seaweedfs):
     shared.grant_bob(WRITE)
     table_a, table_b = shared.bobs_table("a"), shared.bobs_table("b")
@@ -208,7 +225,7 @@ def test_credentials_for_one_table_reach_only_its_location(shared, seaweedfs):
     if shared.scope == "table":  # Lakekeeper's rule
         assert reach_b == (403, 403, 403, 403)
         assert table_b.scan().to_arrow().num_rows == 2
-    else:  # the local stack's: one set per warehouse, every table of it (compute/catalog_cache.py)
+    else:  # the local stack's: one set per warehouse, every table of it (compute/host/catalog_cache.py)
         assert reach_b[:3] == (200, 200, 200)
 
 
@@ -258,7 +275,7 @@ def test_credentials_live_fifteen_minutes_unless_the_profile_says_otherwise(
 
 
 def test_a_units_binding_of_fifteen_minute_credentials_serves_the_next_run(shared):
-    """What a unit does with the credentials vended with a run's first table (compute/pipeline.py):
+    """What a unit does with the credentials vended with a run's first table (compute/run/pipeline.py):
     one binding per warehouse, reused by later runs while it stays valid long enough
     (`min_remaining_s`, which must be below the credentials' lifetime)."""
     if shared.scope != "warehouse":

@@ -13,6 +13,7 @@ from devstack.devcatalog import paths
 from devstack.devcatalog.auth import Caller, TokenVerifier, require_warehouse
 from devstack.devcatalog.catalog import catalog
 from devstack.devcatalog.config import ENVIRONMENT_VARIABLE, DevCatalogConfig
+from devstack.devcatalog.credential_cache import ShortTermCredentialsCache
 from devstack.devcatalog.errors import CatalogError, QueryRejection, refuse_array_query_parameters
 from devstack.devcatalog.management import management
 from devstack.devcatalog.permissions import permissions
@@ -29,6 +30,7 @@ class Services:
     seaweed: SeaweedCatalog
     tokens: TokenVerifier
     project_admins: frozenset[str]
+    credential_cache: ShortTermCredentialsCache
 
 
 def _warehouse_action() -> str:
@@ -57,6 +59,7 @@ def create_app(config: DevCatalogConfig | None = None) -> Flask:
         seaweed=SeaweedCatalog(config),
         tokens=TokenVerifier(config.oidc_issuer, config.audience),
         project_admins=frozenset(config.project_admins),
+        credential_cache=ShortTermCredentialsCache(enabled=config.vended_credentials_cache),
     )
     app.register_blueprint(management)
     app.register_blueprint(permissions)

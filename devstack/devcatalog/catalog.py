@@ -39,6 +39,7 @@ from urllib.parse import quote
 from flask import Blueprint, Response, current_app, request
 
 from devstack.devcatalog.auth import caller, may_reach
+from devstack.devcatalog.credential_cache import CacheKey
 from devstack.devcatalog.errors import (
     CatalogError,
     bad_request,
@@ -46,6 +47,7 @@ from devstack.devcatalog.errors import (
     warehouse_not_found,
 )
 from devstack.devcatalog.management import DEFAULT_PROJECT_ID
+from devstack.devcatalog.seaweed import VendedCredentials
 from devstack.devcatalog.store import Warehouse
 from devstack.devcatalog.vending import (
     SCOPE_TABLE,
@@ -145,14 +147,30 @@ def _vended_credentials(
             403, "StorageLocationForbidden", f"No credentials for {location}: outside the warehouse"
         )
     lifetime = lifetime_seconds(warehouse.storage_profile, settings["VENDED_CREDENTIALS_SECONDS"])
-    vended = services.seaweed.vend_credentials(
+    # Through Lakekeeper's cache: a load within half the lifetime of an earlier one for the same
+    # table and privilege gets the same keys. The vending role here is SeaweedFS's own, so the
+    # warehouse's last change stands for the storage credential in the key.
+    key = CacheKey.of(
         location,
-        permissions,
-        max(lifetime, STS_DURATION_RANGE.start),
-        session_name=f"lakeport-wh-{warehouse.id.hex}",
+        permissions.value,
+        str(warehouse.id),
+        f"{namespace}.{table}",
+        warehouse.storage_profile,
+        f"{warehouse.has_credential}:{warehouse.updated_at}",
     )
-    # A profile lifetime below STS's minimum is stated, not granted (`vending.stated_expiry`).
-    expires_at_ms = str(int(stated_expiry(vended.expires_at.timestamp(), lifetime) * 1000))
+
+    def vend() -> tuple[VendedCredentials, str]:
+        vended = services.seaweed.vend_credentials(
+            location,
+            permissions,
+            max(lifetime, STS_DURATION_RANGE.start),
+            session_name=f"lakeport-wh-{warehouse.id.hex}",
+        )
+        # A profile lifetime below STS's minimum is stated, not granted (`vending.stated_expiry`),
+        # from the fetch: a cached set keeps the expiry it was vended with.
+        return vended, str(int(stated_expiry(vended.expires_at.timestamp(), lifetime) * 1000))
+
+    vended, expires_at_ms = services.credential_cache.get_or_load(key, lifetime, vend)
     return {
         "prefix": vended.location,
         "config": {

@@ -52,6 +52,10 @@ class DevCatalogConfig:
     vended_credentials_scope: str = SCOPE_TABLE
     # Their lifetime when the warehouse's profile sets no `sts-token-validity-seconds`.
     vended_credentials_seconds: int = DEFAULT_VENDED_CREDENTIALS_SECONDS
+    # Lakekeeper's short-term-credentials cache (`LAKEKEEPER__CACHE__STC__ENABLED`, on by
+    # default): one set per table and privilege, served for half its lifetime
+    # (`credential_cache`).
+    vended_credentials_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.vended_credentials_scope not in SCOPES:

@@ -18,12 +18,12 @@ narrows them to one table's location and to the caller's privilege on that table
   the key escaped by `escape_iam_glob_literal` so a `*` in a path is matched literally.
 - how long: the storage profile's `sts-token-validity-seconds`, sent as `DurationSeconds`
   (`assume_role_with_sts`, same file; docs/docs/storage.md), 3600 when absent (`fn_3600`).
+- how often: one set per table and privilege is served for half its lifetime, whoever asks
+  (Lakekeeper's short-term-credentials cache: `credential_cache`).
 
 The stand-in's differences (see README.md here): its default lifetime is 15 minutes, not an
 hour; a profile lifetime below STS's 900 s is stated, not granted (`stated_expiry`), so that
-tests see clients renew; it vends fresh credentials on every load, where Lakekeeper's cache
-serves one set for up to half its remaining lifetime (crates/lakekeeper/src/service/storage/cache.rs,
-`StcExpiry`); and `DevCatalogConfig.vended_credentials_scope` "warehouse" may widen the location
+tests see clients renew; and `DevCatalogConfig.vended_credentials_scope` "warehouse" may widen the location
 to the warehouse's whole table bucket (privilege and lifetime still apply), for engines that
 bind one set of credentials per warehouse.
 """
