@@ -1,4 +1,48 @@
-"""Lakeport: the web portal of a multi-tenant lakehouse."""
+"""Lakeport: the web portal of a multi-tenant lakehouse.
+
+Modules:
+- `config.py` — every setting, read from the environment in one place (docs/configuration.md)
+- `db.py` — the engine and the request's session (read-only for GET and HEAD); `get_owned_or_404`
+- `database_roles.py` — PostgreSQL's two roles: the owner that migrates, the portal's role
+- `models.py` — all tables
+- `errors.py` — `UserFacingError`, the base of every error a user sees
+- `signals.py` — signals between features (a warehouse closing, a share revoked)
+- `states.py` — the states of units, executions and jobs, each defined once
+- `transitions.py` — the one compare-and-set state change
+- `extensions.py` — the Lakekeeper client and the warehouses' Iceberg catalogs, one per app
+- `ports.py` — free loopback ports, shared with the local stack
+- `security.py` — CSRF, security headers, sign-in required
+- `roles.py` — groups from the identity provider's `groups` claim; who is an operator
+- `grantees.py` — whom a warehouse or workflow is shared with, and who may do what with it
+- `worker.py` — the worker process: claims work through leases, runs it, the supervisor pass
+- `leases.py` — compare-and-set leases in `work_leases`
+- `network_policy.py` — which hosts the portal may contact when a user names them
+- `storage_probe.py` — the "Test connection" probe of a bucket (SigV4 over httpx)
+- `iceberg_catalogs.py` — pyiceberg, one REST catalog per warehouse; failures in words
+- `iceberg_reader.py` — reading a table: pages by file-level row counts; streamed CSV
+- `iceberg_storage.py` — storage figures from snapshot summaries, for usage
+- `table_pages.py` — one page of an Iceberg table as every table viewer shows it
+- `untrusted.py` — what a unit reports, cleaned and bounded (`clean_text`, `bounded`)
+- `charts.py` — server-side SVG of runtime stats
+- `live_partials.py` — self-polling partials: when to ask again; 304 for an unchanged poll
+
+Packages (each one's docstring lists its modules):
+- `api/` — the JSON API under /api/v1 and its OpenAPI document
+- `audit/` — the append-only audit trail and its page
+- `auth/` — single sign-on: sign-in, sign-out, the session, the provider's tokens
+- `compute_units/` — compute units: their life, the warm pool, the one door to a unit
+- `executions/` — runs of a workflow on a unit, their results, logs and comparisons
+- `lakekeeper/` — the Lakekeeper client
+- `main/` — the dashboard and `/health`
+- `operators/` — the operators' view
+- `ray_clusters/` — the Ray clusters behind units: one interface, three backends
+- `schedules/` — cron schedules and the worker's firing of them
+- `spark_host/` — a unit's Spark host as the portal reaches it: transport and warm-up
+- `tokens/` — personal access tokens
+- `usage/` — usage accounting and retention
+- `warehouses/` — warehouses: registration, sharing, closing, the table explorer
+- `workflows/` — workflows, their versions and steps, and data sources
+"""
 
 from __future__ import annotations
 
@@ -9,7 +53,7 @@ from flask import Flask, current_app, request
 from flask_login import current_user
 from htmx_flask import Htmx
 
-from app import security
+from app import security, web
 from app.config import PROJECT_ROOT, Config
 
 
@@ -77,6 +121,7 @@ def create_app(config: Config | None = None) -> Flask:
 
     register_error_pages(app)
     app.context_processor(navigation)
+    web.init_app(app)  # every template filter and test, and the states templates compare with
     register_commands(app)
     return app
 

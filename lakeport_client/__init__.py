@@ -2,6 +2,10 @@
 
 `Client` calls the portal's API (/api/v1, described by /api/v1/openapi.json) with a personal
 access token; `lakeport_client.cli` is the `lakeport` command built on it.
+
+Modules:
+- `client.py` — `Client`: one method per API operation; problem documents as `ApiError`
+- `cli.py` — the `lakeport` command: units, executions, run … --wait, results … --csv
 """
 
 from lakeport_client.client import ApiError, Client

@@ -5,6 +5,19 @@ OpenAPI 3.1 document is generated from the routes and their pydantic models by s
 (`openapi.py`): chosen because it validates requests and responses with the same models it
 documents, supports Flask blueprints, and is kept up to date. A caller authenticates with a
 personal access token (`auth.py`, app/tokens/); errors are problem documents (`problems.py`).
+
+Modules:
+- `auth.py` — bearer tokens only (personal access tokens or the provider's); bodies bounded
+- `rate_limit.py` — per token and per user, in shared rows
+- `problems.py` — errors as `application/problem+json`
+- `paging.py` — cursor pages, the errors every route may answer, table cells as JSON
+- `schemas.py` — pydantic models of what the API takes and returns; cursors
+- `openapi.py` — the OpenAPI 3.1 document spectree generates, and its page
+- `warehouses.py` — list, get, test a connection, register, archive, tables
+- `compute_units.py` — list, create, get, terminate
+- `workflows.py` — list, get, save a version
+- `executions.py` — list, idempotent start, get, cancel, results, CSV, logs, lineage
+- `tokens.py` — a script revokes the token it calls with
 """
 
 from flask import Blueprint

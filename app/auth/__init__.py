@@ -1,4 +1,13 @@
-"""Single sign-on: OpenID Connect sign-in, sign-out and the user session."""
+"""Single sign-on: OpenID Connect sign-in, sign-out and the user session.
+
+Modules:
+- `routes.py` — sign-in, the provider's callback, sign-out
+- `oidc.py` — the authlib OpenID Connect client
+- `users.py` — users as the identity provider describes them; the session's absolute lifetime
+- `bearer.py` — the provider's access tokens checked for the API
+- `provider_grant.py` — the sign-in's refresh token sealed at rest; asking the provider again
+- `revalidation.py` — the worker's identity pass: groups confirmed, lapsed or user suspended
+"""
 
 from flask import Blueprint
 

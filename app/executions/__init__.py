@@ -1,4 +1,19 @@
-"""Executions: runs of a workflow version on a compute unit, writing into one warehouse."""
+"""Executions: runs of a workflow version on a compute unit, writing into one warehouse.
+
+Modules:
+- `routes.py` — the pages: run, an execution's page, its results, logs, cancel, compare
+- `runner.py` — the worker's part: prepare, submit through the door, watch, resume
+- `stopping.py` — stopping the executions a closing warehouse or a revoked share no longer allows
+- `run_spec.py` — what a run is given: its ExecutionSpec
+- `unit_reports.py` — what a unit reports of a run, checked and bounded
+- `history.py` — lists and filters of executions
+- `results.py` — an execution's tables in its warehouse (outputs, runtime stats, logs)
+- `logs.py` — the console-log viewer: filtered on the server, paged
+- `forms.py` — the run form
+- `seen_version.py` — a run runs the version its runner saw; whose code runs with whose rights
+- `notifications.py` — telling a user a run ended: signed webhooks, emails; retried by the worker
+- `comparison.py` — comparing two runs: metadata here, differing rows as a job on a unit
+"""
 
 from flask import Blueprint
 

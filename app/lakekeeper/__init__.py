@@ -26,4 +26,11 @@ Retries: only calls that are safe to repeat are retried (GETs, DELETEs, and POST
 set an absolute state: rename, credential rotation, (de)activation, delete profile, grant
 changes, a user's registration), on connection failures, timeouts and 502/503/504.
 Creating a warehouse is never retried.
+
+Modules:
+- `client.py` — the Management API and the Iceberg REST calls the portal makes; retries
+- `tokens.py` — the service token, users' exchanged tokens, warehouse scopes
+- `resources.py` — what the API takes and returns
+- `errors.py` — failures, with a message a user may read
+- `versions.py` — the Lakekeeper releases supported, checked at the client's first call
 """

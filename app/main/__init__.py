@@ -1,4 +1,10 @@
-"""The dashboard and the health endpoint."""
+"""The dashboard and the health endpoint.
+
+Modules:
+- `routes.py` — the dashboard and `/health`
+- `overview.py` — what the dashboard shows: what runs, what ran, where data goes, first steps
+- `display.py` — formatting helpers the templates share
+"""
 
 from flask import Blueprint
 

@@ -1,5 +1,10 @@
 """The operators' view: every unit, execution and warehouse (metadata only), per-user usage,
-stopping any unit or execution. For members of LAKEPORT_OPERATORS_GROUP; 404 for anyone else."""
+stopping any unit or execution. For members of LAKEPORT_OPERATORS_GROUP; 404 for anyone else.
+
+Modules:
+- `overview.py` — every user's units, executions and warehouses as metadata; per-user usage
+- `routes.py` — the Operators page; terminate any unit, cancel any execution
+"""
 
 from flask import Blueprint
 

@@ -1,4 +1,9 @@
-"""Personal access tokens for the API: made, listed and revoked on the Tokens page."""
+"""Personal access tokens for the API: made, listed and revoked on the Tokens page.
+
+Modules:
+- `routes.py` — the Tokens page
+- `service.py` — tokens shown once, stored as SHA-256; scope, expiry, last use, revocation
+"""
 
 from flask import Blueprint
 

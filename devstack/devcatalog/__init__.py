@@ -37,6 +37,19 @@ Other differences from Lakekeeper: projects are implicit (any UUID); the delete 
 stored and shown, but tables are always dropped at once (SeaweedFS purges synchronously, so
 there are no background tasks and no `WarehouseHasUnfinishedTasks`); remote signing is not
 offered (credentials are vended instead); only S3 storage with access-key credentials.
+
+Modules:
+- `app.py` — its WSGI app
+- `config.py` — its settings
+- `auth.py` — bearer JWTs checked as Lakekeeper checks them
+- `catalog.py` — the Iceberg REST catalog in front of SeaweedFS's
+- `management.py` — the Management API the portal uses
+- `permissions.py` — users and warehouse grants
+- `seaweed.py` — table buckets, SeaweedFS's catalog and STS
+- `vending.py` — what vended credentials reach and for how long, by Lakekeeper's rules
+- `store.py` — its SQLite store
+- `errors.py` — errors in Lakekeeper's shape
+- `paths.py` — paths parsed into segments; dot segments and encoded separators refused
 """
 
 from __future__ import annotations
