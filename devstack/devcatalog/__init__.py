@@ -47,6 +47,7 @@ Modules:
 - `permissions.py` — users and warehouse grants
 - `seaweed.py` — table buckets, SeaweedFS's catalog and STS
 - `vending.py` — what vended credentials reach and for how long, by Lakekeeper's rules
+- `credential_cache.py` — Lakekeeper's cache of short-term storage credentials, modelled
 - `store.py` — its SQLite store
 - `errors.py` — errors in Lakekeeper's shape
 - `paths.py` — paths parsed into segments; dot segments and encoded separators refused
