@@ -25,6 +25,7 @@ Modules:
 - `untrusted.py` — what a unit reports, cleaned and bounded (`clean_text`, `bounded`)
 - `charts.py` — server-side SVG of runtime stats
 - `live_partials.py` — self-polling partials: when to ask again; 304 for an unchanged poll
+- `web.py` — what pages share: the redirect after an action, the shares panel, template filters
 
 Packages (each one's docstring lists its modules):
 - `api/` — the JSON API under /api/v1 and its OpenAPI document
