@@ -10,7 +10,7 @@ from flask_login import UserMixin
 from sqlalchemy import BigInteger, Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
-from app.states import ComputeUnitState, ExecutionState, JobState
+from app.states import ExecutionState, JobState, UnitState
 
 
 def utcnow() -> datetime:
@@ -105,7 +105,7 @@ class Warehouse(SQLModel, table=True):
         return f"s3://{self.bucket}/{self.key_prefix}".rstrip("/")
 
 
-LIVE_STATES_SQL = "state IN ({})".format(", ".join(f"'{state}'" for state in ComputeUnitState.LIVE))
+LIVE_STATES_SQL = "state IN ({})".format(", ".join(f"'{state}'" for state in UnitState.LIVE))
 
 
 class ComputeUnit(SQLModel, table=True):
@@ -139,7 +139,7 @@ class ComputeUnit(SQLModel, table=True):
     spark_host_port: int | None = (
         None  # existing units: the unit's port of that cluster's Spark host range
     )
-    state: str = Field(default=ComputeUnitState.PENDING, max_length=16, index=True)
+    state: str = Field(default=UnitState.PENDING, max_length=16, index=True)
     reason: str = Field(default="", max_length=1000)
     progress_step: str = Field(default="", max_length=200)
     # What the Ray backend needs to find the cluster again (ports, pids, URLs): JSON.

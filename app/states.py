@@ -1,10 +1,10 @@
 """The states of Lakeport's things, each vocabulary defined once.
 
 A compute unit's state is its cluster's: the backends report it and the unit's row stores it
-(`ComputeUnitState`). An execution's states are its run's (compute/contract.py `RunState`, what
+(`UnitState`). An execution's states are its run's (compute/contract.py `RunState`, what
 the unit's Spark host says), plus INITIALIZING, which only the portal knows: the unit is being
 made ready and nothing was submitted yet. `execution_state_of` maps the one onto the other.
-A member is its stored value (`"RUNNING" == ComputeUnitState.RUNNING`).
+A member is its stored value (`"RUNNING" == UnitState.RUNNING`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from enum import StrEnum, nonmember
 from compute.contract import RunState
 
 
-class ComputeUnitState(StrEnum):
+class UnitState(StrEnum):
     PENDING = "PENDING"
     STARTING = "STARTING"
     RUNNING = "RUNNING"

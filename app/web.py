@@ -13,7 +13,7 @@ from htmx_flask import make_response
 from app.charts import human_bytes
 from app.db import get_db
 from app.models import User
-from app.states import ComputeUnitState, ExecutionState, JobState
+from app.states import ExecutionState, JobState, UnitState
 
 
 def redirect_to(url: str):
@@ -140,7 +140,7 @@ FILTERS = {
 }
 TESTS = {"aware_datetime": aware_datetime}
 # What templates compare states with (`cu.state in UnitState.FINAL`), never a quoted name.
-STATES = {"ExecutionState": ExecutionState, "UnitState": ComputeUnitState, "JobState": JobState}
+STATES = {"ExecutionState": ExecutionState, "UnitState": UnitState, "JobState": JobState}
 
 
 def init_app(app: Flask) -> None:

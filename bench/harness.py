@@ -35,9 +35,9 @@ from app.iceberg_catalogs import catalog_for
 from app.models import (
     ComputeUnit,
     ComputeUnitEvent,
-    ComputeUnitState,
     Execution,
     ExecutionState,
+    UnitState,
     User,
     Warehouse,
     WorkflowVersion,
@@ -465,12 +465,12 @@ class Bench:
         cu = self.wait_for_row(
             ComputeUnit,
             cu_id,
-            lambda row: row.state not in (ComputeUnitState.PENDING, ComputeUnitState.STARTING),
+            lambda row: row.state not in (UnitState.PENDING, UnitState.STARTING),
             CU_START_TIMEOUT_S,
             f"compute unit {name}",
         )
         running_at = time.time()
-        if cu.state != ComputeUnitState.RUNNING:
+        if cu.state != UnitState.RUNNING:
             raise BenchError(f"compute unit {name} is {cu.state}: {cu.reason}")
         return cu_id, running_at
 
@@ -502,7 +502,7 @@ class Bench:
         self.wait_for_row(
             ComputeUnit,
             cu_id,
-            lambda row: row.state in (ComputeUnitState.TERMINATED, ComputeUnitState.FAILED),
+            lambda row: row.state in (UnitState.TERMINATED, UnitState.FAILED),
             CU_START_TIMEOUT_S,
             f"terminating unit {cu_id}",
             poll_s=0.2,
@@ -517,7 +517,7 @@ class Bench:
         self.wait_for_row(
             ComputeUnit,
             cu_id,
-            lambda row: row.state in (ComputeUnitState.TERMINATED, ComputeUnitState.FAILED),
+            lambda row: row.state in (UnitState.TERMINATED, UnitState.FAILED),
             CU_START_TIMEOUT_S,
             f"terminating unit {cu_id}",
             poll_s=0.2,

@@ -13,7 +13,7 @@ import time
 from sqlmodel import select
 
 from app.models import ComputeUnit
-from app.states import ComputeUnitState
+from app.states import UnitState
 from bench import cold, warm
 from bench.harness import Bench, Summary, median, spread, verdict
 
@@ -61,7 +61,7 @@ def _pooled(bench: Bench):
     return select(ComputeUnit).where(
         ComputeUnit.owner_id.is_(None),
         ComputeUnit.pooled_at.is_not(None),
-        ComputeUnit.state.in_(ComputeUnitState.LIVE),
+        ComputeUnit.state.in_(UnitState.LIVE),
     )
 
 

@@ -28,7 +28,7 @@ from app.models import (
 from app.ray_clusters.base import ClusterHandle, ClusterStatus, NodeStatus
 from app.ray_clusters.local import cluster_pids
 from app.spark_host import warmup as spark_warmup
-from app.states import ComputeUnitState
+from app.states import UnitState
 from compute.contract import secret_digest
 from compute.host_http import serve
 from devstack.process import free_port, port_is_open
@@ -507,7 +507,7 @@ class CountingBackend:
     """A cluster backend whose every status check is counted; it answers `state`."""
 
     def __init__(self):
-        self.checks, self.state = 0, ComputeUnitState.RUNNING
+        self.checks, self.state = 0, UnitState.RUNNING
 
     def restore_token(self, handle):
         return handle
@@ -516,7 +516,7 @@ class CountingBackend:
         self.checks += 1
         return ClusterStatus(
             self.state,
-            reason="" if self.state == ComputeUnitState.RUNNING else "head died",
+            reason="" if self.state == UnitState.RUNNING else "head died",
             nodes=getattr(self, "nodes", []),
         )
 
@@ -552,7 +552,7 @@ def test_pages_show_the_workers_last_check_and_never_ask_the_cluster(
         and 'data-testid="cu-checked-at"' in page
     )
     assert backend.checks == 1
-    backend.state = ComputeUnitState.FAILED
+    backend.state = UnitState.FAILED
     with app.app_context():
         supervision.supervise()
     with Session(db_engine) as db:

@@ -25,7 +25,7 @@ from app.ray_clusters.base import ClusterSpec, ClusterStartError
 from app.ray_clusters.existing import ExistingClusterBackend
 from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import allowed_endpoints
-from app.states import ComputeUnitState
+from app.states import UnitState
 from tests.test_compute_image import DOCKERFILE, PYPROJECT, image_pins, pins
 from tests.test_deploy_compose import (
     COMPOSE,
@@ -155,7 +155,7 @@ def test_the_worker_attaches_a_unit_to_the_head_with_the_secrets_token(tmp_path)
             spark_host_port=cluster.ports()[0],
         )
     )
-    assert backend.status(handle).state == ComputeUnitState.RUNNING
+    assert backend.status(handle).state == UnitState.RUNNING
     spark_host = urlsplit(handle.spark_host_url)
     assert SERVICES.get(spark_host.hostname) is HEAD
     assert spark_host.port in expanded_ports(HEAD["expose"])

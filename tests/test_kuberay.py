@@ -33,7 +33,7 @@ from app.ray_clusters.kuberay import (
     render_raycluster,
     status_from_raycluster,
 )
-from app.states import ComputeUnitState
+from app.states import UnitState
 
 CRD_PATH = Path(__file__).resolve().parent / "specs" / "kuberay" / "ray.io_rayclusters.yaml"
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -271,18 +271,18 @@ LEGACY_READY = {
 @pytest.mark.parametrize(
     "recorded, state, reason",
     [
-        (PROVISIONING, ComputeUnitState.STARTING, ""),
-        (READY, ComputeUnitState.RUNNING, ""),
+        (PROVISIONING, UnitState.STARTING, ""),
+        (READY, UnitState.RUNNING, ""),
         (
             QUOTA_EXCEEDED,
-            ComputeUnitState.FAILED,
+            UnitState.FAILED,
             'FailedCreateHeadPod: pods "lakeport-cu-42-head-4f8bd" is forbidden',
         ),
-        (HEAD_LOST, ComputeUnitState.FAILED, "the head pod is no longer ready: Head Pod not found"),
-        (WORKER_RESTARTING, ComputeUnitState.RUNNING, "degraded: 1 of 2 worker pods ready"),
-        (SUSPENDED, ComputeUnitState.FAILED, "the RayCluster was suspended"),
-        (LEGACY_READY, ComputeUnitState.RUNNING, ""),
-        ({}, ComputeUnitState.STARTING, ""),
+        (HEAD_LOST, UnitState.FAILED, "the head pod is no longer ready: Head Pod not found"),
+        (WORKER_RESTARTING, UnitState.RUNNING, "degraded: 1 of 2 worker pods ready"),
+        (SUSPENDED, UnitState.FAILED, "the RayCluster was suspended"),
+        (LEGACY_READY, UnitState.RUNNING, ""),
+        ({}, UnitState.STARTING, ""),
     ],
 )
 def test_recorded_statuses_map_to_compute_unit_states(recorded, state, reason):
@@ -309,7 +309,7 @@ def test_provisioning_says_what_it_waits_for():
 def test_a_cluster_being_deleted_is_terminating():
     obj = raycluster(READY, deletionTimestamp="2026-11-20T11:00:00Z")
 
-    assert status_from_raycluster(obj).state == ComputeUnitState.TERMINATING
+    assert status_from_raycluster(obj).state == UnitState.TERMINATING
 
 
 @pytest.mark.parametrize(
@@ -416,7 +416,7 @@ def test_start_creates_the_token_secret_and_the_raycluster_then_waits_until_read
     stored = ClusterHandle.from_json(handle.to_json())
     assert stored.auth_token is None  # the token lives in the Secret, not in the portal's database
     adopted = backend_on(server).adopt(stored)
-    assert adopted.state == ComputeUnitState.RUNNING and stored.auth_token == handle.auth_token
+    assert adopted.state == UnitState.RUNNING and stored.auth_token == handle.auth_token
 
     backend.terminate(handle)
     assert server.objects == {}

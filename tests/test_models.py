@@ -7,8 +7,8 @@ from sqlmodel import Session
 
 from app.models import (
     ComputeUnit,
-    ComputeUnitState,
     ExecutionState,
+    UnitState,
     User,
     Warehouse,
     WarehouseStatus,
@@ -39,7 +39,7 @@ def test_state_enums_are_their_stored_values():
         == ["QUEUED", "INITIALIZING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
     )
     assert ExecutionState.FINAL == ("COMPLETED", "FAILED", "CANCELLED")
-    assert [state.value for state in ComputeUnitState] == [
+    assert [state.value for state in UnitState] == [
         "PENDING",
         "STARTING",
         "RUNNING",
@@ -47,7 +47,7 @@ def test_state_enums_are_their_stored_values():
         "TERMINATED",
         "FAILED",
     ]
-    assert set(ComputeUnitState.FINAL) | set(ComputeUnitState.LIVE) == set(ComputeUnitState)
+    assert set(UnitState.FINAL) | set(UnitState.LIVE) == set(UnitState)
     assert (
         list(WarehouseStatus.ALL)
         == [status.value for status in WarehouseStatus]
@@ -66,9 +66,7 @@ def test_a_state_enum_is_stored_as_its_value(db_engine):
         user = User(issuer="https://idp", subject="enum-check")
         db.add(user)
         db.commit()
-        db.add(
-            ComputeUnit(owner_id=user.id, name="cu", kind="local", state=ComputeUnitState.STARTING)
-        )
+        db.add(ComputeUnit(owner_id=user.id, name="cu", kind="local", state=UnitState.STARTING))
         db.add(
             Warehouse(
                 owner_id=user.id,

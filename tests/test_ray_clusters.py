@@ -31,7 +31,7 @@ from app.ray_clusters.existing import ExistingClusterBackend
 from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host.client import reported_use
-from app.states import ComputeUnitState
+from app.states import UnitState
 from compute import host_auth
 from compute.contract import secret_digest
 from compute.ray_node import DASHBOARD_MODULES
@@ -137,7 +137,7 @@ def cluster(backend):
 def test_start_reports_running_with_nodes_and_cpus(backend, cluster, capsys):
     status = backend.status(cluster)
 
-    assert status.state == ComputeUnitState.RUNNING, status.reason
+    assert status.state == UnitState.RUNNING, status.reason
     assert status.alive_nodes == 2
     assert [node.is_head for node in status.nodes].count(True) == 1
     assert status.cpus_total == 2.0
@@ -221,10 +221,7 @@ def test_a_restarted_portal_adopts_the_live_cluster(backend, cluster):
         "reason": "",
         "nodes": 2,
     }
-    assert (
-        LocalClusterBackend().adopt(ClusterHandle.from_json(stored)).state
-        == ComputeUnitState.RUNNING
-    )
+    assert LocalClusterBackend().adopt(ClusterHandle.from_json(stored)).state == UnitState.RUNNING
 
 
 def test_two_clusters_side_by_side_do_not_collide_and_terminate_cleanly(backend, cluster):
@@ -232,7 +229,7 @@ def test_two_clusters_side_by_side_do_not_collide_and_terminate_cleanly(backend,
         ClusterSpec(cu_id="test-local-2", name="head only", memory_gb_per_node=1)
     )
     try:
-        assert backend.status(second).state == ComputeUnitState.RUNNING
+        assert backend.status(second).state == UnitState.RUNNING
         assert backend.status(cluster).alive_nodes == 2
         assert not handle_ports(cluster) & handle_ports(second)
         assert cluster.details["cluster_dir"] != second.details["cluster_dir"]
@@ -250,8 +247,8 @@ def test_two_clusters_side_by_side_do_not_collide_and_terminate_cleanly(backend,
     assert not [pid for pid in second_pids if process_running(pid)]
     assert not [port for port in ports if port_is_open(port)]
     assert not Path(second.details["cluster_dir"]).exists()
-    assert backend.status(second).state == ComputeUnitState.TERMINATED
-    assert backend.status(cluster).state == ComputeUnitState.RUNNING
+    assert backend.status(second).state == UnitState.TERMINATED
+    assert backend.status(cluster).state == UnitState.RUNNING
 
 
 SANDBOX_FACTS = """
@@ -363,12 +360,12 @@ def test_an_existing_cluster_is_attached_by_its_listed_name(backend, cluster):
     assert steps == ["connecting to the Ray cluster shared", "cluster ready"]
     assert handle.spark_host_url == "http://127.0.0.1:8290"
     assert (status.state, status.alive_nodes, status.cpus_total) == (
-        ComputeUnitState.RUNNING,
+        UnitState.RUNNING,
         2,
         2.0,
     )
     existing.terminate(handle)
-    assert backend.status(cluster).state == ComputeUnitState.RUNNING  # detaching leaves it running
+    assert backend.status(cluster).state == UnitState.RUNNING  # detaching leaves it running
     assert (
         ExistingClusterBackend(()).status(handle).reason
         == "the Ray cluster 'shared' is no longer listed here"
@@ -393,7 +390,7 @@ def status_once_not_running(backend, handle, within_s: float):
     deadline = time.monotonic() + within_s
     while (
         status := backend.status(handle)
-    ).state == ComputeUnitState.RUNNING and time.monotonic() < deadline:
+    ).state == UnitState.RUNNING and time.monotonic() < deadline:
         time.sleep(0.1)
     return status
 
@@ -406,7 +403,7 @@ def test_killing_the_head_fails_the_cluster_with_the_signal(backend, cluster):
     os.kill(head_pid, signal.SIGKILL)
 
     status = status_once_not_running(backend, cluster, within_s=5)
-    assert status.state == ComputeUnitState.FAILED
+    assert status.state == UnitState.FAILED
     assert status.reason == f"head node process (pid {head_pid}) was killed by signal 9 (SIGKILL)"
 
     # The unit's init recorded how the head ended, so a restarted portal knows it too.
@@ -415,7 +412,7 @@ def test_killing_the_head_fails_the_cluster_with_the_signal(backend, cluster):
     assert adopted["reason"] == status.reason
 
     attached_status = existing.status(attached)
-    assert attached_status.state == ComputeUnitState.FAILED
+    assert attached_status.state == UnitState.FAILED
     assert "not reachable" in attached_status.reason
 
 
@@ -468,7 +465,7 @@ def test_a_unit_without_a_dashboard_runs_only_the_ray_processes_it_uses(backend)
         )
         os.kill(raylet, signal.SIGKILL)
         status = status_once_not_running(backend, unit, within_s=10)
-        assert status.state == ComputeUnitState.FAILED
+        assert status.state == UnitState.FAILED
         assert (
             status.reason
             == f"head node process (pid {head_pid}) exited with code 1; Ray reported: raylet [exit code=-9]"
@@ -510,7 +507,7 @@ def test_a_spark_host_started_with_the_cluster_that_fails_says_why_and_the_clust
             time.sleep(0.5)
         log = backend.spark_host_launch_log(handle)
         assert '"state": "failed"' in log, log
-        assert backend.status(handle).state == ComputeUnitState.RUNNING
+        assert backend.status(handle).state == UnitState.RUNNING
     finally:
         backend.terminate(handle)
     assert cluster_pids(handle) == []
@@ -574,7 +571,7 @@ def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_repo
     finally:
         server.shutdown()
         server.server_close()
-    assert status.state == ComputeUnitState.RUNNING
+    assert status.state == UnitState.RUNNING
     assert [(node.node_id, node.is_head, node.cpus) for node in status.nodes] == [
         ("head", True, 2.0),
         ("worker-1", False, 2.0),

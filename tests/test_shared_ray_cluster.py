@@ -23,7 +23,7 @@ from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host import warmup as spark_warmup
 from app.spark_host.client import SparkHostClient
-from app.states import ComputeUnitState
+from app.states import UnitState
 from compute import host_auth
 from compute.contract import secret_digest
 from devstack.oidc_provider import TEST_USERS
@@ -341,7 +341,7 @@ def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_
     assert not answers_http(
         port
     )  # the port may stay bridged out of the cluster's sandbox; no host is behind it
-    assert backend.status(cluster).state == ComputeUnitState.RUNNING
+    assert backend.status(cluster).state == UnitState.RUNNING
     # Nothing of alice's session is left on the operator's cluster: her driver's JVM ended with
     # her host, and her executor with the driver's Ray job.
     while len(_java_mains(cluster)) > 2 and time.monotonic() < deadline:

@@ -28,7 +28,7 @@ from app.models import ComputeUnit, User, Warehouse
 from app.ray_clusters.base import ClusterHandle, ProgressCallback, no_progress
 from app.spark_host import warmup
 from app.spark_host.client import SparkHostClient, SparkHostError
-from app.states import ComputeUnitState
+from app.states import UnitState
 from app.untrusted import clean_text
 from compute.contract import ACCESS_DELEGATION, RunState
 
@@ -114,12 +114,12 @@ def unit_failure(cu_id: int | None) -> str | None:
     cu = db.get(ComputeUnit, cu_id) if cu_id is not None else None
     if cu is None:
         return "the compute unit stopped: it was deleted"
-    if cu.state == ComputeUnitState.RUNNING:
+    if cu.state == UnitState.RUNNING:
         try:
             lifecycle.refresh(cu)  # a dead cluster becomes FAILED with its reason
         except Exception:
             logger.exception("checking compute unit %s failed", cu_id)
-    if cu.state != ComputeUnitState.RUNNING:
+    if cu.state != UnitState.RUNNING:
         return f"the compute unit stopped: {cu.reason or cu.state.lower()}"
     return None
 
@@ -133,7 +133,7 @@ def running_host(cu_id: int | None) -> tuple[ComputeUnit, ClusterHandle]:
     cu = db.get(ComputeUnit, cu_id) if cu_id is not None else None
     if cu is None:
         raise UnitUnavailable("the compute unit stopped: it was deleted")
-    if cu.state != ComputeUnitState.RUNNING:
+    if cu.state != UnitState.RUNNING:
         raise UnitUnavailable(f"the compute unit stopped: {cu.reason or cu.state.lower()}")
     handle = lifecycle.handle_of(cu)
     if handle is None or not handle.spark_host_url:

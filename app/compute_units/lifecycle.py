@@ -34,9 +34,9 @@ from app.errors import UserFacingError
 from app.models import (
     ComputeUnit,
     ComputeUnitEvent,
-    ComputeUnitState,
     Execution,
     ExecutionState,
+    UnitState,
     User,
     utcnow,
 )
@@ -56,7 +56,6 @@ from app.transitions import compare_and_set, set_fields
 from app.untrusted import clean_text
 from compute.contract import secret_digest
 
-State = ComputeUnitState
 logger = logging.getLogger(__name__)
 # Set on a FAILED unit whose cluster's remains the worker still has to stop.
 CLEANING_UP = "cleaning up"
@@ -121,7 +120,7 @@ def clear(owner: User, cu_id: int | None = None) -> int:
         update(ComputeUnit)
         .where(
             ComputeUnit.owner_id == owner.id,
-            ComputeUnit.state.in_(State.FINAL),
+            ComputeUnit.state.in_(UnitState.FINAL),
             ComputeUnit.cleared_at.is_(None),
         )
         .values(cleared_at=utcnow())
@@ -140,7 +139,7 @@ def live_count(owner: User) -> int:
     statement = (
         select(func.count())
         .select_from(ComputeUnit)
-        .where(ComputeUnit.owner_id == owner.id, ComputeUnit.state.in_(State.LIVE))
+        .where(ComputeUnit.owner_id == owner.id, ComputeUnit.state.in_(UnitState.LIVE))
     )
     return get_db().exec(statement).one()
 
@@ -289,7 +288,7 @@ def _insert_with_port(db: Session, owner: User, values: dict) -> ComputeUnit:
         taken = set(
             db.exec(
                 select(ComputeUnit.spark_host_port).where(
-                    ComputeUnit.ray_cluster == cluster.name, ComputeUnit.state.in_(State.LIVE)
+                    ComputeUnit.ray_cluster == cluster.name, ComputeUnit.state.in_(UnitState.LIVE)
                 )
             )
         )
@@ -353,7 +352,7 @@ def ask_to_stop(
         from_states,
         event=f"terminating{': ' + reason if reason else ''}",
         where=where,
-        state=State.TERMINATING,
+        state=UnitState.TERMINATING,
         reason=reason,
         progress_step="stopping",
     )
@@ -383,7 +382,10 @@ def _end(
 
 
 def fail(
-    cu_id: int, reason: str, from_states: Iterable[str] = (State.RUNNING,), event: str | None = None
+    cu_id: int,
+    reason: str,
+    from_states: Iterable[str] = (UnitState.RUNNING,),
+    event: str | None = None,
 ) -> bool:
     """Mark the unit FAILED with `reason` if it is still in `from_states` (never over a final
     state); the worker then stops what is left of its cluster."""
@@ -391,7 +393,7 @@ def fail(
         _end(
             cu_id,
             from_states,
-            State.FAILED,
+            UnitState.FAILED,
             reason=reason,
             progress_step=CLEANING_UP,
             event=event or f"failed: {reason}",
@@ -404,13 +406,17 @@ def run_start(cu_id: int) -> None:
     """The worker's part of a PENDING unit: start its cluster, then its Spark session. A STARTING
     unit found here was being started by a worker that stopped (its lease ran out)."""
     cu = _load(cu_id)
-    if cu is None or cu.state not in (State.PENDING, State.STARTING):
+    if cu is None or cu.state not in (UnitState.PENDING, UnitState.STARTING):
         return
-    if cu.state == State.STARTING:
+    if cu.state == UnitState.STARTING:
         _hand_over(cu) if cu.progress_step == pool.HANDING_OVER else _resume_start(cu)
         return
     cu = _transition(
-        cu_id, (State.PENDING,), event="starting", state=State.STARTING, progress_step="preparing"
+        cu_id,
+        (UnitState.PENDING,),
+        event="starting",
+        state=UnitState.STARTING,
+        progress_step="preparing",
     )
     if cu is None:
         return  # terminated while pending
@@ -426,7 +432,9 @@ def run_start(cu_id: int) -> None:
     try:
         handle = _backend(cu).start(_spec(cu), progress)
     except ClusterStartError as error:
-        fail(cu_id, str(error), from_states=(State.STARTING,), event=f"failed to start: {error}")
+        fail(
+            cu_id, str(error), from_states=(UnitState.STARTING,), event=f"failed to start: {error}"
+        )
         return
     except DATABASE_UNAVAILABLE:
         raise
@@ -435,7 +443,7 @@ def run_start(cu_id: int) -> None:
         fail(
             cu_id,
             f"could not start: {error}",
-            from_states=(State.STARTING,),
+            from_states=(UnitState.STARTING,),
             event="failed to start",
         )
         return
@@ -446,9 +454,9 @@ def run_start(cu_id: int) -> None:
     checked = _first_check(cu, handle)
     running = _transition(
         cu_id,
-        (State.STARTING,),
+        (UnitState.STARTING,),
         event="running",
-        state=State.RUNNING,
+        state=UnitState.RUNNING,
         progress_step="",
         started_at=now,
         last_activity_at=now,
@@ -466,7 +474,7 @@ def run_start(cu_id: int) -> None:
 def _checked(cu: ComputeUnit, handle: ClusterHandle) -> ClusterStatus:
     """The cluster's status, with what is in use as its Spark host reports it where that is the host's to say."""
     status = _backend(cu).status(handle)
-    if status.state == ComputeUnitState.RUNNING and status.use_from_spark_host:
+    if status.state == UnitState.RUNNING and status.use_from_spark_host:
         status = spark_host_client.reported_use(handle, status)
     return status
 
@@ -517,22 +525,22 @@ def _resume_start(cu: ComputeUnit) -> None:
         fail(
             cu.id,
             "the worker starting this unit stopped before the cluster was up",
-            from_states=(State.STARTING,),
+            from_states=(UnitState.STARTING,),
         )
         return
     try:
         status = _backend(cu).adopt(handle)
     except Exception as error:
-        status = ClusterStatus(ComputeUnitState.FAILED, reason=f"could not be checked: {error}")
-    if status.state == ComputeUnitState.FAILED:
-        fail(cu.id, status.reason or "the cluster was gone", from_states=(State.STARTING,))
+        status = ClusterStatus(UnitState.FAILED, reason=f"could not be checked: {error}")
+    if status.state == UnitState.FAILED:
+        fail(cu.id, status.reason or "the cluster was gone", from_states=(UnitState.STARTING,))
         return
     now = utcnow()
     _transition(
         cu.id,
-        (State.STARTING,),
+        (UnitState.STARTING,),
         event="running (its start was taken over by another worker)",
-        state=State.RUNNING,
+        state=UnitState.RUNNING,
         progress_step="",
         started_at=now,
         last_activity_at=now,
@@ -557,9 +565,9 @@ def _hand_over(cu: ComputeUnit) -> None:
     _record_handle(cu.id, claimed)
     _transition(
         cu.id,
-        (State.STARTING,),
+        (UnitState.STARTING,),
         event="handed over: its Spark host has a key of its own",
-        state=State.RUNNING,
+        state=UnitState.RUNNING,
         progress_step="",
         last_activity_at=utcnow(),
     )
@@ -577,9 +585,9 @@ def _start_afresh(cu: ComputeUnit, handle: ClusterHandle, why: str) -> None:
     if (
         _transition(
             cu.id,
-            (State.STARTING,),
+            (UnitState.STARTING,),
             event=f"{why}: starting a fresh one",
-            state=State.PENDING,
+            state=UnitState.PENDING,
             progress_step="",
             handle="{}",
             pooled_at=None,
@@ -597,7 +605,7 @@ def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
     try:
         warmup.ensure_warm(cu, handle, _backend(cu))
     except warmup.SparkHostUnavailable as error:
-        still_running = (latest := _load(cu.id)) is not None and latest.state == State.RUNNING
+        still_running = (latest := _load(cu.id)) is not None and latest.state == UnitState.RUNNING
         if still_running and pool.is_pooled(
             cu
         ):  # a pooled unit is only any use warm: the pool replaces it
@@ -617,20 +625,20 @@ def _warm_up_spark(cu: ComputeUnit, handle: ClusterHandle) -> None:
 
 def terminate(cu: ComputeUnit, reason: str = "") -> None:
     """Ask for the unit to be stopped (the worker stops it); `cu` is refreshed to what happened."""
-    if cu.state in State.FINAL:
+    if cu.state in UnitState.FINAL:
         return
     audit.record("unit.terminate", cu, before=cu.state, reason=reason)
     # A unit still starting without a cluster ends at once: its starting worker sees the state
     # change and stops what it started.
     if not _end(
         cu.id,
-        (State.PENDING, State.STARTING),
-        State.TERMINATED,
+        (UnitState.PENDING, UnitState.STARTING),
+        UnitState.TERMINATED,
         reason=reason,
         event="terminated while starting",
         where=ComputeUnit.handle == "{}",
     ):
-        ask_to_stop(cu.id, (State.STARTING, State.RUNNING), reason)
+        ask_to_stop(cu.id, (UnitState.STARTING, UnitState.RUNNING), reason)
     db = get_db()
     if cu in db:
         db.refresh(cu)
@@ -649,7 +657,7 @@ def _stop_cluster(cu_id: int) -> None:
 def run_stop(cu_id: int) -> None:
     """The worker's part of a TERMINATING unit: stop its cluster, then record TERMINATED (or FAILED
     when it could not be stopped cleanly)."""
-    if (cu := _load(cu_id)) is None or cu.state != State.TERMINATING:
+    if (cu := _load(cu_id)) is None or cu.state != UnitState.TERMINATING:
         return
     try:
         _stop_cluster(cu_id)
@@ -659,13 +667,13 @@ def run_stop(cu_id: int) -> None:
         logger.exception("terminating compute unit %s failed", cu_id)
         _end(
             cu_id,
-            (State.TERMINATING,),
-            State.FAILED,
+            (UnitState.TERMINATING,),
+            UnitState.FAILED,
             reason=f"could not be stopped cleanly: {error}",
             event="terminate failed",
         )
         return
-    _end(cu_id, (State.TERMINATING,), State.TERMINATED, event="terminated")
+    _end(cu_id, (UnitState.TERMINATING,), UnitState.TERMINATED, event="terminated")
 
 
 def run_clean_up(cu_id: int) -> None:
@@ -684,14 +692,14 @@ def refresh(cu: ComputeUnit) -> ClusterStatus | None:
     """The worker's check of a RUNNING unit against its cluster: a dead one becomes FAILED with
     the reason (the worker stops its remains); a live one's status is recorded for its pages,
     which never ask the cluster themselves. Returns the cluster's status."""
-    if cu.state != State.RUNNING:
+    if cu.state != UnitState.RUNNING:
         return None
     handle = handle_of(cu)
     if handle is None:
         _fail_and_reload(cu, "Lakeport lost track of this cluster (no handle)")
         return None
     status = _checked(cu, handle)
-    if status.state == ComputeUnitState.FAILED:
+    if status.state == UnitState.FAILED:
         _fail_and_reload(cu, status.reason or "the cluster stopped")
     else:
         set_fields(ComputeUnit, cu.id, cluster_status=status.to_json(), cluster_checked_at=utcnow())
@@ -700,7 +708,7 @@ def refresh(cu: ComputeUnit) -> ClusterStatus | None:
 
 def recorded_status(cu: ComputeUnit) -> ClusterStatus | None:
     """What the worker's last check found of a RUNNING unit's cluster, for its pages."""
-    if cu.state != State.RUNNING or not cu.cluster_status:
+    if cu.state != UnitState.RUNNING or not cu.cluster_status:
         return None
     try:
         return ClusterStatus.from_json(cu.cluster_status)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from app.models import ComputeUnit, ComputeUnitEvent, ComputeUnitState
+from app.models import ComputeUnit, ComputeUnitEvent, UnitState
 
 WARMING = "WARMING"
 SPARK_WARMING_EVENT = "starting its Spark session"
@@ -22,7 +22,7 @@ _SPARK_WARM_UP_ENDS = (SPARK_READY_EVENT, SPARK_FAILED_EVENT)
 
 @dataclass(frozen=True)
 class Phase:
-    name: str  # a ComputeUnitState, or WARMING
+    name: str  # a UnitState, or WARMING
     since: datetime | None = None
 
     def elapsed_seconds(self, now: datetime | None = None) -> int | None:
@@ -33,7 +33,7 @@ class Phase:
 
 
 def phase_of(cu: ComputeUnit, events_newest_first: list[ComputeUnitEvent]) -> Phase:
-    if cu.state != ComputeUnitState.RUNNING:
+    if cu.state != UnitState.RUNNING:
         return Phase(cu.state)
     for event in events_newest_first:
         if event.message.startswith(_SPARK_WARM_UP_ENDS):

@@ -32,7 +32,7 @@ from sqlmodel import Session, func, select
 
 from app.db import engine
 from app.models import ComputeUnit, ComputeUnitEvent, User, utcnow
-from app.states import ComputeUnitState as State
+from app.states import UnitState
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,9 @@ def claim(db: Session, owner: User, values: dict) -> ComputeUnit | None:
     candidates = db.exec(
         select(ComputeUnit.id)
         .where(
-            *_POOLED, ComputeUnit.state == State.RUNNING, ComputeUnit.spark_ready_at.is_not(None)
+            *_POOLED,
+            ComputeUnit.state == UnitState.RUNNING,
+            ComputeUnit.spark_ready_at.is_not(None),
         )
         .order_by(ComputeUnit.spark_ready_at)
         .limit(5)
@@ -83,13 +85,13 @@ def claim(db: Session, owner: User, values: dict) -> ComputeUnit | None:
             .where(
                 ComputeUnit.id == cu_id,
                 ComputeUnit.owner_id.is_(None),
-                ComputeUnit.state == State.RUNNING,
+                ComputeUnit.state == UnitState.RUNNING,
             )
             .values(
                 owner_id=owner.id,
                 name=values["name"],
                 claimed_at=now,
-                state=State.STARTING,
+                state=UnitState.STARTING,
                 progress_step=HANDING_OVER,
                 last_activity_at=now,
             )
@@ -105,7 +107,7 @@ def claim(db: Session, owner: User, values: dict) -> ComputeUnit | None:
 def _live_pool(db: Session) -> list:  # (state, spark_ready_at) of each live pooled unit
     return db.exec(
         select(ComputeUnit.state, ComputeUnit.spark_ready_at).where(
-            *_POOLED, ComputeUnit.state.in_(State.LIVE)
+            *_POOLED, ComputeUnit.state.in_(UnitState.LIVE)
         )
     ).all()
 
@@ -118,7 +120,7 @@ def _recent_start_failures(db: Session) -> list[str]:
             select(ComputeUnit.reason)
             .where(
                 *_POOLED,
-                ComputeUnit.state == State.FAILED,
+                ComputeUnit.state == UnitState.FAILED,
                 ComputeUnit.started_at.is_(None),
                 ComputeUnit.ended_at >= since,
             )
@@ -200,7 +202,7 @@ def summary() -> PoolSummary:
         ).one()
         failures = _recent_start_failures(db)
     ready = sum(
-        1 for state, spark_ready in rows if state == State.RUNNING and spark_ready is not None
+        1 for state, spark_ready in rows if state == UnitState.RUNNING and spark_ready is not None
     )
     paused = ""
     if len(failures) >= FAILURE_LIMIT:

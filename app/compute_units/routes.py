@@ -10,7 +10,7 @@ from app.compute_units.backends import KIND_LABELS, unit_choices
 from app.compute_units.lifecycle import ComputeUnitError
 from app.compute_units.phase import Phase, phase_of
 from app.db import get_owned_or_404
-from app.models import ComputeUnit, ComputeUnitState
+from app.models import ComputeUnit, UnitState
 
 # What templates/compute_units/_row.html shows of a unit, besides its phase: its version. (Not the
 # worker's checks of its cluster, which change at every pass and which the row does not show.)
@@ -108,7 +108,7 @@ def row(cu_id: int):
     unit as the browser's copy shows it answers 304 (app/live_partials.py)."""
     cu = _unit(cu_id)
     phase = unit_phase(cu)
-    if cu.state in ComputeUnitState.FINAL:
+    if cu.state in UnitState.FINAL:
         return render_template("compute_units/_row.html", cu=cu, phase=phase)
     version = tuple(getattr(cu, column) for column in ROW_SHOWS) + (
         phase.name,

@@ -13,9 +13,7 @@ from sqlmodel import Session, select
 
 from app.compute_units import lifecycle, pool
 from app.db import engine
-from app.models import ComputeUnit, ComputeUnitState, Execution, ExecutionState, utcnow
-
-State = ComputeUnitState
+from app.models import ComputeUnit, Execution, ExecutionState, UnitState, utcnow
 
 
 def stop_idle(idle_minutes: float) -> list[int]:
@@ -31,7 +29,7 @@ def stop_idle(idle_minutes: float) -> list[int]:
         candidates = list(
             db.exec(
                 select(ComputeUnit.id).where(
-                    ComputeUnit.state == State.RUNNING,
+                    ComputeUnit.state == UnitState.RUNNING,
                     ComputeUnit.last_activity_at < cutoff,
                     ~busy,
                     ComputeUnit.owner_id.is_not(None),
@@ -42,7 +40,10 @@ def stop_idle(idle_minutes: float) -> list[int]:
         cu_id
         for cu_id in candidates
         if lifecycle.ask_to_stop(
-            cu_id, (State.RUNNING,), reason, where=(ComputeUnit.last_activity_at < cutoff) & ~busy
+            cu_id,
+            (UnitState.RUNNING,),
+            reason,
+            where=(ComputeUnit.last_activity_at < cutoff) & ~busy,
         )
     ]
 
@@ -53,12 +54,12 @@ def terminate_all_local(reason: str) -> int:
         units = list(
             db.exec(
                 select(ComputeUnit).where(
-                    ComputeUnit.kind == "local", ComputeUnit.state.in_(State.LIVE)
+                    ComputeUnit.kind == "local", ComputeUnit.state.in_(UnitState.LIVE)
                 )
             )
         )
     for cu in units:
-        lifecycle.ask_to_stop(cu.id, State.LIVE, reason)
+        lifecycle.ask_to_stop(cu.id, UnitState.LIVE, reason)
         lifecycle.run_stop(cu.id)
     return len(units)
 
@@ -70,7 +71,7 @@ def supervise() -> None:
     if idle_minutes:
         stop_idle(idle_minutes)
     with Session(engine(), expire_on_commit=False) as db:
-        running = list(db.exec(select(ComputeUnit).where(ComputeUnit.state == State.RUNNING)))
+        running = list(db.exec(select(ComputeUnit).where(ComputeUnit.state == UnitState.RUNNING)))
     for cu in running:
         lifecycle.check_now(cu)
 
@@ -80,18 +81,20 @@ def pending_work() -> list[tuple[str, object, int]]:
     with Session(engine()) as db:
         rows = db.exec(
             select(ComputeUnit.id, ComputeUnit.state).where(
-                ComputeUnit.state.in_((State.PENDING, State.STARTING, State.TERMINATING))
+                ComputeUnit.state.in_(
+                    (UnitState.PENDING, UnitState.STARTING, UnitState.TERMINATING)
+                )
                 | (
-                    (ComputeUnit.state == State.FAILED)
+                    (ComputeUnit.state == UnitState.FAILED)
                     & (ComputeUnit.progress_step == lifecycle.CLEANING_UP)
                 )
             )
         ).all()
     jobs = {
-        State.PENDING: ("unit-start", lifecycle.run_start),
-        State.STARTING: ("unit-start", lifecycle.run_start),
-        State.TERMINATING: ("unit-stop", lifecycle.run_stop),
-        State.FAILED: ("unit-clean-up", lifecycle.run_clean_up),
+        UnitState.PENDING: ("unit-start", lifecycle.run_start),
+        UnitState.STARTING: ("unit-start", lifecycle.run_start),
+        UnitState.TERMINATING: ("unit-stop", lifecycle.run_stop),
+        UnitState.FAILED: ("unit-clean-up", lifecycle.run_clean_up),
     }
     work = []
     for cu_id, state in rows:

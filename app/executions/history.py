@@ -13,9 +13,9 @@ from sqlmodel import select
 from app.db import get_db
 from app.models import (
     ComputeUnit,
-    ComputeUnitState,
     Execution,
     ExecutionState,
+    UnitState,
     User,
     Warehouse,
     Workflow,
@@ -109,7 +109,7 @@ def user_compute_units(owner: User) -> list[ComputeUnit]:
 
 
 def running_compute_units(owner: User) -> list[ComputeUnit]:
-    return [cu for cu in user_compute_units(owner) if cu.state == ComputeUnitState.RUNNING]
+    return [cu for cu in user_compute_units(owner) if cu.state == UnitState.RUNNING]
 
 
 def active_warehouses(owner: User) -> list[Warehouse]:

@@ -49,9 +49,9 @@ from app.extensions import lakekeeper
 from app.lakekeeper.errors import LakekeeperError, LakekeeperUnavailable, ServiceTokenError
 from app.models import (
     ComputeUnit,
-    ComputeUnitState,
     Execution,
     ExecutionState,
+    UnitState,
     User,
     Warehouse,
     WarehouseStatus,
@@ -67,7 +67,6 @@ from app.warehouses import sharing
 from app.workflows import sharing as workflow_sharing
 from compute.contract import SUBMIT_CODE, RunState
 
-State = ExecutionState
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
@@ -114,7 +113,7 @@ def check_runnable(
     errors: dict[str, str] = {}
     if cu is None or cu.owner_id != owner.id:
         errors["compute_unit_id"] = "Choose one of your running compute units."
-    elif cu.state != ComputeUnitState.RUNNING:
+    elif cu.state != UnitState.RUNNING:
         errors["compute_unit_id"] = f"Compute unit {cu.name} is {cu.state.lower()}, not running."
     if warehouse is None or sharing.access_of(owner, warehouse) not in (
         sharing.OWNER,
@@ -226,7 +225,7 @@ def start(
 def rerun_pinned(owner: User, execution: Execution) -> Execution:
     """Run `execution`'s workflow version again, on its unit into its warehouse, with every table
     it read pinned to the snapshot it read (Iceberg time travel on the unit)."""
-    if execution.state != State.COMPLETED:
+    if execution.state != ExecutionState.COMPLETED:
         raise RunRefused("Only a completed execution can be run again on the same inputs.")
     lineage = json.loads(execution.lineage or "{}")
     if "read" not in lineage:
@@ -254,17 +253,17 @@ def cancel(execution: Execution, by: str = "its owner") -> None:
     """Cancel a QUEUED or INITIALIZING execution at once, or record the cancel request of a
     RUNNING one: the worker passes it to the unit (`pass_cancel`, at its next pass) and its
     watcher again at its checks until the run has stopped, and records CANCELLED then."""
-    if execution.state in State.FINAL:
+    if execution.state in ExecutionState.FINAL:
         raise RunRefused("This execution has already finished.")
     audit.record("execution.cancel", execution, before=execution.state)
     if not _transition(
         execution.id,
-        (State.QUEUED, State.INITIALIZING),
-        state=State.CANCELLED,
+        (ExecutionState.QUEUED, ExecutionState.INITIALIZING),
+        state=ExecutionState.CANCELLED,
         reason=f"cancelled by {by} before it ran",
         ended_at=utcnow(),
     ):
-        _transition(execution.id, (State.RUNNING,), cancel_requested_at=utcnow())
+        _transition(execution.id, (ExecutionState.RUNNING,), cancel_requested_at=utcnow())
     get_db().refresh(execution)
 
 
@@ -277,7 +276,7 @@ def _transition(execution_id: int, from_states: Iterable[str], **changes) -> boo
 
 def finish(execution_id: int, state: str, **changes) -> bool:
     """Record a final state, unless another one was recorded first."""
-    live = [s for s in State.ALL if s not in State.FINAL]
+    live = [s for s in ExecutionState.ALL if s not in ExecutionState.FINAL]
     return _transition(execution_id, live, state=state, ended_at=utcnow(), **changes)
 
 
@@ -294,7 +293,7 @@ def pending_work() -> list[tuple[str, object, int]]:
     with Session(engine()) as db:
         live = db.exec(
             select(Execution.id, Execution.cancel_requested_at).where(
-                Execution.state.not_in(State.FINAL)
+                Execution.state.not_in(ExecutionState.FINAL)
             )
         ).all()
     cancels = [execution_id for execution_id, asked in live if asked is not None]
@@ -317,7 +316,7 @@ def pass_cancel(execution_id: int) -> None:
     watcher's next check: a run about to complete should not)."""
     _cancels_passed[execution_id] = time.monotonic()
     execution = load(execution_id)
-    if execution is not None and execution.state == State.RUNNING and execution.run_id:
+    if execution is not None and execution.state == ExecutionState.RUNNING and execution.run_id:
         _cancel_run(execution_id, lambda: door.cancel(execution.compute_unit_id, execution.run_id))
 
 
@@ -338,15 +337,18 @@ def drive(execution_id: int) -> None:
     the execution, FAILED with the reason if need be."""
     try:
         execution = load(execution_id)
-        if execution is None or execution.state in State.FINAL:
+        if execution is None or execution.state in ExecutionState.FINAL:
             return
-        if execution.state == State.RUNNING:
+        if execution.state == ExecutionState.RUNNING:
             _watch(execution_id)
             return
         # The catalog token takes longest to prepare: it is minted while the rest is checked.
         groundwork = _Groundwork.start(execution)
-        if execution.state == State.QUEUED and not _transition(
-            execution_id, (State.QUEUED,), state=State.INITIALIZING, started_at=utcnow()
+        if execution.state == ExecutionState.QUEUED and not _transition(
+            execution_id,
+            (ExecutionState.QUEUED,),
+            state=ExecutionState.INITIALIZING,
+            started_at=utcnow(),
         ):
             return  # cancelled while queued
         _submit_and_watch(execution_id, groundwork)
@@ -363,7 +365,7 @@ def _finish_failed(execution_id: int, reason: str) -> None:
     """FAILED with `reason`, cleaned (it may hold a unit's text). Should the row still refuse
     it, FAILED with a reason that says so: an execution never stays unended over its reason."""
     try:
-        finish(execution_id, State.FAILED, reason=clean_text(reason, door.REASON_LIMIT))
+        finish(execution_id, ExecutionState.FAILED, reason=clean_text(reason, door.REASON_LIMIT))
     except DATABASE_UNAVAILABLE:
         raise
     except Exception as error:
@@ -373,13 +375,15 @@ def _finish_failed(execution_id: int, reason: str) -> None:
             clean_text(error, 300, one_line=True),
         )
         finish(
-            execution_id, State.FAILED, reason="the run failed, and its reason could not be stored"
+            execution_id,
+            ExecutionState.FAILED,
+            reason="the run failed, and its reason could not be stored",
         )
 
 
 def _submit_and_watch(execution_id: int, groundwork: _Groundwork) -> None:
     args, handle, seen_app = _prepare(execution_id, groundwork)
-    if _state_of(execution_id) != State.INITIALIZING:
+    if _state_of(execution_id) != ExecutionState.INITIALIZING:
         return  # cancelled while initializing: nothing was submitted
     cu_id = args["compute_unit"]["id"]
     try:
@@ -398,7 +402,9 @@ def _submit_and_watch(execution_id: int, groundwork: _Groundwork) -> None:
             run_id = _submit(handle, args, execution_id)
         except SparkHostError as error:
             raise _not_taken(cu_id, error) from None
-    if not _transition(execution_id, (State.INITIALIZING,), state=State.RUNNING, run_id=run_id):
+    if not _transition(
+        execution_id, (ExecutionState.INITIALIZING,), state=ExecutionState.RUNNING, run_id=run_id
+    ):
         # Cancelled between the check above and the submit.
         _cancel_run(execution_id, lambda: door.cancel(cu_id, run_id))
         return
@@ -592,17 +598,17 @@ def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, r
     A cancel its owner asked for is passed on to the unit here (again at each check, until the
     run has stopped: a cancel can reach the host before the run's Spark job)."""
     execution = load(execution_id)
-    if execution.cancel_requested_at is not None and execution.state == State.RUNNING:
+    if execution.cancel_requested_at is not None and execution.state == ExecutionState.RUNNING:
         _cancel_run(execution_id, lambda: client.cancel(run_id))
-    if execution.state in State.FINAL:
+    if execution.state in ExecutionState.FINAL:
         if (
-            execution.state != State.COMPLETED
+            execution.state != ExecutionState.COMPLETED
         ):  # stopped from outside (see app/executions/stopping.py): make sure
             _cancel_run(execution_id, lambda: client.cancel(run_id), quiet=True)
         return True
     with Session(engine()) as db:
         cu = db.get(ComputeUnit, cu_id)
-    if cu is not None and cu.state == ComputeUnitState.RUNNING:
+    if cu is not None and cu.state == UnitState.RUNNING:
         return False
     _cancel_run(
         execution_id, lambda: client.cancel(run_id), quiet=True
@@ -610,7 +616,7 @@ def _stopped_elsewhere(execution_id: int, cu_id: int, client: SparkHostClient, r
     reason = (
         f"the compute unit stopped: {(cu.reason or cu.state.lower()) if cu else 'it was deleted'}"
     )
-    finish(execution_id, State.FAILED, reason=reason)
+    finish(execution_id, ExecutionState.FAILED, reason=reason)
     return True
 
 
@@ -647,23 +653,23 @@ def _record_end(
 ) -> None:
     """The row follows the unit, whose run marks its tables complete if and only if it COMPLETED."""
     state = execution_state_of(run["state"])  # a host's state outside RunState is a failure
-    if state == State.COMPLETED:
+    if state == ExecutionState.COMPLETED:
         # A stop asked for after the run had begun to complete was refused on the unit: no reason.
         result = run.get("result") if isinstance(run.get("result"), dict) else {}
         finish(
             execution_id,
-            State.COMPLETED,
+            ExecutionState.COMPLETED,
             progress=progress,
             outputs=json.dumps(unit_reports.reported_result(execution_id, result)),
             lineage=json.dumps(unit_reports.reported_lineage(result)),
             reason="",
         )
-    elif state == State.CANCELLED:
+    elif state == ExecutionState.CANCELLED:
         # A reason on the row is stopping.stop_in_warehouse's, written before it cancelled the run.
         stopped_because = load(execution_id).reason
         finish(
             execution_id,
-            State.FAILED if stopped_because else State.CANCELLED,
+            ExecutionState.FAILED if stopped_because else ExecutionState.CANCELLED,
             progress=stopped_progress(progress),
             reason=stopped_because or "cancelled by its owner",
         )
@@ -671,4 +677,4 @@ def _record_end(
         reason = door.failure_reason(run.get("error"))
         if over := over_limit():
             reason = clean_text(f"{over}; the run's error: {reason}", door.REASON_LIMIT)
-        finish(execution_id, State.FAILED, progress=progress, reason=reason)
+        finish(execution_id, ExecutionState.FAILED, progress=progress, reason=reason)

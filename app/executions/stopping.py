@@ -25,14 +25,13 @@ from sqlmodel import select
 from app.db import get_db
 from app.executions import runner
 from app.executions.history import stopped_progress
-from app.models import Execution, User, Warehouse, Workflow, utcnow
-from app.models import ExecutionState as State
+from app.models import Execution, ExecutionState, User, Warehouse, Workflow, utcnow
 from app.transitions import compare_and_set
 from app.warehouses import sharing as warehouse_sharing
 from app.workflows import sharing as workflow_sharing
 
-_LIVE = (State.QUEUED, State.INITIALIZING, State.RUNNING)
-_NOT_ON_A_UNIT = (State.QUEUED, State.INITIALIZING)
+_LIVE = (ExecutionState.QUEUED, ExecutionState.INITIALIZING, ExecutionState.RUNNING)
+_NOT_ON_A_UNIT = (ExecutionState.QUEUED, ExecutionState.INITIALIZING)
 
 
 def _stop(execution: Execution, reason: str) -> bool:
@@ -42,12 +41,19 @@ def _stop(execution: Execution, reason: str) -> bool:
     stopped or asked to stop."""
     # The reason with the request: a watcher that sees the run end cancelled records FAILED with it.
     if compare_and_set(
-        Execution, execution.id, (State.RUNNING,), reason=reason, cancel_requested_at=utcnow()
+        Execution,
+        execution.id,
+        (ExecutionState.RUNNING,),
+        reason=reason,
+        cancel_requested_at=utcnow(),
     ):
         current_app.logger.info("execution %s asked to stop: %s", execution.id, reason)
         return True
     if runner.finish(
-        execution.id, State.FAILED, reason=reason, progress=stopped_progress(execution.progress)
+        execution.id,
+        ExecutionState.FAILED,
+        reason=reason,
+        progress=stopped_progress(execution.progress),
     ):
         # A thread still initializing it sees the final state before it submits, or cancels
         # what it submitted; a watcher cancels the run when it finds the row final.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from app.compute_units.lifecycle import user_compute_units
 from app.executions.history import ExecutionRow, user_executions
-from app.models import ComputeUnit, ComputeUnitState, User, Warehouse
+from app.models import ComputeUnit, UnitState, User, Warehouse
 from app.warehouses.service import user_warehouses
 from app.workflows.service import user_workflows
 
@@ -47,7 +47,7 @@ def overview_of(user: User) -> Overview:
         FirstStep("execution", "Run it", "workflows.index", bool(executions)),
     ]
     return Overview(
-        live_units=[cu for cu in units if cu.state in ComputeUnitState.LIVE],
+        live_units=[cu for cu in units if cu.state in UnitState.LIVE],
         recent_executions=executions[:RECENT_EXECUTIONS],
         warehouses=warehouses,
         first_steps=first_steps,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlmodel import select
 
 from app.db import get_db
-from app.models import ComputeUnit, ComputeUnitState, Execution, User, Warehouse
+from app.models import ComputeUnit, Execution, UnitState, User, Warehouse
 from app.usage.accounting import Totals, latest_samples, user_totals
 
 RECENT_EXECUTIONS = 100
@@ -30,7 +30,7 @@ def live_units() -> list[tuple[ComputeUnit, User | None]]:
         get_db().exec(
             select(ComputeUnit, User)
             .outerjoin(User, User.id == ComputeUnit.owner_id)
-            .where(ComputeUnit.state.in_(ComputeUnitState.LIVE))
+            .where(ComputeUnit.state.in_(UnitState.LIVE))
             .order_by(ComputeUnit.created_at.desc())
         )
     )

@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from app.ray_clusters.unit_limits import LimitsReport, LimitUsage, UnitLimits
-from app.states import ComputeUnitState
+from app.states import UnitState
 
 GIB = 1024**3
 MIB = 1024**2
@@ -145,7 +145,7 @@ class NodeStatus:
 
 @dataclass
 class ClusterStatus:
-    state: ComputeUnitState
+    state: UnitState
     reason: str = ""
     nodes: list[NodeStatus] = field(default_factory=list)
     cpus_total: float = 0.0
@@ -171,7 +171,7 @@ class ClusterStatus:
         return cls(
             **{
                 **data,
-                "state": ComputeUnitState(data["state"]),
+                "state": UnitState(data["state"]),
                 "nodes": [NodeStatus(**node) for node in data.get("nodes") or []],
                 "limits": LimitsReport(
                     UnitLimits(**limits["limits"]),

@@ -27,7 +27,7 @@ from app.ray_clusters.base import (
 )
 from app.ray_clusters.listed import ListedCluster
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
-from app.states import ComputeUnitState
+from app.states import UnitState
 
 
 class ExistingClusterBackend(ClusterBackend):
@@ -68,7 +68,7 @@ class ExistingClusterBackend(ClusterBackend):
         )
         progress(f"connecting to the Ray cluster {cluster.name}")
         status = self.status(handle)
-        if status.state != ComputeUnitState.RUNNING:
+        if status.state != UnitState.RUNNING:
             raise ClusterStartError(status.reason)
         progress("cluster ready")
         return handle
@@ -78,7 +78,7 @@ class ExistingClusterBackend(ClusterBackend):
         name = handle.details.get("cluster", "")
         if name not in self.clusters:
             return ClusterStatus(
-                ComputeUnitState.FAILED, reason=f"the Ray cluster {name!r} is no longer listed here"
+                UnitState.FAILED, reason=f"the Ray cluster {name!r} is no longer listed here"
             )
         try:
             with RayDashboard(
@@ -86,7 +86,7 @@ class ExistingClusterBackend(ClusterBackend):
             ) as dashboard:
                 return dashboard.cluster_status()
         except RayApiError as error:
-            return ClusterStatus(ComputeUnitState.FAILED, reason=str(error))
+            return ClusterStatus(UnitState.FAILED, reason=str(error))
 
     detaches_only = True  # the portal stops the unit's Spark host first (compute_units.lifecycle)
 

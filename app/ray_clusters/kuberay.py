@@ -40,7 +40,7 @@ from app.ray_clusters.base import (
     ProgressCallback,
     no_progress,
 )
-from app.states import ComputeUnitState
+from app.states import UnitState
 
 RAY_VERSION = "2.60.0"
 DASHBOARD_PORT = 8265
@@ -293,7 +293,7 @@ def status_from_raycluster(obj: dict) -> ClusterStatus:
     when no conditions are reported.
     """
     if obj.get("metadata", {}).get("deletionTimestamp"):
-        return ClusterStatus(ComputeUnitState.TERMINATING, progress_step="deleting")
+        return ClusterStatus(UnitState.TERMINATING, progress_step="deleting")
     status = obj.get("status") or {}
     spec = obj.get("spec", {})
     conditions = {condition["type"]: condition for condition in status.get("conditions", [])}
@@ -312,20 +312,18 @@ def status_from_raycluster(obj: dict) -> ClusterStatus:
         or is_true("RayClusterSuspending")
         or status.get("state") == "suspended"
     ):
-        return ClusterStatus(
-            ComputeUnitState.FAILED, reason="the RayCluster was suspended", **figures
-        )
+        return ClusterStatus(UnitState.FAILED, reason="the RayCluster was suspended", **figures)
     if is_true("ReplicaFailure"):
         failure = conditions["ReplicaFailure"]
         return ClusterStatus(
-            ComputeUnitState.FAILED, reason=f"{failure['reason']}: {failure['message']}", **figures
+            UnitState.FAILED, reason=f"{failure['reason']}: {failure['message']}", **figures
         )
     if provisioned and not head_ready:
         message = (
             conditions.get("HeadPodReady", {}).get("message") or status.get("reason") or "not ready"
         )
         return ClusterStatus(
-            ComputeUnitState.FAILED, reason=f"the head pod is no longer ready: {message}", **figures
+            UnitState.FAILED, reason=f"the head pod is no longer ready: {message}", **figures
         )
     if provisioned:
         reason = (
@@ -333,12 +331,12 @@ def status_from_raycluster(obj: dict) -> ClusterStatus:
             if ready_workers >= desired_workers
             else (f"degraded: {ready_workers} of {desired_workers} worker pods ready")
         )
-        return ClusterStatus(ComputeUnitState.RUNNING, reason=reason, **figures)
+        return ClusterStatus(UnitState.RUNNING, reason=reason, **figures)
     step = (
         f"pods starting: head {'ready' if head_ready else 'not ready'}, "
         f"{ready_workers} of {desired_workers} worker pods ready"
     )
-    return ClusterStatus(ComputeUnitState.STARTING, progress_step=step, **figures)
+    return ClusterStatus(UnitState.STARTING, progress_step=step, **figures)
 
 
 def _figures(status: dict, head_ready: bool, ready_workers: int) -> dict:
@@ -404,7 +402,7 @@ class KubeRayBackend(ClusterBackend):
                 self.api.network_policies(), render_unit_network_policy(name, namespace, labels)
             )
             self.api.create(self.api.rayclusters(), manifest)
-            while (status := self.status(handle)).state == ComputeUnitState.STARTING:
+            while (status := self.status(handle)).state == UnitState.STARTING:
                 progress(status.progress_step)
                 if time.monotonic() > deadline:
                     raise ClusterStartError(
@@ -412,7 +410,7 @@ class KubeRayBackend(ClusterBackend):
                         f"{status.progress_step}{self._pod_problems(name)}"
                     )
                 time.sleep(self.poll_interval_s)
-            if status.state != ComputeUnitState.RUNNING:
+            if status.state != UnitState.RUNNING:
                 raise ClusterStartError(status.reason)
         except KubernetesApiError as error:
             self.terminate(handle)
@@ -430,9 +428,7 @@ class KubeRayBackend(ClusterBackend):
         except KubernetesApiError as error:
             if error.status_code == 404:
                 name = handle.details["name"]
-                return ClusterStatus(
-                    ComputeUnitState.FAILED, reason=f"RayCluster {name} no longer exists"
-                )
+                return ClusterStatus(UnitState.FAILED, reason=f"RayCluster {name} no longer exists")
             raise
         return status_from_raycluster(obj)
 

@@ -76,7 +76,7 @@ from app.ray_clusters.local_processes import (
 from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
 from app.ray_clusters.unit_files import UnitDir
 from app.ray_clusters.unit_limits import LimitsUnavailable, LimitUsage
-from app.states import ComputeUnitState
+from app.states import UnitState
 from compute.contract import SparkHostSettings, secret_digest
 from compute.jars import jars_dir
 
@@ -592,12 +592,12 @@ class LocalClusterBackend(ClusterBackend):
     def status(self, handle: ClusterHandle) -> ClusterStatus:
         self._check_handle(handle)
         if not handle.details.get("nodes"):
-            return ClusterStatus(ComputeUnitState.TERMINATED)
+            return ClusterStatus(UnitState.TERMINATED)
         for node in handle.details["nodes"]:
             if (reason := death_reason(handle, node)) is not None:
                 over = self.over_limit(handle, LimitUsage())
                 return ClusterStatus(
-                    ComputeUnitState.FAILED,
+                    UnitState.FAILED,
                     reason=f"{node['role']} node {reason}" + (f"; {over}" if over else ""),
                 )
         status = self._live_status(handle)
@@ -622,12 +622,10 @@ class LocalClusterBackend(ClusterBackend):
                 status = dashboard.cluster_status()
         except RayApiError as error:
             # Every node process is alive, so the cluster is; only the figures are missing.
-            return ClusterStatus(
-                ComputeUnitState.RUNNING, reason=f"resource figures unavailable: {error}"
-            )
+            return ClusterStatus(UnitState.RUNNING, reason=f"resource figures unavailable: {error}")
         expected = handle.details["expected_nodes"]
         if status.alive_nodes < expected:
-            status.state = ComputeUnitState.FAILED
+            status.state = UnitState.FAILED
             status.reason = f"only {status.alive_nodes} of {expected} nodes alive"
         return status
 
@@ -647,7 +645,7 @@ class LocalClusterBackend(ClusterBackend):
             for node in handle.details["nodes"]
         ]
         return ClusterStatus(
-            ComputeUnitState.RUNNING,
+            UnitState.RUNNING,
             nodes=nodes,
             cpus_total=sum(node.cpus for node in nodes),
             memory_total_bytes=sum(node.memory_bytes for node in nodes),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 
 from app.ray_clusters.base import ClusterStatus, NodeStatus
-from app.states import ComputeUnitState
+from app.states import UnitState
 
 
 class RayApiError(RuntimeError):
@@ -90,7 +90,7 @@ class RayDashboard:
         usage = self.resource_usage()
         alive = [node for node in nodes if node.alive]
         return ClusterStatus(
-            state=ComputeUnitState.RUNNING,
+            state=UnitState.RUNNING,
             nodes=nodes,
             cpus_total=sum(node.cpus for node in alive),
             cpus_used=usage.get("CPU", (0.0, 0.0))[0],

@@ -31,11 +31,11 @@ from app.db import engine, get_db
 from app.executions import notifications, runner
 from app.models import (
     ComputeUnit,
-    ComputeUnitState,
     Execution,
     ExecutionState,
     Schedule,
     ScheduledRun,
+    UnitState,
     User,
     Warehouse,
     Workflow,
@@ -131,14 +131,14 @@ def _follow_waiting(schedule_id: int) -> None:
         ).all()
     for run in waiting:
         unit = get_db().get(ComputeUnit, run.started_unit_id) if run.started_unit_id else None
-        if unit is None or unit.state in ComputeUnitState.FINAL:
+        if unit is None or unit.state in UnitState.FINAL:
             _settle(
                 run.id,
                 outcome="skipped",
                 reason="the unit started for this run ended before it ran"
                 + (f": {unit.reason}" if unit is not None and unit.reason else ""),
             )
-        elif unit.state == ComputeUnitState.RUNNING:
+        elif unit.state == UnitState.RUNNING:
             _start_execution(schedule, run, unit)
         elif utcnow() - run.created_at > START_PATIENCE:
             _settle(
@@ -155,8 +155,7 @@ def _stop_started_unit(run: ScheduledRun, why: str) -> None:
     unit = get_db().get(ComputeUnit, run.started_unit_id)
     if (
         unit is None
-        or unit.state
-        not in (ComputeUnitState.PENDING, ComputeUnitState.STARTING, ComputeUnitState.RUNNING)
+        or unit.state not in (UnitState.PENDING, UnitState.STARTING, UnitState.RUNNING)
         or lifecycle.running_executions(unit)
     ):
         return
@@ -280,7 +279,7 @@ def _fire(
         )
         return
     unit = db.get(ComputeUnit, schedule.compute_unit_id) if schedule.compute_unit_id else None
-    needs_unit = schedule.start_unit and unit is not None and unit.state in ComputeUnitState.FINAL
+    needs_unit = schedule.start_unit and unit is not None and unit.state in UnitState.FINAL
     run = _record(
         schedule,
         due_at,

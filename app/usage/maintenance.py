@@ -21,9 +21,9 @@ from app.errors import UserFacingError
 from app.iceberg_catalogs import ResultReadError, catalog_for
 from app.models import (
     ComputeUnit,
-    ComputeUnitState,
     JobState,
     MaintenanceJob,
+    UnitState,
     User,
     Warehouse,
     WarehouseStatus,
@@ -49,7 +49,7 @@ def running_unit(owner_id: int) -> ComputeUnit | None:
     with Session(engine()) as db:
         return db.exec(
             select(ComputeUnit)
-            .where(ComputeUnit.owner_id == owner_id, ComputeUnit.state == ComputeUnitState.RUNNING)
+            .where(ComputeUnit.owner_id == owner_id, ComputeUnit.state == UnitState.RUNNING)
             .order_by(ComputeUnit.started_at.desc(), ComputeUnit.id.desc())
         ).first()
 
