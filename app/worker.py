@@ -10,7 +10,7 @@ preparing, submitting and watching executions, generating sample data, maintaini
 a unit; and, every WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units become FAILED,
 idle ones are stopped), every USAGE_SAMPLE_SECONDS the usage pass (app/usage/accounting.py:
 storage measured from table metadata, stored as samples that pages read), and every
-SCHEDULER_SECONDS the scheduler pass (app/schedules/firing.py: each schedule's due times, each
+SCHEDULER_SECONDS the scheduler pass (app/schedules/work.py: each schedule's due times, each
 fired once), every IDENTITY_CHECK_SECONDS the identity pass (app/auth/revalidation.py: each
 active user asked about again at the identity provider), and every GRANTS_RECONCILE_SECONDS the
 grants pass (app/warehouses/grants.py: each warehouse's grants in Lakekeeper compared with its
@@ -72,13 +72,12 @@ def _join_the_features() -> None:
     Each feature's `work.py` joins the registry at import: the imports of `work` modules below.
     The work of a feature without a `work.py` yet is registered here under the names and leases
     its own will use, and only where no entry of that name is in the registry already."""
-    # Features whose work.py joins the registry itself (nothing yet).
-
+    # The `_..._work` imports: features whose work.py joins the registry itself.
     from app.auth import revalidation
     from app.compute_units import supervision
     from app.executions import comparison, notifications, runner
     from app.models import ComparisonJob, MaintenanceJob, SampleDataJob
-    from app.schedules import firing
+    from app.schedules import work as _schedules_work  # noqa: F401
     from app.usage import accounting, maintenance
     from app.warehouses import closing, grants
     from app.workflows import datasets
@@ -114,7 +113,6 @@ def _join_the_features() -> None:
     join.periodic_pass(
         accounting.USAGE_LEASE, "USAGE_SAMPLE_SECONDS", accounting.measure, join.FirstPass.SOON
     )
-    join.periodic_pass(firing.LEASE, "SCHEDULER_SECONDS", firing.fire_due, join.FirstPass.AT_ONCE)
     join.periodic_pass(
         revalidation.LEASE,
         "IDENTITY_CHECK_SECONDS",

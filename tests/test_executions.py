@@ -1356,7 +1356,7 @@ def test_a_schedule_starts_its_ended_unit_for_a_run_and_stops_it_after(e2e, db_e
     """A due time on a schedule whose unit has ended: a copy starts, the run completes on it, and
     the copy is stopped; the worker does the starting and stopping, as for any unit."""
     from app.models import Schedule, ScheduledRun
-    from app.schedules import firing
+    from app.schedules import work as schedules_work
     from tests.test_schedules import T0, at
 
     app, client, user, cu_id, warehouse_id = e2e
@@ -1384,7 +1384,7 @@ def test_a_schedule_starts_its_ended_unit_for_a_run_and_stops_it_after(e2e, db_e
 
     def the_run() -> ScheduledRun:
         with app.app_context():
-            firing.fire_due()
+            schedules_work.fire_due()
         with Session(db_engine) as db:
             return db.exec(
                 select(ScheduledRun).where(ScheduledRun.schedule_id == schedule.id)

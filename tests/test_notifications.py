@@ -20,7 +20,7 @@ from sqlmodel import Session, select
 
 from app.executions import notifications
 from app.models import JobState, Notification, Schedule
-from app.schedules import firing
+from app.schedules import work as schedules_work
 from app.worker import Worker
 from devstack.process import free_port
 from tests.test_executions import csrf, equipped, newcomer  # noqa: F401
@@ -106,13 +106,13 @@ def scheduled(client, db_engine, owner, **fields) -> tuple[Schedule, str | None]
 def run_ends(app, db_engine, monkeypatch, schedule, state: str) -> None:
     at(monkeypatch, T0 + timedelta(minutes=5, seconds=2))
     with app.app_context():
-        firing.fire_due()
+        schedules_work.fire_due()
     (run,) = runs(db_engine, schedule)
     set_execution(
         db_engine, run.execution_id, state=state, reason="boom" if state == "FAILED" else ""
     )
     with app.app_context():
-        firing.fire_due()  # sees the end: queues the notifications
+        schedules_work.fire_due()  # sees the end: queues the notifications
 
 
 def deliver_all(app) -> None:
@@ -281,7 +281,7 @@ def ended_executions_queue(app, db_engine, execution_id: int, state: str) -> Non
         ended_at=utcnow(),
     )
     with app.app_context():
-        firing.fire_due()  # the scheduler pass also queues what single executions asked for
+        schedules_work.fire_due()  # the scheduler pass also queues what single executions asked for
 
 
 def test_one_execution_started_from_the_run_page_tells_its_webhook_signed(

@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import Session, select
 
 from app.models import Execution, Schedule, ScheduledRun
-from app.schedules import firing, service
+from app.schedules import service, work
 from app.worker import Worker
 from tests.test_executions import (  # noqa: F401
     csrf,
@@ -78,7 +78,7 @@ def test_racing_passes_fire_each_due_time_once_and_a_clock_that_jumps_back_fires
     def one_pass():
         try:
             with app.app_context():
-                firing.fire_due()
+                work.fire_due()
         except Exception as error:  # pragma: no cover - a failing pass is the test's failure
             errors.append(error)
 
@@ -97,7 +97,7 @@ def test_racing_passes_fire_each_due_time_once_and_a_clock_that_jumps_back_fires
     assert [execution.id for execution in executions(db_engine, owner)] == [handled[1].execution_id]
     at(monkeypatch, T0 + timedelta(minutes=2))  # the clock jumps back: those times were handled
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     assert len(runs(db_engine, schedule)) == 2 and len(executions(db_engine, owner)) == 1
 
 
@@ -143,7 +143,7 @@ def test_times_missed_while_down_follow_the_catch_up_policy(
     )
     at(monkeypatch, T0 + timedelta(hours=4, minutes=30))  # 07:00 … 10:00 passed while no worker ran
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     handled = runs(db_engine, schedule)
     assert [run.outcome for run in handled] == outcomes
     assert len(executions(db_engine, owner)) == outcomes.count("started")
@@ -156,7 +156,7 @@ def test_a_unit_that_is_not_running_skips_its_time_with_the_reason(app, db_engin
     schedule = schedule_row(db_engine, owner, workflow, warehouse, stopped)
     at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     (run,) = runs(db_engine, schedule)
     assert (
         run.outcome == "skipped"
@@ -172,7 +172,7 @@ def test_a_suspended_owners_schedule_skips_its_time_with_the_reason(app, db_engi
     update_row(db_engine, type(owner), owner.id, suspended_at=T0)
     at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     (run,) = runs(db_engine, schedule)
     assert (
         run.outcome == "skipped"
@@ -190,7 +190,7 @@ def test_a_paused_schedule_fires_nothing_and_resumes_from_now(
     client.post(f"/schedules/{schedule.id}/pause", data={"csrf_token": csrf(client)})
     at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     assert runs(db_engine, schedule) == []
     page = client.get(f"/schedules/workflow/{workflow.id}").get_data(as_text=True)
     assert 'data-testid="schedule-paused"' in page
@@ -264,7 +264,7 @@ def test_a_failed_run_is_retried_after_its_backoff_up_to_the_limit(app, db_engin
     due = T0 + timedelta(minutes=5)
     at(monkeypatch, due + timedelta(seconds=2))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     failed_at = due + timedelta(seconds=30)
     for attempt, wait in ((0, 60), (1, 120)):
         (run,) = [run for run in runs(db_engine, schedule) if run.attempt == attempt]
@@ -273,12 +273,12 @@ def test_a_failed_run_is_retried_after_its_backoff_up_to_the_limit(app, db_engin
         )
         at(monkeypatch, failed_at + timedelta(seconds=wait - 5))  # not yet: the backoff doubles
         with app.app_context():
-            firing.fire_due()
+            work.fire_due()
         assert len([run for run in runs(db_engine, schedule) if run.attempt == attempt + 1]) == 0
         at(monkeypatch, failed_at + timedelta(seconds=wait + 1))
         with app.app_context():
-            firing.fire_due()
-            firing.fire_due()  # twice: still one retry
+            work.fire_due()
+            work.fire_due()  # twice: still one retry
         retries = [run for run in runs(db_engine, schedule) if run.attempt == attempt + 1]
         assert [(retry.due_at, retry.outcome) for retry in retries] == [(due, "started")]
         failed_at += timedelta(seconds=wait + 30)
@@ -286,7 +286,7 @@ def test_a_failed_run_is_retried_after_its_backoff_up_to_the_limit(app, db_engin
     set_execution(db_engine, last.execution_id, state="FAILED", ended_at=failed_at)
     at(monkeypatch, failed_at + timedelta(hours=1) - timedelta(minutes=1))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     assert max(run.attempt for run in runs(db_engine, schedule)) == 2  # no third retry
     assert len({run.execution_id for run in runs(db_engine, schedule) if run.execution_id}) >= 3
 
@@ -305,19 +305,19 @@ def test_a_run_over_its_timeout_is_cancelled_and_runs_at_once_are_bounded(
     first_due = T0 + timedelta(minutes=5)
     at(monkeypatch, first_due + timedelta(seconds=2))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     (first,) = runs(db_engine, schedule)
     set_execution(db_engine, first.execution_id, created_at=first_due)
     at(
         monkeypatch, T0 + timedelta(minutes=10, seconds=2)
     )  # the next due time, the first still queued
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     second = runs(db_engine, schedule)[1]
     assert second.outcome == "skipped" and "still going" in second.reason
     at(monkeypatch, first_due + timedelta(minutes=7, seconds=30))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     with Session(db_engine) as db:
         assert db.get(Execution, first.execution_id).state == "CANCELLED"
     timed_out = runs(db_engine, schedule)[0]
@@ -368,7 +368,7 @@ import sys, time
 from datetime import datetime
 from app import create_app
 from app.config import Config
-from app.schedules import firing, service
+from app.schedules import service, work
 
 moment = datetime.fromisoformat(sys.argv[1])
 service.now = lambda: moment  # this process's clock, as the test sets it
@@ -376,7 +376,7 @@ app = create_app(Config.from_env())
 deadline = time.monotonic() + float(sys.argv[2])
 with app.app_context():
     while time.monotonic() < deadline:
-        firing.fire_due()
+        work.fire_due()
 """
 
 
@@ -459,8 +459,8 @@ def test_a_schedule_that_starts_its_unit_runs_on_a_copy_and_stops_it_after(
         db.commit()
     at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
     with app.app_context():
-        firing.fire_due()
-        firing.fire_due()  # a second pass while the unit starts changes nothing
+        work.fire_due()
+        work.fire_due()  # a second pass while the unit starts changes nothing
     (run,) = runs(db_engine, schedule)
     assert run.outcome == "waiting" and run.execution_id is None
     with Session(db_engine) as db:
@@ -471,7 +471,7 @@ def test_a_schedule_that_starts_its_unit_runs_on_a_copy_and_stops_it_after(
         )  # the schedule names the copy now
     unit_state(db_engine, copy.id, "RUNNING")  # as the worker's start would
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     (run,) = runs(db_engine, schedule)
     assert run.outcome == "started" and run.execution_id is not None
     set_execution(
@@ -479,14 +479,14 @@ def test_a_schedule_that_starts_its_unit_runs_on_a_copy_and_stops_it_after(
     )  # its retry runs on the same copy
     at(monkeypatch, T0 + timedelta(minutes=7))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     with Session(db_engine) as db:
         assert db.get(ComputeUnit, copy.id).state == "RUNNING"  # not stopped between attempts
     retry = [one for one in runs(db_engine, schedule) if one.attempt == 1][0]
     assert retry.outcome == "started" and retry.started_unit_id == copy.id
     set_execution(db_engine, retry.execution_id, state="COMPLETED", ended_at=T0)
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     with Session(db_engine) as db:
         stopped = db.get(ComputeUnit, copy.id)
         assert (
@@ -511,11 +511,11 @@ def test_a_unit_started_for_a_run_that_fails_or_cannot_start_skips_its_time(
         db.commit()
     at(monkeypatch, T0 + timedelta(minutes=5, seconds=3))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     (run,) = runs(db_engine, schedule)
     unit_state(db_engine, run.started_unit_id, "FAILED")  # the copy could not start
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     (run,) = runs(db_engine, schedule)
     assert (
         run.outcome == "skipped"
@@ -527,7 +527,7 @@ def test_a_unit_started_for_a_run_that_fails_or_cannot_start_skips_its_time(
     unit_row(db_engine, owner, state="RUNNING")
     at(monkeypatch, T0 + timedelta(minutes=10, seconds=3))
     with app.app_context():
-        firing.fire_due()
+        work.fire_due()
     last = runs(db_engine, schedule)[-1]
     assert (
         last.outcome == "skipped"

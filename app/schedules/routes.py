@@ -9,7 +9,7 @@ from flask_login import current_user
 from app.db import get_owned_or_404
 from app.executions import history, notifications
 from app.models import Schedule, Workflow
-from app.schedules import bp, service
+from app.schedules import bp, queries, service
 
 
 @bp.get("/workflow/<int:workflow_id>")
@@ -52,9 +52,9 @@ def _page(
         (
             schedule,
             service.next_times(schedule, now) if not schedule.paused else [],
-            service.runs_of(schedule),
+            queries.runs_of(schedule),
         )
-        for schedule in service.schedules_of(workflow)
+        for schedule in queries.schedules_of(workflow)
     ]
     return render_template(
         "schedules/index.html",
@@ -64,7 +64,7 @@ def _page(
         values=values or {"timezone": "UTC", "catch_up": "skip"},
         units=history.user_compute_units(current_user),
         warehouses=history.active_warehouses(current_user),
-        zones=service.zone_names(),
+        zones=queries.zone_names(),
         catch_up=service.CATCH_UP,
         options=service.OPTIONS,
         defaults=service.DEFAULTS,

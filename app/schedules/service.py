@@ -7,13 +7,13 @@ from datetime import datetime, timezone
 from zoneinfo import ZoneInfo, available_timezones
 
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
-from sqlmodel import select
 
 from app.audit import service as audit
 from app.db import get_db
 from app.errors import UserFacingError
 from app.executions import notifications
-from app.models import ComputeUnit, Schedule, ScheduledRun, User, Warehouse, Workflow
+from app.models import ComputeUnit, Schedule, User, Warehouse, Workflow
+from app.schedules import queries
 from app.warehouses import sharing
 
 CATCH_UP = {
@@ -107,30 +107,11 @@ def _int(value, default: int | None = 0) -> int | None:
         return default
 
 
-def schedules_of(workflow: Workflow) -> list[Schedule]:
-    return list(
-        get_db().exec(
-            select(Schedule).where(Schedule.workflow_id == workflow.id).order_by(Schedule.id)
-        )
-    )
-
-
-def runs_of(schedule: Schedule, limit: int = 20) -> list[ScheduledRun]:
-    return list(
-        get_db().exec(
-            select(ScheduledRun)
-            .where(ScheduledRun.schedule_id == schedule.id)
-            .order_by(ScheduledRun.due_at.desc(), ScheduledRun.attempt.desc())
-            .limit(limit)
-        )
-    )
-
-
 def create(owner: User, workflow: Workflow, values: dict, now: datetime) -> Schedule:
     if errors := check(values, owner):
         field, message = next(iter(errors.items()))
         raise ScheduleRefused(message, field)
-    if len(schedules_of(workflow)) >= MAX_PER_WORKFLOW:
+    if len(queries.schedules_of(workflow)) >= MAX_PER_WORKFLOW:
         raise ScheduleRefused(f"A workflow has at most {MAX_PER_WORKFLOW} schedules.")
     schedule = Schedule(
         owner_id=owner.id,
@@ -177,7 +158,3 @@ def delete(schedule: Schedule) -> None:
     db.delete(schedule)
     db.commit()
     audit.record("schedule.delete", schedule, cron=schedule.cron)
-
-
-def zone_names() -> list[str]:
-    return sorted(available_timezones())

@@ -1,4 +1,4 @@
-"""The worker's part of schedules: fire each due time exactly once.
+"""The worker's side of schedules: fire each due time exactly once.
 
 One pass (`fire_due`, under the worker's lease "scheduler") looks at every active schedule's
 due times since the one it handled last. Each due time is recorded as a `ScheduledRun` row
@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from app import roles
+from app import roles, work_registry
 from app.compute_units import lifecycle
 from app.db import engine, get_db
 from app.executions import notifications, runner
@@ -339,3 +339,6 @@ def _settle(run_id: int, **changes) -> None:
             for name, value in changes.items()
         },
     )
+
+
+work_registry.periodic_pass(LEASE, "SCHEDULER_SECONDS", fire_due, work_registry.FirstPass.AT_ONCE)
