@@ -25,8 +25,8 @@ RUN pip install -e .
 COPY scripts/fetch_jars.py ./scripts/fetch_jars.py
 ENV LAKEPORT_JARS_DIR=/srv/lakeport/jars
 RUN python scripts/fetch_jars.py
-# The class archive the Spark JVMs (driver, RayDP app master, executors) start from (compute/class_archive.py).
-RUN python -m compute.class_archive_build
+# The class archive the Spark JVMs (driver, RayDP app master, executors) start from (compute/build/class_archive.py).
+RUN python -m compute.build.class_archive_build
 COPY --from=assets /build/node_modules/htmx.org/dist/htmx.min.js ./app/static/vendor/htmx.min.js
 COPY --from=assets /build/node_modules/@picocss/pico/css/pico.min.css ./app/static/vendor/pico.min.css
 COPY --from=assets /build/app/static/vendor/editor.js ./app/static/vendor/editor.js

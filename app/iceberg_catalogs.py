@@ -28,7 +28,7 @@ from pyiceberg.exceptions import (
 from app.extensions import lakekeeper
 from app.lakekeeper.tokens import TokenSource
 from compute.contract import ACCESS_DELEGATION, ACCESS_DELEGATION_HEADER
-from compute.iceberg_rest import CatalogConfiguredRestCatalog
+from compute.run.iceberg_rest import CatalogConfiguredRestCatalog
 
 
 class ResultReadError(Exception):
@@ -63,7 +63,7 @@ class _TimeoutAdapter(requests.adapters.HTTPAdapter):
 
 class _RestCatalogWithTimeouts(CatalogConfiguredRestCatalog):
     """pyiceberg's REST catalog sends requests without a timeout; a portal page must not hang.
-    (A table's properties never configure its FileIO here: compute/iceberg_rest.py.)"""
+    (A table's properties never configure its FileIO here: compute/run/iceberg_rest.py.)"""
 
     def _create_session(self):
         session = super()._create_session()

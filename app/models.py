@@ -404,7 +404,7 @@ class UnitJob(SQLModel):
 
 class MaintenanceJob(UnitJob, table=True):
     """Snapshot expiry and orphan-file clean-up of a warehouse's datasets, run by the worker on one
-    of the owner's running compute units (compute/maintenance.py)."""
+    of the owner's running compute units (compute/run/maintenance.py)."""
 
     __tablename__ = "maintenance_jobs"
 
@@ -421,7 +421,7 @@ class MaintenanceJob(UnitJob, table=True):
 
 class ComparisonJob(UnitJob, table=True):
     """The rows in which two executions' outputs differ, computed by the worker on a running
-    unit of the owner's (compute/comparison.py); the compare page polls this row."""
+    unit of the owner's (compute/run/comparison.py); the compare page polls this row."""
 
     __tablename__ = "comparison_jobs"
 

@@ -80,9 +80,9 @@ SETTLE_S = 1.0
 # and over. Only the SQL and the Iceberg write are inside the timer.
 PLAIN_PYSPARK_CODE = """
 import time
-from compute.catalog_cache import CatalogAccess, CatalogCache
-from compute.iceberg_rest import rest_catalog
-from compute.spark_session import close_session_catalog
+from compute.host.catalog_cache import CatalogAccess, CatalogCache
+from compute.run.iceberg_rest import rest_catalog
+from compute.host.spark_session import close_session_catalog
 
 catalog = args["catalog"]
 vended = rest_catalog("plain-pyspark", catalog["uri"], catalog["warehouse"], catalog["token"]).load_table(
@@ -136,7 +136,7 @@ class RunTiming:
     noticed_s: float
     # Epoch seconds at which the host got the run.
     submitted_at: float
-    # The run on the host by phase (compute/pipeline.py): binding the catalog, the steps, completing.
+    # The run on the host by phase (compute/run/pipeline.py): binding the catalog, the steps, completing.
     phases_s: dict[str, float]
     route_s: float = 0.0
     taken_s: float = 0.0
@@ -169,7 +169,7 @@ def submit_medians(runs: list[RunTiming]) -> str:
 
 
 def phase_medians(runs: list[RunTiming]) -> str:
-    """The median seconds of each phase on the host (compute/pipeline.py) that every run reports."""
+    """The median seconds of each phase on the host (compute/run/pipeline.py) that every run reports."""
     names = (
         [name for name in runs[0].phases_s if all(name in run.phases_s for run in runs)]
         if runs

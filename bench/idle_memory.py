@@ -111,14 +111,14 @@ def _kind(name: str, argv: list[str]) -> str:
     if name.startswith(("python", "ray::")) or "python" in argv[0]:
         for marker, label in (
             ("ray::SparkHost", "python: Spark host actor"),
-            ("ray::_Unwrapped", "python: Spark host actor"),  # compute/spark_host.py
+            ("ray::_Unwrapped", "python: Spark host actor"),  # compute/host/spark_host.py
             ("ray::RayDPSparkMaster", "python: RayDP master actor"),
-            ("idle_agent.py", "python: Ray agent stand-in"),  # compute/idle_agent.py
-            ("node_waiter.py", "python: Ray node waiter"),  # compute/node_waiter.py
-            ("compute.unit_init", "python: the unit's init"),
+            ("idle_agent.py", "python: Ray agent stand-in"),  # compute/node/idle_agent.py
+            ("node_waiter.py", "python: Ray node waiter"),  # compute/node/node_waiter.py
+            ("compute.node.unit_init", "python: the unit's init"),
             ("ray::DashboardAgent", "python: Ray dashboard agent"),
             ("ray::RuntimeEnvAgent", "python: Ray runtime env agent"),
-            ("compute.ray_node", "python: Ray node launcher"),
+            ("compute.node.ray_node", "python: Ray node launcher"),
             ("ray::", "python: Ray worker"),
             ("pyspark.daemon", "python: PySpark worker"),
             ("pyspark.worker", "python: PySpark worker"),

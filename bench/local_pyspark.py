@@ -1,6 +1,6 @@
 """What a user would run instead of Lakeport: plain PySpark in `local[N]` mode on this machine,
 no Ray and no RayDP, bound to the same warehouse's catalog the way an execution binds it
-(compute.catalog_cache: the catalog's token, the storage keys it vends, Iceberg's REST catalog
+(compute.host.catalog_cache: the catalog's token, the storage keys it vends, Iceberg's REST catalog
 over S3A, the same jars and Spark settings as a compute unit's session).
 
 `LocalPySpark` runs it in a child process (a JVM of its own, as a user's script would have) and
@@ -115,9 +115,9 @@ def _main() -> None:
 def _session(args: dict):
     from pyspark.sql import SparkSession
 
-    from compute.catalog_cache import CatalogAccess, CatalogCache
-    from compute.iceberg_rest import rest_catalog
-    from compute.spark_session import spark_conf
+    from compute.host.catalog_cache import CatalogAccess, CatalogCache
+    from compute.run.iceberg_rest import rest_catalog
+    from compute.host.spark_session import spark_conf
 
     catalog = args["catalog"]
     vended = rest_catalog(

@@ -29,7 +29,7 @@ TARGET_PER_RUN_S = 0.03
 # Run on the unit (as a Spark host run) and here: medians in ms of each request kind.
 PROBE_CODE = r"""
 import http.client, statistics, time, urllib.parse
-from compute.iceberg_rest import rest_catalog
+from compute.run.iceberg_rest import rest_catalog
 
 catalog = args["catalog"]
 url = urllib.parse.urlparse(catalog["uri"])

@@ -4,7 +4,7 @@ model for both sides: the portal builds it with `ExecutionSpec.to_json`, the uni
 checks it again with `ExecutionSpec.from_json`, since what reaches it is only JSON); where an
 execution's tables land and what they say about themselves.
 
-Both sides import it: `compute/pipeline.py` writes by it, the unit's Spark host serves by it,
+Both sides import it: `compute/run/pipeline.py` writes by it, the unit's Spark host serves by it,
 the portal (`app/executions/`, `app/spark_host/`, `app/iceberg_reader.py`)
 submits and reads by it. No Spark or Ray here: the portal imports this module without them.
 """
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum, nonmember
 from typing import TypedDict
 
-# The Spark host's HTTP API (compute/host_http.py) lives under this path.
+# The Spark host's HTTP API (compute/host/host_http.py) lives under this path.
 HOST_API = "/v1"
 
 
@@ -27,7 +27,9 @@ HOST_API = "/v1"
 class SparkHostSettings:
     port: int
     namespace: str  # the CU's own Ray namespace
-    secret_sha256: str  # the host's key: hex SHA-256 of its unit's secret (compute/host_auth.py)
+    secret_sha256: (
+        str  # the host's key: hex SHA-256 of its unit's secret (compute/host/host_auth.py)
+    )
     # Loopback when the portal reaches the host on loopback (local CUs, also through a forwarded
     # port); otherwise the head node's own address, which the portal reaches.
     bind_loopback: bool = True
@@ -47,7 +49,7 @@ class SparkHostSettings:
 
 
 # How a relaunched Spark host learns its present key, when it is not the one its unit started
-# with (a pooled unit's host takes its own at the claim): compute/unit_init.py sets it.
+# with (a pooled unit's host takes its own at the claim): compute/node/unit_init.py sets it.
 HOST_KEY_ENV = "LAKEPORT_SPARK_HOST_KEY"
 
 
@@ -65,21 +67,21 @@ class RunState(StrEnum):
     FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
 
 
-# What the portal submits to the unit's Spark host (compute/spark_host.py), with the
+# What the portal submits to the unit's Spark host (compute/host/spark_host.py), with the
 # ExecutionSpec as `args`; `result` is the run's summary (`Pipeline.run`).
 SUBMIT_CODE = (
-    "from compute.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)\n"
+    "from compute.run.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)\n"
 )
 
 
 class Isolation(StrEnum):
-    """Where an execution's code runs on its unit (the spec's `isolation`; compute/spark_host.py)."""
+    """Where an execution's code runs on its unit (the spec's `isolation`; compute/host/spark_host.py)."""
 
     # The unit owner's own workflow: a child forked from the warm host, ended with the run
-    # (compute/forked_runs.py).
+    # (compute/run/forked_runs.py).
     PROCESS = "process"
     # A workflow another user wrote: a fresh process in a sandbox of its own, with a Spark session
-    # of its own, ended with the run; nothing of the warm host is reachable (compute/sandboxed_runs.py).
+    # of its own, ended with the run; nothing of the warm host is reachable (compute/run/sandboxed_runs.py).
     SANDBOX = "sandbox"
 
 
@@ -123,9 +125,9 @@ class TableStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-# What the portal submits for a warehouse's maintenance (compute/maintenance.py), with the
+# What the portal submits for a warehouse's maintenance (compute/run/maintenance.py), with the
 # MaintenanceSpec as `args`: snapshot expiry and orphan-file clean-up of its datasets.
-MAINTENANCE_CODE = "from compute.maintenance import run_maintenance\nresult = run_maintenance(spark, args, progress)\n"
+MAINTENANCE_CODE = "from compute.run.maintenance import run_maintenance\nresult = run_maintenance(spark, args, progress)\n"
 
 
 # ---------------------------------------------------------------- lineage
@@ -165,7 +167,7 @@ PINNED = "pinned"
 # "warehouse": {"lakekeeper_id": ...}, "pairs": [{"output": step, "a": table, "b": table}],
 # "limit": rows}; `result` = {output: {"only_in_a": [rows], "only_in_b": [rows],
 # "only_in_a_count": int, "only_in_b_count": int, "columns": [compared columns]} or {"error": why}}.
-COMPARE_CODE = "from compute.comparison import run_comparison\nresult = run_comparison(spark, args, progress)\n"
+COMPARE_CODE = "from compute.run.comparison import run_comparison\nresult = run_comparison(spark, args, progress)\n"
 COMPARE_LIMIT_MAX = 500
 
 

@@ -57,10 +57,10 @@ npm run --silent build
 if [ -f scripts/fetch_jars.py ]; then
   .venv/bin/python scripts/fetch_jars.py
 fi
-# The one jar compute units' Spark JVMs take as their class path (compute/class_path_jar.py, about
-# 10 s), then the class archive they start from (compute/class_archive.py): built once for these
+# The one jar compute units' Spark JVMs take as their class path (compute/build/class_path_jar.py, about
+# 10 s), then the class archive they start from (compute/build/class_archive.py): built once for these
 # jars and this JDK from a training RayDP session, about 65 s. Without them the JVMs start as
 # usual, only slower.
-.venv/bin/python -m compute.class_archive_build \
+.venv/bin/python -m compute.build.class_archive_build \
   || echo "warning: the Spark class archive could not be built; compute units start their Spark sessions without it" >&2
 echo "setup complete"

@@ -1,4 +1,4 @@
-"""A unit's class path merged into one jar (compute/class_path_jar.py): what a JVM finds in it is
+"""A unit's class path merged into one jar (compute/build/class_path_jar.py): what a JVM finds in it is
 what it found on the class path the jar replaces."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compute import class_path_jar, jars
+from compute.build import class_path_jar, jars
 
 MULTI_RELEASE = "Manifest-Version: 1.0\nMulti-Release: true\n"
 
@@ -103,7 +103,7 @@ def test_log4j_finds_its_own_appenders_layouts_and_converters_in_the_setup_built
     """Log4j-core's plugin cache is not the first on a unit's class path (hive-exec's is): a jar
     that kept only the first lost the console appender and `%n`, and log4j said so on stderr."""
     merged = class_path_jar.class_path_jar()
-    assert merged is not None, "setup builds it: python -m compute.class_archive_build"
+    assert merged is not None, "setup builds it: python -m compute.build.class_archive_build"
     (tmp_path / "log4j2.properties").write_text(
         "rootLogger.level = info\nrootLogger.appenderRef.out.ref = out\n"
         "appender.out.type = Console\nappender.out.name = out\nappender.out.target = SYSTEM_OUT\n"
@@ -253,8 +253,9 @@ def test_the_merged_jar_lives_alone_in_a_spark_home_named_for_its_jars(tmp_path,
 
 
 def test_without_the_merged_jar_the_jvms_start_on_the_jars_themselves(tmp_path, monkeypatch):
-    from compute import class_archive, spark_session
-    from compute.spark_session import unit_jars
+    from compute.build import class_archive
+    from compute.host import spark_session
+    from compute.host.spark_session import unit_jars
 
     monkeypatch.setenv(jars.JARS_DIR_ENV, str(tmp_path))
     for module in (class_path_jar, spark_session):
@@ -267,9 +268,9 @@ def test_without_the_merged_jar_the_jvms_start_on_the_jars_themselves(tmp_path, 
 def test_a_units_raydp_session_takes_the_merged_jar_and_a_local_session_the_jars_themselves():
     """The merged jar holds Ray's and RayDP's jars too, whose logging settings a local session's
     driver (plain `local[2]` in bench/, the archive's fallback training) would then find first."""
-    from compute.spark_session import spark_conf, unit_jars
+    from compute.host.spark_session import spark_conf, unit_jars
 
     merged = class_path_jar.class_path_jar()
-    assert merged is not None, "setup builds it: python -m compute.class_archive_build"
+    assert merged is not None, "setup builds it: python -m compute.build.class_archive_build"
     assert unit_jars() == [merged]
     assert spark_conf()["spark.driver.extraClassPath"] == ":".join(map(str, jars.jar_paths()))

@@ -48,7 +48,7 @@ def test_the_image_holds_a_jdk_the_jars_and_the_compute_package():
     assert "openjdk-17-jdk-headless" in DOCKERFILE  # javac too: the S3A jar is built in the image
     assert re.search(r"^COPY (--chown=\S+ )?compute \./compute$", DOCKERFILE, re.MULTILINE)
     assert re.search(
-        r"^RUN python scripts/fetch_jars\.py\n(#.*\n)*RUN python -m compute\.class_archive_build$",
+        r"^RUN python scripts/fetch_jars\.py\n(#.*\n)*RUN python -m compute\.build\.class_archive_build$",
         DOCKERFILE,
         re.MULTILINE,
     )

@@ -19,9 +19,9 @@ from app.lakekeeper.tokens import ClientCredentialsTokenSource
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
 from app.spark_host.client import SparkHostClient, with_spark_host_secret
-from compute.catalog_cache import CatalogAccess, CatalogCache, token_expiry
 from compute.contract import SUBMIT_CODE, ExecutionSpec, InvalidSpec
-from compute.spark_session import S3Keys
+from compute.host.catalog_cache import CatalogAccess, CatalogCache, token_expiry
+from compute.host.spark_session import S3Keys
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.seaweedfs import TEST_USER_KEYS
 
@@ -548,7 +548,7 @@ def test_tables_committed_together_change_all_or_none(lakehouse, warehouses):
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.table.update import AssertRefSnapshotId
 
-    from compute.iceberg_rest import commit_together, rest_catalog
+    from compute.run.iceberg_rest import commit_together, rest_catalog
 
     catalog = rest_catalog(
         "together",
@@ -593,7 +593,7 @@ def test_a_transaction_that_works_out_its_metadata_once_stages_and_commits_the_s
 ):
     """MetadataOnceTransaction (a run's records and marks) computes the staged metadata once per
     change, not on every read, and still sees each change it stages."""
-    from compute.iceberg_rest import MetadataOnceTransaction, commit_together, rest_catalog
+    from compute.run.iceberg_rest import MetadataOnceTransaction, commit_together, rest_catalog
 
     catalog = rest_catalog(
         "once",
@@ -869,8 +869,8 @@ def test_each_set_of_storage_credentials_is_the_one_its_reads_and_writes_use(hos
 # report the warehouse's binding version and how many S3A file systems the driver has made.
 RENEWAL_CODE = """
 import gc
-from compute.forked_runs import ForkedRuns
-from compute.pipeline import CATALOGS
+from compute.run.forked_runs import ForkedRuns
+from compute.run.pipeline import CATALOGS
 if args.get("min_remaining_s") is not None:
     CATALOGS.min_remaining_s = args["min_remaining_s"]
     # The next run's child was forked with the setting as it was: fork it again.
@@ -954,7 +954,7 @@ def test_the_units_pyiceberg_catalogs_write_a_small_file_in_one_request():
     rest of the S3 settings are pyiceberg's own mapping of the vended properties."""
     from pyiceberg.io import load_file_io
 
-    from compute.iceberg_rest import FILE_IO_PROPERTY, SmallWritesFileIO
+    from compute.run.iceberg_rest import FILE_IO_PROPERTY, SmallWritesFileIO
 
     vended = {
         "s3.endpoint": "http://127.0.0.1:9",
@@ -962,7 +962,7 @@ def test_the_units_pyiceberg_catalogs_write_a_small_file_in_one_request():
         "s3.secret-access-key": "SK",
         "s3.session-token": "ST",
         "s3.region": "eu-west-1",
-        FILE_IO_PROPERTY: "compute.iceberg_rest.SmallWritesFileIO",
+        FILE_IO_PROPERTY: "compute.run.iceberg_rest.SmallWritesFileIO",
     }
     io = load_file_io(vended, "s3://bucket/ns/table")
     assert isinstance(io, SmallWritesFileIO)

@@ -19,9 +19,10 @@ import pytest
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_host_secret
-from compute import class_archive, class_path_jar, host_auth, jars
+from compute.build import class_archive, class_path_jar, jars
 from compute.contract import SparkHostSettings, secret_digest
-from compute.spark_session import (
+from compute.host import host_auth
+from compute.host.spark_session import (
     DRIVER_JIT_JAVA_OPTIONS,
     IDLE_HEAP_JAVA_OPTIONS,
     JDK17_JAVA_OPTIONS,
@@ -122,12 +123,12 @@ def test_the_class_archive_is_built_for_the_merged_class_path_raydp_starts_its_j
     merged = class_path_jar.class_path_jar()
     assert merged is not None and class_archive.raydp_class_path() == str(merged)
     assert class_archive.archive_path().is_file(), (
-        "setup builds it: python -m compute.class_archive_build"
+        "setup builds it: python -m compute.build.class_archive_build"
     )
 
 
 def test_the_class_archive_holds_what_a_units_jvms_load_and_a_local_session_does_not():
-    """Trained on a RayDP session (compute/class_archive_build.py): Ray's Java runtime, RayDP's
+    """Trained on a RayDP session (compute/build/class_archive_build.py): Ray's Java runtime, RayDP's
     app master and executor, Spark's cluster-mode executor, Iceberg's REST catalog, S3A's client."""
     listed = subprocess.run(
         [
@@ -156,7 +157,7 @@ def test_the_class_archive_holds_what_a_units_jvms_load_and_a_local_session_does
 
 
 def test_the_training_runs_class_lists_merge_into_one_entry_each(tmp_path):
-    from compute.class_archive_build import merge_class_lists
+    from compute.build.class_archive_build import merge_class_lists
 
     driver, executor, merged = (
         tmp_path / "driver.lst",
@@ -185,7 +186,7 @@ def test_the_training_runs_class_lists_merge_into_one_entry_each(tmp_path):
 def test_where_ray_cannot_start_at_setup_the_archive_is_trained_on_a_local_session(
     tmp_path, monkeypatch
 ):
-    from compute import class_archive_build
+    from compute.build import class_archive_build
 
     class_path = str(jars.jar_paths()[-1])  # a real jar: the dump checks the class path it is given
     monkeypatch.setenv(jars.JARS_DIR_ENV, str(tmp_path))
@@ -213,7 +214,7 @@ def test_where_ray_cannot_start_at_setup_the_archive_is_trained_on_a_local_sessi
 
 
 def test_the_scratch_s3_endpoint_serves_a_write_and_its_read_back_until_it_stops():
-    from compute.scratch_s3 import ScratchS3
+    from compute.host.scratch_s3 import ScratchS3
 
     body = b"parquet bytes" * 1000
     chunked = b"".join(
@@ -271,7 +272,7 @@ def test_the_warm_up_catalog_serves_a_write_as_a_rest_catalog_does_and_keeps_it_
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    from compute.warm_up_catalog import WarmUpCatalog
+    from compute.host.warm_up_catalog import WarmUpCatalog
 
     with WarmUpCatalog("s3a://lakeport-warm-up/tables/") as uri:
         catalog = load_catalog("warm-up", type="rest", uri=uri)
@@ -330,7 +331,7 @@ def test_jars_dir_follows_the_environment(monkeypatch, tmp_path):
 
 IMPORT_RAYDP = """
 import sys
-from compute.spark_session import RAYDP_DATASETS, import_raydp
+from compute.host.spark_session import RAYDP_DATASETS, import_raydp
 
 raydp = import_raydp()
 print(sorted(name for name in ("pandas", "ray.data", RAYDP_DATASETS) if name in sys.modules))
@@ -525,11 +526,11 @@ def test_the_host_is_warm_with_executors_on_both_nodes(cluster, host, capsys):
 
 def test_the_units_jvms_start_on_the_one_merged_jar(cluster, host):
     """The driver (which holds RayDP's app master) and both executors: no jar on their class
-    paths but the one setup merged (compute/class_path_jar.py), whose Spark home the driver's launcher read;
+    paths but the one setup merged (compute/build/class_path_jar.py), whose Spark home the driver's launcher read;
     and log4j's JMX off."""
     _, handle = cluster
     merged = class_path_jar.class_path_jar()
-    assert merged is not None, "setup builds it: python -m compute.class_archive_build"
+    assert merged is not None, "setup builds it: python -m compute.build.class_archive_build"
     java = [
         argv
         for argv in map(process_argv, cluster_pids(handle))
@@ -594,7 +595,7 @@ def test_the_write_path_warm_up_leaves_nothing_an_execution_could_see(host):
     run = client.wait(
         client.submit(
             "import threading\n"
-            "from compute.spark_session import WARM_UP_CATALOG\n"
+            "from compute.host.spark_session import WARM_UP_CATALOG\n"
             "result = {'catalog': spark.conf.get('spark.sql.catalog.' + WARM_UP_CATALOG, None),\n"
             "          'servers': sorted({thread.name for thread in threading.enumerate()}\n"
             "                            & {'warm-up-catalog', 'scratch-s3'})}\n"
@@ -669,7 +670,7 @@ class RegisteringExecutors:
 def test_the_warm_up_waits_for_every_executor_or_its_time_or_a_run(monkeypatch):
     """RayDP's scheduler is ready for jobs before any executor has registered: warm means all of
     them have, unless that takes longer than the warm-up waits or a run is already waiting."""
-    from compute import spark_session
+    from compute.host import spark_session
 
     monkeypatch.setattr(spark_session, "EXECUTORS_POLL_S", 0.001)
     all_come = RegisteringExecutors(registering=3)
@@ -705,7 +706,7 @@ def test_a_host_told_that_a_run_waits_leaves_out_what_the_run_does_itself(
     """The host's first job and the write-path warm-up make a later first run faster, but a run
     already waiting would wait for them, and its own first job and write do the same work. The
     host hears of a waiting run in the portal's polls while it starts."""
-    from compute import spark_host, spark_session
+    from compute.host import spark_host, spark_session
 
     session, warmed = StartingSession(), []
     monkeypatch.setattr(spark_session, "start_spark_session", session.start)
@@ -754,7 +755,7 @@ def test_a_warm_execution_adds_little_to_the_spark_work(host, capsys):
 def test_an_iceberg_table_is_written_and_read_through_the_jars(host, tmp_path):
     client, _ = host
     code = f"""
-from compute.spark_session import apply_conf, iceberg_catalog_conf
+from compute.host.spark_session import apply_conf, iceberg_catalog_conf
 apply_conf(spark, iceberg_catalog_conf("local", warehouse={(tmp_path / "warehouse").as_uri()!r}))
 spark.sql("CREATE NAMESPACE IF NOT EXISTS local.demo")
 spark.sql("CREATE TABLE local.demo.numbers (id BIGINT, square BIGINT) USING iceberg")
@@ -975,7 +976,7 @@ def test_the_host_launcher_waits_for_the_heads_gcs_to_answer_before_asking_it(mo
 
     import ray._raylet
 
-    from compute import start_spark_host
+    from compute.host import start_spark_host
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -1012,7 +1013,7 @@ def test_the_host_launcher_waits_for_the_heads_gcs_to_answer_before_asking_it(mo
 def test_the_host_launcher_leaves_an_address_that_is_not_host_and_port_to_ray(monkeypatch):
     import ray._raylet
 
-    from compute import start_spark_host
+    from compute.host import start_spark_host
 
     def refuse(address: str):
         raise ConnectionError(f"no GCS at {address}")

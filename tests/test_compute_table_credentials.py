@@ -13,7 +13,7 @@ import pyarrow as pa
 from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile, WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
 from compute.contract import SUBMIT_CODE
-from compute.iceberg_rest import credentials_expire_soon
+from compute.run.iceberg_rest import credentials_expire_soon
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.test_compute_pipeline import catalog_admin, host, reader, spec_for, step  # noqa: F401 - fixtures
 from tests.test_devcatalog import BOB_USER
@@ -74,8 +74,10 @@ def _rows(lakehouse, warehouse: dict, table: str) -> list[dict]:
 
 
 def test_a_run_reads_one_table_and_writes_two_with_table_scoped_credentials(
-    host, lakehouse, catalog_admin
-):  # noqa: F811
+    host,  # noqa: F811 - the fixture imported above
+    lakehouse,
+    catalog_admin,  # noqa: F811
+):
     assert (
         lakehouse.catalog.vended_credentials_scope == "table"
     )  # Lakekeeper's rule, the local stack's default
@@ -112,8 +114,11 @@ def test_a_run_reads_one_table_and_writes_two_with_table_scoped_credentials(
 
 
 def test_a_run_outliving_its_credentials_renews_them_and_goes_on(
-    host, lakehouse, catalog_admin, run_dir
-):  # noqa: F811
+    host,  # noqa: F811 - the fixture imported above
+    lakehouse,
+    catalog_admin,  # noqa: F811
+    run_dir,
+):
     """The warehouse's profile asks for 20-second credentials: the dev catalog states that expiry
     (STS grants 900 s at least: `vending.stated_expiry`), so the unit must renew them through
     each table's loadCredentials, and a step that waits past the expiry still reads and writes."""

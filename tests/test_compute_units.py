@@ -30,7 +30,7 @@ from app.ray_clusters.local import cluster_pids
 from app.spark_host import warmup as spark_warmup
 from app.states import UnitState
 from compute.contract import secret_digest
-from compute.host_http import serve
+from compute.host.host_http import serve
 from devstack.process import free_port, port_is_open
 from tests.processes import process_running
 from tests.test_spark_host_auth import StandInHost, handle_on
@@ -576,7 +576,7 @@ class StartingHost(StandInHost):
 def test_a_host_still_starting_hears_when_a_run_waits_for_it(app):
     """The worker's warm-up of a new unit polls its host; once an execution waits for the same
     host (behind the warm-up's lock), those polls tell the host so, and it starts without
-    warming the write path (compute/spark_host.py). Nothing is said once no run waits."""
+    warming the write path (compute/host/spark_host.py). Nothing is said once no run waits."""
     handle = handle_on(free_port())
     host = StartingHost(secret_digest(handle.spark_host_secret))
     server = serve(host, "127.0.0.1", int(handle.spark_host_url.rsplit(":", 1)[1]))

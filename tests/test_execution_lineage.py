@@ -1,6 +1,6 @@
 """Lineage, re-runs on the same inputs and comparisons through the portal (no compute unit:
 the unit's side is tests/test_lineage.py). Tables are written with pyiceberg into a real
-warehouse, laid out as compute/pipeline.py lays them out; except the tests named `on_a_unit`,
+warehouse, laid out as compute/run/pipeline.py lays them out; except the tests named `on_a_unit`,
 which run executions on a real local unit (heavy: under `flock /tmp/lakeport-heavy.lock`)."""
 
 from __future__ import annotations

@@ -664,7 +664,7 @@ def test_the_token_a_unit_receives_acts_as_the_executing_user_for_one_warehouse(
 def test_results_logs_and_stats_of_a_completed_execution_are_read_from_its_warehouse(
     client, newcomer, db_engine, lakehouse
 ):
-    """The tables a run leaves (written here with pyiceberg, as compute/pipeline.py lays them out)
+    """The tables a run leaves (written here with pyiceberg, as compute/run/pipeline.py lays them out)
     read through the portal's pages: paging, page size, jumping, CSV, logs, the chart."""
     warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "read"))
     workflow, cu = (

@@ -21,7 +21,7 @@ from app.iceberg_reader import read_page, stream_csv
 from app.lakekeeper.client import DEFAULT_PROJECT_ID, LakekeeperClient
 from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile
 from app.lakekeeper.tokens import ClientCredentialsTokenSource
-from compute.iceberg_rest import (
+from compute.run.iceberg_rest import (
     MetadataOnceTransaction,
     SmallWritesFileIO,
     _LengthNotingStream,

@@ -15,9 +15,9 @@ import pytest
 from ray._raylet import persist_port
 
 from app.ray_clusters.local_processes import RAY_EXIT_LINE
-from compute import idle_agent, node_waiter
+from compute.node import idle_agent, node_waiter
 
-# Starts the given commands, prints their pids, then becomes the waiter: as compute.ray_node does.
+# Starts the given commands, prints their pids, then becomes the waiter: as compute.node.ray_node does.
 LAUNCHER = """
 import os, subprocess, sys
 commands = [c.split('\\x1f') for c in sys.argv[2:]]

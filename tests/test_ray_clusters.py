@@ -32,9 +32,9 @@ from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host.client import reported_use
 from app.states import UnitState
-from compute import host_auth
+from compute.host import host_auth
 from compute.contract import secret_digest
-from compute.ray_node import DASHBOARD_MODULES
+from compute.node.ray_node import DASHBOARD_MODULES
 from devstack.process import port_is_open
 from tests.processes import process_command_line, process_running, rss_bytes
 
@@ -261,7 +261,7 @@ try:
     facts["app"] = app.__file__
 except ImportError as error:
     facts["app"] = None
-import compute.spark_host
+import compute.host.spark_host
 try:
     socket.create_connection(("127.0.0.1", 5432), timeout=2).close()
     facts["postgres"] = "connected"
@@ -447,7 +447,7 @@ def test_a_unit_without_a_dashboard_runs_only_the_ray_processes_it_uses(backend)
         left_out = (
             "dashboard/agent.py",
             "runtime_env/agent/main.py",
-            "compute.ray_node",
+            "compute.node.ray_node",
             "ray start",
         )
         assert not [
@@ -540,7 +540,7 @@ def test_a_unit_without_a_dashboard_shows_its_nodes_and_what_its_spark_host_repo
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
-            # Its proof, as the real host gives it (compute/host_auth.py).
+            # Its proof, as the real host gives it (compute/host/host_auth.py).
             self.send_header(
                 host_auth.PROOF_HEADER,
                 host_auth.response_proof(secret_digest("s" * 32), nonce, 200, body),

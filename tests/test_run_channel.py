@@ -1,4 +1,4 @@
-"""What a run's own process and the Spark host say to each other (compute/run_channel.py), over a
+"""What a run's own process and the Spark host say to each other (compute/run/run_channel.py), over a
 real socket pair, without Spark: progress relayed, the completion decision taken by the host under
 the lock a cancel takes, and what a hostile process may send refused."""
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from compute.run_channel import (
+from compute.run.run_channel import (
     MAX_MESSAGE_BYTES,
     Channel,
     ChannelClosed,
@@ -17,7 +17,7 @@ from compute.run_channel import (
     follow,
     listen,
 )
-from compute.runs import Run
+from compute.run.runs import Run
 
 
 class FakeSpark:

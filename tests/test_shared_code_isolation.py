@@ -3,7 +3,7 @@ do not inherit each other's Python state: real executions on a real local unit.
 
 alice shares a workflow with bob at `run` level. Its Python step attacks as alice would: it looks
 for tokens in every frame and object of its process (`run_pipeline`'s frames included), reads the
-unit's cached catalog bindings, patches `compute.pipeline` and `compute.catalog_cache` to take the
+unit's cached catalog bindings, patches `compute.run.pipeline` and `compute.host.catalog_cache` to take the
 tokens of bob's later runs, starts a thread that keeps looking, tries the unit's Spark host port,
 and writes everything it finds to alice's own bucket (storage the unit may reach). bob has run a
 private workflow on another of his warehouses before, and runs it twice after.
@@ -84,7 +84,7 @@ def _harvest():
         if isinstance(thing, dict):
             found.update(_strings(thing))
     try:  # the warm host's catalog bindings: other warehouses' tokens and keys
-        from compute.pipeline import CATALOGS
+        from compute.run.pipeline import CATALOGS
         for binding in CATALOGS._bindings.values():
             found.update(_strings(dict(binding.conf)))
     except Exception:
@@ -116,12 +116,12 @@ def _linger():
 
 
 def run(spark):
-    import compute.catalog_cache, compute.pipeline
+    import compute.host.catalog_cache, compute.run.pipeline
     builtins.__alice_planted__ = True
-    compute.pipeline.ALICE_PLANTED = True
-    compute.pipeline.run_pipeline = _spy(compute.pipeline.run_pipeline, "run_pipeline")
-    compute.pipeline.Pipeline.run = _spy(compute.pipeline.Pipeline.run, "Pipeline.run")
-    compute.catalog_cache.CatalogCache.binding = _spy(compute.catalog_cache.CatalogCache.binding, "binding")
+    compute.run.pipeline.ALICE_PLANTED = True
+    compute.run.pipeline.run_pipeline = _spy(compute.run.pipeline.run_pipeline, "run_pipeline")
+    compute.run.pipeline.Pipeline.run = _spy(compute.run.pipeline.Pipeline.run, "Pipeline.run")
+    compute.host.catalog_cache.CatalogCache.binding = _spy(compute.host.catalog_cache.CatalogCache.binding, "binding")
     threading.Thread(target=_linger, name="alice-lingering", daemon=False).start()
     _found.update(_harvest())
     try:
@@ -135,16 +135,16 @@ def run(spark):
 
 LOOK = """
 import builtins, sys, threading
-import compute.catalog_cache, compute.pipeline
+import compute.host.catalog_cache, compute.run.pipeline
 
 
 def run(spark):
     planted = [
         hasattr(builtins, "__alice_planted__") or hasattr(builtins, "__bob_left__"),
-        hasattr(compute.pipeline, "ALICE_PLANTED") or hasattr(compute.pipeline, "BOB_LEFT"),
-        compute.pipeline.run_pipeline.__name__ != "run_pipeline",
-        compute.pipeline.Pipeline.run.__name__ != "run",
-        compute.catalog_cache.CatalogCache.binding.__name__ != "binding",
+        hasattr(compute.run.pipeline, "ALICE_PLANTED") or hasattr(compute.run.pipeline, "BOB_LEFT"),
+        compute.run.pipeline.run_pipeline.__name__ != "run_pipeline",
+        compute.run.pipeline.Pipeline.run.__name__ != "run",
+        compute.host.catalog_cache.CatalogCache.binding.__name__ != "binding",
         any(t.name in ("alice-lingering", "bob-lingering") for t in threading.enumerate()),
         "bob_leftover_module" in sys.modules,
     ]
@@ -154,13 +154,13 @@ def run(spark):
 
 LEAVE = """
 import builtins, sys, threading, time, types
-import compute.pipeline
+import compute.run.pipeline
 
 
 def run(spark):
     builtins.__bob_left__ = True
-    compute.pipeline.BOB_LEFT = True
-    compute.pipeline.run_pipeline = lambda *args, **kwargs: None
+    compute.run.pipeline.BOB_LEFT = True
+    compute.run.pipeline.run_pipeline = lambda *args, **kwargs: None
     sys.modules["bob_leftover_module"] = types.ModuleType("bob_leftover_module")
     threading.Thread(target=time.sleep, args=(900,), name="bob-lingering", daemon=False).start()
     return spark.range(1)

@@ -24,7 +24,7 @@ from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host import warmup as spark_warmup
 from app.spark_host.client import SparkHostClient
 from app.states import UnitState
-from compute import host_auth
+from compute.host import host_auth
 from compute.contract import secret_digest
 from devstack.oidc_provider import TEST_USERS
 from devstack.process import free_port, port_is_open

@@ -1,7 +1,7 @@
-"""The portal authenticates a unit's Spark host before it sends anything (compute/host_auth.py):
+"""The portal authenticates a unit's Spark host before it sends anything (compute/host/host_auth.py):
 a listener squatting on the host's port learns nothing, and the host's real API refuses every
 request not signed with its key, an old-style bearer, a replay, a tampered one. No Ray: the
-host's HTTP API (compute/host_http.py) is served here around a stand-in for the session host."""
+host's HTTP API (compute/host/host_http.py) is served here around a stand-in for the session host."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import pytest
 
 from app.ray_clusters.base import ClusterHandle
 from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_host_secret
-from compute import host_auth
 from compute.contract import secret_digest
-from compute.host_http import serve
+from compute.host import host_auth
+from compute.host.host_http import serve
 
 CATALOG_TOKEN = "eyJ-the-runs-catalog-token-" + "x" * 40
 
@@ -108,7 +108,7 @@ class Settings:
 
 
 class StandInHost:
-    """What compute/host_http.py calls on the real SparkSessionHost, recording the submits."""
+    """What compute/host/host_http.py calls on the real SparkSessionHost, recording the submits."""
 
     def __init__(self, key: str) -> None:
         self.settings = Settings(key)

@@ -24,8 +24,8 @@ from app.ports import free_port, port_is_open
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints, cluster_pids
 from app.worker import Worker
-from compute import class_archive, class_path_jar
-from compute.jars import jar_paths
+from compute.build import class_archive, class_path_jar
+from compute.build.jars import jar_paths
 from tests.processes import process_command_line, process_running
 from tests.tenant_attacks import attack_step, breaches, target_environs
 from tests.test_executions import (

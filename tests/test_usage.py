@@ -135,7 +135,7 @@ LOGS = pa.schema(
 
 
 def write_execution_tables(catalog, execution_id: int, rows: int = 1000) -> list[str]:
-    """The tables a run leaves: one result table, runtime_stats and console_logs (as compute/pipeline.py
+    """The tables a run leaves: one result table, runtime_stats and console_logs (as compute/run/pipeline.py
     lays them out)."""
     names = [
         f"results.e{execution_id}_numbers",

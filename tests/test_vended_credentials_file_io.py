@@ -17,7 +17,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from compute.jars import ICEBERG_SPARK_RUNTIME, jar_paths, jars_dir
+from compute.build.jars import ICEBERG_SPARK_RUNTIME, jar_paths, jars_dir
 
 CHECK = Path(__file__).parent / "java" / "RenewalCheck.java"
 RENEWED_EXPIRY_S = 3600

@@ -2,7 +2,7 @@
 
 Row counts and schemas come from the tables' Iceberg metadata (the portal's pyiceberg catalog).
 The rows present in one output and not the other are computed on a running compute unit of
-the user (`COMPARE_CODE`, compute/comparison.py): the page records a `ComparisonJob`
+the user (`COMPARE_CODE`, compute/run/comparison.py): the page records a `ComparisonJob`
 (`request_rows`), the worker runs it through the door to the unit (`run_rows_job`) with a
 catalog token acting as the user for the executions' warehouse, and the page polls the job.
 Without such a unit the page says so and shows the metadata part.

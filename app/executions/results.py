@@ -45,7 +45,7 @@ def ran_on_the_unit(execution: Execution) -> bool:
 
 def step_timings(execution: Execution) -> list[StepTiming]:
     """Per step, when it ran relative to the first step and what it produced, from runtime_stats
-    (step, status, rows_out, started_at, duration_ms, ...: compute/pipeline.py writes it)."""
+    (step, status, rows_out, started_at, duration_ms, ...: compute/run/pipeline.py writes it)."""
     stats = page(execution, history.runtime_stats_table(execution), 1, RUNTIME_STATS_ROWS)
     rows = [dict(zip(stats.columns, row)) for row in stats.rows]
     return _timeline(

@@ -1,7 +1,7 @@
 """What an execution's run is given: its ExecutionSpec (compute/contract.py, the one model of
 a spec and its steps), with the catalog binding of its one warehouse, and where its code runs: a
 workflow its user did not write (shared with them to run) runs in a sandbox of its own on the unit,
-apart from everything the unit's warm host holds (compute/sandboxed_runs.py)."""
+apart from everything the unit's warm host holds (compute/run/sandboxed_runs.py)."""
 
 from __future__ import annotations
 

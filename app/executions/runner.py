@@ -5,7 +5,7 @@
 1. checks the warehouse (Lakeport's row, then Lakekeeper) and the compute unit (INITIALIZING);
 2. makes sure the unit's Spark host is up: bootstrapped once per unit, sized from the unit;
 3. mints a catalog token scoped to this one warehouse, builds the ExecutionSpec (the contract
-   with `compute/pipeline.py`) and submits it to the host;
+   with `compute/run/pipeline.py`) and submits it to the host;
 4. watches the run (RUNNING) with status requests the host answers as soon as the run ends
    (or after WATCH_WAIT_SECONDS), copying its progress to the row and keeping the unit from
    being stopped as idle;

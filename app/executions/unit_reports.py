@@ -33,7 +33,7 @@ def merged_progress(previous: dict, reported: object) -> str:
 
 
 def reported_result(execution_id: int, result: dict) -> dict:
-    """What the unit reports of a COMPLETED run (compute/pipeline.py), each part checked: an
+    """What the unit reports of a COMPLETED run (compute/run/pipeline.py), each part checked: an
     output table must be the one this execution's step writes (`results.e42_step`), so a
     unit's word never points the portal at another table; figures must be numbers."""
 

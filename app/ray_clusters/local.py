@@ -1,9 +1,9 @@
 """Local compute units: an isolated Ray cluster made of processes on this machine, sandboxed.
 
 Each node (a head and N workers) is one `ray start --block` process, run through
-`compute.ray_node` so every Ray server listens on 127.0.0.1 only (once the node runs, that
-process is `compute/node_waiter.py`). All nodes of a unit run
-in ONE bubblewrap sandbox (`sandbox.py`), started with `compute.unit_init` as its first
+`compute.node.ray_node` so every Ray server listens on 127.0.0.1 only (once the node runs, that
+process is `compute/node/node_waiter.py`). All nodes of a unit run
+in ONE bubblewrap sandbox (`sandbox.py`), started with `compute.node.unit_init` as its first
 process: it starts the head, then the workers, and records how each node ended, which only
 a parent can learn. The portal reaches the unit's dashboard and Spark host through socat
 bridges on reserved loopback ports; the unit reaches only the allowed endpoints through
@@ -78,7 +78,7 @@ from app.ray_clusters.unit_files import UnitDir
 from app.ray_clusters.unit_limits import LimitsUnavailable, LimitUsage
 from app.states import UnitState
 from compute.contract import SparkHostSettings, secret_digest
-from compute.jars import jars_dir
+from compute.build.jars import jars_dir
 
 logger = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -100,9 +100,9 @@ _NODE_PORT_OPTIONS = {
 }
 # Ports the portal reaches inside a unit, through ingress bridges.
 _INGRESS_PORTS = ("dashboard", "spark_host")
-# The record name of the process that starts a unit's Spark host with the unit (compute/unit_init.py).
+# The record name of the process that starts a unit's Spark host with the unit (compute/node/unit_init.py).
 SPARK_HOST_LAUNCHER = "spark-host-launcher"
-# The file the unit's init takes as a request to start the launcher (compute/unit_init.py).
+# The file the unit's init takes as a request to start the launcher (compute/node/unit_init.py).
 _LAUNCH_REQUEST = f"nodes/{SPARK_HOST_LAUNCHER}.start"
 # A unit that did not start: its reason shows this many lines of the failing node's log, and
 # the last KEPT_LOG_BYTES of each log are kept for the last FAILED_STARTS_KEPT such units.
@@ -314,7 +314,7 @@ class LocalClusterBackend(ClusterBackend):
         argv = [
             sandbox.sandbox_python(),
             "-m",
-            "compute.ray_node",
+            "compute.node.ray_node",
             "--block",
             "--node-ip-address=127.0.0.1",
             f"--temp-dir={node_dir}",
@@ -408,7 +408,7 @@ class LocalClusterBackend(ClusterBackend):
             uid=uid,
             read_only=self._read_only_paths(),
             etc_files=etc_files,
-            command=[sandbox.sandbox_python(), "-m", "compute.unit_init", str(plan_path)],
+            command=[sandbox.sandbox_python(), "-m", "compute.node.unit_init", str(plan_path)],
         )
         bridge_env = {"PATH": "/usr/bin:/bin"}
         for outside, _ in egress:
@@ -439,7 +439,7 @@ class LocalClusterBackend(ClusterBackend):
             "argv": [
                 sandbox.sandbox_python(),
                 "-m",
-                "compute.start_spark_host",
+                "compute.host.start_spark_host",
                 settings.to_json(),
             ],
             "env": {"RAY_ADDRESS": handle.details["gcs_address"]},
@@ -467,7 +467,7 @@ class LocalClusterBackend(ClusterBackend):
         )
 
     def launch_spark_host(self, handle: ClusterHandle) -> bool:
-        """Ask the unit's init to start the Spark host's launcher (compute/unit_init.py): the
+        """Ask the unit's init to start the Spark host's launcher (compute/node/unit_init.py): the
         unit's first host when it was not started with the cluster, or a new one after its host
         ended. No Ray Job, so no dashboard, is needed."""
         if not handle.details.get("spark_host_on_request"):

@@ -1,7 +1,7 @@
 """A local compute unit's processes, as the portal sees them from outside its sandbox.
 
 Pids with their kernel start times (a reused pid is never mistaken for a node), the sandbox's
-PID namespace, what the unit's init records of each node (`compute/unit_init.py`, read as
+PID namespace, what the unit's init records of each node (`compute/node/unit_init.py`, read as
 hostile input through `UnitDir`) and how a node ended, in words. `children` holds the outside
 processes (bwrap, the bridges) this portal process started, to reap them.
 """
@@ -76,7 +76,7 @@ def unit_dir(handle: ClusterHandle) -> UnitDir:
 
 
 def node_record(handle: ClusterHandle, node: dict) -> dict | None:
-    """What the unit's init reports of a node (`compute/unit_init.py`). The file is in the unit's
+    """What the unit's init reports of a node (`compute/node/unit_init.py`). The file is in the unit's
     writable dir, so it is read as hostile input, checked for shape and never trusted over a
     live process."""
     try:
@@ -142,7 +142,7 @@ def describe_returncode(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-# How Ray (and compute/node_waiter.py) logs a node's server that ended: "  raylet [exit code=-9]".
+# How Ray (and compute/node/node_waiter.py) logs a node's server that ended: "  raylet [exit code=-9]".
 RAY_EXIT_LINE = re.compile(r"^\s+(\S+) \[exit code=(-?\d+)\]\s*$")
 
 

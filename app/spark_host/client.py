@@ -1,4 +1,4 @@
-"""The portal's side of a compute unit's Spark host (design: compute/spark_host.py).
+"""The portal's side of a compute unit's Spark host (design: compute/host/spark_host.py).
 
 `bootstrap` starts the host through Ray's Jobs API (with the cluster's Ray token) once the
 cluster is RUNNING; the other calls go to the host's own HTTP API, with the host's own secret.
@@ -6,7 +6,7 @@ cluster is RUNNING; the other calls go to the host's own HTTP API, with the host
 That secret is one per compute unit: an HMAC of the portal's secret key, the unit's id and a
 random nonce kept in the unit's handle (`with_spark_host_secret`), so nothing secret is stored
 and a unit's secret opens no other unit's host. The host is given only its SHA-256, the key
-both sides sign with (compute/host_auth.py): no request carries the key, no answer is believed
+both sides sign with (compute/host/host_auth.py): no request carries the key, no answer is believed
 without the host's proof, and a run's arguments (its catalog token) go sealed, and only to a
 host that has just answered a fresh challenge. A process squatting on the host's port learns
 nothing it could use.
@@ -29,8 +29,8 @@ import httpx
 
 from app.ray_clusters.base import ClusterHandle, ClusterStatus, ProgressCallback, no_progress
 from app.untrusted import clean_text
-from compute import host_auth
 from compute.contract import HOST_API, RunState, SparkHostSettings, secret_digest
+from compute.host import host_auth
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 BOOTSTRAP_POLL_SECONDS = 0.2
@@ -166,7 +166,7 @@ class SparkHostClient:
         jobs = JobSubmissionClient(self.handle.dashboard_url, headers=self.handle.auth_headers())
         progress("starting the Spark host")
         job_id = jobs.submit_job(
-            entrypoint=f"python -m compute.start_spark_host {shlex.quote(settings.to_json())}",
+            entrypoint=f"python -m compute.host.start_spark_host {shlex.quote(settings.to_json())}",
             submission_id=f"lakeport-spark-host-{uuid.uuid4().hex[:12]}",
         )
         deadline = time.monotonic() + timeout_s + 30

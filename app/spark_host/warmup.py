@@ -1,6 +1,6 @@
 """A compute unit's warm Spark session, as the portal sees it.
 
-Each unit hosts one long-lived Spark session (compute/spark_host.py) that executions share.
+Each unit hosts one long-lived Spark session (compute/host/spark_host.py) that executions share.
 Starting it (a JVM driver and executor JVMs through RayDP) takes most of a cold start, so the
 portal starts it as soon as a unit is RUNNING (`warm_up`, when CU_WARM_SPARK_ON_START is on),
 while its owner is still choosing what to run; an execution that finds no warm session starts
@@ -37,7 +37,7 @@ _LEASE_SECONDS = BOOTSTRAP_TIMEOUT_SECONDS + 30.0
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()  # guards both
 # How many runs in this process wait for each unit's host to start (id → count). A host that
-# hears of one leaves out warming its write path (compute/spark_host.py): the run does that.
+# hears of one leaves out warming its write path (compute/host/spark_host.py): the run does that.
 _runs_waiting: dict[int, int] = {}
 # This process, as the holder of bootstrap leases.
 _HOLDER = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"

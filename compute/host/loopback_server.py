@@ -1,6 +1,6 @@
 """A throwaway HTTP server on the unit's loopback, on a thread of its own, for as long as a
 `with` block lasts: the Spark host's warm-up serves its scratch S3 endpoint and Iceberg REST
-catalog this way (compute/scratch_s3.py, compute/warm_up_catalog.py)."""
+catalog this way (compute/host/scratch_s3.py, compute/host/warm_up_catalog.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ to take the tokens of bob's later runs, read the other warehouses' catalog bindi
 or reach the warm JVM. So such a run gets nothing of the warm host:
 
 - a process spawned (not forked: nothing of the host's memory or Python objects) with only this
-  run's code and spec, over a socket pair (compute/run_channel.py);
+  run's code and spec, over a socket pair (compute/run/run_channel.py);
 - a local-mode Spark session of its own (`local[N]`, the unit's own jars: `spark_session.spark_conf`),
   in the process's own JVM: the warm JVM, its py4j gateway and its Spark driver's RPC stay out of
   reach;
@@ -36,9 +36,11 @@ import sys
 import threading
 from pathlib import Path
 
-# The unit's plan (app/ray_clusters/local.py writes it, compute/unit_init.py reads it) names the
+# The unit's plan (app/ray_clusters/local.py writes it, compute/node/unit_init.py reads it) names the
 # egress bridges a local unit's sandbox runs; HOME is the unit's directory there.
 UNIT_PLAN = "plan.json"
+# The `compute` package (this module is compute/run/sandboxed_runs.py), which the run imports.
+COMPUTE_PACKAGE = Path(__file__).resolve().parents[1]
 # What a failed start of a run's process shows of its stderr.
 STDERR_TAIL_BYTES = 2000
 _NESTED_NAMESPACES = [
@@ -87,13 +89,13 @@ def _java_home() -> Path | None:
 def read_only_paths() -> list[Path]:
     """What the run's process reads: the interpreter and the venv, the jars and `compute/` (as the
     unit's own sandbox binds them), the JDK."""
-    from compute.jars import jars_dir
+    from compute.build.jars import jars_dir
 
     paths = [
         Path(sys.base_prefix).resolve(),
         Path(sys.prefix).resolve(),
         jars_dir().resolve(),
-        Path(__file__).resolve().parent,
+        COMPUTE_PACKAGE,
     ]
     if (java_home := _java_home()) is not None:
         paths.append(java_home)
@@ -140,7 +142,7 @@ def sandbox_argv(forwarders: list[list[str]], command: list[str]) -> list[str]:
 
 def _environment() -> dict[str, str]:
     """An allow-list: nothing of the host's (its key, Ray's token path) reaches the run."""
-    from compute.jars import JARS_DIR_ENV, jars_dir
+    from compute.build.jars import JARS_DIR_ENV, jars_dir
 
     java_home = _java_home()
     env = {
@@ -150,7 +152,7 @@ def _environment() -> dict[str, str]:
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
         "LANG": os.environ.get("LANG") or "C.UTF-8",
-        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "PYTHONPATH": str(COMPUTE_PACKAGE.parent),
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_HOSTNAME": "localhost",
@@ -195,13 +197,13 @@ class SandboxedRun:
     """One run's sandboxed process, seen from the host."""
 
     def __init__(self, unit_dir: Path, session: dict) -> None:
-        from compute.run_channel import Channel
+        from compute.run.run_channel import Channel
 
         forwarders = egress_forwarders(unit_dir) or []
         ours, theirs = socket.socketpair()
         # Its end keeps its number in the process (bwrap passes descriptors on as it gets them).
         settings = {"forwarders": forwarders, "channel_fd": theirs.fileno(), **session}
-        command = [sys.executable, "-m", "compute.sandboxed_runs", json.dumps(settings)]
+        command = [sys.executable, "-m", "compute.run.sandboxed_runs", json.dumps(settings)]
         self.process = subprocess.Popen(
             sandbox_argv(forwarders, command),
             stdin=subprocess.DEVNULL,
@@ -274,13 +276,13 @@ def _spark_submit(args: list[str]) -> None:
 def _local_session(cores: int, memory: str):
     from pyspark.sql import SparkSession
 
-    from compute.spark_session import spark_conf
+    from compute.host.spark_session import spark_conf
 
     # pyspark starts the driver's JVM through $SPARK_HOME/bin/spark-submit: this one.
     shim = Path("/tmp/spark-submit-shim/bin/spark-submit")
     shim.parent.mkdir(parents=True, exist_ok=True)
     shim.write_text(
-        f'#!/bin/sh\nexec {sys.executable} -m compute.sandboxed_runs {SPARK_SUBMIT} "$@"\n'
+        f'#!/bin/sh\nexec {sys.executable} -m compute.run.sandboxed_runs {SPARK_SUBMIT} "$@"\n'
     )
     shim.chmod(0o755)
     os.environ["SPARK_HOME"] = str(shim.parent.parent)
@@ -302,7 +304,7 @@ def _local_session(cores: int, memory: str):
 
 
 def main(settings: dict) -> None:
-    from compute.run_channel import Channel, RemoteProgress, execute, listen
+    from compute.run.run_channel import Channel, RemoteProgress, execute, listen
 
     # Its own bridges first: the catalog and storage as the unit reaches them, nothing else.
     bridges = [

@@ -16,7 +16,7 @@ import hashlib
 import re
 from email.utils import formatdate
 
-from compute.loopback_server import LoopbackHandler, LoopbackServer
+from compute.host.loopback_server import LoopbackHandler, LoopbackServer
 
 _EMPTY_LISTING = (
     b'<?xml version="1.0" encoding="UTF-8"?>'

@@ -23,10 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compute.class_archive import archive_java_options, executor_java_options, raydp_class_path
-from compute.class_path_jar import class_path_jar
+from compute.build.class_archive import (
+    archive_java_options,
+    executor_java_options,
+    raydp_class_path,
+)
+from compute.build.class_path_jar import class_path_jar
+from compute.build.jars import CREDENTIAL_KEYED_S3A, VENDED_CREDENTIALS_FILE_IO, jar_paths
 from compute.contract import ACCESS_DELEGATION_HEADER
-from compute.jars import CREDENTIAL_KEYED_S3A, VENDED_CREDENTIALS_FILE_IO, jar_paths
 
 _JDK17_OPENS = (
     "java.lang",
@@ -331,11 +335,11 @@ def warm_the_write_path(spark, partitions: int) -> None:
     """Load and compile what an execution's first write runs, before any execution: the
     write an execution makes (Spark's write plan, the driver's REST catalog calls, a staged
     create-or-replace and its commit, Parquet and manifests through S3A) in a session of its
-    own, to a throwaway REST catalog on the unit's loopback (compute/warm_up_catalog.py) whose
-    files go to an S3 endpoint that holds them until the warm-up ends (compute/scratch_s3.py).
+    own, to a throwaway REST catalog on the unit's loopback (compute/host/warm_up_catalog.py) whose
+    files go to an S3 endpoint that holds them until the warm-up ends (compute/host/scratch_s3.py).
     Without it the first execution on a unit took 1-2 s longer than the next ones."""
-    from compute.scratch_s3 import ScratchS3
-    from compute.warm_up_catalog import WarmUpCatalog
+    from compute.host.scratch_s3 import ScratchS3
+    from compute.host.warm_up_catalog import WarmUpCatalog
 
     jvm = spark.sparkContext._jvm
     session = spark.newSession()

@@ -10,7 +10,7 @@ import time
 import warnings
 from contextlib import contextmanager
 
-from compute.runs import RunProgress
+from compute.run.runs import RunProgress
 
 # Bounds on what one execution's console log keeps in memory.
 LOG_LINES_KEPT = 20_000

@@ -1,4 +1,4 @@
-"""Ray Job entrypoint: `python -m compute.start_spark_host '<SparkHostSettings JSON>'`.
+"""Ray Job entrypoint: `python -m compute.host.start_spark_host '<SparkHostSettings JSON>'`.
 
 Creates the compute unit's Spark host (in the unit's own Ray namespace) on the node this
 job's driver runs on (the head node, where Ray runs job drivers), or finds the one already
@@ -21,7 +21,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from compute.contract import HOST_KEY_ENV, SparkHostSettings
-from compute.spark_host import ACTOR_NAME, SparkHost
+from compute.host.spark_host import ACTOR_NAME, SparkHost
 
 # How often to ask the GCS whether the node this driver joins is up, and for how long.
 NODE_POLL_SECONDS = 0.05
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     settings = SparkHostSettings.from_json(argv[0])
     if key := os.environ.get(
         HOST_KEY_ENV
-    ):  # a relaunch after the key changed (compute/unit_init.py)
+    ):  # a relaunch after the key changed (compute/node/unit_init.py)
         settings = replace(settings, secret_sha256=key)
     if address := os.environ.get("RAY_ADDRESS"):
         _wait_for_a_live_node(address)

@@ -1,6 +1,6 @@
 """One execution of a workflow on a compute unit, bound to one warehouse.
 
-The portal submits `SUBMIT_CODE` (compute/contract.py) to the Spark host (compute/spark_host.py) with `args` =
+The portal submits `SUBMIT_CODE` (compute/contract.py) to the Spark host (compute/host/spark_host.py) with `args` =
 the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
 
 1. Every step is checked before anything runs: Python steps are compiled, SQL steps parsed.
@@ -12,7 +12,7 @@ the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
    namespaces `results`, `runtime_stats` and `console_logs` are made and `runtime_stats.e<id>`
    and `console_logs.e<id>` are created (empty, status running); creating a table makes the
    catalog vend storage credentials for the warehouse. Those go into the warehouse's catalog
-   binding (compute/catalog_cache.py). While the unit holds a binding of the warehouse that
+   binding (compute/host/catalog_cache.py). While the unit holds a binding of the warehouse that
    stays valid, the run does not wait for them: its session opens meanwhile, the first write
    waits for `results`, and the end waits for the rest (`_prepared`).
 3. The execution gets its own Spark session (`spark.newSession()`: same SparkContext and
@@ -33,7 +33,7 @@ the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
    complete | failed | cancelled: only a COMPLETED run says complete.
 
 Cancel interrupts a running step: its Spark jobs are cancelled, and its Python code gets
-RunInterrupted (compute/spark_host.py); the step's clean-up runs outside the interruptible part.
+RunInterrupted (compute/host/spark_host.py); the step's clean-up runs outside the interruptible part.
 
 Table metadata and the two small bookkeeping tables go through pyiceberg on the driver,
 which applies the vended credentials itself, so a run whose Spark side fails can still say why.
@@ -53,8 +53,6 @@ from typing import Any
 
 import httpx
 
-from compute.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
-from compute.console_capture import ExecutionLog, captured
 from compute.contract import (
     CONSOLE_LOGS,
     RESULTS,
@@ -67,18 +65,20 @@ from compute.contract import (
     TableProperty,
     TableStatus,
 )
-from compute.iceberg_rest import (
+from compute.host.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
+from compute.host.spare_sessions import SESSIONS
+from compute.run.console_capture import ExecutionLog, captured
+from compute.run.iceberg_rest import (
     MetadataOnceTransaction,
     commit_together,
     credentials_expire_soon,
     rest_catalog,
     wait_for_uploads,
 )
-from compute.lineage import PinnedSession, int_or_none, pin_sql, tables_read
-from compute.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
-from compute.runs import RunFailed, RunInterrupted, RunProgress
-from compute.spare_sessions import SESSIONS
-from compute.step_code import (
+from compute.run.lineage import PinnedSession, int_or_none, pin_sql, tables_read
+from compute.run.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
+from compute.run.runs import RunFailed, RunInterrupted, RunProgress
+from compute.run.step_code import (
     catalog_message,
     compile_step,
     describe,

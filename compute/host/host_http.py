@@ -1,7 +1,7 @@
 """The Spark host's HTTP API (`API` paths below), which only the portal may use.
 
 Every request must be signed with the host's key and every answer carries the host's proof
-(compute/host_auth.py); a run's arguments arrive sealed. The handler calls the host object
+(compute/host/host_auth.py); a run's arguments arrive sealed. The handler calls the host object
 directly, in this process: Ray callers never reach it.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from compute.contract import HOST_API as API
-from compute.host_auth import (
+from compute.host.host_auth import (
     PROOF_HEADER,
     AuthRefused,
     SeenNonces,
@@ -158,7 +158,7 @@ class HostRequestHandler(BaseHTTPRequestHandler):
 
 
 def serve(host: Any, bind_host: str, port: int) -> ThreadingHTTPServer:
-    """Serve `host` (compute/spark_host.py SparkSessionHost) on `bind_host:port`, in threads."""
+    """Serve `host` (compute/host/spark_host.py SparkSessionHost) on `bind_host:port`, in threads."""
     handler = type(
         "SparkHostHandler",
         (HostRequestHandler,),

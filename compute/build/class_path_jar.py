@@ -36,7 +36,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import BinaryIO
 
-from compute.jars import jar_paths, jars_dir
+from compute.build.jars import jar_paths, jars_dir
 
 SPARK_HOME_PREFIX = "spark-home-"
 JAR_NAME = "lakeport-unit-classes.jar"
@@ -46,7 +46,7 @@ MERGE_RULES = 2
 SERVICES = "META-INF/services/"
 LOG4J_PLUGINS = "META-INF/org/apache/logging/log4j/core/config/plugins/Log4j2Plugins.dat"
 VERSIONED = re.compile(r"META-INF/versions/\d+/(.+)")
-MANIFEST = "Manifest-Version: 1.0\r\nMulti-Release: true\r\nCreated-By: Lakeport (compute/class_path_jar.py)\r\n\r\n"
+MANIFEST = "Manifest-Version: 1.0\r\nMulti-Release: true\r\nCreated-By: Lakeport (compute/build/class_path_jar.py)\r\n\r\n"
 _DROPPED = re.compile(
     r"META-INF/(MANIFEST\.MF|INDEX\.LIST|[^/]+\.(SF|RSA|DSA|EC)|SIG-[^/]*)|(.*/)?module-info\.class",
     re.IGNORECASE,

@@ -12,13 +12,13 @@ from __future__ import annotations
 import datetime
 import decimal
 
-from compute.catalog_cache import CatalogAccess
 from compute.contract import COMPARE_LIMIT_MAX
-from compute.iceberg_rest import rest_catalog
-from compute.pipeline import CATALOGS
-from compute.runs import RunFailed
-from compute.spare_sessions import warehouse_session
-from compute.step_code import describe
+from compute.host.catalog_cache import CatalogAccess
+from compute.host.spare_sessions import warehouse_session
+from compute.run.iceberg_rest import rest_catalog
+from compute.run.pipeline import CATALOGS
+from compute.run.runs import RunFailed
+from compute.run.step_code import describe
 
 
 def run_comparison(spark, args: dict, progress) -> dict:

@@ -1,4 +1,4 @@
-"""Builds the class archive of compute/class_archive.py, at setup: `python -m compute.class_archive_build`.
+"""Builds the class archive of compute/build/class_archive.py, at setup: `python -m compute.build.class_archive_build`.
 
 A training run lists the classes a unit's JVMs load; `java -Xshare:dump` writes them into the
 archive for RayDP's class path. Never run by a unit: the archive is code the JVMs trust.
@@ -19,9 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from compute import class_path_jar
-from compute.class_archive import ARCHIVE_PREFIX, archive_path, raydp_class_path
-from compute.spark_session import (
+from compute.build import class_path_jar
+from compute.build.class_archive import ARCHIVE_PREFIX, archive_path, raydp_class_path
+from compute.host.spark_session import (
     JDK17_JAVA_OPTIONS,
     iceberg_catalog_conf,
     spark_conf,
@@ -33,7 +33,7 @@ JVM_KINDS = ("driver", "executor")  # the driver's JVM holds RayDP's app master 
 
 
 def build(log=print) -> Path:
-    """Build the merged class path (compute/class_path_jar.py), then the archive for it, unless
+    """Build the merged class path (compute/build/class_path_jar.py), then the archive for it, unless
     they exist; returns the archive's path."""
     class_path_jar.build(log)
     class_path = raydp_class_path()
@@ -80,7 +80,14 @@ def build(log=print) -> Path:
 
 def _run_training(mode: str, class_list: Path, work: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "compute.class_archive_build", mode, str(class_list), str(work)],
+        [
+            sys.executable,
+            "-m",
+            "compute.build.class_archive_build",
+            mode,
+            str(class_list),
+            str(work),
+        ],
         check=True,
         timeout=600,
         stdout=subprocess.DEVNULL,
@@ -99,7 +106,7 @@ def _train(class_list: Path, work: Path) -> None:
     lists merged into one."""
     import ray
 
-    from compute.spark_session import start_spark_session
+    from compute.host.spark_session import start_spark_session
 
     lists = {kind: work / f"{kind}.lst" for kind in JVM_KINDS}
     conf = spark_conf(jars=unit_jars())

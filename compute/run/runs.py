@@ -1,5 +1,5 @@
 """A run on a unit's Spark host: its states, the progress it publishes, and how a cancel
-interrupts it (compute/spark_host.py keeps the run table; compute/pipeline.py reports through
+interrupts it (compute/host/spark_host.py keeps the run table; compute/run/pipeline.py reports through
 `RunProgress`).
 """
 
@@ -140,8 +140,8 @@ class Run:
     result: Any = None
     progress: RunProgress = field(default_factory=RunProgress)
     finished: threading.Event = field(default_factory=threading.Event, repr=False)
-    # The process the run's code runs in, when not the host's own (compute/forked_runs.py,
-    # compute/sandboxed_runs.py): it takes a cancel and is ended with the run.
+    # The process the run's code runs in, when not the host's own (compute/run/forked_runs.py,
+    # compute/run/sandboxed_runs.py): it takes a cancel and is ended with the run.
     process: Any = field(default=None, repr=False)
 
     @property

@@ -15,9 +15,9 @@ session, its warehouses' catalog bindings) and everything it changes ends with i
   no atexit hook of Ray's or of the host's runs in it.
 - Fork cost stays off the warm path: one child is forked ahead (`ForkedRuns.refill`, after a run
   ended, when the catalog binding it made is the host's too), connects to the JVM and makes its
-  warehouse sessions ahead (compute/spare_sessions.py), then waits for a run.
+  warehouse sessions ahead (compute/host/spare_sessions.py), then waits for a run.
 - The run's progress, its end and the decision to complete (under the host's lock that a cancel
-  takes) go through compute/run_channel.py; a cancel is passed to the child, which cancels its job
+  takes) go through compute/run/run_channel.py; a cancel is passed to the child, which cancels its job
   group and interrupts its code as the host did, and the host cancels the job group too.
 """
 
@@ -32,7 +32,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-from compute.run_channel import Channel, ChannelClosed, RemoteProgress, execute, listen
+from compute.run.run_channel import Channel, ChannelClosed, RemoteProgress, execute, listen
 
 # How long a child that reported its end may take to release its JVM objects and exit by itself.
 EXIT_GRACE_S = 10.0
@@ -148,8 +148,8 @@ class ForkedRuns:
 
 # ------------------------------------------------------------------ in the child
 def _child(spark, sock: socket.socket) -> None:
-    from compute.pipeline import CATALOGS
-    from compute.spare_sessions import SESSIONS
+    from compute.host.spare_sessions import SESSIONS
+    from compute.run.pipeline import CATALOGS
 
     # What the host made stays out of this process's collections: its JVM objects are the host's.
     gc.freeze()
@@ -220,7 +220,7 @@ def _fresh_gateway_client(spark) -> None:
 def _fresh_unit_state(catalogs, sessions) -> None:
     """Locks and thread pools the host's threads used: in a child they may be held, and a pool's
     threads are not there (a task submitted to it would wait for ever)."""
-    import compute.iceberg_rest as iceberg_rest
+    import compute.run.iceberg_rest as iceberg_rest
 
     catalogs.after_fork()
     sessions.after_fork()

@@ -1,8 +1,8 @@
 """What a run's own process and the Spark host say to each other, over a socket pair.
 
 A workflow's run executes in a process of its own that ends with the run: forked from the warm
-host for the unit owner's own workflows (compute/forked_runs.py), or spawned in a sandbox of its
-own for a workflow another user wrote (compute/sandboxed_runs.py). Either way the host keeps the
+host for the unit owner's own workflows (compute/run/forked_runs.py), or spawned in a sandbox of its
+own for a workflow another user wrote (compute/run/sandboxed_runs.py). Either way the host keeps the
 run's record (`Run`, its `RunProgress`) and the run's process reports to it. The messages are JSON
 documents, one a line (never pickle: the process runs code the host must not trust), each bounded:
 
@@ -24,7 +24,7 @@ import time
 import traceback
 from typing import Any
 
-from compute.runs import RunFailed, RunInterrupted, RunProgress, jsonable
+from compute.run.runs import RunFailed, RunInterrupted, RunProgress, jsonable
 
 # One message's bound: a step's log line is bounded well below it, a result (a run's summary) too.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -181,7 +181,7 @@ def _keep_cancelling(progress: RemoteProgress, spark, run_id: str) -> None:
 
 # ------------------------------------------------------------------ the host's side
 def follow(channel: Channel, run, on_binding=None) -> dict:
-    """Relay the run's process's reports into `run` (compute/runs.py Run) until it reports its
+    """Relay the run's process's reports into `run` (compute/run/runs.py Run) until it reports its
     end, which is returned; raises ChannelClosed if it ends without. What the process says is
     checked: only these kinds, with fields of the types the host keeps."""
     while True:

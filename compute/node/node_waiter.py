@@ -2,7 +2,7 @@
 `python -S node_waiter.py <name>=<pid>...` (the raylet first).
 
 `ray start --block` keeps a Python process with all of Ray imported (about 110 MiB) only to
-wait on the node's servers. `compute.ray_node` execs into this waiter instead, which keeps
+wait on the node's servers. `compute.node.ray_node` execs into this waiter instead, which keeps
 that contract in a bare interpreter (standard library only, under 10 MiB): while the servers
 run, it runs; when one of them ends, it kills the others and exits 1; on SIGTERM it stops them
 as Ray does, one after another in the order given, each with SIGTERM and then SIGKILL after a

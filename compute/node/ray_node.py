@@ -1,5 +1,5 @@
 """Run one node of a loopback-only Ray cluster:
-`python -m compute.ray_node [--block] [--without-agents] <ray start args>`.
+`python -m compute.node.ray_node [--block] [--without-agents] <ray start args>`.
 
 Ray 2.60 keeps every server of a node on 127.0.0.1 only when
 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is set (with it unset, `--node-ip-address=127.0.0.1`

@@ -34,7 +34,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# compute/build/jars.py -> the project's root
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 JARS_DIR_ENV = "LAKEPORT_JARS_DIR"
 
 

@@ -1,4 +1,4 @@
-"""The first process in a local compute unit's sandbox: `python -m compute.unit_init <plan.json>`.
+"""The first process in a local compute unit's sandbox: `python -m compute.node.unit_init <plan.json>`.
 
 The portal runs each local compute unit in one bubblewrap sandbox, so that all its Ray
 nodes share one network namespace (see app/ray_clusters/sandbox.py). This process starts,

@@ -4,7 +4,7 @@ clean-up through Iceberg's Spark procedures.
 The portal submits `MAINTENANCE_CODE` (compute/contract.py) to the unit's Spark host with `args`
 = a MaintenanceSpec: the warehouse, its catalog (uri, warehouse, a token acting as the owner,
 as for an execution), the tables, `retain_last` and `remove_orphans`. The catalog is bound
-like an execution's (compute/catalog_cache.py, the same per-warehouse bindings): the token
+like an execution's (compute/host/catalog_cache.py, the same per-warehouse bindings): the token
 loads the first table through pyiceberg, which makes the catalog vend the warehouse's storage
 credentials, and a Spark session of its own gets the warehouse's catalog as its only one.
 
@@ -19,12 +19,12 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from compute.catalog_cache import CatalogAccess
-from compute.iceberg_rest import rest_catalog
-from compute.pipeline import CATALOGS
-from compute.runs import RunFailed, RunProgress
-from compute.spare_sessions import warehouse_session
-from compute.step_code import describe
+from compute.host.catalog_cache import CatalogAccess
+from compute.host.spare_sessions import warehouse_session
+from compute.run.iceberg_rest import rest_catalog
+from compute.run.pipeline import CATALOGS
+from compute.run.runs import RunFailed, RunProgress
+from compute.run.step_code import describe
 
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
 

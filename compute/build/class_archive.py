@@ -5,7 +5,7 @@ and verifying tens of thousands of classes. A CDS archive holds them already par
 mapped from one file: measured here, a local Spark session plus its first Iceberg write went
 from 7.3–10.6 s to 3.6 s, and a RayDP executor's first job from 7.0 s to 4.8 s.
 
-Built at setup (`python -m compute.class_archive_build`), never by a unit: the archive is code the
+Built at setup (`python -m compute.build.class_archive_build`), never by a unit: the archive is code the
 JVMs trust, so units only ever read it (the sandbox mounts the jars directory read-only). How:
 
 1. a training run, a RayDP session on a Ray node of its own doing what a unit's host and an
@@ -33,16 +33,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from compute.jars import jars_dir
+from compute.build.jars import jars_dir
 
 ARCHIVE_PREFIX = "spark-classes-"
 
 
 def raydp_class_path() -> str:
     """The class path a unit's Spark JVMs start with: the one jar setup merged RayDP's class
-    path into (compute/class_path_jar.py), or else that class path itself: our jars, RayDP's,
+    path into (compute/build/class_path_jar.py), or else that class path itself: our jars, RayDP's,
     Spark's and Ray's, in RayDP's own order."""
-    from compute.class_path_jar import class_path_jar, raydp_entries
+    from compute.build.class_path_jar import class_path_jar, raydp_entries
 
     merged = class_path_jar()
     return str(merged) if merged is not None else os.pathsep.join(raydp_entries())

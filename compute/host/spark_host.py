@@ -6,7 +6,7 @@ How the portal hands work to a compute unit (CU), and why:
   for one. A named, detached Ray actor, `SparkHost`, owns one session for the CU's
   lifetime and runs each execution in its own thread as a Spark job group (so cancelling
   is `cancelJobGroup`); a workflow's run (SUBMIT_CODE) executes in a process of its own that
-  this thread follows (`run_isolation`: compute/forked_runs.py, compute/sandboxed_runs.py). The FAIR scheduler lets concurrent executions share executors.
+  this thread follows (`run_isolation`: compute/run/forked_runs.py, compute/run/sandboxed_runs.py). The FAIR scheduler lets concurrent executions share executors.
   Each CU has its own actor, in a Ray namespace of its own (`lakeport-cu-<id>-…`), also
   when several CUs attach to one shared Ray cluster: one tenant's code never runs in the
   process that holds another tenant's catalog tokens.
@@ -15,7 +15,7 @@ How the portal hands work to a compute unit (CU), and why:
   here before user code ran (job supervisor actor, driver process, `ray.init`): more
   than the warm-latency budget. So the two paths differ:
   * Bootstrapping goes through Ray's Jobs API (HTTP, the cluster's token per request):
-    the portal submits `python -m compute.start_spark_host '<settings>'` as a Ray Job;
+    the portal submits `python -m compute.host.start_spark_host '<settings>'` as a Ray Job;
     that driver creates this actor on the head node (or finds it), waits until its
     session is warm and exits.
   * Executions go straight to the actor through the small JSON API it serves on the
@@ -23,7 +23,7 @@ How the portal hands work to a compute unit (CU), and why:
 
 Who may hand it work: only the portal. Every HTTP request is signed with the host's key, the
 SHA-256 of a secret the portal derives per CU and never stores, and every answer carries the
-host's proof (compute/host_auth.py, compute/host_http.py): neither side ever sends the key, and
+host's proof (compute/host/host_auth.py, compute/host/host_http.py): neither side ever sends the key, and
 the portal sends a run's arguments sealed, to a host that has proven itself. There is no
 unauthenticated mode. Through Ray itself, anyone on the cluster can find the actor
 (`ray.get_actor`), so the actor class offers only `wait_ready` and `info`; the run table
@@ -33,7 +33,7 @@ reaches (see `SparkHostActor` for Ray's own hooks).
 What an execution is: Python source run with `spark` (the session), `args` (a JSON object)
 and `progress` (a `RunProgress`: steps and a log tail the code publishes, shown in the run's
 status while it runs) in scope; it may set `result` to a JSON-serialisable value. Pipelines
-use `compute.pipeline.run_pipeline(spark, args, progress)`.
+use `compute.run.pipeline.run_pipeline(spark, args, progress)`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from typing import Any
 import ray
 
 from compute.contract import ISOLATION, SUBMIT_CODE, Isolation, RunState, SparkHostSettings
-from compute.host_http import serve
-from compute.runs import Run, RunFailed, RunInterrupted, jsonable
+from compute.host.host_http import serve
+from compute.run.runs import Run, RunFailed, RunInterrupted, jsonable
 
 ACTOR_NAME = "spark-host"
 FINISHED_RUNS_KEPT = 500
@@ -66,7 +66,7 @@ EXECUTORS_WAIT_S = 120.0
 
 
 def _import_pipeline() -> None:
-    import compute.pipeline  # noqa: F401  (imported for its start-up cost, here)
+    import compute.run.pipeline  # noqa: F401  (imported for its start-up cost, here)
 
     # What the host holds from here on lives as long as it does: kept out of the collector's
     # sight, a full collection after each run takes about 10 ms instead of 110.
@@ -110,7 +110,7 @@ class SparkSessionHost:
         threading.Thread(target=self._warm_up, name="spark-warm-up", daemon=True).start()
 
     def _warm_up(self) -> None:
-        from compute.spark_session import (
+        from compute.host.spark_session import (
             import_raydp,
             start_spark_session,
             wait_for_executors,
@@ -134,7 +134,7 @@ class SparkSessionHost:
                 placement_strategy=self.settings.placement_strategy,
             )
             self._warm_up_report["session_init_s"] = round(time.monotonic() - started, 2)
-            from compute.forked_runs import ForkedRuns
+            from compute.run.forked_runs import ForkedRuns
 
             self._forks = ForkedRuns(self._spark)
             # Warm means every executor has registered, so the unit's first run has all of them;
@@ -283,11 +283,11 @@ class SparkSessionHost:
         return self._execute_apart(run, isolation)
 
     def _execute_apart(self, run: Run, isolation: Isolation) -> None:
-        """A workflow's run, in a process of its own that ends with it (compute/forked_runs.py for
-        the unit owner's workflows, compute/sandboxed_runs.py for another author's): this thread
+        """A workflow's run, in a process of its own that ends with it (compute/run/forked_runs.py for
+        the unit owner's workflows, compute/run/sandboxed_runs.py for another author's): this thread
         relays its reports into the run's record until it reports its end."""
-        from compute.forked_runs import EXIT_GRACE_S
-        from compute.run_channel import ChannelClosed, follow
+        from compute.run.forked_runs import EXIT_GRACE_S
+        from compute.run.run_channel import ChannelClosed, follow
 
         try:
             process = self._run_process(isolation)
@@ -338,7 +338,7 @@ class SparkSessionHost:
     def _run_process(self, isolation: Isolation):
         if isolation is Isolation.PROCESS:
             return self._forks.take()
-        from compute.sandboxed_runs import SandboxedRun, sandbox_problem
+        from compute.run.sandboxed_runs import SandboxedRun, sandbox_problem
 
         if (problem := sandbox_problem(os.environ.get("HOME", ""))) is not None:
             raise RunFailed(problem)
@@ -353,8 +353,8 @@ class SparkSessionHost:
     @staticmethod
     def _adopt_binding(message: dict) -> None:
         """A warehouse binding the owner's forked run made: the host's next runs have it."""
-        from compute.catalog_cache import CatalogBinding
-        from compute.pipeline import CATALOGS
+        from compute.host.catalog_cache import CatalogBinding
+        from compute.run.pipeline import CATALOGS
 
         try:
             binding = CatalogBinding(

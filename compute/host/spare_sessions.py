@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from compute.catalog_cache import CatalogBinding
-from compute.spark_session import close_session_catalog
+from compute.host.catalog_cache import CatalogBinding
+from compute.host.spark_session import close_session_catalog
 
 
 class SpareSessions:
@@ -23,7 +23,7 @@ class SpareSessions:
         self._spares: dict[str, tuple[str, Future]] = {}  # warehouse id -> (catalog name, session)
         self._maker = ThreadPoolExecutor(1, thread_name_prefix="spare-session")
         # Whether a run's end makes the next spare: in the host, yes; in a run's own forked
-        # process (compute/forked_runs.py), which ends with the run, the spares are made before it.
+        # process (compute/run/forked_runs.py), which ends with the run, the spares are made before it.
         self.ahead_after_runs = True
 
     def take(self, spark, binding: CatalogBinding):

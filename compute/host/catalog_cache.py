@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from compute.contract import ACCESS_DELEGATION
-from compute.spark_session import S3Keys, catalog_s3a_conf, iceberg_catalog_conf
+from compute.host.spark_session import S3Keys, catalog_s3a_conf, iceberg_catalog_conf
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class CatalogCache:
             return self._versions.get(warehouse_id, 0)
 
     def adopt(self, binding: CatalogBinding, version: int) -> None:
-        """Take a binding a run made in a process of its own (compute/forked_runs.py), unless a
+        """Take a binding a run made in a process of its own (compute/run/forked_runs.py), unless a
         later version is here already."""
         with self._lock:
             if version > self._versions.get(binding.warehouse_id, 0):

@@ -5,7 +5,7 @@ create and its commit. Before any execution the unit holds no token for a real c
 
 It keeps its tables in memory and builds their metadata with pyiceberg as a catalog server
 would, from the requests Spark sends; their files go to the scratch S3 endpoint
-(compute/scratch_s3.py), which drops them when the warm-up ends. It answers the calls of the
+(compute/host/scratch_s3.py), which drops them when the warm-up ends. It answers the calls of the
 Iceberg REST spec that an execution's write makes: config, namespaces, table exists, load,
 create (staged or not), commit, drop. It is stopped after the warm-up and lives in the unit,
 whose loopback only the unit's own processes share.
@@ -17,7 +17,7 @@ import json
 import re
 import threading
 
-from compute.loopback_server import LoopbackHandler, LoopbackServer
+from compute.host.loopback_server import LoopbackHandler, LoopbackServer
 
 MAX_REQUEST_BYTES = 1 << 20
 _TABLE_PATH = re.compile(r"^/v1/namespaces/([^/]+)/tables/([^/]+)$")

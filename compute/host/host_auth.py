@@ -1,7 +1,7 @@
 """How the portal and a unit's Spark host prove themselves to each other, neither ever sending
 its key, so that a process squatting on the host's port learns nothing.
 
-The key is the host's `secret_sha256` (compute/spark_host.py SparkHostSettings): the portal
+The key is the host's `secret_sha256` (compute/host/spark_host.py SparkHostSettings): the portal
 derives it from the unit's secret, the host is given it at start. Then:
 
 - every request is signed: `Authorization: Lakeport-HMAC ts=<unix>,nonce=<hex>,sig=<hex>`,
