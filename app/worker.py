@@ -8,7 +8,7 @@ database announces it: migration 0009, `WorkAnnouncements`), and does the work e
 a thread of its own: starting and stopping units (and stopping what a failed unit left),
 preparing, submitting and watching executions, generating sample data, maintaining datasets on
 a unit; and, every WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units become FAILED,
-idle ones are stopped), every USAGE_SAMPLE_SECONDS the usage pass (app/usage/accounting.py:
+idle ones are stopped), every USAGE_SAMPLE_SECONDS the usage pass (app/usage/work.py:
 storage measured from table metadata, stored as samples that pages read), and every
 SCHEDULER_SECONDS the scheduler pass (app/schedules/work.py: each schedule's due times, each
 fired once), every IDENTITY_CHECK_SECONDS the identity pass (app/auth/revalidation.py: each
@@ -76,9 +76,9 @@ def _join_the_features() -> None:
     from app.auth import revalidation
     from app.compute_units import supervision
     from app.executions import comparison, notifications, runner
-    from app.models import ComparisonJob, MaintenanceJob, SampleDataJob
+    from app.models import ComparisonJob, SampleDataJob
     from app.schedules import work as _schedules_work  # noqa: F401
-    from app.usage import accounting, maintenance
+    from app.usage import work as _usage_work  # noqa: F401
     from app.warehouses import closing, grants
     from app.workflows import datasets
 
@@ -95,11 +95,6 @@ def _join_the_features() -> None:
         join.JOBS + 2,
         lambda: join.live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job),
     )
-    join.pending_source(
-        "maintenance",
-        join.JOBS + 3,
-        lambda: join.live_jobs(MaintenanceJob, "maintenance", maintenance.run_job),
-    )
     join.pending_source("warehouse-closing", join.CATALOG + 1, closing.pending_work)
     join.pending_source("grants", join.CATALOG + 2, grants.pending_work)
     join.pending_source("notifications", join.NOTIFICATIONS, notifications.pending_work)
@@ -109,9 +104,6 @@ def _join_the_features() -> None:
         "WORKER_SUPERVISOR_SECONDS",
         supervision.supervise,
         join.FirstPass.AFTER_A_PERIOD,
-    )
-    join.periodic_pass(
-        accounting.USAGE_LEASE, "USAGE_SAMPLE_SECONDS", accounting.measure, join.FirstPass.SOON
     )
     join.periodic_pass(
         revalidation.LEASE,

@@ -30,7 +30,7 @@ from app.models import (
     Warehouse,
 )
 from app.storage_probe import SigV4Auth
-from app.usage import accounting
+from app.usage import queries, work
 from tests.test_executions import (
     add,
     csrf,
@@ -210,8 +210,8 @@ def test_storage_figures_match_the_bytes_under_the_table_locations_in_s3(
     run_tables = write_execution_tables(catalog, execution.id, rows=150_000)
 
     with app.app_context():
-        samples = {sample.namespace: sample for sample in accounting.measure_warehouse(warehouse)}
-        assert accounting.measure_executions() >= 1
+        samples = {sample.namespace: sample for sample in work.measure_warehouse(warehouse)}
+        assert work.measure_executions() >= 1
     usage = reload(db_engine, ExecutionUsage, execution.id)
 
     def under(names: list[str]) -> tuple[int, int, int]:
@@ -312,13 +312,13 @@ def test_the_chart_covers_30_days_in_at_most_200_points_and_old_samples_are_dele
         )
         db.commit()
     with app.app_context():
-        history = accounting.storage_history(warehouse)
+        history = queries.storage_history(warehouse)
         assert len(history) == 180  # 360 samples in 30 days, every second one
         assert history[-1] == (now, 1000) and history[0][0] >= now - timedelta(days=30)
         assert [total for _, total in history] == sorted(
             (total for _, total in history), reverse=True
         )
-        accounting.measure()  # the unregistered warehouse cannot be measured; old samples still go
+        work.measure()  # the unregistered warehouse cannot be measured; old samples still go
     with Session(db_engine) as db:
         oldest = db.exec(
             select(StorageSample.measured_at)
@@ -389,7 +389,7 @@ def test_per_user_totals_over_7_and_30_days_from_crafted_rows(app, client, owner
     )
 
     with app.app_context():
-        week, month = accounting.user_totals(owner, 7), accounting.user_totals(owner, 30)
+        week, month = queries.user_totals(owner, 7), queries.user_totals(owner, 30)
     assert (
         week.executions,
         week.compute.seconds,
@@ -506,7 +506,7 @@ def test_a_policy_of_0_days_drops_exactly_the_result_tables_after_a_preview_and_
     for execution in old:
         write_execution_tables(catalog, execution.id)
     with app.app_context():
-        accounting.measure_executions()
+        work.measure_executions()
     expected = [f"results.e{execution.id}_numbers" for execution in old]
     measured = sum(
         reload(db_engine, ExecutionUsage, execution.id).results_bytes for execution in old

@@ -10,7 +10,7 @@ from sqlmodel import select
 
 from app.db import get_db
 from app.models import ComputeUnit, Execution, UnitState, User, Warehouse
-from app.usage.accounting import Totals, latest_samples, user_totals
+from app.usage.queries import Totals, latest_samples, user_totals
 
 RECENT_EXECUTIONS = 100
 USAGE_DAYS = 30

@@ -2,10 +2,13 @@
 warehouse) and how long a warehouse keeps what executions write.
 
 Modules:
-- `accounting.py` — the worker's usage pass: per execution, per warehouse, per user
-- `retention.py` — a warehouse's retention policy: preview, enforcement, log
-- `maintenance.py` — dataset snapshot expiry, run on the owner's unit
 - `routes.py` — `/usage`, and the warehouse page's storage and retention sections
+- `service.py` — a retention policy saved and enforced; a maintenance asked of the worker
+- `queries.py` — what the pages read: usage per execution, warehouse and user; retention's preview
+  and log; the latest maintenance
+- `forms.py` — the retention form, read and checked
+- `work.py` — the worker's side: the usage pass (storage measured from table metadata) and
+  maintenance jobs (dataset snapshot expiry, run on the owner's unit)
 """
 
 from flask import Blueprint

@@ -6,7 +6,7 @@ from flask_login import current_user
 from app.charts import human_bytes, storage_history_svg
 from app.db import get_db, get_owned_or_404
 from app.models import ComputeUnit, Execution, Warehouse
-from app.usage import accounting, bp, maintenance, retention
+from app.usage import bp, forms, queries, service
 from app.warehouses.service import user_warehouses
 
 USAGE_PERIODS = (7, 30)
@@ -16,8 +16,8 @@ bp.add_app_template_filter(human_bytes, "human_bytes")
 @bp.get("/usage")
 def index():
     warehouses = user_warehouses(current_user)
-    samples = accounting.latest_samples([warehouse.id for warehouse in warehouses])
-    totals = [accounting.user_totals(current_user, days) for days in USAGE_PERIODS]
+    samples = queries.latest_samples([warehouse.id for warehouse in warehouses])
+    totals = [queries.user_totals(current_user, days) for days in USAGE_PERIODS]
     return render_template(
         "usage/index.html", totals=totals, warehouses=warehouses, samples=samples
     )
@@ -26,11 +26,11 @@ def index():
 @bp.get("/warehouses/<int:warehouse_id>/storage")
 def warehouse_storage(warehouse_id: int):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    history = accounting.storage_history(warehouse)
+    history = queries.storage_history(warehouse)
     return render_template(
         "usage/_warehouse_storage.html",
         warehouse=warehouse,
-        samples=accounting.latest_samples([warehouse.id]).get(warehouse.id, []),
+        samples=queries.latest_samples([warehouse.id]).get(warehouse.id, []),
         chart=storage_history_svg(history) if len(history) > 1 else None,
     )
 
@@ -38,19 +38,19 @@ def warehouse_storage(warehouse_id: int):
 def _retention(
     warehouse: Warehouse, *, values=None, errors=None, preview=None, message=None, status=200
 ):
-    policy = retention.policy_of(warehouse)
+    policy = queries.policy_of(warehouse)
     return render_template(
         "usage/_retention.html",
         warehouse=warehouse,
         policy=policy,
-        modes=retention.RESULTS_MODES,
-        values=values or retention.form_values(policy),
+        modes=forms.RESULTS_MODES,
+        values=values or forms.form_values(policy),
         errors=errors or {},
         preview=preview,
         message=message,
-        log=retention.log_of(warehouse),
-        job=maintenance.latest_job(warehouse),
-        unit=maintenance.running_unit(warehouse.owner_id),
+        log=queries.log_of(warehouse),
+        job=queries.latest_job(warehouse),
+        unit=queries.running_unit(warehouse.owner_id),
     ), status
 
 
@@ -62,10 +62,10 @@ def retention_panel(warehouse_id: int):
 @bp.post("/warehouses/<int:warehouse_id>/retention")
 def save_retention(warehouse_id: int):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    values, errors = retention.parse_policy(request.form)
+    values, errors = forms.parse_policy(request.form)
     if errors:
         return _retention(warehouse, values=dict(request.form.items()), errors=errors, status=422)
-    retention.save_policy(warehouse, values)
+    service.save_policy(warehouse, values)
     return _retention(
         warehouse, message="Retention policy saved. Preview to see what it drops now."
     )
@@ -74,21 +74,21 @@ def save_retention(warehouse_id: int):
 @bp.post("/warehouses/<int:warehouse_id>/retention/preview")
 def preview_retention(warehouse_id: int):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    policy = retention.policy_of(warehouse)
+    policy = queries.policy_of(warehouse)
     if policy is None:
         return _retention(warehouse, errors={"form": "Save a retention policy first."}, status=422)
-    return _retention(warehouse, preview=retention.plan(warehouse, policy))
+    return _retention(warehouse, preview=queries.plan(warehouse, policy))
 
 
 @bp.post("/warehouses/<int:warehouse_id>/retention/enforce")
 def enforce_retention(warehouse_id: int):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    policy = retention.policy_of(warehouse)
+    policy = queries.policy_of(warehouse)
     if policy is None:
         return _retention(warehouse, errors={"form": "Save a retention policy first."}, status=422)
     try:
-        entry = retention.enforce(warehouse, policy, retention.confirmed_tables(request.form))
-    except retention.RetentionError as error:
+        entry = service.enforce_retention(warehouse, policy, forms.confirmed_tables(request.form))
+    except service.RetentionError as error:
         return _retention(warehouse, errors={"form": error.message}, status=422)
     return _retention(
         warehouse, message=f"{entry.message[:200]}{'…' if len(entry.message) > 200 else ''}"
@@ -98,14 +98,14 @@ def enforce_retention(warehouse_id: int):
 @bp.post("/warehouses/<int:warehouse_id>/maintenance")
 def request_maintenance(warehouse_id: int):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    policy = retention.policy_of(warehouse)
+    policy = queries.policy_of(warehouse)
     try:
-        maintenance.request(
+        service.request_maintenance(
             warehouse,
             policy.snapshots_retain_last if policy else None,
             remove_orphans=request.form.get("remove_orphans") == "on",
         )
-    except maintenance.MaintenanceRefused as refusal:
+    except service.MaintenanceRefused as refusal:
         return _retention(warehouse, errors={"maintenance": refusal.message}, status=422)
     return _retention(warehouse, message="Snapshot expiry is queued on your running compute unit.")
 
@@ -119,6 +119,6 @@ def execution_usage(execution_id: int):
     return render_template(
         "usage/_execution_usage.html",
         execution=execution,
-        compute=accounting.compute_of(execution, unit),
-        usage=accounting.usage_of(execution.id),
+        compute=queries.compute_of(execution, unit),
+        usage=queries.usage_of(execution.id),
     )
