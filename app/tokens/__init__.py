@@ -3,6 +3,7 @@
 Modules:
 - `routes.py` — the Tokens page
 - `service.py` — tokens shown once, stored as SHA-256; scope, expiry, last use, revocation
+- `queries.py` — what the page reads: a user's tokens
 """
 
 from flask import Blueprint

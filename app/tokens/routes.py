@@ -5,7 +5,7 @@ from flask_login import current_user
 
 from app.db import get_owned_or_404
 from app.models import ApiToken, utcnow
-from app.tokens import bp, service
+from app.tokens import bp, queries, service
 
 
 @bp.get("/")
@@ -38,7 +38,7 @@ def revoke(token_id: int):
 def _page(made: service.NewToken | None = None, errors: dict | None = None, values=None):
     return render_template(
         "tokens/index.html",
-        tokens=service.user_tokens(current_user),
+        tokens=queries.user_tokens(current_user),
         made=made,
         errors=errors or {},
         values=values or {},

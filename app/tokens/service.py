@@ -45,16 +45,6 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def user_tokens(owner: User) -> list[ApiToken]:
-    return list(
-        get_db().exec(
-            select(ApiToken)
-            .where(ApiToken.owner_id == owner.id)
-            .order_by(ApiToken.created_at.desc(), ApiToken.id.desc())
-        )
-    )
-
-
 def create(owner: User, name: str, scope: str, days: str | int) -> NewToken:
     name = (name or "").strip()
     if not NAME_RE.match(name):
