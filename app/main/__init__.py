@@ -2,12 +2,11 @@
 
 Modules:
 - `routes.py` — the dashboard and `/health`
-- `overview.py` — what the dashboard shows: what runs, what ran, where data goes, first steps
-- `display.py` — formatting helpers the templates share
+- `queries.py` — what the dashboard shows: what runs, what ran, where data goes, first steps
 """
 
 from flask import Blueprint
 
 bp = Blueprint("main", __name__)
 
-from app.main import display, routes  # noqa: E402,F401
+from app.main import routes  # noqa: E402,F401

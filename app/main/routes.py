@@ -8,7 +8,7 @@ from app.auth.oidc import provider_reachable
 from app.compute_units import pool
 from app.db import get_db
 from app.main import bp
-from app.main.overview import overview_of
+from app.main.queries import overview_of
 
 
 @bp.get("/")

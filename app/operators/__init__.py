@@ -2,7 +2,8 @@
 stopping any unit or execution. For members of LAKEPORT_OPERATORS_GROUP; 404 for anyone else.
 
 Modules:
-- `overview.py` — every user's units, executions and warehouses as metadata; per-user usage
+- `queries.py` — what the page reads: every user's units, executions and warehouses (metadata
+  only); per-user usage
 - `routes.py` — the Operators page; terminate any unit, cancel any execution
 """
 

@@ -9,7 +9,7 @@ from app.compute_units import lifecycle, pool
 from app.db import get_db
 from app.executions import runner
 from app.models import ComputeUnit, Execution
-from app.operators import bp, overview
+from app.operators import bp, queries
 from app.roles import operator_required
 
 
@@ -18,11 +18,11 @@ from app.roles import operator_required
 def index():
     return render_template(
         "operators/index.html",
-        units=overview.live_units(),
-        executions=overview.recent_executions(),
-        warehouses=overview.warehouses(),
-        usage=overview.usage_by_user(),
-        usage_days=overview.USAGE_DAYS,
+        units=queries.live_units(),
+        executions=queries.recent_executions(),
+        warehouses=queries.warehouses(),
+        usage=queries.usage_by_user(),
+        usage_days=queries.USAGE_DAYS,
         pool=pool.summary(),
     )
 
