@@ -2,7 +2,7 @@
 which groups count for a user now.
 
 Groups come from the provider: at sign-in, then again from the worker's re-validation every
-IDENTITY_CHECK_SECONDS (app/auth/revalidation.py). Groups the provider has not confirmed within
+IDENTITY_CHECK_SECONDS (app/auth/work.py). Groups the provider has not confirmed within
 IDENTITY_BOUND_SECONDS count as none, on every path that reads them (pages, API tokens, shares,
 operators), so a removal at the provider reaches Lakeport within the bound even when the provider
 cannot be asked (docs/identity.md).
@@ -53,7 +53,7 @@ def groups_of(user: User | None) -> list[str]:
 
 
 def suspended(user: User | None) -> bool:
-    """The provider refused this user since their last sign-in (app/auth/revalidation.py)."""
+    """The provider refused this user since their last sign-in (app/auth/work.py)."""
     return user is not None and getattr(user, "suspended_at", None) is not None
 
 

@@ -34,7 +34,7 @@ API_BLUEPRINT, API_PAGES = "api", {"api.openapi_docs"}
 
 
 def init_app(app: Flask) -> None:
-    from app.auth.users import load_user
+    from app.auth.service import load_user
 
     login_manager.init_app(app)
     login_manager.user_loader(load_user)

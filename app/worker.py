@@ -11,7 +11,7 @@ a unit; and, every WORKER_SUPERVISOR_SECONDS, the supervisor pass (dead units be
 idle ones are stopped), every USAGE_SAMPLE_SECONDS the usage pass (app/usage/work.py:
 storage measured from table metadata, stored as samples that pages read), and every
 SCHEDULER_SECONDS the scheduler pass (app/schedules/work.py: each schedule's due times, each
-fired once), every IDENTITY_CHECK_SECONDS the identity pass (app/auth/revalidation.py: each
+fired once), every IDENTITY_CHECK_SECONDS the identity pass (app/auth/work.py: each
 active user asked about again at the identity provider), and every GRANTS_RECONCILE_SECONDS the
 grants pass (app/warehouses/grants.py: each warehouse's grants in Lakekeeper compared with its
 shares and repaired, unused group roles deleted; one whose catalog write failed is checked at once).
@@ -73,7 +73,7 @@ def _join_the_features() -> None:
     The work of a feature without a `work.py` yet is registered here under the names and leases
     its own will use, and only where no entry of that name is in the registry already."""
     # The `_..._work` imports: features whose work.py joins the registry itself.
-    from app.auth import revalidation
+    from app.auth import work as _auth_work  # noqa: F401
     from app.compute_units import supervision
     from app.executions import comparison, notifications, runner
     from app.models import ComparisonJob, SampleDataJob
@@ -104,12 +104,6 @@ def _join_the_features() -> None:
         "WORKER_SUPERVISOR_SECONDS",
         supervision.supervise,
         join.FirstPass.AFTER_A_PERIOD,
-    )
-    join.periodic_pass(
-        revalidation.LEASE,
-        "IDENTITY_CHECK_SECONDS",
-        revalidation.revalidate,
-        join.FirstPass.AT_ONCE,
     )
     join.periodic_pass(
         grants.LEASE, "GRANTS_RECONCILE_SECONDS", grants.reconcile, join.FirstPass.SOON

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import secrets
 import socket
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from app import create_app
+from app.compute_units import lifecycle
+from app.models import ComputeUnit, User, Warehouse
+from app.ray_clusters.local import cluster_pids
+from app.worker import Worker
 from devstack.oidc_provider import TEST_USERS, login_via_form, sign_in_portal_client
+from tests.factories import (
+    lakehouse_config,
+    make_user,
+    register_warehouse,
+    reload,
+    set_groups,
+    sign_in_as,
+    start_unit,
+)
 
 
 @pytest.fixture
@@ -82,3 +98,60 @@ class AuthActions:
 @pytest.fixture
 def auth(client):
     return AuthActions(client, {name: user.password for name, user in TEST_USERS.items()})
+
+
+# --------------------------------------------------------------------------- users and their units
+@pytest.fixture
+def lakehouse_app(portal_config, lakehouse):
+    """The portal on the dev catalog and SeaweedFS (tests/factories.py: lakehouse_config); a
+    module whose tests all need that overrides `app` with it."""
+    return create_app(lakehouse_config(portal_config, lakehouse))
+
+
+@pytest.fixture
+def newcomer(client, db_engine) -> User:
+    """A user made for the test, signed in to `client`; they start with nothing."""
+    user = make_user(db_engine)
+    sign_in_as(client, user)
+    return user
+
+
+@pytest.fixture(scope="module")
+def e2e(portal_config, lakehouse, db_engine):
+    """A newcomer with a real local compute unit and a real warehouse, both made through the
+    portal, and a worker in this process: (app, client, user, unit id, warehouse id)."""
+    app = create_app(lakehouse_config(portal_config, lakehouse, CU_WARM_SPARK_ON_START=True))
+    background = Worker(app).start()
+    client = app.test_client()
+    user = make_user(db_engine)
+    sign_in_as(client, user)
+    warehouse_id = register_warehouse(client, lakehouse, "e2e")
+    cu = start_unit(client, db_engine, "e2e")
+    cu_id = cu.id
+    with app.app_context():
+        pids = cluster_pids(lifecycle.handle_of(cu))
+    yield app, client, user, cu_id, warehouse_id
+    with app.app_context():
+        lifecycle.terminate(reload(db_engine, ComputeUnit, cu_id), reason="test over")
+    deadline = time.monotonic() + 60
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    background.stop()
+
+
+@pytest.fixture
+def team(portal_config, lakehouse, db_engine):
+    """An owner with a real warehouse, a member of a fresh group, and carol in no group; each
+    with a client of their own: (app, group, {name: (user, client)}, warehouse)."""
+    app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url))
+    group = f"analytics-{secrets.token_hex(3)}"
+    people = {}
+    for name, groups in (("owner", []), ("member", [group]), ("carol", [])):
+        user = set_groups(db_engine, make_user(db_engine), groups)
+        client = app.test_client()
+        sign_in_as(client, user)
+        people[name] = (user, client)
+    warehouse_id = register_warehouse(
+        people["owner"][1], lakehouse, f"shared-{secrets.token_hex(2)}"
+    )
+    return app, group, people, reload(db_engine, Warehouse, warehouse_id)

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.test_executions import make_user, sign_in_as
+from tests.factories import make_user, sign_in_as
 
 PUBLIC_ENDPOINTS = {
     "static",

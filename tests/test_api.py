@@ -9,91 +9,21 @@ import re
 from datetime import timedelta
 
 import pytest
-from openapi_core import Config, OpenAPI
-from openapi_core.testing import MockRequest, MockResponse
 from sqlmodel import Session, select
 
 from app.models import ApiToken, Execution, User, utcnow
 from app.tokens import service as tokens
-from tests.test_executions import (  # noqa: F401 (fixtures)
+from tests.factories import (
+    Api,
     csrf,
     equipped,
     execution_row,
     make_user,
-    newcomer,
     reload,
     sign_in_as,
+    token_for,
     warehouse_row,
 )
-
-
-class Api:
-    """A client that sends a bearer token and checks each answer against /api/v1/openapi.json."""
-
-    def __init__(self, client, token: str | None) -> None:
-        self.client, self.token = client, token
-        document = client.get("/api/v1/openapi.json").get_json()
-        self.openapi = OpenAPI.from_dict(
-            document,
-            config=Config(extra_media_type_deserializers={"application/problem+json": json.loads}),
-        )
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body=None,
-        headers: dict | None = None,
-        raw: bytes | None = None,
-        documented: bool = True,
-    ):
-        headers = {
-            **({"Authorization": f"Bearer {self.token}"} if self.token else {}),
-            **(headers or {}),
-        }
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        response = self.client.open(
-            path,
-            method=method,
-            data=data,
-            headers=headers,
-            content_type="application/json" if data is not None else None,
-        )
-        if documented:
-            self.check(method, path, response, data)
-        elif response.status_code >= 400:
-            assert response.content_type == "application/problem+json", response.content_type
-        return response
-
-    def check(self, method: str, path: str, response, data) -> None:
-        plain, _, query = path.partition("?")
-        args = dict(pair.split("=", 1) for pair in query.split("&") if pair)
-        request = MockRequest(
-            "http://localhost",
-            method.lower(),
-            plain,
-            args=args,
-            data=data or b"",
-            headers={"Authorization": "Bearer x"},
-            content_type="application/json",
-        )
-        answer = MockResponse(
-            response.get_data(),
-            status_code=response.status_code,
-            headers=dict(response.headers),
-            content_type=response.content_type.split(";")[0],
-        )
-        self.openapi.validate_response(
-            request, answer
-        )  # raises when the answer is not as documented
-        if response.status_code >= 400:
-            assert response.content_type == "application/problem+json", response.content_type
-            assert response.get_json()["status"] == response.status_code
-
-
-def token_for(app, user, scope: str = "run", days: int = 30) -> str:
-    with app.app_context():
-        return tokens.create(user, f"t-{scope}", scope, days).text
 
 
 @pytest.fixture
@@ -135,7 +65,7 @@ def test_a_script_revokes_the_token_it_calls_with(app, client, db_engine, owner)
 
 def test_a_session_cookie_opens_no_api_call_and_a_token_opens_no_page(
     app, client, db_engine, newcomer
-):  # noqa: F811
+):
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     signed_in = Api(client, None)  # the session cookie is there, the token is not
     assert signed_in.call("GET", "/api/v1/warehouses").status_code == 401
@@ -303,7 +233,7 @@ def test_going_over_the_rate_limit_answers_429_with_retry_after(app, client, db_
     assert Api(client, token_for(app, owner)).call("GET", "/api/v1/warehouses").status_code == 429
 
 
-def test_the_tokens_page_shows_a_token_once_and_revokes_it(app, client, db_engine, newcomer):  # noqa: F811
+def test_the_tokens_page_shows_a_token_once_and_revokes_it(app, client, db_engine, newcomer):
     made = client.post(
         "/tokens/", data={"name": "ci", "scope": "run", "days": "7", "csrf_token": csrf(client)}
     )
@@ -341,7 +271,7 @@ def test_the_tokens_page_shows_a_token_once_and_revokes_it(app, client, db_engin
     )
 
 
-def test_the_openapi_document_is_3_1_and_browsable(client, newcomer):  # noqa: F811
+def test_the_openapi_document_is_3_1_and_browsable(client, newcomer):
     document = client.get("/api/v1/openapi.json").get_json()
     assert (
         document["openapi"].startswith("3.1")

@@ -12,9 +12,8 @@ from openapi_core import Config, OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 
 from lakeport_client import ApiError, Client, cli
-from tests.test_api import token_for
-from tests.test_executions import equipped, execution_row, make_user
-from tests.test_executions import execution_count as execution_count_of
+from tests.factories import equipped, execution_row, make_user, token_for
+from tests.factories import execution_count as execution_count_of
 
 
 class CheckedTransport(httpx.BaseTransport):

@@ -9,21 +9,26 @@ import secrets
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pytest
 from sqlmodel import Session
 from sqlmodel import text as sql
 
 from app.models import Execution, Warehouse
 from devstack.seaweedfs import TEST_USER_KEYS
-from tests.test_api import Api, token_for
-from tests.test_executions import (  # noqa: F401 (fixtures)
-    app,
+from tests.factories import (
+    Api,
     execution_row,
     independent_catalog,
-    newcomer,
     reload,
+    token_for,
     unit_row,
     workflow_for,
 )
+
+
+@pytest.fixture
+def app(lakehouse_app):
+    return lakehouse_app
 
 
 def storage(lakehouse, name: str, **changes) -> dict:
@@ -44,7 +49,7 @@ def storage(lakehouse, name: str, **changes) -> dict:
 
 def test_a_warehouse_registered_tested_browsed_and_archived_through_the_api(
     app, client, db_engine, lakehouse, newcomer
-):  # noqa: F811
+):
     api = Api(client, token_for(app, newcomer))
     body = storage(lakehouse, "api-lake")
     tested = api.call("POST", "/api/v1/warehouses/test-connection", body)
@@ -94,7 +99,7 @@ def test_a_warehouse_registered_tested_browsed_and_archived_through_the_api(
     assert api.call("GET", f"/api/v1/warehouses/{warehouse.id}").status_code == 404
 
 
-def test_an_executions_results_csv_logs_and_lineage(app, client, db_engine, lakehouse, newcomer):  # noqa: F811
+def test_an_executions_results_csv_logs_and_lineage(app, client, db_engine, lakehouse, newcomer):
     api = Api(client, token_for(app, newcomer))
     made = api.call("POST", "/api/v1/warehouses", storage(lakehouse, "api-results"))
     warehouse = reload(db_engine, Warehouse, made.get_json()["id"])
@@ -180,7 +185,7 @@ def test_an_executions_results_csv_logs_and_lineage(app, client, db_engine, lake
     assert api.call("GET", f"/api/v1/executions/{execution.id}/lineage").get_json() == lineage
 
 
-def test_saving_a_workflow_version_gets_the_editors_checks(app, client, db_engine, newcomer):  # noqa: F811
+def test_saving_a_workflow_version_gets_the_editors_checks(app, client, db_engine, newcomer):
     api = Api(client, token_for(app, newcomer))
     workflow = workflow_for(db_engine, newcomer)
     step = {"name": "doubled", "kind": "sql", "code": "SELECT 2 AS two", "output": True}
@@ -217,10 +222,10 @@ def test_saving_a_workflow_version_gets_the_editors_checks(app, client, db_engin
 
 def test_every_api_route_keeps_another_users_rows_and_every_secret_to_itself(
     app, client, db_engine, lakehouse, newcomer
-):  # noqa: F811
+):
     """Walk every route of the OpenAPI document: with the other user's ids each answers 404 (or
     a 400 for a body it refuses before looking), and nothing any route answers holds a secret."""
-    from tests.test_executions import make_user, register_warehouse, sign_in_as
+    from tests.factories import make_user, register_warehouse, sign_in_as
 
     owner_token = token_for(app, newcomer)
     owner_api = Api(client, owner_token)

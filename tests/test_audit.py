@@ -15,7 +15,7 @@ from sqlmodel import Session, select
 
 from app.db import make_engine
 from app.models import ApiToken, AuditEvent, User
-from tests.test_executions import csrf, equipped, make_user, newcomer, sign_in_as  # noqa: F401
+from tests.factories import csrf, equipped, make_user, sign_in_as
 
 
 def events(db_engine, **where) -> list[AuditEvent]:
@@ -43,8 +43,8 @@ def test_sign_in_and_out_are_recorded_with_the_groups_from_the_provider(auth, cl
 
 def test_page_and_api_actions_are_recorded_with_the_token_and_no_secret(
     app, client, db_engine, newcomer
-):  # noqa: F811
-    from tests.test_api import Api
+):
+    from tests.factories import Api
 
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     made = client.post(
@@ -84,7 +84,7 @@ def test_page_and_api_actions_are_recorded_with_the_token_and_no_secret(
     assert token_text not in everything and token_text[4:20] not in everything
 
 
-def test_an_owner_reads_their_trail_only_filtered_and_as_csv(app, client, db_engine, newcomer):  # noqa: F811
+def test_an_owner_reads_their_trail_only_filtered_and_as_csv(app, client, db_engine, newcomer):
     with Session(db_engine) as db:  # a name from the identity provider that a spreadsheet would run
         row = db.get(User, newcomer.id)
         row.name = "=HYPERLINK(1)"

@@ -22,8 +22,7 @@ from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import AuditEvent, GroupRole, Warehouse, WarehouseShare
 from app.warehouses import grants, sharing
 from app.worker import Worker
-from tests.test_executions import csrf, make_user, reload, sign_in_as
-from tests.test_sharing import set_groups, share, team  # noqa: F401 (team is a fixture)
+from tests.factories import csrf, make_user, reload, set_groups, share, sign_in_as
 
 
 def shares_in_database(db_engine, warehouse: Warehouse) -> list[WarehouseShare]:
@@ -370,7 +369,7 @@ def test_on_sqlite_shares_and_the_worker_check_take_turns_without_waiting_on_eac
 
     from app import create_app
     from app.db import make_engine, upgrade_database
-    from tests.test_executions import register_warehouse
+    from tests.factories import register_warehouse
 
     url = f"sqlite:///{tmp_path / 'lakeport.db'}"
     upgrade_database(url)

@@ -1,7 +1,7 @@
 import pytest
 
 from app import create_app
-from app.config import SETTINGS, Config, settings_reference_markdown
+from app.config import SETTINGS, Config
 
 
 def test_defaults_are_safe_and_zero_setup():
@@ -49,19 +49,6 @@ def test_vended_credentials_lifetime_must_be_within_sts_range():
         with pytest.raises(ValueError, match="LAKEPORT_VENDED_CREDENTIALS_SECONDS"):
             Config.from_env({**base, "LAKEPORT_VENDED_CREDENTIALS_SECONDS": refused}).validate()
     Config.from_env({**base, "LAKEPORT_VENDED_CREDENTIALS_SECONDS": "3600"}).validate()
-
-
-def test_reference_documents_every_setting():
-    table = settings_reference_markdown()
-    for setting in SETTINGS.values():
-        assert f"`{setting.env}`" in table
-
-
-def test_readme_carries_the_current_reference(project_root):
-    readme = (project_root / "README.md").read_text()
-    assert settings_reference_markdown() in readme, (
-        "regenerate with: .venv/bin/python -m app.config"
-    )
 
 
 def test_deployment_files_only_use_known_settings(project_root):

@@ -34,7 +34,7 @@ from devstack.database import (
 )
 from devstack.oidc_provider import TEST_USERS
 from tests.conftest import AuthActions
-from tests.test_executions import csrf
+from tests.factories import csrf
 
 INSUFFICIENT_PRIVILEGE = "42501"
 

@@ -18,7 +18,7 @@ from app import create_app
 from app.worker import Worker
 from devstack.oidc_provider import TEST_USERS
 from tests.conftest import AuthActions
-from tests.test_warehouses import register, warehouse_row
+from tests.factories import register, warehouse_named
 
 ORDERS_CSV = b"id,customer,amount,ordered_at\n1,ann,12.5,2024-01-02 10:00:00\n2,bob,7,2024-01-03 11:30:00\n3,cy,,\n"
 TPCH_ROWS_AT_SF_0_01 = {
@@ -58,7 +58,7 @@ def independent_catalog(lakehouse, warehouse):
 def registered_warehouse(client, auth, lakehouse, db_engine, name: str, user: str = "alice"):
     response = register(client, auth, lakehouse, name, user=user)
     assert response.status_code == 302, response.get_data(as_text=True)
-    return warehouse_row(db_engine, name, owner_email=f"{user}@example.test")
+    return warehouse_named(db_engine, name, owner_email=f"{user}@example.test")
 
 
 def upload(client, auth, warehouse_id, table_name: str, content: bytes, filename: str = "data.csv"):
@@ -200,7 +200,7 @@ def test_bad_files_are_rejected_clearly_and_the_old_table_stays(
     client, auth, lakehouse, db_engine, content, message
 ):
     auth.login("alice")
-    warehouse = warehouse_row(db_engine, "rejects") or registered_warehouse(
+    warehouse = warehouse_named(db_engine, "rejects") or registered_warehouse(
         client, auth, lakehouse, db_engine, "rejects"
     )
     assert upload(client, auth, warehouse.id, "kept", b"n\n1\n2\n").status_code == 200

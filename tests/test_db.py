@@ -10,7 +10,7 @@ from sqlmodel import Session, select
 
 from app.db import ReadingRequestWrites, get_db, writing_session
 from app.models import User
-from tests.test_executions import make_user
+from tests.factories import make_user
 
 
 def transaction_status(db: Session) -> TransactionStatus:
@@ -125,7 +125,7 @@ def test_a_reading_request_writes_through_writing_session_all_or_nothing(app, db
 def test_a_signed_in_poll_reads_without_a_transaction(client, db_engine, app):
     """The hot path: a signed-in page's poll loads its user and row and leaves PostgreSQL with no
     transaction begun or rolled back."""
-    from tests.test_executions import sign_in_as
+    from tests.factories import sign_in_as
 
     someone = make_user(db_engine)
     sign_in_as(client, someone)

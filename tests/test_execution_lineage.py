@@ -10,28 +10,31 @@ import re
 import time
 
 import pyarrow as pa
+import pytest
 from sqlmodel import Session
 
 from app.executions import run_spec
 from app.models import Execution, Warehouse, WorkflowVersion
-from tests.test_executions import (  # noqa: F401
-    app,
+from tests.factories import (
     csrf,
-    e2e,
     execution_row,
     independent_catalog,
     make_user,
-    newcomer,
     register_warehouse,
     reload,
     run,
-    sign_in_as,
     text,
     unit_row,
     wait_for,
     warehouse_row,
     workflow_for,
 )
+
+
+@pytest.fixture
+def app(lakehouse_app):
+    return lakehouse_app
+
 
 LINEAGE = {
     "read": [

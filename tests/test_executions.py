@@ -13,10 +13,8 @@ import io
 import json
 import os
 import re
-import secrets
 import signal
 import time
-import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -26,7 +24,6 @@ import httpx
 import jwt
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog import load_catalog
 from sqlmodel import Session, select
 
 from app import create_app
@@ -37,11 +34,9 @@ from app.executions import run_spec, runner
 from app.extensions import lakekeeper
 from app.models import (
     ComputeUnit,
-    ComputeUnitEvent,
     Execution,
     User,
     Warehouse,
-    Workflow,
     WorkflowVersion,
     WorkLease,
 )
@@ -51,203 +46,40 @@ from app.worker import Worker
 from compute.contract import SUBMIT_CODE
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.seaweedfs import TEST_USER_KEYS
+from tests.factories import (
+    add,
+    csrf,
+    equipped,
+    execution_count,
+    execution_row,
+    independent_catalog,
+    make_user,
+    new_execution,
+    register_warehouse,
+    reload,
+    run,
+    sign_in_as,
+    start_sleeping_step,
+    start_unit,
+    text,
+    unit_events,
+    unit_row,
+    wait_for,
+    warehouse_row,
+    workflow_for,
+)
 from tests.processes import process_command_line, process_running
-from tests.services import known_test_subject
-
-ONE_SQL_STEP = [
-    {
-        "name": "doubled",
-        "kind": "sql",
-        "code": "SELECT id, id * 2 AS twice FROM range(0, 130)",
-        "output": True,
-    }
-]
 
 
 @pytest.fixture
-def app(portal_config, lakehouse):
-    return create_app(
-        replace(
-            portal_config,
-            LAKEKEEPER_URL=lakehouse.catalog_url,
-            CU_MAX_CPUS=2,
-            CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints,
-            CU_MAX_MEMORY_GB=4.0,
-            CU_MAX_WORKERS=1,
-        )
-    )
-
-
-# --------------------------------------------------------------------------- rows and users
-def add(db_engine, *rows):
-    with Session(db_engine, expire_on_commit=False) as db:
-        for row in rows:
-            db.add(row)
-        db.commit()
-        for row in rows:
-            db.refresh(row)
-    return rows[0] if len(rows) == 1 else rows
-
-
-def reload(db_engine, model, row_id):
-    with Session(db_engine) as db:
-        return db.get(model, row_id)
-
-
-def update_row(db_engine, model, row_id, **values) -> None:
-    """Set `values` on a row, as the worker or another process would."""
-    with Session(db_engine) as db:
-        row = db.get(model, row_id)
-        for name, value in values.items():
-            setattr(row, name, value)
-        db.add(row)
-        db.commit()
-
-
-def make_user(db_engine) -> User:
-    subject = known_test_subject()
-    return add(
-        db_engine,
-        User(
-            issuer="https://tests.invalid",
-            subject=subject,
-            name=subject,
-            email=f"{subject}@example.test",
-        ),
-    )
-
-
-def sign_in_as(client, user: User) -> None:
-    with client.session_transaction() as session:
-        session["_user_id"] = str(user.id)
-        session["_fresh"] = True
-
-
-@pytest.fixture
-def newcomer(client, db_engine) -> User:
-    user = make_user(db_engine)
-    sign_in_as(client, user)
-    return user
-
-
-def csrf(client) -> str:
-    page = client.get("/").get_data(as_text=True)
-    return re.search(r'"X-CSRFToken": "([^"]+)"', page).group(1)
-
-
-def workflow_for(db_engine, owner: User, steps: list[dict] | None = ONE_SQL_STEP) -> Workflow:
-    """A workflow with one saved version of `steps` (none saved when `steps` is None)."""
-    workflow = add(
-        db_engine,
-        Workflow(
-            owner_id=owner.id,
-            name=f"wf-{secrets.token_hex(3)}",
-            latest_version=1 if steps is not None else 0,
-        ),
-    )
-    if steps is not None:
-        add(db_engine, WorkflowVersion(workflow_id=workflow.id, version=1, steps=json.dumps(steps)))
-    return workflow
-
-
-def warehouse_row(
-    db_engine, owner: User, status: str = "active", name: str | None = None
-) -> Warehouse:
-    """A warehouse as Lakeport records it (the run dialog and lists read only these rows)."""
-    name = name or f"wh-{secrets.token_hex(3)}"
-    return add(
-        db_engine,
-        Warehouse(
-            owner_id=owner.id,
-            name=name,
-            lakekeeper_name=f"u{owner.id}-{name}",
-            lakekeeper_id=str(uuid.uuid4()),
-            bucket="lake",
-            region="us-east-1",
-            status=status,
-        ),
-    )
-
-
-def unit_row(db_engine, owner: User, state: str = "RUNNING") -> ComputeUnit:
-    return add(
-        db_engine,
-        ComputeUnit(
-            owner_id=owner.id, name=f"cu-{secrets.token_hex(3)}", kind="local", state=state
-        ),
-    )
-
-
-def equipped(db_engine, owner: User) -> tuple[Workflow, Warehouse, ComputeUnit]:
-    """A saved workflow, an active warehouse row and a RUNNING compute-unit row of `owner`."""
-    return (
-        workflow_for(db_engine, owner),
-        warehouse_row(db_engine, owner),
-        unit_row(db_engine, owner),
-    )
-
-
-def new_execution(
-    db: Session,
-    owner: User,
-    workflow: Workflow,
-    warehouse: Warehouse,
-    cu: ComputeUnit | None,
-    **fields,
-) -> Execution:
-    """An Execution of the workflow's first version, not yet added."""
-    version_id = db.exec(
-        select(WorkflowVersion.id).where(WorkflowVersion.workflow_id == workflow.id)
-    ).first()
-    return Execution(
-        owner_id=owner.id,
-        workflow_id=workflow.id,
-        workflow_version_id=version_id,
-        workflow_version=1,
-        compute_unit_id=cu.id if cu else None,
-        warehouse_id=warehouse.id,
-        warehouse_name=warehouse.name,
-        **fields,
-    )
-
-
-def execution_row(
-    db_engine,
-    owner: User,
-    workflow: Workflow,
-    warehouse: Warehouse,
-    cu: ComputeUnit | None,
-    **fields,
-) -> Execution:
-    with Session(db_engine) as db:
-        execution = new_execution(db, owner, workflow, warehouse, cu, **fields)
-    return add(db_engine, execution)
-
-
-def execution_count(db_engine, owner: User) -> int:
-    with Session(db_engine) as db:
-        return len(db.exec(select(Execution.id).where(Execution.owner_id == owner.id)).all())
-
-
-def run(client, workflow: Workflow, cu_id, warehouse_id):
-    return client.post(
-        f"/executions/new?workflow_id={workflow.id}",
-        data={
-            "compute_unit_id": str(cu_id),
-            "warehouse_id": str(warehouse_id),
-            "csrf_token": csrf(client),
-        },
-    )
+def app(lakehouse_app):
+    return lakehouse_app
 
 
 def select_options(page: str, name: str) -> set[str]:
     """The option values of the <select name=...> in `page`."""
     block = page.split(f'name="{name}"', 1)[1].split("</select>", 1)[0]
     return set(re.findall(r'<option value="([^"]*)"', block))
-
-
-def text(response) -> str:
-    return response.get_data(as_text=True).replace("&#39;", "'").replace("&#34;", '"')
 
 
 # --------------------------------------------------------------------------- the run dialog
@@ -574,39 +406,6 @@ def test_every_execution_route_answers_404_to_another_user(client, newcomer, db_
     assert client.get(f"/executions/{execution.id}/results/doubled").status_code == 200
     assert client.get(f"/executions/{execution.id}/results/not-an-output").status_code == 404
     assert reload(db_engine, Execution, running.id).state == "RUNNING"
-
-
-def register_warehouse(client, lakehouse, name: str) -> int:
-    """A real warehouse (alice's bucket) registered through the portal for the signed-in user."""
-    keys = TEST_USER_KEYS["alice"]
-    response = client.post(
-        "/warehouses/",
-        data={
-            "name": name,
-            "bucket": keys.bucket,
-            "key_prefix": f"tests/{name}-{secrets.token_hex(3)}",
-            "endpoint": lakehouse.s3_endpoint,
-            "region": "us-east-1",
-            "path_style_access": "on",
-            "flavor": "s3-compat",
-            "access_key_id": keys.access_key_id,
-            "secret_access_key": keys.secret_access_key,
-            "csrf_token": csrf(client),
-        },
-    )
-    assert response.status_code == 302, text(response)
-    return int(response.headers["Location"].rstrip("/").rsplit("/", 1)[1])
-
-
-def independent_catalog(lakehouse, warehouse: Warehouse):
-    return load_catalog(
-        "independent",
-        type="rest",
-        uri=f"{lakehouse.catalog_url}/catalog",
-        warehouse=warehouse.lakekeeper_name,
-        token=lakehouse.service_token(),
-        **{"header.X-Iceberg-Access-Delegation": "vended-credentials"},
-    )
 
 
 def test_the_token_a_unit_receives_acts_as_the_executing_user_for_one_warehouse(
@@ -1115,80 +914,7 @@ def test_archiving_or_deactivating_a_warehouse_stops_the_executions_waiting_to_w
     assert reload(db_engine, Execution, elsewhere.id).state == "QUEUED"
 
 
-def wait_for(
-    client, db_engine, execution_id: int, states: tuple[str, ...], timeout: float = 240.0
-) -> Execution:
-    """Poll like the page does (the live partial) until the execution reaches one of `states`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert (
-            client.get(f"/executions/{execution_id}", headers={"HX-Request": "true"}).status_code
-            == 200
-        )
-        execution = reload(db_engine, Execution, execution_id)
-        if execution.state in states:
-            return execution
-        time.sleep(0.5)
-    execution = reload(db_engine, Execution, execution_id)
-    raise AssertionError(
-        f"execution {execution_id} stayed {execution.state} ({execution.reason}), wanted {states}"
-    )
-
-
 # --------------------------------------------------------------------------- end to end on Ray
-@pytest.fixture(scope="module")
-def e2e(portal_config, lakehouse, db_engine):
-    """A newcomer with a real local compute unit and a real warehouse, both made through the portal."""
-    app = create_app(
-        replace(
-            portal_config,
-            LAKEKEEPER_URL=lakehouse.catalog_url,
-            CU_MAX_CPUS=2,
-            CU_ALLOWED_ENDPOINTS=lakehouse.cu_allowed_endpoints,
-            CU_MAX_MEMORY_GB=4.0,
-            CU_MAX_WORKERS=1,
-            CU_WARM_SPARK_ON_START=True,
-        )
-    )
-    background = Worker(app).start()
-    client = app.test_client()
-    user = make_user(db_engine)
-    sign_in_as(client, user)
-    warehouse_id = register_warehouse(client, lakehouse, "e2e")
-    cu = start_unit(client, db_engine, "e2e")
-    cu_id = cu.id
-    with app.app_context():
-        pids = cluster_pids(lifecycle.handle_of(cu))
-    yield app, client, user, cu_id, warehouse_id
-    with app.app_context():
-        lifecycle.terminate(reload(db_engine, ComputeUnit, cu_id), reason="test over")
-    deadline = time.monotonic() + 60
-    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    background.stop()
-
-
-def start_unit(client, db_engine, name: str) -> ComputeUnit:
-    """A local unit (2 CPUs, 3 GiB, head only) started through the portal, once RUNNING."""
-    started = client.post(
-        "/compute-units/",
-        data={
-            "name": name,
-            "kind": "local",
-            "cpus": "2",
-            "memory_gb": "3",
-            "worker_nodes": "0",
-            "csrf_token": csrf(client),
-        },
-    )
-    assert started.status_code == 302, text(started)
-    cu_id = int(started.headers["Location"].rstrip("/").rsplit("/", 1)[1])
-    deadline = time.monotonic() + 120
-    while (cu := reload(db_engine, ComputeUnit, cu_id)).state not in ("RUNNING", "FAILED"):
-        assert time.monotonic() < deadline, "the compute unit did not start"
-        time.sleep(0.5)
-    assert cu.state == "RUNNING", cu.reason
-    return cu
 
 
 def is_java(pid: int) -> bool:
@@ -1196,18 +922,6 @@ def is_java(pid: int) -> bool:
         return os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "java"
     except OSError:
         return False
-
-
-def unit_events(db_engine, cu_id: int) -> list[str]:
-    with Session(db_engine) as db:
-        return [
-            event.message
-            for event in db.exec(
-                select(ComputeUnitEvent)
-                .where(ComputeUnitEvent.compute_unit_id == cu_id)
-                .order_by(ComputeUnitEvent.id)
-            )
-        ]
 
 
 def test_a_running_unit_starts_its_spark_session_before_any_execution_asks(e2e, db_engine):
@@ -1357,7 +1071,7 @@ def test_a_schedule_starts_its_ended_unit_for_a_run_and_stops_it_after(e2e, db_e
     the copy is stopped; the worker does the starting and stopping, as for any unit."""
     from app.models import Schedule, ScheduledRun
     from app.schedules import work as schedules_work
-    from tests.test_schedules import T0, at
+    from tests.factories import T0, at
 
     app, client, user, cu_id, warehouse_id = e2e
     ended = add(
@@ -1415,19 +1129,6 @@ def test_a_schedule_starts_its_ended_unit_for_a_run_and_stops_it_after(e2e, db_e
     )  # the user's other unit is untouched
 
 
-# A step whose tasks sleep until cancelled (Spark interrupts them; the Python workers stop).
-SLEEPING_STEP = [
-    {
-        "name": "slow",
-        "kind": "python",
-        "output": True,
-        "code": "import time\n\ndef run(spark):\n"
-        "    spark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(300)).count()\n"
-        "    return spark.range(1)",
-    }
-]
-
-
 def test_runs_leave_no_connections_open_on_their_unit(e2e, db_engine, lakehouse):
     """Each run opens catalog clients of its own (pyiceberg's, its Spark session's Iceberg REST
     client), which keep their connections alive; once it has ended they are closed: the unit holds
@@ -1469,25 +1170,6 @@ def test_runs_leave_no_connections_open_on_their_unit(e2e, db_engine, lakehouse)
     while connections_out(storage) > storage_counts[0] + 2:
         assert time.monotonic() < deadline, (storage_counts, connections_out(storage))
         time.sleep(2)
-
-
-def start_sleeping_step(client, db_engine, user, cu_id, warehouse_id) -> int:
-    """Run SLEEPING_STEP and return once its Spark job is under way."""
-    workflow = workflow_for(db_engine, user, SLEEPING_STEP)
-    execution_id = int(
-        run(client, workflow, cu_id, warehouse_id).headers["Location"].rsplit("/", 1)[1]
-    )
-    wait_for(client, db_engine, execution_id, ("RUNNING",), timeout=120)
-    deadline = time.monotonic() + 60
-    while (
-        json.loads(reload(db_engine, Execution, execution_id).progress)["steps"][0]["state"]
-        != "running"
-    ):
-        assert time.monotonic() < deadline, "the step did not start"
-        time.sleep(0.3)
-    # Spark cancels the jobs that run at that moment: give the step time to submit its job.
-    time.sleep(3)
-    return execution_id
 
 
 def test_cancel_mid_run(e2e, db_engine):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from tests.test_executions import csrf, equipped, newcomer, warehouse_row, workflow_for  # noqa: F401 (fixture)
+from tests.factories import csrf, equipped
 
 
 class _Form(HTMLParser):

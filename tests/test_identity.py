@@ -1,4 +1,4 @@
-"""Changes at the identity provider reach Lakeport within the bound (app/auth/revalidation.py,
+"""Changes at the identity provider reach Lakeport within the bound (app/auth/work.py,
 docs/identity.md), tried against the real local provider changed while it runs: bob removed from
 `analytics` loses the group's write share on his pages, through his personal token and in the
 catalog (the group role's assignees, and a run token of his); a demoted operator loses the
@@ -19,27 +19,28 @@ import pytest
 from sqlmodel import Session, select
 
 from app import create_app
-from app.auth import provider_grant, revalidation
-from app.auth.users import SIGNED_IN_KEY
+from app.auth import provider_grant, work
+from app.auth.service import SIGNED_IN_KEY
 from app.compute_units import door
 from app.extensions import lakekeeper
 from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import AuditEvent, Execution, GroupRole, User, Warehouse, utcnow
 from app.tokens import service as tokens
 from devstack.oidc_provider import TEST_USERS, change_user, sign_in_portal_client
-from tests.test_executions import (
+from tests.factories import (
+    can_read_and_write,
     csrf,
     execution_row,
     make_user,
     register_warehouse,
     reload,
+    share,
     sign_in_as,
     unit_row,
     update_row,
     warehouse_row,
     workflow_for,
 )
-from tests.test_sharing import can_read_and_write, share
 
 BOUND, CHECK = 60.0, 20.0
 
@@ -104,7 +105,7 @@ def start_probe(client, token: str, workflow, warehouse):
 def revalidate(app) -> None:
     """The worker's identity pass, once (what the worker does every IDENTITY_CHECK_SECONDS)."""
     with app.app_context():
-        revalidation.revalidate()
+        work.revalidate()
 
 
 def test_bob_removed_from_analytics_loses_its_share_on_pages_token_and_catalog(
@@ -401,8 +402,8 @@ def test_a_sign_in_during_the_pass_wins_over_the_pass(
 def test_the_worker_runs_the_identity_pass_at_its_period(identity_app):
     from app.worker import Worker
 
-    period, function = Worker(identity_app)._passes[revalidation.LEASE]
-    assert (period, function) == (CHECK, revalidation.revalidate)
+    period, function = Worker(identity_app)._passes[work.LEASE]
+    assert (period, function) == (CHECK, work.revalidate)
 
 
 def test_the_providers_administration_takes_only_the_stacks_secret(oidc_provider):

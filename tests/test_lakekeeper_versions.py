@@ -242,7 +242,7 @@ def test_registering_a_warehouse_on_an_unsupported_lakekeeper_says_why_and_makes
     from app import create_app
     from devstack.oidc_provider import TEST_USERS
     from tests.conftest import AuthActions
-    from tests.test_warehouses import register, warehouse_row
+    from tests.factories import register, warehouse_named
 
     url, paths = lakekeeper_014
     client = create_app(replace(portal_config, LAKEKEEPER_URL=url)).test_client()
@@ -252,5 +252,5 @@ def test_registering_a_warehouse_on_an_unsupported_lakekeeper_says_why_and_makes
     page = response.get_data(as_text=True)
     assert response.status_code == 422
     assert "does not support" in page and "0.14.0" in page and "0.13.0" in page
-    assert warehouse_row(db_engine, "on-014") is None
+    assert warehouse_named(db_engine, "on-014") is None
     assert set(paths) == {"/management/v1/info"}  # nothing else was asked of it

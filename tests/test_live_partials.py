@@ -12,16 +12,8 @@ from datetime import timedelta
 
 from app import live_partials
 from app.models import ComputeUnit, Execution, utcnow
-from tests.test_executions import (  # noqa: F401 (fixture)
-    equipped,
-    execution_row,
-    make_user,
-    newcomer,
-    sign_in_as,
-)
-from tests.test_executions import (
-    update_row as update,
-)
+from tests.factories import equipped, execution_row, make_user, sign_in_as
+from tests.factories import update_row as update
 
 HTMX = {"HX-Request": "true"}
 
@@ -51,7 +43,7 @@ def test_poll_delay_is_fast_while_the_run_changes_and_slower_once_quiet():
 
 def test_an_unchanged_running_execution_answers_304_and_a_change_answers_the_new_partial(
     client, db_engine, newcomer
-):  # noqa: F811
+):
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     execution = execution_row(
         db_engine,
@@ -111,7 +103,7 @@ def test_an_unchanged_running_execution_answers_304_and_a_change_answers_the_new
 
 def test_another_users_execution_and_unit_answer_404_whatever_etag_is_sent(
     client, db_engine, newcomer
-):  # noqa: F811
+):
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     execution = execution_row(
         db_engine,
@@ -137,7 +129,7 @@ def test_another_users_execution_and_unit_answer_404_whatever_etag_is_sent(
 
 def test_an_unchanged_unit_row_answers_304_and_polls_at_the_supervisors_pace(
     client, db_engine, newcomer
-):  # noqa: F811
+):
     _, _, cu = equipped(db_engine, newcomer)
     path = f"/compute-units/{cu.id}/row"
     first = client.get(path, headers=HTMX)
@@ -155,7 +147,7 @@ def test_an_unchanged_unit_row_answers_304_and_polls_at_the_supervisors_pace(
     assert next_poll(stopping.data) == 1
 
 
-def test_the_workers_check_of_a_unit_is_no_change_to_its_row(client, db_engine, newcomer):  # noqa: F811
+def test_the_workers_check_of_a_unit_is_no_change_to_its_row(client, db_engine, newcomer):
     _, _, cu = equipped(db_engine, newcomer)
     path = f"/compute-units/{cu.id}/row"
     etag = client.get(path, headers=HTMX).headers["ETag"]

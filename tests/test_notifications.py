@@ -10,21 +10,31 @@ import hashlib
 import hmac
 import json
 import re
-import threading
 import time
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from sqlmodel import Session, select
 
 from app.executions import notifications
-from app.models import JobState, Notification, Schedule
+from app.models import JobState, Notification
 from app.schedules import work as schedules_work
 from app.worker import Worker
 from devstack.process import free_port
-from tests.test_executions import csrf, equipped, newcomer  # noqa: F401
-from tests.test_schedules import T0, at, runs, set_execution
+from tests.factories import (
+    T0,
+    Receiver,
+    at,
+    csrf,
+    deliver_all,
+    equipped,
+    notes,
+    run_ends,
+    runs,
+    scheduled,
+    set_execution,
+    signed_as_documented,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -32,105 +42,11 @@ def loopback_receivers_listed(app):
     app.config["WEBHOOK_ALLOWED_HOSTS"] = "127.0.0.1"
 
 
-def signed_as_documented(secret: str, headers: dict, body: bytes) -> bool:
-    """The check README tells a receiver to make: HMAC-SHA256 of "<timestamp>.<body>", and a
-    timestamp within five minutes of now."""
-    timestamp = headers["X-Lakeport-Timestamp"]
-    expected = (
-        "sha256="
-        + hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    )
-    return (
-        hmac.compare_digest(headers["X-Lakeport-Signature"], expected)
-        and abs(time.time() - int(timestamp)) < 300
-    )
-
-
-class Receiver:
-    """A webhook receiver on loopback: answers `status`, or never answers when `hang`."""
-
-    def __init__(self, status: int = 200, hang: bool = False) -> None:
-        self.calls: list[tuple[dict, bytes]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.calls.append((dict(self.headers), body))
-                if hang:
-                    time.sleep(30)
-                    return
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def scheduled(client, db_engine, owner, **fields) -> tuple[Schedule, str | None]:
-    """A schedule made through its page; the webhook secret the page showed once."""
-    workflow, warehouse, cu = equipped(db_engine, owner)
-    form = {
-        "cron": "*/5 * * * *",
-        "timezone": "UTC",
-        "compute_unit_id": str(cu.id),
-        "warehouse_id": str(warehouse.id),
-        "catch_up": "skip",
-        "notify_on": "both",
-        "csrf_token": csrf(client),
-        **fields,
-    }
-    page = client.post(f"/schedules/workflow/{workflow.id}", data=form)
-    assert page.status_code in (200, 302), page.get_data(as_text=True)[:3000]
-    shown = re.search(
-        r'data-testid="webhook-secret-text">([0-9a-f]+)<', page.get_data(as_text=True)
-    )
-    with Session(db_engine, expire_on_commit=False) as db:
-        schedule = db.exec(select(Schedule).where(Schedule.workflow_id == workflow.id)).one()
-        schedule.handled_until = T0
-        db.add(schedule)
-        db.commit()
-    return schedule, shown.group(1) if shown else None
-
-
-def run_ends(app, db_engine, monkeypatch, schedule, state: str) -> None:
-    at(monkeypatch, T0 + timedelta(minutes=5, seconds=2))
-    with app.app_context():
-        schedules_work.fire_due()
-    (run,) = runs(db_engine, schedule)
-    set_execution(
-        db_engine, run.execution_id, state=state, reason="boom" if state == "FAILED" else ""
-    )
-    with app.app_context():
-        schedules_work.fire_due()  # sees the end: queues the notifications
-
-
-def deliver_all(app) -> None:
-    with app.app_context():
-        for _name, function, subject in notifications.pending_work():
-            function(subject)
-
-
-def notes(db_engine, schedule) -> list[Notification]:
-    with Session(db_engine) as db:
-        return list(db.exec(select(Notification).where(Notification.schedule_id == schedule.id)))
-
-
 def test_a_webhook_is_delivered_with_a_signature_the_receiver_can_check(
     app,
     client,
     db_engine,
-    newcomer,  # noqa: F811
+    newcomer,
     monkeypatch,
 ):
     receiver = Receiver()
@@ -161,7 +77,7 @@ def test_a_failing_receiver_is_retried_with_backoff_then_given_up(
     app,
     client,
     db_engine,
-    newcomer,  # noqa: F811
+    newcomer,
     monkeypatch,
 ):
     receiver = Receiver(status=500)
@@ -188,7 +104,7 @@ def test_a_failing_receiver_is_retried_with_backoff_then_given_up(
 
 def test_a_hanging_receiver_never_holds_the_scheduler_up(
     app, client, db_engine, newcomer, monkeypatch
-):  # noqa: F811
+):
     receiver = Receiver(hang=True)
     app.config["SCHEDULER_SECONDS"] = 0.1
     worker = None
@@ -211,7 +127,7 @@ def test_a_hanging_receiver_never_holds_the_scheduler_up(
         receiver.close()
 
 
-def test_an_email_goes_through_a_real_smtp_server(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
+def test_an_email_goes_through_a_real_smtp_server(app, client, db_engine, newcomer, monkeypatch):
     from aiosmtpd.controller import Controller
 
     received = []
@@ -251,7 +167,7 @@ def test_an_email_goes_through_a_real_smtp_server(app, client, db_engine, newcom
         ("notify_email", "not-an-address", "One email address"),
     ],
 )
-def test_a_notification_address_is_checked(client, db_engine, newcomer, field, value, message):  # noqa: F811
+def test_a_notification_address_is_checked(client, db_engine, newcomer, field, value, message):
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     page = client.post(
         f"/schedules/workflow/{workflow.id}",
@@ -288,7 +204,7 @@ def test_one_execution_started_from_the_run_page_tells_its_webhook_signed(
     app,
     client,
     db_engine,
-    newcomer,  # noqa: F811
+    newcomer,
     monkeypatch,
 ):
     from app.models import Execution
@@ -338,7 +254,7 @@ def test_an_execution_that_asks_only_for_failures_is_not_told_of_success(
     app,
     client,
     db_engine,
-    newcomer,  # noqa: F811
+    newcomer,
     monkeypatch,
 ):
     from app.models import Execution
@@ -375,7 +291,7 @@ def test_an_execution_that_asks_only_for_failures_is_not_told_of_success(
 )
 def test_the_run_page_checks_the_notification_address(
     client, db_engine, newcomer, field, value, message
-):  # noqa: F811
+):
     from app.models import Execution
 
     workflow, warehouse, cu = equipped(db_engine, newcomer)
@@ -395,8 +311,7 @@ def test_the_run_page_checks_the_notification_address(
 
 
 def test_the_api_starts_an_execution_that_tells_a_webhook(app, client, db_engine, monkeypatch):
-    from tests.test_api import Api, token_for
-    from tests.test_executions import make_user
+    from tests.factories import Api, make_user, token_for
 
     owner = make_user(db_engine)
     workflow, warehouse, cu = equipped(db_engine, owner)

@@ -9,18 +9,8 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from app.models import AuditEvent, ComputeUnit, Execution, User
-from tests.test_executions import csrf, equipped, execution_row, make_user, sign_in_as
-
-
-def operator_user(db_engine) -> User:
-    user = make_user(db_engine)
-    with Session(db_engine, expire_on_commit=False) as db:
-        row = db.get(User, user.id)
-        row.groups = json.dumps(["analytics", "lakeport-admins"])
-        db.add(row)
-        db.commit()
-        return row
+from app.models import AuditEvent, ComputeUnit, Execution
+from tests.factories import csrf, equipped, execution_row, make_user, operator_user, sign_in_as
 
 
 def test_the_operators_group_comes_from_the_provider_at_sign_in(auth, client):
@@ -70,7 +60,7 @@ def test_operators_see_everyones_metadata_and_stop_any_unit_or_execution(app, cl
 
 
 def test_operators_cannot_read_table_data_through_the_portal(app, client, db_engine):
-    from tests.test_api import Api, token_for
+    from tests.factories import Api, token_for
 
     owner = make_user(db_engine)
     workflow, warehouse, cu = equipped(db_engine, owner)

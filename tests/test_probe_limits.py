@@ -33,9 +33,8 @@ from app.storage_probe import (
     probe_storage,
 )
 from devstack.process import free_port
+from tests.factories import make_user, token_for
 from tests.services import LOOPBACK_ALLOWED, PROJECT_ROOT
-from tests.test_api import token_for
-from tests.test_executions import make_user
 from tests.test_webhook_policy import SlowDrip
 
 KEYS = S3Credentials("AKIAPROBETEST", "probe-secret-key")
@@ -196,7 +195,7 @@ def test_one_user_starts_so_many_probes_a_minute(app, client, db_engine, closed_
 
 
 def test_the_register_page_says_a_limited_probe_plainly(app, client, db_engine, closed_port):
-    from tests.test_executions import csrf, sign_in_as
+    from tests.factories import csrf, sign_in_as
 
     app.config["STORAGE_PROBES_PER_MINUTE"] = 1
     owner = make_user(db_engine)

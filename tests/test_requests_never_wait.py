@@ -14,7 +14,7 @@ from sqlmodel import Session, select
 
 from app.models import ComparisonJob, ComputeUnit, Execution, Warehouse, utcnow
 from app.warehouses import closing, service
-from tests.test_executions import csrf, equipped, execution_row, newcomer, reload  # noqa: F401 (fixture)
+from tests.factories import csrf, equipped, execution_row, reload
 
 WITHIN_SECONDS = 1.0
 
@@ -43,7 +43,7 @@ class SilentHost:
 
 
 @pytest.fixture
-def silent_unit(db_engine, newcomer):  # noqa: F811
+def silent_unit(db_engine, newcomer):
     """A workflow, a warehouse row and a RUNNING unit of the newcomer's whose host never answers."""
     host = SilentHost()
     workflow, warehouse, cu = equipped(db_engine, newcomer)
@@ -66,7 +66,7 @@ def timed(call):
 
 def test_a_cancel_returns_at_once_and_leaves_the_cancel_recorded(
     client, db_engine, newcomer, silent_unit
-):  # noqa: F811
+):
     workflow, warehouse, cu, host = silent_unit
     execution = execution_row(
         db_engine, newcomer, workflow, warehouse, cu, state="RUNNING", run_id="run-1"
@@ -88,7 +88,7 @@ def test_a_cancel_returns_at_once_and_leaves_the_cancel_recorded(
 )
 def test_closing_a_warehouse_being_written_returns_at_once_and_leaves_the_catalog_step_to_the_worker(
     client, db_engine, newcomer, silent_unit, action, status, closing
-):  # noqa: F811
+):
     workflow, warehouse, cu, host = silent_unit
     running = execution_row(
         db_engine, newcomer, workflow, warehouse, cu, state="RUNNING", run_id="run-2"
@@ -117,7 +117,7 @@ def test_closing_a_warehouse_being_written_returns_at_once_and_leaves_the_catalo
 
 def test_the_worker_takes_the_catalog_step_once_the_runs_have_stopped_and_retries_a_refusal(
     app, client, db_engine, newcomer, silent_unit, monkeypatch
-):  # noqa: F811
+):
     workflow, warehouse, cu, _ = silent_unit
     running = execution_row(
         db_engine, newcomer, workflow, warehouse, cu, state="RUNNING", run_id="run-3"
@@ -173,7 +173,7 @@ def test_the_worker_takes_the_catalog_step_once_the_runs_have_stopped_and_retrie
 
 def test_a_comparisons_rows_are_a_job_the_request_only_records(
     client, db_engine, newcomer, silent_unit
-):  # noqa: F811
+):
     workflow, warehouse, cu, host = silent_unit
     a, b = (
         execution_row(

@@ -19,13 +19,14 @@ from sqlmodel import Session, select
 from app.executions import runner
 from app.models import Execution, User, WorkflowVersion
 from lakeport_client import Client, cli
-from tests.test_api import Api, token_for
-from tests.test_executions import (
+from tests.factories import (
+    Api,
     csrf,
     execution_count,
     make_user,
     sign_in_as,
     text,
+    token_for,
     unit_row,
     warehouse_row,
     workflow_for,

@@ -5,25 +5,26 @@ not running skips its time with the reason; the pages check every field and keep
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 from sqlmodel import Session, select
 
-from app.models import Execution, Schedule, ScheduledRun
-from app.schedules import service, work
+from app.models import Execution, Schedule
+from app.schedules import work
 from app.worker import Worker
-from tests.test_executions import (  # noqa: F401
+from tests.factories import (
+    T0,
+    at,
     csrf,
     equipped,
     make_user,
-    newcomer,
+    runs,
+    set_execution,
     sign_in_as,
     unit_row,
     update_row,
 )
-
-T0 = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
 
 
 def schedule_row(
@@ -46,24 +47,9 @@ def schedule_row(
         return schedule
 
 
-def runs(db_engine, schedule) -> list[ScheduledRun]:
-    with Session(db_engine) as db:
-        return list(
-            db.exec(
-                select(ScheduledRun)
-                .where(ScheduledRun.schedule_id == schedule.id)
-                .order_by(ScheduledRun.due_at)
-            )
-        )
-
-
 def executions(db_engine, owner) -> list[Execution]:
     with Session(db_engine) as db:
         return list(db.exec(select(Execution).where(Execution.owner_id == owner.id)))
-
-
-def at(monkeypatch, moment: datetime) -> None:
-    monkeypatch.setattr(service, "now", lambda: moment)
 
 
 def test_racing_passes_fire_each_due_time_once_and_a_clock_that_jumps_back_fires_nothing(
@@ -184,7 +170,7 @@ def test_a_suspended_owners_schedule_skips_its_time_with_the_reason(app, db_engi
 
 def test_a_paused_schedule_fires_nothing_and_resumes_from_now(
     app, client, db_engine, newcomer, monkeypatch
-):  # noqa: F811
+):
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     schedule = schedule_row(db_engine, newcomer, workflow, warehouse, cu)
     client.post(f"/schedules/{schedule.id}/pause", data={"csrf_token": csrf(client)})
@@ -203,7 +189,7 @@ def test_a_paused_schedule_fires_nothing_and_resumes_from_now(
 
 def test_the_schedules_page_checks_every_field_and_shows_the_next_times(
     client, db_engine, newcomer
-):  # noqa: F811
+):
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     stranger = make_user(db_engine)
     _, theirs_warehouse, theirs_cu = equipped(db_engine, stranger)
@@ -246,10 +232,6 @@ def test_the_schedules_page_checks_every_field_and_shows_the_next_times(
         ).status_code
         == 404
     )
-
-
-def set_execution(db_engine, execution_id: int, **fields) -> None:
-    update_row(db_engine, Execution, execution_id, **fields)
 
 
 def test_a_failed_run_is_retried_after_its_backoff_up_to_the_limit(app, db_engine, monkeypatch):
@@ -327,7 +309,7 @@ def test_a_run_over_its_timeout_is_cancelled_and_runs_at_once_are_bounded(
     ]  # no retry
 
 
-def test_the_form_checks_the_options(client, db_engine, newcomer):  # noqa: F811
+def test_the_form_checks_the_options(client, db_engine, newcomer):
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     good = {
         "cron": "0 7 * * *",
@@ -536,7 +518,7 @@ def test_a_unit_started_for_a_run_that_fails_or_cannot_start_skips_its_time(
     )
 
 
-def test_the_schedule_form_keeps_start_unit(client, db_engine, newcomer):  # noqa: F811
+def test_the_schedule_form_keeps_start_unit(client, db_engine, newcomer):
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     made = client.post(
         f"/schedules/workflow/{workflow.id}",

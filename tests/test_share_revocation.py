@@ -18,14 +18,13 @@ import pytest
 from sqlmodel import Session, select
 
 from app.models import Execution, Warehouse, WarehouseShare, WorkflowShare
-from tests.test_executions import (  # noqa: F401 - app and e2e are fixtures
-    app,
+from tests.factories import (
     csrf,
-    e2e,
     execution_row,
     make_user,
     register_warehouse,
     reload,
+    set_groups,
     sign_in_as,
     start_sleeping_step,
     text,
@@ -34,7 +33,12 @@ from tests.test_executions import (  # noqa: F401 - app and e2e are fixtures
     warehouse_row,
     workflow_for,
 )
-from tests.test_sharing import set_groups
+
+
+@pytest.fixture
+def app(lakehouse_app):
+    return lakehouse_app
+
 
 PENDING = json.dumps({"steps": [{"name": "doubled", "state": "pending"}], "logs": []})
 

@@ -27,7 +27,7 @@ from app.compute_units import lifecycle
 from app.models import ComputeUnit, Execution, Warehouse, WorkflowShare
 from app.worker import Worker
 from devstack.seaweedfs import TEST_USER_KEYS
-from tests.test_executions import (
+from tests.factories import (
     add,
     csrf,
     independent_catalog,

@@ -7,82 +7,25 @@ next sign-in."""
 
 from __future__ import annotations
 
-import json
 import secrets
-from dataclasses import replace
 
-import httpx
-import pytest
 from sqlmodel import Session, select
 
-from app import create_app
 from app.compute_units import door
 from app.extensions import lakekeeper
 from app.lakekeeper.tokens import lakekeeper_user_id
-from app.models import AuditEvent, User, Warehouse, WarehouseShare
+from app.models import AuditEvent, Warehouse, WarehouseShare
 from app.warehouses import sharing
-from tests.test_executions import (
+from tests.factories import (
+    can_read_and_write,
     csrf,
     make_user,
-    register_warehouse,
-    reload,
+    set_groups,
+    share,
     sign_in_as,
     unit_row,
     workflow_for,
 )
-
-
-def set_groups(db_engine, user: User, groups: list[str]) -> User:
-    with Session(db_engine, expire_on_commit=False) as db:
-        row = db.get(User, user.id)
-        row.groups = json.dumps(groups)
-        db.add(row)
-        db.commit()
-        return row
-
-
-@pytest.fixture
-def team(portal_config, lakehouse, db_engine):
-    """An owner with a real warehouse, a member of a fresh group, and carol in no group; each
-    with a client of their own."""
-    app = create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url))
-    group = f"analytics-{secrets.token_hex(3)}"
-    people = {}
-    for name, groups in (("owner", []), ("member", [group]), ("carol", [])):
-        user = set_groups(db_engine, make_user(db_engine), groups)
-        client = app.test_client()
-        sign_in_as(client, user)
-        people[name] = (user, client)
-    warehouse_id = register_warehouse(
-        people["owner"][1], lakehouse, f"shared-{secrets.token_hex(2)}"
-    )
-    return app, group, people, reload(db_engine, Warehouse, warehouse_id)
-
-
-def share(client, warehouse: Warehouse, **form):
-    return client.post(
-        f"/warehouses/{warehouse.id}/shares",
-        data={**form, "csrf_token": csrf(client)},
-        headers={"HX-Request": "true"},
-    )
-
-
-def catalog(lakehouse, token: str) -> httpx.Client:
-    return httpx.Client(
-        base_url=lakehouse.catalog_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
-    )
-
-
-def can_read_and_write(lakehouse, warehouse: Warehouse, token: str) -> tuple[int, int]:
-    """The catalog's answers to a read (list namespaces) and a write (create one) with `token`."""
-    with catalog(lakehouse, token) as client:
-        read = client.get(f"/catalog/v1/{warehouse.lakekeeper_id}/namespaces").status_code
-        wrote = client.post(
-            f"/catalog/v1/{warehouse.lakekeeper_id}/namespaces",
-            json={"namespace": [f"probe_{secrets.token_hex(3)}"]},
-        ).status_code
-    return read, wrote
-
 
 OWNER_ONLY = (
     "POST /rename",
@@ -280,7 +223,7 @@ def test_leaving_the_group_takes_the_access_away_at_the_next_sign_in(team, lakeh
 
 def test_a_shared_workflow_is_viewed_copied_then_run_and_revoked(app, client, db_engine):
     from app.models import Execution, Workflow, WorkflowShare, WorkflowVersion
-    from tests.test_executions import warehouse_row
+    from tests.factories import warehouse_row
 
     group = f"team-{secrets.token_hex(3)}"
     owner, member, carol = (

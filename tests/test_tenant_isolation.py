@@ -26,9 +26,7 @@ from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints, clust
 from app.worker import Worker
 from compute.build import class_archive, class_path_jar
 from compute.build.jars import jar_paths
-from tests.processes import process_command_line, process_running
-from tests.tenant_attacks import attack_step, breaches, target_environs
-from tests.test_executions import (
+from tests.factories import (
     csrf,
     independent_catalog,
     make_user,
@@ -40,6 +38,8 @@ from tests.test_executions import (
     wait_for,
     workflow_for,
 )
+from tests.processes import process_command_line, process_running
+from tests.tenant_attacks import attack_step, breaches, target_environs
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,7 +21,7 @@ from app.models import ComputeUnit, ComputeUnitEvent, Execution, utcnow
 from app.ray_clusters.local import cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError
 from app.worker import Worker
-from tests.test_executions import (
+from tests.factories import (
     add,
     csrf,
     make_user,
@@ -246,7 +246,7 @@ def test_a_pool_whose_units_keep_failing_to_start_pauses_and_says_why(app, db_en
 
 
 def test_the_operators_page_shows_the_pool(app, db_engine, pool_rows):
-    from tests.test_operators import operator_user
+    from tests.factories import operator_user
 
     pool_rows()
     client = app.test_client()

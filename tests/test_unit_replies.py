@@ -12,7 +12,7 @@ from sqlalchemy.exc import DataError
 from app.compute_units import door
 from app.executions import runner, unit_reports
 from app.models import Execution
-from tests.test_executions import equipped, execution_row, make_user, reload
+from tests.factories import equipped, execution_row, make_user, reload
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from app.models import (
 )
 from app.storage_probe import SigV4Auth
 from app.usage import queries, work
-from tests.test_executions import (
+from tests.factories import (
     add,
     csrf,
     execution_row,

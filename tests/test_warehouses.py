@@ -22,47 +22,12 @@ from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import User, Warehouse
 from devstack.oidc_provider import SERVICE_CLIENT_ID, TEST_USERS
 from devstack.seaweedfs import TEST_USER_KEYS
+from tests.factories import register, register_form, warehouse_named
 
 
 @pytest.fixture
 def app(portal_config, lakehouse):
     return create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url))
-
-
-def register_form(lakehouse, name: str, user: str = "alice", **overrides) -> dict:
-    keys = TEST_USER_KEYS[user]
-    form = {
-        "name": name,
-        "bucket": keys.bucket,
-        "key_prefix": f"tests/{name}-{secrets.token_hex(3)}",
-        "endpoint": lakehouse.s3_endpoint,
-        "region": "us-east-1",
-        "path_style_access": "on",
-        "flavor": "s3-compat",
-        "access_key_id": keys.access_key_id,
-        "secret_access_key": keys.secret_access_key,
-    }
-    form.update(overrides)
-    return form
-
-
-def register(client, auth, lakehouse, name: str, user: str = "alice", **overrides):
-    return client.post(
-        "/warehouses/",
-        data={**register_form(lakehouse, name, user, **overrides), "csrf_token": auth.csrf_token()},
-    )
-
-
-def warehouse_row(
-    db_engine, name: str, owner_email: str = "alice@example.test"
-) -> Warehouse | None:
-    with Session(db_engine) as db:
-        statement = (
-            select(Warehouse)
-            .join(User, User.id == Warehouse.owner_id)
-            .where(Warehouse.name == name, User.email == owner_email)
-        )
-        return db.exec(statement).first()
 
 
 def lakekeeper_names(app) -> set[str]:
@@ -80,7 +45,7 @@ def test_register_then_read_and_write_through_the_catalog_with_pyiceberg(
     auth.login("alice")
     response = register(client, auth, lakehouse, "roundtrip")
     assert response.status_code == 302, response.get_data(as_text=True)
-    row = warehouse_row(db_engine, "roundtrip")
+    row = warehouse_named(db_engine, "roundtrip")
     assert row is not None and row.lakekeeper_id and row.status == "active"
     assert row.lakekeeper_name in lakekeeper_names(app)
 
@@ -117,7 +82,7 @@ def test_an_s3_compatible_warehouse_is_registered_with_sts_so_that_units_get_key
 
         profile = (
             lakekeeper()
-            .get_warehouse(warehouse_row(db_engine, "vending").lakekeeper_id)
+            .get_warehouse(warehouse_named(db_engine, "vending").lakekeeper_id)
             .storage_profile
         )
     assert (profile.flavor, profile.sts_enabled) == ("s3-compat", True)
@@ -134,7 +99,7 @@ def test_the_vended_credentials_lifetime_setting_reaches_the_warehouses_profile(
     with app.app_context():
         from app.extensions import lakekeeper
 
-        row = warehouse_row(db_engine, "halfhour")
+        row = warehouse_named(db_engine, "halfhour")
         profile = lakekeeper().get_warehouse(row.lakekeeper_id).storage_profile
     assert profile.sts_token_validity_seconds == 1800
 
@@ -148,7 +113,7 @@ def test_wrong_secret_is_refused_with_no_row(client, auth, lakehouse, db_engine)
     page = response.get_data(as_text=True)
     assert "the secret access key does not match" in page
     assert "definitely-not-the-secret" not in page
-    assert warehouse_row(db_engine, "wrongsecret") is None
+    assert warehouse_named(db_engine, "wrongsecret") is None
 
 
 @pytest.mark.parametrize(
@@ -178,7 +143,7 @@ def test_a_storage_refusal_names_the_field_at_fault(
     assert error and diagnosis in error.group(1), page
     assert re.search(rf'<input id="{field}"[^>]*aria-invalid="true"', page, re.S)
     assert page.count('aria-invalid="true"') == 1
-    assert warehouse_row(db_engine, "refused") is None
+    assert warehouse_named(db_engine, "refused") is None
 
 
 def test_test_connection_reports_each_check(client, auth, lakehouse):
@@ -239,7 +204,7 @@ def test_lakekeeper_unreachable_gives_a_clear_error_and_no_row(
     response = register(client, auth, lakehouse, "unreachable")
     assert response.status_code == 422
     assert "unreachable" in response.get_data(as_text=True).lower()
-    assert warehouse_row(db_engine, "unreachable") is None
+    assert warehouse_named(db_engine, "unreachable") is None
 
 
 def test_failed_save_deletes_the_warehouse_in_lakekeeper_again(
@@ -260,7 +225,7 @@ def test_failed_save_deletes_the_warehouse_in_lakekeeper_again(
     monkeypatch.undo()
     assert response.status_code == 422
     assert "could not save" in response.get_data(as_text=True)
-    assert warehouse_row(db_engine, "compensated") is None
+    assert warehouse_named(db_engine, "compensated") is None
     assert not any(name.endswith("-compensated") for name in lakekeeper_names(app))
 
 
@@ -278,14 +243,14 @@ def test_lakekeeper_names_are_unique_across_users(app, client, auth, lakehouse, 
 def test_rename_deactivate_activate_and_rotate(app, client, auth, lakehouse, db_engine):
     auth.login("alice")
     register(client, auth, lakehouse, "manage-me")
-    row = warehouse_row(db_engine, "manage-me")
+    row = warehouse_named(db_engine, "manage-me")
     token = {"X-CSRFToken": auth.csrf_token(), "HX-Request": "true"}
 
     response = client.post(f"/warehouses/{row.id}/rename", data={"name": "managed"}, headers=token)
     assert (
         response.status_code == 200 and response.headers["HX-Redirect"] == f"/warehouses/{row.id}"
     )
-    renamed = warehouse_row(db_engine, "managed")
+    renamed = warehouse_named(db_engine, "managed")
     assert renamed.lakekeeper_name.endswith(
         "-managed"
     ) and renamed.lakekeeper_name in lakekeeper_names(app)
@@ -293,9 +258,9 @@ def test_rename_deactivate_activate_and_rotate(app, client, auth, lakehouse, db_
     assert bad.status_code == 422
 
     client.post(f"/warehouses/{row.id}/deactivate", headers=token)
-    assert warehouse_row(db_engine, "managed").status == "inactive"
+    assert warehouse_named(db_engine, "managed").status == "inactive"
     client.post(f"/warehouses/{row.id}/activate", headers=token)
-    assert warehouse_row(db_engine, "managed").status == "active"
+    assert warehouse_named(db_engine, "managed").status == "active"
 
     keys = TEST_USER_KEYS["alice"]
     rotated = client.post(
@@ -317,7 +282,7 @@ def test_rotation_checks_the_endpoint_before_lakekeeper_sees_the_keys(
 ):
     auth.login("alice")
     register(client, auth, lakehouse, "rotate-policy")
-    row = warehouse_row(db_engine, "rotate-policy")
+    row = warehouse_named(db_engine, "rotate-policy")
     # The operator tightens the policy after registration: the loopback endpoint is now refused.
     app.config["OUTBOUND_ALLOW_LOOPBACK"] = False
     token = {"X-CSRFToken": auth.csrf_token(), "HX-Request": "true"}
@@ -336,7 +301,7 @@ def test_rotation_checks_the_endpoint_before_lakekeeper_sees_the_keys(
 def test_archive_then_purge_removes_tables_and_warehouse(app, client, auth, lakehouse, db_engine):
     auth.login("alice")
     register(client, auth, lakehouse, "purge-me")
-    row = warehouse_row(db_engine, "purge-me")
+    row = warehouse_named(db_engine, "purge-me")
     catalog = load_catalog(
         "independent",
         type="rest",
@@ -359,7 +324,7 @@ def test_archive_then_purge_removes_tables_and_warehouse(app, client, auth, lake
         as_text=True
     )
     client.post(f"/warehouses/{row.id}/archive", headers=token)
-    assert warehouse_row(db_engine, "purge-me").status == "archived"
+    assert warehouse_named(db_engine, "purge-me").status == "archived"
     page = client.get(f"/warehouses/{row.id}").get_data(as_text=True)
     assert "cannot be undone" in page and "results" in page
     # The purge comes right under the title, not after the long sections.
@@ -379,7 +344,7 @@ def test_archive_then_purge_removes_tables_and_warehouse(app, client, auth, lake
         f"/warehouses/{row.id}/purge", data={"confirm_name": "purge-me"}, headers=token
     )
     assert done.status_code == 200 and done.headers["HX-Redirect"] == "/warehouses/"
-    assert warehouse_row(db_engine, "purge-me") is None
+    assert warehouse_named(db_engine, "purge-me") is None
     with app.app_context():
         from app.extensions import lakekeeper
 
@@ -391,7 +356,7 @@ def test_archive_then_purge_removes_tables_and_warehouse(app, client, auth, lake
 def test_bob_gets_404_on_every_route_of_alices_warehouse(app, client, auth, lakehouse, db_engine):
     auth.login("alice")
     register(client, auth, lakehouse, "alices-own")
-    row = warehouse_row(db_engine, "alices-own")
+    row = warehouse_named(db_engine, "alices-own")
     auth.logout()
     auth.login("bob")
     token = {"X-CSRFToken": auth.csrf_token()}
@@ -419,7 +384,7 @@ def test_bob_gets_404_on_every_route_of_alices_warehouse(app, client, auth, lake
             )
             assert response.status_code == 404, (method, suffix, response.status_code)
     assert "alices-own" not in client.get("/warehouses/").get_data(as_text=True)
-    assert warehouse_row(db_engine, "alices-own").status == "active"
+    assert warehouse_named(db_engine, "alices-own").status == "active"
 
 
 def test_no_secret_in_database_logs_or_pages(app, client, auth, lakehouse, db_engine, caplog):
@@ -427,7 +392,7 @@ def test_no_secret_in_database_logs_or_pages(app, client, auth, lakehouse, db_en
     secret = TEST_USER_KEYS["alice"].secret_access_key
     auth.login("alice")
     pages = [register(client, auth, lakehouse, "secret-check").get_data(as_text=True)]
-    row = warehouse_row(db_engine, "secret-check")
+    row = warehouse_named(db_engine, "secret-check")
     pages.append(client.get(f"/warehouses/{row.id}", follow_redirects=True).get_data(as_text=True))
     pages.append(client.get("/warehouses/").get_data(as_text=True))
     pages.append(
@@ -452,7 +417,7 @@ def test_a_purge_left_to_drain_is_finished_by_the_worker(
 
     auth.login("alice")
     register(client, auth, lakehouse, "draining")
-    row = warehouse_row(db_engine, "draining")
+    row = warehouse_named(db_engine, "draining")
     token = {"X-CSRFToken": auth.csrf_token(), "HX-Request": "true"}
     client.post(f"/warehouses/{row.id}/archive", headers=token)
 
@@ -480,7 +445,9 @@ def test_a_purge_left_to_drain_is_finished_by_the_worker(
     )
     assert time.monotonic() - began < 5  # the request does not wait for the tasks to drain
     assert pending.status_code == 200 and pending.headers["HX-Redirect"] == f"/warehouses/{row.id}"
-    assert calls == [row.lakekeeper_id] and warehouse_row(db_engine, "draining").closing == "purge"
+    assert (
+        calls == [row.lakekeeper_id] and warehouse_named(db_engine, "draining").closing == "purge"
+    )
     notice = client.get(f"/warehouses/{row.id}/closing", headers={"HX-Request": "true"})
     assert 'data-closing="purge"' in notice.get_data(
         as_text=True
@@ -495,7 +462,7 @@ def test_a_purge_left_to_drain_is_finished_by_the_worker(
     worker_pass()  # not due yet: the worker asks again a moment later
     assert calls == [row.lakekeeper_id]
     deadline = time.monotonic() + 30
-    while warehouse_row(db_engine, "draining") is not None:
+    while warehouse_named(db_engine, "draining") is not None:
         assert time.monotonic() < deadline, calls
         time.sleep(0.2)
         worker_pass()
@@ -519,7 +486,7 @@ def test_ownership_in_lakekeeper_follows_the_warehouse_through_its_life(
     alice = lakekeeper_user_id(TEST_USERS["alice"].sub)
     auth.login("alice")
     register(client, auth, lakehouse, "granted")
-    row = warehouse_row(db_engine, "granted")
+    row = warehouse_named(db_engine, "granted")
     # Alice's Lakekeeper identity owns it, and nobody else holds a grant (not the portal that created it).
     assert grants_of(app, row) == {WarehouseAssignment("ownership", user=alice)}
     with app.app_context():
@@ -534,7 +501,7 @@ def test_ownership_in_lakekeeper_follows_the_warehouse_through_its_life(
     assert grants_of(app, row) == {WarehouseAssignment("ownership", user=alice)}
 
     client.post(f"/warehouses/{row.id}/archive", headers=token)
-    assert warehouse_row(db_engine, "still-granted").status == "archived"
+    assert warehouse_named(db_engine, "still-granted").status == "archived"
     assert grants_of(app, row) == {
         WarehouseAssignment("describe", user=alice),
         WarehouseAssignment("select", user=alice),
@@ -586,7 +553,7 @@ def test_table_explorer_shows_schema_snapshots_properties_and_first_rows(
 ):
     auth.login("alice")
     assert register(client, auth, lakehouse, "explored").status_code == 302
-    row = warehouse_row(db_engine, "explored")
+    row = warehouse_named(db_engine, "explored")
     catalog = load_catalog(
         "independent",
         type="rest",

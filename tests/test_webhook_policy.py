@@ -26,17 +26,18 @@ from app.network_policy import (
     total_deadline,
 )
 from devstack.process import free_port
-from tests.services import IN_PROCESS_PORTAL_URL
-from tests.test_executions import csrf, equipped, newcomer  # noqa: F401 (fixtures)
-from tests.test_network_policy import attempts, listen, stub_resolver  # noqa: F401 (fixtures)
-from tests.test_notifications import (
+from tests.factories import (
     Receiver,
+    csrf,
     deliver_all,
+    equipped,
     notes,
     run_ends,
     scheduled,
     signed_as_documented,
 )
+from tests.services import IN_PROCESS_PORTAL_URL
+from tests.test_network_policy import attempts, listen, stub_resolver  # noqa: F401 (fixtures)
 
 
 def retire(db_engine, schedule) -> None:
@@ -93,11 +94,11 @@ def test_every_inward_spelling_is_refused_on_the_local_stack(
     app,
     client,
     db_engine,
-    newcomer,  # noqa: F811
+    newcomer,
     local_stack_settings,
     listen,
     attempts,
-):  # noqa: F811
+):
     server = listen("127.0.0.1")
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     for url in spellings(server.port, local_stack_settings):
@@ -127,9 +128,9 @@ def test_a_url_saved_before_is_refused_again_at_delivery_without_a_connection(
     app,
     client,
     db_engine,
-    newcomer,  # noqa: F811
+    newcomer,
     local_stack_settings,
-    listen,  # noqa: F811
+    listen,
     monkeypatch,
 ):
     server = listen("127.0.0.1")
@@ -233,7 +234,7 @@ def test_webhook_urls_are_parsed_strictly(url, message):
     assert message in refused.value.message
 
 
-def test_the_allow_list_opens_a_host_as_written_and_nothing_else(app, listen, attempts):  # noqa: F811
+def test_the_allow_list_opens_a_host_as_written_and_nothing_else(app, listen, attempts):
     server = listen("127.0.0.1")
     listed = WebhookPolicy.from_config(
         {
@@ -265,7 +266,7 @@ def test_the_allow_list_opens_a_host_as_written_and_nothing_else(app, listen, at
     assert len(server.connections) == 1
 
 
-def test_the_delivery_connects_to_the_address_it_checked(listen):  # noqa: F811
+def test_the_delivery_connects_to_the_address_it_checked(listen):
     server = listen("127.0.0.1")
     # The name first resolves to the listed host's address; asked again, it would point elsewhere.
     rebinding = stub_resolver(["127.0.0.1"], ["10.9.9.9"])
@@ -333,7 +334,7 @@ class SlowDrip:
         self.sock.close()
 
 
-def test_a_slow_receiver_is_cut_off_at_the_deadline(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
+def test_a_slow_receiver_is_cut_off_at_the_deadline(app, client, db_engine, newcomer, monkeypatch):
     drip = SlowDrip(interval=1.0)
     app.config["WEBHOOK_ALLOWED_HOSTS"] = "127.0.0.1"
     try:
@@ -390,7 +391,7 @@ def test_a_deadline_bounds_every_read_however_slowly_bytes_come():
         "<a@b.example>",
     ],
 )
-def test_the_email_field_takes_one_plain_address(address, app, client, db_engine, newcomer):  # noqa: F811
+def test_the_email_field_takes_one_plain_address(address, app, client, db_engine, newcomer):
     assert notifications.plain_address(address) is None
     workflow, warehouse, cu = equipped(db_engine, newcomer)
     page = client.post(
@@ -414,7 +415,7 @@ def test_plain_addresses_pass():
         assert notifications.plain_address(address) == address
 
 
-def test_an_address_saved_before_goes_to_nobody_else(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
+def test_an_address_saved_before_goes_to_nobody_else(app, client, db_engine, newcomer, monkeypatch):
     """A row holding "a@b,root" (saved under the old check) is refused at delivery: smtplib would
     have sent it to both."""
     from aiosmtpd.controller import Controller
@@ -459,7 +460,7 @@ def test_an_address_saved_before_goes_to_nobody_else(app, client, db_engine, new
     assert received == [["team@example.test"]]
 
 
-def test_the_signature_covers_the_timestamp(app, client, db_engine, newcomer, monkeypatch):  # noqa: F811
+def test_the_signature_covers_the_timestamp(app, client, db_engine, newcomer, monkeypatch):
     """A receiver that checks as README says accepts the call, and refuses it replayed with a
     newer timestamp (the signature no longer matches) or as it was, later (the timestamp is old)."""
     app.config["WEBHOOK_ALLOWED_HOSTS"] = "127.0.0.1"

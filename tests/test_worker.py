@@ -30,14 +30,7 @@ from app.db import make_engine, upgrade_database
 from app.models import ComputeUnit, Execution, User, WorkLease, utcnow
 from app.worker import MAX_BACKOFF_SECONDS, WorkAnnouncements
 from devstack.database import POSTGRES_ADMIN_URL, drop_postgres_database, fresh_postgres_database
-from tests.test_executions import (
-    make_user,
-    register_warehouse,
-    run,
-    sign_in_as,
-    start_unit,
-    workflow_for,
-)
+from tests.factories import make_user, register_warehouse, run, sign_in_as, start_unit, workflow_for
 
 
 # --------------------------------------------------------------------------- the registry
@@ -286,7 +279,7 @@ def worker_stack(own_database, portal_config, lakehouse, tmp_path_factory):
 
 
 def unit_events(engine, cu_id: int) -> list[str]:
-    from tests.test_executions import unit_events as events
+    from tests.factories import unit_events as events
 
     return events(engine, cu_id)
 

@@ -3,10 +3,10 @@
 Modules:
 - `routes.py` — sign-in, the provider's callback, sign-out
 - `oidc.py` — the authlib OpenID Connect client
-- `users.py` — users as the identity provider describes them; the session's absolute lifetime
+- `service.py` — users as the identity provider describes them; the session's absolute lifetime
 - `bearer.py` — the provider's access tokens checked for the API
 - `provider_grant.py` — the sign-in's refresh token sealed at rest; asking the provider again
-- `revalidation.py` — the worker's identity pass: groups confirmed, lapsed or user suspended
+- `work.py` — the worker's identity pass: groups confirmed, lapsed or user suspended
 """
 
 from flask import Blueprint

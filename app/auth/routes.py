@@ -7,7 +7,7 @@ from flask_login import current_user, login_user, logout_user
 
 from app.audit import service as audit
 from app.auth import bp, oidc
-from app.auth.users import begin_session, upsert_user_from_claims
+from app.auth.service import begin_session, upsert_user_from_claims
 from app.warehouses import sharing
 
 NEXT_KEY = "lakeport_next"

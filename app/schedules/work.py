@@ -269,7 +269,7 @@ def _fire(
         return
     db = get_db()
     if roles.suspended(db.get(User, schedule.owner_id)):
-        # The provider refused its owner (app/auth/revalidation.py): nothing runs as them until they sign in.
+        # The provider refused its owner (app/auth/work.py): nothing runs as them until they sign in.
         _record(
             schedule,
             due_at,

@@ -27,6 +27,7 @@ from flask import current_app
 from sqlalchemy import exists, or_, update
 from sqlmodel import Session, select
 
+from app import work_registry
 from app.audit import service as audit
 from app.auth import provider_grant
 from app.db import engine, get_db
@@ -198,3 +199,8 @@ def _sync_catalog(user_id: int) -> None:
     )
 
     sharing.sync_memberships(_user(user_id))
+
+
+work_registry.periodic_pass(
+    LEASE, "IDENTITY_CHECK_SECONDS", revalidate, work_registry.FirstPass.AT_ONCE
+)

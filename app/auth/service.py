@@ -2,7 +2,7 @@
 
 A session carries the time of its sign-in (SIGNED_IN_KEY). It ends SESSION_MAX_HOURS after it,
 however active, and at once when the provider refused the user after it (a suspension by the
-worker's re-validation, app/auth/revalidation.py).
+worker's identity pass, app/auth/work.py).
 """
 
 from __future__ import annotations
