@@ -1,8 +1,8 @@
 """Lakeport's configuration: every setting, read from the environment in one place.
 
 `SETTINGS` is the single reference: each entry names the environment variable, its
-default and what it does. The README's configuration table is generated from it
-(`python -m app.config`), so the two cannot drift apart.
+default and what it does. docs/configuration.md is generated from it
+(`python scripts/configuration_doc.py`; tests/test_docs.py fails when the page is out of date).
 """
 
 from __future__ import annotations
@@ -518,32 +518,3 @@ class Config(_SettingFields):
         )
         mapping.update(self.extra)
         return mapping
-
-
-def settings_reference_markdown() -> str:
-    """The configuration reference table for the README."""
-    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
-    for setting in SETTINGS.values():
-        default = "(required)" if setting.default is None else f"`{setting.default}`"
-        if str(PROJECT_ROOT) in str(setting.default):
-            default = default.replace(str(PROJECT_ROOT), "<checkout>")
-        rows.append(f"| `{setting.env}` | {default} | {setting.help} |")
-    return "\n".join(rows)
-
-
-def write_readme_reference(readme: Path = PROJECT_ROOT / "README.md") -> None:
-    """Replace the table between the README's settings markers with the current reference."""
-    begin, end = "<!-- settings:begin -->\n", "\n<!-- settings:end -->"
-    text = readme.read_text()
-    head, rest = text.split(begin, 1)
-    _old, tail = rest.split(end, 1)
-    readme.write_text(head + begin + settings_reference_markdown() + end + tail)
-
-
-if __name__ == "__main__":
-    import sys
-
-    if "--write-readme" in sys.argv:
-        write_readme_reference()
-    else:
-        print(settings_reference_markdown())
