@@ -52,7 +52,7 @@ UNIT_HOSTNAME = "lakeport-unit"
 _DROP_PRIVILEGES = ["--clear-groups", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
 # What a bridge's relays move per read and write. socat's default, 8 KiB, cost two system calls
 # per 8 KiB in each of a bridge's two relays, on the cores the unit computes on: 400 MB took
-# 1.1 s through a bridge, against 0.11 s straight and 0.33 s in 128 KiB blocks (bench/README.md).
+# 1.1 s through a bridge, against 0.11 s straight and 0.33 s in 128 KiB blocks (bench/RESULTS.md).
 BRIDGE_BLOCK_BYTES = 128 * 1024
 _SOCAT = ["socat", "-b", str(BRIDGE_BLOCK_BYTES)]
 

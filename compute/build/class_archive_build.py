@@ -7,7 +7,7 @@ The training run is a RayDP session on a Ray node of its own, doing what a unit'
 and an execution do, with its driver (which holds RayDP's app master) and executor each listing
 the classes they load. A local-mode session (the training run before) loads none of Ray's Java runtime, RayDP,
 Spark's cluster-mode scheduler, Iceberg's REST catalog or S3A's requests: each class left out is
-parsed and verified again by every JVM of every unit's start (bench/README.md has what that
+parsed and verified again by every JVM of every unit's start (bench/RESULTS.md has what that
 cost). Where Ray cannot start (a build container without shared memory, say), the training falls
 back to a local session, and says so.
 """

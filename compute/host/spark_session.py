@@ -65,7 +65,7 @@ TRIM_NATIVE_JAVA_OPTIONS = "-XX:TrimNativeHeapInterval=5000"
 LOG4J_JAVA_OPTIONS = "-Dlog4j2.disable.jmx=true"
 # A unit's Spark driver compiles with C1 alone. It plans, schedules and commits; the executors run
 # the tasks. C2 compiling the driver's code took a unit's few cores from its first run, and what
-# a driver runs never gets hot enough for C2's code to pay for itself (bench/README.md). Not for
+# a driver runs never gets hot enough for C2's code to pay for itself (bench/RESULTS.md). Not for
 # a local-mode session, whose driver runs the tasks too: `start_spark_session` adds it.
 DRIVER_JIT_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 

@@ -1,0 +1,81 @@
+"""The guide: README stays short and points into docs/, docs/configuration.md is the settings
+table as app/config.py holds it, and every document a text names exists."""
+
+from __future__ import annotations
+
+import re
+
+from app.config import SETTINGS, Setting
+from scripts import configuration_doc
+from scripts.house import ROOT
+
+README = ROOT / "README.md"
+# Texts that name documents: the guide itself and the code that points readers at it.
+CITING = ("README.md", "docs", "bench", "deploy", "app", "compute", "devstack", "scripts", "tests")
+
+
+def test_the_configuration_page_is_the_settings_table():
+    assert (ROOT / "docs" / "configuration.md").read_text() == configuration_doc.render(), (
+        "regenerate with: .venv/bin/python scripts/configuration_doc.py"
+    )
+
+
+def test_the_configuration_page_names_every_setting_with_its_default():
+    page = configuration_doc.render()
+    for setting in SETTINGS.values():
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{setting.env}` |"))
+        if setting.default is None:
+            assert "*(required)*" in row
+        elif setting.default != "" and "var/lakeport.db" not in str(setting.default):
+            assert f"`{setting.default}`" in row
+
+
+def test_the_check_fails_when_the_table_changes(monkeypatch):
+    assert configuration_doc.main(["--check"]) == 0
+    added = Setting("LAKEPORT_NOT_DOCUMENTED_YET", "1", help="A setting added after the page.")
+    monkeypatch.setitem(SETTINGS, "NOT_DOCUMENTED_YET", added)
+    assert configuration_doc.main(["--check"]) == 1
+
+
+def test_the_readme_is_short_and_keeps_the_two_commands():
+    text = README.read_text()
+    assert len(text.encode()) < 12 * 1024
+    assert "make run" in text and "make test" in text  # .ci/run runs the README's `make test`
+
+
+def test_the_readme_links_to_every_document_in_docs():
+    text = README.read_text()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"docs/{page.name}" in text, page.name
+
+
+def cited_documents() -> set[tuple[str, str]]:
+    """(text, document) for each `docs/….md` or `bench/….md` path a text names."""
+    cited = set()
+    for top in CITING:
+        paths = [ROOT / top] if top.endswith(".md") else (ROOT / top).rglob("*")
+        for path in paths:
+            if path.suffix not in {".md", ".py"} or "__pycache__" in path.parts:
+                continue
+            for document in re.findall(
+                r"(?<![\w/.-])((?:docs|bench)/[\w.-]+\.md)\b", path.read_text()
+            ):
+                cited.add((str(path.relative_to(ROOT)), document))
+    return cited
+
+
+def test_every_document_a_text_names_exists():
+    missing = sorted((text, doc) for text, doc in cited_documents() if not (ROOT / doc).is_file())
+    assert missing == []
+
+
+def test_no_text_points_at_readme_sections_that_moved():
+    stale = re.compile(r"README's (?:Architecture|Configuration|configuration) (?:table|section)")
+    pointing = []
+    for top in CITING:
+        paths = [ROOT / top] if top.endswith(".md") else (ROOT / top).rglob("*")
+        for path in paths:
+            if path.suffix in {".md", ".py"} and "__pycache__" not in path.parts:
+                if stale.search(path.read_text()):
+                    pointing.append(str(path.relative_to(ROOT)))
+    assert pointing == []
