@@ -646,7 +646,7 @@ class Bench:
             "repeats": repeats,
         }
         with self.spark_host(cu_id) as host:
-            run_id = host.submit(PLAIN_PYSPARK_CODE, args, name="bench-plain-pyspark")["run_id"]
+            run_id = host.probe(PLAIN_PYSPARK_CODE, args, name="bench-plain-pyspark")["run_id"]
             run = host.wait(run_id, timeout_s=3600.0)
         if run["state"] != "COMPLETED":
             raise BenchError(f"the plain PySpark run ended {run['state']}: {run['error']}")

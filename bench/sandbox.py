@@ -108,7 +108,7 @@ def run(bench: Bench, options) -> Summary:
     for _ in range(2):  # interleaved
         with bench.spark_host(cu_id) as host:
             run_ = host.wait(
-                host.submit(PROBE_CODE, args, name="bench-sandbox")["run_id"], timeout_s=300
+                host.probe(PROBE_CODE, args, name="bench-sandbox")["run_id"], timeout_s=300
             )
         if run_["state"] != "COMPLETED":
             raise RuntimeError(f"the probe on the unit ended {run_['state']}: {run_['error']}")

@@ -67,11 +67,23 @@ class RunState(StrEnum):
     FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
 
 
-# What the portal submits to the unit's Spark host (compute/host/spark_host.py), with the
-# ExecutionSpec as `args`; `result` is the run's summary (`Pipeline.run`).
-SUBMIT_CODE = (
-    "from compute.run.pipeline import run_pipeline\nresult = run_pipeline(spark, args, progress)\n"
-)
+class JobKind(StrEnum):
+    """What the portal asks a unit's Spark host to run: a named job, dispatched on the host to
+    its function (compute/run/jobs.py), with `args` (a JSON object, sent sealed); the run's
+    `result` is what the function returns."""
+
+    # A workflow's run: `args` is the ExecutionSpec, `result` the run's summary
+    # (compute/run/pipeline.py). It runs in a process of its own, as its `isolation` says.
+    EXECUTION = "execution"
+    # Two runs' outputs compared (compute/run/comparison.py; `args` and `result` below).
+    COMPARISON = "comparison"
+    # A warehouse's snapshot expiry and orphan-file clean-up (compute/run/maintenance.py), with
+    # the MaintenanceSpec as `args`.
+    MAINTENANCE = "maintenance"
+    # Code of the project's tests and benchmarks, run in the warm host as a step's code is
+    # compiled (compute/run/step_code.py `run_probe`): `args` = {"code": source, "args": {...}}.
+    # The portal never submits one.
+    PROBE = "probe"
 
 
 class Isolation(StrEnum):
@@ -125,11 +137,6 @@ class TableStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-# What the portal submits for a warehouse's maintenance (compute/run/maintenance.py), with the
-# MaintenanceSpec as `args`: snapshot expiry and orphan-file clean-up of its datasets.
-MAINTENANCE_CODE = "from compute.run.maintenance import run_maintenance\nresult = run_maintenance(spark, args, progress)\n"
-
-
 # ---------------------------------------------------------------- lineage
 # What a run read and wrote: the run's result carries it as `lineage`, `runtime_stats.e<id>`
 # has it per step in its `lineage` column (JSON), the portal keeps the run's on the execution.
@@ -163,11 +170,10 @@ class Lineage(TypedDict):
 # read of those tables is made at that snapshot (time travel), or the run fails saying why.
 PINNED = "pinned"
 
-# Comparing two runs' outputs on a unit: `args` = {"catalog": <as in the execution spec>,
+# Comparing two runs' outputs on a unit (JobKind.COMPARISON): `args` = {"catalog": <as in the execution spec>,
 # "warehouse": {"lakekeeper_id": ...}, "pairs": [{"output": step, "a": table, "b": table}],
 # "limit": rows}; `result` = {output: {"only_in_a": [rows], "only_in_b": [rows],
 # "only_in_a_count": int, "only_in_b_count": int, "columns": [compared columns]} or {"error": why}}.
-COMPARE_CODE = "from compute.run.comparison import run_comparison\nresult = run_comparison(spark, args, progress)\n"
 COMPARE_LIMIT_MAX = 500
 
 

@@ -19,7 +19,7 @@ from app.lakekeeper.tokens import ClientCredentialsTokenSource
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
 from app.spark_host.client import SparkHostClient, with_spark_host_secret
-from compute.contract import SUBMIT_CODE, ExecutionSpec, InvalidSpec
+from compute.contract import ExecutionSpec, InvalidSpec, JobKind
 from compute.host.catalog_cache import CatalogAccess, CatalogCache, token_expiry
 from compute.host.spark_session import S3Keys
 from devstack.oidc_provider import SERVICE_CLIENT_ID
@@ -266,7 +266,9 @@ def submit(host, lakehouse, warehouse: dict, steps: list[dict], **overrides) -> 
         **spec_for(warehouse, lakehouse.service_token(), steps, f"{lakehouse.catalog_url}/catalog"),
         **overrides,
     }
-    return host.submit(SUBMIT_CODE, spec, name=f"execution-{spec['execution_id']}")["run_id"], spec
+    return host.submit(JobKind.EXECUTION, spec, name=f"execution-{spec['execution_id']}")[
+        "run_id"
+    ], spec
 
 
 def table_names(catalog, namespace: str) -> set[str]:
@@ -386,7 +388,7 @@ def test_what_a_run_leaves_in_its_session_never_reaches_the_next_run(host, lakeh
 
 
 def host_partitions(host) -> str:
-    run_id = host.submit(
+    run_id = host.probe(
         "result = spark.conf.get('spark.sql.shuffle.partitions')", {}, name="partitions"
     )["run_id"]
     return host.wait(run_id, timeout_s=60)["result"]
@@ -844,7 +846,7 @@ def test_each_set_of_storage_credentials_is_the_one_its_reads_and_writes_use(hos
     another in the same bucket. Here a wrong secret after a right one is refused (with Hadoop's
     cache it would have written with the right one), and the right one still works."""
     keys = TEST_USER_KEYS["alice"]
-    run = host.submit(
+    run = host.probe(
         KEYED_S3A_CODE,
         {
             "endpoint": lakehouse.s3_endpoint,
@@ -891,9 +893,7 @@ def test_renewed_storage_credentials_are_the_ones_the_next_execution_uses(
 
     def on_host(**args):
         run = host.wait(
-            host.submit(RENEWAL_CODE, {"warehouse_id": warehouse["lakekeeper_id"], **args})[
-                "run_id"
-            ]
+            host.probe(RENEWAL_CODE, {"warehouse_id": warehouse["lakekeeper_id"], **args})["run_id"]
         )
         assert run["state"] == "COMPLETED", run["error"]
         return run["result"]

@@ -567,7 +567,7 @@ def test_tasks_run_in_executors_on_both_nodes(host):
     client, info = host
     node_of_executor = {executor["pid"]: executor["node_id"] for executor in info["executors"]}
 
-    run = client.wait(client.submit(ANCESTRY, name="ancestry")["run_id"], timeout_s=120)
+    run = client.wait(client.probe(ANCESTRY, name="ancestry")["run_id"], timeout_s=120)
 
     assert run["state"] == "COMPLETED", run["error"]
     task_nodes = []
@@ -593,7 +593,7 @@ def test_the_write_path_warm_up_leaves_nothing_an_execution_could_see(host):
     no such catalog, and neither the catalog nor its S3 endpoint still runs."""
     client, info = host
     run = client.wait(
-        client.submit(
+        client.probe(
             "import threading\n"
             "from compute.host.spark_session import WARM_UP_CATALOG\n"
             "result = {'catalog': spark.conf.get('spark.sql.catalog.' + WARM_UP_CATALOG, None),\n"
@@ -738,7 +738,7 @@ def test_a_warm_execution_adds_little_to_the_spark_work(host, capsys):
     overheads = []
     for _ in range(3):
         started = time.perf_counter()
-        run = client.wait(client.submit(TIMED_JOB)["run_id"])
+        run = client.wait(client.probe(TIMED_JOB)["run_id"])
         wall = time.perf_counter() - started
         assert run["state"] == "COMPLETED", run["error"]
         assert run["result"]["total"] == sum(range(1000))
@@ -768,7 +768,7 @@ result = {{
     "metadata_files": len(list(pathlib.Path({str(tmp_path / "warehouse" / "demo" / "numbers" / "metadata")!r}).glob("*.metadata.json"))),
 }}
 """
-    run = client.wait(client.submit(code, name="iceberg")["run_id"], timeout_s=180)
+    run = client.wait(client.probe(code, name="iceberg")["run_id"], timeout_s=180)
 
     assert run["state"] == "COMPLETED", run["error"]
     rows, snapshots, metadata_files = (
@@ -781,7 +781,7 @@ result = {{
 def test_a_failing_execution_reports_its_error(host):
     client, _ = host
 
-    run = client.wait(client.submit("spark.sql('SELECT * FROM no_such_table').collect()")["run_id"])
+    run = client.wait(client.probe("spark.sql('SELECT * FROM no_such_table').collect()")["run_id"])
 
     assert run["state"] == "FAILED"
     assert "no_such_table" in run["error"]
@@ -790,7 +790,7 @@ def test_a_failing_execution_reports_its_error(host):
 def test_cancel_stops_a_running_execution(host):
     client, _ = host
     code = "import time\nspark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(120)).count()"
-    run_id = client.submit(code, name="sleeper")["run_id"]
+    run_id = client.probe(code, name="sleeper")["run_id"]
     deadline = time.monotonic() + 30
     while client.run(run_id)["state"] != "RUNNING":
         assert time.monotonic() < deadline
@@ -804,7 +804,7 @@ def test_cancel_stops_a_running_execution(host):
     assert run["state"] == "CANCELLED"
     assert time.monotonic() - cancelled_at < 20
     # The executors are free again: a new execution runs to completion.
-    assert client.wait(client.submit("result = spark.range(10).count()")["run_id"])["result"] == 10
+    assert client.wait(client.probe("result = spark.range(10).count()")["run_id"])["result"] == 10
 
 
 def test_a_cancel_that_comes_before_the_runs_next_job_stops_that_job_too(host):
@@ -815,7 +815,7 @@ def test_a_cancel_that_comes_before_the_runs_next_job_stops_that_job_too(host):
         "import time\ntime.sleep(2)\n"
         "spark.sparkContext.parallelize(range(2), 2).map(lambda x: time.sleep(120)).count()"
     )
-    run_id = client.submit(code, name="late job")["run_id"]
+    run_id = client.probe(code, name="late job")["run_id"]
     deadline = time.monotonic() + 30
     while client.run(run_id)["state"] != "RUNNING":
         assert time.monotonic() < deadline
@@ -831,7 +831,7 @@ def test_a_cancel_that_comes_before_the_runs_next_job_stops_that_job_too(host):
 
 def test_a_status_request_may_wait_for_the_run_to_end(host):
     client, _ = host
-    run_id = client.submit("import time\ntime.sleep(1.5)\nresult = 'slept'")["run_id"]
+    run_id = client.probe("import time\ntime.sleep(1.5)\nresult = 'slept'")["run_id"]
 
     early = client.run(run_id, wait_s=0.3)  # not over yet: answered after the wait
     assert early["state"] in ("QUEUED", "RUNNING")
@@ -966,7 +966,7 @@ def test_the_host_process_is_not_dumpable(host):
     client, _ = host
     code = "import ctypes\nresult = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)"  # PR_GET_DUMPABLE
 
-    assert client.wait(client.submit(code)["run_id"])["result"] == 0
+    assert client.wait(client.probe(code)["run_id"])["result"] == 0
 
 
 def test_the_host_launcher_waits_for_the_heads_gcs_to_answer_before_asking_it(monkeypatch):

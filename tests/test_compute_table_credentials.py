@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile, WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
-from compute.contract import SUBMIT_CODE
+from compute.contract import JobKind
 from compute.run.iceberg_rest import credentials_expire_soon
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.test_compute_pipeline import catalog_admin, host, reader, spec_for, step  # noqa: F401 - fixtures
@@ -56,12 +56,14 @@ def _run(host, lakehouse, warehouse: dict, steps: list[dict], token: str | None 
     spec = spec_for(
         warehouse, token or lakehouse.service_token(), steps, f"{lakehouse.catalog_url}/catalog"
     )
-    run_id = host.submit(SUBMIT_CODE, spec, name=f"execution-{spec['execution_id']}")["run_id"]
+    run_id = host.submit(JobKind.EXECUTION, spec, name=f"execution-{spec['execution_id']}")[
+        "run_id"
+    ]
     return host.wait(run_id, timeout_s=240), spec["execution_id"]
 
 
 def _counters(host) -> dict:  # noqa: F811
-    run = host.wait(host.submit(COUNTERS_CODE, {})["run_id"])
+    run = host.wait(host.probe(COUNTERS_CODE, {})["run_id"])
     assert run["state"] == "COMPLETED", run["error"]
     return run["result"]
 

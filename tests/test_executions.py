@@ -43,7 +43,7 @@ from app.models import (
 from app.ray_clusters.local import SPARK_HOST_LAUNCHER, cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError
 from app.worker import Worker
-from compute.contract import SUBMIT_CODE
+from compute.contract import JobKind
 from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.factories import (
@@ -1238,7 +1238,7 @@ def test_the_worker_watches_runs_no_worker_watches_that_their_unit_still_knows(e
             owner = db.get(User, user.id)
         token = lakekeeper().user_token(owner.subject, warehouse.lakekeeper_id).access_token
         spec = run_spec.execution_spec(orphan, workflow, version, owner, cu, warehouse, token)
-        run_id = host.submit(SUBMIT_CODE, spec, name="left by a dead portal")["run_id"]
+        run_id = host.submit(JobKind.EXECUTION, spec, name="left by a dead portal")["run_id"]
     with Session(db_engine) as db:
         row = db.get(Execution, orphan.id)
         row.state, row.run_id = "RUNNING", run_id
@@ -1582,7 +1582,7 @@ def test_after_the_units_spark_host_dies_the_next_execution_runs_on_a_new_one(e2
         handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
     with SparkHostClient(handle, timeout=10.0) as host:
         old_app = host.info()["app_id"]
-        host.submit(
+        host.probe(
             "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", {}, name="kill the host"
         )
         deadline = time.monotonic() + 30

@@ -8,7 +8,7 @@ import json
 
 import pyarrow as pa
 
-from compute.contract import COMPARE_CODE
+from compute.contract import JobKind
 from tests.test_compute_pipeline import (  # noqa: F401
     catalog_admin,
     host,
@@ -127,7 +127,7 @@ def test_lineage_pinned_reruns_and_a_comparison(host, lakehouse, warehouses):
     # The comparison of the first and the fresh run: exactly the rows that differ, both ways.
     spec = spec_for(warehouse, lakehouse.service_token(), [], f"{lakehouse.catalog_url}/catalog")
     compare_id = host.submit(
-        COMPARE_CODE,
+        JobKind.COMPARISON,
         {
             "catalog": spec["catalog"],
             "warehouse": spec["warehouse"],

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from compute.contract import JobKind
 from compute.run.run_channel import (
     MAX_MESSAGE_BYTES,
     Channel,
@@ -46,7 +47,7 @@ def in_process(target) -> threading.Thread:
 
 def test_progress_and_the_end_reach_the_hosts_record():
     host, process = pair()
-    run = Run(run_id="r1", name="x", code="", args={})
+    run = Run(run_id="r1", name="x", kind=JobKind.EXECUTION, args={})
 
     def the_run():
         progress = RemoteProgress(process)
@@ -71,7 +72,7 @@ def test_progress_and_the_end_reach_the_hosts_record():
 
 def test_a_cancel_the_host_accepted_first_means_the_run_does_not_complete():
     host, process = pair()
-    run = Run(run_id="r2", name="x", code="", args={})
+    run = Run(run_id="r2", name="x", kind=JobKind.EXECUTION, args={})
     assert run.progress.request_cancel()
     answers = []
 
@@ -91,7 +92,7 @@ def test_a_cancel_the_host_accepted_first_means_the_run_does_not_complete():
 
 def test_what_a_hostile_process_sends_is_bounded_and_checked():
     host, process = pair()
-    run = Run(run_id="r3", name="x", code="", args={})
+    run = Run(run_id="r3", name="x", kind=JobKind.EXECUTION, args={})
 
     def hostile():
         process.send({"kind": "log", "level": ["not", "text"], "step": {"a": 1}, "message": 5})
@@ -116,7 +117,7 @@ def test_what_a_hostile_process_sends_is_bounded_and_checked():
 
 def test_a_process_that_ends_without_its_end_is_told_apart():
     host, process = pair()
-    run = Run(run_id="r4", name="x", code="", args={})
+    run = Run(run_id="r4", name="x", kind=JobKind.EXECUTION, args={})
     process.send({"kind": "log", "level": "INFO", "step": None, "message": "started"})
     process.close()
     with pytest.raises(ChannelClosed):

@@ -198,7 +198,7 @@ def test_a_host_answers_only_its_own_secret(units, shared_cluster):
     _, cluster, _ = shared_cluster
     (_, alice), (_, bob) = units["alice"], units["bob"]
     with host(bob) as bobs:
-        run_id = bobs.submit("result = 1")["run_id"]
+        run_id = bobs.probe("result = 1")["run_id"]
     calls = [
         ("GET", "/v1/host"),
         ("POST", "/v1/runs"),
@@ -270,13 +270,13 @@ def test_code_in_one_units_host_cannot_reach_the_other_units_runs(units):
     (_, alice), (_, bob) = units["alice"], units["bob"]
     with host(alice) as alices, host(bob) as bobs:
         # bob's run holds its catalog token (args) while alice's code goes after it.
-        bobs_run = bobs.submit(
+        bobs_run = bobs.probe(
             f"import time\ntime.sleep(8)\nresult = args['catalog']['token'] == {MARKER!r}",
             args={"catalog": {"token": MARKER}},
             name="bobs",
         )
         attack = alices.wait(
-            alices.submit(
+            alices.probe(
                 ATTACK,
                 args={
                     "namespace": bob.spark_host_namespace,
@@ -289,7 +289,7 @@ def test_code_in_one_units_host_cannot_reach_the_other_units_runs(units):
         )
         bobs_end = bobs.wait(bobs_run["run_id"], timeout_s=120)
         bobs_next = bobs.wait(
-            bobs.submit("result = spark.range(5).count()")["run_id"], timeout_s=120
+            bobs.probe("result = spark.range(5).count()")["run_id"], timeout_s=120
         )
 
     assert attack["state"] == "COMPLETED", attack["error"]
@@ -350,4 +350,4 @@ def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_
         _java_mains(cluster)
     )
     with host(bob) as bobs:
-        assert bobs.wait(bobs.submit("result = 'still here'")["run_id"])["result"] == "still here"
+        assert bobs.wait(bobs.probe("result = 'still here'")["run_id"])["result"] == "still here"

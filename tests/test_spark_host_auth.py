@@ -18,7 +18,7 @@ import pytest
 
 from app.ray_clusters.base import ClusterHandle
 from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_host_secret
-from compute.contract import secret_digest
+from compute.contract import JobKind, secret_digest
 from compute.host import host_auth
 from compute.host.host_http import serve
 
@@ -74,7 +74,7 @@ def test_a_squatter_on_the_host_port_learns_nothing_and_is_not_believed():
     client = SparkHostClient(handle, timeout=5)
     calls = [
         lambda: client.info(),
-        lambda: client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}}),
+        lambda: client.submit(JobKind.EXECUTION, {"catalog": {"token": CATALOG_TOKEN}}),
         lambda: client.run("r1"),
         lambda: client.cancel("r1"),
         lambda: client.prove(),
@@ -112,13 +112,13 @@ class StandInHost:
 
     def __init__(self, key: str) -> None:
         self.settings = Settings(key)
-        self.submitted: list[tuple[str, dict, str]] = []
+        self.submitted: list[tuple[JobKind, dict, str]] = []
 
     def info(self, run_waiting: bool = False) -> dict:
         return {"state": "ready", "app_id": "app-1"}
 
-    def submit(self, code: str, args: dict, name: str) -> dict:
-        self.submitted.append((code, args, name))
+    def submit(self, kind: JobKind, args: dict, name: str) -> dict:
+        self.submitted.append((kind, args, name))
         return {"run_id": "r1", "state": "QUEUED"}
 
     def run_status(self, run_id: str, wait_s: float = 0.0) -> dict | None:
@@ -148,13 +148,15 @@ def test_the_portals_client_and_the_host_prove_themselves_and_seal_the_arguments
     with SparkHostClient(handle, timeout=5) as client:
         assert client.info()["app_id"] == "app-1"
         assert (
-            client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}}, name="e-1")["run_id"]
+            client.submit(JobKind.EXECUTION, {"catalog": {"token": CATALOG_TOKEN}}, name="e-1")[
+                "run_id"
+            ]
             == "r1"
         )
         assert client.run("r1", wait_s=0.5)["state"] == "COMPLETED"
         with pytest.raises(SparkHostError, match="404"):
             client.run("nope")
-    assert host.submitted == [("result = 1", {"catalog": {"token": CATALOG_TOKEN}}, "e-1")]
+    assert host.submitted == [(JobKind.EXECUTION, {"catalog": {"token": CATALOG_TOKEN}}, "e-1")]
 
 
 def _signed(key: str, method: str, target: str, body: bytes = b"", **overrides) -> dict:
@@ -190,13 +192,13 @@ def test_the_host_refuses_every_request_not_signed_with_its_key(real_host):
 def test_a_tampered_body_or_unsealed_arguments_are_refused(real_host):
     handle, host = real_host
     url, key = handle.spark_host_url, secret_digest(handle.spark_host_secret)
-    body = json.dumps({"code": "result = 1", "sealed_args": "", "name": ""}).encode()
+    body = json.dumps({"kind": "comparison", "sealed_args": "", "name": ""}).encode()
     headers = {**_signed(key, "POST", "/v1/runs", body), "Content-Type": "application/json"}
-    tampered = body.replace(b"result = 1", b"result = 2")
+    tampered = body.replace(b"comparison", b"maintenance")
     assert httpx.post(f"{url}/v1/runs", headers=headers, content=tampered).status_code == 401
     nonce = host_auth.new_nonce()
     wrong_seal = host_auth.seal("not-the-key", nonce, b'{"a": 1}')
-    body = json.dumps({"code": "result = 1", "sealed_args": wrong_seal}).encode()
+    body = json.dumps({"kind": "execution", "sealed_args": wrong_seal}).encode()
     response = httpx.post(
         f"{url}/v1/runs", content=body, headers=_signed(key, "POST", "/v1/runs", body, nonce=nonce)
     )
@@ -279,7 +281,10 @@ def test_a_pooled_units_host_takes_a_new_key_once_before_any_run_and_the_old_ope
         with SparkHostClient(handle, timeout=5) as client:
             client.info()
     with SparkHostClient(claimed, timeout=5) as client:
-        assert client.submit("result = 1", {"catalog": {"token": CATALOG_TOKEN}})["run_id"] == "r1"
+        assert (
+            client.submit(JobKind.EXECUTION, {"catalog": {"token": CATALOG_TOKEN}})["run_id"]
+            == "r1"
+        )
         with pytest.raises(SparkHostError, match="409"):  # once code ran, the key stays
             client.rekey("0" * 64)
         assert client.info()["app_id"] == "app-1"
@@ -334,3 +339,27 @@ def test_the_portals_clients_send_without_nagle_and_share_one_tls_context(real_h
         assert (
             first._http._transport._pool._ssl_context is second._http._transport._pool._ssl_context
         )
+
+
+def test_the_host_runs_only_named_job_kinds(real_host):
+    """A run is a job kind the host knows, never a code string: a body with Python source, or a
+    kind the host does not know, is refused before anything is queued."""
+    handle, host = real_host
+    url, key = handle.spark_host_url, secret_digest(handle.spark_host_secret)
+    for body in ({"code": "result = 1"}, {"kind": "shell"}, {"kind": ["execution"]}):
+        content = json.dumps({**body, "name": ""}).encode()
+        response = httpx.post(
+            f"{url}/v1/runs",
+            content=content,
+            headers={
+                **_signed(key, "POST", "/v1/runs", content),
+                "Content-Type": "application/json",
+            },
+        )
+        assert response.status_code == 400, (body, response.text)
+        assert "job kinds: execution, comparison, maintenance, probe" in response.text
+    assert host.submitted == []
+    with SparkHostClient(handle, timeout=5) as client:
+        with pytest.raises(ValueError):
+            client.submit("result = 1", {})
+    assert host.submitted == []

@@ -438,7 +438,7 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
                 with pytest.raises(SparkHostError, match="409"):
                     host.rekey("0" * 64)
                 # Its host dies: the unit's init starts another with the key of the claim, not the start's.
-                host.submit(
+                host.probe(
                     "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
                     {},
                     name="kill the host",

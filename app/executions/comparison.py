@@ -2,7 +2,7 @@
 
 Row counts and schemas come from the tables' Iceberg metadata (the portal's pyiceberg catalog).
 The rows present in one output and not the other are computed on a running compute unit of
-the user (`COMPARE_CODE`, compute/run/comparison.py): the page records a `ComparisonJob`
+the user (`JobKind.COMPARISON`, compute/run/comparison.py): the page records a `ComparisonJob`
 (`request_rows`), the worker runs it through the door to the unit (`run_rows_job`) with a
 catalog token acting as the user for the executions' warehouse, and the page polls the job.
 Without such a unit the page says so and shows the metadata part.
@@ -23,7 +23,7 @@ from app.iceberg_reader import TableShape, table_shape
 from app.models import ComparisonJob, Execution, JobState, User, utcnow
 from app.transitions import compare_and_set
 from app.untrusted import Limits, bounded, clean_text
-from compute.contract import COMPARE_CODE
+from compute.contract import JobKind
 
 SAMPLE_ROWS = 50
 COMPARE_TIMEOUT_SECONDS = 120.0
@@ -208,7 +208,7 @@ def _differing_rows(owner: User, a: Execution, b: Execution) -> dict:
     try:
         return door.run_to_end(
             *ready,
-            COMPARE_CODE,
+            JobKind.COMPARISON,
             args,
             name=f"compare-{a.id}-{b.id}",
             timeout_s=COMPARE_TIMEOUT_SECONDS,

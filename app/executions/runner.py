@@ -65,7 +65,7 @@ from app.transitions import compare_and_set, set_fields
 from app.untrusted import clean_text
 from app.warehouses import sharing
 from app.workflows import sharing as workflow_sharing
-from compute.contract import SUBMIT_CODE, RunState
+from compute.contract import JobKind, RunState
 
 logger = logging.getLogger(__name__)
 
@@ -419,7 +419,7 @@ def _not_taken(cu_id: int, error: SparkHostError) -> ExecutionFailed:
 
 
 def _submit(handle: ClusterHandle, args: dict, execution_id: int) -> str:
-    return door.submit(handle, SUBMIT_CODE, args, name=f"execution-{execution_id}")
+    return door.submit(handle, JobKind.EXECUTION, args, name=f"execution-{execution_id}")
 
 
 class _Groundwork:

@@ -29,7 +29,7 @@ import httpx
 
 from app.ray_clusters.base import ClusterHandle, ClusterStatus, ProgressCallback, no_progress
 from app.untrusted import clean_text
-from compute.contract import HOST_API, RunState, SparkHostSettings, secret_digest
+from compute.contract import HOST_API, JobKind, RunState, SparkHostSettings, secret_digest
 from compute.host import host_auth
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -282,10 +282,16 @@ class SparkHostClient:
         """End the host and its Spark session (a unit detaching from a cluster it does not own)."""
         self._call("POST", "/host/stop")
 
-    def submit(self, code: str, args: dict | None = None, name: str = "") -> dict:
-        """Queue an execution; returns its record (with `run_id`) right away. Its arguments go
-        sealed, and only once the host has proven itself on this client."""
-        return self._sealed_call("/runs", args or {}, code=code, name=name)
+    def submit(self, kind: JobKind, args: dict | None = None, name: str = "") -> dict:
+        """Queue a job of `kind` (compute/contract.py JobKind); returns its run's record (with
+        `run_id`) right away. Its arguments go sealed, and only once the host has proven itself
+        on this client."""
+        return self._sealed_call("/runs", args or {}, kind=JobKind(kind).value, name=name)
+
+    def probe(self, code: str, args: dict | None = None, name: str = "") -> dict:
+        """Queue a probe (JobKind.PROBE): the project's tests' and benchmarks' own `code`, run in
+        the warm host with `spark`, `args` and `progress` in scope; its `result` is the run's."""
+        return self.submit(JobKind.PROBE, {"code": code, "args": args or {}}, name=name)
 
     def run(self, run_id: str, wait_s: float = 0.0) -> dict:
         """The run's record; with `wait_s`, the host answers as soon as the run ends, or after

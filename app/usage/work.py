@@ -5,7 +5,7 @@
   app/iceberg_reader.py and stored (`ExecutionUsage`, `StorageSample`) for pages to read.
 - A maintenance job (lease `maintenance:<id>`, asked for by the owner: `service.request_maintenance`):
   a catalog token acting as the owner for this one warehouse is minted as for an execution, the
-  warehouse's dataset tables are listed, `MAINTENANCE_CODE` runs on the unit's Spark host
+  warehouse's dataset tables are listed, a `maintenance` job runs on the unit's Spark host
   (snapshot expiry, orphan-file clean-up; the portal never runs Spark itself), and what it
   reports is recorded, with a log entry.
 """
@@ -41,7 +41,7 @@ from app.transitions import compare_and_set
 from app.usage import service
 from app.usage.queries import execution_tables
 from app.workflows.datasets import DATASETS_NAMESPACE, TPCH_NAMESPACE
-from compute.contract import MAINTENANCE_CODE
+from compute.contract import JobKind
 
 logger = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ def _run_maintenance(
         return door.run_to_end(
             unit,
             handle,
-            MAINTENANCE_CODE,
+            JobKind.MAINTENANCE,
             args,
             name=f"maintenance-{job.id}",
             timeout_s=MAINTENANCE_TIMEOUT_SECONDS,

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from compute.contract import HOST_API as API
+from compute.contract import JobKind
 from compute.host.host_auth import (
     PROOF_HEADER,
     AuthRefused,
@@ -25,7 +26,7 @@ from compute.host.host_auth import (
     verify_request,
 )
 
-# The largest request body the host reads (a run's code and sealed arguments).
+# The largest request body the host reads (a job's kind and sealed arguments).
 MAX_BODY_BYTES = 16 * 2**20
 KEY_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -102,9 +103,11 @@ class HostRequestHandler(BaseHTTPRequestHandler):
         return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no route {method} {path}"})
 
     def _submit(self, body: dict) -> None:
-        if not isinstance(body, dict) or not isinstance(body.get("code"), str):
+        kinds = [kind.value for kind in JobKind]
+        if not isinstance(body, dict) or body.get("kind") not in kinds:
             return self._reply(
-                HTTPStatus.BAD_REQUEST, {"error": "`code` (Python source) is required"}
+                HTTPStatus.BAD_REQUEST,
+                {"error": f"`kind` must be one of the job kinds: {', '.join(kinds)}"},
             )
         args = (
             json.loads(unseal(self.key, self.nonce, body["sealed_args"]))
@@ -116,7 +119,8 @@ class HostRequestHandler(BaseHTTPRequestHandler):
                 HTTPStatus.BAD_REQUEST, {"error": "the arguments must be a JSON object"}
             )
         return self._reply(
-            HTTPStatus.ACCEPTED, self.host.submit(body["code"], args, str(body.get("name", "")))
+            HTTPStatus.ACCEPTED,
+            self.host.submit(JobKind(body["kind"]), args, str(body.get("name", ""))),
         )
 
     def _rekey(self, body: dict) -> None:

@@ -5,8 +5,9 @@ How the portal hands work to a compute unit (CU), and why:
 - Creating a RayDP Spark session costs seconds and a JVM, so an execution must not pay
   for one. A named, detached Ray actor, `SparkHost`, owns one session for the CU's
   lifetime and runs each execution in its own thread as a Spark job group (so cancelling
-  is `cancelJobGroup`); a workflow's run (SUBMIT_CODE) executes in a process of its own that
-  this thread follows (`run_isolation`: compute/run/forked_runs.py, compute/run/sandboxed_runs.py). The FAIR scheduler lets concurrent executions share executors.
+  is `cancelJobGroup`); a workflow's run (JobKind.EXECUTION) executes in a process of its own
+  that this thread follows (`run_isolation`: compute/run/forked_runs.py,
+  compute/run/sandboxed_runs.py). The FAIR scheduler lets concurrent executions share executors.
   Each CU has its own actor, in a Ray namespace of its own (`lakeport-cu-<id>-…`), also
   when several CUs attach to one shared Ray cluster: one tenant's code never runs in the
   process that holds another tenant's catalog tokens.
@@ -30,10 +31,11 @@ unauthenticated mode. Through Ray itself, anyone on the cluster can find the act
 and submit, status and cancel live on `SparkSessionHost`, which only the HTTP handler
 reaches (see `SparkHostActor` for Ray's own hooks).
 
-What an execution is: Python source run with `spark` (the session), `args` (a JSON object)
-and `progress` (a `RunProgress`: steps and a log tail the code publishes, shown in the run's
-status while it runs) in scope; it may set `result` to a JSON-serialisable value. Pipelines
-use `compute.run.pipeline.run_pipeline(spark, args, progress)`.
+What a run is: a named job (compute/contract.py `JobKind`) with `args` (a JSON object), which
+the host dispatches to its function (compute/run/jobs.py), called with `spark` (the session),
+`args` and `progress` (a `RunProgress`: steps and a log tail the job publishes, shown in the
+run's status while it runs); what it returns is the run's `result`. No code string is run but
+a probe's (the project's tests), compiled as a step's code is.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from typing import Any
 
 import ray
 
-from compute.contract import ISOLATION, SUBMIT_CODE, Isolation, RunState, SparkHostSettings
+from compute.contract import ISOLATION, Isolation, JobKind, RunState, SparkHostSettings
 from compute.host.host_http import serve
 from compute.run.runs import Run, RunFailed, RunInterrupted, jsonable
 
@@ -66,7 +68,7 @@ EXECUTORS_WAIT_S = 120.0
 
 
 def _import_pipeline() -> None:
-    import compute.run.pipeline  # noqa: F401  (imported for its start-up cost, here)
+    import compute.run.jobs  # noqa: F401  (the jobs and the pipeline: their start-up cost, here)
 
     # What the host holds from here on lives as long as it does: kept out of the collector's
     # sight, a full collection after each run takes about 10 ms instead of 110.
@@ -211,9 +213,9 @@ class SparkSessionHost:
         finally:
             ray.kill(ray.get_runtime_context().current_actor)
 
-    def submit(self, code: str, args: dict | None = None, name: str = "") -> dict:
+    def submit(self, kind: JobKind, args: dict | None = None, name: str = "") -> dict:
         run = Run(
-            run_id=uuid.uuid4().hex, name=name, code=code, args=args or {}, submitted_at=time.time()
+            run_id=uuid.uuid4().hex, name=name, kind=kind, args=args or {}, submitted_at=time.time()
         )
         with self._lock:
             self._ran = True
@@ -304,7 +306,7 @@ class SparkSessionHost:
                     "kind": "run",
                     "run_id": run.run_id,
                     "name": run.name,
-                    "code": run.code,
+                    "job": run.kind,
                     "args": run.args,
                 }
             )
@@ -368,17 +370,14 @@ class SparkSessionHost:
             pass
 
     def _execute_here(self, run: Run) -> None:
-        """The portal's own code (comparisons, maintenance): in this thread of the warm host."""
+        """The portal's own jobs (comparisons, maintenance): in this thread of the warm host."""
+        from compute.run.jobs import run_job
+
         context = self._spark.sparkContext
         context.setJobGroup(run.run_id, run.name or run.run_id, interruptOnCancel=True)
-        namespace = {
-            "__name__": "__lakeport_run__",
-            "spark": self._spark,
-            "args": run.args,
-            "progress": run.progress,
-        }
+        result = None
         try:
-            exec(compile(run.code, f"<execution {run.name or run.run_id}>", "exec"), namespace)
+            result = run_job(run.kind, self._spark, run.args, run.progress)
         except (
             Exception,
             SystemExit,
@@ -393,13 +392,13 @@ class SparkSessionHost:
             self._finish(
                 run,
                 RunState.COMPLETED if completed else RunState.CANCELLED,
-                result=jsonable(namespace.get("result")) if completed else None,
+                result=jsonable(result) if completed else None,
             )
         finally:
             # Once the run has ended: what it left in reference cycles goes now, not whenever the
             # collector next runs. Among it are the HTTP connections pyiceberg's catalog clients
             # opened, which otherwise stay open and pile up on an idle unit.
-            namespace.clear()
+            result = None
             gc.collect()
 
     def _fail(self, run: Run, error: str) -> None:
@@ -444,9 +443,9 @@ class SparkSessionHost:
 
 
 def run_isolation(run: Run) -> Isolation | None:
-    """Where a run's code runs: a workflow's (SUBMIT_CODE with an execution spec) in a process of its
-    own, as its spec says; None for the portal's own code, which runs in a thread of the host."""
-    if run.code != SUBMIT_CODE:
+    """Where a run's job runs: a workflow's (JobKind.EXECUTION) in a process of its own, as its
+    spec says; None for the portal's other jobs, which run in a thread of the host."""
+    if run.kind is not JobKind.EXECUTION:
         return None
     try:
         return Isolation(run.args.get(ISOLATION, Isolation.PROCESS))

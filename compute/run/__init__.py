@@ -1,6 +1,7 @@
 """Made per run: what one run of a job on the host does, and the process it runs in.
 
 - `runs.py` — a run's record and progress, and the interruption of its Python code
+- `jobs.py` — the function of each job kind the host runs (execution, comparison, maintenance)
 - `pipeline.py` — runs one execution: steps, outputs, runtime stats, logs, lineage
 - `step_code.py` — a step's code compiled and run, its errors in one line
 - `console_capture.py` — what steps print, routed into the execution's log

@@ -1,8 +1,8 @@
 """Comparing two runs' outputs on a compute unit: for each output, a bounded sample of the rows
 present in one table and not the other (multiset difference, `EXCEPT ALL`), with their counts.
 
-Submitted by the portal as `COMPARE_CODE` (compute/contract.py, which documents `args` and the
-result). It reaches the warehouse like an execution does: the user's catalog token, storage
+Submitted by the portal as a job of kind `comparison` (compute/contract.py JobKind, beside which
+`args` and the result are documented). It reaches the warehouse like an execution does: the user's catalog token, storage
 credentials vended by the catalog, a Spark session of its own holding only that catalog.
 Only the columns both tables have (by name) are compared; the portal shows schema differences.
 """

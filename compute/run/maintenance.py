@@ -1,8 +1,8 @@
 """Maintenance of a warehouse's datasets on a compute unit: snapshot expiry and orphan-file
 clean-up through Iceberg's Spark procedures.
 
-The portal submits `MAINTENANCE_CODE` (compute/contract.py) to the unit's Spark host with `args`
-= a MaintenanceSpec: the warehouse, its catalog (uri, warehouse, a token acting as the owner,
+The portal submits a job of kind `maintenance` (compute/contract.py JobKind) to the unit's Spark
+host with `args` = a MaintenanceSpec: the warehouse, its catalog (uri, warehouse, a token acting as the owner,
 as for an execution), the tables, `retain_last` and `remove_orphans`. The catalog is bound
 like an execution's (compute/host/catalog_cache.py, the same per-warehouse bindings): the token
 loads the first table through pyiceberg, which makes the catalog vend the warehouse's storage

@@ -1,7 +1,8 @@
 """One execution of a workflow on a compute unit, bound to one warehouse.
 
-The portal submits `SUBMIT_CODE` (compute/contract.py) to the Spark host (compute/host/spark_host.py) with `args` =
-the execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
+The portal submits a job of kind `execution` (compute/contract.py JobKind) to the Spark host
+(compute/host/spark_host.py), which calls `run_pipeline` (compute/run/jobs.py) with `args` = the
+execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
 
 1. Every step is checked before anything runs: Python steps are compiled, SQL steps parsed.
 2. The catalog is bound (`_bind_catalog`): the warehouse's catalog config is fetched with the

@@ -11,7 +11,8 @@ documents, one a line (never pickle: the process runs code the host must not tru
   completion protocol of `RunProgress` stays one decision), `binding` (a warehouse's catalog
   binding a forked run made, for the host's cache and the next run), `end` (completed, failed or
   cancelled, with the result or the error).
-- host -> process: `run` (code, args, id and name), `cancel`, `completing` (the answer).
+- host -> process: `run` (the job's kind, its args, id and name), `cancel`, `completing` (the
+  answer).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 import traceback
 from typing import Any
 
+from compute.contract import JobKind
 from compute.run.runs import RunFailed, RunInterrupted, RunProgress, jsonable
 
 # One message's bound: a step's log line is bounded well below it, a result (a run's summary) too.
@@ -115,19 +117,16 @@ class RemoteProgress(RunProgress):
 
 
 def execute(channel: Channel, spark, run: dict, progress: RemoteProgress, before_end=None) -> None:
-    """Run `run`'s code here as the host would run it in a thread of its own, and report its end.
-    `before_end()` runs once the code has ended, before the end is reported."""
+    """Run `run`'s job here as the host would run it in a thread of its own, and report its end.
+    `before_end()` runs once the job has ended, before the end is reported."""
+    from compute.run.jobs import run_job
+
     spark.sparkContext.setJobGroup(
         run["run_id"], run["name"] or run["run_id"], interruptOnCancel=True
     )
-    namespace = {
-        "__name__": "__lakeport_run__",
-        "spark": spark,
-        "args": run["args"],
-        "progress": progress,
-    }
+    result = None
     try:
-        exec(compile(run["code"], f"<execution {run['name'] or run['run_id']}>", "exec"), namespace)
+        result = run_job(JobKind(run["job"]), spark, run["args"], progress)
     except (
         Exception,
         SystemExit,
@@ -141,7 +140,7 @@ def execute(channel: Channel, spark, run: dict, progress: RemoteProgress, before
         completed = progress.begin_completion()
         end = {
             "outcome": "completed" if completed else "cancelled",
-            "result": jsonable(namespace.get("result")) if completed else None,
+            "result": jsonable(result) if completed else None,
         }
     if before_end is not None:
         before_end()

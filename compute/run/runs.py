@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from compute.contract import RunState
+from compute.contract import JobKind, RunState
 
 # The log lines a run's progress shows (its whole log is the pipeline's console_logs table).
 LOG_LINES_SHOWN = 200
@@ -130,7 +130,7 @@ class RunProgress:
 class Run:
     run_id: str
     name: str
-    code: str
+    kind: JobKind
     args: dict
     state: str = RunState.QUEUED
     submitted_at: float = 0.0

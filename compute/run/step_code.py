@@ -1,6 +1,7 @@
 """A step's code and its errors: compiled with its own file name (tracebacks then show the step's
 lines), run as a Python step's `run(spark, ...)` program, and every error described in one line
-a person can read.
+a person can read. The only code compiled on a unit is users' steps and the project's own probes
+(`run_probe`, for its tests and benchmarks), both here.
 """
 
 from __future__ import annotations
@@ -48,6 +49,25 @@ def python_program(step: Step, code) -> Callable:
     if not callable(program):
         raise ValueError("a Python step must define run(spark, ...) returning a DataFrame")
     return program
+
+
+def run_probe(spark, args: dict, progress) -> Any:
+    """A probe of the project's tests and benchmarks (JobKind.PROBE): its source
+    (`args["code"]`) compiled as a step's is and run with `spark`, its own `args` and `progress`
+    in scope; its `result` is the run's."""
+    step = Step(name="probe", kind="python", code=str(args["code"]))
+    namespace: dict[str, Any] = {
+        "__name__": "lakeport_probe",
+        "spark": spark,
+        "args": dict(args.get("args") or {}),
+        "progress": progress,
+    }
+    try:
+        exec(compile_step(step), namespace)
+        return namespace.get("result")
+    finally:
+        # What the probe left in reference cycles goes with it, not whenever the collector runs.
+        namespace.clear()
 
 
 def syntax_error(step: Step, error: Exception) -> str:
