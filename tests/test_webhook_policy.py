@@ -461,7 +461,7 @@ def test_an_address_saved_before_goes_to_nobody_else(app, client, db_engine, new
 
 
 def test_the_signature_covers_the_timestamp(app, client, db_engine, newcomer, monkeypatch):
-    """A receiver that checks as README says accepts the call, and refuses it replayed with a
+    """A receiver that checks as docs/features.md says accepts the call, and refuses it replayed with a
     newer timestamp (the signature no longer matches) or as it was, later (the timestamp is old)."""
     app.config["WEBHOOK_ALLOWED_HOSTS"] = "127.0.0.1"
     receiver = Receiver()
