@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from flask import current_app, flash, redirect, render_template, request, url_for
 from flask_login import current_user
-from htmx_flask import make_response
 
 from app import live_partials
 from app.compute_units import bp, forms, lifecycle, pool
@@ -11,6 +10,7 @@ from app.compute_units.lifecycle import ComputeUnitError
 from app.compute_units.phase import Phase, phase_of
 from app.db import get_owned_or_404
 from app.models import ComputeUnit, UnitState
+from app.web import redirect_to
 
 # What templates/compute_units/_row.html shows of a unit, besides its phase: its version. (Not the
 # worker's checks of its cluster, which change at every pass and which the row does not show.)
@@ -125,7 +125,7 @@ def terminate(cu_id: int):
     lifecycle.terminate(cu, reason="terminated by its owner")
     flash(f"Requested the termination of {cu.name}.", "info")
     url = url_for("compute_units.detail", cu_id=cu.id)
-    return make_response("", redirect=url) if request.htmx else redirect(url)
+    return redirect_to(url)
 
 
 @bp.post("/<int:cu_id>/clear")
@@ -150,4 +150,4 @@ def clear_ended():
         f"Cleared {cleared} ended compute unit{'' if cleared == 1 else 's'} from the list.", "info"
     )
     url = url_for("compute_units.index")
-    return make_response("", redirect=url) if request.htmx else redirect(url)
+    return redirect_to(url)

@@ -3,9 +3,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 
-from flask import Response, abort, current_app, flash, redirect, render_template, request, url_for
+from flask import Response, abort, current_app, flash, render_template, request, url_for
 from flask_login import current_user
 from htmx_flask import make_response
 from werkzeug.routing import BuildError
@@ -29,30 +28,9 @@ from app.executions.runner import RunRefused
 from app.iceberg_catalogs import ResultReadError, TableMissing
 from app.models import ComputeUnit, Execution, ExecutionState, Warehouse, Workflow
 from app.table_pages import canonical_page_url, table_page_context
+from app.web import redirect_to
 from app.workflows import sharing as workflow_sharing
 from app.workflows.service import latest_version
-
-
-@bp.app_template_filter("log_time")
-def log_time(value) -> str:
-    """A log line's time (epoch seconds from the compute unit, or a datetime) as HH:MM:SS."""
-    return moment.strftime("%H:%M:%S") if (moment := results.as_datetime(value)) else ""
-
-
-@bp.app_template_filter("log_iso")
-def log_iso(value) -> str:
-    """A log line's time in ISO 8601 (for <time datetime=… data-local>)."""
-    return moment.isoformat() if (moment := results.as_datetime(value)) else ""
-
-
-@bp.app_template_filter("ms_time")
-def ms_time(value) -> str:
-    """A snapshot's time (epoch milliseconds) as YYYY-MM-DD HH:MM:SS UTC."""
-    return (
-        ""
-        if value is None
-        else datetime.fromtimestamp(value / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    )
 
 
 @bp.app_template_global()
@@ -71,11 +49,6 @@ def warehouse_table_url(warehouse_id: int | None, table: str) -> str | None:
 
 def _execution(execution_id: int) -> Execution:
     return get_owned_or_404(Execution, execution_id)
-
-
-def _go(url: str):
-    """After an action: a redirect, as HTMX or as a plain browser expects it."""
-    return make_response("", redirect=url) if request.htmx else redirect(url)
 
 
 def _live_partial(template: str, execution: Execution, context: Callable[[], dict]):
@@ -163,7 +136,7 @@ def new():
                         webhook_secret=notifications.webhook_secret(execution),
                     )
                 flash(f"You started execution #{execution.id} of {workflow.name}.", "success")
-                return _go(url_for("executions.detail", execution_id=execution.id))
+                return redirect_to(url_for("executions.detail", execution_id=execution.id))
     author = seen_version.code_author(current_user.id, workflow)
     page = render_template(
         "executions/new.html",
@@ -228,7 +201,7 @@ def rerun(execution_id: int):
         shown = execution
     else:
         flash(f"Execution #{shown.id} re-runs #{execution.id} on the same inputs.", "success")
-    return _go(url_for("executions.detail", execution_id=shown.id))
+    return redirect_to(url_for("executions.detail", execution_id=shown.id))
 
 
 def _pair() -> tuple[Execution, Execution]:
@@ -327,7 +300,7 @@ def cancel(execution_id: int):
         flash(refusal.message, "error")
     else:
         flash(f"Requested the cancellation of execution #{execution.id}.", "info")
-    return _go(url_for("executions.detail", execution_id=execution.id))
+    return redirect_to(url_for("executions.detail", execution_id=execution.id))
 
 
 @bp.get("/<int:execution_id>/stats")

@@ -3,14 +3,13 @@ from __future__ import annotations
 from flask import render_template, request
 from flask_login import current_user
 
-from app.charts import human_bytes, storage_history_svg
+from app.charts import storage_history_svg
 from app.db import get_db, get_owned_or_404
 from app.models import ComputeUnit, Execution, Warehouse
 from app.usage import bp, forms, queries, service
-from app.warehouses.service import user_warehouses
+from app.warehouses.queries import user_warehouses
 
 USAGE_PERIODS = (7, 30)
-bp.add_app_template_filter(human_bytes, "human_bytes")
 
 
 @bp.get("/usage")

@@ -6,11 +6,12 @@ from htmx_flask import make_response
 
 from app.db import get_db, get_owned_or_404
 from app.iceberg_catalogs import ResultReadError
-from app.models import User, Warehouse
+from app.models import Warehouse
 from app.table_pages import canonical_page_url, table_page_context
-from app.warehouses import bp, forms, local_stack, service, sharing, tables
+from app.warehouses import bp, forms, local_stack, queries, service, sharing
 from app.warehouses.probe_limits import ProbesLimited
 from app.warehouses.service import WarehouseActionError
+from app.web import SharesPanel, redirect_to, shares_context
 
 
 @bp.context_processor
@@ -18,20 +19,15 @@ def form_choices() -> dict:
     return {"flavors": forms.FLAVORS}
 
 
-def _to(url: str):
-    """After an action: a redirect, as HTMX or as a plain browser expects it."""
-    return make_response("", redirect=url) if request.htmx else redirect(url)
-
-
 def _to_detail(warehouse_id: int):
-    return _to(url_for("warehouses.detail", warehouse_id=warehouse_id))
+    return redirect_to(url_for("warehouses.detail", warehouse_id=warehouse_id))
 
 
 @bp.get("/")
 def index():
     return render_template(
         "warehouses/index.html",
-        warehouses=service.user_warehouses(current_user),
+        warehouses=queries.user_warehouses(current_user),
         shared=sharing.shared_with(current_user),
     )
 
@@ -103,22 +99,25 @@ def detail(warehouse_id: int):
     )
 
 
+SHARES_PANEL = SharesPanel(
+    thing="warehouse",
+    levels=sharing.LEVELS,
+    default_level="read",
+    revoke_effect="New runs and pages are refused at once; a running run's next catalog call too.",
+    stays_yours="Credentials, rotation and closing stay yours.",
+)
+
+
 def _shares_context(warehouse: Warehouse, errors: dict | None = None, values=None) -> dict:
-    return {
-        "access": sharing.access_of(current_user, warehouse),
-        "owner": get_db().get(User, warehouse.owner_id),
-        "shares": sharing.shares_of(warehouse),
-        "share_levels": sharing.LEVELS,
-        "share_errors": errors or {},
-        "share_values": values or {"kind": "group", "level": "read"},
-        "shared_thing": "warehouse",
-        "can_share": warehouse.status == "active",
-        "share_url": url_for("warehouses.share", warehouse_id=warehouse.id),
-        "revoke_endpoint": "warehouses.revoke_share",
-        "revoke_args": {"warehouse_id": warehouse.id},
-        "revoke_effect": "New runs and pages are refused at once; a running run's next catalog call too.",
-        "stays_yours": "Credentials, rotation and closing stay yours.",
-    }
+    return shares_context(
+        SHARES_PANEL,
+        warehouse,
+        access=sharing.access_of(current_user, warehouse),
+        shares=sharing.shares_of(warehouse),
+        can_share=warehouse.status == "active",
+        errors=errors,
+        values=values,
+    )
 
 
 def _shares_panel(warehouse: Warehouse, errors: dict | None = None, values=None, status: int = 200):
@@ -153,7 +152,7 @@ def revoke_share(warehouse_id: int, share_id: int):
 def contents(warehouse_id: int):
     warehouse = sharing.accessible_or_404(warehouse_id)
     try:
-        namespaces, error = service.browse(warehouse), None
+        namespaces, error = queries.browse(warehouse), None
     except WarehouseActionError as failure:
         namespaces, error = [], failure.message
     return render_template(
@@ -161,7 +160,7 @@ def contents(warehouse_id: int):
         warehouse=warehouse,
         namespaces=namespaces,
         error=error,
-        is_internal=tables.is_internal,
+        is_internal=queries.is_internal,
     )
 
 
@@ -169,10 +168,10 @@ def contents(warehouse_id: int):
 def table(warehouse_id: int, name: str):
     """A table's page: schema, properties, snapshots, size, and its first rows (paged)."""
     warehouse = sharing.accessible_or_404(warehouse_id)
-    if not tables.valid_table_name(name):
+    if not queries.valid_table_name(name):
         abort(404)
     context = table_page_context(
-        lambda page, size: tables.preview(warehouse, name, page, size),
+        lambda page, size: queries.preview(warehouse, name, page, size),
         name,
         url_for("warehouses.table", warehouse_id=warehouse.id, name=name),
     )
@@ -182,10 +181,10 @@ def table(warehouse_id: int, name: str):
             push_url=canonical_page_url(context),
         )
     try:
-        overview, error = tables.overview(warehouse, name), None
+        overview, error = queries.overview(warehouse, name), None
     except ResultReadError as failure:
         overview, error = None, failure.args[0]
-    links = tables.property_links(overview.properties, current_user) if overview else {}
+    links = queries.property_links(overview.properties, current_user) if overview else {}
     return render_template(
         "warehouses/table.html",
         warehouse=warehouse,
@@ -295,7 +294,7 @@ def purge(warehouse_id: int):
         )
         return _to_detail(warehouse_id)
     flash(f"Warehouse {name} is purged: {removed}.", "success")
-    return _to(url_for("warehouses.index"))
+    return redirect_to(url_for("warehouses.index"))
 
 
 @bp.get("/<int:warehouse_id>/closing")

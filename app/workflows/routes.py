@@ -2,15 +2,15 @@ from __future__ import annotations
 
 from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
-from htmx_flask import make_response
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from app.db import get_db, get_owned_or_404
-from app.models import User, Warehouse, WarehouseStatus, Workflow, WorkflowVersion
+from app.db import get_owned_or_404
+from app.models import Warehouse, WarehouseStatus, Workflow, WorkflowVersion
 
 # The module, not the name: app.warehouses.service imports app.executions, which imports this
 # module, so when the warehouses blueprint is loaded first the name does not exist yet here.
-from app.warehouses import service as warehouse_service
+from app.warehouses import queries as warehouse_queries
+from app.web import SharesPanel, redirect_to, shares_context
 from app.workflows import bp, datasets, forms, service, sharing, steps
 from app.workflows.datasets import DatasetError
 from app.workflows.service import WorkflowActionError
@@ -27,11 +27,6 @@ def workflow_context() -> dict:
 def _partial_wanted() -> bool:
     """An HTMX request gets just the partial; a history restore needs the whole page."""
     return bool(request.htmx) and not request.htmx.history_restore_request
-
-
-def _go(url: str):
-    """After an action: a redirect, as HTMX or as a plain browser expects it."""
-    return make_response("", redirect=url) if request.htmx else redirect(url)
 
 
 @bp.get("/")
@@ -103,30 +98,32 @@ def delete(workflow_id: int):
         service.delete(workflow)
     except WorkflowActionError as error:
         flash(error.message, "error")
-        return _go(url_for("workflows.detail", workflow_id=workflow_id))
+        return redirect_to(url_for("workflows.detail", workflow_id=workflow_id))
     flash(f"Workflow {name} is deleted.", "success")
-    return _go(url_for("workflows.index"))
+    return redirect_to(url_for("workflows.index"))
 
 
 # --- Sharing: the owner shares and revokes; a sharee copies ---
 
 
+SHARES_PANEL = SharesPanel(
+    thing="workflow",
+    levels=sharing.LEVELS,
+    default_level="view",
+    revoke_effect="They can no longer open or run it; what they ran stays theirs.",
+    stays_yours="Editing, schedules and deleting stay yours.",
+)
+
+
 def _shares_context(workflow: Workflow, errors: dict | None = None, values=None) -> dict:
-    return {
-        "access": sharing.access_of(current_user, workflow),
-        "owner": get_db().get(User, workflow.owner_id),
-        "shares": sharing.shares_of(workflow),
-        "share_levels": sharing.LEVELS,
-        "share_errors": errors or {},
-        "share_values": values or {"kind": "group", "level": "view"},
-        "shared_thing": "workflow",
-        "can_share": True,
-        "share_url": url_for("workflows.share", workflow_id=workflow.id),
-        "revoke_endpoint": "workflows.revoke_share",
-        "revoke_args": {"workflow_id": workflow.id},
-        "revoke_effect": "They can no longer open or run it; what they ran stays theirs.",
-        "stays_yours": "Editing, schedules and deleting stay yours.",
-    }
+    return shares_context(
+        SHARES_PANEL,
+        workflow,
+        access=sharing.access_of(current_user, workflow),
+        shares=sharing.shares_of(workflow),
+        errors=errors,
+        values=values,
+    )
 
 
 def _shares_panel(workflow: Workflow, errors: dict | None = None, values=None, status: int = 200):
@@ -160,14 +157,14 @@ def copy(workflow_id: int):
     values, errors = forms.parse_workflow_form({"name": name, "description": ""})
     if errors:
         flash(next(iter(errors.values())), "error")
-        return _go(url_for("workflows.detail", workflow_id=workflow.id))
+        return redirect_to(url_for("workflows.detail", workflow_id=workflow.id))
     try:
         made = sharing.copy(current_user, workflow, values["name"])
     except WorkflowActionError as error:
         flash(error.message, "error")
-        return _go(url_for("workflows.detail", workflow_id=workflow.id))
+        return redirect_to(url_for("workflows.detail", workflow_id=workflow.id))
     flash(f"{made.name} is your copy of {workflow.name}: edit it as you like.", "success")
-    return _go(url_for("workflows.detail", workflow_id=made.id))
+    return redirect_to(url_for("workflows.detail", workflow_id=made.id))
 
 
 # --- The step editor: the form carries every step; each action answers with the whole, checked editor ---
@@ -269,7 +266,7 @@ def save(workflow_id: int):
             status=422,
         )
     flash(f"Saved {workflow.name} as version {saved.version}.", "success")
-    return _go(url_for("workflows.detail", workflow_id=workflow.id))
+    return redirect_to(url_for("workflows.detail", workflow_id=workflow.id))
 
 
 # --- Data sources: uploads and sample data into a warehouse ---
@@ -294,7 +291,7 @@ def upload_too_large(_error):
 
 def _data_sources(partial: str, status: int = 200, **context):
     """The data-sources page, or for HTMX just `partial`."""
-    warehouses = warehouse_service.user_warehouses(current_user)
+    warehouses = warehouse_queries.user_warehouses(current_user)
     context = {
         "warehouses": warehouses,
         "active_warehouses": [w for w in warehouses if w.status == WarehouseStatus.ACTIVE],
