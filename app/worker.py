@@ -13,7 +13,7 @@ storage measured from table metadata, stored as samples that pages read), and ev
 SCHEDULER_SECONDS the scheduler pass (app/schedules/work.py: each schedule's due times, each
 fired once), every IDENTITY_CHECK_SECONDS the identity pass (app/auth/work.py: each
 active user asked about again at the identity provider), and every GRANTS_RECONCILE_SECONDS the
-grants pass (app/warehouses/grants.py: each warehouse's grants in Lakekeeper compared with its
+grants pass (app/warehouses/work.py: each warehouse's grants in Lakekeeper compared with its
 shares and repaired, unused group roles deleted; one whose catalog write failed is checked at once).
 
 Each piece of work is claimed through a lease (app/leases.py) named after it, renewed while the
@@ -79,7 +79,7 @@ def _join_the_features() -> None:
     from app.models import ComparisonJob, SampleDataJob
     from app.schedules import work as _schedules_work  # noqa: F401
     from app.usage import work as _usage_work  # noqa: F401
-    from app.warehouses import closing, grants
+    from app.warehouses import work as _warehouses_work  # noqa: F401
     from app.workflows import datasets
 
     join = _Interim()
@@ -95,8 +95,6 @@ def _join_the_features() -> None:
         join.JOBS + 2,
         lambda: join.live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job),
     )
-    join.pending_source("warehouse-closing", join.CATALOG + 1, closing.pending_work)
-    join.pending_source("grants", join.CATALOG + 2, grants.pending_work)
     join.pending_source("notifications", join.NOTIFICATIONS, notifications.pending_work)
 
     join.periodic_pass(
@@ -104,9 +102,6 @@ def _join_the_features() -> None:
         "WORKER_SUPERVISOR_SECONDS",
         supervision.supervise,
         join.FirstPass.AFTER_A_PERIOD,
-    )
-    join.periodic_pass(
-        grants.LEASE, "GRANTS_RECONCILE_SECONDS", grants.reconcile, join.FirstPass.SOON
     )
 
 

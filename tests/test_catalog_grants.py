@@ -20,7 +20,8 @@ from app.lakekeeper.errors import LakekeeperError, LakekeeperUnavailable
 from app.lakekeeper.resources import WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import AuditEvent, GroupRole, Warehouse, WarehouseShare
-from app.warehouses import grants, sharing
+from app.warehouses import sharing
+from app.warehouses import work as warehouse_work
 from app.worker import Worker
 from tests.factories import csrf, make_user, reload, set_groups, share, sign_in_as
 
@@ -150,7 +151,7 @@ def test_drift_in_the_catalog_is_repaired_by_one_pass_with_an_audit_event_each(t
         )
         catalog.update_role_members(role_id, add={carol_id}, remove={member_id})
         first = last_event_id(db_engine)
-        grants.reconcile()
+        warehouse_work.reconcile_grants()
         assert catalog.role_members(role_id) == {member_id}
     found, wanted = catalog_agrees(app, db_engine, warehouse)
     assert found == wanted and WarehouseAssignment("select", user=carol_id) in found
@@ -176,7 +177,7 @@ def test_drift_in_the_catalog_is_repaired_by_one_pass_with_an_audit_event_each(t
 
     with app.app_context():
         first = last_event_id(db_engine)
-        grants.reconcile()  # nothing differs now: nothing repaired, nothing recorded
+        warehouse_work.reconcile_grants()  # nothing differs now: nothing repaired, nothing recorded
     assert [
         e for e in events_since(db_engine, first, "warehouse.") if e.object_id == str(warehouse.id)
     ] == []
@@ -204,7 +205,7 @@ def test_a_groups_role_nothing_uses_is_deleted_with_its_assignees(team, db_engin
         assert lakekeeper().role_members(role.lakekeeper_role_id) == {
             lakekeeper_user_id(member.subject)
         }
-        grants.reconcile()
+        warehouse_work.reconcile_grants()
         with pytest.raises(LakekeeperError) as gone:
             lakekeeper().role_members(role.lakekeeper_role_id)
     assert gone.value.status == 404
@@ -251,16 +252,20 @@ def test_a_catalog_write_whose_answer_was_lost_is_checked_by_the_worker_soon(
     assert reload(db_engine, Warehouse, warehouse.id).grants_due_at is not None
 
     with app.app_context():
-        due = {name: (work, subject) for name, work, subject in grants.pending_work()}
+        due = {
+            name: (work, subject) for name, work, subject in warehouse_work.pending_grant_checks()
+        }
         work, subject = due[f"warehouse-grants:{warehouse.id}"]
         work(subject)
         assert f"warehouse-grants:{warehouse.id}" not in {
-            name for name, _, _ in grants.pending_work()
+            name for name, _, _ in warehouse_work.pending_grant_checks()
         }
     found, wanted = catalog_agrees(app, db_engine, warehouse)
     assert found == wanted
     assert reload(db_engine, Warehouse, warehouse.id).grants_due_at is None
-    assert grants.LEASE in Worker(app)._passes  # and periodically, with the worker's other passes
+    assert (
+        warehouse_work.GRANTS_LEASE in Worker(app)._passes
+    )  # and periodically, with the worker's other passes
 
 
 def test_a_sign_in_asks_the_catalog_only_about_groups_that_changed(team, db_engine, monkeypatch):
@@ -315,7 +320,7 @@ def test_an_assignment_change_over_one_openfga_write_goes_in_turns_deletes_first
 
     from app.lakekeeper.tokens import ClientCredentialsTokenSource
     from tests.lakekeeper_contract import ContractCheckingTransport
-    from tests.test_lakekeeper_client import (
+    from tests.stand_ins import (
         BASE_URL,
         PERMISSIONS_PATH,
         PROJECT_ID,
@@ -399,7 +404,7 @@ def test_on_sqlite_shares_and_the_worker_check_take_turns_without_waiting_on_eac
         lakekeeper().update_warehouse_assignments(
             warehouse.lakekeeper_id, writes=[WarehouseAssignment("ownership", user=member_id)]
         )
-        grants.reconcile()
+        warehouse_work.reconcile_grants()
         found = set(lakekeeper().warehouse_assignments(warehouse.lakekeeper_id))
         wanted = set(sharing.catalog_assignments(reload(engine, Warehouse, warehouse.id)))
     assert found == wanted and WarehouseAssignment("ownership", user=member_id) not in found

@@ -13,7 +13,8 @@ import pytest
 from sqlmodel import Session, select
 
 from app.models import ComparisonJob, ComputeUnit, Execution, Warehouse, utcnow
-from app.warehouses import closing, service
+from app.warehouses import service
+from app.warehouses import work as warehouse_work
 from tests.factories import csrf, equipped, execution_row, reload
 
 WITHIN_SECONDS = 1.0
@@ -140,7 +141,7 @@ def test_the_worker_takes_the_catalog_step_once_the_runs_have_stopped_and_retrie
 
     def worker_pass():
         with app.app_context():
-            for name, function, subject in closing.pending_work():
+            for name, function, subject in warehouse_work.pending_closings():
                 if name == f"warehouse-closing:{warehouse.id}":
                     function(subject)
 

@@ -413,7 +413,7 @@ def test_no_secret_in_database_logs_or_pages(app, client, auth, lakehouse, db_en
 def test_a_purge_left_to_drain_is_finished_by_the_worker(
     app, client, auth, lakehouse, db_engine, monkeypatch
 ):
-    from app.warehouses import closing
+    from app.warehouses import work as warehouse_work
 
     auth.login("alice")
     register(client, auth, lakehouse, "draining")
@@ -455,7 +455,7 @@ def test_a_purge_left_to_drain_is_finished_by_the_worker(
 
     def worker_pass():
         with app.app_context():
-            for name, function, subject in closing.pending_work():
+            for name, function, subject in warehouse_work.pending_closings():
                 if name == f"warehouse-closing:{row.id}":
                     function(subject)
 

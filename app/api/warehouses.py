@@ -13,7 +13,7 @@ from app.api.paging import ERRORS, page_of, table_read
 from app.api.problems import ApiProblem
 from app.db import get_owned_or_404
 from app.models import Warehouse
-from app.warehouses import forms, service, tables
+from app.warehouses import forms, queries, service
 from app.warehouses.probe_limits import ProbesLimited
 from app.warehouses.service import WarehouseActionError
 
@@ -54,7 +54,7 @@ def _refusals():
 def list_warehouses(query: schemas.ListQuery):
     """Your warehouses."""
     return page_of(
-        service.user_warehouses(current_user), query, warehouse_out, schemas.WarehousePage
+        queries.user_warehouses(current_user), query, warehouse_out, schemas.WarehousePage
     )
 
 
@@ -140,7 +140,7 @@ def list_tables(warehouse_id: int):
     """Every table of the warehouse, by namespace."""
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
     with _refusals():
-        listings = service.browse(warehouse)
+        listings = queries.browse(warehouse)
     return [
         schemas.TableRef(namespace=listing.name, name=table.identifier.name)
         for listing in listings
@@ -156,9 +156,9 @@ def list_tables(warehouse_id: int):
 def get_table(warehouse_id: int, name: str):
     """A table's schema, properties, snapshots (newest first) and size; `name` is `namespace.table`."""
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    if not tables.valid_table_name(name):
+    if not queries.valid_table_name(name):
         raise ApiProblem(404, "No such table.")
-    found = table_read(lambda: tables.overview(warehouse, name), missing="No such table.")
+    found = table_read(lambda: queries.overview(warehouse, name), missing="No such table.")
     return schemas.TableOverview(
         name=found.name,
         location=found.location,

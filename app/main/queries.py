@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from app.compute_units.lifecycle import user_compute_units
 from app.executions.history import ExecutionRow, user_executions
 from app.models import ComputeUnit, UnitState, User, Warehouse
-from app.warehouses.service import user_warehouses
+from app.warehouses.queries import user_warehouses
 from app.workflows.service import user_workflows
 
 RECENT_EXECUTIONS = 5

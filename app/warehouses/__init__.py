@@ -2,14 +2,16 @@
 
 Modules:
 - `routes.py` — the pages, thin
-- `service.py` — register, rename, rotate, deactivate, archive, purge, browse
-- `sharing.py` — shares with a user or a group, mirrored into Lakekeeper as grants
-- `closing.py` — the worker's part of a deactivation, archive or purge
-- `grants.py` — the worker's comparison of Lakekeeper's grants with the shares: repairs
+- `service.py` — register, rename, rotate, deactivate, archive, purge: Lakekeeper first, the row
+  second
+- `queries.py` — what the pages read: a user's warehouses, the table explorer's namespaces and a
+  table's schema, properties, snapshots and first rows
+- `work.py` — the worker's side: the catalog's part of a deactivation, archive or purge; the
+  catalog's grants compared with the shares and repaired
+- `sharing.py` — shares with a user or a group, mirrored into Lakekeeper as grants; who may do what
 - `forms.py` — validation, inline and on submit
 - `diagnosis.py` — which form field a storage refusal is about
 - `probe_limits.py` — how many connection tests one user may run
-- `tables.py` — the table explorer: namespaces, schema, properties, snapshots, first rows
 - `local_stack.py` — the local stack's storage hints on the register page
 """
 

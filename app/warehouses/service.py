@@ -18,7 +18,7 @@ from app.db import get_db
 from app.errors import UserFacingError
 from app.extensions import lakekeeper
 from app.lakekeeper.errors import LakekeeperError
-from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile, TableSummary
+from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile
 from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import Execution, ExecutionState, User, Warehouse, WarehouseStatus, utcnow
 from app.network_policy import OutboundRefused, portal_policy
@@ -80,15 +80,6 @@ def test_connection(form: StorageForm, owner: User | None = None) -> ProbeReport
             S3Credentials(form.access_key_id, form.secret_access_key),
             policy=portal_policy(),
         )
-
-
-def user_warehouses(owner: User) -> list[Warehouse]:
-    statement = (
-        select(Warehouse)
-        .where(Warehouse.owner_id == owner.id)
-        .order_by(Warehouse.created_at.desc())
-    )
-    return list(get_db().exec(statement))
 
 
 def name_taken(owner: User, name: str, except_id: int | None = None) -> bool:
@@ -282,7 +273,7 @@ def _close(warehouse: Warehouse, step: str, previous: str, why: str) -> int:
     the runs writing into it stop (returns how many), then the catalog's part, since their clean-up
     (dropping partial results) still needs the access it takes away. That part is done now if
     nothing still writes into the warehouse (a refusal then undoes the step, and says why), else
-    owed to the worker once the runs have ended (app/warehouses/closing.py): a request never
+    owed to the worker once the runs have ended (app/warehouses/work.py): a request never
     waits on a unit."""
     _save(warehouse)
     audit.record(f"warehouse.{step}", warehouse, before=previous, after=warehouse.status)
@@ -361,7 +352,7 @@ PURGE_RETRY_SECONDS = 1.0
 def purge(warehouse: Warehouse, typed_name: str) -> PurgeOutcome:
     """Step two: drop every table (purging its files), then the namespaces, then the warehouse,
     then Lakeport's row. While Lakekeeper still drains its purge tasks the warehouse cannot be
-    deleted yet: that last part is then owed to the worker (app/warehouses/closing.py), which
+    deleted yet: that last part is then owed to the worker (app/warehouses/work.py), which
     tries again until it is done; a request never waits for it. A 404 counts as done."""
     _require(warehouse, WarehouseStatus.ARCHIVED, "Archive the warehouse before purging it.")
     if typed_name.strip() != warehouse.name:
@@ -409,31 +400,6 @@ def _delete_purged(warehouse: Warehouse) -> bool:
     db.commit()
     current_app.logger.info("purged warehouse %s (%s)", warehouse.id, warehouse.lakekeeper_id)
     return True
-
-
-@dataclass
-class NamespaceListing:
-    name: str
-    tables: list[TableSummary]
-
-
-def browse(warehouse: Warehouse) -> list[NamespaceListing]:
-    """The warehouse's namespaces (nested ones flattened as a.b) with each table's rows and size."""
-    client = lakekeeper()
-    try:
-        prefix = client.catalog_prefix(warehouse.lakekeeper_name)
-        listings = []
-        pending = list(client.list_namespaces(prefix))
-        while pending:
-            namespace = pending.pop(0)
-            tables = [
-                client.load_table(prefix, table) for table in client.list_tables(prefix, namespace)
-            ]
-            listings.append(NamespaceListing(".".join(namespace), tables))
-            pending.extend(client.list_namespaces(prefix, namespace))
-    except LakekeeperError as error:
-        raise WarehouseActionError(error.user_message) from error
-    return sorted(listings, key=lambda listing: listing.name)
 
 
 def _require(warehouse: Warehouse, status: str, message: str) -> None:

@@ -13,7 +13,7 @@ Changes to one warehouse's shares take turns (`lock_grants`: its row locked unti
 commits), and the grants written are computed inside that turn from the committed shares plus this
 change, so two changes at once can never write each other's stale view (a revoke's grants put back).
 A catalog write that fails asks the worker to compare and repair soon (`grants_due_at`); the worker
-also compares every warehouse periodically (app/warehouses/grants.py).
+also compares every warehouse periodically (app/warehouses/work.py).
 
 An archived warehouse keeps only reading, for its owner and its sharees alike; a purge takes
 every grant away. Credentials, rotation, renaming, closing and sharing stay with the owner.
@@ -267,7 +267,7 @@ def ensure_group_role(group: str) -> None:
 def _group_role(group: str) -> str:
     """The group's Lakekeeper role id (made by `ensure_group_role`). Its row stays locked until the
     caller's transaction ends, so the worker cannot delete the role as unused
-    (app/warehouses/grants.py) while a share of it is being made."""
+    (app/warehouses/work.py) while a share of it is being made."""
     role = (
         get_db()
         .exec(
