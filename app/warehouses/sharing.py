@@ -55,16 +55,28 @@ LEVELS = {
 RELATIONS = {"read": ("describe", "select"), "write": ("describe", "select", "create", "modify")}
 OWNER, WRITE, READ = grantees.OWNER, "write", "read"
 MAX_SHARES = 100
-# What `user` may do with a warehouse (`access_of`: "owner", "write", "read", or None), the
-# warehouse if the signed-in user may (`accessible_or_404`), the warehouses shared with a user
-# (`shared_with`), who else has one (`shares_of`).
 _shares = grantees.Shares(Warehouse, WarehouseShare, "warehouse_id", (READ, WRITE))
-access_of, accessible_or_404, shared_with, shares_of = (
-    _shares.access_of,
-    _shares.accessible_or_404,
-    _shares.shared_with,
-    _shares.shares_of,
-)
+
+
+def access_of(user: User, warehouse: Warehouse) -> str | None:
+    """What `user` may do with `warehouse`: OWNER, WRITE or READ, or None."""
+    return _shares.access_of(user, warehouse)
+
+
+def accessible_or_404(warehouse_id: int, need: str | None = None) -> Warehouse:
+    """The warehouse if the signed-in user may `need` it (by default the lowest level); 404
+    otherwise, exactly like a missing one."""
+    return _shares.accessible_or_404(warehouse_id, need)
+
+
+def shared_with(user: User) -> list[tuple[Warehouse, str, User]]:
+    """Other users' warehouses shared with `user`: (the warehouse, the best level, its owner)."""
+    return _shares.shared_with(user)
+
+
+def shares_of(warehouse: Warehouse) -> list[tuple]:
+    """Who else has `warehouse`: each share with its user (None for a group's)."""
+    return _shares.shares_of(warehouse)
 
 
 class ShareRefused(UserFacingError):

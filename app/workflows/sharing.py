@@ -19,16 +19,28 @@ from app.workflows import service
 LEVELS = {"view": "View its versions and copy it", "run": "Also run it, on their own unit"}
 OWNER, RUN, VIEW = grantees.OWNER, "run", "view"
 MAX_SHARES = 100
-# What `user` may do with a workflow (`access_of`: "owner", "run", "view", or None), the
-# workflow if the signed-in user may (`accessible_or_404`), the workflows shared with a user
-# (`shared_with`), who else has one (`shares_of`).
 _shares = grantees.Shares(Workflow, WorkflowShare, "workflow_id", (VIEW, RUN))
-access_of, accessible_or_404, shared_with, shares_of = (
-    _shares.access_of,
-    _shares.accessible_or_404,
-    _shares.shared_with,
-    _shares.shares_of,
-)
+
+
+def access_of(user: User, workflow: Workflow) -> str | None:
+    """What `user` may do with `workflow`: OWNER, RUN or VIEW, or None."""
+    return _shares.access_of(user, workflow)
+
+
+def accessible_or_404(workflow_id: int, need: str | None = None) -> Workflow:
+    """The workflow if the signed-in user may `need` it (by default the lowest level); 404
+    otherwise, exactly like a missing one."""
+    return _shares.accessible_or_404(workflow_id, need)
+
+
+def shared_with(user: User) -> list[tuple[Workflow, str, User]]:
+    """Other users' workflows shared with `user`: (the workflow, the best level, its owner)."""
+    return _shares.shared_with(user)
+
+
+def shares_of(workflow: Workflow) -> list[tuple]:
+    """Who else has `workflow`: each share with its user (None for a group's)."""
+    return _shares.shares_of(workflow)
 
 
 class ShareRefused(UserFacingError):
