@@ -14,7 +14,8 @@ Modules:
 - `security.py` — CSRF, security headers, sign-in required
 - `roles.py` — groups from the identity provider's `groups` claim; who is an operator
 - `grantees.py` — whom a warehouse or workflow is shared with, and who may do what with it
-- `worker.py` — the worker process: claims work through leases, runs it, the supervisor pass
+- `worker.py` — the worker process: claims the registry's work through leases and runs it
+- `work_registry.py` — the worker's registry: the pending work and periodic passes each feature's `work.py` joins
 - `leases.py` — compare-and-set leases in `work_leases`
 - `network_policy.py` — which hosts the portal may contact when a user names them
 - `storage_probe.py` — the "Test connection" probe of a bucket (SigV4 over httpx)
@@ -173,7 +174,7 @@ def register_commands(app: Flask) -> None:
     def stop_local_units(reason: str):
         """Stop every local compute unit of this database at once (when the machine's stack goes
         down: local units are the worker's child processes)."""
-        from app.compute_units.supervision import terminate_all_local
+        from app.compute_units.work import terminate_all_local
 
         stopped = terminate_all_local(reason)
         click.echo(f"stopped {stopped} local compute unit(s)")

@@ -52,7 +52,6 @@ from app.db import DATABASE_UNAVAILABLE
 
 logger = logging.getLogger(__name__)
 
-SUPERVISOR_LEASE = "supervisor"
 # Pauses between attempts while the database is unavailable: doubling up to this.
 MAX_BACKOFF_SECONDS = 15.0
 # How long a stopping worker waits for unit starts and stops under way (its stop timeout is longer).
@@ -74,34 +73,19 @@ def _join_the_features() -> None:
     its own will use, and only where no entry of that name is in the registry already."""
     # The `_..._work` imports: features whose work.py joins the registry itself.
     from app.auth import work as _auth_work  # noqa: F401
-    from app.compute_units import supervision
-    from app.executions import comparison, notifications, runner
-    from app.models import ComparisonJob, SampleDataJob
+    from app.compute_units import work as _units_work  # noqa: F401
+    from app.executions import work as _executions_work  # noqa: F401
+    from app.models import SampleDataJob
     from app.schedules import work as _schedules_work  # noqa: F401
     from app.usage import work as _usage_work  # noqa: F401
     from app.warehouses import work as _warehouses_work  # noqa: F401
     from app.workflows import datasets
 
     join = _Interim()
-    join.pending_source("units", join.UNITS, supervision.pending_work)
-    join.pending_source("executions", join.EXECUTIONS, runner.pending_work)
-    join.pending_source(
-        "comparison",
-        join.JOBS + 1,
-        lambda: join.live_jobs(ComparisonJob, "comparison", comparison.run_rows_job),
-    )
     join.pending_source(
         "sample-data",
         join.JOBS + 2,
         lambda: join.live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job),
-    )
-    join.pending_source("notifications", join.NOTIFICATIONS, notifications.pending_work)
-
-    join.periodic_pass(
-        SUPERVISOR_LEASE,
-        "WORKER_SUPERVISOR_SECONDS",
-        supervision.supervise,
-        join.FirstPass.AFTER_A_PERIOD,
     )
 
 

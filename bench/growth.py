@@ -18,7 +18,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.compute_units import lifecycle
+from app.compute_units import handles
 from app.models import ComputeUnit
 from app.ray_clusters.local import cluster_pids
 from bench.harness import CU_CPUS, Bench, Summary, interleaved, median, verdict
@@ -40,7 +40,7 @@ def run(bench: Bench, options) -> Summary:
     cu_id = bench.compute_unit_id()
     workflow_id = bench.create_workflow("bench-growth-q1", STEPS)
     with bench.app.app_context():
-        handle = lifecycle.handle_of(bench.row(ComputeUnit, cu_id))
+        handle = handles.handle_of(bench.row(ComputeUnit, cu_id))
     figures = {}
     for scale_factor in SCALE_FACTORS:
         seconds = bench.generate_tpch(scale_factor)

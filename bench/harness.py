@@ -26,7 +26,9 @@ from pathlib import Path
 from sqlmodel import Session, select
 
 from app import create_app
-from app.compute_units import lifecycle, supervision
+from app.compute_units import handles
+from app.compute_units import service as unit_service
+from app.compute_units import work as unit_work
 from app.compute_units.phase import SPARK_FAILED_EVENT, SPARK_READY_EVENT
 from app.config import SETTINGS, Config
 from app.db import make_engine
@@ -323,7 +325,7 @@ class Bench:
             if (worker := self.stack.process("worker")) is not None:
                 worker.stop()  # first: it would start what is terminated below again (the pool)
             with self.app.app_context():
-                stopped = supervision.terminate_all_local("the benchmark is over")
+                stopped = unit_work.terminate_all_local("the benchmark is over")
             if stopped:
                 self.say(f"  teardown: terminated {stopped} compute unit(s)")
             self.app = None
@@ -513,7 +515,7 @@ class Bench:
     def terminate_unit_row(self, cu_id: int) -> None:
         """Terminate a unit no route reaches (a pooled one, no one's) and wait until it is gone."""
         with self.app.app_context():
-            lifecycle.terminate(self.row(ComputeUnit, cu_id), reason="the benchmark is over")
+            unit_service.terminate(self.row(ComputeUnit, cu_id), reason="the benchmark is over")
         self.wait_for_row(
             ComputeUnit,
             cu_id,
@@ -535,7 +537,7 @@ class Bench:
     @contextmanager
     def spark_host(self, cu_id: int) -> Iterator[SparkHostClient]:
         with self.app.app_context():
-            handle = lifecycle.handle_of(self.row(ComputeUnit, cu_id))
+            handle = handles.handle_of(self.row(ComputeUnit, cu_id))
         with SparkHostClient(handle, timeout=30.0) as client:
             yield client
 

@@ -14,7 +14,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from app.compute_units import lifecycle
+from app.compute_units import handles
 from app.models import ComputeUnit
 from app.ray_clusters.local import cluster_pids
 from bench.harness import Bench, Summary, verdict
@@ -33,7 +33,7 @@ def run(bench: Bench, options) -> Summary:
     bench.wait_until_spark_ready(cu_id)
     time.sleep(SETTLE_S)
     with bench.app.app_context():
-        handle = lifecycle.handle_of(bench.row(ComputeUnit, cu_id))
+        handle = handles.handle_of(bench.row(ComputeUnit, cu_id))
     processes = [
         process for pid in cluster_pids(handle) if (process := _memory_of(pid)) is not None
     ]

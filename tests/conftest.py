@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from app import create_app
-from app.compute_units import lifecycle
+from app.compute_units import handles
+from app.compute_units import service as unit_service
 from app.models import ComputeUnit, User, Warehouse
 from app.ray_clusters.local import cluster_pids
 from app.worker import Worker
@@ -129,10 +130,10 @@ def e2e(portal_config, lakehouse, db_engine):
     cu = start_unit(client, db_engine, "e2e")
     cu_id = cu.id
     with app.app_context():
-        pids = cluster_pids(lifecycle.handle_of(cu))
+        pids = cluster_pids(handles.handle_of(cu))
     yield app, client, user, cu_id, warehouse_id
     with app.app_context():
-        lifecycle.terminate(reload(db_engine, ComputeUnit, cu_id), reason="test over")
+        unit_service.terminate(reload(db_engine, ComputeUnit, cu_id), reason="test over")
     deadline = time.monotonic() + 60
     while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.5)

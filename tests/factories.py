@@ -28,7 +28,7 @@ from pyiceberg.catalog import load_catalog
 from sqlmodel import Session, select
 
 from app.config import Config as PortalConfig
-from app.executions import notifications
+from app.executions import delivery
 from app.models import (
     ComputeUnit,
     ComputeUnitEvent,
@@ -612,7 +612,7 @@ def run_ends(app, db_engine, monkeypatch, schedule, state: str) -> None:
 
 def deliver_all(app) -> None:
     with app.app_context():
-        for _name, function, subject in notifications.pending_work():
+        for _name, function, subject in delivery.pending_work():
             function(subject)
 
 

@@ -15,7 +15,9 @@ import pytest
 from sqlmodel import Session, select
 
 from app import create_app
-from app.compute_units import lifecycle, supervision
+from app.compute_units import handles, supervision
+from app.compute_units import service as unit_service
+from app.compute_units import work as unit_work
 from app.models import (
     ComputeUnit,
     ComputeUnitEvent,
@@ -90,7 +92,7 @@ def cu_id_from(response) -> int:
 
 def cluster_pids_and_ports(app, cu: ComputeUnit) -> tuple[list[int], list[int]]:
     with app.app_context():
-        handle = lifecycle.handle_of(cu)
+        handle = handles.handle_of(cu)
     return cluster_pids(handle), list(handle.details["ports"].values())
 
 
@@ -132,7 +134,7 @@ def test_killed_head_is_failed_with_a_reason_at_the_next_check(
     running = wait_for_state(client, db_engine, cu_id, ("RUNNING", "FAILED"))
     assert running.state == "RUNNING", running.reason
     with app.app_context():
-        head = lifecycle.handle_of(running).details["nodes"][0]
+        head = handles.handle_of(running).details["nodes"][0]
     pids, _ports = cluster_pids_and_ports(app, running)
     os.kill(head["pid"], signal.SIGKILL)
     failed = wait_for_state(client, db_engine, cu_id, ("FAILED",), timeout=30)
@@ -217,7 +219,7 @@ def test_limits_are_enforced_with_clear_form_errors(app, client, auth, db_engine
     ]
     # What the local stack does on Ctrl-C: every live local unit goes down with it.
     with app.app_context():
-        assert supervision.terminate_all_local("the local stack stopped") == 2
+        assert unit_work.terminate_all_local("the local stack stopped") == 2
     for cu_id in (first, second):
         ended = unit(db_engine, cu_id)
         assert (ended.state, ended.reason) == ("TERMINATED", "the local stack stopped")
@@ -435,10 +437,12 @@ def test_a_failure_never_overwrites_a_final_state(app, db_engine):
     terminated = unit_row(db_engine, owner, state="TERMINATED", reason="terminated by its owner")
     stopping = unit_row(db_engine, owner, state="TERMINATING")
     with app.app_context():
-        assert not lifecycle.fail(terminated, "the cluster stopped")
-        assert not lifecycle.fail(stopping, "the cluster stopped")  # only a RUNNING unit fails so
-        lifecycle.run_stop(stopping)  # no cluster to stop: TERMINATED
-        assert not lifecycle.fail(
+        assert not unit_service.fail(terminated, "the cluster stopped")
+        assert not unit_service.fail(
+            stopping, "the cluster stopped"
+        )  # only a RUNNING unit fails so
+        unit_work.run_stop(stopping)  # no cluster to stop: TERMINATED
+        assert not unit_service.fail(
             stopping, "the cluster stopped", from_states=("RUNNING", "TERMINATING")
         )
     assert (unit(db_engine, terminated).state, unit(db_engine, terminated).reason) == (
@@ -465,9 +469,9 @@ def test_parallel_creates_never_exceed_the_per_user_limit(app, db_engine):
             }
             barrier.wait()
             try:
-                lifecycle.create(owner, values)
+                unit_service.create(owner, values)
                 outcomes.append("created")
-            except lifecycle.ComputeUnitError as error:
+            except unit_service.ComputeUnitError as error:
                 outcomes.append(error.message)
 
     threads = [threading.Thread(target=create, args=(number,)) for number in range(8)]
@@ -489,8 +493,8 @@ def test_a_reason_longer_than_its_column_is_cut_and_logged_whole(app, db_engine,
     owner = newcomer(db_engine)
     cu_id = unit_row(db_engine, owner, state="STARTING")
     log_tail = "\n".join(f"line {number}: " + "x" * 80 for number in range(30))  # ~2,700 characters
-    with app.app_context(), caplog.at_level("WARNING", logger="app.compute_units.lifecycle"):
-        assert lifecycle.fail(
+    with app.app_context(), caplog.at_level("WARNING", logger="app.compute_units.service"):
+        assert unit_service.fail(
             cu_id, f"head node did not start:\n{log_tail}", from_states=("STARTING",)
         )
     failed = unit(db_engine, cu_id)
@@ -533,7 +537,7 @@ def test_pages_show_the_workers_last_check_and_never_ask_the_cluster(
     cu_id = unit_row(db_engine, alice, state="RUNNING", handle=handle.to_json())
     backend = CountingBackend()
     backend.nodes = [NodeStatus("head-node-1", True, True, 2.0, 2 * 2**30)]
-    monkeypatch.setattr(lifecycle, "_backend", lambda cu: backend)
+    monkeypatch.setattr(handles, "backend_of", lambda cu: backend)
     for _ in range(5):  # five browsers polling the row and the page
         assert client.get(f"/compute-units/{cu_id}/row").status_code == 200
         assert 'data-testid="cu-node"' not in client.get(

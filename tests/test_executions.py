@@ -28,9 +28,11 @@ from sqlmodel import Session, select
 
 from app import create_app
 from app.charts import StepTiming, step_timeline_svg
-from app.compute_units import door, lifecycle
+from app.compute_units import door, handles
 from app.executions import logs as logs_view
-from app.executions import run_spec, runner
+from app.executions import run_spec
+from app.executions import service as execution_service
+from app.executions import work as execution_work
 from app.extensions import lakekeeper
 from app.models import (
     ComputeUnit,
@@ -324,11 +326,13 @@ def test_cancelling_a_running_execution_is_recorded_and_passed_on_by_the_worker(
         asked == [] and reload(db_engine, Execution, execution.id).cancel_requested_at is not None
     )
     with app.app_context():
-        work = {name: (function, subject) for name, function, subject in runner.pending_work()}
+        work = {
+            name: (function, subject) for name, function, subject in execution_work.pending_work()
+        }
         function, subject = work[f"execution-cancel:{execution.id}"]
         function(subject)
         assert f"execution-cancel:{execution.id}" not in {
-            name for name, _, _ in runner.pending_work()
+            name for name, _, _ in execution_work.pending_work()
         }  # once
     assert asked == [(cu.id, "run-7")]
     assert reload(db_engine, Execution, execution.id).cancel_requested_at is not None
@@ -939,13 +943,13 @@ def test_a_running_unit_starts_its_spark_session_before_any_execution_asks(e2e, 
             db.exec(select(Execution.id).where(Execution.compute_unit_id == cu_id)).first() is None
         )
     with app.app_context():
-        handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
+        handle = handles.handle_of(reload(db_engine, ComputeUnit, cu_id))
         with SparkHostClient(handle) as host:
             info = host.info()
         assert info["state"] == "ready"
         # The host was started with the cluster by the unit's init, not by a Ray Job afterwards;
         # its launcher ends once the host is ready.
-        backend = lifecycle._backend(reload(db_engine, ComputeUnit, cu_id))
+        backend = handles.backend_of(reload(db_engine, ComputeUnit, cu_id))
         deadline = time.monotonic() + 30
         while backend.spark_host_launch(handle) != "ENDED":
             assert time.monotonic() < deadline, "the Spark host's launcher did not end"
@@ -984,14 +988,14 @@ def test_terminating_a_unit_while_its_spark_session_starts_leaves_nothing_behind
     app, client, user, _, _ = e2e
     cu = start_unit(client, db_engine, "short-lived")
     with app.app_context():
-        pids = cluster_pids(lifecycle.handle_of(cu))
+        pids = cluster_pids(handles.handle_of(cu))
     deadline = time.monotonic() + 60
     # Wait until Spark's JVMs are coming up, then pull the plug.
     while not any(is_java(pid) for pid in pids):
         assert time.monotonic() < deadline, "no JVM started"
         time.sleep(0.5)
         with app.app_context():
-            pids = cluster_pids(lifecycle.handle_of(reload(db_engine, ComputeUnit, cu.id)))
+            pids = cluster_pids(handles.handle_of(reload(db_engine, ComputeUnit, cu.id)))
     terminated = client.post(
         f"/compute-units/{cu.id}/terminate", headers={"X-CSRFToken": csrf(client)}
     )
@@ -1139,7 +1143,7 @@ def test_runs_leave_no_connections_open_on_their_unit(e2e, db_engine, lakehouse)
     app, client, user, cu_id, warehouse_id = e2e
     workflow = workflow_for(db_engine, user)
     with app.app_context():
-        handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
+        handle = handles.handle_of(reload(db_engine, ComputeUnit, cu_id))
     catalog, storage = (
         f"TCP:{urlsplit(url).netloc}," for url in (lakehouse.catalog_url, lakehouse.s3_endpoint)
     )
@@ -1232,13 +1236,15 @@ def test_the_worker_watches_runs_no_worker_watches_that_their_unit_still_knows(e
         db_engine, user, workflow, warehouse, cu, state="RUNNING", run_id="no-such-run"
     )
     no_run = execution_row(db_engine, user, workflow, warehouse, cu, state="RUNNING")
-    with app.app_context(), SparkHostClient(lifecycle.handle_of(cu)) as host:
+    with app.app_context(), SparkHostClient(handles.handle_of(cu)) as host:
         with Session(db_engine) as db:
             version = db.get(WorkflowVersion, orphan.workflow_version_id)
             owner = db.get(User, user.id)
         token = lakekeeper().user_token(owner.subject, warehouse.lakekeeper_id).access_token
         spec = run_spec.execution_spec(orphan, workflow, version, owner, cu, warehouse, token)
-        run_id = host.submit(JobKind.EXECUTION, spec, name="left by a dead portal")["run_id"]
+        run_id = host.submit(JobKind.EXECUTION, spec.to_json(), name="left by a dead portal")[
+            "run_id"
+        ]
     with Session(db_engine) as db:
         row = db.get(Execution, orphan.id)
         row.state, row.run_id = "RUNNING", run_id
@@ -1258,33 +1264,35 @@ def test_the_worker_watches_runs_no_worker_watches_that_their_unit_still_knows(e
 
 
 class AnsweringHost:
-    """A Spark host client whose info call answers (the host is up)."""
+    """A unit's door whose host answers its info call (the host is up) and whose unit has not
+    failed."""
 
     def info(self) -> dict:
         return {"state": "ready"}
 
+    def failure(self) -> str | None:
+        return None
+
 
 @pytest.mark.parametrize(
-    "silent_for, fails", [(1.0, False), (runner.HOST_SILENCE_SECONDS + 1, True)]
+    "silent_for, fails", [(1.0, False), (execution_work.HOST_SILENCE_SECONDS + 1, True)]
 )
 def test_a_broken_connection_to_a_host_that_answers_is_a_hiccup_not_a_forgotten_run(
-    monkeypatch, silent_for, fails
+    silent_for, fails
 ):
     """Only a 404 for the run means the host lost it; a dropped connection is waited out."""
-    monkeypatch.setattr(door, "unit_failure", lambda cu_id: None)
     dropped = SparkHostError("Spark host at http://127.0.0.1:1 not reachable: Server disconnected")
     if not fails:
-        runner._check_silence(AnsweringHost(), 1, dropped, silent_for=silent_for)
+        execution_work._check_silence(AnsweringHost(), dropped, silent_for=silent_for)
         return
-    with pytest.raises(runner.ExecutionFailed, match="stopped answering: Spark host at"):
-        runner._check_silence(AnsweringHost(), 1, dropped, silent_for=silent_for)
+    with pytest.raises(execution_work.ExecutionFailed, match="stopped answering: Spark host at"):
+        execution_work._check_silence(AnsweringHost(), dropped, silent_for=silent_for)
 
 
-def test_a_host_that_answers_404_for_the_run_lost_it(monkeypatch):
-    monkeypatch.setattr(door, "unit_failure", lambda cu_id: None)
+def test_a_host_that_answers_404_for_the_run_lost_it():
     unknown = SparkHostError('Spark host answered 404: {"error": "no such run"}', 404)
-    with pytest.raises(runner.ExecutionFailed, match="no longer knows this run"):
-        runner._check_silence(AnsweringHost(), 1, unknown, silent_for=0.5)
+    with pytest.raises(execution_work.ExecutionFailed, match="no longer knows this run"):
+        execution_work._check_silence(AnsweringHost(), unknown, silent_for=0.5)
 
 
 TWO_OUTPUTS = [
@@ -1406,7 +1414,7 @@ def test_archiving_a_warehouse_mid_run_fails_the_execution_and_leaves_no_result(
     # The unit stops the run and drops its unfinished result; the unit itself carries on.
     with (
         app.app_context(),
-        SparkHostClient(lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))) as host,
+        SparkHostClient(handles.handle_of(reload(db_engine, ComputeUnit, cu_id))) as host,
     ):
         assert host.wait(run_id, timeout_s=60)["state"] == "CANCELLED"
     assert not independent_catalog(lakehouse, warehouse).table_exists(
@@ -1453,7 +1461,7 @@ def test_stopping_a_run_during_its_last_step_never_leaves_a_table_marked_complet
     app, client, user, cu_id, shared_warehouse_id = e2e
     workflow = workflow_for(db_engine, user, LAST_STEP_WRITES)
     with app.app_context():
-        handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
+        handle = handles.handle_of(reload(db_engine, ComputeUnit, cu_id))
     ends = []
     with SparkHostClient(handle) as host:
         for attempt in range(10):
@@ -1579,7 +1587,7 @@ def test_after_the_units_spark_host_dies_the_next_execution_runs_on_a_new_one(e2
     )
     assert first.state == "COMPLETED", first.reason
     with app.app_context():
-        handle = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id))
+        handle = handles.handle_of(reload(db_engine, ComputeUnit, cu_id))
     with SparkHostClient(handle, timeout=10.0) as host:
         old_app = host.info()["app_id"]
         host.probe(
@@ -1610,32 +1618,53 @@ def test_after_the_units_spark_host_dies_the_next_execution_runs_on_a_new_one(e2
 def test_a_host_seen_ready_that_refuses_a_run_but_is_still_there_gets_no_second_submit(monkeypatch):
     """It may have taken the run before the connection broke: submitting again could run it twice."""
     submits, prepared = [], []
+
+    class SameHostDoor:
+        """The unit's door: its host was seen ready as app-1, refuses the submit, and still
+        answers as app-1."""
+
+        cu = ComputeUnit(id=7)
+
+        def submit(self, spec):
+            submits.append(spec)
+            raise SparkHostError(
+                "Spark host at http://127.0.0.1:1 not reachable: Server disconnected"
+            )
+
+        def ready_app(self):
+            return "app-1"
+
+        def forget_ready(self):
+            pass
+
+        def failure(self):
+            return None
+
+        def close(self):
+            pass
+
     monkeypatch.setattr(
-        runner,
+        execution_work,
         "_prepare",
         lambda execution_id, groundwork: (
             prepared.append(execution_id)
-            or ({"compute_unit": {"id": 7}}, "handle", "app-1" if len(prepared) == 1 else None)
+            or (f"spec-{execution_id}", SameHostDoor(), "app-1" if len(prepared) == 1 else None)
         ),
     )
     monkeypatch.setattr(
-        runner, "load", lambda execution_id: Execution(id=execution_id, state="INITIALIZING")
+        execution_service,
+        "load",
+        lambda execution_id: Execution(id=execution_id, state="INITIALIZING"),
     )
-    monkeypatch.setattr(runner, "_state_of", lambda execution_id: "INITIALIZING")
-    monkeypatch.setattr(runner._Groundwork, "start", classmethod(lambda cls, execution: None))
-    monkeypatch.setattr(door, "unit_failure", lambda cu_id: None)
-
-    def refuse(handle, args, execution_id):
-        submits.append(execution_id)
-        raise SparkHostError("Spark host at http://127.0.0.1:1 not reachable: Server disconnected")
-
-    monkeypatch.setattr(runner, "_submit", refuse)
-    monkeypatch.setattr(door, "ready_app", lambda cu_id, handle: "app-1")  # the same host answers
+    monkeypatch.setattr(execution_work, "_state_of", lambda execution_id: "INITIALIZING")
+    monkeypatch.setattr(
+        execution_work._Groundwork, "start", classmethod(lambda cls, execution: None)
+    )
     with pytest.raises(
-        runner.ExecutionFailed, match="the compute unit did not take the run: Spark host at"
+        execution_work.ExecutionFailed, match="the compute unit did not take the run: Spark host at"
     ):
-        runner._submit_and_watch(41, None)
-    assert submits == [41] and prepared == [41, 41]
+        execution_work._submit_and_watch(41, None)
+    assert submits == ["spec-41"] and prepared == [41, 41]
 
 
 def test_the_lakeport_command_runs_a_workflow_to_its_end_and_says_so_by_its_exit_code(
@@ -1702,7 +1731,7 @@ def test_a_compute_unit_that_dies_mid_run_fails_the_execution_with_that_reason(e
     app, client, user, cu_id, warehouse_id = e2e
     execution_id = start_sleeping_step(client, db_engine, user, cu_id, warehouse_id)
     with app.app_context():
-        head = lifecycle.handle_of(reload(db_engine, ComputeUnit, cu_id)).details["nodes"][0]
+        head = handles.handle_of(reload(db_engine, ComputeUnit, cu_id)).details["nodes"][0]
     os.kill(head["pid"], signal.SIGKILL)
     execution = wait_for(
         client, db_engine, execution_id, ("FAILED", "CANCELLED", "COMPLETED"), timeout=60

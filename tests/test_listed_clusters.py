@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import Session, select
 
 from app import create_app
-from app.compute_units import lifecycle
+from app.compute_units import service as unit_service
 from app.config import Config
 from app.db import engine
 from app.models import ComputeUnit, User
@@ -238,9 +238,9 @@ def _user(db: Session, email: str) -> User:
 
 
 def _create_on_cluster(app, email: str, name: str) -> ComputeUnit:
-    """What `lifecycle.create` does for an existing unit, in a session of its own (a portal process)."""
+    """What `unit_service.create` does for an existing unit, in a session of its own (a portal process)."""
     with app.app_context(), Session(engine(), expire_on_commit=False) as db:
-        cu = lifecycle._insert_with_port(
+        cu = unit_service._insert_with_port(
             db,
             _user(db, email),
             {
@@ -292,7 +292,7 @@ def test_live_units_on_one_cluster_hold_distinct_ports_even_when_created_at_once
     ]
     assert more == [8296, 8297]
     with pytest.raises(
-        lifecycle.ComputeUnitError,
+        unit_service.ComputeUnitError,
         match="All 8 Spark host ports of the Ray cluster shared are held",
     ):
         _create_on_cluster(app, "port-user-0@example.test", "one-too-many")

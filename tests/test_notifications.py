@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session, select
 
-from app.executions import notifications
+from app.executions import delivery
 from app.models import JobState, Notification
 from app.schedules import work as schedules_work
 from app.worker import Worker
@@ -86,7 +86,7 @@ def test_a_failing_receiver_is_retried_with_backoff_then_given_up(
             client, db_engine, newcomer, webhook_url=receiver.url, notify_on="failure"
         )
         run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
-        for attempt in range(1, notifications.MAX_ATTEMPTS + 1):
+        for attempt in range(1, delivery.MAX_ATTEMPTS + 1):
             deliver_all(app)
             (note,) = notes(db_engine, schedule)
             assert note.attempts == attempt and "answered 500" in note.last_error
@@ -98,7 +98,7 @@ def test_a_failing_receiver_is_retried_with_backoff_then_given_up(
         deliver_all(app)
     finally:
         receiver.close()
-    assert len(receiver.calls) == notifications.MAX_ATTEMPTS
+    assert len(receiver.calls) == delivery.MAX_ATTEMPTS
     assert notes(db_engine, schedule)[0].state == JobState.FAILED
 
 

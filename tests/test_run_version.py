@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from sqlmodel import Session, select
 
-from app.executions import runner
+from app.executions import service as execution_service
 from app.models import Execution, User, WorkflowVersion
 from lakeport_client import Client, cli
 from tests.factories import (
@@ -258,8 +258,8 @@ def test_no_start_runs_a_version_of_another_workflow(app, db_engine, sharing):
     private = workflow_for(db_engine, alice, V2_STEPS)
     with app.test_request_context(), Session(db_engine) as db:
         other = db.get(WorkflowVersion, version_id(db_engine, private, 1))
-        with pytest.raises(runner.RunRefused) as refused:
-            runner.start(db.get(User, bob.id), workflow, other, cu, warehouse)
+        with pytest.raises(execution_service.RunRefused) as refused:
+            execution_service.start(db.get(User, bob.id), workflow, other, cu, warehouse)
     assert refused.value.field == "version" and bobs_executions(db_engine, bob) == []
 
 

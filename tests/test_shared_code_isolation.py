@@ -23,7 +23,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from app import create_app
-from app.compute_units import lifecycle
+from app.compute_units import handles
+from app.compute_units import service as unit_service
 from app.models import ComputeUnit, Execution, Warehouse, WorkflowShare
 from app.worker import Worker
 from devstack.seaweedfs import TEST_USER_KEYS
@@ -268,7 +269,7 @@ def stage(portal_config, lakehouse, db_engine):
     )
     cu = start_unit(bobs, db_engine, "bobs")
     with app.app_context():
-        host_port = lifecycle.handle_of(cu).details["ports"]["spark_host"]
+        host_port = handles.handle_of(cu).details["ports"]["spark_host"]
     yield {
         "app": app,
         "alice": alice,
@@ -280,7 +281,7 @@ def stage(portal_config, lakehouse, db_engine):
         "private": private,
     }
     with app.app_context():
-        lifecycle.terminate(reload(db_engine, ComputeUnit, cu.id), reason="test over")
+        unit_service.terminate(reload(db_engine, ComputeUnit, cu.id), reason="test over")
     worker.stop()
 
 

@@ -17,15 +17,16 @@ import pytest
 from sqlmodel import Session
 
 from app import create_app
-from app.compute_units import lifecycle
+from app.compute_units import handles
+from app.compute_units import service as unit_service
 from app.models import ComputeUnit
 from app.ray_clusters.base import ClusterSpec
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host import warmup as spark_warmup
 from app.spark_host.client import SparkHostClient
 from app.states import UnitState
-from compute.host import host_auth
 from compute.contract import secret_digest
+from compute.host import host_auth
 from devstack.oidc_provider import TEST_USERS
 from devstack.process import free_port, port_is_open
 from tests.conftest import AuthActions
@@ -147,8 +148,8 @@ def units(portal, portal_worker, db_engine):
     with portal.app_context():
         for username, (_, cu_id) in created.items():
             cu = reload(db_engine, cu_id)
-            handle = lifecycle.handle_of(cu)
-            info = spark_warmup.ensure_warm(cu, handle, lifecycle._backend(cu))
+            handle = handles.handle_of(cu)
+            info = spark_warmup.ensure_warm(cu, handle, handles.backend_of(cu))
             assert info["state"] == "ready", info
             ready[username] = (cu, handle)
     yield ready
@@ -330,7 +331,7 @@ def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_
     assert len(drivers_and_executors) == 4, drivers_and_executors
 
     with portal.test_request_context(method="POST"):
-        lifecycle.terminate(reload(db_engine, alice_cu.id), reason="test")
+        unit_service.terminate(reload(db_engine, alice_cu.id), reason="test")
     deadline = time.monotonic() + 60
     while (
         reload(db_engine, alice_cu.id).state != "TERMINATED" or answers_http(port)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from app import create_app
-from app.compute_units import lifecycle
+from app.compute_units import handles
+from app.compute_units import service as unit_service
 from app.models import ComputeUnit, Warehouse
 from app.ports import free_port, port_is_open
 from app.ray_clusters.base import ClusterSpec
@@ -146,8 +147,8 @@ def stop_units(app, db_engine, cu_ids) -> None:
         for cu_id in cu_ids:
             cu = reload(db_engine, ComputeUnit, cu_id)
             if cu.kind == "local":
-                pids += cluster_pids(lifecycle.handle_of(cu))
-            lifecycle.terminate(cu, reason="test over")
+                pids += cluster_pids(handles.handle_of(cu))
+            unit_service.terminate(cu, reason="test over")
     deadline = time.monotonic() + 60
     while (
         any(process_running(pid) for pid in pids)

@@ -16,7 +16,9 @@ import pytest
 from sqlmodel import Session, func, select
 
 from app import create_app
-from app.compute_units import lifecycle, pool, supervision
+from app.compute_units import handles, pool, supervision
+from app.compute_units import service as unit_service
+from app.compute_units import work as unit_work
 from app.models import ComputeUnit, ComputeUnitEvent, Execution, utcnow
 from app.ray_clusters.local import cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError
@@ -154,7 +156,7 @@ def test_a_create_of_the_pools_size_claims_a_ready_pooled_unit_for_its_user_alon
 
     # Terminated, a claimed unit ends; it is never back in the pool, whoever asks next.
     with app.test_request_context(method="POST"), app.app_context():
-        lifecycle.terminate(reload(db_engine, ComputeUnit, claimed_id))
+        unit_service.terminate(reload(db_engine, ComputeUnit, claimed_id))
     carol, _ = signed_in(app, db_engine)
     assert created_id(create(carol, "next")) == spare.id
     assert created_id(create(carol, "after")) not in (claimed_id, spare.id)
@@ -198,14 +200,14 @@ def test_pooled_units_count_against_no_one_are_never_idle_and_are_refilled(
             db.commit()
         assert waiting.id not in supervision.stop_idle(1)
         assert pool.shortfall() == 0 and not [
-            work for work in supervision.pending_work() if work[0] == "unit-pool-refill"
+            work for work in unit_work.pending_work() if work[0] == "unit-pool-refill"
         ]
         assert pool.summary().ready == 1
 
     created_id(create(client, "takes-it"))
     with app.app_context():
         assert pool.shortfall() == 1
-        refill = [work for work in supervision.pending_work() if work[0] == "unit-pool-refill"]
+        refill = [work for work in unit_work.pending_work() if work[0] == "unit-pool-refill"]
         assert len(refill) == 1
         refill[0][1](refill[0][2])  # what the worker does with it
         assert pool.shortfall() == 0
@@ -329,10 +331,10 @@ def test_a_claimed_unit_whose_host_will_not_take_its_key_starts_afresh_for_its_u
     client, user = signed_in(app, db_engine)
     cu_id = created_id(create(client, "handed-over"))
     with app.app_context():
-        lifecycle.run_start(cu_id)  # a real local cluster, as the pool would have started it
+        unit_work.run_start(cu_id)  # a real local cluster, as the pool would have started it
         pooled = reload(db_engine, ComputeUnit, cu_id)
         assert pooled.state == "RUNNING", pooled.reason
-        pooled_handle = lifecycle.handle_of(pooled)
+        pooled_handle = handles.handle_of(pooled)
         pooled_pids = cluster_pids(pooled_handle)
         assert pooled_pids
         # As a claim leaves it; its host's address one where nothing listens.
@@ -348,12 +350,12 @@ def test_a_claimed_unit_whose_host_will_not_take_its_key_starts_afresh_for_its_u
             db.add(row)
             db.commit()
         try:
-            lifecycle.run_start(cu_id)
+            unit_work.run_start(cu_id)
             fresh = reload(db_engine, ComputeUnit, cu_id)
             assert (fresh.state, fresh.owner_id, fresh.pooled_at) == ("RUNNING", user.id, None), (
                 fresh.reason
             )
-            fresh_handle = lifecycle.handle_of(fresh)
+            fresh_handle = handles.handle_of(fresh)
             assert fresh_handle.details["cluster_dir"] != pooled_handle.details["cluster_dir"]
             assert not any(pid in cluster_pids(fresh_handle) for pid in pooled_pids)
             assert cluster_pids(pooled_handle) == []  # the pooled cluster is gone
@@ -365,8 +367,8 @@ def test_a_claimed_unit_whose_host_will_not_take_its_key_starts_afresh_for_its_u
             ), events
             assert events[-1] == "running", events
         finally:
-            lifecycle.ask_to_stop(cu_id, ("STARTING", "RUNNING"), "the test ends")
-            lifecycle.run_stop(cu_id)
+            unit_service.ask_to_stop(cu_id, ("STARTING", "RUNNING"), "the test ends")
+            unit_work.run_stop(cu_id)
     assert reload(db_engine, ComputeUnit, cu_id).state == "TERMINATED"
 
 
@@ -399,7 +401,7 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
         first = reload(db_engine, ComputeUnit, first.id)
         assert first.state == "RUNNING", (first.reason, unit_events(db_engine, first.id))
         with app.app_context():
-            before_claim = lifecycle.handle_of(first)  # the key the host was started with
+            before_claim = handles.handle_of(first)  # the key the host was started with
 
         client, user = signed_in(app, db_engine)
         warehouse_id = register_warehouse(client, lakehouse, "pooled")
@@ -423,7 +425,7 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
         with (
             app.app_context()
         ):  # the portal's own key, and a second change, refused now it may run code
-            with SparkHostClient(lifecycle.handle_of(claimed), timeout=5) as host:
+            with SparkHostClient(handles.handle_of(claimed), timeout=5) as host:
                 assert host.info()["state"] == "ready"
 
         response = run(client, workflow_for(db_engine, user), cu_id, warehouse_id)
@@ -434,7 +436,7 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
             f"[measure] pooled unit: create → execution COMPLETED {time.monotonic() - clicked:.2f} s"
         )
         with app.app_context():
-            with SparkHostClient(lifecycle.handle_of(claimed), timeout=5) as host:
+            with SparkHostClient(handles.handle_of(claimed), timeout=5) as host:
                 with pytest.raises(SparkHostError, match="409"):
                     host.rekey("0" * 64)
                 # Its host dies: the unit's init starts another with the key of the claim, not the start's.
@@ -471,7 +473,7 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
             cu_id=refill.id,
         )
         with app.app_context():
-            pids = cluster_pids(lifecycle.handle_of(reload(db_engine, ComputeUnit, refill.id)))
+            pids = cluster_pids(handles.handle_of(reload(db_engine, ComputeUnit, refill.id)))
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -500,9 +502,9 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
         app.config["CU_POOL_SIZE"] = 0  # no refill of what is stopped now
         with app.app_context():
             for unit_id in started:
-                lifecycle.terminate(reload(db_engine, ComputeUnit, unit_id), reason="test over")
+                unit_service.terminate(reload(db_engine, ComputeUnit, unit_id), reason="test over")
             for leftover in pool_units(db_engine):
-                lifecycle.terminate(leftover, reason="test over")
+                unit_service.terminate(leftover, reason="test over")
         deadline = time.monotonic() + 90
         while (
             any(

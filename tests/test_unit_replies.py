@@ -10,9 +10,29 @@ import pytest
 from sqlalchemy.exc import DataError
 
 from app.compute_units import door
-from app.executions import runner, unit_reports
+from app.executions import service as execution_service
+from app.executions import unit_reports
+from app.executions import work as execution_work
 from app.models import Execution
 from tests.factories import equipped, execution_row, make_user, reload
+
+
+class StubDoor:
+    """A unit's door that reaches no unit: its host was seen ready as `ready_app` (None: it would
+    have to be started, and `make_ready` notes the unit in `started`)."""
+
+    def __init__(self, cu, ready_app: str | None, started: list | None = None) -> None:
+        self.cu, self._ready_app, self._started = cu, ready_app, started
+
+    def ready_app(self) -> str | None:
+        return self._ready_app
+
+    def make_ready(self, progress=None) -> None:
+        if self._started is not None:
+            self._started.append(self.cu.id)
+
+    def close(self) -> None:
+        pass
 
 
 @pytest.fixture
@@ -31,7 +51,7 @@ def no_limit_hit() -> None:
 
 def test_a_reason_with_a_nul_byte_ends_its_execution(app, db_engine, running):
     with app.app_context():
-        runner._record_end(
+        execution_work._record_end(
             running,
             {"state": "FAILED", "error": "boom\x00\x1b[2J; 9\u202ecolor"},
             "{}",
@@ -43,11 +63,11 @@ def test_a_reason_with_a_nul_byte_ends_its_execution(app, db_engine, running):
 
 def test_a_failure_raised_with_a_nul_byte_ends_its_execution(app, db_engine, running, monkeypatch):
     def fails(execution_id):
-        raise runner.ExecutionFailed("the unit said \x00" + "x" * 10_000)
+        raise execution_work.ExecutionFailed("the unit said \x00" + "x" * 10_000)
 
-    monkeypatch.setattr(runner, "_watch", fails)
+    monkeypatch.setattr(execution_work, "_watch", fails)
     with app.app_context():
-        runner.drive(running)
+        execution_work.drive(running)
     execution = reload(db_engine, Execution, running)
     assert execution.state == "FAILED" and execution.reason.startswith("the unit said x")
     assert len(execution.reason) <= door.REASON_LIMIT and execution.reason.endswith(
@@ -58,16 +78,16 @@ def test_a_failure_raised_with_a_nul_byte_ends_its_execution(app, db_engine, run
 def test_a_reason_the_database_refuses_still_ends_its_execution(
     app, db_engine, running, monkeypatch
 ):
-    finish = runner.finish
+    finish = execution_service.finish
 
     def refuses_the_first_reason(execution_id, state, **changes):
         if changes.get("reason", "").startswith("weird"):
             raise DataError("INSERT", {}, Exception("invalid byte sequence"))
         return finish(execution_id, state, **changes)
 
-    monkeypatch.setattr(runner, "finish", refuses_the_first_reason)
+    monkeypatch.setattr(execution_service, "finish", refuses_the_first_reason)
     with app.app_context():
-        runner._finish_failed(running, "weird reason")
+        execution_work._finish_failed(running, "weird reason")
     execution = reload(db_engine, Execution, running)
     assert (execution.state, execution.reason) == (
         "FAILED",
@@ -91,7 +111,9 @@ def test_a_reported_result_keeps_only_this_executions_tables_and_numbers(app, db
         "extra": "x" * 10**6,
     }
     with app.app_context():
-        runner._record_end(running, {"state": "COMPLETED", "result": result}, "{}", no_limit_hit)
+        execution_work._record_end(
+            running, {"state": "COMPLETED", "result": result}, "{}", no_limit_hit
+        )
     execution = reload(db_engine, Execution, running)
     assert execution.state == "COMPLETED"
     assert json.loads(execution.outputs) == {
@@ -135,26 +157,21 @@ def test_a_warehouse_that_cannot_take_the_run_fails_it_before_its_unit_is_asked_
     started_hosts = []
 
     def check_warehouse(execution, warehouse):
-        raise runner.ExecutionFailed(
+        raise execution_work.ExecutionFailed(
             f"the warehouse {execution.warehouse_name} was archived: it takes no new executions"
         )
 
-    def running_host(cu_id):
+    def running(cls, cu_id):
         if not unit_running:
             raise door.UnitUnavailable("the compute unit stopped: terminated")
-        return reload(db_engine, type(cu), cu_id), "handle"
+        # Its host would have to be started.
+        return StubDoor(reload(db_engine, type(cu), cu_id), ready_app=None, started=started_hosts)
 
-    monkeypatch.setattr(runner, "_check_warehouse", check_warehouse)
+    monkeypatch.setattr(execution_work, "_check_warehouse", check_warehouse)
     monkeypatch.setattr(door, "run_token", lambda warehouse, user: "token")
-    monkeypatch.setattr(door, "running_host", running_host)
-    monkeypatch.setattr(
-        door, "ready_app", lambda cu_id, handle: None
-    )  # its host would have to be started
-    monkeypatch.setattr(
-        door, "make_ready", lambda cu, handle, progress: started_hosts.append(cu.id)
-    )
+    monkeypatch.setattr(door.UnitDoor, "running", classmethod(running))
     with app.app_context():
-        runner.drive(queued)
+        execution_work.drive(queued)
     execution = reload(db_engine, Execution, queued)
     assert execution.state == "FAILED"
     assert execution.reason.endswith("was archived: it takes no new executions")
@@ -184,13 +201,14 @@ def test_the_runs_token_is_minted_while_the_rest_is_prepared_and_a_refusal_fails
         assert minting.wait(10), "the token was not being minted while the warehouse was checked"
 
     monkeypatch.setattr(door, "run_token", refused_token)
-    monkeypatch.setattr(runner, "_check_warehouse", check_warehouse)
+    monkeypatch.setattr(execution_work, "_check_warehouse", check_warehouse)
     monkeypatch.setattr(
-        door, "running_host", lambda cu_id: (reload(db_engine, type(cu), cu_id), "handle")
+        door.UnitDoor,
+        "running",
+        classmethod(lambda cls, cu_id: StubDoor(reload(db_engine, type(cu), cu_id), "app-1")),
     )
-    monkeypatch.setattr(door, "ready_app", lambda cu_id, handle: "app-1")
     with app.app_context():
-        runner.drive(queued)
+        execution_work.drive(queued)
     execution = reload(db_engine, Execution, queued)
     assert (execution.state, execution.reason) == (
         "FAILED",
@@ -210,14 +228,18 @@ def test_a_token_minted_while_the_units_spark_host_started_is_minted_again_for_t
     monkeypatch.setattr(
         door, "run_token", lambda warehouse, user: minted.append(user.id) or f"token-{len(minted)}"
     )
-    monkeypatch.setattr(runner, "_check_warehouse", lambda execution, warehouse: None)
+    monkeypatch.setattr(execution_work, "_check_warehouse", lambda execution, warehouse: None)
     monkeypatch.setattr(
-        door, "running_host", lambda cu_id: (reload(db_engine, type(cu), cu_id), "handle")
+        door.UnitDoor,
+        "running",
+        classmethod(lambda cls, cu_id: StubDoor(reload(db_engine, type(cu), cu_id), None)),
     )
-    monkeypatch.setattr(door, "ready_app", lambda cu_id, handle: None)
-    monkeypatch.setattr(door, "make_ready", lambda cu, handle, progress: None)
-    monkeypatch.setattr(runner, "FRESH_TOKEN_SECONDS", -1.0)  # every wait counts as a long one
+    monkeypatch.setattr(
+        execution_work, "FRESH_TOKEN_SECONDS", -1.0
+    )  # every wait counts as a long one
     with app.app_context():
-        spec, _, _ = runner._prepare(queued, runner._Groundwork.start(runner.load(queued)))
+        spec, _, _ = execution_work._prepare(
+            queued, execution_work._Groundwork.start(execution_service.load(queued))
+        )
     assert minted == [owner.id, owner.id]
-    assert "token-2" in json.dumps(spec) and "token-1" not in json.dumps(spec)
+    assert spec.catalog["token"] == "token-2"

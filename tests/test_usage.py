@@ -622,7 +622,7 @@ def test_heavy_expire_snapshots_of_a_dataset_on_the_owners_running_unit(
 ):
     """A dataset with 5 snapshots keeps the last 2 after the owner asks, run by Iceberg's Spark
     procedure on the owner's unit with a token acting as the owner."""
-    from app.compute_units import lifecycle
+    from app.compute_units import service as unit_service
 
     warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "maintained"))
     catalog = independent_catalog(lakehouse, warehouse)
@@ -662,7 +662,7 @@ def test_heavy_expire_snapshots_of_a_dataset_on_the_owners_running_unit(
         assert "Snapshot expiry (keep the last 2) on 1 dataset tables: 3 snapshots expired" in log
     finally:
         with app.app_context():
-            lifecycle.terminate(reload(db_engine, ComputeUnit, cu.id), reason="test over")
+            unit_service.terminate(reload(db_engine, ComputeUnit, cu.id), reason="test over")
         deadline = time.monotonic() + 60
         while reload(db_engine, ComputeUnit, cu.id).state not in ("TERMINATED", "FAILED"):
             assert time.monotonic() < deadline

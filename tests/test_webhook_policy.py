@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 from sqlmodel import Session
 
-from app.executions import notifications
+from app.executions import delivery, notifications
 from app.models import JobState, Schedule
 from app.network_policy import (
     HostNotAllowed,
@@ -350,7 +350,7 @@ def test_a_slow_receiver_is_cut_off_at_the_deadline(app, client, db_engine, newc
         drip.close()
         retire(db_engine, schedule)
     assert drip.accepted == 1
-    assert took < notifications.DELIVERY_TIMEOUT_SECONDS + 1.5, took
+    assert took < delivery.DELIVERY_TIMEOUT_SECONDS + 1.5, took
     assert note.attempts == 1 and note.state == JobState.QUEUED  # failed, to be tried again
 
 

@@ -24,7 +24,7 @@ from psycopg import sql
 from sqlmodel import Session, update
 
 from app import create_app, leases
-from app.compute_units import supervision
+from app.compute_units import work as unit_work
 from app.config import PROJECT_ROOT, SETTINGS, Config
 from app.db import make_engine, upgrade_database
 from app.models import ComputeUnit, Execution, User, WorkLease, utcnow
@@ -273,7 +273,7 @@ def worker_stack(own_database, portal_config, lakehouse, tmp_path_factory):
             process.stop()
         if cu_id is not None:
             with app.app_context():
-                supervision.terminate_all_local("test over")
+                unit_work.terminate_all_local("test over")
         engine.dispose()
         app.extensions["db_engine"].dispose()
 

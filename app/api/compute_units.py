@@ -10,9 +10,11 @@ from app.api import bp, schemas
 from app.api.openapi import spec
 from app.api.paging import ERRORS, page_of
 from app.api.problems import ApiProblem
-from app.compute_units import forms, lifecycle
+from app.compute_units import forms
+from app.compute_units import queries as unit_queries
+from app.compute_units import service as unit_service
 from app.compute_units.backends import unit_choices
-from app.compute_units.lifecycle import ComputeUnitError
+from app.compute_units.service import ComputeUnitError
 from app.db import get_db, get_owned_or_404
 from app.models import ComputeUnit
 
@@ -30,7 +32,7 @@ def unit_out(row: ComputeUnit) -> schemas.ComputeUnit:
 def list_compute_units(query: schemas.ListQuery):
     """Your compute units (but those you cleared from the list)."""
     return page_of(
-        lifecycle.user_compute_units(current_user), query, unit_out, schemas.ComputeUnitPage
+        unit_queries.user_compute_units(current_user), query, unit_out, schemas.ComputeUnitPage
     )
 
 
@@ -51,7 +53,7 @@ def create_compute_unit(json: schemas.ComputeUnitCreate):
         field, message = next(iter(errors.items()))
         raise ApiProblem(400, message, field)
     try:
-        return unit_out(lifecycle.create(current_user, values)), 201
+        return unit_out(unit_service.create(current_user, values)), 201
     except ComputeUnitError as error:
         raise ApiProblem(
             409 if error.field in (None, "form") else 400, error.message, error.field
@@ -70,6 +72,6 @@ def get_compute_unit(cu_id: int):
 def terminate_compute_unit(cu_id: int):
     """Ask for the unit to be stopped: it is TERMINATING until the worker has stopped it."""
     cu = get_owned_or_404(ComputeUnit, cu_id)
-    lifecycle.terminate(cu, reason="terminated by its owner")
+    unit_service.terminate(cu, reason="terminated by its owner")
     get_db().refresh(cu)
     return unit_out(cu), 202

@@ -16,7 +16,9 @@ from app.api.openapi import spec
 from app.api.paging import ERRORS, page_of, rows_page, table_read
 from app.api.problems import PROBLEM_TYPE, ApiProblem
 from app.db import get_db, get_owned_or_404
-from app.executions import history, logs, notifications, results, runner, seen_version
+from app.executions import logs, notifications, results, seen_version
+from app.executions import queries as execution_queries
+from app.executions import service as execution_service
 from app.models import ComputeUnit, Execution, Warehouse
 from app.workflows import sharing as workflow_sharing
 
@@ -64,7 +66,7 @@ def _version_conflict(changed: seen_version.VersionChanged) -> FlaskResponse:
 
 
 def _output_table(execution: Execution, step: str) -> str:
-    table = history.output_tables(execution).get(step)
+    table = execution_queries.output_tables(execution).get(step)
     if table is None:
         raise ApiProblem(
             404,
@@ -81,7 +83,7 @@ def _output_table(execution: Execution, step: str) -> str:
 )
 def list_executions(query: schemas.ListQuery):
     """Your executions (the newest 200)."""
-    rows = [row.execution for row in history.user_executions(current_user)]
+    rows = [row.execution for row in execution_queries.user_executions(current_user)]
     return page_of(rows, query, execution_out, schemas.ExecutionPage)
 
 
@@ -104,7 +106,10 @@ def start_execution(json: schemas.ExecutionStart):
     key = request.headers.get("Idempotency-Key")
     if key is not None and not (0 < len(key) <= IDEMPOTENCY_KEY_MAX and key.isprintable()):
         raise ApiProblem(400, f"1 to {IDEMPOTENCY_KEY_MAX} printable characters", "Idempotency-Key")
-    if key is not None and (earlier := runner.started_with(current_user, key)) is not None:
+    if (
+        key is not None
+        and (earlier := execution_service.started_with(current_user, key)) is not None
+    ):
         return execution_out(earlier), 200
     workflow = workflow_sharing.accessible_or_404(json.workflow_id, workflow_sharing.RUN)
     try:
@@ -130,7 +135,7 @@ def start_execution(json: schemas.ExecutionStart):
         )
     db = get_db()
     try:
-        execution = runner.start(
+        execution = execution_service.start(
             current_user,
             workflow,
             version,
@@ -140,9 +145,9 @@ def start_execution(json: schemas.ExecutionStart):
             pinned_to={"tables": json.pinned} if json.pinned else None,
             notify=notifications.fields(asked),
         )
-    except runner.RunRefused as refusal:
+    except execution_service.RunRefused as refusal:
         raise ApiProblem(400, refusal.message, refusal.field) from None
-    except runner.AlreadyStarted as started:  # the same key, at the same moment
+    except execution_service.AlreadyStarted as started:  # the same key, at the same moment
         return execution_out(started.execution), 200
     answer = execution_out(execution)
     if execution.webhook_url:  # its signing secret, in this answer only
@@ -166,8 +171,8 @@ def cancel_execution(execution_id: int):
     """Cancel an execution: at once if it has not started, else as soon as its unit has stopped it."""
     execution = get_owned_or_404(Execution, execution_id)
     try:
-        runner.cancel(execution)
-    except runner.RunRefused as refusal:
+        execution_service.cancel(execution)
+    except execution_service.RunRefused as refusal:
         raise ApiProblem(409, refusal.message) from None
     return execution_out(execution), 202
 
@@ -223,7 +228,11 @@ def get_log_tail(execution_id: int):
     """The last lines the execution's unit reported (kept while it runs)."""
     execution = get_owned_or_404(Execution, execution_id)
     return Lines(
-        lines=[line for line in history.progress_of(execution)["logs"] if isinstance(line, dict)]
+        lines=[
+            line
+            for line in execution_queries.progress_of(execution)["logs"]
+            if isinstance(line, dict)
+        ]
     )
 
 
@@ -231,5 +240,5 @@ def get_log_tail(execution_id: int):
 @spec.validate(resp=Response(HTTP_200=schemas.Lineage, **ERRORS), tags=["executions"])
 def get_lineage(execution_id: int):
     """What a completed execution read (tables and snapshots) and wrote."""
-    lineage = history.lineage_of(get_owned_or_404(Execution, execution_id))
+    lineage = execution_queries.lineage_of(get_owned_or_404(Execution, execution_id))
     return schemas.Lineage(read=lineage.get("read") or [], wrote=lineage.get("wrote") or [])

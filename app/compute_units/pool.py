@@ -9,12 +9,12 @@ The rules that keep a pooled unit one user's alone:
 - A claim is compare-and-set on `owner_id IS NULL`: two creates at once never get one unit, and
   once claimed a unit has an owner for good. It is never handed back: terminating it ends it.
 - A pooled unit runs no user's code before its claim; its Spark host key is replaced at the
-  claim (the worker's hand-over, `lifecycle._hand_over`), so what the host was started with
+  claim (the worker's hand-over, `work._hand_over`), so what the host was started with
   opens nothing afterwards. The unit's sandbox, its own uid and its kernel limits are set at its
   start for the standard size, which is exactly what the claiming user asked for.
 - Pooled units count against no user's limit; the operators' page and `/health` show them.
 
-The worker refills the pool (`refill`, one of its work items) as soon as it is short. A pooled
+The worker refills the pool (app/compute_units/work.py `refill`, one of its work items) as soon as it is short. A pooled
 unit that dies is FAILED by the supervisor like any unit, and refilled. A pool whose units keep
 failing to start is paused for a while (`FAILURE_PAUSE`) and reported (`summary`), rather than
 start units in a loop.
@@ -38,10 +38,14 @@ logger = logging.getLogger(__name__)
 
 # A claimed unit's progress step until the worker has handed it over (new host key, RUNNING).
 HANDING_OVER = "handing over"
+
 # Pooled units that failed to start within this window, at most FAILURE_LIMIT, pause the refill.
 FAILURE_WINDOW = timedelta(minutes=10)
+
 FAILURE_LIMIT = 3
+
 NAME_PREFIX = "pool-"
+
 # A unit still waiting in the pool: no owner yet.
 _POOLED = (ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None))
 
@@ -138,32 +142,6 @@ def shortfall() -> int:
         if len(_recent_start_failures(db)) >= FAILURE_LIMIT:
             return 0
         return max(0, wanted - len(_live_pool(db)))
-
-
-def refill(_unused: int = 0) -> None:
-    """The worker's part: start pooled units (PENDING rows, started like any) up to the size."""
-    missing = shortfall()
-    if not missing:
-        return
-    with Session(engine()) as db:
-        for _ in range(missing):
-            cu = ComputeUnit(
-                owner_id=None,
-                name=NAME_PREFIX + "standby",
-                pooled_at=utcnow(),
-                **unit_values(current_app.config),
-            )
-            db.add(cu)
-            db.flush()
-            cu.name = f"{NAME_PREFIX}{cu.id}"
-            db.add(ComputeUnitEvent(compute_unit_id=cu.id, message="requested for the warm pool"))
-        db.commit()
-    logger.info("warm pool: starting %d unit(s)", missing)
-
-
-def pending_work() -> list[tuple[str, object, int]]:
-    """The refill, when the pool is short (one lease: two workers never refill at once)."""
-    return [("unit-pool-refill", refill, 0)] if shortfall() else []
 
 
 def is_pooled(cu: ComputeUnit) -> bool:

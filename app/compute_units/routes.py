@@ -4,10 +4,10 @@ from flask import current_app, flash, redirect, render_template, request, url_fo
 from flask_login import current_user
 
 from app import live_partials
-from app.compute_units import bp, forms, lifecycle, pool
+from app.compute_units import bp, forms, handles, pool, queries, service
 from app.compute_units.backends import KIND_LABELS, unit_choices
-from app.compute_units.lifecycle import ComputeUnitError
 from app.compute_units.phase import Phase, phase_of
+from app.compute_units.service import ComputeUnitError
 from app.db import get_owned_or_404
 from app.models import ComputeUnit, UnitState
 from app.web import redirect_to
@@ -47,7 +47,7 @@ def form_choices() -> dict:
 @bp.app_template_global()
 def unit_phase(cu: ComputeUnit) -> Phase:
     """The unit's state as its pages show it: WARMING while its Spark session starts."""
-    return phase_of(cu, lifecycle.recent_events(cu))
+    return phase_of(cu, queries.recent_events(cu))
 
 
 def _unit(cu_id: int) -> ComputeUnit:
@@ -56,7 +56,7 @@ def _unit(cu_id: int) -> ComputeUnit:
 
 @bp.get("/")
 def index():
-    units = lifecycle.user_compute_units(current_user)
+    units = queries.user_compute_units(current_user)
     return render_template("compute_units/index.html", units=units)
 
 
@@ -76,7 +76,7 @@ def create():
     values, errors = forms.parse(request.form, current_app.config, *_choices())
     if not errors:
         try:
-            cu = lifecycle.create(current_user, values)
+            cu = service.create(current_user, values)
         except ComputeUnitError as error:
             errors[error.field or "form"] = error.message
         else:
@@ -95,10 +95,10 @@ def detail(cu_id: int):
     return render_template(
         template,
         cu=cu,
-        status=lifecycle.recorded_status(cu),
-        events=lifecycle.recent_events(cu),
-        executions=lifecycle.running_executions(cu),
-        handle=lifecycle.recorded_handle(cu),
+        status=queries.recorded_status(cu),
+        events=queries.recent_events(cu),
+        executions=queries.running_executions(cu),
+        handle=handles.recorded_handle(cu),
     )
 
 
@@ -122,7 +122,7 @@ def row(cu_id: int):
 @bp.post("/<int:cu_id>/terminate")
 def terminate(cu_id: int):
     cu = _unit(cu_id)
-    lifecycle.terminate(cu, reason="terminated by its owner")
+    service.terminate(cu, reason="terminated by its owner")
     flash(f"Requested the termination of {cu.name}.", "info")
     url = url_for("compute_units.detail", cu_id=cu.id)
     return redirect_to(url)
@@ -132,7 +132,7 @@ def terminate(cu_id: int):
 def clear(cu_id: int):
     """Clear an ended unit from the list (its row, and its executions' link to it, stay)."""
     cu = _unit(cu_id)
-    cleared = lifecycle.clear(current_user, cu.id)
+    cleared = service.clear(current_user, cu.id)
     if request.htmx:
         # The list's row goes away; a unit still running keeps its row.
         return "" if cleared else render_template("compute_units/_row.html", cu=cu)
@@ -145,7 +145,7 @@ def clear(cu_id: int):
 
 @bp.post("/clear")
 def clear_ended():
-    cleared = lifecycle.clear(current_user)
+    cleared = service.clear(current_user)
     flash(
         f"Cleared {cleared} ended compute unit{'' if cleared == 1 else 's'} from the list.", "info"
     )

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app import iceberg_reader
-from app.executions import history, results
+from app.executions import queries, results
 from app.iceberg_reader import Page
 from app.models import Execution
 from app.table_pages import table_page_context
@@ -81,7 +81,7 @@ def filtered(rows: pa.Table, filters: LogFilters) -> pa.Table:
 def log_view(execution: Execution, filters: LogFilters) -> LogView:
     """The execution's console logs, filtered. Raises ResultReadError if they cannot be read."""
     whole = iceberg_reader.read_whole(
-        results.catalog_of(execution), history.console_logs_table(execution)
+        results.catalog_of(execution), queries.console_logs_table(execution)
     )
     return LogView(
         whole=iceberg_reader.WholeTable(filtered(whole.rows, filters), whole.types),
@@ -100,7 +100,7 @@ def page_context(execution: Execution, filters: LogFilters, pager_url: str) -> d
         return views[0].page(page_number, size)
 
     context = table_page_context(
-        read, history.console_logs_table(execution), pager_url, params=filters.params
+        read, queries.console_logs_table(execution), pager_url, params=filters.params
     )
     return {
         **context,

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from app import iceberg_reader
 from app.charts import StepTiming
 from app.db import get_db
-from app.executions import history
+from app.executions import queries
 from app.iceberg_catalogs import ResultReadError, catalog_for
 from app.iceberg_reader import Page
 from app.models import Execution, ExecutionState, Warehouse
@@ -46,7 +46,7 @@ def ran_on_the_unit(execution: Execution) -> bool:
 def step_timings(execution: Execution) -> list[StepTiming]:
     """Per step, when it ran relative to the first step and what it produced, from runtime_stats
     (step, status, rows_out, started_at, duration_ms, ...: compute/run/pipeline.py writes it)."""
-    stats = page(execution, history.runtime_stats_table(execution), 1, RUNTIME_STATS_ROWS)
+    stats = page(execution, queries.runtime_stats_table(execution), 1, RUNTIME_STATS_ROWS)
     rows = [dict(zip(stats.columns, row)) for row in stats.rows]
     return _timeline(
         [
@@ -66,7 +66,7 @@ def progress_timings(execution: Execution) -> list[StepTiming]:
     """The steps that started, as the run reported them while it went (its progress): what a run
     that ended before recording its runtime stats still has."""
     rows = []
-    for step in history.progress_of(execution)["steps"]:
+    for step in queries.progress_of(execution)["steps"]:
         started, ended = as_datetime(step.get("started_at")), as_datetime(step.get("ended_at"))
         if started is None:
             continue

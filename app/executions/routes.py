@@ -16,15 +16,15 @@ from app.executions import (
     bp,
     comparison,
     forms,
-    history,
     notifications,
+    queries,
     results,
-    runner,
     seen_version,
+    service,
 )
 from app.executions import logs as logs_view
-from app.executions.history import Filters
-from app.executions.runner import RunRefused
+from app.executions.queries import Filters
+from app.executions.service import RunRefused
 from app.iceberg_catalogs import ResultReadError, TableMissing
 from app.models import ComputeUnit, Execution, ExecutionState, Warehouse, Workflow
 from app.table_pages import canonical_page_url, table_page_context
@@ -57,9 +57,9 @@ def _live_partial(template: str, execution: Execution, context: Callable[[], dic
     if execution.state in ExecutionState.FINAL:
         return render_template(template, execution=execution, **context())
     now = time.time()
-    delay = live_partials.poll_delay(history.last_change(execution, now), now)
+    delay = live_partials.poll_delay(queries.last_change(execution, now), now)
     return live_partials.conditional(
-        (template,) + history.live_version(execution, delay),
+        (template,) + queries.live_version(execution, delay),
         lambda: render_template(template, execution=execution, poll_delay=delay, **context()),
     )
 
@@ -67,11 +67,11 @@ def _live_partial(template: str, execution: Execution, context: Callable[[], dic
 def _live_context(execution: Execution) -> dict:
     """What the execution's live part shows besides the row."""
     return {
-        "progress": history.progress_of(execution),
-        "outputs": history.output_tables(execution),
-        "lineage": history.lineage_of(execution),
-        "failed_step": history.failed_step(execution),
-        "others": history.completed_runs_of(current_user, execution.workflow_id, execution.id)
+        "progress": queries.progress_of(execution),
+        "outputs": queries.output_tables(execution),
+        "lineage": queries.lineage_of(execution),
+        "failed_step": queries.failed_step(execution),
+        "others": queries.completed_runs_of(current_user, execution.workflow_id, execution.id)
         if execution.state == ExecutionState.COMPLETED
         else [],
     }
@@ -80,15 +80,15 @@ def _live_context(execution: Execution) -> dict:
 @bp.get("/")
 def index():
     filters = Filters.from_args(request.args)
-    rows = history.user_executions(current_user, filters)
+    rows = queries.user_executions(current_user, filters)
     if request.htmx:
         return render_template("executions/_list.html", rows=rows, filters=filters)
     return render_template(
         "executions/index.html",
         rows=rows,
         filters=filters,
-        warehouses=history.user_warehouses(current_user),
-        compute_units=history.user_compute_units(current_user),
+        warehouses=queries.user_warehouses(current_user),
+        compute_units=queries.user_compute_units(current_user),
         states=ExecutionState.ALL,
     )
 
@@ -96,7 +96,7 @@ def index():
 @bp.get("/workflow/<int:workflow_id>")
 def for_workflow(workflow_id: int):
     workflow = workflow_sharing.accessible_or_404(workflow_id)
-    rows = history.user_executions(current_user, workflow_id=workflow.id)
+    rows = queries.user_executions(current_user, workflow_id=workflow.id)
     return render_template("executions/_workflow_history.html", workflow=workflow, rows=rows)
 
 
@@ -112,7 +112,7 @@ def new():
     if request.method == "GET":
         values = {
             "compute_unit_id": None,
-            "warehouse_id": history.last_warehouse_id(current_user, workflow),
+            "warehouse_id": queries.last_warehouse_id(current_user, workflow),
         }
     else:
         values, errors = forms.parse_run_form(request.form)
@@ -144,8 +144,8 @@ def new():
         version=version,
         values=values,
         errors=errors,
-        compute_units=history.running_compute_units(current_user),
-        warehouses=history.active_warehouses(current_user),
+        compute_units=queries.running_compute_units(current_user),
+        warehouses=queries.active_warehouses(current_user),
         notify_on=notifications.NOTIFY_ON,
         code_author=seen_version.author_label(author) if author else None,
         changed=changed,
@@ -162,7 +162,7 @@ def _start_seen(workflow: Workflow, values: dict) -> Execution:
     """Start the run dialog's execution of the version it showed (VersionChanged if not the latest)."""
     db = get_db()
     version = seen_version.version_to_run(current_user, workflow, values["version"])
-    return runner.start(
+    return service.start(
         current_user,
         workflow,
         version,
@@ -184,7 +184,7 @@ def detail(execution_id: int):
         execution=execution,
         workflow=workflow,
         cu=cu,
-        pinned=history.pinned_of(execution),
+        pinned=queries.pinned_of(execution),
         code_author=seen_version.execution_code_author(execution),
         **_live_context(execution),
     )
@@ -195,7 +195,7 @@ def rerun(execution_id: int):
     """Run the execution's workflow version again with every input pinned to the snapshot it read."""
     execution = _execution(execution_id)
     try:
-        shown = runner.rerun_pinned(current_user, execution)
+        shown = service.rerun_pinned(current_user, execution)
     except RunRefused as refusal:
         flash(refusal.message, "error")
         shown = execution
@@ -287,7 +287,7 @@ def row(execution_id: int):
     cu = get_db().get(ComputeUnit, execution.compute_unit_id) if execution.compute_unit_id else None
     return render_template(
         "executions/_row.html",
-        row=history.ExecutionRow(execution, workflow.name, cu.name if cu else None),
+        row=queries.ExecutionRow(execution, workflow.name, cu.name if cu else None),
     )
 
 
@@ -295,7 +295,7 @@ def row(execution_id: int):
 def cancel(execution_id: int):
     execution = _execution(execution_id)
     try:
-        runner.cancel(execution)
+        service.cancel(execution)
     except RunRefused as refusal:
         flash(refusal.message, "error")
     else:
@@ -325,7 +325,7 @@ def stats(execution_id: int):
 
 
 def _output_table(execution: Execution, step: str) -> str:
-    table = history.output_tables(execution).get(step)
+    table = queries.output_tables(execution).get(step)
     if table is None:
         abort(404)
     return table
@@ -355,7 +355,7 @@ def results_page(execution_id: int, step: str):
         execution=execution,
         step=step,
         warehouse=results.warehouse_of(execution),
-        outputs=history.output_tables(execution),
+        outputs=queries.output_tables(execution),
         **context,
     )
 
@@ -385,12 +385,12 @@ def logs(execution_id: int):
             return _live_partial(
                 "executions/_log_tail.html",
                 execution,
-                lambda: {"progress": history.progress_of(execution)},
+                lambda: {"progress": queries.progress_of(execution)},
             )
         return render_template(
             "executions/logs.html",
             execution=execution,
-            progress=history.progress_of(execution),
+            progress=queries.progress_of(execution),
             tail=True,
         )
     context = logs_view.page_context(

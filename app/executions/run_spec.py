@@ -20,8 +20,9 @@ def execution_spec(
     cu: ComputeUnit,
     warehouse: Warehouse,
     token: str,
-) -> dict:
-    """Everything the compute unit needs to run this execution, and no more."""
+) -> ExecutionSpec:
+    """Everything the compute unit needs to run this execution, and no more: typed until the
+    transport to the unit's Spark host serializes it."""
     return ExecutionSpec(
         execution_id=execution.id,
         workflow={"id": workflow.id, "name": workflow.name, "version": version.version},
@@ -36,4 +37,4 @@ def execution_spec(
         steps=tuple(Step.from_dict(step) for step in json.loads(version.steps)),
         pinned=json.loads(execution.pinned_to or "{}").get("tables") or {},
         isolation=Isolation.PROCESS if workflow.owner_id == owner.id else Isolation.SANDBOX,
-    ).to_json()
+    )

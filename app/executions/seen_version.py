@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 
 from app.db import get_db
-from app.executions.runner import RunRefused
+from app.executions.service import RunRefused
 from app.models import Execution, User, Workflow, WorkflowVersion
 from app.workflows.service import latest_version, version_of
 

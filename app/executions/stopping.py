@@ -12,7 +12,7 @@
   a run already running keeps the code it was started with.
 
 Nothing here calls a unit: queued and initializing executions end at once, and running ones get
-the reason and a cancel request that the worker passes to their units (`runner.pass_cancel`);
+the reason and a cancel request that the worker passes to their units (`work.pass_cancel`);
 their watchers record FAILED with that reason once the runs have stopped. A warehouse's catalog
 step waits for that (app/warehouses/closing.py).
 """
@@ -23,8 +23,8 @@ from flask import current_app
 from sqlmodel import select
 
 from app.db import get_db
-from app.executions import runner
-from app.executions.history import stopped_progress
+from app.executions import service
+from app.executions.queries import stopped_progress
 from app.models import Execution, ExecutionState, User, Warehouse, Workflow, utcnow
 from app.transitions import compare_and_set
 from app.warehouses import sharing as warehouse_sharing
@@ -49,7 +49,7 @@ def _stop(execution: Execution, reason: str) -> bool:
     ):
         current_app.logger.info("execution %s asked to stop: %s", execution.id, reason)
         return True
-    if runner.finish(
+    if service.finish(
         execution.id,
         ExecutionState.FAILED,
         reason=reason,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.compute_units.lifecycle import user_compute_units
-from app.executions.history import ExecutionRow, user_executions
+from app.compute_units.queries import user_compute_units
+from app.executions.queries import ExecutionRow, user_executions
 from app.models import ComputeUnit, UnitState, User, Warehouse
 from app.warehouses.queries import user_warehouses
 from app.workflows.service import user_workflows

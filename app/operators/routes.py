@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from flask import abort, flash, redirect, render_template, url_for
 
-from app.compute_units import lifecycle, pool
+from app.compute_units import pool
+from app.compute_units import service as unit_service
 from app.db import get_db
-from app.executions import runner
+from app.executions import service as execution_service
 from app.models import ComputeUnit, Execution
 from app.operators import bp, queries
 from app.roles import operator_required
@@ -31,7 +32,7 @@ def index():
 @operator_required
 def terminate_unit(cu_id: int):
     unit = get_db().get(ComputeUnit, cu_id) or abort(404)
-    lifecycle.terminate(unit, reason="terminated by an operator")
+    unit_service.terminate(unit, reason="terminated by an operator")
     flash(f"Compute unit {unit.name} (#{unit.id}) is being terminated.", "info")
     return redirect(url_for("operators.index"))
 
@@ -41,8 +42,8 @@ def terminate_unit(cu_id: int):
 def cancel_execution(execution_id: int):
     execution = get_db().get(Execution, execution_id) or abort(404)
     try:
-        runner.cancel(execution, by="an operator")
-    except runner.RunRefused as refusal:
+        execution_service.cancel(execution, by="an operator")
+    except execution_service.RunRefused as refusal:
         flash(refusal.message, "error")
     else:
         flash(f"Execution #{execution.id} is being cancelled.", "info")

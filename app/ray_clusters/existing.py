@@ -88,7 +88,7 @@ class ExistingClusterBackend(ClusterBackend):
         except RayApiError as error:
             return ClusterStatus(UnitState.FAILED, reason=str(error))
 
-    detaches_only = True  # the portal stops the unit's Spark host first (compute_units.lifecycle)
+    detaches_only = True  # the portal stops the unit's Spark host first (compute_units.work)
 
     def terminate(self, handle: ClusterHandle) -> None:
         """Detach: the cluster is not the portal's to stop."""

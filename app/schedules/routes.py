@@ -7,7 +7,8 @@ from flask import flash, redirect, render_template, request, url_for
 from flask_login import current_user
 
 from app.db import get_owned_or_404
-from app.executions import history, notifications
+from app.executions import notifications
+from app.executions import queries as execution_queries
 from app.models import Schedule, Workflow
 from app.schedules import bp, queries, service
 
@@ -62,8 +63,8 @@ def _page(
         schedules=schedules,
         errors=errors or {},
         values=values or {"timezone": "UTC", "catch_up": "skip"},
-        units=history.user_compute_units(current_user),
-        warehouses=history.active_warehouses(current_user),
+        units=execution_queries.user_compute_units(current_user),
+        warehouses=execution_queries.active_warehouses(current_user),
         zones=queries.zone_names(),
         catch_up=service.CATCH_UP,
         options=service.OPTIONS,

@@ -26,9 +26,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from app import roles, work_registry
-from app.compute_units import lifecycle
+from app.compute_units import queries as unit_queries
+from app.compute_units import service as unit_service
 from app.db import engine, get_db
-from app.executions import notifications, runner
+from app.executions import delivery
+from app.executions import service as execution_service
 from app.models import (
     ComputeUnit,
     Execution,
@@ -68,7 +70,7 @@ def fire_due() -> None:
             _fire_schedule(schedule_id, moment)
         except Exception:
             logger.exception("schedule %s: its due times could not be handled", schedule_id)
-    notifications.queue_ended_executions()
+    delivery.queue_ended_executions()
 
 
 def _started(schedule_id: int) -> list[tuple[ScheduledRun, Execution]]:
@@ -92,7 +94,7 @@ def _follow_runs(schedule_id: int, moment: datetime) -> None:
     for run, execution in _started(schedule_id):
         latest[run.due_at] = (run, execution)
         if schedule.notify_on and not _will_retry(schedule, run, execution):
-            notifications.queue(schedule, execution)
+            delivery.queue(schedule, execution)
         if (
             schedule.timeout_minutes
             and execution.state not in ExecutionState.FINAL
@@ -101,8 +103,8 @@ def _follow_runs(schedule_id: int, moment: datetime) -> None:
         ):
             _settle(run.id, reason=f"cancelled: over its timeout of {schedule.timeout_minutes} min")
             try:
-                runner.cancel(get_db().get(Execution, execution.id))
-            except runner.RunRefused:
+                execution_service.cancel(get_db().get(Execution, execution.id))
+            except execution_service.RunRefused:
                 pass  # it ended meanwhile
     for run, execution in latest.values():
         if _will_retry(schedule, run, execution):
@@ -156,10 +158,10 @@ def _stop_started_unit(run: ScheduledRun, why: str) -> None:
     if (
         unit is None
         or unit.state not in (UnitState.PENDING, UnitState.STARTING, UnitState.RUNNING)
-        or lifecycle.running_executions(unit)
+        or unit_queries.running_executions(unit)
     ):
         return
-    lifecycle.terminate(unit, reason=f"stopped by its schedule: {why}")
+    unit_service.terminate(unit, reason=f"stopped by its schedule: {why}")
     logger.info("schedule %s: stopped unit %s (%s)", run.schedule_id, unit.id, why)
 
 
@@ -303,8 +305,8 @@ def _start_unit(schedule: Schedule, run: ScheduledRun, ended: ComputeUnit) -> No
         for field in ("name", "kind", "cpus", "memory_gb", "worker_nodes", "ray_cluster")
     }
     try:
-        unit = lifecycle.create(db.get(User, schedule.owner_id), values)
-    except lifecycle.ComputeUnitError as refusal:
+        unit = unit_service.create(db.get(User, schedule.owner_id), values)
+    except unit_service.ComputeUnitError as refusal:
         _settle(
             run.id, outcome="skipped", reason=f"its unit could not be started: {refusal.message}"
         )
@@ -319,8 +321,10 @@ def _start_execution(schedule: Schedule, run: ScheduledRun, cu: ComputeUnit | No
     owner, workflow = db.get(User, schedule.owner_id), db.get(Workflow, schedule.workflow_id)
     warehouse = db.get(Warehouse, schedule.warehouse_id) if schedule.warehouse_id else None
     try:
-        execution = runner.start(owner, workflow, latest_version(workflow), cu, warehouse)
-    except runner.RunRefused as refusal:
+        execution = execution_service.start(
+            owner, workflow, latest_version(workflow), cu, warehouse
+        )
+    except execution_service.RunRefused as refusal:
         _settle(run.id, outcome="skipped", reason=refusal.message)
         logger.info("schedule %s at %s skipped: %s", schedule.id, run.due_at, refusal.message)
         if run.started_unit_id:

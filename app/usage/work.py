@@ -223,31 +223,29 @@ def _run_maintenance(
     job: MaintenanceJob, warehouse: Warehouse, owner: User, unit: ComputeUnit | None
 ) -> dict:
     try:
-        unit, handle = door.running_host(unit.id if unit else None)
-        catalog = catalog_for(warehouse)
-        tables = [
-            name
-            for namespace in iceberg_reader.list_namespaces(catalog)
-            if namespace in DATASET_NAMESPACES
-            for name in iceberg_reader.table_names(catalog, namespace)
-        ]
-        if not tables:
-            return {}
-        args = {
-            "warehouse": {"id": warehouse.id, "lakekeeper_id": warehouse.lakekeeper_id},
-            "catalog": door.catalog_binding(warehouse, door.run_token(warehouse, owner)),
-            "tables": tables,
-            "retain_last": job.retain_last,
-            "remove_orphans": job.remove_orphans,
-        }
-        return door.run_to_end(
-            unit,
-            handle,
-            JobKind.MAINTENANCE,
-            args,
-            name=f"maintenance-{job.id}",
-            timeout_s=MAINTENANCE_TIMEOUT_SECONDS,
-        )
+        with door.UnitDoor.running(unit.id if unit else None) as unit_door:
+            catalog = catalog_for(warehouse)
+            tables = [
+                name
+                for namespace in iceberg_reader.list_namespaces(catalog)
+                if namespace in DATASET_NAMESPACES
+                for name in iceberg_reader.table_names(catalog, namespace)
+            ]
+            if not tables:
+                return {}
+            args = {
+                "warehouse": {"id": warehouse.id, "lakekeeper_id": warehouse.lakekeeper_id},
+                "catalog": door.catalog_binding(warehouse, door.run_token(warehouse, owner)),
+                "tables": tables,
+                "retain_last": job.retain_last,
+                "remove_orphans": job.remove_orphans,
+            }
+            return unit_door.run_to_end(
+                JobKind.MAINTENANCE,
+                args,
+                name=f"maintenance-{job.id}",
+                timeout_s=MAINTENANCE_TIMEOUT_SECONDS,
+            )
     except (
         door.UnitUnavailable,
         door.NoCatalogToken,

@@ -1,4 +1,4 @@
-"""Reading executions back: lists with filters, the choices of the run dialog, and what a
+"""Executions, what pages read: lists with filters, the choices of the run dialog, and what a
 finished execution recorded (its progress, its output tables)."""
 
 from __future__ import annotations
