@@ -4,7 +4,8 @@ Nothing here imports the web portal (`app`): a compute unit's nodes carry this p
 and the jars, not the portal. Its subpackages follow the lifetimes of what they hold.
 
 Modules:
-- `contract.py` — the portal ↔ unit contract, written once: the spec, states, paths, names
+- `contract.py` — the portal ↔ unit contract, written once: job kinds, the spec, states, names
+- `third_party_patches.py` — every patch of RayDP's, Ray's and py4j's internals, version-guarded
 
 Packages (each one's docstring lists its modules):
 - `build/` — built at setup: the jars, the class-path jar, the JVMs' class archive

@@ -331,7 +331,7 @@ def test_jars_dir_follows_the_environment(monkeypatch, tmp_path):
 
 IMPORT_RAYDP = """
 import sys
-from compute.host.spark_session import RAYDP_DATASETS, import_raydp
+from compute.third_party_patches import RAYDP_DATASETS, import_raydp
 
 raydp = import_raydp()
 print(sorted(name for name in ("pandas", "ray.data", RAYDP_DATASETS) if name in sys.modules))

@@ -13,12 +13,9 @@ one warm session can serve executions against different warehouses.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-import threading
 import time
-import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +28,7 @@ from compute.build.class_archive import (
 from compute.build.class_path_jar import class_path_jar
 from compute.build.jars import CREDENTIAL_KEYED_S3A, VENDED_CREDENTIALS_FILE_IO, jar_paths
 from compute.contract import ACCESS_DELEGATION_HEADER
+from compute.third_party_patches import import_raydp, run_raydp_app_master_in_the_driver
 
 _JDK17_OPENS = (
     "java.lang",
@@ -109,64 +107,6 @@ def spark_conf(
     return conf
 
 
-# RayDP's conversions between Spark and Ray datasets, which `import raydp` imports with it: they
-# import ray.data and pandas, about half a second of a unit's way to its session on a fast
-# machine. A unit's session does not use them (Spark to Ray reaches RayDP's app master actor,
-# which a unit does not have), so they are imported on first use instead.
-RAYDP_DATASETS = "raydp.spark.dataset"
-_RAYDP_DATASET_CLASSES = ("PartitionObjectsOwner",)
-_RAYDP_DATASET_FUNCTIONS = (
-    "get_raydp_master_owner",
-    "spark_dataframe_to_ray_dataset",
-    "ray_dataset_to_spark_dataframe",
-    "from_spark_recoverable",
-    "release_spark_recoverable",
-)
-
-
-def import_raydp():
-    """`import raydp`, with its dataset conversions (RAYDP_DATASETS) imported on their first use."""
-    if (raydp := sys.modules.get("raydp")) is not None:
-        return raydp
-    stand_in = types.ModuleType(RAYDP_DATASETS)
-    for name in _RAYDP_DATASET_FUNCTIONS:
-        setattr(stand_in, name, _imported_on_first_call(name))
-    for name in _RAYDP_DATASET_CLASSES:
-        setattr(stand_in, name, _ClassImportedOnFirstUse(name, (), {"__module__": RAYDP_DATASETS}))
-    sys.modules[RAYDP_DATASETS] = stand_in
-    try:
-        import raydp
-    finally:
-        if sys.modules.get(RAYDP_DATASETS) is stand_in:
-            del sys.modules[RAYDP_DATASETS]  # a later import finds the real module
-    return raydp
-
-
-def _imported_on_first_call(name: str) -> Callable:
-    def call(*args, **kwargs):
-        return getattr(importlib.import_module(RAYDP_DATASETS), name)(*args, **kwargs)
-
-    call.__name__ = call.__qualname__ = name
-    return call
-
-
-class _ClassImportedOnFirstUse(type):
-    """A stand-in for a class of RAYDP_DATASETS: making an instance, isinstance and issubclass
-    import the real module and answer for its class of the same name."""
-
-    def _real(cls) -> type:
-        return getattr(importlib.import_module(RAYDP_DATASETS), cls.__name__)
-
-    def __call__(cls, *args, **kwargs):
-        return cls._real()(*args, **kwargs)
-
-    def __instancecheck__(cls, instance) -> bool:
-        return isinstance(instance, cls._real())
-
-    def __subclasscheck__(cls, subclass) -> bool:
-        return issubclass(subclass, cls._real())
-
-
 def start_spark_session(
     app_name: str,
     *,
@@ -182,7 +122,7 @@ def start_spark_session(
     them on as many nodes as possible; None lets Ray place them freely.
     """
     raydp = import_raydp()
-    _run_the_app_master_in_the_driver()
+    run_raydp_app_master_in_the_driver(raydp_class_path, class_path_jar)
     # Executors launch Python workers from PATH's `python3` unless told otherwise.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     configs = spark_conf(jars=unit_jars(), extra=extra_conf)
@@ -214,110 +154,6 @@ def wait_for_executors(
         if registered >= count or until() or time.monotonic() >= deadline:
             return registered
         time.sleep(EXECUTORS_POLL_S)
-
-
-def _run_the_app_master_in_the_driver() -> None:
-    """Makes `raydp.init_spark` run RayDP's app master inside the Spark driver's own JVM.
-
-    RayDP's way: a master actor (a whole Python worker) launches a JVM of its own, which joins
-    Ray and creates the app master, a Ray Java actor in a JVM of its own again; only then does
-    the driver's JVM start. Here the driver's JVM (pyspark's gateway, launched with the
-    configuration RayDP prepared) joins Ray, which it does anyway for RayDP's object store
-    writer, and holds the app master as an object: its RPC endpoint (which executors register
-    with) and the executors' Ray actors, which it creates. So a unit's start waits for two JVMs,
-    the driver and then the executors, not three one after another, and an idle unit holds one
-    JVM fewer. The executors belong to the driver's Ray job, so they end with it. What RayDP
-    reached through the app master's actor (its Spark-to-Ray-dataset conversion) is not used."""
-    import raydp.context
-    from raydp.spark import SparkCluster
-    from raydp.spark.ray_cluster_master import RayDPSparkMaster
-
-    class ClusterWithAppMasterInTheDriver(SparkCluster):
-        def _set_up_master(self, resources, kwargs):
-            self._spark_master_handle = None
-            # Only for its class path and Ray settings: it launches nothing here.
-            self._master = RayDPSparkMaster.__ray_actor_class__(self._configs)
-            self._app_master = None  # RayDP's RayAppMaster, an object in the driver's JVM
-
-        def get_cluster_url(self) -> str:
-            if self._app_master is None:
-                from pyspark import SparkContext
-
-                _launch_the_drivers_jvm(self._configs)
-                jvm = SparkContext._jvm
-                jvm.org.apache.spark.deploy.raydp.RayAppMaster.setProperties(
-                    self._master._generate_ray_configs()
-                )
-                jvm.io.ray.api.Ray.init()  # before the context starts: the app master creates executors
-                self._app_master = jvm.org.apache.spark.deploy.raydp.RayAppMaster(
-                    raydp_class_path()
-                )
-                self._jvm = jvm
-            return self._app_master.getMasterUrl()
-
-        def connect_spark_driver_to_ray(self):
-            jvm = self._spark_session._jvm
-            jvm.org.apache.spark.sql.raydp.ObjectStoreWriter.connectToRay()  # joined already: the agent only
-
-        def stop(self, cleanup_data):
-            if self._spark_session is not None:
-                self._spark_session.stop()
-                self._spark_session = None
-            # Leaving Ray ends the executors' actors. Not waited for, as RayDP's own stop is not
-            # (a session that failed to start can leave it blocked).
-            if (app_master := self._app_master) is not None:
-                self._app_master = None
-                threading.Thread(
-                    target=_stop_app_master,
-                    args=(self._jvm, app_master),
-                    name="raydp-app-master-stop",
-                    daemon=True,
-                ).start()
-
-    class ContextWithAppMasterInTheDriver(raydp.context._SparkContext):
-        def _get_or_create_spark_cluster(self) -> SparkCluster:
-            if self._spark_cluster is None:
-                self._spark_cluster = ClusterWithAppMasterInTheDriver(
-                    self._app_name,
-                    self._num_executors,
-                    self._executor_cores,
-                    self._executor_memory,
-                    self._enable_hive,
-                    self._configs,
-                )
-            return self._spark_cluster
-
-    raydp.context._SparkContext = ContextWithAppMasterInTheDriver
-
-
-def _stop_app_master(jvm, app_master) -> None:
-    """The app master's RPC endpoint, then the driver's JVM leaves Ray: its executors' actors end."""
-    app_master.stop()
-    jvm.io.ray.api.Ray.shutdown()
-
-
-def _launch_the_drivers_jvm(configs: Mapping[str, str]) -> None:
-    """The driver's JVM (pyspark's gateway), launched as `getOrCreate` would launch it (that call
-    reuses it). Its class path is the one merged jar once setup built it (class_path_jar.py):
-    RayDP put its own jars, Spark's and Ray's on the driver's, and `spark-submit` adds those of
-    its Spark home, here the merged jar's own."""
-    from pyspark import SparkConf, SparkContext
-
-    if (merged := class_path_jar()) is None:
-        SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(configs.items()))
-        return
-    configs = {**configs, "spark.driver.extraClassPath": str(merged)}
-    before = os.environ.get("SPARK_HOME")
-    os.environ["SPARK_HOME"] = str(
-        merged.parent.parent
-    )  # read by pyspark's launcher to start spark-submit
-    try:
-        SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(configs.items()))
-    finally:
-        if before is None:
-            os.environ.pop("SPARK_HOME", None)
-        else:
-            os.environ["SPARK_HOME"] = before
 
 
 def unit_jars() -> list[Path]:

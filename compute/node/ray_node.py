@@ -25,7 +25,8 @@ import os
 import shlex
 import subprocess
 import sys
-import types
+
+from compute.third_party_patches import start_ray_node_lean
 
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 # When a unit runs the dashboard (LAKEPORT_RAY_DASHBOARD): StateHead, the State API, through
@@ -43,7 +44,12 @@ def main(argv: list[str]) -> None:
     import ray.scripts.scripts as ray_cli
 
     block = "--block" in argv
-    _leave_out_what_a_unit_does_not_use(without_agents="--without-agents" in argv, waiting=block)
+    # Leave out what a unit does not use; a waiting node's servers die with it.
+    start_ray_node_lean(
+        dashboard_modules=DASHBOARD_MODULES,
+        agent_command=_idle_agent if "--without-agents" in argv else None,
+        spawn_reaper=block,
+    )
     sys.argv = ["ray", "start", *[arg for arg in argv if arg not in OWN_OPTIONS]]
     try:
         ray_cli.main()
@@ -62,60 +68,6 @@ def main(argv: list[str]) -> None:
                 *(f"{name}={pid}" for name, pid in servers),
             ],
         )
-
-
-def _leave_out_what_a_unit_does_not_use(*, without_agents: bool, waiting: bool) -> None:
-    import ray._private.node as ray_node
-    import ray._private.ray_constants as ray_constants
-    import ray._private.services as ray_services
-    import ray.scripts.scripts as ray_cli
-
-    start_ray_process = ray_services.start_ray_process
-
-    def start_process(command, process_type, *args, **kwargs):
-        # `ray start` has no option for the dashboard's modules; its dashboard process has one.
-        # With `--include-dashboard=false` Ray names its own (one module, no subprocesses).
-        if process_type == ray_constants.PROCESS_TYPE_DASHBOARD and not any(
-            arg.startswith("--modules-to-load=") for arg in command
-        ):
-            command = [*command, f"--modules-to-load={','.join(DASHBOARD_MODULES)}"]
-        # Nothing asks the agents of a unit without a dashboard anything, and no runtime
-        # environment is built (no task or actor names one); yet the raylet will not start
-        # without both agent commands, and ends when an agent ends.
-        if without_agents and process_type == ray_constants.PROCESS_TYPE_RAYLET:
-            command = [_idle_agent(arg) for arg in command]
-        return start_ray_process(command, process_type, *args, **kwargs)
-
-    ray_services.start_ray_process = start_process
-    # Nothing speaks Ray Client to a unit (the portal talks HTTP to its Spark host), and `ray
-    # start` cannot go without its server (a port of 0 is refused): it is never started.
-    ray_node.Node.start_ray_client_server = lambda _node: None
-    # Without the dashboard Ray still starts its API server, for usage stats alone (which units
-    # do not send): about 115 MiB that nothing reads.
-    start_api_server = ray_node.Node.start_api_server
-
-    def start_api_server_for_the_dashboard(node, *, include_dashboard, raise_on_failure):
-        if include_dashboard is False:
-            node._webui_url = None
-            return None
-        return start_api_server(
-            node, include_dashboard=include_dashboard, raise_on_failure=raise_on_failure
-        )
-
-    ray_node.Node.start_api_server = start_api_server_for_the_dashboard
-    if waiting:
-        # The servers die with this process (the kernel's parent-death signal, which `ray start
-        # --block` asks for too, and which survives the exec into the waiter): a node killed
-        # leaves nothing behind.
-        node_init = ray_node.Node.__init__
-        ray_node.Node.__init__ = lambda node, *args, **kwargs: node_init(
-            node, *args, **{**kwargs, "spawn_reaper": True}
-        )
-
-    joinable = types.ModuleType(ray_constants.__name__)
-    joinable.__dict__.update(vars(ray_constants))
-    joinable.ENABLE_RAY_CLUSTER = True
-    ray_cli.ray_constants = joinable
 
 
 def _idle_agent(arg: str) -> str:

@@ -29,10 +29,10 @@ import signal
 import socket
 import threading
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from compute.run.run_channel import Channel, ChannelClosed, RemoteProgress, execute, listen
+from compute.third_party_patches import fresh_py4j_client_after_fork
 
 # How long a child that reported its end may take to release its JVM objects and exit by itself.
 EXIT_GRACE_S = 10.0
@@ -156,7 +156,7 @@ def _child(spark, sock: socket.socket) -> None:
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, signal.SIG_DFL)
     _detach_inherited_descriptors(keep={0, 1, 2, sock.fileno()})
-    _fresh_gateway_client(spark)
+    fresh_py4j_client_after_fork(spark)
     _fresh_unit_state(CATALOGS, SESSIONS)
     channel = Channel(sock)
     floor = _object_id_floor(spark)  # also this child's own connection to the JVM, made ahead
@@ -204,17 +204,6 @@ def _detach_inherited_descriptors(keep: set[int]) -> None:
         pass  # no /proc: the descriptors stay as inherited
     finally:
         os.close(null)
-
-
-def _fresh_gateway_client(spark) -> None:
-    """This process's own py4j connections (made as it calls the JVM) and finalizer queue."""
-    from py4j.finalizer import ThreadSafeFinalizer
-
-    client = spark.sparkContext._gateway._gateway_client
-    client.deque = deque()
-    client.thread_connection = threading.local()
-    client.finalizer_deque = deque()
-    ThreadSafeFinalizer.lock = threading.RLock()  # a host thread may have held it at the fork
 
 
 def _fresh_unit_state(catalogs, sessions) -> None:
