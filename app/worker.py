@@ -75,18 +75,10 @@ def _join_the_features() -> None:
     from app.auth import work as _auth_work  # noqa: F401
     from app.compute_units import work as _units_work  # noqa: F401
     from app.executions import work as _executions_work  # noqa: F401
-    from app.models import SampleDataJob
     from app.schedules import work as _schedules_work  # noqa: F401
     from app.usage import work as _usage_work  # noqa: F401
     from app.warehouses import work as _warehouses_work  # noqa: F401
-    from app.workflows import datasets
-
-    join = _Interim()
-    join.pending_source(
-        "sample-data",
-        join.JOBS + 2,
-        lambda: join.live_jobs(SampleDataJob, "sample-data", datasets.run_sample_data_job),
-    )
+    from app.workflows import work as _workflows_work  # noqa: F401
 
 
 class _Interim:

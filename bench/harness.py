@@ -47,7 +47,7 @@ from app.models import (
 from app.spark_host.client import SparkHostClient
 from app.spark_host.warmup import spark_host_size
 from app.worker import WorkAnnouncements
-from app.workflows import datasets
+from app.workflows import queries as workflow_queries
 from bench.local_pyspark import LocalPySpark
 from devstack.database import drop_postgres_database, fresh_postgres_database
 from devstack.oidc_provider import TEST_USERS, sign_in_portal_client
@@ -694,7 +694,7 @@ class Bench:
         deadline = started + timeout_s
         while True:
             with self.app.app_context():
-                job = datasets.sample_data_job(owner, warehouse)
+                job = workflow_queries.sample_data_job(owner, warehouse)
             if not job.running:
                 break
             if time.monotonic() > deadline:

@@ -11,7 +11,7 @@ from app.api.paging import ERRORS, page_of
 from app.api.problems import ApiProblem
 from app.db import get_owned_or_404
 from app.models import Workflow
-from app.workflows import service
+from app.workflows import queries, service
 from app.workflows import sharing as workflow_sharing
 from app.workflows import steps as step_model
 from app.workflows.service import WorkflowActionError
@@ -39,7 +39,7 @@ def workflow_out(row: Workflow) -> schemas.Workflow:
 )
 def list_workflows(query: schemas.ListQuery):
     """Your workflows, each with the steps of its latest version."""
-    return page_of(service.user_workflows(current_user), query, workflow_out, schemas.WorkflowPage)
+    return page_of(queries.user_workflows(current_user), query, workflow_out, schemas.WorkflowPage)
 
 
 @bp.get("/workflows/<int:workflow_id>")

@@ -9,7 +9,7 @@ from app.compute_units.queries import user_compute_units
 from app.executions.queries import ExecutionRow, user_executions
 from app.models import ComputeUnit, UnitState, User, Warehouse
 from app.warehouses.queries import user_warehouses
-from app.workflows.service import user_workflows
+from app.workflows.queries import user_workflows
 
 RECENT_EXECUTIONS = 5
 

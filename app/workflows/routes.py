@@ -11,7 +11,7 @@ from app.models import Warehouse, WarehouseStatus, Workflow, WorkflowVersion
 # module, so when the warehouses blueprint is loaded first the name does not exist yet here.
 from app.warehouses import queries as warehouse_queries
 from app.web import SharesPanel, redirect_to, shares_context
-from app.workflows import bp, datasets, forms, service, sharing, steps
+from app.workflows import bp, datasets, forms, queries, service, sharing, steps
 from app.workflows.datasets import DatasetError
 from app.workflows.service import WorkflowActionError
 
@@ -33,7 +33,7 @@ def _partial_wanted() -> bool:
 def index():
     return render_template(
         "workflows/index.html",
-        workflows=service.user_workflows(current_user),
+        workflows=queries.user_workflows(current_user),
         shared=sharing.shared_with(current_user),
     )
 
@@ -70,7 +70,7 @@ def _show_version(workflow: Workflow, version: WorkflowVersion | None):
         workflow=workflow,
         version=version,
         steps=service.steps_of(version),
-        versions=service.versions_of(workflow),
+        versions=queries.versions_of(workflow),
         **_shares_context(workflow),
     )
 
@@ -302,7 +302,7 @@ def _data_sources(partial: str, status: int = 200, **context):
         "sample_values": {"scale_factor_text": "0.01"},
         "sample_errors": {},
         "sample_jobs": [
-            (w, job) for w in warehouses if (job := datasets.sample_data_job(current_user, w))
+            (w, job) for w in warehouses if (job := queries.sample_data_job(current_user, w))
         ],
         **context,
     }
@@ -362,7 +362,7 @@ def generate_sample_data():
 @bp.get("/datasets/sample/<int:warehouse_id>")
 def sample_data_status(warehouse_id: int):
     warehouse = get_owned_or_404(Warehouse, warehouse_id)
-    job = datasets.sample_data_job(current_user, warehouse)
+    job = queries.sample_data_job(current_user, warehouse)
     if job is None:
         abort(404)
     return render_template("workflows/_sample_status.html", warehouse=warehouse, job=job)

@@ -22,13 +22,6 @@ class WorkflowActionError(UserFacingError):
     """An action was refused; `message` is for the user."""
 
 
-def user_workflows(owner: User) -> list[Workflow]:
-    statement = (
-        select(Workflow).where(Workflow.owner_id == owner.id).order_by(Workflow.updated_at.desc())
-    )
-    return list(get_db().exec(statement))
-
-
 def create(owner: User, name: str, description: str) -> Workflow:
     """A workflow without steps yet: its first save in the editor is version 1."""
     db = get_db()
@@ -59,15 +52,6 @@ def version_of(workflow: Workflow, number: int) -> WorkflowVersion | None:
 
 def latest_version(workflow: Workflow) -> WorkflowVersion | None:
     return version_of(workflow, workflow.latest_version) if workflow.latest_version else None
-
-
-def versions_of(workflow: Workflow) -> list[WorkflowVersion]:
-    statement = (
-        select(WorkflowVersion)
-        .where(WorkflowVersion.workflow_id == workflow.id)
-        .order_by(WorkflowVersion.version.desc())
-    )
-    return list(get_db().exec(statement))
 
 
 def steps_of(version: WorkflowVersion | None) -> list[Step]:
