@@ -1,6 +1,6 @@
 """Storage figures of a warehouse's Iceberg tables, from their snapshot summaries: what a table
 holds now (`live_storage`) and what was ever written into it (`written_storage`), without
-reading any data file. The usage pass (app/usage/accounting.py) stores them as samples.
+reading any data file. The usage pass (app/usage/work.py) stores them as samples.
 """
 
 from __future__ import annotations

@@ -86,13 +86,13 @@ class Warehouse(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow)
     archived_at: datetime | None = None
     # The catalog's part of a deactivation or an archive ("deactivate", "archive"), owed once the
-    # runs writing into it have stopped (app/warehouses/closing.py); the worker does it at
+    # runs writing into it have stopped (app/warehouses/work.py); the worker does it at
     # `closing_due_at` at the latest, and after a failure (`closing_error`) tries again then.
     closing: str = Field(default="", max_length=16)
     closing_due_at: datetime | None = None
     closing_error: str = Field(default="", max_length=2000)
     # The worker's last comparison of the warehouse's grants in Lakekeeper with its shares
-    # (app/warehouses/grants.py): when, when the catalog last agreed (found so, or repaired), what
+    # (app/warehouses/work.py): when, when the catalog last agreed (found so, or repaired), what
     # that check repaired, why it could not check; `grants_due_at` asks for one sooner (a failed write).
     grants_checked_at: datetime | None = None
     grants_agreed_at: datetime | None = None

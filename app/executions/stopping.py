@@ -14,7 +14,7 @@
 Nothing here calls a unit: queued and initializing executions end at once, and running ones get
 the reason and a cancel request that the worker passes to their units (`work.pass_cancel`);
 their watchers record FAILED with that reason once the runs have stopped. A warehouse's catalog
-step waits for that (app/warehouses/closing.py).
+step waits for that (app/warehouses/work.py).
 """
 
 from __future__ import annotations
