@@ -1,25 +1,23 @@
 """Plain helpers the test modules share: rows, users and sign-ins, workflows, warehouses, units and
-executions made for a test, the portal's forms and pages as a test drives them, and stand-ins for
-what a test talks to. Fixtures are in tests/conftest.py (and the root conftest.py for what e2e/
-shares); a test module imports from here, never from another test module.
+executions made for a test, and the portal's forms and pages as a test drives them. Stand-ins for
+what the portal talks to are in tests/stand_ins.py, helpers for tests on catalogs directly in
+tests/catalogs.py, the deployment's files as tests read them in tests/deploy_files.py, and
+fixtures in tests/conftest.py; a test module imports from these, never from another test module.
 
 Most helpers take the test database's engine (`db_engine`) and write through a session of their
-own, as the worker or another process would.
+own, as the worker or another process would. Feature modules are imported where they are used:
+one that does not import fails the tests that use it, not the collection of every test.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
 import secrets
-import threading
 import time
 import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 from openapi_core import Config, OpenAPI
@@ -28,7 +26,6 @@ from pyiceberg.catalog import load_catalog
 from sqlmodel import Session, select
 
 from app.config import Config as PortalConfig
-from app.executions import delivery
 from app.models import (
     ComputeUnit,
     ComputeUnitEvent,
@@ -41,9 +38,6 @@ from app.models import (
     Workflow,
     WorkflowVersion,
 )
-from app.schedules import service as schedules_service
-from app.schedules import work as schedules_work
-from app.tokens import service as tokens
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.services import known_test_subject
 
@@ -462,6 +456,8 @@ class Api:
 
 
 def token_for(app, user, scope: str = "run", days: int = 30) -> str:
+    from app.tokens import service as tokens
+
     with app.app_context():
         return tokens.create(user, f"t-{scope}", scope, days).text
 
@@ -519,6 +515,8 @@ def runs(db_engine, schedule) -> list[ScheduledRun]:
 
 
 def at(monkeypatch, moment: datetime) -> None:
+    from app.schedules import service as schedules_service
+
     monkeypatch.setattr(schedules_service, "now", lambda: moment)
 
 
@@ -527,49 +525,6 @@ def set_execution(db_engine, execution_id: int, **fields) -> None:
 
 
 # --------------------------------------------------------------------------- notifications
-def signed_as_documented(secret: str, headers: dict, body: bytes) -> bool:
-    """The check README tells a receiver to make: HMAC-SHA256 of "<timestamp>.<body>", and a
-    timestamp within five minutes of now."""
-    timestamp = headers["X-Lakeport-Timestamp"]
-    expected = (
-        "sha256="
-        + hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    )
-    return (
-        hmac.compare_digest(headers["X-Lakeport-Signature"], expected)
-        and abs(time.time() - int(timestamp)) < 300
-    )
-
-
-class Receiver:
-    """A webhook receiver on loopback: answers `status`, or never answers when `hang`."""
-
-    def __init__(self, status: int = 200, hang: bool = False) -> None:
-        self.calls: list[tuple[dict, bytes]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.calls.append((dict(self.headers), body))
-                if hang:
-                    time.sleep(30)
-                    return
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def scheduled(client, db_engine, owner, **fields) -> tuple[Schedule, str | None]:
@@ -599,6 +554,8 @@ def scheduled(client, db_engine, owner, **fields) -> tuple[Schedule, str | None]
 
 
 def run_ends(app, db_engine, monkeypatch, schedule, state: str) -> None:
+    from app.schedules import work as schedules_work
+
     at(monkeypatch, T0 + timedelta(minutes=5, seconds=2))
     with app.app_context():
         schedules_work.fire_due()
@@ -611,6 +568,8 @@ def run_ends(app, db_engine, monkeypatch, schedule, state: str) -> None:
 
 
 def deliver_all(app) -> None:
+    from app.executions import delivery
+
     with app.app_context():
         for _name, function, subject in delivery.pending_work():
             function(subject)

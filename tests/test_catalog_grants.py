@@ -189,7 +189,7 @@ def test_drift_in_the_catalog_is_repaired_by_one_pass_with_an_audit_event_each(t
 
 def test_a_groups_role_nothing_uses_is_deleted_with_its_assignees(team, db_engine):
     app, group, people, warehouse = team
-    (owner, owner_client), (member, _) = people["owner"], people["member"]
+    owner_client, member = people["owner"][1], people["member"][0]
     assert (
         share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 200
     )
@@ -233,7 +233,7 @@ def test_a_catalog_write_whose_answer_was_lost_is_checked_by_the_worker_soon(
     team, db_engine, monkeypatch
 ):
     app, _, people, warehouse = team
-    (owner, owner_client), (carol, _) = people["owner"], people["carol"]
+    owner_client, carol = people["owner"][1], people["carol"][0]
     update = LakekeeperClient.update_warehouse_assignments
 
     def written_then_answer_lost(self, *args, **kwargs):

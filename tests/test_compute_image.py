@@ -4,27 +4,9 @@ pyproject.toml pins. It cannot be built here (no Docker engine), so its text is 
 from __future__ import annotations
 
 import re
-import tomllib
-from pathlib import Path
 
 from app.config import SETTINGS
-
-ROOT = Path(__file__).resolve().parent.parent
-DOCKERFILE = (ROOT / "compute" / "Dockerfile").read_text()
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-PIN = re.compile(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^\s;]+)$")
-
-
-def pins(requirements: list[str]) -> dict[str, str]:
-    found = {}
-    for requirement in requirements:
-        if match := PIN.match(requirement.strip()):
-            found[match.group(1).lower()] = match.group(3)
-    return found
-
-
-def image_pins() -> dict[str, str]:
-    return pins(re.findall(r'"([^"\s]+==[^"\s]+)"', DOCKERFILE))
+from tests.deploy_files import DOCKERFILE, PYPROJECT, image_pins, pins
 
 
 def test_the_image_pins_what_pyproject_pins():

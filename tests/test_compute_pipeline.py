@@ -11,21 +11,12 @@ import time
 
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog import load_catalog
 
-from app.lakekeeper.client import LakekeeperClient
-from app.lakekeeper.resources import S3AccessKeyCredential, S3StorageProfile
-from app.lakekeeper.tokens import ClientCredentialsTokenSource
-from app.ray_clusters.base import ClusterSpec
-from app.ray_clusters.local import LocalClusterBackend, allowed_endpoints
-from app.spark_host.client import SparkHostClient, with_spark_host_secret
-from compute.contract import ExecutionSpec, InvalidSpec, JobKind
+from compute.contract import ExecutionSpec, InvalidSpec
 from compute.host.catalog_cache import CatalogAccess, CatalogCache, token_expiry
 from compute.host.spark_session import S3Keys
-from devstack.oidc_provider import SERVICE_CLIENT_ID
 from devstack.seaweedfs import TEST_USER_KEYS
-
-_execution_ids = iter(range(100, 10_000))
+from tests.catalogs import execution_ids, reader, spec_for, step, submit
 
 
 # ------------------------------------------------------------------ without Spark
@@ -151,124 +142,6 @@ def test_a_spec_with_bad_steps_is_refused_with_the_reason():
 
 
 # ------------------------------------------------------------------ on a compute unit
-@pytest.fixture(scope="module")
-def host(lakehouse):
-    backend = LocalClusterBackend(
-        endpoints=allowed_endpoints(lakehouse.catalog_url, lakehouse.cu_allowed_endpoints)
-    )
-    handle = backend.start(
-        ClusterSpec(
-            cu_id="test-pipeline",
-            name="pipeline",
-            cpus_per_node=1,
-            memory_gb_per_node=3,
-            worker_nodes=1,
-        )
-    )
-    client = SparkHostClient(with_spark_host_secret(handle, "test-portal-key"), timeout=30)
-    try:
-        info = client.bootstrap(executors=2, executor_cores=1, executor_memory="1g")
-        assert info["state"] == "ready", info["error"]
-        yield client
-    finally:
-        client.close()
-        backend.terminate(handle)
-
-
-@pytest.fixture(scope="module")
-def catalog_admin(lakehouse):
-    tokens = ClientCredentialsTokenSource(
-        client_id=SERVICE_CLIENT_ID,
-        issuer=lakehouse.oidc.issuer,
-        client_secret=lakehouse.oidc.service_client_secret,
-    )
-    with tokens, LakekeeperClient(lakehouse.catalog_url, tokens) as client:
-        yield client
-
-
-def _register(catalog_admin, lakehouse, name: str) -> dict:
-    keys = TEST_USER_KEYS["alice"]
-    info = catalog_admin.create_warehouse(
-        f"u1-{name}-{secrets.token_hex(3)}",
-        S3StorageProfile(
-            bucket=keys.bucket,
-            region="us-east-1",
-            key_prefix=f"pipeline/{name}-{secrets.token_hex(3)}",
-            endpoint=lakehouse.s3_endpoint,
-            path_style_access=True,
-            flavor="s3-compat",
-        ),
-        S3AccessKeyCredential(keys.access_key_id, keys.secret_access_key),
-    )
-    return {"id": 1, "name": name, "lakekeeper_name": info.name, "lakekeeper_id": info.id}
-
-
-@pytest.fixture(scope="module")
-def warehouses(catalog_admin, lakehouse):
-    """Two of alice's warehouses; the first holds `datasets.orders`."""
-    first, second = (
-        _register(catalog_admin, lakehouse, "sales"),
-        _register(catalog_admin, lakehouse, "lab"),
-    )
-    orders = reader(lakehouse, first)
-    orders.create_namespace("datasets")
-    orders.create_table(
-        "datasets.orders", schema=pa.schema([("id", pa.int64()), ("amount", pa.int64())])
-    ).append(pa.table({"id": [1, 2, 3, 4], "amount": [5, 20, 7, 40]}))
-    return first, second
-
-
-def reader(lakehouse, warehouse: dict):
-    """An independent pyiceberg client on the warehouse."""
-    return load_catalog(
-        f"reader-{secrets.token_hex(3)}",
-        type="rest",
-        uri=f"{lakehouse.catalog_url}/catalog",
-        warehouse=warehouse["lakekeeper_name"],
-        token=lakehouse.service_token(),
-        **{"header.X-Iceberg-Access-Delegation": "vended-credentials"},
-    )
-
-
-def step(name: str, code: str, kind: str = "sql", output: bool = False) -> dict:
-    return {"name": name, "kind": kind, "code": code, "output": output}
-
-
-def spec_for(
-    warehouse: dict,
-    token: str,
-    steps: list[dict],
-    catalog_uri: str,
-    execution_id: int | None = None,
-):
-    return {
-        "execution_id": execution_id if execution_id is not None else next(_execution_ids),
-        "workflow": {"id": 7, "name": "sales", "version": 3},
-        "user": {"id": 1, "email": "alice@example.test"},
-        "compute_unit": {"id": 5, "name": "cu-a"},
-        "warehouse": {
-            "id": warehouse.get("id", 1),
-            "name": warehouse.get("name", "w"),
-            "lakekeeper_id": warehouse["lakekeeper_id"],
-        },
-        "catalog": {
-            "uri": catalog_uri,
-            "warehouse": warehouse["lakekeeper_name"],
-            "token": token,
-            "access_delegation": "vended-credentials",
-        },
-        "steps": steps,
-    }
-
-
-def submit(host, lakehouse, warehouse: dict, steps: list[dict], **overrides) -> tuple[str, dict]:
-    spec = {
-        **spec_for(warehouse, lakehouse.service_token(), steps, f"{lakehouse.catalog_url}/catalog"),
-        **overrides,
-    }
-    return host.submit(JobKind.EXECUTION, spec, name=f"execution-{spec['execution_id']}")[
-        "run_id"
-    ], spec
 
 
 def table_names(catalog, namespace: str) -> set[str]:
@@ -632,7 +505,7 @@ def test_a_run_whose_records_cannot_be_written_never_marks_its_result_complete(
     """Marking the results complete and writing the records are one commit: user code that
     drops its own runtime_stats table leaves a FAILED run that says why, with no table saying
     complete."""
-    warehouse, execution = warehouses[1], next(_execution_ids)
+    warehouse, execution = warehouses[1], next(execution_ids)
     records = f"runtime_stats.e{execution}"
     dropping = [
         step(

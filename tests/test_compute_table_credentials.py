@@ -15,8 +15,7 @@ from app.lakekeeper.tokens import lakekeeper_user_id
 from compute.contract import JobKind
 from compute.run.iceberg_rest import credentials_expire_soon
 from devstack.seaweedfs import TEST_USER_KEYS
-from tests.test_compute_pipeline import catalog_admin, host, reader, spec_for, step  # noqa: F401 - fixtures
-from tests.test_devcatalog import BOB_USER
+from tests.catalogs import BOB_USER, reader, spec_for, step
 
 ORDERS = pa.table({"id": [1, 2, 3, 4], "amount": [5, 20, 7, 40]})
 

@@ -35,7 +35,7 @@ from compute.contract import secret_digest
 from compute.host.host_http import serve
 from devstack.process import free_port, port_is_open
 from tests.processes import process_running
-from tests.test_spark_host_auth import StandInHost, handle_on
+from tests.stand_ins import StandInHost, handle_on
 
 
 @pytest.fixture

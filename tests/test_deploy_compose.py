@@ -16,73 +16,27 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-import yaml
 
 from app.config import PROJECT_ROOT, SETTINGS, Config
+from tests.deploy_files import (
+    COMPOSE,
+    COMPOSE_VARIABLE,
+    DEPLOY,
+    ENV_EXAMPLE,
+    PORTAL_ENV,
+    RAW,
+    SERVICES,
+    depends_on,
+    environment,
+    interpolate,
+)
 
-DEPLOY = PROJECT_ROOT / "deploy"
-# Compose's forms: $$, ${VAR}, ${VAR:?err}, ${VAR?err}, ${VAR:-default}, ${VAR-default}.
-COMPOSE_VARIABLE = re.compile(r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:?[?-])(?P<arg>[^}]*))?\}")
 # Keycloak's realm-import placeholders: ${VAR} or ${VAR:default}.
 KEYCLOAK_PLACEHOLDER = re.compile(r"\$\{(?P<name>\w+)(?::(?P<default>[^}]*))?\}")
 HEALTH_CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 SECRET_NAME = re.compile(r"SECRET|PASSWORD|ENCRYPTION_KEY|PRESHARED_KEY|API_KEY")
 
 
-def read_env_example() -> dict[str, str]:
-    entries = {}
-    for line in (DEPLOY / ".env.example").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, _, value = line.partition("=")
-            entries[name] = value
-    return entries
-
-
-def interpolate(value, env: dict[str, str]):
-    """`value` with compose's variable substitution applied to every string in it."""
-    if isinstance(value, dict):
-        return {key: interpolate(item, env) for key, item in value.items()}
-    if isinstance(value, list):
-        return [interpolate(item, env) for item in value]
-    if not isinstance(value, str):
-        return value
-
-    def substitute(match: re.Match) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name, op, arg = match["name"], match["op"], match["arg"]
-        current = env.get(name)
-        # The colon forms treat an empty value as unset.
-        if current is not None and not (current == "" and op in (":?", ":-")):
-            return current
-        if op in (":?", "?"):
-            raise KeyError(f"compose would stop: {name} is required ({arg})")
-        return arg if op in (":-", "-") else ""
-
-    return COMPOSE_VARIABLE.sub(substitute, value)
-
-
-def environment(service: dict) -> dict[str, str]:
-    env = service.get("environment") or {}
-    if isinstance(env, list):
-        env = dict(entry.partition("=")[::2] for entry in env)
-    return {key: str(value) for key, value in env.items()}
-
-
-def depends_on(service: dict) -> dict[str, str]:
-    targets = service.get("depends_on") or {}
-    if isinstance(targets, list):
-        return {name: "service_started" for name in targets}
-    return {name: spec.get("condition", "service_started") for name, spec in targets.items()}
-
-
-ENV_EXAMPLE = read_env_example()
-# The stand-ins differ per variable, so a value wired to the wrong variable shows.
-FILLED_ENV = {name: value or f"test-{name.lower()}" for name, value in ENV_EXAMPLE.items()}
-RAW = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
-COMPOSE = interpolate(RAW, FILLED_ENV)
-SERVICES = COMPOSE["services"]
-PORTAL_ENV = environment(SERVICES["portal"])
 LAKEKEEPER_ENV = environment(SERVICES["lakekeeper"])
 OPENFGA_ENV = environment(SERVICES["openfga"])
 BOOTSTRAP = SERVICES["lakekeeper-bootstrap"]

@@ -24,7 +24,7 @@ from devstack.database import (
     owner_role_name,
     portal_role_name,
 )
-from tests.test_deploy_compose import FILLED_ENV, SERVICES, depends_on, environment
+from tests.deploy_files import FILLED_ENV, SERVICES, depends_on, environment
 
 DATABASE_DIR = PROJECT_ROOT / "deploy" / "database"
 ROLES_SQL = DATABASE_DIR / "lakeport-roles.sql"

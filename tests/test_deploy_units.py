@@ -26,16 +26,19 @@ from app.ray_clusters.existing import ExistingClusterBackend
 from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import allowed_endpoints
 from app.states import UnitState
-from tests.test_compute_image import DOCKERFILE, PYPROJECT, image_pins, pins
-from tests.test_deploy_compose import (
+from tests.deploy_files import (
     COMPOSE,
     DEPLOY,
+    DOCKERFILE,
     ENV_EXAMPLE,
     FILLED_ENV,
     PORTAL_ENV,
+    PYPROJECT,
     RAW,
     SERVICES,
     environment,
+    image_pins,
+    pins,
 )
 
 WORKER, HEAD = SERVICES["worker"], SERVICES["ray-head"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
@@ -20,83 +19,37 @@ import pyarrow as pa
 import pytest
 from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives.asymmetric import rsa
-from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import ForbiddenError
 
-from app.lakekeeper.client import LakekeeperClient
 from app.lakekeeper.resources import (
     S3AccessKeyCredential,
     S3StorageProfile,
     WarehouseAssignment,
-    WarehouseInfo,
 )
-from app.lakekeeper.tokens import ClientCredentialsTokenSource, lakekeeper_user_id
-from app.storage_probe import S3Credentials, SigV4Auth, probe_storage
-from devstack.oidc_provider import SERVICE_CLIENT_ID, TEST_USERS
-from devstack.seaweedfs import TEST_USER_KEYS
-from tests.lakekeeper_contract import ContractCheckingTransport
+from app.storage_probe import S3Credentials, probe_storage
+from devstack.oidc_provider import SERVICE_CLIENT_ID
+from tests.catalogs import (
+    ALICE,
+    ALICE_USER,
+    BOB,
+    BOB_USER,
+    OTHER_PROJECT,
+    PROJECT,
+    access_key,
+    checked_client,
+    checked_portal,
+    iceberg_catalog,
+    s3_client,
+    s3_profile,
+    vended_session,
+)
 from tests.services import LOOPBACK_ALLOWED
-
-ALICE, BOB = TEST_USER_KEYS["alice"], TEST_USER_KEYS["bob"]
-ALICE_USER, BOB_USER = TEST_USERS["alice"], TEST_USERS["bob"]
-PROJECT, OTHER_PROJECT = str(uuid.uuid4()), str(uuid.uuid4())
-
-
-@pytest.fixture(scope="module")
-def service_token(lakehouse) -> str:
-    """A client-credentials token of the portal's service client (audience `lakekeeper`)."""
-    return lakehouse.service_token()
-
-
-def checked_client(devcatalog, token: str) -> httpx.Client:
-    """A client in this module's project whose every request and answer must conform to
-    Lakekeeper's documents."""
-    return httpx.Client(
-        base_url=devcatalog.url,
-        timeout=30,
-        transport=ContractCheckingTransport(httpx.HTTPTransport()),
-        headers={"Authorization": f"Bearer {token}", "x-project-id": PROJECT},
-    )
 
 
 @pytest.fixture
 def api(devcatalog, service_token):
     with checked_client(devcatalog, service_token) as client:
         yield client
-
-
-def iceberg_catalog(devcatalog, warehouse_name: str, **properties):
-    """pyiceberg on the dev catalog; Iceberg clients name the project in the warehouse argument."""
-    return load_catalog(
-        "lake",
-        type="rest",
-        uri=f"{devcatalog.url}/catalog",
-        warehouse=f"{PROJECT}/{warehouse_name}",
-        **properties,
-    )
-
-
-def s3_profile(seaweedfs, key_prefix: str, *, sts_enabled: bool = False) -> dict:
-    """A profile for alice's bucket."""
-    return {
-        "type": "s3",
-        "bucket": ALICE.bucket,
-        "key-prefix": key_prefix,
-        "region": seaweedfs.region,
-        "endpoint": seaweedfs.s3_endpoint,
-        "path-style-access": True,
-        "flavor": "s3-compat",
-        "sts-enabled": sts_enabled,
-    }
-
-
-def access_key(credentials: S3Credentials) -> dict:
-    return {
-        "type": "s3",
-        "credential-type": "access-key",
-        "access-key-id": credentials.access_key_id,
-        "secret-access-key": credentials.secret_access_key,
-    }
 
 
 def create_warehouse(
@@ -123,21 +76,6 @@ def create_warehouse(
 
 def error_of(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, response.json()["error"]["type"]
-
-
-def vended_session(properties: dict) -> S3Credentials:
-    """The vended credentials in a table's FileIO properties."""
-    return S3Credentials(
-        properties["s3.access-key-id"],
-        properties["s3.secret-access-key"],
-        properties["s3.session-token"],
-    )
-
-
-def s3_client(seaweedfs, credentials: S3Credentials) -> httpx.Client:
-    return httpx.Client(
-        base_url=seaweedfs.s3_endpoint, auth=SigV4Auth(credentials, seaweedfs.region), timeout=10
-    )
 
 
 def warehouse_names(api, headers=None) -> set[str]:
@@ -472,75 +410,6 @@ def test_vending_does_not_depend_on_sts_enabled_and_clients_may_bring_their_own_
 
 
 # --- Users, grants and execution tokens ------------------------------------------------
-
-
-@dataclass
-class Execution:
-    """Alice owns two warehouses, Bob one (the portal's grants); `token` is what an execution in
-    alice's first warehouse gets (exchanged for alice, narrowed to that warehouse), `alice_token`
-    what Lakekeeper would see without the narrowing scope (grants alone decide)."""
-
-    own: WarehouseInfo
-    other: WarehouseInfo
-    bobs: WarehouseInfo
-    token: str
-    alice_token: str
-    bob_token: str
-
-
-def checked_portal(devcatalog, tokens) -> LakekeeperClient:
-    """The portal's client in this module's project, every exchange checked against the documents."""
-    return LakekeeperClient(
-        devcatalog.url,
-        tokens,
-        project_id=PROJECT,
-        transport=ContractCheckingTransport(httpx.HTTPTransport()),
-    )
-
-
-@pytest.fixture(scope="module")
-def portal_tokens(oidc_provider):
-    with ClientCredentialsTokenSource(
-        client_id=SERVICE_CLIENT_ID,
-        client_secret=oidc_provider.service_client_secret,
-        issuer=oidc_provider.issuer,
-    ) as tokens:
-        yield tokens
-
-
-@pytest.fixture(scope="module")
-def execution(devcatalog, seaweedfs, portal_tokens):
-    portal = checked_portal(devcatalog, portal_tokens)
-    keys = S3AccessKeyCredential(ALICE.access_key_id, ALICE.secret_access_key)
-    own, other, bobs = (
-        portal.create_warehouse(
-            name,
-            S3StorageProfile(
-                bucket=ALICE.bucket,
-                region=seaweedfs.region,
-                key_prefix=name,
-                endpoint=seaweedfs.s3_endpoint,
-                path_style_access=True,
-                flavor="s3-compat",
-            ),
-            keys,
-        )
-        for name in ("exec-own", "exec-other", "exec-bobs")
-    )
-    for warehouse, user in ((own, ALICE_USER), (other, ALICE_USER), (bobs, BOB_USER)):
-        portal.grant_sole_ownership(warehouse.id, lakekeeper_user_id(user.sub))
-    yield Execution(
-        own,
-        other,
-        bobs,
-        portal.user_token(ALICE_USER.sub, own.id).access_token,
-        portal.user_token(ALICE_USER.sub).access_token,
-        portal.user_token(BOB_USER.sub).access_token,
-    )
-    for warehouse in (own, other, bobs):
-        portal.purge_warehouse_contents(warehouse.name)
-        portal.delete_warehouse(warehouse.id)
-    portal.close()
 
 
 def test_the_portal_is_project_admin_and_makes_the_user_the_only_grantee(

@@ -18,13 +18,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from devstack.oidc_provider import TEST_USERS
 from devstack.seaweedfs import warehouse_table_bucket
-from tests.test_devcatalog import (  # noqa: F401 (fixtures)
-    ALICE,
-    access_key,
-    portal_tokens,
-    s3_profile,
-    service_token,
-)
+from tests.catalogs import ALICE, access_key, s3_profile
 
 PROJECT = str(uuid.uuid4())
 ALICE_USER = TEST_USERS["alice"]

@@ -16,7 +16,7 @@ import pytest
 from devstack.devcatalog.errors import CatalogError
 from devstack.devcatalog.paths import segments
 from devstack.seaweedfs import warehouse_table_bucket
-from tests.test_devcatalog import ALICE, checked_portal, execution, portal_tokens  # noqa: F401 (fixtures)
+from tests.catalogs import ALICE
 
 
 def raw_request(

@@ -39,13 +39,18 @@ from tests.lakekeeper_contract import (
     validate_request,
     validate_response,
 )
+from tests.stand_ins import (
+    BASE_URL,
+    PERMISSIONS_PATH,
+    PROJECT_ID,
+    TOKEN_URL,
+    WAREHOUSE_ID,
+    IdentityProvider,
+    ScriptedServer,
+)
 
-PROJECT_ID = "01968a3c-0c6e-7f53-9f1b-2a3b4c5d6e7f"
-WAREHOUSE_ID = "01968a3c-5d1a-7c42-8e6f-0a1b2c3d4e5f"
 SECRET = "s3cr3t-Key-That-Must-Not-Leak"
 CLIENT_SECRET = "service-client-secret-value"
-BASE_URL = "http://lakekeeper.test"
-TOKEN_URL = "http://idp.test/token"
 
 
 def warehouse_json(name: str = "sales", status: str = "active") -> dict:
@@ -74,58 +79,6 @@ def warehouse_json(name: str = "sales", status: str = "active") -> dict:
 
 def error_json(status: int, error_type: str, message: str = "details") -> dict:
     return {"error": {"message": message, "type": error_type, "code": status}}
-
-
-class ScriptedServer:
-    """Answers each (method, decoded path) with its scripted replies in order, repeating the
-    last one; a reply is (status, json-or-None), a function of the request returning one,
-    or an exception to raise."""
-
-    def __init__(self) -> None:
-        self.replies: dict[tuple[str, str], list] = {}
-        self.requests: list[httpx.Request] = []
-
-    def on(self, method: str, path: str, *replies) -> None:
-        self.replies[(method, path)] = list(replies)
-
-    def calls(self, method: str, path: str) -> list[httpx.Request]:
-        return [r for r in self.requests if r.method == method and r.url.path == path]
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        queue = self.replies.get((request.method, request.url.path))
-        assert queue, f"unscripted request {request.method} {request.url}"
-        reply = queue.pop(0) if len(queue) > 1 else queue[0]
-        if isinstance(reply, Exception):
-            raise reply
-        status, body = reply(request) if callable(reply) else reply
-        return httpx.Response(status, json=body) if body is not None else httpx.Response(status)
-
-
-class IdentityProvider:
-    """A token endpoint issuing token-1, token-2, ... valid `lifetime` seconds, for the scope asked for."""
-
-    def __init__(self, lifetime: int = 3600) -> None:
-        self.lifetime = lifetime
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        if request.url.path == "/.well-known/openid-configuration":
-            return httpx.Response(
-                200, json={"issuer": "http://idp.test", "token_endpoint": TOKEN_URL}
-            )
-        answer = {
-            "access_token": f"token-{len(self.token_requests)}",
-            "token_type": "Bearer",
-            "expires_in": self.lifetime,
-        }
-        scope = parse_qs(request.content.decode()).get("scope")
-        return httpx.Response(200, json={**answer, "scope": scope[0]} if scope else answer)
-
-    @property
-    def token_requests(self) -> list[httpx.Request]:
-        return [r for r in self.requests if r.url.path == "/token"]
 
 
 @pytest.fixture
@@ -947,8 +900,6 @@ def test_user_token_from_the_real_identity_provider(oidc_provider):
 
 
 # --- Users and grants (OpenFGA authorizer) ----------------------------------------------
-
-PERMISSIONS_PATH = f"/management/v1/permissions/warehouse/{WAREHOUSE_ID}/assignments"
 
 
 def user_json(user_id: str, name: str = "Alice Liddell") -> dict:

@@ -9,15 +9,7 @@ import json
 import pyarrow as pa
 
 from compute.contract import JobKind
-from tests.test_compute_pipeline import (  # noqa: F401
-    catalog_admin,
-    host,
-    reader,
-    spec_for,
-    step,
-    submit,
-    warehouses,
-)
+from tests.catalogs import reader, spec_for, step, submit
 
 PEOPLE = pa.schema([("id", pa.int64()), ("name", pa.string()), ("nation", pa.int64())])
 NATION = pa.schema([("n_nationkey", pa.int64()), ("n_name", pa.string())])

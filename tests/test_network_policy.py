@@ -9,11 +9,8 @@ from __future__ import annotations
 import datetime
 import html
 import ipaddress
-import socket
 import ssl
-import threading
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -27,99 +24,9 @@ from app import create_app
 from app.models import Warehouse
 from app.network_policy import HostNotAllowed, HostUnresolvable, NetworkPolicy, PinnedTransport
 from devstack.seaweedfs import TEST_USER_KEYS
+from tests.stand_ins import ANSWER, stub_resolver
 
 POLICY_MESSAGE = "not allowed by this portal's network policy"
-ANSWER = b"recording-server-was-here"
-
-
-class RecordingServer(ThreadingHTTPServer):
-    """Answers every request with 200 and ANSWER (or a redirect to `redirect_to`); remembers each
-    connection and Host header."""
-
-    daemon_threads = True
-
-    def __init__(
-        self, host: str, tls: ssl.SSLContext | None = None, redirect_to: str | None = None
-    ):
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.connections: list[tuple] = []
-        self.hosts: list[str] = []
-        self.tls = tls
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self):
-                server.hosts.append(self.headers["Host"])
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                self.send_response(302 if redirect_to else 200)
-                if redirect_to:
-                    self.send_header("Location", redirect_to)
-                self.send_header("Content-Length", str(len(ANSWER)))
-                self.end_headers()
-                self.wfile.write(ANSWER)
-
-            do_GET = do_PUT = do_DELETE = do_HEAD = _answer
-
-            def log_message(self, *args):
-                pass
-
-        super().__init__((host, 0), Handler)
-
-    def get_request(self):
-        sock, peer = super().get_request()
-        self.connections.append(peer)
-        if self.tls:
-            sock = self.tls.wrap_socket(sock, server_side=True)
-        return sock, peer
-
-    @property
-    def port(self) -> int:
-        return self.server_address[1]
-
-
-@pytest.fixture
-def listen():
-    servers = []
-
-    def start(
-        host: str = "127.0.0.1", tls: ssl.SSLContext | None = None, redirect_to: str | None = None
-    ) -> RecordingServer:
-        server = RecordingServer(host, tls, redirect_to)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.fixture
-def attempts(monkeypatch):
-    """Every (host, port) httpx tries to connect to, whether or not anything listens there."""
-    tried: list[tuple[str, int]] = []
-    create_connection = socket.create_connection
-
-    def spy(address, *args, **kwargs):
-        tried.append((address[0], address[1]))
-        return create_connection(address, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "create_connection", spy)
-    return tried
-
-
-def stub_resolver(*answers: list[str]):
-    """A resolver that gives `answers` in turn (the last one from then on) and counts its lookups."""
-    calls: list[str] = []
-
-    def resolve(host: str, port: int) -> list[str]:
-        calls.append(host)
-        return answers[min(len(calls), len(answers)) - 1]
-
-    resolve.calls = calls
-    return resolve
 
 
 STRICT = NetworkPolicy()

@@ -23,7 +23,6 @@ from app.worker import Worker
 from devstack.process import free_port
 from tests.factories import (
     T0,
-    Receiver,
     at,
     csrf,
     deliver_all,
@@ -33,8 +32,8 @@ from tests.factories import (
     runs,
     scheduled,
     set_execution,
-    signed_as_documented,
 )
+from tests.stand_ins import Receiver, signed_as_documented
 
 
 @pytest.fixture(autouse=True)

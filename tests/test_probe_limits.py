@@ -35,7 +35,7 @@ from app.storage_probe import (
 from devstack.process import free_port
 from tests.factories import make_user, token_for
 from tests.services import LOOPBACK_ALLOWED, PROJECT_ROOT
-from tests.test_webhook_policy import SlowDrip
+from tests.stand_ins import SlowDrip
 
 KEYS = S3Credentials("AKIAPROBETEST", "probe-secret-key")
 

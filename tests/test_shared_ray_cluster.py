@@ -322,7 +322,7 @@ def test_terminating_a_unit_stops_its_host_and_leaves_the_cluster_and_the_other_
     portal, units, shared_cluster, db_engine
 ):
     backend, cluster, _ = shared_cluster
-    (alice_cu, alice), (_, bob) = units["alice"], units["bob"]
+    (alice_cu, _), (_, bob) = units["alice"], units["bob"]
     port = alice_cu.spark_host_port
     # Each unit's session: its driver's JVM (which holds RayDP's app master) and one executor,
     # a Ray Java worker of that driver's job.

@@ -10,17 +10,17 @@ import json
 import socket
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
-from app.ray_clusters.base import ClusterHandle
 from app.spark_host.client import SparkHostClient, SparkHostError, with_spark_host_secret
 from compute.contract import JobKind, secret_digest
 from compute.host import host_auth
 from compute.host.host_http import serve
+from tests.stand_ins import StandInHost, handle_on
 
 CATALOG_TOKEN = "eyJ-the-runs-catalog-token-" + "x" * 40
 
@@ -29,12 +29,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def handle_on(port: int, key: str = "portal-key") -> ClusterHandle:
-    return with_spark_host_secret(
-        ClusterHandle(backend="existing", cu_id="7", spark_host_url=f"http://127.0.0.1:{port}"), key
-    )
 
 
 class Squatter:
@@ -100,38 +94,6 @@ def test_a_squatter_on_the_host_port_learns_nothing_and_is_not_believed():
         b"sealed_args" not in received
     )  # nothing was submitted to a host that did not prove itself
     squatter.server.shutdown()
-
-
-@dataclass
-class Settings:
-    secret_sha256: str
-
-
-class StandInHost:
-    """What compute/host/host_http.py calls on the real SparkSessionHost, recording the submits."""
-
-    def __init__(self, key: str) -> None:
-        self.settings = Settings(key)
-        self.submitted: list[tuple[JobKind, dict, str]] = []
-
-    def info(self, run_waiting: bool = False) -> dict:
-        return {"state": "ready", "app_id": "app-1"}
-
-    def submit(self, kind: JobKind, args: dict, name: str) -> dict:
-        self.submitted.append((kind, args, name))
-        return {"run_id": "r1", "state": "QUEUED"}
-
-    def run_status(self, run_id: str, wait_s: float = 0.0) -> dict | None:
-        return {"run_id": run_id, "state": "COMPLETED"} if run_id == "r1" else None
-
-    def cancel(self, run_id: str) -> dict | None:
-        return self.run_status(run_id)
-
-    def stop(self) -> None:
-        pass
-
-    def may_rekey(self) -> bool:
-        return not self.submitted
 
 
 @pytest.fixture

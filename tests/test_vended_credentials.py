@@ -34,7 +34,7 @@ from devstack.devcatalog.vending import (
     sts_policy,
 )
 from devstack.process import free_port
-from tests.test_devcatalog import (  # noqa: F401 - portal_tokens is a fixture
+from tests.catalogs import (
     ALICE,
     ALICE_USER,
     BOB_USER,
@@ -42,7 +42,6 @@ from tests.test_devcatalog import (  # noqa: F401 - portal_tokens is a fixture
     checked_client,
     checked_portal,
     iceberg_catalog,
-    portal_tokens,
     s3_client,
     s3_profile,
     vended_session,

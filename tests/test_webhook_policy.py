@@ -9,7 +9,6 @@ field: one plain address, read as smtplib reads recipients."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from urllib.parse import urlsplit
 
@@ -26,18 +25,9 @@ from app.network_policy import (
     total_deadline,
 )
 from devstack.process import free_port
-from tests.factories import (
-    Receiver,
-    csrf,
-    deliver_all,
-    equipped,
-    notes,
-    run_ends,
-    scheduled,
-    signed_as_documented,
-)
+from tests.factories import csrf, deliver_all, equipped, notes, run_ends, scheduled
 from tests.services import IN_PROCESS_PORTAL_URL
-from tests.test_network_policy import attempts, listen, stub_resolver  # noqa: F401 (fixtures)
+from tests.stand_ins import Receiver, SlowDrip, signed_as_documented, stub_resolver
 
 
 def retire(db_engine, schedule) -> None:
@@ -283,55 +273,6 @@ def test_the_delivery_connects_to_the_address_it_checked(listen):
     assert (
         server.hosts == [f"hooks.internal.test:{server.port}"] * 3
     )  # the name kept in the Host header
-
-
-class SlowDrip:
-    """A server that accepts, reads the request, then sends one byte every `interval` seconds."""
-
-    def __init__(self, interval: float = 2.0) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(32)
-        self.port = self.sock.getsockname()[1]
-        self.interval, self.accepted, self.closed = interval, 0, threading.Event()
-        self.open_now = self.most_open = 0  # connections held at once, and the most ever
-        self._count = threading.Lock()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self.closed.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
-
-    def _drip(self, conn: socket.socket) -> None:
-        answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 1_000_000
-        with self._count:
-            self.open_now += 1
-            self.most_open = max(self.most_open, self.open_now)
-        try:
-            conn.settimeout(1)
-            try:
-                conn.recv(65536)
-            except OSError:
-                pass
-            for byte in answer:
-                if self.closed.wait(self.interval):
-                    break
-                conn.sendall(bytes([byte]))
-        except OSError:
-            pass
-        finally:
-            conn.close()
-            with self._count:
-                self.open_now -= 1
-
-    def close(self) -> None:
-        self.closed.set()
-        self.sock.close()
 
 
 def test_a_slow_receiver_is_cut_off_at_the_deadline(app, client, db_engine, newcomer, monkeypatch):
