@@ -15,15 +15,20 @@ from app.models import (
     ComputeUnit,
     Execution,
     ExecutionState,
+    SampleDataJob,
     UnitState,
     User,
     Warehouse,
     Workflow,
+    WorkflowVersion,
 )
+from app.states import JobState
 from app.warehouses import sharing
 from compute.contract import CONSOLE_LOGS, RUNTIME_STATS, table_name
 
 HISTORY_LIMIT = 200
+# A step that reads the sample data names a table `tpch.<table>` (app/workflows/datasets.py).
+_TPCH_TABLE = re.compile(r"\btpch\.\w", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,51 @@ def last_warehouse_id(owner: User, workflow: Workflow) -> int | None:
         .limit(1)
     )
     return get_db().exec(statement).first()
+
+
+def run_form_warehouse_id(owner: User, workflow: Workflow) -> int | None:
+    """The warehouse the run form starts on, among those `owner` may run into: the one this
+    workflow last ran into for them, else the one its inputs live in, else the first."""
+    offered = [warehouse.id for warehouse in active_warehouses(owner)]
+    for candidate in (last_warehouse_id, inputs_warehouse_id):
+        if (chosen := candidate(owner, workflow)) in offered:
+            return chosen
+    return offered[0] if offered else None
+
+
+def inputs_warehouse_id(owner: User, workflow: Workflow) -> int | None:
+    """Where the workflow's inputs live: the warehouse of its latest completed run (by `owner` or
+    the workflow's owner) that read a table; else, when its latest version names a TPC-H table,
+    the warehouse `owner` last loaded TPC-H sample data into."""
+    db = get_db()
+    runs = db.exec(
+        select(Execution.warehouse_id, Execution.lineage)
+        .where(
+            Execution.workflow_id == workflow.id,
+            Execution.owner_id.in_((owner.id, workflow.owner_id)),
+            Execution.state == ExecutionState.COMPLETED,
+            Execution.warehouse_id.is_not(None),
+        )
+        .order_by(Execution.created_at.desc(), Execution.id.desc())
+        .limit(20)
+    ).all()
+    for warehouse_id, lineage in runs:
+        if json.loads(lineage or "{}").get("read"):
+            return warehouse_id
+    steps = db.exec(
+        select(WorkflowVersion.steps).where(
+            WorkflowVersion.workflow_id == workflow.id,
+            WorkflowVersion.version == workflow.latest_version,
+        )
+    ).first()
+    if not steps or not _TPCH_TABLE.search(steps):
+        return None
+    return db.exec(
+        select(SampleDataJob.warehouse_id)
+        .where(SampleDataJob.owner_id == owner.id, SampleDataJob.state == JobState.DONE)
+        .order_by(SampleDataJob.ended_at.desc(), SampleDataJob.id.desc())
+        .limit(1)
+    ).first()
 
 
 def progress_of(execution: Execution) -> dict:

@@ -112,7 +112,7 @@ def new():
     if request.method == "GET":
         values = {
             "compute_unit_id": None,
-            "warehouse_id": queries.last_warehouse_id(current_user, workflow),
+            "warehouse_id": queries.run_form_warehouse_id(current_user, workflow),
         }
     else:
         values, errors = forms.parse_run_form(request.form)
