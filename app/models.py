@@ -617,3 +617,60 @@ class WorkflowShare(SQLModel, table=True):
     group_name: str | None = Field(default=None, max_length=255, index=True)
     level: str = Field(max_length=8)  # "view" or "run"
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class QueryState(StrEnum):
+    """A console query's states (app/console/): QUEUED until the worker submits it to the unit,
+    RUNNING there, then one final state."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
+    LIVE = nonmember((QUEUED, RUNNING))
+
+
+class Query(SQLModel, table=True):
+    """One SQL statement a user ran in the console (app/console/) on one of their units against a
+    warehouse they may read (or write, in `mode` "write"). The worker runs it
+    (compute/run/query.py) and stores its bounded result here; the warehouse's name is copied so
+    history stays readable after a purge."""
+
+    __tablename__ = "queries"
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    warehouse_id: int | None = Field(
+        default=None, foreign_key="warehouses.id", index=True, ondelete="SET NULL"
+    )
+    warehouse_name: str = Field(max_length=64)
+    compute_unit_id: int | None = Field(
+        default=None, foreign_key="compute_units.id", ondelete="SET NULL"
+    )
+    compute_unit_name: str = Field(default="", max_length=64)
+    sql: str = Field(max_length=100_000)
+    mode: str = Field(default="read", max_length=8)  # "read" or "write"
+    statement: str = Field(default="", max_length=64)  # its name: SELECT, INSERT INTO…
+    state: str = Field(default=QueryState.QUEUED, max_length=16, index=True)
+    error: str = Field(default="", max_length=2000)
+    # The Spark host's id for this run, once submitted.
+    run_id: str = Field(default="", max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    # The owner asked to cancel; the worker passes it on to the unit.
+    cancel_requested_at: datetime | None = None
+    # Rows the statement answered (past the bound too), and whether only some came back.
+    row_count: int | None = None
+    truncated: bool = False
+    # {"columns": [{"name", "type"}], "rows": [[...]], "plan": "..."}: bounded by the unit and
+    # checked again by the worker (app/console/work.py).
+    result: str = Field(default="{}")
+    # The tables and snapshots it read (JSON list, compute/contract.py LineageRead).
+    snapshots: str = Field(default="[]")
+
+    @property
+    def live(self) -> bool:
+        return self.state in QueryState.LIVE
