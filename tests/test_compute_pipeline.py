@@ -8,15 +8,18 @@ import secrets
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from app.ray_clusters.local import cluster_pids
 from compute.contract import ExecutionSpec, InvalidSpec
 from compute.host.catalog_cache import CatalogAccess, CatalogCache, token_expiry
 from compute.host.spark_session import S3Keys
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.catalogs import execution_ids, reader, spec_for, step, submit
+from tests.processes import process_command_line
 
 
 # ------------------------------------------------------------------ without Spark
@@ -301,6 +304,19 @@ def test_two_executions_at_once_land_each_in_its_own_warehouse(host, lakehouse, 
         )
 
 
+def tasks_asleep(host) -> int:
+    """How many of the unit's PySpark worker processes sleep in `time.sleep` now, as the kernel
+    says where each process waits."""
+    asleep = 0
+    for pid in cluster_pids(host.handle):
+        try:
+            waits_in = Path(f"/proc/{pid}/wchan").read_text().strip()
+        except OSError:  # gone meanwhile
+            continue
+        asleep += waits_in == "hrtimer_nanosleep" and "pyspark" in process_command_line(pid)
+    return asleep
+
+
 def test_cancel_mid_run_drops_results_and_records_what_happened(host, lakehouse, warehouses):
     warehouse = warehouses[0]
     steps = [
@@ -320,7 +336,12 @@ def test_cancel_mid_run_drops_results_and_records_what_happened(host, lakehouse,
     while [s["state"] for s in host.run(run_id)["progress"]["steps"]][1:2] != ["running"]:
         assert time.monotonic() < deadline, host.run(run_id)
         time.sleep(0.2)
-    time.sleep(1.5)  # let the slow step's tasks start
+    # Cancel once the slow step's two tasks run (asleep in its executors' Python workers): a
+    # cancel that came before its Spark job would not try stopping a running one.
+    deadline = time.monotonic() + 60
+    while tasks_asleep(host) < 2:
+        assert time.monotonic() < deadline, (tasks_asleep(host), host.run(run_id)["progress"])
+        time.sleep(0.2)
 
     cancelled_at = time.monotonic()
     host.cancel(run_id)

@@ -1011,10 +1011,16 @@ def test_terminating_a_unit_while_its_spark_session_starts_leaves_nothing_behind
     while alive := [pid for pid in pids if process_running(pid)]:
         assert time.monotonic() < deadline, f"left running: {alive}"
         time.sleep(0.5)
-    time.sleep(
-        2
-    )  # the warm-up thread notices, and must not report a failure of a unit it was told to stop
-    assert not any("did not start" in event for event in unit_events(db_engine, cu.id))
+    # The unit's start waits in its warm-up for the Spark session; the worker releases the start's
+    # lease only once the start has returned, so from then on the warm-up has said all it will.
+    deadline = time.monotonic() + 120
+    while reload(db_engine, WorkLease, f"unit-start:{cu.id}") is not None:
+        assert time.monotonic() < deadline, "the unit's start did not end"
+        time.sleep(0.5)
+    events = unit_events(db_engine, cu.id)
+    assert "starting its Spark session" in events  # it was stopped while warming up
+    # and reports no failure of a unit it was told to stop
+    assert not any("did not start" in event for event in events), events
 
 
 def test_run_a_one_step_workflow_into_a_warehouse_and_page_its_results(e2e, db_engine, lakehouse):

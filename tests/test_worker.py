@@ -30,7 +30,16 @@ from app.db import make_engine, upgrade_database
 from app.models import ComputeUnit, Execution, User, WorkLease, utcnow
 from app.worker import MAX_BACKOFF_SECONDS, WorkAnnouncements
 from devstack.database import POSTGRES_ADMIN_URL, drop_postgres_database, fresh_postgres_database
-from tests.factories import make_user, register_warehouse, run, sign_in_as, start_unit, workflow_for
+from tests.factories import (
+    make_user,
+    register_warehouse,
+    reload,
+    run,
+    sign_in_as,
+    start_unit,
+    unit_events,
+    workflow_for,
+)
 
 
 # --------------------------------------------------------------------------- the registry
@@ -278,17 +287,6 @@ def worker_stack(own_database, portal_config, lakehouse, tmp_path_factory):
         app.extensions["db_engine"].dispose()
 
 
-def unit_events(engine, cu_id: int) -> list[str]:
-    from tests.factories import unit_events as events
-
-    return events(engine, cu_id)
-
-
-def reload(engine, model, row_id):
-    with Session(engine) as db:
-        return db.get(model, row_id)
-
-
 def wait_state(engine, execution_id: int, states: tuple[str, ...], timeout: float) -> Execution:
     deadline = time.monotonic() + timeout
     while (execution := reload(engine, Execution, execution_id)).state not in states:
@@ -354,13 +352,11 @@ def test_a_database_outage_of_20_seconds_mid_run_never_leaves_the_execution_stuc
 
     engine.dispose()  # this test's own connections died too
     execution = wait_state(engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED"), timeout=120)
-    assert execution.state in ("COMPLETED", "FAILED"), execution.state
-    if execution.state == "FAILED":
-        assert execution.reason
-    else:
-        assert json.loads(execution.outputs)["outputs"] == {
-            "slept": f"results.e{execution_id}_slept"
-        }
+    # The run completed on its unit during the outage, and its unit keeps its record: the outage
+    # paused the watch without recording anything, and the watch taken up again finds the run
+    # COMPLETED. The portal's database going away is no reason to fail a run that succeeded.
+    assert execution.state == "COMPLETED", (execution.state, execution.reason)
+    assert json.loads(execution.outputs)["outputs"] == {"slept": f"results.e{execution_id}_slept"}
     assert worker.alive  # the same worker process lived through it, retrying
 
     def own_lines() -> str:
