@@ -15,8 +15,11 @@ from sqlalchemy import update
 from sqlmodel import Session, SQLModel
 
 from app.db import engine
+from app.untrusted import fit_column
 
 Row = TypeVar("Row", bound=SQLModel)
+# What a change records to explain a state: fitted to its column here, whoever wrote it.
+EXPLANATIONS = ("reason", "error")
 
 
 def compare_and_set(
@@ -31,6 +34,10 @@ def compare_and_set(
     """Apply `changes` to row `row_id` only if its state is still one of `from_states` (and it
     matches `where`); `then(db, row)` runs in the same transaction, on the changed row. Returns
     the changed row (usable after the session), or None when another change came first."""
+    for name in EXPLANATIONS:
+        if isinstance(changes.get(name), str):
+            where_said = f"{model.__tablename__} {row_id}'s {name}"
+            changes[name] = fit_column(changes[name], model.__table__.c[name], where_said)
     with Session(engine(), expire_on_commit=False) as db:
         statement = update(model).where(model.id == row_id, model.state.in_(tuple(from_states)))
         if where is not None:

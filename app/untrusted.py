@@ -7,19 +7,26 @@ a page, a log line or a database row it passes through here:
 - `clean_text`: a `str`, without control characters (a NUL alone makes PostgreSQL refuse the
   row; escape sequences rewrite a terminal reading the log), bounded, and saying so when cut;
 - `bounded`: a JSON value (the host's replies) with every string cleaned and bounded, every
-  list and object bounded in length, a bounded depth, and a marker wherever something was cut.
+  list and object bounded in length, a bounded depth, and a marker wherever something was cut;
+- `fit_column`: text for a column (a reason, an error), cleaned and cut to the column's length,
+  the one bound of such text.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 # Kept: tab and newline. Dropped: the other C0 controls, DEL, the C1 controls, and the
 # bidirectional overrides that make shown text read differently from what it is.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 CUT_MARK = "… [cut: {} more characters]"
 DEFAULT_TEXT_LIMIT = 2000
+# The most of a text `fit_column` logs whole.
+WHOLE_TEXT_LIMIT = 16 * 1024
 
 
 def clean_text(value: object, limit: int = DEFAULT_TEXT_LIMIT, *, one_line: bool = False) -> str:
@@ -34,6 +41,19 @@ def clean_text(value: object, limit: int = DEFAULT_TEXT_LIMIT, *, one_line: bool
         return text
     keep = max(0, limit - len(CUT_MARK.format(len(text))))  # the mark's longest form
     return text[:keep] + CUT_MARK.format(len(text) - keep)
+
+
+def fit_column(text: object, column, what: str) -> str:
+    """`text` cleaned and cut to fit `column` (a VARCHAR's length), the cut marked; the whole
+    text goes to the log first, so a long reason (a start failure's log tail) is never lost, and
+    the write never fails for its length. `what` names it in the log."""
+    whole = clean_text(text, WHOLE_TEXT_LIMIT)
+    limit = column.type.length
+    if len(whole) > limit:
+        logger.warning(
+            "%s, in full (cut to %d characters in the database):\n%s", what, limit, whole
+        )
+    return clean_text(whole, limit)
 
 
 def clean_lines(text: str, *, lines: int, limit: int) -> str:

@@ -502,7 +502,7 @@ def test_a_reason_longer_than_its_column_is_cut_and_logged_whole(app, db_engine,
     assert len(failed.reason) == 1000 and failed.reason.startswith(
         "head node did not start:\nline 0:"
     )
-    assert failed.reason.endswith("…")
+    assert failed.reason.endswith("more characters]")
     assert "line 29: " in caplog.text  # the whole text is in the log
     assert all(len(message) <= 1000 for message in events_of(db_engine, cu_id))
 

@@ -70,9 +70,8 @@ def test_a_failure_raised_with_a_nul_byte_ends_its_execution(app, db_engine, run
         execution_work.drive(running)
     execution = reload(db_engine, Execution, running)
     assert execution.state == "FAILED" and execution.reason.startswith("the unit said x")
-    assert len(execution.reason) <= door.REASON_LIMIT and execution.reason.endswith(
-        "more characters]"
-    )
+    assert len(execution.reason) <= Execution.__table__.c.reason.type.length
+    assert execution.reason.endswith("more characters]")
 
 
 def test_a_reason_the_database_refuses_still_ends_its_execution(

@@ -42,7 +42,6 @@ from compute.contract import ACCESS_DELEGATION, ExecutionSpec, JobKind, RunState
 __all__ = [
     "HOST_CALL_TIMEOUT_SECONDS",
     "NoCatalogToken",
-    "REASON_LIMIT",
     "RunNotCompleted",
     "SparkHostError",
     "UnitDoor",
@@ -56,8 +55,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 HOST_CALL_TIMEOUT_SECONDS = warmup.HOST_CALL_TIMEOUT_SECONDS
-# The longest reason a row holds (the executions' and jobs' reason columns).
-REASON_LIMIT = 2000
 
 
 class UnitUnavailable(Exception):
@@ -266,4 +263,4 @@ def failure_reason(error: object) -> str:
     error = clean_text(error or "", 64 * 1024).strip()
     if error.startswith("Traceback"):
         error = error.splitlines()[-1]
-    return clean_text(error or "the run failed without saying why", REASON_LIMIT)
+    return error or "the run failed without saying why"

@@ -28,7 +28,7 @@ from app.errors import UserFacingError
 from app.models import ComputeUnit, ComputeUnitEvent, UnitState, User, utcnow
 from app.ray_clusters.listed import listed_cluster
 from app.transitions import compare_and_set
-from app.untrusted import clean_text
+from app.untrusted import fit_column
 
 logger = logging.getLogger(__name__)
 
@@ -38,18 +38,6 @@ CLEANING_UP = "cleaning up"
 
 class ComputeUnitError(UserFacingError):
     """A compute-unit action was refused (a limit, a listed cluster, a state)."""
-
-
-def fit_column(text: str, column, what: str) -> str:
-    """`text` cut to fit `column` (a VARCHAR's length); the whole text goes to the log first, so a
-    long reason (a start failure's log tail) is never lost, and the write never fails for its length.
-    It is cleaned first: a reason can hold a unit's text (see app/untrusted.py)."""
-    text = clean_text(text, 16 * 1024)
-    limit = column.type.length
-    if len(text) <= limit:
-        return text
-    logger.warning("%s, in full (cut to %d characters in the database):\n%s", what, limit, text)
-    return text[: limit - 1] + "…"
 
 
 def record_event(db: Session, cu: ComputeUnit, message: str) -> None:
@@ -240,10 +228,6 @@ def transition(
 ) -> ComputeUnit | None:
     """Compare-and-set (app/transitions.py), recording `event` with the change. Returns the
     changed unit, or None when another change came first."""
-    if "reason" in changes:
-        changes["reason"] = fit_column(
-            changes["reason"], ComputeUnit.__table__.c.reason, f"compute unit {cu_id}'s reason"
-        )
     then = (lambda db, cu: record_event(db, cu, event)) if event else None
     return compare_and_set(ComputeUnit, cu_id, from_states, where=where, then=then, **changes)
 

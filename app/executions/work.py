@@ -191,9 +191,7 @@ def _finish_failed(execution_id: int, reason: str) -> None:
     """FAILED with `reason`, cleaned (it may hold a unit's text). Should the row still refuse
     it, FAILED with a reason that says so: an execution never stays unended over its reason."""
     try:
-        service.finish(
-            execution_id, ExecutionState.FAILED, reason=clean_text(reason, door.REASON_LIMIT)
-        )
+        service.finish(execution_id, ExecutionState.FAILED, reason=reason)
     except DATABASE_UNAVAILABLE:
         raise
     except Exception as error:
@@ -501,7 +499,7 @@ def _record_end(
     else:
         reason = door.failure_reason(run.get("error"))
         if over := over_limit():
-            reason = clean_text(f"{over}; the run's error: {reason}", door.REASON_LIMIT)
+            reason = f"{over}; the run's error: {reason}"
         service.finish(execution_id, ExecutionState.FAILED, progress=progress, reason=reason)
 
 
@@ -533,7 +531,7 @@ def run_rows_job(job_id: int) -> None:
             job_id,
             JobState.LIVE,
             state=JobState.FAILED,
-            error=clean_text(unavailable.args[0], door.REASON_LIMIT),
+            error=unavailable.args[0],
             ended_at=utcnow(),
         )
     else:

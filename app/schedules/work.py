@@ -46,6 +46,7 @@ from app.models import (
 from app.schedules import service
 from app.schedules.service import due_between
 from app.transitions import set_fields
+from app.untrusted import fit_column
 from app.workflows.service import latest_version
 
 logger = logging.getLogger(__name__)
@@ -241,7 +242,7 @@ def _record(
             schedule_id=schedule.id,
             due_at=due_at,
             outcome=outcome,
-            reason=reason[:500],
+            reason=fit_column(reason, ScheduledRun.__table__.c.reason, "a scheduled run's reason"),
             attempt=attempt,
             started_unit_id=started_unit_id,
         )
