@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from app.config import PROJECT_ROOT
 from devstack.stack import LocalStack, StackPorts
+from e2e.page_checks import AXE, PHONE, SCREENSHOTS, WIDER_THAN_THE_VIEWPORT
 from e2e.target import (
     BASE_URL,
     CHROMIUM,
@@ -138,24 +138,6 @@ def console_errors(page, portal):
     )
     yield errors
     assert not errors, "\n".join(errors)
-
-
-AXE = PROJECT_ROOT / "node_modules" / "axe-core" / "axe.min.js"
-SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
-PHONE = {"width": 390, "height": 844}
-
-
-# The elements that reach past the viewport's right edge and are not inside a scrolling (or
-# clipping) box: what makes a page scroll sideways.
-WIDER_THAN_THE_VIEWPORT = """() => {
-  const past = e => e.getBoundingClientRect().right > window.innerWidth + 0.5;
-  const clipped = e => { for (let a = e.parentElement; a; a = a.parentElement) {
-      if (getComputedStyle(a).overflowX !== "visible") return a !== document.documentElement && a !== document.body; }
-    return false; };
-  return [...document.querySelectorAll("body *")].filter(e => past(e) && !clipped(e))
-    .slice(-5).map(e => `${e.tagName.toLowerCase()}${e.id ? "#" + e.id : ""}${[...e.classList].map(c => "." + c).join("")}`
-                        + ` (right ${Math.round(e.getBoundingClientRect().right)})`);
-}"""
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 
 from app import create_app
 from app.config import Config
-from e2e.conftest import AXE, PHONE, WIDER_THAN_THE_VIEWPORT
+from e2e.page_checks import AXE, PHONE, WIDER_THAN_THE_VIEWPORT
 
 DESKTOP = {"width": 1366, "height": 900}
 

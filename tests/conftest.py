@@ -13,11 +13,9 @@ import socket
 import ssl
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import httpx
 import pyarrow as pa
 import pytest
 
@@ -29,8 +27,6 @@ from app.models import ComputeUnit, User, Warehouse
 from devstack.oidc_provider import (
     SERVICE_CLIENT_ID,
     TEST_USERS,
-    login_via_form,
-    sign_in_portal_client,
 )
 from tests.catalogs import (
     ALICE,
@@ -42,6 +38,7 @@ from tests.catalogs import (
     reader,
 )
 from tests.factories import (
+    AuthActions,
     lakehouse_config,
     make_user,
     register_warehouse,
@@ -82,41 +79,6 @@ def worker(app):
     running = Worker(app).start()
     yield running
     running.stop()
-
-
-@dataclass
-class AuthActions:
-    """Signs users in and out of the in-process portal through the real provider."""
-
-    client: object
-    passwords: dict[str, str]
-
-    def start(self, next_path: str | None = None) -> str:
-        """Begin sign-in at the portal; return the provider's authorization URL."""
-        query = {"next": next_path} if next_path else {}
-        response = self.client.get("/auth/login/start", query_string=query)
-        assert response.status_code == 302, response.data[:500]
-        return response.headers["Location"]
-
-    def provider_login(self, authorize_url: str, username: str, password: str) -> httpx.Response:
-        with httpx.Client(timeout=10) as browser:
-            return login_via_form(browser, authorize_url, username, password)
-
-    def callback(self, redirect_url: str):
-        parts = urlsplit(redirect_url)
-        return self.client.get(f"{parts.path}?{parts.query}")
-
-    def login(self, username: str = "alice", next_path: str | None = None):
-        return sign_in_portal_client(self.client, username, self.passwords[username], next_path)
-
-    def logout(self):
-        return self.client.post("/auth/logout", data={"csrf_token": self.csrf_token()})
-
-    def csrf_token(self) -> str:
-        page = self.client.get("/").get_data(as_text=True)
-        marker = '"X-CSRFToken": "'
-        start = page.index(marker) + len(marker)
-        return page[start : page.index('"', start)]
 
 
 @pytest.fixture

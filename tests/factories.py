@@ -16,8 +16,9 @@ import re
 import secrets
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit
 
 import httpx
 from openapi_core import Config, OpenAPI
@@ -38,6 +39,7 @@ from app.models import (
     Workflow,
     WorkflowVersion,
 )
+from devstack.oidc_provider import login_via_form, sign_in_portal_client
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.services import known_test_subject
 
@@ -343,6 +345,41 @@ def start_sleeping_step(client, db_engine, user, cu_id, warehouse_id) -> int:
     # Spark cancels the jobs that run at that moment: give the step time to submit its job.
     time.sleep(3)
     return execution_id
+
+
+@dataclass
+class AuthActions:
+    """Signs users in and out of the in-process portal through the real provider."""
+
+    client: object
+    passwords: dict[str, str]
+
+    def start(self, next_path: str | None = None) -> str:
+        """Begin sign-in at the portal; return the provider's authorization URL."""
+        query = {"next": next_path} if next_path else {}
+        response = self.client.get("/auth/login/start", query_string=query)
+        assert response.status_code == 302, response.data[:500]
+        return response.headers["Location"]
+
+    def provider_login(self, authorize_url: str, username: str, password: str) -> httpx.Response:
+        with httpx.Client(timeout=10) as browser:
+            return login_via_form(browser, authorize_url, username, password)
+
+    def callback(self, redirect_url: str):
+        parts = urlsplit(redirect_url)
+        return self.client.get(f"{parts.path}?{parts.query}")
+
+    def login(self, username: str = "alice", next_path: str | None = None):
+        return sign_in_portal_client(self.client, username, self.passwords[username], next_path)
+
+    def logout(self):
+        return self.client.post("/auth/logout", data={"csrf_token": self.csrf_token()})
+
+    def csrf_token(self) -> str:
+        page = self.client.get("/").get_data(as_text=True)
+        marker = '"X-CSRFToken": "'
+        start = page.index(marker) + len(marker)
+        return page[start : page.index('"', start)]
 
 
 # --------------------------------------------------------------------------- groups and operators

@@ -33,8 +33,7 @@ from devstack.database import (
     portal_role_name,
 )
 from devstack.oidc_provider import TEST_USERS
-from tests.conftest import AuthActions
-from tests.factories import csrf
+from tests.factories import AuthActions, csrf
 
 INSUFFICIENT_PRIVILEGE = "42501"
 

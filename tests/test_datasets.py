@@ -17,8 +17,7 @@ from pyiceberg.catalog import load_catalog
 from app import create_app
 from app.worker import Worker
 from devstack.oidc_provider import TEST_USERS
-from tests.conftest import AuthActions
-from tests.factories import register, warehouse_named
+from tests.factories import AuthActions, register, warehouse_named
 
 ORDERS_CSV = b"id,customer,amount,ordered_at\n1,ann,12.5,2024-01-02 10:00:00\n2,bob,7,2024-01-03 11:30:00\n3,cy,,\n"
 TPCH_ROWS_AT_SF_0_01 = {

@@ -241,8 +241,7 @@ def test_registering_a_warehouse_on_an_unsupported_lakekeeper_says_why_and_makes
 
     from app import create_app
     from devstack.oidc_provider import TEST_USERS
-    from tests.conftest import AuthActions
-    from tests.factories import register, warehouse_named
+    from tests.factories import AuthActions, register, warehouse_named
 
     url, paths = lakekeeper_014
     client = create_app(replace(portal_config, LAKEKEEPER_URL=url)).test_client()

@@ -18,7 +18,7 @@ from app.models import ComputeUnit, User
 from app.ray_clusters.base import ClusterHandle
 from app.ray_clusters.listed import clusters_for, parse_listed_clusters
 from app.spark_host.client import SparkHostClient, with_spark_host_secret
-from tests.conftest import AuthActions
+from tests.factories import AuthActions
 
 SHARED = {
     "name": "shared",

@@ -29,7 +29,7 @@ from compute.contract import secret_digest
 from compute.host import host_auth
 from devstack.oidc_provider import TEST_USERS
 from devstack.process import free_port, port_is_open
-from tests.conftest import AuthActions
+from tests.factories import AuthActions
 from tests.processes import process_argv
 
 MARKER = "catalog-token-of-bob-3f9a"

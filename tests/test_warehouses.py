@@ -196,7 +196,7 @@ def test_lakekeeper_unreachable_gives_a_clear_error_and_no_row(
 ):
     down = create_app(replace(portal_config, LAKEKEEPER_URL=f"http://127.0.0.1:{closed_port}"))
     from devstack.oidc_provider import TEST_USERS
-    from tests.conftest import AuthActions
+    from tests.factories import AuthActions
 
     client = down.test_client()
     auth = AuthActions(client, {n: u.password for n, u in TEST_USERS.items()})

@@ -1,0 +1,24 @@
+"""What the page checks of the browser tests use (e2e/conftest.py `check_page`, and tests that
+check pages themselves): axe-core, the phone-sized viewport, and the script that names what makes a
+page scroll sideways."""
+
+from __future__ import annotations
+
+from app.config import PROJECT_ROOT
+
+AXE = PROJECT_ROOT / "node_modules" / "axe-core" / "axe.min.js"
+SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
+PHONE = {"width": 390, "height": 844}
+
+
+# The elements that reach past the viewport's right edge and are not inside a scrolling (or
+# clipping) box: what makes a page scroll sideways.
+WIDER_THAN_THE_VIEWPORT = """() => {
+  const past = e => e.getBoundingClientRect().right > window.innerWidth + 0.5;
+  const clipped = e => { for (let a = e.parentElement; a; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== "visible") return a !== document.documentElement && a !== document.body; }
+    return false; };
+  return [...document.querySelectorAll("body *")].filter(e => past(e) && !clipped(e))
+    .slice(-5).map(e => `${e.tagName.toLowerCase()}${e.id ? "#" + e.id : ""}${[...e.classList].map(c => "." + c).join("")}`
+                        + ` (right ${Math.round(e.getBoundingClientRect().right)})`);
+}"""
