@@ -33,6 +33,7 @@ Packages (each one's docstring lists its modules):
 - `audit/` — the append-only audit trail and its page
 - `auth/` — single sign-on: sign-in, sign-out, the session, the provider's tokens
 - `compute_units/` — compute units: their life, the warm pool, the one door to a unit
+- `console/` — the SQL console: one statement against a warehouse, on the user's own unit
 - `executions/` — runs of a workflow on a unit, their results, logs and comparisons
 - `lakekeeper/` — the Lakekeeper client
 - `main/` — the dashboard and `/health`
@@ -90,6 +91,7 @@ def create_app(config: Config | None = None) -> Flask:
         audit,
         auth,
         compute_units,
+        console,
         executions,
         main,
         operators,
@@ -108,6 +110,7 @@ def create_app(config: Config | None = None) -> Flask:
         compute_units,
         workflows,
         executions,
+        console,
         usage,
         tokens,
         schedules,
@@ -186,6 +189,7 @@ NAVIGATION = [
     ("Compute units", "compute_units.index"),
     ("Workflows", "workflows.index"),
     ("Executions", "executions.index"),
+    ("Query", "console.index"),
     ("Usage", "usage.index"),
     ("API tokens", "tokens.index"),
 ]

@@ -674,3 +674,15 @@ class Query(SQLModel, table=True):
     @property
     def live(self) -> bool:
         return self.state in QueryState.LIVE
+
+    @property
+    def completed(self) -> bool:
+        return self.state == QueryState.COMPLETED
+
+    @property
+    def failed(self) -> bool:
+        return self.state == QueryState.FAILED
+
+    @property
+    def cancelled(self) -> bool:
+        return self.state == QueryState.CANCELLED

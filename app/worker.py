@@ -74,6 +74,7 @@ def _join_the_features() -> None:
     # The `_..._work` imports: features whose work.py joins the registry itself.
     from app.auth import work as _auth_work  # noqa: F401
     from app.compute_units import work as _units_work  # noqa: F401
+    from app.console import work as _console_work  # noqa: F401
     from app.executions import work as _executions_work  # noqa: F401
     from app.schedules import work as _schedules_work  # noqa: F401
     from app.usage import work as _usage_work  # noqa: F401

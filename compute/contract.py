@@ -80,6 +80,8 @@ class JobKind(StrEnum):
     # A warehouse's snapshot expiry and orphan-file clean-up (compute/run/maintenance.py), with
     # the MaintenanceSpec as `args`.
     MAINTENANCE = "maintenance"
+    # One SQL statement of the console (compute/run/query.py, whose docstring has `args` and `result`).
+    QUERY = "query"
     # Code of the project's tests and benchmarks, run in the warm host as a step's code is
     # compiled (compute/run/step_code.py `run_probe`): `args` = {"code": source, "args": {...}}.
     # The portal never submits one.

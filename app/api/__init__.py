@@ -17,6 +17,7 @@ Modules:
 - `compute_units.py` — list, create, get, terminate
 - `workflows.py` — list, get, save a version
 - `executions.py` — list, idempotent start, get, cancel, results, CSV, logs, lineage
+- `queries.py` — the console's queries: run one statement, get it with a page of rows, cancel
 - `tokens.py` — a script revokes the token it calls with
 """
 
@@ -30,6 +31,7 @@ from app.api import (  # noqa: E402,F401,E501
     executions,
     openapi,
     problems,
+    queries,
     tokens,
     warehouses,
     workflows,

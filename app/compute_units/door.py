@@ -212,6 +212,11 @@ class UnitDoor:
             JobKind.EXECUTION, spec.to_json(), name=f"execution-{spec.execution_id}"
         )["run_id"]
 
+    def submit_job(self, kind: JobKind, args: dict, name: str) -> str:
+        """Hand a job of another kind (a console query) to the unit's host; the run's id. Raises
+        SparkHostError."""
+        return self._client.submit(kind, args, name=name)["run_id"]
+
     def watch(self, run_id: str, wait_s: float) -> dict:
         """The run's record, answered as soon as the run ends or after `wait_s` seconds. Raises
         SparkHostError."""

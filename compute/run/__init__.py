@@ -10,6 +10,7 @@
 - `iceberg_rest.py` — the run's pyiceberg catalogs: the run's token, vended credentials
 - `comparison.py` — rows in one output and not the other
 - `maintenance.py` — snapshot expiry and orphan-file clean-up of a warehouse's datasets
+- `query.py` — one SQL statement of the console, read-only unless asked, its rows bounded
 - `forked_runs.py` — the owner's runs, each in a child forked from the warm host
 - `sandboxed_runs.py` — a run of another user's workflow: a fresh process in a nested sandbox
 - `run_channel.py` — what a run's process and the host say to each other

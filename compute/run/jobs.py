@@ -13,6 +13,7 @@ from compute.contract import JobKind
 from compute.run.comparison import run_comparison
 from compute.run.maintenance import run_maintenance
 from compute.run.pipeline import run_pipeline
+from compute.run.query import run_query
 from compute.run.runs import RunProgress
 from compute.run.step_code import run_probe
 
@@ -23,6 +24,7 @@ JOBS: dict[JobKind, Job] = {
     JobKind.COMPARISON: run_comparison,
     JobKind.MAINTENANCE: run_maintenance,
     JobKind.PROBE: run_probe,
+    JobKind.QUERY: run_query,
 }
 
 

@@ -1,0 +1,31 @@
+"""Reading the console's form: the warehouse, the unit, the mode and the statement."""
+
+from __future__ import annotations
+
+from app.console.service import MODES
+from app.table_pages import positive_int
+from compute.run.query import READ
+
+# The statement's field: the code editor (app/static/vendor/editor.js) enhances textareas whose
+# name ends in "-code".
+SQL_FIELD = "sql-code"
+
+
+def parse_query_form(data) -> tuple[dict, dict[str, str]]:
+    """({"warehouse_id", "compute_unit_id", "mode", "sql"}, field → error message)."""
+    values = {
+        "warehouse_id": positive_int(data.get("warehouse_id")),
+        "compute_unit_id": positive_int(data.get("compute_unit_id")),
+        "mode": data.get("mode") or READ,
+        "sql": (data.get(SQL_FIELD) or data.get("sql") or "").strip(),
+    }
+    errors = {}
+    if values["warehouse_id"] is None:
+        errors["warehouse_id"] = "Choose a warehouse."
+    if values["compute_unit_id"] is None:
+        errors["compute_unit_id"] = "Choose one of your running compute units."
+    if values["mode"] not in MODES:
+        errors["mode"] = "Choose read only or writing."
+    if not values["sql"]:
+        errors["sql"] = "Write a statement to run."
+    return values, errors

@@ -1,0 +1,194 @@
+"""The Query page: pick a warehouse and a unit, write one statement, run it; its result polls
+itself until the query ends, then shows page by page, sortable, with CSV; the history of the
+user's queries with "run again". Another user's query answers 404 on every route."""
+
+from __future__ import annotations
+
+import time
+
+from flask import Response, render_template, request, url_for
+from flask_login import current_user
+
+from app import live_partials
+from app.console import bp, forms, queries, service
+from app.db import get_db, get_owned_or_404
+from app.models import ComputeUnit, Query, QueryState, Warehouse
+from app.table_pages import positive_int, table_page_context
+from app.web import redirect_to
+
+
+def _form_context(values: dict, errors: dict[str, str]) -> dict:
+    return {
+        "values": values,
+        "errors": errors,
+        "warehouses": queries.warehouse_choices(current_user),
+        "units": queries.unit_choices(current_user),
+        "modes": service.MODES,
+        "sql_field": forms.SQL_FIELD,
+        "max_rows": service.MAX_ROWS,
+    }
+
+
+@bp.get("/")
+def index():
+    """The console: the form, the query asked for (`?query=`) or none, and the history."""
+    shown = positive_int(request.args.get("query"))
+    query = get_owned_or_404(Query, shown) if shown else None
+    values = (
+        {
+            "warehouse_id": query.warehouse_id,
+            "compute_unit_id": query.compute_unit_id,
+            "mode": query.mode,
+            "sql": query.sql,
+        }
+        if query
+        else {}
+    )
+    if not query and (last := queries.history(current_user, 1)):
+        values = {
+            "warehouse_id": last[0].warehouse_id,
+            "compute_unit_id": last[0].compute_unit_id,
+            "mode": last[0].mode,
+            "sql": "",
+        }
+    return render_template(
+        "console/index.html",
+        query=query,
+        history=queries.history(current_user),
+        **_form_context(values, {}),
+        **(_result_context(query) if query else {}),
+    )
+
+
+@bp.post("/queries")
+def run():
+    """Record the query (the worker runs it); the result's live part, or the form with why not."""
+    values, errors = forms.parse_query_form(request.form)
+    db = get_db()
+    if not errors:
+        try:
+            query = service.start(
+                current_user,
+                db.get(Warehouse, values["warehouse_id"]),
+                db.get(ComputeUnit, values["compute_unit_id"]),
+                values["sql"],
+                values["mode"],
+            )
+        except service.QueryRefused as refusal:
+            errors[refusal.field or "sql"] = refusal.message
+    if errors:
+        if request.htmx:
+            return render_template("console/_form.html", **_form_context(values, errors)), 422
+        return render_template(
+            "console/index.html",
+            query=None,
+            history=queries.history(current_user),
+            **_form_context(values, errors),
+        ), 422
+    return redirect_to(url_for("console.index", query=query.id))
+
+
+@bp.get("/queries/<int:query_id>")
+def result(query_id: int):
+    """The query's live part: it polls itself until the query ends (304 while unchanged)."""
+    query = get_owned_or_404(Query, query_id)
+    if not request.htmx:
+        return redirect_to(url_for("console.index", query=query.id))
+    if query.state in QueryState.FINAL:
+        return render_template("console/_result.html", query=query, **_result_context(query))
+    now = time.time()
+    changed = (query.started_at or query.created_at).timestamp()
+    delay = live_partials.poll_delay(changed, now)
+    return live_partials.conditional(
+        (
+            "console/_result.html",
+            query.id,
+            query.state,
+            query.run_id,
+            query.cancel_requested_at,
+            delay,
+        ),
+        lambda: render_template(
+            "console/_result.html", query=query, poll_delay=delay, **_result_context(query)
+        ),
+    )
+
+
+def _sorting() -> tuple[int | None, bool]:
+    column = request.args.get("sort")
+    return (int(column) if column and column.isdigit() else None), request.args.get("desc") == "1"
+
+
+def _result_context(query: Query) -> dict:
+    if query.state != QueryState.COMPLETED:
+        return {"snapshots": []}
+    sort, descending = _sorting()
+    params = {"sort": str(sort), "desc": "1" if descending else "0"} if sort is not None else {}
+    context = table_page_context(
+        lambda page, size: queries.result_page(query, page, size, sort, descending),
+        f"query {query.id}",
+        url_for("console.rows", query_id=query.id),
+        params,
+    )
+    return {
+        **context,
+        "plan": queries.stored_result(query)["plan"],
+        "snapshots": queries.snapshots_read(query),
+        "sort": sort,
+        "descending": descending,
+    }
+
+
+@bp.get("/queries/<int:query_id>/rows")
+def rows(query_id: int):
+    """One page of a completed query's rows (sorted by `sort`, `desc`=1 descending)."""
+    query = get_owned_or_404(Query, query_id)
+    return render_template("console/_rows.html", query=query, **_result_context(query))
+
+
+@bp.get("/queries/<int:query_id>/csv")
+def csv(query_id: int):
+    """The rows that came back, as CSV."""
+    query = get_owned_or_404(Query, query_id)
+    return Response(
+        queries.csv_lines(query),
+        mimetype="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="query-{query.id}.csv"'},
+    )
+
+
+@bp.post("/queries/<int:query_id>/cancel")
+def cancel(query_id: int):
+    query = get_owned_or_404(Query, query_id)
+    try:
+        service.cancel(query)
+    except service.QueryRefused:
+        pass  # it ended meanwhile: the result says how
+    return redirect_to(url_for("console.index", query=query.id))
+
+
+@bp.post("/queries/<int:query_id>/again")
+def again(query_id: int):
+    """The same statement again, on the same warehouse and unit, checked again."""
+    query = get_owned_or_404(Query, query_id)
+    try:
+        fresh = service.run_again(current_user, query)
+    except service.QueryRefused as refusal:
+        values = {
+            "warehouse_id": query.warehouse_id,
+            "compute_unit_id": query.compute_unit_id,
+            "mode": query.mode,
+            "sql": query.sql,
+        }
+        return render_template(
+            "console/index.html",
+            query=None,
+            history=queries.history(current_user),
+            **_form_context(values, {refusal.field or "sql": refusal.message}),
+        ), 422
+    return redirect_to(url_for("console.index", query=fresh.id))
+
+
+@bp.get("/history")
+def history():
+    return render_template("console/_history.html", history=queries.history(current_user))

@@ -1,0 +1,163 @@
+"""The console, the request side: a query's rules and its recorded intent.
+
+`start` checks the warehouse (one the user may read; may write, for a query in write mode), the
+unit (the user's own, running) and the statement (one, and no write in read mode: sqlglot's check
+of compute/run/query.py, which the unit repeats with Spark's own plan), and records the query
+QUEUED. A request never waits on the unit: the worker (app/console/work.py) submits the query,
+watches it and records its end through `finish`. `cancel` ends a QUEUED query at once and records
+the cancel of a RUNNING one, which the worker passes on. Every change of state is compare-and-set:
+whichever of a cancel and the worker comes first wins, and a final state stays.
+"""
+
+from __future__ import annotations
+
+from app.audit import service as audit
+from app.db import get_db
+from app.errors import UserFacingError
+from app.models import (
+    ComputeUnit,
+    Query,
+    QueryState,
+    UnitState,
+    User,
+    Warehouse,
+    WarehouseStatus,
+    utcnow,
+)
+from app.transitions import compare_and_set
+from app.warehouses import sharing
+from compute.run.query import READ, WRITE, StatementRefused, check_statement
+
+# How much of a result comes back from the unit (the unit bounds the bytes further to what its
+# answers carry: compute/run/query.py MAX_BYTES_CARRIED).
+MAX_ROWS = 10_000
+MAX_BYTES = 64 * 2**20
+MAX_SQL_LENGTH = 100_000
+MODES = {READ: "Read only", WRITE: "Writing"}
+
+
+class QueryRefused(UserFacingError):
+    """A query or its cancel was refused; `message` is for the user, `field` the form's field."""
+
+
+def readable(user: User, warehouse: Warehouse | None) -> bool:
+    """Whether `user` may query `warehouse` (their own, or shared with them; not purged)."""
+    return (
+        warehouse is not None
+        and sharing.access_of(user, warehouse) is not None
+        and warehouse.status in (WarehouseStatus.ACTIVE, WarehouseStatus.ARCHIVED)
+    )
+
+
+def writable(user: User, warehouse: Warehouse | None) -> bool:
+    """Whether `user` may write into `warehouse` from the console (owner or write share, active)."""
+    return (
+        warehouse is not None
+        and sharing.access_of(user, warehouse) in (sharing.OWNER, sharing.WRITE)
+        and warehouse.status == WarehouseStatus.ACTIVE
+    )
+
+
+def check(
+    owner: User, warehouse: Warehouse | None, cu: ComputeUnit | None, sql: str, mode: str
+) -> dict[str, str]:
+    """Why this query cannot run (field → message); {} if it can."""
+    errors: dict[str, str] = {}
+    if not readable(owner, warehouse):
+        errors["warehouse_id"] = "Choose a warehouse you may read."
+    elif mode == WRITE and not writable(owner, warehouse):
+        errors["mode"] = (
+            f"You may not write into warehouse {warehouse.name}: switch the console to read only."
+        )
+    if mode not in MODES:
+        errors["mode"] = "Choose read only or writing."
+    if cu is None or cu.owner_id != owner.id:
+        errors["compute_unit_id"] = "Choose one of your running compute units."
+    elif cu.state != UnitState.RUNNING:
+        errors["compute_unit_id"] = f"Compute unit {cu.name} is {cu.state.lower()}, not running."
+    if len(sql) > MAX_SQL_LENGTH:
+        errors["sql"] = f"A statement is at most {MAX_SQL_LENGTH:,} characters."
+    elif mode in MODES:
+        try:
+            check_statement(sql, mode)
+        except StatementRefused as refused:
+            errors["sql"] = f"Refused: {refused}."
+    return errors
+
+
+def start(
+    owner: User, warehouse: Warehouse | None, cu: ComputeUnit | None, sql: str, mode: str = READ
+) -> Query:
+    """Record a QUEUED query; the worker runs it. Raises QueryRefused with the field at fault.
+    A statement run in write mode is recorded in the audit trail."""
+    if errors := check(owner, warehouse, cu, sql, mode):
+        field, message = next(iter(errors.items()))
+        raise QueryRefused(message, field)
+    statement = check_statement(sql, mode)
+    query = Query(
+        owner_id=owner.id,
+        warehouse_id=warehouse.id,
+        warehouse_name=warehouse.name,
+        compute_unit_id=cu.id,
+        compute_unit_name=cu.name[:64],
+        sql=sql,
+        mode=mode,
+        statement=statement.name[:64],
+    )
+    db = get_db()
+    db.add(query)
+    db.commit()
+    if mode == WRITE:
+        audit.record(
+            "query.write",
+            query,
+            warehouse_id=warehouse.id,
+            warehouse_owner_id=warehouse.owner_id,
+            unit_id=cu.id,
+            statement=statement.name,
+            writes=statement.writes,
+            sql=sql[:1000],
+            actor=owner,
+        )
+    return query
+
+
+def cancel(query: Query) -> None:
+    """Cancel a QUEUED query at once, or record the cancel of a RUNNING one (the worker passes it
+    to the unit and records CANCELLED once the unit has stopped it)."""
+    if query.state in QueryState.FINAL:
+        raise QueryRefused("This query has already finished.")
+    if (
+        compare_and_set(
+            Query,
+            query.id,
+            (QueryState.QUEUED,),
+            state=QueryState.CANCELLED,
+            error="cancelled before it ran",
+            ended_at=utcnow(),
+        )
+        is None
+    ):
+        compare_and_set(Query, query.id, (QueryState.RUNNING,), cancel_requested_at=utcnow())
+    get_db().refresh(query)
+
+
+def run_again(owner: User, query: Query) -> Query:
+    """The same statement, in the same mode, on the same warehouse and unit (checked again)."""
+    db = get_db()
+    return start(
+        owner,
+        db.get(Warehouse, query.warehouse_id) if query.warehouse_id else None,
+        db.get(ComputeUnit, query.compute_unit_id) if query.compute_unit_id else None,
+        query.sql,
+        query.mode,
+    )
+
+
+def transition(query_id: int, from_states, **changes) -> bool:
+    return compare_and_set(Query, query_id, from_states, **changes) is not None
+
+
+def finish(query_id: int, state: str, **changes) -> bool:
+    """Record a final state, unless another one was recorded first."""
+    return transition(query_id, QueryState.LIVE, state=state, ended_at=utcnow(), **changes)

@@ -1,0 +1,380 @@
+"""The SQL console without a unit: the read-only check of a statement (sqlglot), the Query page and
+the API through the Flask test client (whose query it is, who may write, cancel, results as the
+worker stored them, CSV), and what the worker keeps of a unit's answer. The console on a real unit
+is tests/test_console_unit.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlmodel import Session, select
+
+from app.models import AuditEvent, Query, QueryState, WarehouseShare
+from compute.run.query import READ, WRITE, StatementRefused, check_statement
+from tests.factories import (
+    Api,
+    add,
+    csrf,
+    make_user,
+    reload,
+    sign_in_as,
+    token_for,
+    unit_row,
+    update_row,
+    warehouse_row,
+)
+
+# --------------------------------------------------------------------------- the parser's check
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM tpch.lineitem",
+        "select l_returnflag, count(*) from tpch.lineitem group by 1;",
+        "WITH big AS (SELECT * FROM datasets.orders WHERE amount > 10) SELECT * FROM big",
+        "SELECT 1 UNION ALL SELECT 2",
+        "SELECT * FROM tpch.orders VERSION AS OF 42",
+        "SHOW TABLES IN tpch",
+        "DESCRIBE tpch.orders",
+        "VALUES (1, 2)",
+        "-- a comment\nSELECT 1 -- and another",
+    ],
+)
+def test_a_read_passes_the_read_only_check(sql):
+    statement = check_statement(sql, READ)
+    assert not statement.writes and not statement.explain
+
+
+@pytest.mark.parametrize(
+    "sql, name",
+    [
+        ("INSERT INTO datasets.orders VALUES (1, 2)", "INSERT INTO"),
+        ("insert overwrite datasets.orders select * from datasets.orders", "INSERT OVERWRITE"),
+        ("CREATE TABLE datasets.copy AS SELECT * FROM datasets.orders", "CREATE TABLE"),
+        ("CREATE OR REPLACE TABLE datasets.copy AS SELECT 1", "CREATE OR REPLACE TABLE"),
+        ("DROP TABLE datasets.orders", "DROP TABLE"),
+        ("ALTER TABLE datasets.orders ADD COLUMN note string", "ALTER TABLE"),
+        (
+            "MERGE INTO datasets.orders t USING datasets.more s ON t.id = s.id "
+            "WHEN MATCHED THEN DELETE",
+            "MERGE INTO",
+        ),
+        ("DELETE FROM datasets.orders WHERE id = 1", "DELETE"),
+        ("UPDATE datasets.orders SET amount = 0", "UPDATE"),
+        ("CALL system.expire_snapshots(table => 'datasets.orders')", "CALL"),
+        ("TRUNCATE TABLE datasets.orders", "TRUNCATE TABLE"),
+        ("  /* quiet */ drop table datasets.orders;", "DROP TABLE"),
+        ("EXPLAIN INSERT INTO datasets.orders SELECT 1, 2", "INSERT INTO"),
+    ],
+)
+def test_a_write_in_read_mode_is_refused_with_the_statement_named(sql, name):
+    with pytest.raises(StatementRefused, match=f"^{name} writes, and this console is read-only"):
+        check_statement(sql, READ)
+    if not sql.startswith("EXPLAIN"):
+        assert check_statement(sql, WRITE).writes
+
+
+@pytest.mark.parametrize(
+    "sql, reason",
+    [
+        ("SELECT 1; DROP TABLE datasets.orders", "one statement at a time"),
+        ("", "no statement"),
+        ("SELECT FROM WHERE (", "not Spark SQL"),
+        ("SET spark.sql.catalog.other = x", "change the unit's session"),
+        ("ADD JAR /tmp/evil.jar", "change the unit's session"),
+        ("CACHE TABLE datasets.orders", "change the unit's session"),
+        ("USE other_catalog", "change the unit's session"),
+        ("CREATE FUNCTION f AS 'com.example.F'", "functions reach past the query"),
+    ],
+)
+def test_what_the_console_never_runs_is_refused_in_either_mode(sql, reason):
+    for mode in (READ, WRITE):
+        with pytest.raises(StatementRefused, match=reason):
+            check_statement(sql, mode)
+
+
+def test_explain_is_a_read_whose_answer_is_the_plan():
+    statement = check_statement("EXPLAIN EXTENDED SELECT * FROM tpch.orders", READ)
+    assert (statement.explain, statement.writes, statement.name) == (True, False, "EXPLAIN SELECT")
+    assert statement.tables == ("tpch.orders",)
+
+
+# --------------------------------------------------------------------------- pages and the API
+
+
+@pytest.fixture
+def alice(client, db_engine):
+    """A user with a warehouse and a running unit, signed in to `client`."""
+    user = make_user(db_engine)
+    sign_in_as(client, user)
+    return user, warehouse_row(db_engine, user), unit_row(db_engine, user)
+
+
+def post_query(client, warehouse, cu, sql: str, mode: str = READ, **headers):
+    return client.post(
+        "/console/queries",
+        data={
+            "warehouse_id": warehouse.id,
+            "compute_unit_id": cu.id,
+            "mode": mode,
+            "sql-code": sql,
+            "csrf_token": csrf(client),
+        },
+        headers={"HX-Request": "true", **headers},
+    )
+
+
+def queries_of(db_engine, user) -> list[Query]:
+    with Session(db_engine) as db:
+        return list(db.exec(select(Query).where(Query.owner_id == user.id)))
+
+
+def test_the_query_page_has_the_editor_form_with_labels_and_a_nav_link(client, alice):
+    page = client.get("/console/").get_data(as_text=True)
+    assert 'href="/console/"' in page and ">Query</a>" in page
+    for label in ('for="query-warehouse"', 'for="query-unit"', "<legend>Mode</legend>"):
+        assert label in page
+    assert 'class="code"' in page and 'name="sql-code"' in page and "vendor/editor.js" in page
+    assert alice[1].name in page and alice[2].name in page
+    assert "style=" not in page.replace("data-style-nonce", "")
+
+
+def test_a_query_is_recorded_queued_and_its_page_polls(client, db_engine, alice):
+    user, warehouse, cu = alice
+    response = post_query(client, warehouse, cu, "SELECT * FROM tpch.orders")
+    assert response.status_code == 200, response.get_data(as_text=True)
+    (query,) = queries_of(db_engine, user)
+    assert (query.state, query.mode, query.statement) == (QueryState.QUEUED, READ, "SELECT")
+    assert response.headers["HX-Redirect"] == f"/console/?query={query.id}"
+    live = client.get(f"/console/queries/{query.id}", headers={"HX-Request": "true"})
+    text = live.get_data(as_text=True)
+    assert 'hx-trigger="load delay:' in text and 'data-testid="cancel-query"' in text
+    again = client.get(
+        f"/console/queries/{query.id}",
+        headers={"HX-Request": "true", "If-None-Match": live.headers["ETag"]},
+    )
+    assert again.status_code == 304
+
+
+def test_a_write_in_read_mode_is_refused_at_the_request_and_nothing_is_queued(
+    client, db_engine, alice
+):
+    user, warehouse, cu = alice
+    response = post_query(client, warehouse, cu, "DROP TABLE datasets.orders")
+    assert response.status_code == 422
+    assert "DROP TABLE writes, and this console is read-only" in response.get_data(as_text=True)
+    assert queries_of(db_engine, user) == []
+
+
+def test_a_write_mode_statement_is_queued_and_audited(client, db_engine, alice):
+    user, warehouse, cu = alice
+    sql = "INSERT INTO datasets.orders VALUES (5, 50)"
+    assert post_query(client, warehouse, cu, sql, WRITE).status_code == 200
+    (query,) = queries_of(db_engine, user)
+    assert (query.mode, query.statement) == (WRITE, "INSERT INTO")
+    with Session(db_engine) as db:
+        events = db.exec(
+            select(AuditEvent).where(
+                AuditEvent.action == "query.write", AuditEvent.object_id == str(query.id)
+            )
+        ).all()
+    assert len(events) == 1 and events[0].actor_id == user.id
+    detail = json.loads(events[0].detail)
+    assert (detail["statement"], detail["warehouse_id"], detail["sql"]) == (
+        "INSERT INTO",
+        warehouse.id,
+        sql,
+    )
+
+
+def test_a_read_sharee_may_query_but_never_write(client, db_engine, alice, app):
+    owner, warehouse, _ = alice
+    bob = make_user(db_engine)
+    add(db_engine, WarehouseShare(warehouse_id=warehouse.id, user_id=bob.id, level="read"))
+    bobs_unit = unit_row(db_engine, bob)
+    bobs = app.test_client()
+    sign_in_as(bobs, bob)
+    assert warehouse.name in bobs.get("/console/").get_data(as_text=True)
+    refused = post_query(
+        bobs, warehouse, bobs_unit, "INSERT INTO datasets.orders VALUES (1, 1)", WRITE
+    )
+    assert refused.status_code == 422
+    assert f"You may not write into warehouse {warehouse.name}" in refused.get_data(as_text=True)
+    assert (
+        post_query(bobs, warehouse, bobs_unit, "SELECT * FROM datasets.orders").status_code == 200
+    )
+    (query,) = queries_of(db_engine, bob)
+    assert (query.warehouse_id, query.compute_unit_id, query.mode) == (
+        warehouse.id,
+        bobs_unit.id,
+        READ,
+    )
+    # The owner's unit is not bob's to use.
+    assert post_query(bobs, warehouse, alice[2], "SELECT 1").status_code == 422
+
+
+def test_someone_else_s_warehouse_is_not_there_to_query(client, db_engine, alice, app):
+    _, warehouse, _ = alice
+    carol = make_user(db_engine)
+    carols = app.test_client()
+    sign_in_as(carols, carol)
+    assert warehouse.name not in carols.get("/console/").get_data(as_text=True)
+    response = post_query(carols, warehouse, unit_row(db_engine, carol), "SELECT 1")
+    assert response.status_code == 422 and "Choose a warehouse you may read" in response.get_data(
+        as_text=True
+    )
+
+
+def completed(db_engine, query_id: int, rows: list[list], **fields) -> None:
+    update_row(
+        db_engine,
+        Query,
+        query_id,
+        state=QueryState.COMPLETED,
+        row_count=len(rows),
+        result=json.dumps(
+            {
+                "columns": [{"name": "name", "type": "string"}, {"name": "n", "type": "bigint"}],
+                "rows": rows,
+                "plan": "",
+            }
+        ),
+        **fields,
+    )
+
+
+def test_another_user_s_query_answers_404_everywhere(client, db_engine, alice, app):
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT 1")
+    (query,) = queries_of(db_engine, user)
+    completed(db_engine, query.id, [["a", 1]])
+    carol = make_user(db_engine)
+    carols = app.test_client()
+    sign_in_as(carols, carol)
+    htmx = {"HX-Request": "true"}
+    for path in ("/console/?query={}", "/console/queries/{}/rows", "/console/queries/{}/csv"):
+        assert carols.get(path.format(query.id)).status_code == 404, path
+    assert carols.get(f"/console/queries/{query.id}", headers=htmx).status_code == 404
+    for path in ("/console/queries/{}/cancel", "/console/queries/{}/again"):
+        assert (
+            carols.post(path.format(query.id), data={"csrf_token": csrf(carols)}).status_code == 404
+        )
+    assert "SELECT 1" not in carols.get("/console/").get_data(as_text=True)
+    api = Api(app.test_client(), token_for(app, carol))
+    assert api.call("GET", f"/api/v1/queries/{query.id}").status_code == 404
+    assert api.call("POST", f"/api/v1/queries/{query.id}/cancel").status_code == 404
+
+
+def test_a_completed_query_shows_rows_sorted_on_request_and_exports_csv(client, db_engine, alice):
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT name, n FROM t.t")
+    (query,) = queries_of(db_engine, user)
+    completed(db_engine, query.id, [["b", 2], ["=cmd()", 3], ["a", 1]])
+    page = client.get(f"/console/?query={query.id}").get_data(as_text=True)
+    assert (
+        'data-testid="result-table"' in page and "hx-get" not in page.split("query-result")[1][:300]
+    )
+    assert page.index(">b<") < page.index(">a<")  # as returned
+    ordered = client.get(f"/console/queries/{query.id}/rows?sort=1&desc=1").get_data(as_text=True)
+    assert ordered.index(">=cmd()<") < ordered.index(">b<") < ordered.index(">a<")
+    assert 'data-testid="column-type">string' in ordered
+    csv = client.get(f"/console/queries/{query.id}/csv")
+    assert csv.mimetype == "text/csv"
+    assert csv.get_data(as_text=True) == "name,n\nb,2\n'=cmd(),3\na,1\n"
+    history = client.get("/console/").get_data(as_text=True)
+    assert 'data-testid="history-row"' in history and "Run again" in history
+
+
+def test_a_truncated_result_says_how_many_rows_there_were_and_offers_a_workflow(
+    client, db_engine, alice
+):
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT name, n FROM t.t")
+    (query,) = queries_of(db_engine, user)
+    completed(db_engine, query.id, [["a", 1], ["b", 2]], truncated=True)
+    update_row(db_engine, Query, query.id, row_count=12345)
+    page = client.get(f"/console/?query={query.id}").get_data(as_text=True)
+    assert "Only the first 2 of\n      12,345 rows came back" in page
+    assert 'href="/workflows/new"' in page
+
+
+def test_cancel_ends_a_queued_query_at_once_and_asks_the_worker_for_a_running_one(
+    client, db_engine, alice
+):
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT 1")
+    post_query(client, warehouse, cu, "SELECT 2")
+    first, second = sorted(queries_of(db_engine, user), key=lambda query: query.id)
+    client.post(f"/console/queries/{first.id}/cancel", data={"csrf_token": csrf(client)})
+    assert reload(db_engine, Query, first.id).state == QueryState.CANCELLED
+    update_row(db_engine, Query, second.id, state=QueryState.RUNNING, run_id="r1")
+    client.post(f"/console/queries/{second.id}/cancel", data={"csrf_token": csrf(client)})
+    running = reload(db_engine, Query, second.id)
+    assert running.state == QueryState.RUNNING and running.cancel_requested_at is not None
+
+
+def test_run_again_queues_the_same_statement(client, db_engine, alice):
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT 7")
+    (query,) = queries_of(db_engine, user)
+    client.post(f"/console/queries/{query.id}/again", data={"csrf_token": csrf(client)})
+    again = max(queries_of(db_engine, user), key=lambda row: row.id)
+    assert again.id != query.id and (again.sql, again.warehouse_id) == ("SELECT 7", warehouse.id)
+
+
+def test_the_api_runs_follows_and_cancels_a_query(app, db_engine, alice):
+    user, warehouse, cu = alice
+    api = Api(app.test_client(), token_for(app, user))
+    refused = api.call(
+        "POST",
+        "/api/v1/queries",
+        {"sql": "DROP TABLE a.b", "warehouse_id": warehouse.id, "compute_unit_id": cu.id},
+    )
+    assert refused.status_code == 400 and "DROP TABLE writes" in refused.get_json()["detail"]
+    started = api.call(
+        "POST",
+        "/api/v1/queries",
+        {"sql": "SELECT 1", "warehouse_id": warehouse.id, "compute_unit_id": cu.id},
+    )
+    assert started.status_code == 201
+    query_id = started.get_json()["id"]
+    assert started.get_json()["state"] == QueryState.QUEUED
+    completed(db_engine, query_id, [["x", 1], ["y", 2]])
+    got = api.call("GET", f"/api/v1/queries/{query_id}?size=1&page=2").get_json()
+    assert got["state"] == QueryState.COMPLETED
+    assert got["result_page"]["rows"] == [["y", 2]] and got["result_page"]["total_rows"] == 2
+    other = api.call(
+        "POST",
+        "/api/v1/queries",
+        {"sql": "SELECT 2", "warehouse_id": warehouse.id, "compute_unit_id": cu.id},
+    ).get_json()
+    cancelled = api.call("POST", f"/api/v1/queries/{other['id']}/cancel")
+    assert cancelled.status_code == 202 and cancelled.get_json()["state"] == QueryState.CANCELLED
+    assert api.call("POST", f"/api/v1/queries/{query_id}/cancel").status_code == 409
+
+
+# --------------------------------------------------------------------------- the worker's keeping
+
+
+def test_what_a_unit_reports_is_kept_in_shape_and_bounded():
+    from app.console.work import checked_result
+
+    fields = checked_result(
+        {
+            "columns": [{"name": "a\x00b", "type": "string"}, "junk"],
+            "rows": [["x" * 20_000, 1, 2], "junk", [{"k": ["v"] * 500}]],
+            "row_count": "many",
+            "truncated": "yes",
+            "plan": None,
+            "snapshots": [{"table": "t.t", "snapshot_id": 1}, 5],
+        }
+    )
+    result = json.loads(fields["result"])
+    assert [column["type"] for column in result["columns"]] == ["string"]
+    assert len(result["rows"]) == 2 and len(result["rows"][0]) == 1
+    assert len(result["rows"][0][0]) <= 10_010
+    assert fields["row_count"] == 2 and fields["truncated"] is False
+    assert json.loads(fields["snapshots"]) == [{"table": "t.t", "snapshot_id": 1}]
+    assert checked_result(None)["row_count"] == 0
