@@ -44,6 +44,21 @@ def test_the_readme_is_short_and_keeps_the_two_commands():
     assert "make run" in text and "make test" in text  # .ci/run runs the README's `make test`
 
 
+def test_the_readme_map_has_a_row_for_every_package():
+    packages = {
+        init.parent
+        for top in ("app", "compute", "devstack", "lakeport_client", "bench")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    rows = [line for line in README.read_text().splitlines() if line.startswith("| `")]
+    missing = []
+    for folder in sorted(packages):
+        name = f"`{folder.relative_to(ROOT)}/`"
+        if not any(name in row.split(" | ")[0] for row in rows):
+            missing.append(name)
+    assert missing == [], "add a row to README's map, Where things are"
+
+
 def test_the_readme_links_to_every_document_in_docs():
     text = README.read_text()
     for page in sorted((ROOT / "docs").glob("*.md")):
