@@ -5,7 +5,7 @@ access token; `lakeport_client.cli` is the `lakeport` command built on it.
 
 Modules:
 - `client.py` — `Client`: one method per API operation; problem documents as `ApiError`
-- `cli.py` — the `lakeport` command: units, executions, run … --wait, results … --csv
+- `cli.py` — the `lakeport` command: units, executions, run … --wait, results … --csv, sql
 """
 
 from lakeport_client.client import ApiError, Client

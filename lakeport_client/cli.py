@@ -8,14 +8,17 @@ from a config file (LAKEPORT_CONFIG, else ~/.config/lakeport/config.toml) holdin
     lakeport executions
     lakeport run WORKFLOW --unit UNIT --warehouse WAREHOUSE [--version N] [--wait]
     lakeport results EXECUTION STEP [--csv]
+    lakeport sql "SELECT …" --warehouse WAREHOUSE [--unit UNIT] [--write] [--csv]
 
 WORKFLOW, UNIT and WAREHOUSE are ids or names. `run` names the version it runs (the latest as
 listed, or --version): a version saved in between is refused, not run. `run --wait` prints the
-run's log as it comes and exits 0 only when the execution COMPLETED.
+run's log as it comes and exits 0 only when the execution COMPLETED. `sql` runs one statement
+on a running unit of yours (the first, unless --unit), waits for it and prints its rows.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import sys
 import time
@@ -193,6 +196,63 @@ def results(execution: int, step: str, as_csv: bool, page: int, size: int) -> No
         click.echo(
             f"page {found['page']} of {found['pages']} ({found['total_rows']} rows)", err=True
         )
+
+
+QUERY_FINAL_STATES = {"completed", "failed", "cancelled"}
+
+
+@main.command()
+@click.argument("statement")
+@click.option("--warehouse", required=True, help="The warehouse to query (id or name).")
+@click.option(
+    "--unit", "unit", help="The compute unit to run on (default: your first running one)."
+)
+@click.option(
+    "--write", is_flag=True, help="Allow a statement that writes (a warehouse you may write)."
+)
+@click.option("--csv", "as_csv", is_flag=True, help="The rows as CSV on standard output.")
+def sql(statement: str, warehouse: str, unit: str | None, write: bool, as_csv: bool) -> None:
+    """Run STATEMENT (Spark SQL) and print its rows once it ends; exit 1 unless it completed."""
+    with make_client() as client:
+        units = [found for found in client.units() if found["state"] == "RUNNING"]
+        if unit is not None:
+            cu_id = _pick(units, unit, "running compute unit")["id"]
+        elif units:
+            cu_id = units[0]["id"]
+        else:
+            raise click.ClickException("No compute unit of yours is running: start one first.")
+        warehouse_id = (
+            int(warehouse)
+            if warehouse.isdigit()
+            else _pick(client.warehouses(), warehouse, "warehouse")["id"]
+        )
+        query = client.start_query(statement, warehouse_id, cu_id, "write" if write else "read")
+        try:
+            while query["state"] not in QUERY_FINAL_STATES:
+                time.sleep(POLL_SECONDS / 4 if query["state"] == "queued" else POLL_SECONDS / 2)
+                query = client.query(query["id"])
+        except KeyboardInterrupt:
+            client.cancel_query(query["id"])
+            raise click.ClickException(f"query {query['id']} cancelled") from None
+        if query["state"] != "completed":
+            raise click.ClickException(f"query {query['id']}: {query['state']}: {query['error']}")
+        if query["plan"]:
+            click.echo(query["plan"])
+            return
+        rows, page = list(query["result_page"]["rows"]), query["result_page"]
+        for number in range(2, page["pages"] + 1):
+            rows += client.query(query["id"], page=number)["result_page"]["rows"]
+        if as_csv:
+            writer = csv.writer(sys.stdout, lineterminator="\n")
+            writer.writerows([page["columns"], *rows])
+        else:
+            _table(rows, page["columns"])
+        if query["truncated"]:
+            click.echo(
+                f"only the first {len(rows)} of {query['row_count']} rows came back: "
+                "run it as a workflow for all of them",
+                err=True,
+            )
 
 
 def run_main() -> None:

@@ -224,6 +224,27 @@ class Client:
     def lineage(self, execution_id: int) -> dict:
         return self._call("GET", f"/executions/{execution_id}/lineage")
 
+    # --- the console's queries ----------------------------------------------------------------
+
+    def start_query(
+        self, sql: str, warehouse_id: int, compute_unit_id: int, mode: str = "read"
+    ) -> dict:
+        """Run one statement (the API answers at once; follow it with `query`)."""
+        body = {
+            "sql": sql,
+            "warehouse_id": warehouse_id,
+            "compute_unit_id": compute_unit_id,
+            "mode": mode,
+        }
+        return self._call("POST", "/queries", json=body)
+
+    def query(self, query_id: int, page: int = 1, size: int = 500) -> dict:
+        """The query, with page `page` of its rows (`result_page`) once it completed."""
+        return self._call("GET", f"/queries/{query_id}", params={"page": page, "size": size})
+
+    def cancel_query(self, query_id: int) -> dict:
+        return self._call("POST", f"/queries/{query_id}/cancel")
+
 
 def _retry_after(response: httpx.Response) -> float:
     """The seconds a 429 asks to wait, within 1 s and LONGEST_RETRY_AFTER_S."""

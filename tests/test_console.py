@@ -378,3 +378,39 @@ def test_what_a_unit_reports_is_kept_in_shape_and_bounded():
     assert fields["row_count"] == 2 and fields["truncated"] is False
     assert json.loads(fields["snapshots"]) == [{"table": "t.t", "snapshot_id": 1}]
     assert checked_result(None)["row_count"] == 0
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_lakeport_sql_waits_for_the_rows_and_prints_them_as_csv(app, db_engine, monkeypatch, alice):
+    import httpx
+    from click.testing import CliRunner
+
+    from lakeport_client import cli
+    from lakeport_client.client import Client
+
+    user, warehouse, cu = alice
+    token = token_for(app, user)
+    transport = httpx.WSGITransport(app=app)
+    monkeypatch.setattr(
+        cli, "make_client", lambda: Client("http://portal.test", token, transport=transport)
+    )
+    polls = []
+
+    def the_worker_meanwhile(seconds: float) -> None:  # the worker ends the query between polls
+        (query,) = queries_of(db_engine, user)
+        if polls.append(seconds) or len(polls) == 2:
+            completed(db_engine, query.id, [[f"r{n}", n] for n in range(600)], truncated=True)
+            update_row(db_engine, Query, query.id, row_count=900)
+
+    monkeypatch.setattr(cli.time, "sleep", the_worker_meanwhile)
+    result = CliRunner().invoke(
+        cli.main, ["sql", "SELECT name, n FROM t.t", "--warehouse", warehouse.name, "--csv"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[:3] == ["name,n", "r0,0", "r1,1"] and len(lines) == 601  # two pages of rows
+    assert "only the first 600 of 900 rows came back" in result.stderr
+    refused = CliRunner().invoke(cli.main, ["sql", "DROP TABLE t.t", "--warehouse", warehouse.name])
+    assert refused.exit_code == 1 and "DROP TABLE writes" in refused.output
