@@ -107,7 +107,7 @@ def e2e(portal_config, lakehouse, db_engine):
     """A newcomer with a real local compute unit and a real warehouse, both made through the
     portal, and a worker in this process: (app, client, user, unit id, warehouse id)."""
     from app.compute_units import handles
-    from app.compute_units import service as units
+    from app.compute_units import service as unit_service
     from app.ray_clusters.local import cluster_pids
     from app.worker import Worker
 
@@ -123,7 +123,7 @@ def e2e(portal_config, lakehouse, db_engine):
         pids = cluster_pids(handles.handle_of(cu))
     yield app, client, user, cu_id, warehouse_id
     with app.app_context():
-        units.terminate(reload(db_engine, ComputeUnit, cu_id), reason="test over")
+        unit_service.terminate(reload(db_engine, ComputeUnit, cu_id), reason="test over")
     deadline = time.monotonic() + 60
     while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -157,6 +157,7 @@ def service_token(lakehouse) -> str:
 
 @pytest.fixture(scope="module")
 def portal_tokens(oidc_provider):
+    """The portal's own client of the identity provider (the service client's credentials)."""
     with ClientCredentialsTokenSource(
         client_id=SERVICE_CLIENT_ID,
         client_secret=oidc_provider.service_client_secret,
@@ -167,6 +168,8 @@ def portal_tokens(oidc_provider):
 
 @pytest.fixture(scope="module")
 def execution(devcatalog, seaweedfs, portal_tokens):
+    """Warehouses of alice and bob in the dev catalog's tests' project, with their grants, and the
+    tokens an execution and each of them get (tests/catalogs.py ExecutionGrants)."""
     portal = checked_portal(devcatalog, portal_tokens)
     keys = S3AccessKeyCredential(ALICE.access_key_id, ALICE.secret_access_key)
     own, other, bobs = (
