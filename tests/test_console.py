@@ -414,3 +414,110 @@ def test_lakeport_sql_waits_for_the_rows_and_prints_them_as_csv(app, db_engine, 
     assert "only the first 600 of 900 rows came back" in result.stderr
     refused = CliRunner().invoke(cli.main, ["sql", "DROP TABLE t.t", "--warehouse", warehouse.name])
     assert refused.exit_code == 1 and "DROP TABLE writes" in refused.output
+
+
+class FakeUnit:
+    """The unit's door as the worker sees it, with a run that ends as `ends` says."""
+
+    def __init__(self, ends: list[dict]) -> None:
+        self.ends, self.submitted, self.cancelled = ends, [], []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def make_ready(self) -> None:
+        pass
+
+    def submit_job(self, kind, args: dict, name: str) -> str:
+        self.submitted.append((kind, args))
+        return "run-1"
+
+    def watch(self, run_id: str, wait_s: float) -> dict:
+        return self.ends.pop(0)
+
+    def cancel(self, run_id: str) -> dict:
+        self.cancelled.append(run_id)
+        return {}
+
+    def touch(self) -> None:
+        pass
+
+    def failure(self) -> None:
+        return None
+
+
+def test_the_worker_runs_a_query_through_the_door_and_records_its_end(
+    app, client, db_engine, monkeypatch, alice
+):
+    from app.console import work
+    from compute.contract import JobKind
+
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT id FROM t.t")
+    (query,) = queries_of(db_engine, user)
+    unit = FakeUnit(
+        [
+            {"state": "RUNNING"},
+            {
+                "state": "COMPLETED",
+                "result": {
+                    "columns": [{"name": "id", "type": "bigint"}],
+                    "rows": [[1], [2]],
+                    "row_count": 2,
+                    "truncated": False,
+                    "plan": "",
+                    "snapshots": [{"table": "t.t", "snapshot_id": 9}],
+                },
+            },
+        ]
+    )
+    monkeypatch.setattr(work.UnitDoor, "running", lambda cu_id: unit)
+    monkeypatch.setattr(work.door, "run_token", lambda warehouse, owner: f"token-of-{owner.id}")
+    with app.app_context():
+        work.run_query(query.id)
+    kind, args = unit.submitted[0]
+    assert kind == JobKind.QUERY and (args["sql"], args["mode"]) == ("SELECT id FROM t.t", READ)
+    assert args["catalog"]["token"] == f"token-of-{user.id}"
+    assert args["warehouse"]["lakekeeper_id"] == warehouse.lakekeeper_id
+    done = reload(db_engine, Query, query.id)
+    assert (done.state, done.row_count, done.run_id) == (QueryState.COMPLETED, 2, "run-1")
+    assert json.loads(done.result)["rows"] == [[1], [2]]
+    assert json.loads(done.snapshots) == [{"table": "t.t", "snapshot_id": 9}]
+
+
+def test_the_worker_passes_a_cancel_on_and_a_lost_share_stops_a_query(
+    app, client, db_engine, monkeypatch, alice
+):
+    from app.console import work
+
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT 1")
+    (query,) = queries_of(db_engine, user)
+    update_row(db_engine, Query, query.id, state=QueryState.RUNNING, run_id="run-1")
+    client.post(f"/console/queries/{query.id}/cancel", data={"csrf_token": csrf(client)})
+    unit = FakeUnit([{"state": "RUNNING"}, {"state": "CANCELLED"}])
+    monkeypatch.setattr(work.UnitDoor, "running", lambda cu_id: unit)
+    with app.app_context():
+        work.run_query(query.id)
+    assert unit.cancelled == ["run-1"]
+    assert reload(db_engine, Query, query.id).state == QueryState.CANCELLED
+
+    bob = make_user(db_engine)
+    share = add(db_engine, WarehouseShare(warehouse_id=warehouse.id, user_id=bob.id, level="read"))
+    bobs = app.test_client()
+    sign_in_as(bobs, bob)
+    post_query(bobs, warehouse, unit_row(db_engine, bob), "SELECT 1")
+    (queued,) = queries_of(db_engine, bob)
+    with Session(db_engine) as db:
+        db.delete(db.get(WarehouseShare, share.id))
+        db.commit()
+    unit = FakeUnit([])
+    monkeypatch.setattr(work.UnitDoor, "running", lambda cu_id: unit)
+    with app.app_context():
+        work.run_query(queued.id)
+    stopped = reload(db_engine, Query, queued.id)
+    assert stopped.state == QueryState.FAILED and "no longer yours" in stopped.error
+    assert unit.submitted == []

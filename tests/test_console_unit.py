@@ -97,7 +97,6 @@ result = {sql: plan_refusal(parse(sql), "read", "it") for sql in args["statement
     refusals = run["result"]
     assert [sql for sql in statements if refusals[sql] is None] == statements[:4]
     assert "InsertIntoStatement" in refusals[statements[5]]
-    assert "CallStatement" in refusals[statements[7]]
     assert "session" in refusals[statements[-1]]
 
 
