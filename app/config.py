@@ -396,6 +396,20 @@ SETTINGS: dict[str, Setting] = {
         "the catalog (`LAKEPORT_LAKEKEEPER_URL`), e.g. the S3 endpoint of users' buckets. Nothing else is "
         "reachable from a local unit's sandbox.",
     ),
+    "CONSOLE_MAX_ROWS": Setting(
+        "LAKEPORT_CONSOLE_MAX_ROWS",
+        10_000,
+        cast=int,
+        help="The most rows of a SQL console query that come back from the unit; past it the query says "
+        "how many rows there were. At most 100000.",
+    ),
+    "CONSOLE_MAX_BYTES": Setting(
+        "LAKEPORT_CONSOLE_MAX_BYTES",
+        64 * 2**20,
+        cast=int,
+        help="The most bytes (as JSON) of a SQL console query's rows that come back from the unit; the "
+        "unit sends 12 MiB at most whatever this says (what its answers carry).",
+    ),
     "DEV_STORAGE_HINT": Setting(
         "LAKEPORT_DEV_STORAGE_HINT",
         "",

@@ -131,6 +131,15 @@ def queries_of(db_engine, user) -> list[Query]:
         return list(db.exec(select(Query).where(Query.owner_id == user.id)))
 
 
+def test_the_row_bound_is_a_setting_the_unit_is_given(app):
+    from app.console import service
+
+    with app.app_context():
+        assert service.bounds() == (10_000, 64 * 2**20)
+        app.config["CONSOLE_MAX_ROWS"] = 10**9
+        assert service.bounds()[0] == 100_000  # what a unit's answer carries
+
+
 def test_the_query_page_has_the_editor_form_with_labels_and_a_nav_link(client, alice):
     page = client.get("/console/").get_data(as_text=True)
     assert 'href="/console/"' in page and ">Query</a>" in page
@@ -369,7 +378,8 @@ def test_what_a_unit_reports_is_kept_in_shape_and_bounded():
             "truncated": "yes",
             "plan": None,
             "snapshots": [{"table": "t.t", "snapshot_id": 1}, 5],
-        }
+        },
+        max_rows=10,
     )
     result = json.loads(fields["result"])
     assert [column["type"] for column in result["columns"]] == ["string"]
@@ -377,7 +387,7 @@ def test_what_a_unit_reports_is_kept_in_shape_and_bounded():
     assert len(result["rows"][0][0]) <= 10_010
     assert fields["row_count"] == 2 and fields["truncated"] is False
     assert json.loads(fields["snapshots"]) == [{"table": "t.t", "snapshot_id": 1}]
-    assert checked_result(None)["row_count"] == 0
+    assert checked_result(None, 10)["row_count"] == 0
 
 
 # --------------------------------------------------------------------------- the command line

@@ -25,7 +25,7 @@ def _form_context(values: dict, errors: dict[str, str]) -> dict:
         "units": queries.unit_choices(current_user),
         "modes": service.MODES,
         "sql_field": forms.SQL_FIELD,
-        "max_rows": service.MAX_ROWS,
+        "max_rows": service.bounds()[0],
     }
 
 

@@ -11,6 +11,8 @@ whichever of a cancel and the worker comes first wins, and a final state stays.
 
 from __future__ import annotations
 
+from flask import current_app
+
 from app.audit import service as audit
 from app.db import get_db
 from app.errors import UserFacingError
@@ -26,14 +28,26 @@ from app.models import (
 )
 from app.transitions import compare_and_set
 from app.warehouses import sharing
-from compute.run.query import READ, WRITE, StatementRefused, check_statement
+from compute.run.query import (
+    MAX_ROWS_CARRIED,
+    READ,
+    WRITE,
+    StatementRefused,
+    check_statement,
+)
 
-# How much of a result comes back from the unit (the unit bounds the bytes further to what its
-# answers carry: compute/run/query.py MAX_BYTES_CARRIED).
-MAX_ROWS = 10_000
-MAX_BYTES = 64 * 2**20
 MAX_SQL_LENGTH = 100_000
 MODES = {READ: "Read only", WRITE: "Writing"}
+
+
+def bounds() -> tuple[int, int]:
+    """(rows, bytes): how much of a result comes back from the unit (LAKEPORT_CONSOLE_MAX_ROWS and
+    _BYTES; the unit bounds both further to what its answers carry, compute/run/query.py)."""
+    config = current_app.config
+    return (
+        max(1, min(int(config["CONSOLE_MAX_ROWS"]), MAX_ROWS_CARRIED)),
+        max(1024, int(config["CONSOLE_MAX_BYTES"])),
+    )
 
 
 class QueryRefused(UserFacingError):

@@ -85,6 +85,7 @@ def _submit(unit: UnitDoor, query: Query) -> str | None:
     if _cancel_requested(query.id):
         service.finish(query.id, QueryState.CANCELLED, error="cancelled before it ran")
         return None
+    max_rows, max_bytes = service.bounds()
     try:
         unit.make_ready()
         token = door.run_token(warehouse, owner)
@@ -93,8 +94,8 @@ def _submit(unit: UnitDoor, query: Query) -> str | None:
             {
                 "sql": query.sql,
                 "mode": query.mode,
-                "max_rows": service.MAX_ROWS,
-                "max_bytes": service.MAX_BYTES,
+                "max_rows": max_rows,
+                "max_bytes": max_bytes,
                 "catalog": door.catalog_binding(warehouse, token),
                 "warehouse": {"lakekeeper_id": warehouse.lakekeeper_id},
             },
@@ -139,7 +140,7 @@ def _watch(unit: UnitDoor, query_id: int, run_id: str) -> None:
 def _record_end(query_id: int, run: dict) -> None:
     state = run.get("state")
     if state == RunState.COMPLETED:
-        fields = checked_result(run.get("result"))
+        fields = checked_result(run.get("result"), service.bounds()[0])
         service.finish(query_id, QueryState.COMPLETED, **fields)
     elif state == RunState.CANCELLED:
         service.finish(query_id, QueryState.CANCELLED)
@@ -147,8 +148,9 @@ def _record_end(query_id: int, run: dict) -> None:
         service.finish(query_id, QueryState.FAILED, error=door.failure_reason(run.get("error")))
 
 
-def checked_result(result: object) -> dict:
-    """The row's fields from what the unit reported, in the shape the pages read, bounded."""
+def checked_result(result: object, max_rows: int) -> dict:
+    """The row's fields from what the unit reported, in the shape the pages read, bounded (at
+    most `max_rows` rows)."""
     result = result if isinstance(result, dict) else {}
     columns = [
         {
@@ -160,7 +162,7 @@ def checked_result(result: object) -> dict:
     ]
     rows = [
         [_cell(value) for value in row[: len(columns)]]
-        for row in (result.get("rows") or [])[: service.MAX_ROWS]
+        for row in (result.get("rows") or [])[:max_rows]
         if isinstance(row, list)
     ]
     count = result.get("row_count")
