@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import itertools
 import json
 import logging
 import re
@@ -386,7 +387,8 @@ def _binding(catalog: dict, warehouse_id: str, tables: tuple[str, ...]):
     uri, warehouse, token = catalog["uri"], catalog["warehouse"], catalog["token"]
     try:
         iceberg = rest_catalog(f"query-{warehouse_id}", uri, warehouse, token)
-        for name in (*tables, *_some_tables(iceberg)):
+        # The tables it names first; the warehouse's are listed only when none of those loads.
+        for name in itertools.chain(tables, _some_tables(iceberg)):
             try:
                 loaded = iceberg.load_table(name)
             except Exception:
