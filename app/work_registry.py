@@ -37,7 +37,7 @@ has no entry of that name: a feature that joins deletes its lines there and adds
 
 The names in use (a source's name, then its order; a pass's lease, its period's setting, its
 first pass): units UNITS; executions EXECUTIONS; comparison JOBS+1; sample-data JOBS+2;
-maintenance JOBS+3; warehouse-closing CATALOG+1; grants CATALOG+2; notifications NOTIFICATIONS.
+maintenance JOBS+3; console JOBS+4; warehouse-closing CATALOG+1; grants CATALOG+2; notifications NOTIFICATIONS.
 Passes: "supervisor" WORKER_SUPERVISOR_SECONDS AFTER_A_PERIOD; "usage" USAGE_SAMPLE_SECONDS SOON;
 "scheduler" SCHEDULER_SECONDS AT_ONCE; "identity" IDENTITY_CHECK_SECONDS AT_ONCE;
 "catalog-grants" GRANTS_RECONCILE_SECONDS SOON.

@@ -54,6 +54,7 @@ def test_the_registry_holds_every_kind_of_work_the_worker_does_units_first():
         "comparison",
         "sample-data",
         "maintenance",
+        "console",
         "warehouse-closing",
         "grants",
         "notifications",
@@ -74,7 +75,7 @@ def test_the_registry_holds_every_kind_of_work_the_worker_does_units_first():
         "catalog-grants": 10,
     }
     _join_the_features()  # joining again doubles nothing
-    assert len(work_registry.sources()) == 8 and len(work_registry.passes()) == 5
+    assert len(work_registry.sources()) == 9 and len(work_registry.passes()) == 5
 
 
 # --------------------------------------------------------------------------- leases
