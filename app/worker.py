@@ -16,6 +16,10 @@ active user asked about again at the identity provider), and every GRANTS_RECONC
 grants pass (app/warehouses/work.py: each warehouse's grants in Lakekeeper compared with its
 shares and repaired, unused group roles deleted; one whose catalog write failed is checked at once).
 
+What there is to do comes from the worker's registry (app/work_registry.py): each feature's
+`work.py` joins it with its sources of pending work and its periodic passes, and the worker
+imports those modules (`_join_the_features`) and then only iterates the registry.
+
 Each piece of work is claimed through a lease (app/leases.py) named after it, renewed while the
 work runs. Two workers never do the same work at once; a worker that dies stops renewing, and
 after WORKER_LEASE_SECONDS another worker (or the same one restarted) takes its work over from
@@ -66,12 +70,8 @@ class _Work:
 
 
 def _join_the_features() -> None:
-    """Fill the registry (app/work_registry.py) with every kind of work the worker does.
-
-    Each feature's `work.py` joins the registry at import: the imports of `work` modules below.
-    The work of a feature without a `work.py` yet is registered here under the names and leases
-    its own will use, and only where no entry of that name is in the registry already."""
-    # The `_..._work` imports: features whose work.py joins the registry itself.
+    """Fill the registry (app/work_registry.py) with every kind of work the worker does: each
+    feature's `work.py` joins it at import, one import line per feature here."""
     from app.auth import work as _auth_work  # noqa: F401
     from app.compute_units import work as _units_work  # noqa: F401
     from app.console import work as _console_work  # noqa: F401
@@ -80,24 +80,6 @@ def _join_the_features() -> None:
     from app.usage import work as _usage_work  # noqa: F401
     from app.warehouses import work as _warehouses_work  # noqa: F401
     from app.workflows import work as _workflows_work  # noqa: F401
-
-
-class _Interim:
-    """The registry's joins, for the entries the worker makes until a feature's own `work.py`
-    does: each only where the registry has no entry of that name."""
-
-    UNITS, EXECUTIONS, JOBS = work_registry.UNITS, work_registry.EXECUTIONS, work_registry.JOBS
-    CATALOG, NOTIFICATIONS = work_registry.CATALOG, work_registry.NOTIFICATIONS
-    FirstPass = work_registry.FirstPass
-    live_jobs = staticmethod(work_registry.live_jobs)
-
-    def pending_source(self, name, order, pending) -> None:
-        if all(source.name != name for source in work_registry.sources()):
-            work_registry.pending_source(name, order, pending)
-
-    def periodic_pass(self, lease, period_setting, run, first) -> None:
-        if all(entry.lease != lease for entry in work_registry.passes()):
-            work_registry.periodic_pass(lease, period_setting, run, first)
 
 
 WORK_CHANNEL = "lakeport_work"  # what migration 0009's triggers notify
