@@ -387,7 +387,7 @@ class SparkSessionHost:
                 run, str(error) if isinstance(error, RunFailed) else traceback.format_exc(limit=-5)
             )
         else:
-            # The code (the pipeline: before marking its tables complete) may have decided already.
+            # The job (the pipeline: before marking its tables complete) may have decided already.
             completed = run.progress.begin_completion()
             self._finish(
                 run,
