@@ -1,7 +1,7 @@
 """The portal's Iceberg catalogs: one pyiceberg REST catalog per warehouse (`WarehouseCatalogs`),
 created lazily on first use and shared by the portal's threads, for reading results
 (app/iceberg_reader.py), measuring storage (app/iceberg_storage.py) and writing datasets
-(app/workflows/datasets.py). They authenticate with the portal's service tokens (renewed by the
+(app/workflows/dataset_tables.py). They authenticate with the portal's service tokens (renewed by the
 token source, never stored in a catalog's properties) and ask for vended credentials, so the
 portal holds no storage key of any warehouse. `guarded` turns their failures into words for users.
 """

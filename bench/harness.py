@@ -683,7 +683,7 @@ class Bench:
     # ------------------------------------------------------------ data
     def generate_tpch(self, scale_factor: float, timeout_s: float = 1800.0) -> float:
         """TPC-H at `scale_factor` into tpch.* of the warehouse, through the portal's sample-data
-        route (app/workflows/datasets.py, tpchgen-cli); returns the seconds it took."""
+        route (app/workflows/service.py and work.py, tpchgen-cli); returns the seconds it took."""
         started = time.monotonic()
         self.post(
             "/workflows/datasets/sample",

@@ -27,7 +27,7 @@ from app.warehouses import sharing
 from compute.contract import CONSOLE_LOGS, RUNTIME_STATS, table_name
 
 HISTORY_LIMIT = 200
-# A step that reads the sample data names a table `tpch.<table>` (app/workflows/datasets.py).
+# A step that reads the sample data names a table `tpch.<table>` (app/workflows/dataset_tables.py).
 _TPCH_TABLE = re.compile(r"\btpch\.\w", re.IGNORECASE)
 
 

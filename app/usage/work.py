@@ -40,7 +40,7 @@ from app.models import (
 from app.transitions import compare_and_set
 from app.usage import service
 from app.usage.queries import execution_tables
-from app.workflows.datasets import DATASETS_NAMESPACE, TPCH_NAMESPACE
+from app.workflows.dataset_tables import DATASETS_NAMESPACE, TPCH_NAMESPACE
 from compute.contract import JobKind
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from app.workflows.datasets import SCALE_FACTOR_MAX, SCALE_FACTOR_MIN, check_table_name
+from app.workflows.service import SCALE_FACTOR_MAX, SCALE_FACTOR_MIN, check_table_name
 from app.workflows.steps import MAX_STEPS, Step, normalized
 
 WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$")

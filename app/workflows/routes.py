@@ -11,8 +11,8 @@ from app.models import Warehouse, WarehouseStatus, Workflow, WorkflowVersion
 # module, so when the warehouses blueprint is loaded first the name does not exist yet here.
 from app.warehouses import queries as warehouse_queries
 from app.web import SharesPanel, redirect_to, shares_context
-from app.workflows import bp, datasets, forms, queries, service, sharing, steps
-from app.workflows.datasets import DatasetError
+from app.workflows import bp, forms, queries, service, sharing, steps
+from app.workflows.dataset_tables import DatasetError
 from app.workflows.service import WorkflowActionError
 
 # Room for the upload form's other fields and the multipart framing around the file.
@@ -277,7 +277,7 @@ def limit_upload_size(endpoint: str | None, _values: dict | None) -> None:
     # Runs before the before-request hooks, whose CSRF check reads the form: an oversized
     # body is refused before any of it is read.
     if endpoint == "workflows.upload_dataset":
-        request.max_content_length = datasets.upload_limit_bytes() + UPLOAD_FORM_OVERHEAD_BYTES
+        request.max_content_length = service.upload_limit_bytes() + UPLOAD_FORM_OVERHEAD_BYTES
 
 
 @bp.errorhandler(RequestEntityTooLarge)
@@ -285,7 +285,7 @@ def upload_too_large(_error):
     return _data_sources(
         "workflows/_upload.html",
         status=413,
-        upload_errors={"file": datasets.upload_limit_message()},
+        upload_errors={"file": service.upload_limit_message()},
     )
 
 
@@ -295,7 +295,7 @@ def _data_sources(partial: str, status: int = 200, **context):
     context = {
         "warehouses": warehouses,
         "active_warehouses": [w for w in warehouses if w.status == WarehouseStatus.ACTIVE],
-        "upload_limit_mb": datasets.upload_limit_mb(),
+        "upload_limit_mb": service.upload_limit_mb(),
         "upload_values": {},
         "upload_errors": {},
         "imported": None,
@@ -323,7 +323,7 @@ def upload_dataset():
         warehouse = get_owned_or_404(Warehouse, values["warehouse_id"])
         if not errors:
             try:
-                imported = datasets.import_upload(
+                imported = service.import_upload(
                     warehouse,
                     values["table_name"],
                     values["file"].stream,
@@ -348,7 +348,7 @@ def generate_sample_data():
         warehouse = get_owned_or_404(Warehouse, values["warehouse_id"])
         if not errors:
             try:
-                datasets.start_sample_data(current_user, warehouse, values["scale_factor"])
+                service.start_sample_data(current_user, warehouse, values["scale_factor"])
             except DatasetError as error:
                 errors[error.field or "form"] = error.message
     return _data_sources(

@@ -1,9 +1,20 @@
-"""What users do with workflows: create, save a new version of the steps, read versions, delete.
+"""What users do with workflows: create, save a new version of the steps, read versions, delete;
+and the data sources they put into their warehouses for them: an uploaded file imported as
+`datasets.<table>` (in the request), TPC-H sample data asked for (a `sample_data_jobs` row, at
+most one live job per warehouse, which the database enforces; the worker writes it:
+app/workflows/work.py).
 
 A version is never changed once written; saving writes version `latest_version + 1`.
 """
 
 from __future__ import annotations
+
+import logging
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
 
 from flask import current_app
 from sqlalchemy import func
@@ -13,9 +24,26 @@ from sqlmodel import select
 from app.audit import service as audit
 from app.db import get_db
 from app.errors import UserFacingError
-from app.models import Execution, User, Workflow, WorkflowVersion, utcnow
+from app.models import (
+    Execution,
+    SampleDataJob,
+    User,
+    Warehouse,
+    WarehouseStatus,
+    Workflow,
+    WorkflowVersion,
+    utcnow,
+)
+from app.workflows import dataset_tables
 from app.workflows import steps as step_model
+from app.workflows.dataset_tables import DatasetError
 from app.workflows.steps import Step
+
+logger = logging.getLogger(__name__)
+
+SCALE_FACTOR_MIN, SCALE_FACTOR_MAX = 0.01, 3.0
+TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+COPY_CHUNK_BYTES = 1024 * 1024
 
 
 class WorkflowActionError(UserFacingError):
@@ -115,3 +143,124 @@ def delete(workflow: Workflow) -> None:
     db.commit()
     current_app.logger.info("deleted workflow %s", workflow.id)
     audit.record("workflow.delete", workflow, name=workflow.name)
+
+
+# --- Data sources ---
+
+
+def check_table_name(value: str) -> str | None:
+    if not value:
+        return "Name the table."
+    if not TABLE_NAME_RE.match(value):
+        return "1–63 characters: lowercase letters, digits and _, starting with a letter."
+    return None
+
+
+def upload_limit_mb() -> float:
+    return float(current_app.config["UPLOAD_MAX_MB"])
+
+
+def upload_limit_bytes() -> int:
+    return int(upload_limit_mb() * 1024 * 1024)
+
+
+def upload_limit_message() -> str:
+    return f"The file is larger than the upload limit of {upload_limit_mb():g} MB."
+
+
+def _require_active(warehouse: Warehouse) -> None:
+    if warehouse.status != WarehouseStatus.ACTIVE:
+        raise DatasetError(
+            f"Warehouse {warehouse.name} is {warehouse.status}: choose an active warehouse.",
+            field="warehouse_id",
+        )
+
+
+@dataclass
+class ImportedTable:
+    identifier: str  # e.g. "datasets.orders"
+    file_format: str  # "csv" | "parquet"
+    rows: int
+    columns: list[str]
+
+
+def import_upload(
+    warehouse: Warehouse, table_name: str, stream: IO[bytes], filename: str, uploaded_by: User
+) -> ImportedTable:
+    """Import an uploaded CSV or Parquet file as `datasets.<table_name>` of the warehouse."""
+    _require_active(warehouse)
+    if message := check_table_name(table_name):
+        raise DatasetError(message, field="table_name")
+    with tempfile.TemporaryDirectory(prefix="lakeport-upload-") as directory:
+        path = Path(directory) / "upload"
+        _save_within_limit(stream, path)
+        file_format = dataset_tables.sniff_format(path)
+        schema, pieces = (
+            dataset_tables.read_csv if file_format == "csv" else dataset_tables.read_parquet
+        )(path)
+        schema = dataset_tables.iceberg_schema(schema)
+        properties = {
+            "lakeport.source": f"upload ({file_format})",
+            "lakeport.source-file": filename[:200],
+            "lakeport.uploaded-by": uploaded_by.email or str(uploaded_by.id),
+        }
+        rows = dataset_tables.replace_table(
+            dataset_tables.warehouse_catalog(warehouse),
+            dataset_tables.DATASETS_NAMESPACE,
+            table_name,
+            schema,
+            pieces,
+            properties,
+        )
+    logger.info(
+        "imported %s rows of a %s upload into %s.%s of warehouse %s",
+        rows,
+        file_format,
+        dataset_tables.DATASETS_NAMESPACE,
+        table_name,
+        warehouse.id,
+    )
+    return ImportedTable(
+        f"{dataset_tables.DATASETS_NAMESPACE}.{table_name}", file_format, rows, schema.names
+    )
+
+
+def _save_within_limit(stream: IO[bytes], path: Path) -> None:
+    limit, size = upload_limit_bytes(), 0
+    with open(path, "wb") as target:
+        while chunk := stream.read(COPY_CHUNK_BYTES):
+            size += len(chunk)
+            if size > limit:
+                raise DatasetError(upload_limit_message(), field="file")
+            target.write(chunk)
+
+
+def start_sample_data(owner: User, warehouse: Warehouse, scale_factor: float) -> SampleDataJob:
+    """Record a job to generate TPC-H at `scale_factor` into `tpch.*` of the warehouse; the
+    worker runs it."""
+    _require_active(warehouse)
+    if not SCALE_FACTOR_MIN <= scale_factor <= SCALE_FACTOR_MAX:
+        raise DatasetError(
+            f"Choose a scale factor from {SCALE_FACTOR_MIN:g} to {SCALE_FACTOR_MAX:g}.",
+            field="scale_factor",
+        )
+    dataset_tables.tpchgen_binary()
+    # Fails here, visibly, if the catalog is unreachable.
+    dataset_tables.warehouse_catalog(warehouse)
+    db = get_db()
+    job = SampleDataJob(owner_id=owner.id, warehouse_id=warehouse.id, scale_factor=scale_factor)
+    db.add(job)
+    try:
+        db.commit()
+    except IntegrityError:  # the partial unique index: a live job for this warehouse exists
+        db.rollback()
+        raise DatasetError(
+            "Sample data is already being written into this warehouse; wait for it to finish."
+        ) from None
+    logger.info(
+        "user %s asked for TPC-H at scale factor %g in warehouse %s",
+        owner.id,
+        scale_factor,
+        warehouse.id,
+    )
+    return job

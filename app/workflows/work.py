@@ -1,6 +1,6 @@
 """The worker's side of workflows' data sources: a sample-data job generates the eight TPC-H
 tables with `tpchgen-cli` and writes them into the warehouse's `tpch` namespace
-(app/workflows/datasets.py writes each table), its progress on the job's row. A job whose worker
+(app/workflows/dataset_tables.py writes each table), its progress on the job's row. A job whose worker
 died is taken over and run again from the start (every table is replaced, so that is safe).
 """
 
@@ -19,7 +19,7 @@ from app import work_registry
 from app.db import DATABASE_UNAVAILABLE, engine
 from app.models import JobState, SampleDataJob, Warehouse, WarehouseStatus, utcnow
 from app.transitions import compare_and_set, set_fields
-from app.workflows import datasets
+from app.workflows import dataset_tables
 
 logger = logging.getLogger(__name__)
 
@@ -49,15 +49,17 @@ def run_sample_data_job(job_id: int) -> None:
         return
     try:
         if warehouse is None or warehouse.status != WarehouseStatus.ACTIVE:
-            raise datasets.DatasetError("The warehouse is no longer active.")
-        _generate_sample_data(job, datasets.warehouse_catalog(warehouse), datasets.tpchgen_binary())
+            raise dataset_tables.DatasetError("The warehouse is no longer active.")
+        _generate_sample_data(
+            job, dataset_tables.warehouse_catalog(warehouse), dataset_tables.tpchgen_binary()
+        )
         _end_sample_data_job(job_id, JobState.DONE)
         logger.info(
             "TPC-H at scale factor %g written into warehouse %s", job.scale_factor, job.warehouse_id
         )
     except DATABASE_UNAVAILABLE:
         raise
-    except datasets.DatasetError as error:
+    except dataset_tables.DatasetError as error:
         _end_sample_data_job(job_id, JobState.FAILED, error.message)
     except subprocess.CalledProcessError as error:
         _end_sample_data_job(
@@ -115,19 +117,19 @@ def _generate_sample_data(job: SampleDataJob, catalog: Catalog, binary: str) -> 
             "lakeport.tpch-scale-factor": f"{job.scale_factor:g}",
         }
         written: dict[str, int] = {}
-        tables, namespace = datasets.TPCH_TABLES, datasets.TPCH_NAMESPACE
+        tables, namespace = dataset_tables.TPCH_TABLES, dataset_tables.TPCH_NAMESPACE
         for position, name in enumerate(tables, start=1):
             set_fields(
                 SampleDataJob,
                 job.id,
                 step=f"writing {namespace}.{name} ({position} of {len(tables)})",
             )
-            schema, pieces = datasets.read_parquet(Path(directory) / f"{name}.parquet")
-            written[name] = datasets.replace_table(
+            schema, pieces = dataset_tables.read_parquet(Path(directory) / f"{name}.parquet")
+            written[name] = dataset_tables.replace_table(
                 catalog,
                 namespace,
                 name,
-                datasets.iceberg_schema(schema),
+                dataset_tables.iceberg_schema(schema),
                 pieces,
                 properties,
             )
