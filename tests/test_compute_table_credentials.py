@@ -27,7 +27,7 @@ result = {"renewals": jvm.io.lakeport.s3.VendedCredentialsFileIO.renewals(),
 """
 
 
-def _warehouse(catalog_admin, lakehouse, name: str, lifetime_s: int | None = None) -> dict:  # noqa: F811
+def _warehouse(catalog_admin, lakehouse, name: str, lifetime_s: int | None = None) -> dict:
     """A warehouse of alice's holding `datasets.orders`."""
     keys = TEST_USER_KEYS["alice"]
     info = catalog_admin.create_warehouse(
@@ -51,7 +51,7 @@ def _warehouse(catalog_admin, lakehouse, name: str, lifetime_s: int | None = Non
     return warehouse
 
 
-def _run(host, lakehouse, warehouse: dict, steps: list[dict], token: str | None = None):  # noqa: F811
+def _run(host, lakehouse, warehouse: dict, steps: list[dict], token: str | None = None):
     spec = spec_for(
         warehouse, token or lakehouse.service_token(), steps, f"{lakehouse.catalog_url}/catalog"
     )
@@ -61,7 +61,7 @@ def _run(host, lakehouse, warehouse: dict, steps: list[dict], token: str | None 
     return host.wait(run_id, timeout_s=240), spec["execution_id"]
 
 
-def _counters(host) -> dict:  # noqa: F811
+def _counters(host) -> dict:
     run = host.wait(host.probe(COUNTERS_CODE, {})["run_id"])
     assert run["state"] == "COMPLETED", run["error"]
     return run["result"]
@@ -75,9 +75,9 @@ def _rows(lakehouse, warehouse: dict, table: str) -> list[dict]:
 
 
 def test_a_run_reads_one_table_and_writes_two_with_table_scoped_credentials(
-    host,  # noqa: F811 - the fixture imported above
+    host,
     lakehouse,
-    catalog_admin,  # noqa: F811
+    catalog_admin,
 ):
     assert (
         lakehouse.catalog.vended_credentials_scope == "table"
@@ -115,9 +115,9 @@ def test_a_run_reads_one_table_and_writes_two_with_table_scoped_credentials(
 
 
 def test_a_run_outliving_its_credentials_renews_them_and_goes_on(
-    host,  # noqa: F811 - the fixture imported above
+    host,
     lakehouse,
-    catalog_admin,  # noqa: F811
+    catalog_admin,
     run_dir,
 ):
     """The warehouse's profile asks for 20-second credentials: the dev catalog states that expiry
@@ -164,7 +164,7 @@ def test_a_run_outliving_its_credentials_renews_them_and_goes_on(
     ), renewals[-5:]
 
 
-def test_a_read_only_sharees_run_cannot_write_the_shared_table(host, lakehouse, catalog_admin):  # noqa: F811
+def test_a_read_only_sharees_run_cannot_write_the_shared_table(host, lakehouse, catalog_admin):
     """Bob may read alice's orders and create tables of his own (select, create), not modify hers:
     his run's results are written, and an INSERT into her table is refused by storage, with the
     read-only credentials the catalog vended for it."""
