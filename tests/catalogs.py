@@ -20,7 +20,7 @@ from devstack.oidc_provider import TEST_USERS
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.lakekeeper_contract import ContractCheckingTransport
 
-# --------------------------------------------------------------------------- the dev catalog's tests
+# -------------------------------------------------------------------------- the dev catalog's tests
 # They work in a project of their own, so other tests' warehouses in the shared catalog (names,
 # overlapping locations) cannot meet theirs.
 ALICE, BOB = TEST_USER_KEYS["alice"], TEST_USER_KEYS["bob"]
@@ -33,7 +33,7 @@ PROJECT, OTHER_PROJECT = str(uuid.uuid4()), str(uuid.uuid4())
 
 
 def checked_client(devcatalog, token: str) -> httpx.Client:
-    """A client in this module's project whose every request and answer must conform to
+    """A client in the dev catalog tests' project (PROJECT) whose every request and answer must conform to
     Lakekeeper's documents."""
     return httpx.Client(
         base_url=devcatalog.url,
@@ -93,7 +93,8 @@ def s3_client(seaweedfs, credentials: S3Credentials) -> httpx.Client:
 
 
 def checked_portal(devcatalog, tokens) -> LakekeeperClient:
-    """The portal's client in this module's project, every exchange checked against the documents."""
+    """The portal's client in the dev catalog tests' project (PROJECT), every exchange checked
+    against Lakekeeper's documents."""
     return LakekeeperClient(
         devcatalog.url,
         tokens,
@@ -116,7 +117,7 @@ class ExecutionGrants:
     bob_token: str
 
 
-# --------------------------------------------------------------------------- pipelines on a Spark host
+# ------------------------------------------------------------------------ pipelines on a Spark host
 execution_ids = iter(range(100, 10_000))
 
 

@@ -148,7 +148,7 @@ def team(portal_config, lakehouse, db_engine):
     return app, group, people, reload(db_engine, Warehouse, warehouse_id)
 
 
-# --------------------------------------------------------------------------- the dev catalog's own tests
+# ---------------------------------------------------------------------- the dev catalog's own tests
 @pytest.fixture(scope="module")
 def service_token(lakehouse) -> str:
     """A client-credentials token of the portal's service client (audience `lakekeeper`)."""
@@ -203,7 +203,7 @@ def execution(devcatalog, seaweedfs, portal_tokens):
     portal.close()
 
 
-# --------------------------------------------------------------------------- pipelines on a Spark host
+# ------------------------------------------------------------------------ pipelines on a Spark host
 @pytest.fixture(scope="module")
 def host(lakehouse):
     """The Spark host of a two-node local cluster (one CPU, 3 GB each), started without the
@@ -260,7 +260,7 @@ def warehouses(catalog_admin, lakehouse):
     return first, second
 
 
-# --------------------------------------------------------------------------- connections a test watches
+# ----------------------------------------------------------------------- connections a test watches
 @pytest.fixture
 def listen():
     servers = []

@@ -499,7 +499,7 @@ def token_for(app, user, scope: str = "run", days: int = 30) -> str:
         return tokens.create(user, f"t-{scope}", scope, days).text
 
 
-# --------------------------------------------------------------------------- warehouses registered as a provider user
+# --------------------------------------------------------- warehouses registered as a provider user
 def register_form(lakehouse, name: str, user: str = "alice", **overrides) -> dict:
     keys = TEST_USER_KEYS[user]
     form = {
@@ -536,7 +536,7 @@ def warehouse_named(
         return db.exec(statement).first()
 
 
-# --------------------------------------------------------------------------- schedules on a clock the test sets
+# --------------------------------------------------------------- schedules on a clock the test sets
 T0 = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
 
 

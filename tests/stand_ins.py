@@ -66,7 +66,7 @@ class Receiver:
         self.server.server_close()
 
 
-# --------------------------------------------------------------------------- servers the network policy is tried against
+# ------------------------------------------------------ servers the network policy is tried against
 ANSWER = b"recording-server-was-here"
 
 
@@ -177,7 +177,7 @@ class SlowDrip:
         self.sock.close()
 
 
-# --------------------------------------------------------------------------- Lakekeeper and its identity provider, scripted
+# --------------------------------------------------- Lakekeeper and its identity provider, scripted
 PROJECT_ID = "01968a3c-0c6e-7f53-9f1b-2a3b4c5d6e7f"
 
 
@@ -245,7 +245,7 @@ class IdentityProvider:
 PERMISSIONS_PATH = f"/management/v1/permissions/warehouse/{WAREHOUSE_ID}/assignments"
 
 
-# --------------------------------------------------------------------------- a Spark host's session side
+# ---------------------------------------------------------------------- a Spark host's session side
 def handle_on(port: int, key: str = "portal-key") -> ClusterHandle:
     return with_spark_host_secret(
         ClusterHandle(backend="existing", cu_id="7", spark_host_url=f"http://127.0.0.1:{port}"), key
