@@ -33,8 +33,8 @@ PROJECT, OTHER_PROJECT = str(uuid.uuid4()), str(uuid.uuid4())
 
 
 def checked_client(devcatalog, token: str) -> httpx.Client:
-    """A client in the dev catalog tests' project (PROJECT) whose every request and answer must conform to
-    Lakekeeper's documents."""
+    """A client in the dev catalog tests' project (PROJECT) whose every request and answer
+    must conform to Lakekeeper's documents."""
     return httpx.Client(
         base_url=devcatalog.url,
         timeout=30,
