@@ -165,6 +165,11 @@ def test_a_query_is_recorded_queued_and_its_page_polls(client, db_engine, alice)
         headers={"HX-Request": "true", "If-None-Match": live.headers["ETag"]},
     )
     assert again.status_code == 304
+    completed(db_engine, query.id, [["a", 1]])
+    ended = client.get(f"/console/queries/{query.id}", headers={"HX-Request": "true"})
+    text = ended.get_data(as_text=True)
+    assert 'hx-trigger="load' not in text  # it stops polling
+    assert 'id="query-history" data-testid="query-history" hx-swap-oob="true"' in text
 
 
 def test_a_write_in_read_mode_is_refused_at_the_request_and_nothing_is_queued(

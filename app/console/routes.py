@@ -94,8 +94,12 @@ def result(query_id: int):
     query = get_owned_or_404(Query, query_id)
     if not request.htmx:
         return redirect_to(url_for("console.index", query=query.id))
-    if query.state in QueryState.FINAL:
-        return render_template("console/_result.html", query=query, **_result_context(query))
+    if query.state in QueryState.FINAL:  # the history shows its end too
+        return render_template(
+            "console/_result.html", query=query, **_result_context(query)
+        ) + render_template(
+            "console/_history.html", history=queries.history(current_user), oob=True
+        )
     now = time.time()
     changed = (query.started_at or query.created_at).timestamp()
     delay = live_partials.poll_delay(changed, now)
