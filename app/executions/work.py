@@ -77,20 +77,16 @@ from compute.contract import ExecutionSpec, JobKind, RunState
 
 logger = logging.getLogger(__name__)
 
+# A watcher's pause before asking again a host that did not wait, or did not answer.
 POLL_SECONDS = 0.25
-
 # A watcher's status request waits this long for the run to end (progress is copied as often).
 WATCH_WAIT_SECONDS = 1.0
-
 # A host that does not answer for this long, on a unit that still looks alive, fails the run.
 HOST_SILENCE_SECONDS = 30.0
-
 # How often a running execution tells its unit it is busy (the idle timeout is in minutes).
 ACTIVITY_EVERY_SECONDS = 10.0
-
 # How often the watcher looks at the unit's row (terminated by its owner, failed by the supervisor).
 UNIT_CHECK_EVERY_SECONDS = 2.0
-
 # A token minted longer ago than this before the submit (while Spark started) is minted again:
 # the run gets its token's whole lifetime.
 FRESH_TOKEN_SECONDS = 30.0
