@@ -172,6 +172,21 @@ def test_a_query_is_recorded_queued_and_its_page_polls(client, db_engine, alice)
     assert 'id="query-history" data-testid="query-history" hx-swap-oob="true"' in text
 
 
+def test_the_statement_is_checked_as_it_is_typed_with_line_and_column(client, alice):
+    def check(sql: str, mode: str = READ) -> str:
+        return client.post(
+            "/console/check",
+            data={"sql-code": sql, "mode": mode, "csrf_token": csrf(client)},
+            headers={"HX-Request": "true"},
+        ).get_data(as_text=True)
+
+    assert "line 2, column" in check("SELECT a,\nFROM WHERE (")
+    assert "DROP TABLE writes" in check("DROP TABLE a.b")
+    assert 'id="error-sql"' in check("DROP TABLE a.b", WRITE)
+    assert "Refused" not in check("DROP TABLE a.b", WRITE)
+    assert "Refused" not in check("SELECT * FROM a.b")
+
+
 def test_a_write_in_read_mode_is_refused_at_the_request_and_nothing_is_queued(
     client, db_engine, alice
 ):

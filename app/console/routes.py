@@ -15,6 +15,7 @@ from app.db import get_db, get_owned_or_404
 from app.models import ComputeUnit, Query, QueryState, Warehouse
 from app.table_pages import positive_int, table_page_context
 from app.web import redirect_to
+from compute.run.query import StatementRefused, check_statement
 
 
 def _form_context(values: dict, errors: dict[str, str]) -> dict:
@@ -86,6 +87,20 @@ def run():
             **_form_context(values, errors),
         ), 422
     return redirect_to(url_for("console.index", query=query.id))
+
+
+@bp.post("/check")
+def check():
+    """The statement checked as it is typed (sqlglot's grammar, with line and column; a write in
+    read mode): the field's message, empty when it may run."""
+    values, _ = forms.parse_query_form(request.form)
+    message = ""
+    if values["sql"] and values["mode"] in service.MODES:
+        try:
+            check_statement(values["sql"], values["mode"])
+        except StatementRefused as refused:
+            message = f"Refused: {refused}."
+    return render_template("console/_sql_error.html", sql_error=message)
 
 
 @bp.get("/queries/<int:query_id>")
