@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from devstack.stack import LocalStack, StackPorts
-from e2e.page_checks import AXE, PHONE, SCREENSHOTS, WIDER_THAN_THE_VIEWPORT
+from e2e.page_checks import AXE, PASTE, PHONE, SCREENSHOTS, WIDER_THAN_THE_VIEWPORT
 from e2e.target import (
     BASE_URL,
     CHROMIUM,
@@ -193,13 +193,6 @@ def confirm(page, console_errors):
 
     page.on("dialog", native_dialog)
     return accept
-
-
-PASTE = """(content, text) => {
-  const data = new DataTransfer();
-  data.setData("text/plain", text);
-  content.dispatchEvent(new ClipboardEvent("paste", {clipboardData: data, bubbles: true, cancelable: true}));
-}"""
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""What the page checks of the browser tests use (e2e/conftest.py `check_page`, and tests that
-check pages themselves): axe-core, the phone-sized viewport, and the script that names what makes a
-page scroll sideways."""
+"""Plain helpers of the browser tests (e2e/conftest.py's fixtures and tests that use them
+directly): axe-core, the phone-sized viewport, the script that names what makes a page scroll
+sideways, and the paste the code editors take."""
 
 from __future__ import annotations
 
@@ -21,4 +21,13 @@ WIDER_THAN_THE_VIEWPORT = """() => {
   return [...document.querySelectorAll("body *")].filter(e => past(e) && !clipped(e))
     .slice(-5).map(e => `${e.tagName.toLowerCase()}${e.id ? "#" + e.id : ""}${[...e.classList].map(c => "." + c).join("")}`
                         + ` (right ${Math.round(e.getBoundingClientRect().right)})`);
+}"""
+
+
+# A paste into a code editor, as a person's: CodeMirror takes it itself (Playwright's fill() edits
+# a contenteditable through editing commands, whose inline styles the CSP refuses).
+PASTE = """(content, text) => {
+  const data = new DataTransfer();
+  data.setData("text/plain", text);
+  content.dispatchEvent(new ClipboardEvent("paste", {clipboardData: data, bubbles: true, cancelable: true}));
 }"""

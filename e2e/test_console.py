@@ -6,7 +6,7 @@ import re
 
 from playwright.sync_api import expect
 
-from e2e.conftest import PASTE
+from e2e.page_checks import PASTE
 
 ROWS = 12
 
