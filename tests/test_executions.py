@@ -308,15 +308,27 @@ def test_cancelling_a_running_execution_is_recorded_and_passed_on_by_the_worker(
     )
     asked = []
 
-    def cancel(cu_id, run_id):
-        asked.append((cu_id, run_id))
-        if not unit_answers:
-            raise SparkHostError(
-                "Spark host at http://127.0.0.1:1 not reachable: Connection refused"
-            )
-        return {"state": "RUNNING"}
+    class AskedDoor:
+        """The door of the execution's unit: notes each cancel; its host answers or not."""
 
-    monkeypatch.setattr(door, "cancel", cancel)
+        def __init__(self, cu_id):
+            self.cu_id = cu_id
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def cancel(self, run_id):
+            asked.append((self.cu_id, run_id))
+            if not unit_answers:
+                raise SparkHostError(
+                    "Spark host at http://127.0.0.1:1 not reachable: Connection refused"
+                )
+            return {"state": "RUNNING"}
+
+    monkeypatch.setattr(door.UnitDoor, "of_unit", classmethod(lambda cls, cu_id: AskedDoor(cu_id)))
     response = client.post(
         f"/executions/{execution.id}/cancel",
         headers={"X-CSRFToken": csrf(client), "HX-Request": "true"},

@@ -227,12 +227,13 @@ class UnitDoor:
         SparkHostError when it does not answer."""
         return self._client.cancel(run_id)
 
-    def run_to_end(self, code: str, args: dict, name: str, timeout_s: float) -> dict:
-        """Run `code` on the unit and wait (at most `timeout_s`) for its result: for one-off jobs,
-        which have no watcher. Raises UnitUnavailable, or RunNotCompleted with the unit's reason."""
+    def run_to_end(self, kind: JobKind, args: dict, name: str, timeout_s: float) -> dict:
+        """Run a job of `kind` with `args` on the unit and wait (at most `timeout_s`) for its
+        result: for one-off jobs (a comparison, maintenance), which have no watcher. Raises
+        UnitUnavailable, or RunNotCompleted with the unit's reason."""
         self.make_ready()
         try:
-            run_id = self._client.submit(code, args, name=name)["run_id"]
+            run_id = self._client.submit(kind, args, name=name)["run_id"]
             run = self._client.wait(run_id, timeout_s=timeout_s)
         except SparkHostError as error:
             raise RunNotCompleted(f"the compute unit did not run it: {error}") from None
