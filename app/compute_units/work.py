@@ -390,10 +390,12 @@ def pending_work() -> list[tuple[str, object, int]]:
     return work + ([("unit-pool-refill", refill, 0)] if pool.shortfall() else [])
 
 
-# The supervisor's first pass comes one interval after the worker starts: a unit found dead sooner
-# shows on its page, and a restarted worker has its work back under way first.
+# --- The worker's registry ------------------------------------------------------------------
+
 SUPERVISOR_LEASE = "supervisor"
 work_registry.pending_source("units", work_registry.UNITS, pending_work)
+# The supervisor's first pass comes one interval after the worker starts: a restarted worker has
+# its work back under way first.
 work_registry.periodic_pass(
     SUPERVISOR_LEASE,
     "WORKER_SUPERVISOR_SECONDS",
