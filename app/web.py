@@ -4,11 +4,13 @@ last two on the app)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from flask import Flask, redirect, request, url_for
 from htmx_flask import make_response
+from markupsafe import Markup, escape
 
 from app.charts import human_bytes
 from app.db import get_db
@@ -72,6 +74,9 @@ def shares_context(
 # --- Template filters and tests ---
 
 
+_BREAK_AFTER = re.compile(r"([_.])")
+
+
 def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
@@ -124,6 +129,12 @@ def ms_time(value) -> str:
     return datetime.fromtimestamp(value / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def breakable(name: str) -> Markup:
+    """`name`, escaped, with a line-break opportunity after each `_` and `.` (browsers break after
+    a `-` already), so a long identifier in a narrow cell wraps between its parts."""
+    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(escape(name))))
+
+
 def aware_datetime(value) -> bool:
     """A moment with a time zone (an Iceberg timestamptz): shown in the viewer's time zone."""
     return isinstance(value, datetime) and value.tzinfo is not None
@@ -137,6 +148,7 @@ FILTERS = {
     "log_iso": log_iso,
     "ms_time": ms_time,
     "human_bytes": human_bytes,
+    "breakable": breakable,
 }
 TESTS = {"aware_datetime": aware_datetime}
 # What templates compare states with (`cu.state in UnitState.FINAL`), never a quoted name.
