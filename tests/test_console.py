@@ -10,7 +10,7 @@ import json
 import pytest
 from sqlmodel import Session, select
 
-from app.models import AuditEvent, Query, QueryState, WarehouseShare
+from app.models import AuditEvent, Query, QueryState, WarehouseShare, Workflow, WorkflowVersion
 from compute.run.query import READ, WRITE, StatementRefused, check_statement
 from tests.factories import (
     Api,
@@ -326,7 +326,21 @@ def test_a_truncated_result_says_how_many_rows_there_were_and_offers_a_workflow(
     update_row(db_engine, Query, query.id, row_count=12345)
     page = client.get(f"/console/?query={query.id}").get_data(as_text=True)
     assert "Only the first 2 of\n      12,345 rows came back" in page
-    assert 'href="/workflows/new"' in page
+    made = client.post(
+        f"/console/queries/{query.id}/workflow",
+        data={"csrf_token": csrf(client)},
+        headers={"HX-Request": "true"},
+    )
+    workflow_id = int(made.headers["HX-Redirect"].rsplit("/", 1)[1])
+    with Session(db_engine) as db:
+        workflow = db.get(Workflow, workflow_id)
+        version = db.exec(
+            select(WorkflowVersion).where(WorkflowVersion.workflow_id == workflow_id)
+        ).one()
+    assert (workflow.owner_id, workflow.name) == (user.id, f"query {query.id}")
+    assert json.loads(version.steps) == [
+        {"name": "result", "kind": "sql", "code": "SELECT name, n FROM t.t", "output": True}
+    ]
 
 
 def test_cancel_ends_a_queued_query_at_once_and_asks_the_worker_for_a_running_one(

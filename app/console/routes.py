@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from flask import Response, render_template, request, url_for
+from flask import Response, flash, render_template, request, url_for
 from flask_login import current_user
 
 from app import live_partials
@@ -206,6 +206,19 @@ def again(query_id: int):
             **_form_context(values, {refusal.field or "sql": refusal.message}),
         ), 422
     return redirect_to(url_for("console.index", query=fresh.id))
+
+
+@bp.post("/queries/<int:query_id>/workflow")
+def as_workflow(query_id: int):
+    """A new workflow whose output step is this query's statement; its editor."""
+    query = get_owned_or_404(Query, query_id)
+    try:
+        workflow = service.as_workflow(current_user, query)
+    except service.QueryRefused as refusal:
+        flash(refusal.message, "error")
+        return redirect_to(url_for("console.index", query=query.id))
+    flash(f"Workflow {workflow.name} runs the query in full: run it into a warehouse.", "success")
+    return redirect_to(url_for("workflows.detail", workflow_id=workflow.id))
 
 
 @bp.get("/history")

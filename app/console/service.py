@@ -24,10 +24,13 @@ from app.models import (
     User,
     Warehouse,
     WarehouseStatus,
+    Workflow,
     utcnow,
 )
 from app.transitions import compare_and_set
 from app.warehouses import sharing
+from app.workflows import service as workflows
+from compute.contract import Step
 from compute.run.query import (
     MAX_ROWS_CARRIED,
     READ,
@@ -166,6 +169,30 @@ def run_again(owner: User, query: Query) -> Query:
         query.sql,
         query.mode,
     )
+
+
+def as_workflow(owner: User, query: Query) -> Workflow:
+    """A new workflow of the owner's whose one step, an output, is the query's statement: what
+    runs it in full, its rows written to a table (the console brings back only the first)."""
+    if query.mode != READ or query.statement.split()[0] in ("EXPLAIN", "SHOW", "DESCRIBE"):
+        raise QueryRefused("Only a read query's rows can become a workflow's output.")
+    base, number, workflow = f"query {query.id}", 1, None
+    while workflow is None:
+        try:
+            workflow = workflows.create(
+                owner,
+                base if number == 1 else f"{base} ({number})",
+                f"From the console: query {query.id} on warehouse {query.warehouse_name}.",
+            )
+        except workflows.WorkflowActionError as error:
+            if error.field != "name" or number >= 20:
+                raise QueryRefused(error.message) from None
+            number += 1
+    try:
+        workflows.save_version(workflow, [Step("result", "sql", query.sql, output=True)], 0)
+    except workflows.WorkflowActionError as error:
+        raise QueryRefused(error.message) from None
+    return workflow
 
 
 def transition(query_id: int, from_states, **changes) -> bool:
