@@ -565,3 +565,28 @@ def test_the_worker_passes_a_cancel_on_and_a_lost_share_stops_a_query(
     stopped = reload(db_engine, Query, queued.id)
     assert stopped.state == QueryState.FAILED and "no longer yours" in stopped.error
     assert unit.submitted == []
+
+
+def test_start_one_for_me_makes_a_unit_and_the_query_waits_for_it(app, client, db_engine, alice):
+    from app.console import work
+    from app.models import ComputeUnit
+
+    user, warehouse, _ = alice
+    response = client.post(
+        "/console/queries",
+        data={
+            "warehouse_id": warehouse.id,
+            "compute_unit_id": "new",
+            "mode": READ,
+            "sql-code": "SELECT 1",
+            "csrf_token": csrf(client),
+        },
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 200, response.get_data(as_text=True)
+    (query,) = queries_of(db_engine, user)
+    unit = reload(db_engine, ComputeUnit, query.compute_unit_id)
+    assert (unit.owner_id, unit.state) == (user.id, "PENDING")
+    with app.app_context():
+        work.run_query(query.id)  # the unit is not running yet: nothing is claimed
+    assert reload(db_engine, Query, query.id).state == QueryState.QUEUED

@@ -26,6 +26,7 @@ def _form_context(values: dict, errors: dict[str, str]) -> dict:
         "units": queries.unit_choices(current_user),
         "modes": service.MODES,
         "sql_field": forms.SQL_FIELD,
+        "new_unit": forms.NEW_UNIT,
         "max_rows": service.bounds()[0],
     }
 
@@ -71,9 +72,12 @@ def run():
             query = service.start(
                 current_user,
                 db.get(Warehouse, values["warehouse_id"]),
-                db.get(ComputeUnit, values["compute_unit_id"]),
+                db.get(ComputeUnit, values["compute_unit_id"])
+                if values["compute_unit_id"]
+                else None,
                 values["sql"],
                 values["mode"],
+                new_unit=values["new_unit"],
             )
         except service.QueryRefused as refusal:
             errors[refusal.field or "sql"] = refusal.message

@@ -11,9 +11,13 @@ whichever of a cancel and the worker comes first wins, and a final state stays.
 
 from __future__ import annotations
 
+import secrets
+
 from flask import current_app
 
 from app.audit import service as audit
+from app.compute_units import pool
+from app.compute_units import service as units
 from app.db import get_db
 from app.errors import UserFacingError
 from app.models import (
@@ -41,6 +45,8 @@ from compute.run.query import (
 
 MAX_SQL_LENGTH = 100_000
 MODES = {READ: "Read only", WRITE: "Writing"}
+# A unit made for a query, not running yet: the query waits for it, QUEUED.
+STARTING = (UnitState.PENDING, UnitState.STARTING)
 
 
 def bounds() -> tuple[int, int]:
@@ -76,9 +82,15 @@ def writable(user: User, warehouse: Warehouse | None) -> bool:
 
 
 def check(
-    owner: User, warehouse: Warehouse | None, cu: ComputeUnit | None, sql: str, mode: str
+    owner: User,
+    warehouse: Warehouse | None,
+    cu: ComputeUnit | None,
+    sql: str,
+    mode: str,
+    starting: bool = False,
 ) -> dict[str, str]:
-    """Why this query cannot run (field → message); {} if it can."""
+    """Why this query cannot run (field → message); {} if it can. `starting`: the unit may still
+    be starting (one made for this query)."""
     errors: dict[str, str] = {}
     if not readable(owner, warehouse):
         errors["warehouse_id"] = "Choose a warehouse you may read."
@@ -90,7 +102,7 @@ def check(
         errors["mode"] = "Choose read only or writing."
     if cu is None or cu.owner_id != owner.id:
         errors["compute_unit_id"] = "Choose one of your running compute units."
-    elif cu.state != UnitState.RUNNING:
+    elif cu.state != UnitState.RUNNING and not (starting and cu.state in STARTING):
         errors["compute_unit_id"] = f"Compute unit {cu.name} is {cu.state.lower()}, not running."
     if len(sql) > MAX_SQL_LENGTH:
         errors["sql"] = f"A statement is at most {MAX_SQL_LENGTH:,} characters."
@@ -103,11 +115,23 @@ def check(
 
 
 def start(
-    owner: User, warehouse: Warehouse | None, cu: ComputeUnit | None, sql: str, mode: str = READ
+    owner: User,
+    warehouse: Warehouse | None,
+    cu: ComputeUnit | None,
+    sql: str,
+    mode: str = READ,
+    new_unit: bool = False,
 ) -> Query:
     """Record a QUEUED query; the worker runs it. Raises QueryRefused with the field at fault.
-    A statement run in write mode is recorded in the audit trail."""
-    if errors := check(owner, warehouse, cu, sql, mode):
+    With `new_unit`, a unit of the warm pool's size is made for it (claimed from the pool when
+    one is ready) and the query waits for it. A statement run in write mode is recorded in the
+    audit trail."""
+    if new_unit:
+        errors = check(owner, warehouse, None, sql, mode)
+        errors.pop("compute_unit_id", None)
+        if not errors:
+            cu = _new_unit(owner)
+    if errors := check(owner, warehouse, cu, sql, mode, starting=new_unit):
         field, message = next(iter(errors.items()))
         raise QueryRefused(message, field)
     statement = check_statement(sql, mode)
@@ -137,6 +161,14 @@ def start(
             actor=owner,
         )
     return query
+
+
+def _new_unit(owner: User) -> ComputeUnit:
+    values = {**pool.unit_values(current_app.config), "name": f"console-{secrets.token_hex(3)}"}
+    try:
+        return units.create(owner, values)
+    except units.ComputeUnitError as error:
+        raise QueryRefused(error.message, "compute_unit_id") from None
 
 
 def cancel(query: Query) -> None:

@@ -19,7 +19,7 @@ from app.compute_units import door
 from app.compute_units.door import SparkHostError, UnitDoor
 from app.console import service
 from app.db import engine, get_db
-from app.models import Query, QueryState, User, Warehouse, utcnow
+from app.models import ComputeUnit, Query, QueryState, User, Warehouse, utcnow
 from app.untrusted import Limits, bounded, clean_text
 from compute.contract import JobKind, RunState
 
@@ -49,6 +49,9 @@ def run_query(query_id: int) -> None:
     if query is None or query.state in QueryState.FINAL:
         return
     if query.state == QueryState.QUEUED:
+        cu = db.get(ComputeUnit, query.compute_unit_id) if query.compute_unit_id else None
+        if cu is not None and cu.state in service.STARTING:
+            return  # made for this query: it waits, QUEUED, until the unit runs
         if not service.transition(
             query_id, (QueryState.QUEUED,), state=QueryState.RUNNING, started_at=utcnow()
         ):
