@@ -590,3 +590,5 @@ def test_start_one_for_me_makes_a_unit_and_the_query_waits_for_it(app, client, d
     with app.app_context():
         work.run_query(query.id)  # the unit is not running yet: nothing is claimed
     assert reload(db_engine, Query, query.id).state == QueryState.QUEUED
+    page = client.get(f"/console/queries/{query.id}", headers={"HX-Request": "true"})
+    assert f"waiting for compute unit {unit.name} to start" in page.get_data(as_text=True)

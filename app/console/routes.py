@@ -122,6 +122,7 @@ def result(query_id: int):
     now = time.time()
     changed = (query.started_at or query.created_at).timestamp()
     delay = live_partials.poll_delay(changed, now)
+    context = _result_context(query)  # a live query's: a row's read at most
     return live_partials.conditional(
         (
             "console/_result.html",
@@ -129,11 +130,10 @@ def result(query_id: int):
             query.state,
             query.run_id,
             query.cancel_requested_at,
+            context.get("unit_starting"),
             delay,
         ),
-        lambda: render_template(
-            "console/_result.html", query=query, poll_delay=delay, **_result_context(query)
-        ),
+        lambda: render_template("console/_result.html", query=query, poll_delay=delay, **context),
     )
 
 
@@ -143,6 +143,9 @@ def _sorting() -> tuple[int | None, bool]:
 
 
 def _result_context(query: Query) -> dict:
+    if query.state == QueryState.QUEUED and query.compute_unit_id:
+        cu = get_db().get(ComputeUnit, query.compute_unit_id)
+        return {"snapshots": [], "unit_starting": cu is not None and cu.state in service.STARTING}
     if query.state != QueryState.COMPLETED:
         return {"snapshots": []}
     sort, descending = _sorting()
