@@ -116,8 +116,8 @@ def _session(args: dict):
     from pyspark.sql import SparkSession
 
     from compute.host.catalog_cache import CatalogAccess, CatalogCache
-    from compute.run.iceberg_rest import rest_catalog
     from compute.host.spark_session import spark_conf
+    from compute.run.iceberg_rest import rest_catalog
 
     catalog = args["catalog"]
     vended = rest_catalog(
