@@ -10,7 +10,7 @@ from flask_login import UserMixin
 from sqlalchemy import BigInteger, Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
-from app.states import ExecutionState, JobState, UnitState
+from app.states import ExecutionState, JobState, QueryState, UnitState
 
 
 def utcnow() -> datetime:
@@ -617,19 +617,6 @@ class WorkflowShare(SQLModel, table=True):
     group_name: str | None = Field(default=None, max_length=255, index=True)
     level: str = Field(max_length=8)  # "view" or "run"
     created_at: datetime = Field(default_factory=utcnow)
-
-
-class QueryState(StrEnum):
-    """A console query's states (app/console/): QUEUED until the worker submits it to the unit,
-    RUNNING there, then one final state."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
-    LIVE = nonmember((QUEUED, RUNNING))
 
 
 class Query(SQLModel, table=True):

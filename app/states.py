@@ -4,6 +4,7 @@ A compute unit's state is its cluster's: the backends report it and the unit's r
 (`UnitState`). An execution's states are its run's (compute/contract.py `RunState`, what
 the unit's Spark host says), plus INITIALIZING, which only the portal knows: the unit is being
 made ready and nothing was submitted yet. `execution_state_of` maps the one onto the other.
+A console query's (`QueryState`) are its own, lower-case as its API shows them.
 A member is its stored value (`"RUNNING" == UnitState.RUNNING`).
 """
 
@@ -49,3 +50,16 @@ class JobState:
     DONE = "done"
     FAILED = "failed"
     LIVE = (QUEUED, RUNNING)
+
+
+class QueryState(StrEnum):
+    """A console query's states (app/console/): QUEUED until the worker submits it to the unit,
+    RUNNING there, then one final state."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    FINAL = nonmember((COMPLETED, FAILED, CANCELLED))
+    LIVE = nonmember((QUEUED, RUNNING))

@@ -6,6 +6,7 @@ Modules:
 - `harness.py` — what every benchmark stands on: the local stack, a unit, timed runs
 - `local_pyspark.py` — the baseline: plain PySpark `local[N]` bound to the same catalog
 - `paging.py` — result paging of a 100-million-row table
+- `groundwork.py` — a run's token and warehouse check side by side, with round trips added
 - `cold.py` — cold start: a new unit → its first run COMPLETED
 - `pool.py` — a start from the warm pool
 - `warm.py` — warm latency: Run → COMPLETED on a warm unit

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 
 from playwright.sync_api import expect
 
@@ -316,12 +317,18 @@ def make_one_of_everything(page, portal, target, sign_in) -> dict:
         expect(state).to_have_text(re.compile("COMPLETED|FAILED|CANCELLED"), timeout=240_000)
         assert state.inner_text() == expected, page.get_by_test_id("execution-live").inner_text()
     tables = [f"{table['namespace']}.{table['name']}" for table in client.tables(warehouse["id"])]
+    query = client.start_query("SELECT 1 AS n", warehouse["id"], unit["id"])
+    deadline = time.monotonic() + 120
+    while client.query(query["id"])["state"] not in ("completed", "failed", "cancelled"):
+        assert time.monotonic() < deadline, f"query {query['id']} did not end"
+        time.sleep(0.5)
     client.close()
     return {
         "warehouse_id": [warehouse["id"]],
         "cu_id": [unit["id"]],
         "workflow_id": [workflow_id],
         "execution_id": [completed["id"], failed["id"]],
+        "query_id": [query["id"]],
         "step": [GOOD_STEP["name"]],
         "number": [1, 2],
         "name": [name for name in tables if name.startswith("results.")][:1],

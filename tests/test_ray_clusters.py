@@ -32,8 +32,8 @@ from app.ray_clusters.listed import parse_listed_clusters
 from app.ray_clusters.local import LocalClusterBackend, cluster_pids
 from app.spark_host.client import reported_use
 from app.states import UnitState
-from compute.host import host_auth
 from compute.contract import secret_digest
+from compute.host import host_auth
 from compute.node.ray_node import DASHBOARD_MODULES
 from devstack.process import port_is_open
 from tests.processes import process_command_line, process_running, rss_bytes

@@ -77,8 +77,8 @@ from app.ray_clusters.ray_dashboard import RayApiError, RayDashboard
 from app.ray_clusters.unit_files import UnitDir
 from app.ray_clusters.unit_limits import LimitsUnavailable, LimitUsage
 from app.states import UnitState
-from compute.contract import SparkHostSettings, secret_digest
 from compute.build.jars import jars_dir
+from compute.contract import SparkHostSettings, secret_digest
 
 logger = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
