@@ -17,7 +17,7 @@ Modules:
 - `compute_units.py` — list, create, get, terminate
 - `workflows.py` — list, get, save a version
 - `executions.py` — list, idempotent start, get, cancel, results, CSV, logs, lineage
-- `queries.py` — the console's queries: run one statement, get it with a page of rows, cancel
+- `console_queries.py` — the console's queries: run one statement, get it with a page of rows, cancel
 - `tokens.py` — a script revokes the token it calls with
 """
 
@@ -28,10 +28,10 @@ bp = Blueprint("api", __name__, url_prefix="/api/v1")
 from app.api import (  # noqa: E402,F401,E501
     auth,
     compute_units,
+    console_queries,
     executions,
     openapi,
     problems,
-    queries,
     tokens,
     warehouses,
     workflows,
