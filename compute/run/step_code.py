@@ -42,9 +42,15 @@ def step_traceback(error: BaseException) -> str:
     return "".join(lines + traceback.format_exception_only(type(error), error)).rstrip()
 
 
+def run_compiled(code, namespace: dict[str, Any]) -> None:
+    """Run a step's compiled code (compile_step) in `namespace`: the one place a unit runs code
+    that came as text, a user's step or one of the project's probes."""
+    exec(code, namespace)
+
+
 def python_program(step: Step, code) -> Callable:
     namespace: dict[str, Any] = {"__name__": f"lakeport_step_{step.name}"}
-    exec(code, namespace)
+    run_compiled(code, namespace)
     program = namespace.get("run")
     if not callable(program):
         raise ValueError("a Python step must define run(spark, ...) returning a DataFrame")
@@ -63,7 +69,7 @@ def run_probe(spark, args: dict, progress) -> Any:
         "progress": progress,
     }
     try:
-        exec(compile_step(step), namespace)
+        run_compiled(compile_step(step), namespace)
         return namespace.get("result")
     finally:
         # What the probe left in reference cycles goes with it, not whenever the collector runs.
