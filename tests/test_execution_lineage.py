@@ -103,7 +103,7 @@ def test_the_page_shows_lineage_and_a_rerun_is_pinned_to_what_was_read(
     version = reload(db_engine, WorkflowVersion, again.workflow_version_id)
     with app.app_context():
         spec = run_spec.execution_spec(again, workflow, version, newcomer, cu, warehouse, "token")
-    assert spec["pinned"] == {"datasets.people": 4242}
+    assert spec.pinned == {"datasets.people": 4242}
     shown = text(client.get(f"/executions/{again_id}"))
     pinned = re.search(r'data-testid="pinned-to">(.*?)</article>', shown, re.S).group(1)
     assert f"#{first.id}" in pinned and "datasets.people" in pinned and "4242" in pinned
