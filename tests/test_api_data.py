@@ -13,7 +13,7 @@ import pytest
 from sqlmodel import Session
 from sqlmodel import text as sql
 
-from app.models import Execution, Warehouse
+from app.models import Execution, Query, QueryState, Warehouse
 from devstack.seaweedfs import TEST_USER_KEYS
 from tests.factories import (
     Api,
@@ -237,7 +237,22 @@ def test_every_api_route_keeps_another_users_rows_and_every_secret_to_itself(
     execution = execution_row(
         db_engine, newcomer, workflow, warehouse, cu, state="COMPLETED", run_id="r"
     )
+    with Session(db_engine, expire_on_commit=False) as db:
+        query = Query(
+            owner_id=newcomer.id,
+            warehouse_id=warehouse.id,
+            warehouse_name=warehouse.name,
+            compute_unit_id=cu.id,
+            sql="SELECT 1 AS n",
+            statement="SELECT",
+            state=QueryState.COMPLETED,
+            row_count=1,
+            result=json.dumps({"columns": [{"name": "n", "type": "int"}], "rows": [[1]]}),
+        )
+        db.add(query)
+        db.commit()
     theirs = {
+        "query_id": query.id,
         "warehouse_id": warehouse.id,
         "cu_id": cu.id,
         "workflow_id": workflow.id,
