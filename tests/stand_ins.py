@@ -22,8 +22,8 @@ from app.spark_host.client import with_spark_host_secret
 
 # --------------------------------------------------------------------------- webhook receivers
 def signed_as_documented(secret: str, headers: dict, body: bytes) -> bool:
-    """The check docs/features.md tells a receiver to make: HMAC-SHA256 of "<timestamp>.<body>", and a
-    timestamp within five minutes of now."""
+    """The check docs/features.md tells a receiver to make: HMAC-SHA256 of
+    "<timestamp>.<body>", and a timestamp within five minutes of now."""
     timestamp = headers["X-Lakeport-Timestamp"]
     expected = (
         "sha256="
