@@ -88,7 +88,8 @@ def test_alice_queries_her_warehouse_sorts_exports_and_cancels(
         page.get_by_test_id("cancel-query").click()
         expect(page.get_by_test_id("query-state")).to_have_text("cancelled", timeout=60_000)
 
-        history = page.get_by_test_id("history-row")
+        # Hers from this test (other tests of the run may have queried as alice too).
+        history = page.get_by_test_id("history-row").filter(has_text=warehouse)
         expect(history).to_have_count(2)
         expect(history.first).to_contain_text("cancelled")
         expect(history.last).to_contain_text("completed")

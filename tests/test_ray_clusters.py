@@ -436,13 +436,13 @@ def test_a_unit_without_a_dashboard_runs_only_the_ray_processes_it_uses(backend)
             time.monotonic() + 30
         )  # RUNNING once the GCS answers; `ray start` ends a moment later
         while (
-            not runs((running := commands())[head_pid], "node_waiter.py")
+            not runs((running := commands())[head_pid], "node/node_waiter.py")
             and time.monotonic() < deadline
         ):
             time.sleep(0.2)
         commands = running
-        assert runs(commands[head_pid], "node_waiter.py")
-        agents = [pid for pid, command in commands.items() if runs(command, "idle_agent.py")]
+        assert runs(commands[head_pid], "node/node_waiter.py")
+        agents = [pid for pid, command in commands.items() if runs(command, "node/idle_agent.py")]
         assert len(agents) == 2
         left_out = (
             "dashboard/agent.py",
