@@ -50,6 +50,25 @@ from tests.factories import (
 from tests.stand_ins import RecordingServer
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_worker_outlives_its_module(request):
+    """Every in-process worker a module starts is stopped by the module's end. One left running
+    shares the test database with later modules: it fires their schedules on the real clock and
+    delivers their notifications under its own settings."""
+    before = {thread for thread in threading.enumerate() if thread.name.startswith("worker-")}
+    yield
+    left = [
+        thread
+        for thread in threading.enumerate()
+        if thread.name.startswith("worker-") and thread not in before
+    ]
+    deadline = time.monotonic() + 15
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    running = [thread.name for thread in left if thread.is_alive()]
+    assert not running, f"{request.module.__name__} left workers running: {running}"
+
+
 @pytest.fixture
 def closed_port():
     """A loopback port that refuses connections for the whole test: bound, never listening, so

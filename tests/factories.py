@@ -604,12 +604,22 @@ def run_ends(app, db_engine, monkeypatch, schedule, state: str) -> None:
         schedules_work.fire_due()  # sees the end: queues the notifications
 
 
-def deliver_all(app) -> None:
+def deliver_all(app, of: Schedule | int) -> None:
+    """Deliver the due notifications of one schedule, or of one execution (its id). Other tests'
+    rows share the database and are not this test's to send, to this test's receivers."""
     from app.executions import delivery
 
     with app.app_context():
-        for _name, function, subject in delivery.pending_work():
-            function(subject)
+        due = {subject: function for _name, function, subject in delivery.pending_work()}
+        with Session(app.extensions["db_engine"]) as db:
+            mine = select(Notification.id).where(Notification.id.in_(list(due)))
+            if isinstance(of, Schedule):
+                mine = mine.where(Notification.schedule_id == of.id)
+            else:
+                mine = mine.where(Notification.execution_id == of)
+            ids = db.exec(mine).all()
+        for notification_id in sorted(ids):
+            due[notification_id](notification_id)
 
 
 def notes(db_engine, schedule) -> list[Notification]:

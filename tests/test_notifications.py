@@ -55,8 +55,8 @@ def test_a_webhook_is_delivered_with_a_signature_the_receiver_can_check(
             f"/schedules/workflow/{schedule.workflow_id}"
         ).get_data(as_text=True)
         run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
-        deliver_all(app)
-        deliver_all(app)  # delivered once
+        deliver_all(app, schedule)
+        deliver_all(app, schedule)  # delivered once
     finally:
         receiver.close()
     ((headers, body),) = receiver.calls
@@ -86,7 +86,7 @@ def test_a_failing_receiver_is_retried_with_backoff_then_given_up(
         )
         run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
         for attempt in range(1, delivery.MAX_ATTEMPTS + 1):
-            deliver_all(app)
+            deliver_all(app, schedule)
             (note,) = notes(db_engine, schedule)
             assert note.attempts == attempt and "answered 500" in note.last_error
             with Session(db_engine) as db:  # its backoff passes
@@ -94,7 +94,7 @@ def test_a_failing_receiver_is_retried_with_backoff_then_given_up(
                 row.next_attempt_at = row.next_attempt_at - timedelta(hours=1)
                 db.add(row)
                 db.commit()
-        deliver_all(app)
+        deliver_all(app, schedule)
     finally:
         receiver.close()
     assert len(receiver.calls) == delivery.MAX_ATTEMPTS
@@ -146,7 +146,7 @@ def test_an_email_goes_through_a_real_smtp_server(app, client, db_engine, newcom
         )
         assert secret is None  # no webhook, no secret
         run_ends(app, db_engine, monkeypatch, schedule, "COMPLETED")
-        deliver_all(app)
+        deliver_all(app, schedule)
     finally:
         smtp.stop()
     assert len(received) == 1, [(r, c[:300]) for r, c in received]
@@ -233,9 +233,9 @@ def test_one_execution_started_from_the_run_page_tells_its_webhook_signed(
         assert secret not in json.dumps(execution.model_dump(mode="json"))  # derived, never stored
         at(monkeypatch, T0)
         ended_executions_queue(app, db_engine, execution.id, "FAILED")
-        deliver_all(app)
+        deliver_all(app, execution.id)
         ended_executions_queue(app, db_engine, execution.id, "FAILED")  # queued once
-        deliver_all(app)
+        deliver_all(app, execution.id)
     finally:
         receiver.close()
     ((headers, body),) = receiver.calls
@@ -342,7 +342,7 @@ def test_the_api_starts_an_execution_that_tells_a_webhook(app, client, db_engine
         )
         at(monkeypatch, T0)
         ended_executions_queue(app, db_engine, execution_id, "COMPLETED")
-        deliver_all(app)
+        deliver_all(app, execution_id)
     finally:
         receiver.close()
     ((headers, body_sent),) = receiver.calls

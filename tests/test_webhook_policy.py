@@ -147,7 +147,7 @@ def test_a_url_saved_before_is_refused_again_at_delivery_without_a_connection(
                 "create_connection",
                 lambda address, *a, **k: connects.append(address) or spy_target(address, *a, **k),
             )
-            deliver_all(app)
+            deliver_all(app, schedule)
             (note,) = notes(db_engine, schedule)
             assert note.state == JobState.QUEUED and note.last_error, url
             assert connects == [], url
@@ -284,7 +284,7 @@ def test_a_slow_receiver_is_cut_off_at_the_deadline(app, client, db_engine, newc
         )
         run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
         started = time.monotonic()
-        deliver_all(app)
+        deliver_all(app, schedule)
         took = time.monotonic() - started
         (note,) = notes(db_engine, schedule)
     finally:
@@ -380,7 +380,7 @@ def test_an_address_saved_before_goes_to_nobody_else(app, client, db_engine, new
             db.add(row)
             db.commit()
         run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
-        deliver_all(app)
+        deliver_all(app, schedule)
         (note,) = notes(db_engine, schedule)
         assert "not one plain address" in note.last_error
         with Session(db_engine) as db:
@@ -394,7 +394,7 @@ def test_an_address_saved_before_goes_to_nobody_else(app, client, db_engine, new
             queued.next_attempt_at = utcnow()
             db.add(queued)
             db.commit()
-        deliver_all(app)
+        deliver_all(app, schedule)
     finally:
         smtp.stop()
         retire(db_engine, schedule)
@@ -409,7 +409,7 @@ def test_the_signature_covers_the_timestamp(app, client, db_engine, newcomer, mo
     try:
         schedule, secret = scheduled(client, db_engine, newcomer, webhook_url=receiver.url)
         run_ends(app, db_engine, monkeypatch, schedule, "FAILED")
-        deliver_all(app)
+        deliver_all(app, schedule)
     finally:
         receiver.close()
         retire(db_engine, schedule)
