@@ -417,6 +417,37 @@ class MaintenanceJob(UnitJob, table=True):
     retain_last: int
     remove_orphans: bool = False
     # result: per table, snapshots and files removed, or the error.
+    # A table's policy job (app/tables/work.py): that one table, compacted and/or its snapshots
+    # older than `expire_before` expired (None: the warehouse's datasets, as above).
+    table_name: str | None = Field(default=None, max_length=512)
+    compact: bool = False
+    expire_before: datetime | None = None
+    data_files_before: int | None = None
+    data_files_after: int | None = None
+    gb_hours: float | None = None
+    started_at: datetime | None = None
+    # Why the worker did not run it (no unit running, a publish in flight); the row is then DONE.
+    skipped: str = Field(default="", max_length=500)
+
+
+class TablePolicy(SQLModel, table=True):
+    """How one table of a warehouse is kept healthy, set by whoever may write the warehouse
+    (app/tables/): compact when `compact_small_files` files are below `small_file_mb` MiB, expire
+    snapshots older than `expire_days` days (keeping those pinned re-runs read). None: off."""
+
+    __tablename__ = "table_policies"
+    __table_args__ = (
+        UniqueConstraint("warehouse_id", "table_name", name="uq_table_policies_table"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    warehouse_id: int = Field(foreign_key="warehouses.id", index=True, ondelete="CASCADE")
+    table_name: str = Field(max_length=512)
+    small_file_mb: int = 32
+    compact_small_files: int | None = None
+    expire_days: int | None = None
+    updated_by: int | None = Field(default=None, foreign_key="users.id", ondelete="SET NULL")
+    updated_at: datetime = Field(default_factory=utcnow)
 
 
 class ComparisonJob(UnitJob, table=True):
