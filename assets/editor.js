@@ -16,8 +16,41 @@ const styleNonce = (document.currentScript && document.currentScript.dataset.sty
 // Spark SQL quotes identifiers with backticks.
 const sparkSql = SQLDialect.define({ identifierQuotes: "`" });
 
-function languageFor(kind) {
-  return kind === "python" ? python() : sql({ dialect: sparkSql });
+// `schema`: a warehouse's namespaces, tables and columns (CodeMirror's SQLNamespace, as the
+// Query page's completion endpoint serves it, app/console/completions.py), or none.
+function languageFor(kind, schema) {
+  if (kind === "python") return python();
+  if (!schema) return sql({ dialect: sparkSql });
+  return [
+    sql({ dialect: sparkSql, schema }),
+    sparkSql.language.data.of({ autocomplete: namedTableColumns(schema) }),
+  ];
+}
+
+// A table named in the statement (`ns.table`, backticks or not) lends its columns to unqualified
+// names: `SELECT l_ret| FROM tpch.lineitem` completes l_returnflag. Qualified names (`x.|`) are
+// the schema completion's.
+const NAMED_TABLE = /`?([A-Za-z_][\w]*)`?\.`?([A-Za-z_][\w]*)`?/g;
+
+function namedTableColumns(schema) {
+  return (context) => {
+    const word = context.matchBefore(/[\w$]+/);
+    if (!word && !context.explicit) return null;
+    const from = word ? word.from : context.pos;
+    if (/[.`]/.test(context.state.sliceDoc(from - 1, from))) return null;
+    const options = [];
+    const seen = new Set();
+    for (const [, namespace, table] of context.state.doc.toString().matchAll(NAMED_TABLE)) {
+      const columns = schema[namespace]?.children?.[table]?.children;
+      const name = `${namespace}.${table}`;
+      if (!Array.isArray(columns) || seen.has(name)) continue;
+      seen.add(name);
+      for (const column of columns) {
+        options.push({ ...column, detail: `${column.detail} · ${name}`, boost: 1 });
+      }
+    }
+    return options.length ? { from, options, validFor: /^[\w$]*$/ } : null;
+  };
 }
 
 function enhance(textarea) {
@@ -36,7 +69,7 @@ function enhance(textarea) {
       // Tokens get tok-* classes, coloured by app.css (light and dark, with enough contrast)
       // instead of CodeMirror's default colours, some of which are too faint.
       syntaxHighlighting(classHighlighter),
-      language.of(languageFor(kindSelect ? kindSelect.value : "sql")),
+      language.of(languageFor(kindSelect ? kindSelect.value : "sql", textarea.sqlSchema)),
       EditorView.lineWrapping,
       EditorView.contentAttributes.of({
         "aria-label": label ? label.firstChild.textContent.trim() : "Code",
@@ -62,6 +95,12 @@ function enhance(textarea) {
       view.dispatch({ effects: language.reconfigure(languageFor(kindSelect.value)) });
     });
   }
+  // The Query page hands the editor its warehouse's tables (app/static/js/console.js): the
+  // event's detail is the schema, or null for none.
+  textarea.addEventListener("lakeport:sql-schema", (event) => {
+    textarea.sqlSchema = event.detail || undefined;
+    view.dispatch({ effects: language.reconfigure(languageFor("sql", textarea.sqlSchema)) });
+  });
 }
 
 function enhanceAll(root) {

@@ -256,6 +256,125 @@ def test_someone_else_s_warehouse_is_not_there_to_query(client, db_engine, alice
     )
 
 
+# --------------------------------------------------------------------------- the editor's completion
+
+
+@pytest.fixture
+def catalog_reads(monkeypatch):
+    """The catalog as the portal's reader answers it: tpch.lineitem and tpch.orders, a dataset,
+    and an execution's console log; each call counted."""
+    from app import iceberg_reader
+    from app.console import completions
+    from app.iceberg_reader import Column, TableOverview
+
+    tables = {
+        "tpch": {"lineitem": ["l_orderkey", "l_returnflag"], "orders": ["o_orderkey"]},
+        "datasets": {"orders": ["id", "amount"]},
+        "console_logs": {"e1": ["line"]},
+    }
+    calls = {"namespaces": 0, "tables": 0, "overviews": []}
+
+    def namespaces(catalog):
+        calls["namespaces"] += 1
+        return list(tables)
+
+    def names(catalog, namespace):
+        calls["tables"] += 1
+        return [f"{namespace}.{table}" for table in tables[namespace]]
+
+    def overview(catalog, name):
+        calls["overviews"].append(name)
+        namespace, table = name.split(".")
+        columns = [Column(column, "long", True, None) for column in tables[namespace][table]]
+        return TableOverview(name, "s3://lake/x", columns, {}, [], None, None, None)
+
+    monkeypatch.setattr(completions, "catalog_for", lambda warehouse: object())
+    monkeypatch.setattr(iceberg_reader, "list_namespaces", namespaces)
+    monkeypatch.setattr(iceberg_reader, "table_names", names)
+    monkeypatch.setattr(iceberg_reader, "table_overview", overview)
+    return tables, calls
+
+
+def test_the_editor_completes_the_warehouse_s_tables_kept_until_refreshed(
+    client, alice, catalog_reads
+):
+    _, warehouse, _ = alice
+    tables, calls = catalog_reads
+    page = client.get("/console/").get_data(as_text=True)
+    url = f"/console/warehouses/{warehouse.id}/completions"
+    assert f'data-completions="{url}"' in page and 'data-testid="refresh-completions"' in page
+    answer = client.get(url).get_json()
+    schema = answer["schema"]
+    assert sorted(schema) == ["console_logs", "datasets", "tpch"]
+    lineitem = schema["tpch"]["children"]["lineitem"]
+    assert lineitem["self"] == {"label": "lineitem", "type": "type", "detail": "table"}
+    assert lineitem["children"] == [
+        {"label": "l_orderkey", "type": "property", "detail": "long"},
+        {"label": "l_returnflag", "type": "property", "detail": "long"},
+    ]
+    # An execution's own tables are listed by name; their columns are not read.
+    assert schema["console_logs"]["children"]["e1"]["children"] == []
+    assert sorted(calls["overviews"]) == ["datasets.orders", "tpch.lineitem", "tpch.orders"]
+    assert (answer["tables"], answer["complete"], answer["error"]) == (4, True, "")
+    assert answer["status"].startswith(f"Completes 4 tables in 3 namespaces of {warehouse.name}")
+
+    # Kept: a new table shows only once the user refreshes.
+    tables["tpch"]["nation"] = ["n_name"]
+    assert "nation" not in client.get(url).get_json()["schema"]["tpch"]["children"]
+    assert calls["namespaces"] == 1
+    refreshed = client.get(f"{url}?refresh=1").get_json()
+    assert refreshed["schema"]["tpch"]["children"]["nation"]["children"] == [
+        {"label": "n_name", "type": "property", "detail": "long"}
+    ]
+    assert calls["namespaces"] == 2
+
+
+def test_completion_is_bounded_and_an_unreadable_catalog_says_why(
+    client, alice, catalog_reads, monkeypatch
+):
+    from app import iceberg_reader
+    from app.console import completions
+    from app.iceberg_catalogs import ResultReadError
+
+    _, warehouse, _ = alice
+    monkeypatch.setattr(completions, "MAX_TABLES", 3)
+    monkeypatch.setattr(completions, "MAX_COLUMN_TABLES", 1)
+    url = f"/console/warehouses/{warehouse.id}/completions"
+    answer = client.get(url).get_json()
+    assert answer["tables"] == 3 and answer["complete"] is False
+    assert "the first ones only" in answer["status"]
+    read = [
+        table
+        for namespace in answer["schema"].values()
+        for table in namespace["children"].values()
+        if table["children"]
+    ]
+    assert len(read) == 1
+
+    def unreachable(catalog):
+        raise ResultReadError("The catalog (Lakekeeper) is unreachable. Try again in a moment.")
+
+    monkeypatch.setattr(iceberg_reader, "list_namespaces", unreachable)
+    failed = client.get(f"{url}?refresh=1").get_json()
+    assert failed["schema"] == {} and "unreachable" in failed["error"]
+    assert failed["status"].startswith(f"No completion of {warehouse.name}'s tables")
+
+
+def test_completion_follows_the_warehouse_s_sharing(client, db_engine, alice, app, catalog_reads):
+    owner, warehouse, _ = alice
+    url = f"/console/warehouses/{warehouse.id}/completions"
+    bob, carol = make_user(db_engine), make_user(db_engine)
+    add(db_engine, WarehouseShare(warehouse_id=warehouse.id, user_id=bob.id, level="read"))
+    bobs, carols = app.test_client(), app.test_client()
+    sign_in_as(bobs, bob)
+    sign_in_as(carols, carol)
+    assert "lineitem" in bobs.get(url).get_json()["schema"]["tpch"]["children"]
+    assert carols.get(url).status_code == 404
+    assert carols.get("/console/warehouses/999999/completions").status_code == 404
+    update_row(db_engine, type(warehouse), warehouse.id, status="purged")
+    assert client.get(url).status_code == 404
+
+
 def completed(db_engine, query_id: int, rows: list[list], **fields) -> None:
     update_row(
         db_engine,

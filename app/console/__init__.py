@@ -2,7 +2,7 @@
 
 Modules:
 - `routes.py` — the Query page: the form, a query's live result (paged, sorted), CSV, cancel,
-  run again, the history
+  run again, the history, the editor's completion (JSON)
 - `service.py` — the request side: the checks (warehouse, unit, read-only unless asked), the
   recorded query, its cancel, the audit of writes; the row's compare-and-set changes
 - `queries.py` — what pages read: the warehouses and units to pick, the history, a result's
@@ -10,6 +10,8 @@ Modules:
 - `work.py` — the worker's side: each live query run through the unit's door, watched,
   cancelled, its result checked and bounded; joins the worker's registry
 - `forms.py` — the console's form
+- `completions.py` — what the editor completes: a warehouse's namespaces, tables and columns
+  from the catalog, kept per warehouse until it is old or refreshed
 """
 
 from flask import Blueprint

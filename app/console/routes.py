@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import time
 
-from flask import Response, flash, render_template, request, url_for
+from flask import Response, abort, flash, jsonify, render_template, request, url_for
 from flask_login import current_user
 
 from app import live_partials
-from app.console import bp, forms, queries, service
+from app.console import bp, completions, forms, queries, service
 from app.db import get_db, get_owned_or_404
 from app.models import ComputeUnit, Query, QueryState, Warehouse
 from app.table_pages import positive_int, table_page_context
@@ -231,3 +231,25 @@ def as_workflow(query_id: int):
 @bp.get("/history")
 def history():
     return render_template("console/_history.html", history=queries.history(current_user))
+
+
+@bp.get("/warehouses/<int:warehouse_id>/completions")
+def warehouse_completions(warehouse_id: int):
+    """What the editor completes for a warehouse the user may query (404 for any other, like a
+    missing one): its namespaces, tables and columns as CodeMirror's SQL schema, from the
+    catalog, kept a while per warehouse; `refresh=1` reads the catalog again."""
+    warehouse = get_db().get(Warehouse, warehouse_id)
+    if not service.readable(current_user, warehouse):
+        abort(404)
+    outline = completions.outline(warehouse, refresh=request.args.get("refresh") == "1")
+    return jsonify(
+        {
+            "warehouse_id": warehouse.id,
+            "schema": outline.editor_schema(),
+            "tables": outline.table_count,
+            "complete": outline.complete,
+            "read_at": outline.read_at,
+            "error": outline.error,
+            "status": outline.status(warehouse.name),
+        }
+    )
