@@ -15,9 +15,9 @@ import hashlib
 import json
 import keyword
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum, nonmember
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 # The Spark host's HTTP API (compute/host/host_http.py) lives under this path.
 HOST_API = "/v1"
@@ -162,15 +162,37 @@ class LineageWrite(TypedDict):
     added_bytes: int | None
 
 
+class LineageChange(TypedDict):
+    """An incremental read (`changes('ns.table')`): the rows appended after `from_snapshot_id`
+    (exclusive) up to `to_snapshot_id` (inclusive). `from_snapshot_id` None: the first read,
+    the whole table at `to_snapshot_id`; `to_snapshot_id` None: the table had no snapshot."""
+
+    table: str
+    from_snapshot_id: int | None
+    to_snapshot_id: int | None
+    to_snapshot_at_ms: int | None
+    appends: int  # the append snapshots in the range (0 for a first read)
+    rows: int | None  # the rows read: appended in the range, or the whole table at first
+
+
 class Lineage(TypedDict):
     read: list[LineageRead]
     wrote: list[LineageWrite]
+    # The incremental reads, one per table (runs recorded before they existed have none).
+    changes: NotRequired[list[LineageChange]]
     collected_in_s: float  # what finding the reads took on the unit (the benchmarks report it)
 
 
 # A re-run on the same inputs adds `pinned` to the execution spec: table → snapshot id. Every
 # read of those tables is made at that snapshot (time travel), or the run fails saying why.
 PINNED = "pinned"
+
+# Where each table's increment starts (`changes('ns.table')`, compute/run/lineage.py): the spec's
+# `changes`, table → the snapshot this workflow last read it at (exclusive), which the portal finds
+# in the lineage of the user's last completed run of the workflow into the warehouse
+# (app/executions/run_spec.py). A table not named, or named with None, is read whole. A pinned
+# re-run carries the starts its original run read from, and its pins as the ends.
+CHANGES = "changes"
 
 # Comparing two runs' outputs on a unit (JobKind.COMPARISON): `args` = {"catalog": <as in the execution spec>,
 # "warehouse": {"lakekeeper_id": ...}, "pairs": [{"output": step, "a": table, "b": table}],
@@ -193,25 +215,69 @@ RESERVED_STEP_NAMES = frozenset({"spark", *keyword.kwlist})
 STEP_KINDS = {"sql": "Spark SQL", "python": "PySpark function"}
 
 
+# A named output: the table of the run's warehouse a step publishes to (`namespace.table`),
+# and how its rows go there (compute/run/publish.py). The run's own namespaces are not targets.
+PUBLISH_TABLE = re.compile(r"[a-z][a-z0-9_]{0,62}\.[a-z][a-z0-9_]{0,62}")
+PUBLISH_MODES = {"append": "Append its rows", "overwrite": "Replace the table's rows"}
+RUN_NAMESPACES = frozenset({RESULTS, RUNTIME_STATS, CONSOLE_LOGS})
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Where a step publishes its rows: `table` is `namespace.table`, `mode` a key of PUBLISH_MODES."""
+
+    table: str
+    mode: str = "append"
+
+    def problem(self) -> str | None:
+        """Why this is no publish target Lakeport accepts, or None."""
+        if not PUBLISH_TABLE.fullmatch(self.table):
+            return (
+                "Name the table as namespace.table: each part 1–63 lowercase letters, digits "
+                "and _, starting with a letter."
+            )
+        if self.table.split(".")[0] in RUN_NAMESPACES:
+            return (
+                f"“{self.table.split('.')[0]}” holds each run's own tables; publish to another "
+                "namespace."
+            )
+        if self.mode not in PUBLISH_MODES:
+            return f"The mode is one of: {', '.join(PUBLISH_MODES)}."
+        return None
+
+
 @dataclass(frozen=True)
 class Step:
-    """One step, as a workflow version stores it and the unit runs it."""
+    """One step, as a workflow version stores it and the unit runs it. `output`: its rows are
+    kept as the run's own result table; `publish`: they are published to a named table."""
 
     name: str
     kind: str  # a key of STEP_KINDS
     code: str
     output: bool = False
+    publish: Publish | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if self.publish is None:  # a step without one is stored as before
+            del data["publish"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Step:
+        publish = data.get("publish")
+        if isinstance(publish, Publish):
+            publish = (publish.table, publish.mode)
+        elif isinstance(publish, dict):
+            publish = (publish.get("table"), publish.get("mode", "append"))
+        elif publish is not None:
+            raise TypeError(f"publish must be an object, not {type(publish).__name__}")
         return cls(
             name=str(data["name"]),
             kind=str(data["kind"]),
             code=str(data["code"]),
             output=bool(data.get("output", False)),
+            publish=Publish(str(publish[0] or ""), str(publish[1] or "")) if publish else None,
         )
 
 
@@ -226,6 +292,8 @@ class ExecutionSpec:
     steps: tuple[Step, ...]
     pinned: dict[str, int]  # a re-run's inputs: table → snapshot id (compute/contract.py PINNED)
     isolation: str = Isolation.PROCESS  # where its code runs (Isolation)
+    # Incremental reads' starts: table → snapshot id, None for the whole table (CHANGES).
+    changes: dict[str, int | None] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, args: dict) -> ExecutionSpec:
@@ -245,6 +313,10 @@ class ExecutionSpec:
                 steps,
                 pinned,
                 Isolation(args.get(ISOLATION, Isolation.PROCESS)),
+                {
+                    str(table).lower(): None if snapshot is None else int(snapshot)
+                    for table, snapshot in dict(args.get(CHANGES) or {}).items()
+                },
             )
             for key in ("uri", "warehouse", "token"):
                 if not spec.catalog.get(key):
@@ -271,6 +343,11 @@ class ExecutionSpec:
                 )
             if names.count(step.name) > 1:
                 raise InvalidSpec(f"step name {step.name!r} is used twice")
+            if step.publish is not None and (problem := step.publish.problem()):
+                raise InvalidSpec(f"step {step.name!r}: publish: {problem}")
+        published = [step.publish.table for step in steps if step.publish]
+        if len(set(published)) < len(published):
+            raise InvalidSpec("two steps publish to one table")
         return spec
 
     def to_json(self) -> dict:
@@ -285,6 +362,7 @@ class ExecutionSpec:
             "steps": [step.to_dict() for step in self.steps],
             PINNED: self.pinned,
             ISOLATION: str(self.isolation),
+            CHANGES: self.changes,
         }
 
     def table(self, namespace: str, step: Step | None = None) -> str:

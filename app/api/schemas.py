@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_serializer
 
 
 class Input(BaseModel):
@@ -80,11 +80,29 @@ class ComputeUnitCreate(Input):
     ray_cluster: str = Field("", max_length=64)
 
 
+class PublishTarget(BaseModel):
+    table: str = Field(max_length=127, description="`namespace.table` in the run's warehouse")
+    mode: str = Field("append", max_length=16, description="append or overwrite")
+
+
 class Step(BaseModel):
     name: str = Field(max_length=40)
     kind: str = Field(max_length=16)
     code: str = Field(max_length=100_000)
-    output: bool = False
+    output: bool = Field(False, description="its rows are kept as the run's own result table")
+    publish: PublishTarget | None = Field(
+        None,
+        description="the named table its rows are published to when the whole run succeeds "
+        "(all of a run's tables in one catalog commit); absent or null: none",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_publish(self, handler):
+        """A step that publishes nothing reads as it did before named outputs."""
+        data = handler(self)
+        if data.get("publish") is None:
+            data.pop("publish", None)
+        return data
 
 
 class Workflow(BaseModel):

@@ -60,7 +60,7 @@ def save_workflow_version(workflow_id: int, json: schemas.StepsIn):
     """Save the steps as the workflow's next version (versions never change once saved). The
     steps get the editor's checks; `base_version` must be the latest, or the save is refused."""
     workflow = get_owned_or_404(Workflow, workflow_id)
-    steps = [step_model.normalized(Step(**step.model_dump())) for step in json.steps]
+    steps = [step_model.normalized(Step.from_dict(step.model_dump())) for step in json.steps]
     check = step_model.check_steps(steps)
     if not check.ok:
         if check.workflow:

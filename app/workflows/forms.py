@@ -1,7 +1,8 @@
 """Reading and validating the workflow forms: create, the step editor, and the data-source forms.
 
 The editor keeps no state on the server: every request carries all steps as fields
-`steps-<i>-name`, `steps-<i>-kind`, `steps-<i>-code` and `steps-<i>-output`.
+`steps-<i>-name`, `steps-<i>-kind`, `steps-<i>-code`, `steps-<i>-output`, and the named
+output it publishes to, `steps-<i>-publish-table` (empty: none) and `steps-<i>-publish-mode`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 import re
 
 from app.workflows.service import SCALE_FACTOR_MAX, SCALE_FACTOR_MIN, check_table_name
-from app.workflows.steps import MAX_STEPS, Step, normalized
+from app.workflows.steps import MAX_STEPS, Publish, Step, normalized
 
 WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$")
 DESCRIPTION_MAX = 1000
@@ -53,6 +54,10 @@ def read_steps(data) -> list[Step]:
                 kind=data.get(f"steps-{index}-kind") or "",
                 code=data.get(f"steps-{index}-code") or "",
                 output=data.get(f"steps-{index}-output") in ("on", "true", "1"),
+                publish=Publish(
+                    data.get(f"steps-{index}-publish-table") or "",
+                    data.get(f"steps-{index}-publish-mode") or "append",
+                ),
             )
         )
         for index in indexes[: MAX_STEPS + 1]

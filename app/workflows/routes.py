@@ -21,7 +21,7 @@ UPLOAD_FORM_OVERHEAD_BYTES = 64 * 1024
 
 @bp.context_processor
 def workflow_context() -> dict:
-    return {"step_kinds": steps.KINDS, "max_steps": steps.MAX_STEPS}
+    return {"step_kinds": steps.KINDS, "publish_modes": steps.MODES, "max_steps": steps.MAX_STEPS}
 
 
 def _partial_wanted() -> bool:

@@ -19,9 +19,17 @@ from dataclasses import dataclass, replace
 import sqlglot
 from sqlglot.errors import ParseError
 
-from compute.contract import RESERVED_STEP_NAMES, STEP_KINDS, STEP_NAME, Step
+from compute.contract import (
+    PUBLISH_MODES,
+    RESERVED_STEP_NAMES,
+    STEP_KINDS,
+    STEP_NAME,
+    Publish,
+    Step,
+)
 
 KINDS = STEP_KINDS
+MODES = PUBLISH_MODES
 MAX_STEPS = 50
 MAX_CODE_CHARS = 100_000
 SQL_QUERY_STARTS = ("SELECT", "WITH", "VALUES", "TABLE", "FROM")
@@ -68,8 +76,18 @@ def removed(steps: list[Step], index: int) -> list[Step]:
 
 
 def normalized(step: Step) -> Step:
-    """As saved: Unix line ends (browsers send CRLF) and no trailing blank space."""
-    return replace(step, name=step.name.strip(), code=step.code.replace("\r\n", "\n").rstrip())
+    """As saved: Unix line ends (browsers send CRLF) and no trailing blank space; a publish
+    target without a table is none."""
+    publish = step.publish
+    if publish is not None:
+        table = publish.table.strip()
+        publish = Publish(table, publish.mode.strip()) if table else None
+    return replace(
+        step,
+        name=step.name.strip(),
+        code=step.code.replace("\r\n", "\n").rstrip(),
+        publish=publish,
+    )
 
 
 # --- Checks ---
@@ -78,7 +96,7 @@ def normalized(step: Step) -> Step:
 @dataclass
 class StepsCheck:
     """What is wrong with a list of steps: messages for the whole list, and per step index
-    a field ("name", "kind", "code") → messages."""
+    a field ("name", "kind", "code", "publish") → messages."""
 
     workflow: list[str]
     steps: dict[int, dict[str, list[str]]]
@@ -95,8 +113,15 @@ def check_steps(steps: list[Step]) -> StepsCheck:
     if len(steps) > MAX_STEPS:
         result.workflow.append(f"A workflow has at most {MAX_STEPS} steps.")
     names = [step.name for step in steps]
+    published: dict[str, str] = {}  # table → the first step publishing to it
     for index, step in enumerate(steps):
-        if errors := check_step(step, earlier=names[:index], later=names[index + 1 :]):
+        errors = check_step(step, earlier=names[:index], later=names[index + 1 :])
+        if step.publish is not None and "publish" not in errors:
+            if (first := published.setdefault(step.publish.table, step.name)) != step.name:
+                errors["publish"] = [
+                    f"Step “{first}” already publishes to {step.publish.table}: one step per table."
+                ]
+        if errors:
             result.steps[index] = errors
     return result
 
@@ -119,6 +144,8 @@ def check_step(step: Step, earlier: list[str], later: list[str]) -> dict[str, li
         code_errors = check_sql(step.code, step.name, earlier, later)
     if code_errors:
         errors["code"] = code_errors
+    if step.publish is not None and (problem := step.publish.problem()):
+        errors["publish"] = [problem]
     return errors
 
 
