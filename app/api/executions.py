@@ -239,6 +239,6 @@ def get_log_tail(execution_id: int):
 @bp.get("/executions/<int:execution_id>/lineage")
 @spec.validate(resp=Response(HTTP_200=schemas.Lineage, **ERRORS), tags=["executions"])
 def get_lineage(execution_id: int):
-    """What a completed execution read (tables and snapshots) and wrote."""
+    """What a completed execution read (tables and snapshots), read incrementally and wrote."""
     lineage = execution_queries.lineage_of(get_owned_or_404(Execution, execution_id))
-    return schemas.Lineage(read=lineage.get("read") or [], wrote=lineage.get("wrote") or [])
+    return schemas.Lineage(**lineage)

@@ -269,6 +269,7 @@ class StepsIn(Input):
 class Lineage(BaseModel):
     read: list[dict] = []
     wrote: list[dict] = []
+    changes: list[dict] = []  # incremental reads: table, from and to snapshots, rows
 
 
 class WarehousePage(BaseModel):

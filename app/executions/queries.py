@@ -253,9 +253,14 @@ def console_logs_table(execution: Execution) -> str:
 
 
 def lineage_of(execution: Execution) -> dict:
-    """What the run read and wrote ({"read": [...], "wrote": [...]}: compute/contract.py Lineage)."""
+    """What the run read and wrote ({"read": [...], "wrote": [...], "changes": [...]}: its
+    incremental reads; compute/contract.py Lineage)."""
     lineage = json.loads(execution.lineage or "{}")
-    return {"read": lineage.get("read") or [], "wrote": lineage.get("wrote") or []}
+    return {
+        "read": lineage.get("read") or [],
+        "wrote": lineage.get("wrote") or [],
+        "changes": lineage.get("changes") or [],
+    }
 
 
 def pinned_of(execution: Execution) -> dict:

@@ -21,10 +21,11 @@ execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
    warehouse's catalog, made current. There is no other catalog to fall back to.
 4. Steps run in order. A SQL step sees earlier steps as temporary views and the warehouse's
    tables as `<namespace>.<table>`; a Python step defines `run(spark, **earlier_steps)`
-   returning a DataFrame. An output step is written to `results.e<id>_<step>` (step name in
-   lower case) and later steps read the written table; other steps stay lazy, Spark computes
-   them within the steps that use them (so only output steps have a `rows_out`). Prints and
-   Python warnings of a step are captured into its log.
+   returning a DataFrame; either reads a table's rows appended since this workflow's last run
+   with `changes(...)` (compute/run/lineage.py `Increments`). An output step is written to
+   `results.e<id>_<step>` (step name in lower case) and later steps read the written table;
+   other steps stay lazy, Spark computes them within the steps that use them (so only output
+   steps have a `rows_out`). Prints and Python warnings of a step are captured into its log.
 5. The end: completing is one decision with cancelling (`RunProgress.begin_completion`):
    once it is taken a cancel is refused, and a run cancelled before it never marks anything.
    On success one atomic commit of the catalog (several tables at once) gives the result
@@ -76,7 +77,7 @@ from compute.run.iceberg_rest import (
     rest_catalog,
     wait_for_uploads,
 )
-from compute.run.lineage import PinnedSession, int_or_none, pin_sql, tables_read
+from compute.run.lineage import Increments, PinnedSession, int_or_none, pin_sql, tables_read
 from compute.run.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
 from compute.run.runs import RunFailed, RunInterrupted, RunProgress
 from compute.run.step_code import (
@@ -144,6 +145,7 @@ class Pipeline:
         self.binding: CatalogBinding | None = None
         self.written: dict[str, Any] = {}  # step name -> its result table (pyiceberg)
         self.lineage_seconds = 0.0  # spent finding what the steps read (see _lineage)
+        self.increments: Increments | None = None  # `changes(...)` reads, from the first step
         # Seconds spent in each phase of the run on the host (check, bind, session, steps,
         # complete), for the benchmarks' breakdown of where a run's time goes.
         self.phases: dict[str, float] = {}
@@ -450,11 +452,20 @@ class Pipeline:
         raise Cancelled()
 
     def _evaluate(self, step: Step, code, frames: dict[str, Any]):
-        if step.kind == "sql":
-            return self.session.sql(
-                pin_sql(self.session, step.code, self.spec.pinned, self.binding.catalog_name)
+        if self.increments is None:
+            self.increments = Increments(
+                self.session,
+                self.binding.catalog_name,
+                self.spec.changes,
+                self.spec.pinned,
+                self._catalog().load_table,
             )
-        program = python_program(step, code)
+        if step.kind == "sql":
+            sql = self.increments.sql(step.code)
+            return self.session.sql(
+                pin_sql(self.session, sql, self.spec.pinned, self.binding.catalog_name)
+            )
+        program = python_program(step, code, {"changes": self.increments.changes})
         wanted = inspect.signature(program).parameters.values()
         if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in wanted):
             arguments = dict(frames)
@@ -554,6 +565,7 @@ class Pipeline:
         return {
             "read": list(read.values()),
             "wrote": wrote,
+            "changes": self.increments.recorded() if self.increments else [],
             "collected_in_s": round(self.lineage_seconds, 4),
         }
 

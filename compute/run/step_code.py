@@ -1,5 +1,6 @@
 """A step's code and its errors: compiled with its own file name (tracebacks then show the step's
-lines), run as a Python step's `run(spark, ...)` program, and every error described in one line
+lines), run as a Python step's `run(spark, ...)` program with the run's context in its globals
+(`changes('ns.table')`, compute/run/lineage.py `Increments`), and every error described in one line
 a person can read. The only code compiled on a unit is users' steps and the project's own probes
 (`run_probe`, for its tests and benchmarks), both here.
 """
@@ -48,8 +49,10 @@ def run_compiled(code, namespace: dict[str, Any]) -> None:
     exec(code, namespace)
 
 
-def python_program(step: Step, code) -> Callable:
-    namespace: dict[str, Any] = {"__name__": f"lakeport_step_{step.name}"}
+def python_program(step: Step, code, context: dict[str, Any] | None = None) -> Callable:
+    """The step's `run`, its code run with `context` in its globals: what the run offers a
+    step besides `spark` and earlier steps (`changes`, its incremental reads)."""
+    namespace: dict[str, Any] = {**(context or {}), "__name__": f"lakeport_step_{step.name}"}
     run_compiled(code, namespace)
     program = namespace.get("run")
     if not callable(program):
