@@ -41,6 +41,7 @@ Packages (each one's docstring lists its modules):
 - `ray_clusters/` — the Ray clusters behind units: one interface, three backends
 - `schedules/` — cron schedules and the worker's firing of them
 - `spark_host/` — a unit's Spark host as the portal reaches it: transport and warm-up
+- `tables/` — a table's health, maintenance policy and story (its page's sections)
 - `tokens/` — personal access tokens
 - `usage/` — usage accounting and retention
 - `warehouses/` — warehouses: registration, sharing, closing, the table explorer
@@ -96,6 +97,7 @@ def create_app(config: Config | None = None) -> Flask:
         main,
         operators,
         schedules,
+        tables,
         tokens,
         usage,
         warehouses,
@@ -112,6 +114,7 @@ def create_app(config: Config | None = None) -> Flask:
         executions,
         console,
         usage,
+        tables,
         tokens,
         schedules,
         audit,

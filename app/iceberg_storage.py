@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
 from app.iceberg_catalogs import ResultReadError, guarded
@@ -89,3 +90,62 @@ def tables_written(catalog: RestCatalog, table_names: list[str]) -> StorageFigur
         _load(catalog, name, (NoSuchTableError, NoSuchNamespaceError)) for name in table_names
     )
     return sum((written_storage(table) for table in tables if table is not None), StorageFigure())
+
+
+@dataclass(frozen=True)
+class TableHealth:
+    """A table's current files as its manifests list them, and its snapshots' history:
+    `small_files` are data files below `small_file_bytes`; `last_compaction_ms` is the commit
+    time of the newest `replace` snapshot that rewrote data files (None: never compacted);
+    `snapshot_commits` every snapshot's (id, commit time in ms), oldest first."""
+
+    data_files: int
+    data_bytes: int
+    small_files: int
+    small_file_bytes: int
+    delete_files: int
+    records: int
+    snapshots: int
+    snapshot_commits: tuple[tuple[int, int], ...]
+    current_snapshot_id: int | None
+    last_compaction_ms: int | None
+
+    @property
+    def average_file_bytes(self) -> int | None:
+        return self.data_bytes // self.data_files if self.data_files else None
+
+
+def table_health(catalog: RestCatalog, table_name: str, small_file_bytes: int) -> TableHealth:
+    def read() -> TableHealth:
+        table = catalog.load_table(table_name)
+        current = table.current_snapshot()
+        sizes, deletes, records = [], 0, 0
+        for manifest in current.manifests(table.io) if current else []:
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                if entry.data_file.content == DataFileContent.DATA:
+                    sizes.append(entry.data_file.file_size_in_bytes)
+                    records += entry.data_file.record_count
+                else:
+                    deletes += 1
+        snapshots = sorted(table.snapshots(), key=lambda snapshot: snapshot.timestamp_ms)
+        compactions = [
+            snapshot.timestamp_ms
+            for snapshot in snapshots
+            if snapshot.summary is not None
+            and snapshot.summary.operation.value == "replace"
+            and int(snapshot.summary.get("deleted-data-files") or 0) > 0
+        ]
+        return TableHealth(
+            data_files=len(sizes),
+            data_bytes=sum(sizes),
+            small_files=sum(1 for size in sizes if size < small_file_bytes),
+            small_file_bytes=small_file_bytes,
+            delete_files=deletes,
+            records=records,
+            snapshots=len(snapshots),
+            snapshot_commits=tuple((s.snapshot_id, s.timestamp_ms) for s in snapshots),
+            current_snapshot_id=current.snapshot_id if current else None,
+            last_compaction_ms=compactions[-1] if compactions else None,
+        )
+
+    return guarded(read)

@@ -257,6 +257,6 @@ def latest_job(warehouse: Warehouse) -> MaintenanceJob | None:
     with Session(engine()) as db:
         return db.exec(
             select(MaintenanceJob)
-            .where(MaintenanceJob.warehouse_id == warehouse.id)
+            .where(MaintenanceJob.warehouse_id == warehouse.id, MaintenanceJob.table_name.is_(None))
             .order_by(MaintenanceJob.id.desc())
         ).first()

@@ -8,6 +8,12 @@
   warehouse's dataset tables are listed, a `maintenance` job runs on the unit's Spark host
   (snapshot expiry, orphan-file clean-up; the portal never runs Spark itself), and what it
   reports is recorded, with a log entry.
+- A table's maintenance job (queued by the tables' policy pass, app/tables/work.py, which the
+  usage pass runs last): the same job kind on that one table, compacting it and/or expiring its
+  snapshots older than the job's `expire_before`; its data files before and after and the
+  GB-hours it held the unit (wall time × the unit's memory over its nodes) are recorded. A
+  compaction whose table a publish may have started into since it was queued does not run
+  (`skipped` says why).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from app.models import (
     WarehouseStatus,
     utcnow,
 )
+from app.tables import queries as table_queries
+from app.tables import work as table_work
 from app.transitions import compare_and_set
 from app.usage import service
 from app.usage.queries import execution_tables
@@ -87,6 +95,7 @@ def measure() -> None:
             measure_warehouse(warehouse)
         except ResultReadError as error:
             logger.warning("storage of warehouse %s not measured: %s", warehouse.id, error)
+    table_work.apply_policies()
 
 
 def measure_warehouse(warehouse: Warehouse) -> list[StorageSample]:
@@ -185,6 +194,9 @@ def run_maintenance_job(job_id: int) -> None:
         unit = db.get(ComputeUnit, job.compute_unit_id) if job and job.compute_unit_id else None
     if job is None or not job.running:
         return
+    if job.table_name is not None:
+        run_table_job(job, warehouse, owner, unit)
+        return
     if not compare_and_set(MaintenanceJob, job_id, JobState.LIVE, state=JobState.RUNNING):
         return
     try:
@@ -219,18 +231,74 @@ def run_maintenance_job(job_id: int) -> None:
     service.write_log(warehouse.id, "snapshots", message, tables=len(outcome))
 
 
-def _run_maintenance(
+def run_table_job(
     job: MaintenanceJob, warehouse: Warehouse, owner: User, unit: ComputeUnit | None
+) -> None:
+    """Compact and/or expire one table on the job's unit; record the files before and after and
+    the GB-hours spent. A compaction is not started while a publish to the table may be in
+    flight (one may have started since the job was queued)."""
+    if job.compact and (in_flight := table_queries.publishes_in_flight(warehouse, job.table_name)):
+        _end_maintenance(
+            job.id,
+            JobState.DONE,
+            skipped=f"a publish to this table may be in flight (execution #{in_flight[0]})",
+        )
+        return
+    started = utcnow()
+    if not compare_and_set(
+        MaintenanceJob, job.id, JobState.LIVE, state=JobState.RUNNING, started_at=started
+    ):
+        return
+    extra = {"compact": job.compact, "expire_before_ms": None}
+    if job.expire_before is not None:
+        extra["expire_before_ms"] = int(job.expire_before.timestamp() * 1000)
+    try:
+        outcome = _run_maintenance(job, warehouse, owner, unit, [job.table_name], extra)
+    except service.MaintenanceRefused as refusal:
+        _end_maintenance(job.id, JobState.FAILED, error=refusal.message[:2000])
+        return
+    result = outcome.get(job.table_name, {"error": "the unit reported nothing of the table"})
+    ended = utcnow()
+    _end_maintenance(
+        job.id,
+        JobState.FAILED if "error" in result else JobState.DONE,
+        result=json.dumps(result),
+        error=str(result.get("error", ""))[:2000],
+        data_files_before=result.get("data_files_before", job.data_files_before),
+        data_files_after=result.get("data_files_after"),
+        gb_hours=_gb_hours(unit, (ended - started).total_seconds()),
+    )
+
+
+def _gb_hours(unit: ComputeUnit | None, seconds: float) -> float | None:
+    if unit is None:
+        return None
+    return seconds / 3600 * unit.memory_gb * (1 + unit.worker_nodes)
+
+
+def _dataset_tables(warehouse: Warehouse) -> list[str]:
+    catalog = catalog_for(warehouse)
+    return [
+        name
+        for namespace in iceberg_reader.list_namespaces(catalog)
+        if namespace in DATASET_NAMESPACES
+        for name in iceberg_reader.table_names(catalog, namespace)
+    ]
+
+
+def _run_maintenance(
+    job: MaintenanceJob,
+    warehouse: Warehouse,
+    owner: User,
+    unit: ComputeUnit | None,
+    tables: list[str] | None = None,
+    extra: dict | None = None,
 ) -> dict:
+    """Run the job on its unit: on `tables` (by default the warehouse's datasets), with the
+    job kind's `extra` arguments (a table's policy job: compact, expire_before_ms)."""
     try:
         with door.UnitDoor.running(unit.id if unit else None) as unit_door:
-            catalog = catalog_for(warehouse)
-            tables = [
-                name
-                for namespace in iceberg_reader.list_namespaces(catalog)
-                if namespace in DATASET_NAMESPACES
-                for name in iceberg_reader.table_names(catalog, namespace)
-            ]
+            tables = _dataset_tables(warehouse) if tables is None else tables
             if not tables:
                 return {}
             args = {
@@ -239,6 +307,7 @@ def _run_maintenance(
                 "tables": tables,
                 "retain_last": job.retain_last,
                 "remove_orphans": job.remove_orphans,
+                **(extra or {}),
             }
             return unit_door.run_to_end(
                 JobKind.MAINTENANCE,

@@ -1,5 +1,5 @@
-"""Maintenance of a warehouse's datasets on a compute unit: snapshot expiry and orphan-file
-clean-up through Iceberg's Spark procedures.
+"""Maintenance of a warehouse's tables on a compute unit: compaction, snapshot expiry and
+orphan-file clean-up through Iceberg's Spark procedures.
 
 The portal submits a job of kind `maintenance` (compute/contract.py JobKind) to the unit's Spark
 host with `args` = a MaintenanceSpec: the warehouse, its catalog (uri, warehouse, a token acting as the owner,
@@ -12,11 +12,18 @@ credentials, and a Spark session of its own gets the warehouse's catalog as its 
 ones (`older_than` = now: age alone keeps none); `remove_orphan_files` uses Iceberg's default
 age limit (files younger than three days may belong to a write under way). A failing table is
 reported and the others still run.
+
+A table's policy job (app/tables/work.py) adds `compact` (rewrite the table's small data files
+with `rewrite_data_files`, binpacking groups of two or more) and `expire_before_ms` (expire
+snapshots committed before that instant instead of all but the last `retain_last`: the portal
+sets it no later than the oldest snapshot a pinned re-run reads), and each table's result
+carries its data files before and after.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from compute.host.catalog_cache import CatalogAccess
@@ -36,6 +43,9 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
         tables = [str(name) for name in args["tables"]]
         retain_last = int(args["retain_last"])
         remove_orphans = bool(args.get("remove_orphans", False))
+        compact = bool(args.get("compact", False))
+        expire_before_ms = args.get("expire_before_ms")
+        expire_before_ms = None if expire_before_ms is None else int(expire_before_ms)
         catalog, warehouse_id = dict(args["catalog"]), str(args["warehouse"]["lakekeeper_id"])
         uri, warehouse, token = catalog["uri"], catalog["warehouse"], catalog["token"]
     except (KeyError, TypeError, ValueError) as error:
@@ -62,14 +72,16 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
         for key, value in binding.conf.items():
             if key.startswith(catalog_hadoop):
                 session.conf.set(key.removeprefix(catalog_hadoop), value)
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    if "expire_before_ms" in args:  # a table's policy: only what is older (None: no expiry)
+        older_than = None if expire_before_ms is None else _timestamp(expire_before_ms / 1000)
+    else:
+        older_than = _timestamp(datetime.now(timezone.utc).timestamp())
+    plan = Plan(binding.catalog_name, retain_last, remove_orphans, compact, older_than)
     outcome = {}
     try:
         for name in tables:
             try:
-                outcome[name] = _maintain(
-                    session, iceberg, binding.catalog_name, name, retain_last, remove_orphans, now
-                )
+                outcome[name] = _maintain(session, iceberg, name, plan)
                 progress.log("INFO", None, f"{name}: {outcome[name]}")
             except Exception as error:  # one table's failure does not stop the others
                 outcome[name] = {"error": describe(error)}
@@ -79,28 +91,63 @@ def run_maintenance(spark, args: dict, progress: RunProgress) -> dict:
     return outcome
 
 
-def _maintain(
-    session, iceberg, catalog_name: str, name: str, retain_last: int, remove_orphans: bool, now: str
-) -> dict:
-    before = len(iceberg.load_table(name).snapshots())
-    # Session-local UTC: the timestamp literal means the same instant as `now`.
-    session.conf.set("spark.sql.session.timeZone", "UTC")
-    expired = (
-        session.sql(
-            f"CALL {catalog_name}.system.expire_snapshots(table => '{name}', "
-            f"older_than => TIMESTAMP '{now}', retain_last => {retain_last})"
-        )
-        .collect()[0]
-        .asDict()
-    )
+@dataclass(frozen=True)
+class Plan:
+    """What to do to each table: `older_than` a UTC timestamp literal, or None (no expiry)."""
+
+    catalog_name: str
+    retain_last: int
+    remove_orphans: bool
+    compact: bool
+    older_than: str | None
+
+
+def _timestamp(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _data_files(iceberg, name: str) -> int:
+    snapshot = iceberg.load_table(name).current_snapshot()
+    return int(snapshot.summary.get("total-data-files") or 0) if snapshot else 0
+
+
+def _maintain(session, iceberg, name: str, plan: Plan) -> dict:
+    catalog_name = plan.catalog_name
     result = {
-        "snapshots_before": before,
-        "snapshots_after": len(iceberg.load_table(name).snapshots()),
-        "deleted_files": sum(
-            int(value or 0) for key, value in expired.items() if key.startswith("deleted_")
-        ),
+        "snapshots_before": len(iceberg.load_table(name).snapshots()),
+        "data_files_before": _data_files(iceberg, name),
     }
-    if remove_orphans:
+    if plan.compact:
+        # Groups of two small files or more are rewritten (Iceberg's default asks for five).
+        rewritten = (
+            session.sql(
+                f"CALL {catalog_name}.system.rewrite_data_files(table => '{name}', "
+                "options => map('min-input-files', '2'))"
+            )
+            .collect()[0]
+            .asDict()
+        )
+        result["rewritten_data_files"] = int(rewritten.get("rewritten_data_files_count") or 0)
+        result["added_data_files"] = int(rewritten.get("added_data_files_count") or 0)
+        result["rewritten_bytes"] = int(rewritten.get("rewritten_bytes_count") or 0)
+    result["deleted_files"] = 0
+    if plan.older_than is not None:
+        # Session-local UTC: the timestamp literal means the same instant as `older_than`.
+        session.conf.set("spark.sql.session.timeZone", "UTC")
+        expired = (
+            session.sql(
+                f"CALL {catalog_name}.system.expire_snapshots(table => '{name}', "
+                f"older_than => TIMESTAMP '{plan.older_than}', retain_last => {plan.retain_last})"
+            )
+            .collect()[0]
+            .asDict()
+        )
+        result["deleted_files"] = sum(
+            int(value or 0) for key, value in expired.items() if key.startswith("deleted_")
+        )
+    result["snapshots_after"] = len(iceberg.load_table(name).snapshots())
+    result["data_files_after"] = _data_files(iceberg, name)
+    if plan.remove_orphans:
         orphans = session.sql(
             f"CALL {catalog_name}.system.remove_orphan_files(table => '{name}')"
         ).collect()

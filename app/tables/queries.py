@@ -1,0 +1,234 @@
+"""What a table's page sections read, and what the worker's policy pass respects.
+
+- Health: the table's current data and delete files counted from its manifests
+  (`app.iceberg_storage.table_health`, the portal's one way into Iceberg), small files measured
+  against the table's policy (or the default size).
+- The story: every snapshot of the table, newest first, with the execution that wrote it (from
+  the executions' lineage: each `wrote` entry names the table, the step and the snapshot) or the
+  maintenance job that compacted it; a publish whose snapshot has since expired is still listed.
+- Pins: the snapshots of this table that recorded pinned re-runs read (`Execution.pinned_to`):
+  snapshot expiry keeps them, so such a run can be run again on the same inputs.
+- Publishes in flight: the live executions into the warehouse whose workflow version publishes
+  to this table (a step's `{"publish": {"table": "ns.t"}}`); a live execution whose steps carry
+  no publish spec at all may write the table by its own code and counts as in flight too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from sqlmodel import Session, select
+
+from app import iceberg_reader
+from app.db import engine
+from app.iceberg_catalogs import catalog_for
+from app.iceberg_storage import TableHealth, table_health
+from app.models import (
+    Execution,
+    ExecutionState,
+    MaintenanceJob,
+    TablePolicy,
+    User,
+    Warehouse,
+    Workflow,
+    WorkflowVersion,
+)
+from app.tables.forms import DEFAULT_SMALL_FILE_MB
+
+MIB = 1024 * 1024
+HISTORY_ROWS = 50
+# Executions whose lineage is searched for this table's publishes (the newest first).
+STORY_EXECUTIONS = 500
+
+
+def policy_of(warehouse: Warehouse, table_name: str) -> TablePolicy | None:
+    with Session(engine()) as db:
+        return db.exec(
+            select(TablePolicy).where(
+                TablePolicy.warehouse_id == warehouse.id, TablePolicy.table_name == table_name
+            )
+        ).first()
+
+
+def small_file_bytes(policy: TablePolicy | None) -> int:
+    return (policy.small_file_mb if policy else DEFAULT_SMALL_FILE_MB) * MIB
+
+
+def health(warehouse: Warehouse, table_name: str, policy: TablePolicy | None) -> TableHealth:
+    """Raises ResultReadError (its message for the viewer)."""
+    return table_health(catalog_for(warehouse), table_name, small_file_bytes(policy))
+
+
+def history(warehouse: Warehouse, table_name: str) -> list[MaintenanceJob]:
+    """The table's maintenance jobs, newest first (skipped ones with their reason)."""
+    with Session(engine()) as db:
+        return list(
+            db.exec(
+                select(MaintenanceJob)
+                .where(
+                    MaintenanceJob.warehouse_id == warehouse.id,
+                    MaintenanceJob.table_name == table_name,
+                )
+                .order_by(MaintenanceJob.id.desc())
+                .limit(HISTORY_ROWS)
+            )
+        )
+
+
+@dataclass
+class StoryEntry:
+    """One snapshot of the table, or a publish whose snapshot is gone (`expired`)."""
+
+    snapshot_id: int
+    committed_at_ms: int
+    operation: str
+    added_records: int | None
+    execution_id: int | None = None
+    execution_link: bool = False  # the viewer owns the execution: its page is theirs to open
+    step: str = ""
+    expired: bool = False
+
+
+@dataclass
+class Story:
+    entries: list[StoryEntry] = field(default_factory=list)
+    # The workflows that wrote it: id → (name, whether the viewer owns it).
+    workflows: dict[int, tuple[str, bool]] = field(default_factory=dict)
+
+
+def _writes(warehouse: Warehouse, table_name: str) -> list[tuple[Execution, dict]]:
+    """(execution, its lineage's `wrote` entry) for each write of this table, newest first."""
+    with Session(engine()) as db:
+        executions = db.exec(
+            select(Execution)
+            .where(
+                Execution.warehouse_id == warehouse.id,
+                Execution.lineage.contains(json.dumps(table_name)),
+            )
+            .order_by(Execution.id.desc())
+            .limit(STORY_EXECUTIONS)
+        ).all()
+    writes = []
+    for execution in executions:
+        try:
+            wrote = json.loads(execution.lineage or "{}").get("wrote") or []
+        except ValueError:
+            continue
+        for entry in wrote:
+            if isinstance(entry, dict) and entry.get("table") == table_name:
+                writes.append((execution, entry))
+    return writes
+
+
+def story(warehouse: Warehouse, table_name: str, viewer: User) -> Story:
+    """The table's snapshots, newest first, each with the run that wrote it. Raises
+    ResultReadError."""
+    overview = iceberg_reader.table_overview(catalog_for(warehouse), table_name)
+    by_snapshot = {}
+    for execution, entry in _writes(warehouse, table_name):
+        if isinstance(entry.get("snapshot_id"), int):
+            by_snapshot.setdefault(entry["snapshot_id"], (execution, entry))
+    result = Story()
+    for snapshot in overview.snapshots:
+        item = StoryEntry(
+            snapshot.snapshot_id,
+            snapshot.committed_at_ms,
+            snapshot.operation,
+            snapshot.added_records,
+        )
+        if written := by_snapshot.pop(snapshot.snapshot_id, None):
+            _attach(item, *written, viewer, result)
+        result.entries.append(item)
+    for snapshot_id, (execution, entry) in by_snapshot.items():
+        item = StoryEntry(
+            snapshot_id,
+            int(entry.get("snapshot_at_ms") or 0),
+            "",
+            entry.get("added_records"),
+            expired=True,
+        )
+        _attach(item, execution, entry, viewer, result)
+        result.entries.append(item)
+    result.entries.sort(key=lambda item: item.committed_at_ms, reverse=True)
+    with Session(engine()) as db:
+        for workflow in db.exec(select(Workflow).where(Workflow.id.in_(set(result.workflows)))):
+            result.workflows[workflow.id] = (workflow.name, result.workflows[workflow.id][1])
+    return result
+
+
+def _attach(item: StoryEntry, execution: Execution, entry: dict, viewer: User, story_: Story):
+    item.execution_id = execution.id
+    item.execution_link = execution.owner_id == viewer.id
+    item.step = str(entry.get("step") or "")
+    if item.added_records is None and isinstance(entry.get("added_records"), int):
+        item.added_records = entry["added_records"]
+    story_.workflows.setdefault(execution.workflow_id, ("", execution.owner_id == viewer.id))
+
+
+def pinned_snapshots(warehouse: Warehouse, table_name: str) -> set[int]:
+    """The snapshots of this table that recorded pinned re-runs read."""
+    with Session(engine()) as db:
+        rows = db.exec(
+            select(Execution.pinned_to).where(
+                Execution.warehouse_id == warehouse.id,
+                Execution.pinned_to.contains(json.dumps(table_name)),
+            )
+        ).all()
+    pinned = set()
+    for text in rows:
+        try:
+            snapshot = (json.loads(text or "{}").get("tables") or {}).get(table_name)
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(snapshot, int):
+            pinned.add(snapshot)
+    return pinned
+
+
+def expire_before(
+    health_: TableHealth, pinned: set[int], now: datetime, expire_days: int
+) -> datetime:
+    """The instant before which snapshots expire: `expire_days` ago, or earlier, so that no
+    pinned snapshot is older than it (a snapshot committed exactly then is kept)."""
+    cutoff_ms = int(now.timestamp() * 1000) - expire_days * 86_400_000
+    for snapshot_id, committed_ms in health_.snapshot_commits:
+        if snapshot_id in pinned:
+            cutoff_ms = min(cutoff_ms, committed_ms)
+    return datetime.fromtimestamp(cutoff_ms / 1000, timezone.utc)
+
+
+def expiry_due(health_: TableHealth, before: datetime) -> int:
+    """How many snapshots other than the current one were committed before `before`."""
+    before_ms = int(before.timestamp() * 1000)
+    return sum(
+        1
+        for snapshot_id, committed_ms in health_.snapshot_commits
+        if committed_ms < before_ms and snapshot_id != health_.current_snapshot_id
+    )
+
+
+def publishes_in_flight(warehouse: Warehouse, table_name: str) -> list[int]:
+    """The live executions into the warehouse that may publish to this table (see above)."""
+    with Session(engine()) as db:
+        rows = db.exec(
+            select(Execution.id, WorkflowVersion.steps)
+            .join(WorkflowVersion, WorkflowVersion.id == Execution.workflow_version_id)
+            .where(
+                Execution.warehouse_id == warehouse.id,
+                Execution.state.not_in(ExecutionState.FINAL),
+            )
+        ).all()
+    return [execution_id for execution_id, steps in rows if _may_publish(steps, table_name)]
+
+
+def _may_publish(steps_json: str, table_name: str) -> bool:
+    try:
+        steps = json.loads(steps_json or "[]")
+    except ValueError:
+        return True
+    specs = [step.get("publish") for step in steps if isinstance(step, dict) and "publish" in step]
+    if not specs:  # no named outputs in this version: its code may write the table itself
+        return True
+    return any(isinstance(spec, dict) and spec.get("table") == table_name for spec in specs)

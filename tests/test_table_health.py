@@ -1,0 +1,347 @@
+"""A table's health, policy and story (app/tables/): the policy form's validation, who may see
+and set a policy (404 for anyone without access), the policy pass's decisions (queued on an idle
+unit of the owner's, skipped with a reason while none runs or a publish may be in flight, pins
+kept by expiry), and the health the page shows against an independent pyiceberg read of the
+same table on the local stack. The compaction itself, on a real unit, is
+tests/test_table_maintenance.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+from sqlmodel import Session, select
+
+from app.iceberg_storage import TableHealth
+from app.models import AuditEvent, Execution, MaintenanceJob, TablePolicy, Warehouse, WarehouseShare
+from app.tables import queries, work
+from tests.factories import (
+    add,
+    csrf,
+    execution_row,
+    independent_catalog,
+    make_user,
+    register_warehouse,
+    reload,
+    sign_in_as,
+    text,
+    unit_row,
+    warehouse_row,
+    workflow_for,
+)
+
+TABLE = "sales.daily"
+ROWS = pa.schema([("id", pa.int64()), ("label", pa.string())])
+
+
+def section(warehouse_id: int, part: str, name: str = TABLE) -> str:
+    return f"/warehouses/{warehouse_id}/tables/{name}/{part}"
+
+
+def save(client, warehouse_id: int, **fields):
+    return client.post(
+        section(warehouse_id, "policy"),
+        data={"small_file_mb": "32", **fields},
+        headers={"X-CSRFToken": csrf(client)},
+    )
+
+
+def policy_row(db_engine, warehouse_id: int) -> TablePolicy | None:
+    with Session(db_engine) as db:
+        return db.exec(select(TablePolicy).where(TablePolicy.warehouse_id == warehouse_id)).first()
+
+
+# --------------------------------------------------------------------------- the form (light)
+def test_the_policy_form_validates_every_field_and_saves_a_valid_policy(
+    client, newcomer, db_engine
+):
+    warehouse = warehouse_row(db_engine, newcomer)
+    for fields, field, message in [
+        ({"small_file_mb": "0"}, "small_file_mb", "from 1 to 1,024"),
+        ({"small_file_mb": "abc"}, "small_file_mb", "from 1 to 1,024"),
+        ({"compact_small_files": "1"}, "compact_small_files", "from 2 to"),
+        ({"compact_small_files": "-5"}, "compact_small_files", "from 2 to"),
+        ({"expire_days": "0"}, "expire_days", "from 1 to 3,650"),
+        ({"expire_days": "99999999999"}, "expire_days", "from 1 to 3,650"),
+    ]:
+        response = save(client, warehouse.id, **fields)
+        assert response.status_code == 422, fields
+        page = text(response)
+        error = re.search(rf'id="table-policy-error-{field}">([^<]*)<', page)
+        assert error and message in error.group(1), (fields, page)
+        assert policy_row(db_engine, warehouse.id) is None  # nothing half-made
+    response = save(client, warehouse.id, compact_small_files="20", expire_days="7")
+    assert response.status_code == 200 and "Policy saved" in text(response)
+    policy = policy_row(db_engine, warehouse.id)
+    assert (policy.table_name, policy.small_file_mb) == (TABLE, 32)
+    assert (policy.compact_small_files, policy.expire_days) == (20, 7)
+    # Empty fields turn a part off; the same table keeps one policy.
+    assert save(client, warehouse.id, compact_small_files="", expire_days="").status_code == 200
+    policy = policy_row(db_engine, warehouse.id)
+    assert (policy.compact_small_files, policy.expire_days) == (None, None)
+    with Session(db_engine) as db:
+        events = db.exec(
+            select(AuditEvent)
+            .where(AuditEvent.action == "table.policy")
+            .where(AuditEvent.object_id == str(warehouse.id))
+        ).all()
+    assert len(events) == 2 and json.loads(events[0].detail)["table"] == TABLE
+    # A name that is no table name is no table.
+    assert client.get(section(warehouse.id, "policy", "no dots")).status_code == 404
+
+
+def test_an_archived_warehouses_table_policy_is_refused(client, newcomer, db_engine):
+    warehouse = warehouse_row(db_engine, newcomer, status="archived")
+    response = save(client, warehouse.id, compact_small_files="10")
+    assert response.status_code == 422 and "Only an active warehouse" in text(response)
+    assert policy_row(db_engine, warehouse.id) is None
+
+
+# --------------------------------------------------------------------------- access (light)
+def test_readers_see_the_policy_writers_set_it_and_others_get_404_everywhere(
+    client, newcomer, db_engine
+):
+    owner = make_user(db_engine)
+    warehouse = warehouse_row(db_engine, owner)
+    add(db_engine, TablePolicy(warehouse_id=warehouse.id, table_name=TABLE, expire_days=9))
+    routes = [("get", "health"), ("get", "policy"), ("post", "policy"), ("get", "story")]
+
+    # No access at all: every route answers 404, as for a missing warehouse.
+    for method, part in routes:
+        for warehouse_id in (warehouse.id, 999_999):
+            response = getattr(client, method)(
+                section(warehouse_id, part), headers={"X-CSRFToken": csrf(client)}
+            )
+            assert response.status_code == 404, (method, part, warehouse_id)
+
+    share = add(
+        db_engine, WarehouseShare(warehouse_id=warehouse.id, user_id=newcomer.id, level="read")
+    )
+    page = text(client.get(section(warehouse.id, "policy")))
+    assert 'data-testid="table-policy-facts"' in page and "older than 9 days" in page
+    assert 'data-testid="table-policy-form"' not in page
+    assert save(client, warehouse.id, expire_days="1").status_code == 404
+    assert policy_row(db_engine, warehouse.id).expire_days == 9
+
+    with Session(db_engine) as db:
+        db.get(WarehouseShare, share.id).level = "write"
+        db.commit()
+    assert 'data-testid="table-policy-form"' in text(client.get(section(warehouse.id, "policy")))
+    assert save(client, warehouse.id, expire_days="3").status_code == 200
+    assert policy_row(db_engine, warehouse.id).updated_by == newcomer.id
+
+    sign_in_as(client, owner)
+    assert save(client, warehouse.id, expire_days="4").status_code == 200
+    assert policy_row(db_engine, warehouse.id).expire_days == 4
+
+
+# --------------------------------------------------------------------------- decisions (light)
+def health_of(commits: list[tuple[int, int]], current: int, small: int = 0) -> TableHealth:
+    return TableHealth(
+        data_files=small,
+        data_bytes=small * 10,
+        small_files=small,
+        small_file_bytes=32 << 20,
+        delete_files=0,
+        records=small,
+        snapshots=len(commits),
+        snapshot_commits=tuple(commits),
+        current_snapshot_id=current,
+        last_compaction_ms=None,
+    )
+
+
+def test_expiry_keeps_every_snapshot_a_pinned_rerun_reads_and_the_current_one():
+    now = datetime(2026, 6, 1, tzinfo=timezone.utc)
+    day = 86_400_000
+    at = int(now.timestamp() * 1000)
+    health = health_of([(1, at - 30 * day), (2, at - 20 * day), (3, at - 10 * day), (4, at)], 4)
+    cutoff = queries.expire_before(health, set(), now, 7)
+    assert cutoff == now - timedelta(days=7) and queries.expiry_due(health, cutoff) == 3
+    # Snapshot 2 is pinned: nothing from it on expires (a snapshot at the cutoff is kept).
+    cutoff = queries.expire_before(health, {2}, now, 7)
+    assert cutoff == now - timedelta(days=20) and queries.expiry_due(health, cutoff) == 1
+    # Only the current snapshot is old: nothing is due.
+    only = health_of([(9, at - 30 * day)], 9)
+    assert queries.expiry_due(only, queries.expire_before(only, set(), now, 7)) == 0
+
+
+def test_a_live_execution_may_publish_unless_its_steps_name_other_tables(app, newcomer, db_engine):
+    warehouse = warehouse_row(db_engine, newcomer)
+    unit = unit_row(db_engine, newcomer)
+    publishing = [
+        {
+            "name": "out",
+            "kind": "sql",
+            "code": "SELECT 1",
+            "output": True,
+            "publish": {"table": TABLE, "mode": "append"},
+        }
+    ]
+    elsewhere = [{**publishing[0], "publish": {"table": "sales.other", "mode": "append"}}]
+    plain = [{"name": "out", "kind": "sql", "code": "SELECT 1", "output": True}]
+    ids = {}
+    for label, steps in (("publishing", publishing), ("elsewhere", elsewhere), ("plain", plain)):
+        workflow = workflow_for(db_engine, newcomer, steps)
+        ids[label] = execution_row(
+            db_engine, newcomer, workflow, warehouse, unit, state="RUNNING"
+        ).id
+    done = execution_row(
+        db_engine,
+        newcomer,
+        workflow_for(db_engine, newcomer, publishing),
+        warehouse,
+        unit,
+        state="COMPLETED",
+    )
+    with app.app_context():
+        in_flight = set(queries.publishes_in_flight(warehouse, TABLE))
+    assert in_flight == {ids["publishing"], ids["plain"]} and done.id not in in_flight
+
+
+def test_pinned_snapshots_are_read_from_the_reruns_pins(app, newcomer, db_engine):
+    warehouse = warehouse_row(db_engine, newcomer)
+    workflow, unit = workflow_for(db_engine, newcomer), unit_row(db_engine, newcomer)
+    for pins in ({TABLE: 11, "sales.other": 12}, {TABLE: 13}, {"sales.other": 14}):
+        add(
+            db_engine,
+            Execution(
+                owner_id=newcomer.id,
+                workflow_id=workflow.id,
+                workflow_version_id=1,
+                workflow_version=1,
+                compute_unit_id=unit.id,
+                warehouse_id=warehouse.id,
+                warehouse_name=warehouse.name,
+                state="COMPLETED",
+                pinned_to=json.dumps({"execution_id": 1, "tables": pins}),
+            ),
+        )
+    with app.app_context():
+        assert queries.pinned_snapshots(warehouse, TABLE) == {11, 13}
+
+
+# --------------------------------------------------------------------------- on the local stack
+@pytest.fixture
+def lake(lakehouse_app, lakehouse, db_engine):
+    """A signed-in owner's real warehouse with `sales.daily`: 12 appends of 10 rows each."""
+    client = lakehouse_app.test_client()
+    owner = make_user(db_engine)
+    sign_in_as(client, owner)
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "healthy"))
+    catalog = independent_catalog(lakehouse, warehouse)
+    catalog.create_namespace_if_not_exists("sales")
+    table = catalog.create_table(TABLE, schema=ROWS)
+    for batch in range(12):
+        table.append(
+            pa.table(
+                {"id": list(range(batch * 10, batch * 10 + 10)), "label": ["x" * batch] * 10},
+                schema=ROWS,
+            )
+        )
+    return lakehouse_app, client, owner, warehouse, catalog
+
+
+def stat(page: str, name: str) -> str:
+    found = re.search(rf'data-testid="health-{name}">(.*?)</p>', page, re.S)
+    assert found, name
+    return re.sub(r"<[^>]+>", "", found.group(1)).strip()
+
+
+def test_the_health_shown_equals_an_independent_pyiceberg_read(lake, db_engine):
+    app, client, owner, warehouse, catalog = lake
+    table = catalog.load_table(TABLE)
+    files = table.inspect.data_files().to_pylist()
+    sizes = [row["file_size_in_bytes"] for row in files]
+    page = text(client.get(section(warehouse.id, "health")))
+    assert stat(page, "data-files") == str(len(files)) == "12"
+    assert stat(page, "small-files") == str(sum(size < 32 << 20 for size in sizes))
+    assert stat(page, "delete-files") == str(len(table.inspect.delete_files().to_pylist()))
+    assert stat(page, "snapshots") == str(len(table.snapshots())) == "12"
+    assert stat(page, "last-compaction") == "never"
+    average = sum(sizes) // len(sizes)
+    assert stat(page, "average-file").replace("\xa0", " ") in (
+        f"{average} Bytes",
+        f"{average / 1000:.1f} kB",
+    )
+    # A smaller threshold counts fewer files as small: the page follows the policy.
+    threshold_mb = 1
+    add(
+        db_engine,
+        TablePolicy(warehouse_id=warehouse.id, table_name=TABLE, small_file_mb=threshold_mb),
+    )
+    page = text(client.get(section(warehouse.id, "health")))
+    assert stat(page, "small-files") == str(sum(size < threshold_mb << 20 for size in sizes))
+    # The story lists each snapshot, newest first, with its rows added.
+    story = text(client.get(section(warehouse.id, "story")))
+    listed = re.findall(
+        r"<code>(\d+)</code>", story.split('data-testid="table-publishes"')[1].split("</table>")[0]
+    )
+    newest_first = sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True)
+    assert [int(s) for s in listed] == [s.snapshot_id for s in newest_first]
+    connect = story.split('data-testid="table-connect"')[1]
+    assert f"lake.{TABLE}" in connect and warehouse.lakekeeper_name in connect
+    assert "&lt;client-secret&gt;" in connect and "secret_access_key" not in connect
+    # The table page itself loads the three sections.
+    page = text(client.get(f"/warehouses/{warehouse.id}/tables/{TABLE}"))
+    for part in ("health", "policy", "story"):
+        assert section(warehouse.id, part) in page
+
+
+def test_the_policy_pass_queues_on_an_idle_unit_and_records_why_it_waits(lake, db_engine):
+    app, client, owner, warehouse, catalog = lake
+    add(db_engine, TablePolicy(warehouse_id=warehouse.id, table_name=TABLE, compact_small_files=10))
+    with app.app_context():
+        assert work.apply_policies() == []
+        assert work.apply_policies() == []  # the same reason is recorded once
+    jobs = table_jobs(db_engine, warehouse.id)
+    assert [(job.state, job.skipped) for job in jobs] == [("done", work.NO_UNIT)]
+    assert jobs[0].compact and jobs[0].data_files_before == 12
+
+    # A running execution into the warehouse without named outputs may write the table.
+    unit = unit_row(db_engine, owner)
+    workflow = workflow_for(db_engine, owner)
+    running = execution_row(db_engine, owner, workflow, warehouse, unit, state="RUNNING")
+    with app.app_context():
+        assert work.apply_policies() == []
+    assert table_jobs(db_engine, warehouse.id)[-1].skipped == (
+        f"a publish to this table may be in flight (execution #{running.id})"
+    )
+    # Running on another unit of the owner's: this one is idle, but the publish still waits.
+    with Session(db_engine) as db:
+        db.get(Execution, running.id).state = "COMPLETED"
+        db.commit()
+    busy = unit_row(db_engine, owner)
+    execution_row(
+        db_engine, owner, workflow, warehouse_row(db_engine, owner), busy, state="RUNNING"
+    )
+    with app.app_context():
+        queued = work.apply_policies()
+        assert work.apply_policies() == []  # a live job of the table: nothing more
+    assert [job.compute_unit_id for job in queued] == [unit.id]
+    job = table_jobs(db_engine, warehouse.id)[-1]
+    assert (job.state, job.table_name, job.compact, job.expire_before) == (
+        "queued",
+        TABLE,
+        True,
+        None,
+    )
+    history = text(client.get(section(warehouse.id, "story")))
+    assert (
+        f"skipped: {work.NO_UNIT}" in history
+        and f'data-testid="maintenance-job-{job.id}"' in history
+    )
+
+
+def table_jobs(db_engine, warehouse_id: int) -> list[MaintenanceJob]:
+    with Session(db_engine) as db:
+        return list(
+            db.exec(
+                select(MaintenanceJob)
+                .where(MaintenanceJob.warehouse_id == warehouse_id)
+                .order_by(MaintenanceJob.id)
+            )
+        )
