@@ -1,0 +1,128 @@
+"""Compaction by the worker on the owner's unit (heavy: a real compute unit, run under the
+lock): a table of many small files, with a policy that asks for compaction, is compacted by
+the worker's policy pass on the owner's idle unit through Iceberg's `rewrite_data_files`; an
+independent pyiceberg read returns the same rows from fewer files, and the job's record (and
+the table page) show the files before and after and the GB-hours spent."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pyarrow as pa
+import pytest
+from sqlmodel import Session, select
+
+from app import create_app
+from app.models import ComputeUnit, MaintenanceJob, Warehouse
+from tests.factories import (
+    csrf,
+    independent_catalog,
+    lakehouse_config,
+    make_user,
+    register_warehouse,
+    reload,
+    sign_in_as,
+    start_unit,
+    text,
+)
+
+TABLE = "sales.daily"
+APPENDS = 40
+ROWS = pa.schema([("id", pa.int64()), ("amount", pa.float64()), ("region", pa.string())])
+
+
+@pytest.fixture
+def app(portal_config, lakehouse):
+    return create_app(
+        lakehouse_config(
+            portal_config, lakehouse, USAGE_SAMPLE_SECONDS=1.0, WORKER_SUPERVISOR_SECONDS=1.0
+        )
+    )
+
+
+def all_rows(catalog) -> list[tuple]:
+    rows = catalog.load_table(TABLE).scan().to_arrow().to_pylist()
+    return sorted((row["id"], row["amount"], row["region"]) for row in rows)
+
+
+def table_job(db_engine, warehouse_id: int) -> MaintenanceJob | None:
+    with Session(db_engine) as db:
+        return db.exec(
+            select(MaintenanceJob)
+            .where(
+                MaintenanceJob.warehouse_id == warehouse_id,
+                MaintenanceJob.table_name == TABLE,
+                MaintenanceJob.skipped == "",
+            )
+            .order_by(MaintenanceJob.id.desc())
+        ).first()
+
+
+def test_heavy_the_worker_compacts_a_table_of_small_files_on_the_owners_unit(
+    app, client, db_engine, lakehouse, worker
+):
+    from app.compute_units import service as unit_service
+
+    owner = make_user(db_engine)
+    sign_in_as(client, owner)
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "compacted"))
+    catalog = independent_catalog(lakehouse, warehouse)
+    catalog.create_namespace_if_not_exists("sales")
+    table = catalog.create_table(TABLE, schema=ROWS)
+    for batch in range(APPENDS):
+        ids = list(range(batch * 25, batch * 25 + 25))
+        table.append(
+            pa.table(
+                {
+                    "id": ids,
+                    "amount": [i * 1.5 for i in ids],
+                    "region": [f"r{i % 7}" for i in ids],
+                },
+                schema=ROWS,
+            )
+        )
+    before = all_rows(catalog)
+    assert len(before) == APPENDS * 25
+    assert len(catalog.load_table(TABLE).inspect.data_files()) == APPENDS
+
+    saved = client.post(
+        f"/warehouses/{warehouse.id}/tables/{TABLE}/policy",
+        data={"small_file_mb": "32", "compact_small_files": "10", "expire_days": ""},
+        headers={"X-CSRFToken": csrf(client)},
+    )
+    assert saved.status_code == 200, text(saved)
+    cu = start_unit(client, db_engine, "compactor")
+    try:
+        deadline = time.monotonic() + 400
+        while (job := table_job(db_engine, warehouse.id)) is None or job.running:
+            assert time.monotonic() < deadline, "the compaction did not finish"
+            time.sleep(1)
+        assert job.state == "done", job.error
+        assert job.compute_unit_id == cu.id and job.compact
+        result = json.loads(job.result)
+        assert result["rewritten_data_files"] == APPENDS, result
+        assert job.data_files_before == APPENDS
+        after = len(catalog.load_table(TABLE).inspect.data_files())
+        assert job.data_files_after == after == result["added_data_files"] < APPENDS
+        assert job.gb_hours is not None and job.gb_hours > 0
+        # The same rows, read independently of the portal.
+        assert all_rows(catalog) == before
+        operations = [s.summary.operation.value for s in catalog.load_table(TABLE).snapshots()]
+        assert operations[-1] == "replace"
+
+        health = text(client.get(f"/warehouses/{warehouse.id}/tables/{TABLE}/health"))
+        shown = re.search(r'data-testid="health-data-files">(\d+)<', health).group(1)
+        assert int(shown) == after
+        assert "never" not in health.split('data-testid="health-last-compaction"')[1][:200]
+        story = text(client.get(f"/warehouses/{warehouse.id}/tables/{TABLE}/story"))
+        row = story.split(f'data-testid="maintenance-job-{job.id}"')[1].split("</tr>")[0]
+        assert "compaction" in row and f"{APPENDS} → {after}" in row and "done" in row
+    finally:
+        with app.app_context():
+            unit_service.terminate(reload(db_engine, ComputeUnit, cu.id), reason="test over")
+        deadline = time.monotonic() + 60
+        while reload(db_engine, ComputeUnit, cu.id).state not in ("TERMINATED", "FAILED"):
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
