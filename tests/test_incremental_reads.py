@@ -277,9 +277,16 @@ def test_the_run_page_shows_each_incremental_reads_snapshots(client, newcomer, d
 
 # ---------------------------------------------------------------- on a unit (heavy)
 EVENTS = pa.schema([("id", pa.int64()), ("amount", pa.int64())])
-# A SQL step and a Python step read the same increment, each its own way.
+# A SQL step and a Python step read the same increment, each its own way; the SQL step names it
+# in a CTE with an alias and, quoted, in a subquery.
 INCREMENTAL_STEPS = [
-    step("fresh", "SELECT id, amount FROM changes(sales.events) WHERE amount >= 0", output=True),
+    step(
+        "fresh",
+        "WITH recent AS (SELECT * FROM changes(sales.events) AS e WHERE e.amount >= 0)\n"
+        "SELECT id, amount FROM recent\n"
+        "WHERE id IN (SELECT id FROM CHANGES('sales.events'))",
+        output=True,
+    ),
     step(
         "doubled",
         "def run(spark):\n"
