@@ -8,6 +8,7 @@ gives to requests its document allows but its server refuses (array query parame
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import httpx
@@ -299,3 +300,107 @@ def test_tables_live_in_the_warehouses_own_table_bucket(api, warehouse, devcatal
     assert not table.location().startswith(f"s3://{ALICE.bucket}/{warehouse['name']}")
     catalog.purge_table("where.t")
     catalog.drop_namespace("where")
+
+
+def test_a_multi_table_commit_publishes_branches_all_at_once_or_not_at_all(
+    api, warehouse, devcatalog, service_token
+):
+    """lakekeeper v0.13.3 crates/lakekeeper/src/server/tables.rs (`commit_transaction` →
+    `try_commit_tables`): every table's requirements are checked first (one failing: 409
+    `CommitFailedException`, no table changes), then every table's metadata pointer moves in one
+    database transaction, so a reader never loads one table new and another old. The dev catalog
+    forwards to SeaweedFS and holds loads of the tables while the commit runs
+    (devstack/devcatalog/commits.py). Writes land on a branch and reach `main` only by the commit's
+    `set-snapshot-ref`, as write-audit-publish does (compute/run/publish.py)."""
+    catalog = iceberg(devcatalog, warehouse, service_token)
+    catalog.create_namespace("wap")
+    names = ("first", "second", "third")
+    for name in names:
+        table = catalog.create_table(f"wap.{name}", schema=pa.schema([("round", pa.int64())]))
+        table.append(pa.table({"round": [0]}))
+
+    def publish_round(number: int, wrong_requirement: bool = False) -> httpx.Response:
+        changes = []
+        for position, name in enumerate(names):
+            table = catalog.load_table(f"wap.{name}")
+            main = table.current_snapshot().snapshot_id
+            table.manage_snapshots().create_branch(main, f"round-{number}").commit()
+            table = catalog.load_table(f"wap.{name}")
+            table.append(pa.table({"round": [number]}), branch=f"round-{number}")
+            head = catalog.load_table(f"wap.{name}").metadata.refs[f"round-{number}"].snapshot_id
+            expected = 1 if wrong_requirement and position == len(names) - 1 else main
+            published[head] = number  # known to the readers before they can load it
+            changes.append(
+                {
+                    "identifier": {"namespace": ["wap"], "name": name},
+                    "requirements": [
+                        {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": expected}
+                    ],
+                    "updates": [
+                        {
+                            "action": "set-snapshot-ref",
+                            "ref-name": "main",
+                            "type": "branch",
+                            "snapshot-id": head,
+                        },
+                        {"action": "remove-snapshot-ref", "ref-name": f"round-{number}"},
+                    ],
+                }
+            )
+        return api.post(
+            f"/catalog/v1/{warehouse['warehouse-id']}/transactions/commit",
+            json={"table-changes": changes},
+        )
+
+    def rounds_seen() -> list[int]:
+        return [
+            max(catalog.load_table(f"wap.{name}").scan().to_arrow()["round"].to_pylist())
+            for name in names
+        ]
+
+    published: dict[int, int] = {
+        catalog.load_table(f"wap.{name}").current_snapshot().snapshot_id: 0 for name in names
+    }
+    # A failed requirement on the last table: no table's main moved; the branches stay.
+    refused = publish_round(1, wrong_requirement=True)
+    assert refused.status_code == 409 and envelope(refused)["type"] == "CommitFailedException"
+    assert rounds_seen() == [0, 0, 0]
+    assert all("round-1" in catalog.load_table(f"wap.{n}").metadata.refs for n in names)
+
+    # Readers load the three tables one after another, forwards and backwards, while rounds are
+    # published: a table loaded later is never older than one loaded before it.
+    seen: list[list[int]] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        reader = iceberg(devcatalog, warehouse, service_token)
+        order = list(names)
+        while not stop.is_set():
+            snapshots = [
+                reader.load_table(f"wap.{name}").current_snapshot().snapshot_id for name in order
+            ]
+            seen.append([published[snapshot] for snapshot in snapshots])
+            order.reverse()
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for thread in readers:
+        thread.start()
+    try:
+        for number in range(2, 8):
+            answer = publish_round(number)
+            assert answer.status_code == 204, answer.text
+            for name in names:
+                published[catalog.load_table(f"wap.{name}").current_snapshot().snapshot_id] = number
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join()
+    assert rounds_seen() == [7, 7, 7]
+    assert all(
+        set(catalog.load_table(f"wap.{n}").metadata.refs) == {"main", "round-1"} for n in names
+    )
+    assert len(seen) > 10
+    assert all(pass_ == sorted(pass_) for pass_ in seen), [p for p in seen if p != sorted(p)]
+    for name in names:
+        catalog.purge_table(f"wap.{name}")
+    catalog.drop_namespace("wap")

@@ -43,6 +43,7 @@ Modules:
 - `config.py` — its settings
 - `auth.py` — bearer JWTs checked as Lakekeeper checks them
 - `catalog.py` — the Iceberg REST catalog in front of SeaweedFS's
+- `commits.py` — commits hold their tables, so no reader loads half a multi-table commit
 - `management.py` — the Management API the portal uses
 - `permissions.py` — users and warehouse grants
 - `seaweed.py` — table buckets, SeaweedFS's catalog and STS

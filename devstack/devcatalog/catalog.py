@@ -34,11 +34,13 @@ import json
 import re
 import threading
 import uuid
+from contextlib import nullcontext
 from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
 
 from devstack.devcatalog.auth import caller, may_reach
+from devstack.devcatalog.commits import TableHolds, transaction_tables
 from devstack.devcatalog.credential_cache import CacheKey
 from devstack.devcatalog.errors import (
     CatalogError,
@@ -70,6 +72,10 @@ _CREDENTIAL_ONLY = frozenset(
     {"s3.session-token-expires-at-ms", "expiration-time", "client.refresh-credentials-endpoint"}
 )
 _TABLE = re.compile(r"namespaces/[^/]+/tables/[^/]+")
+_TRANSACTION = "transactions/commit"
+# Commits hold their tables and loads wait for them, so no reader sees half a multi-table commit
+# (commits.py).
+_HOLDS = TableHolds()
 # The calls whose answer is a LoadTableResult, which carries vended credentials.
 _LOAD_TABLE_RESULTS = (
     ("POST", re.compile(r"namespaces/[^/]+/tables")),  # createTable
@@ -296,19 +302,34 @@ def load_credentials(warehouse_id: uuid.UUID, namespace: str, table: str):
     }
 
 
+def _held(warehouse_id: uuid.UUID, rest: str):
+    """The hold a call takes (commits.py): a commit holds its tables, a load waits for them."""
+    if request.method == "POST" and rest == _TRANSACTION:
+        return _HOLDS.committing(transaction_tables(warehouse_id, request.get_json(silent=True)))
+    if _TABLE.fullmatch(rest):
+        parts = rest.split("/")
+        key = (warehouse_id, parts[1], parts[3])
+        if request.method == "POST":  # updateTable: a commit of one table
+            return _HOLDS.committing([key])
+        if request.method in ("GET", "HEAD"):
+            return _HOLDS.loading(key)
+    return nullcontext()
+
+
 @catalog.route("/<uuid:warehouse_id>/<path:rest>", methods=["GET", "HEAD", "POST", "DELETE"])
 def forward(warehouse_id: uuid.UUID, rest: str):
     warehouse = _active_warehouse(warehouse_id)
     # SeaweedFS is not asked to vend: the vending rules are Lakekeeper's, applied here.
     headers = {"content-type": request.content_type} if request.content_type else {}
-    answer = _forward(
-        warehouse,
-        request.method,
-        rest,
-        query=request.query_string,
-        content=request.get_data(),
-        headers=headers,
-    )
+    with _held(warehouse.id, rest):
+        answer = _forward(
+            warehouse,
+            request.method,
+            rest,
+            query=request.query_string,
+            content=request.get_data(),
+            headers=headers,
+        )
     body = answer.content
     if answer.is_success and request.method == "DELETE" and _TABLE.fullmatch(rest):
         _CREATED.forget(warehouse.id, *_table_named(rest))
