@@ -13,6 +13,7 @@ import pytest
 
 from app.executions import run_spec
 from app.models import WorkflowVersion
+from app.workflows.steps import check_python, check_sql
 from compute.contract import ExecutionSpec
 from compute.run.lineage import (
     IncrementUnreadable,
@@ -99,6 +100,15 @@ def test_a_step_names_a_table_of_the_runs_catalog_and_nothing_else():
             changes_table(name, "lakeport")
     with pytest.raises(TypeError):
         changes_table(42, "lakeport")
+
+
+def test_the_editors_check_takes_changes_as_a_table_function():
+    for sql in (
+        "SELECT id FROM changes(sales.events) WHERE id > 0",
+        "WITH e AS (SELECT * FROM changes('sales.events') AS c) SELECT id FROM e",
+    ):
+        assert check_sql(sql, "daily", [], []) == []
+    assert check_python("def run(spark):\n    return changes('sales.events')", "d", [], []) == []
 
 
 def test_the_spec_carries_the_starts_both_ways():
