@@ -2,13 +2,15 @@
 lock): a table of many small files, with a policy that asks for compaction, is compacted by
 the worker's policy pass on the owner's idle unit through Iceberg's `rewrite_data_files`; an
 independent pyiceberg read returns the same rows from fewer files, and the job's record (and
-the table page) show the files before and after and the GB-hours spent."""
+the table page) show the files before and after and the GB-hours spent. Then a table job's
+expiry on the same unit removes exactly the snapshots older than its cutoff."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
@@ -17,6 +19,7 @@ from sqlmodel import Session, select
 from app import create_app
 from app.models import ComputeUnit, MaintenanceJob, Warehouse
 from tests.factories import (
+    add,
     csrf,
     independent_catalog,
     lakehouse_config,
@@ -119,6 +122,31 @@ def test_heavy_the_worker_compacts_a_table_of_small_files_on_the_owners_unit(
         story = text(client.get(f"/warehouses/{warehouse.id}/tables/{TABLE}/story"))
         row = story.split(f'data-testid="maintenance-job-{job.id}"')[1].split("</tr>")[0]
         assert "compaction" in row and f"{APPENDS} → {after}" in row and "done" in row
+
+        # Expiry on the unit keeps every snapshot from the cutoff on: the policy pass puts the
+        # cutoff at the oldest snapshot a pinned re-run reads (tests/test_table_health.py).
+        snapshots = sorted(catalog.load_table(TABLE).snapshots(), key=lambda s: s.timestamp_ms)
+        pinned = snapshots[5]
+        expiry = add(
+            db_engine,
+            MaintenanceJob(
+                owner_id=owner.id,
+                warehouse_id=warehouse.id,
+                compute_unit_id=cu.id,
+                table_name=TABLE,
+                retain_last=1,
+                expire_before=datetime.fromtimestamp(pinned.timestamp_ms / 1000, timezone.utc),
+            ),
+        )
+        deadline = time.monotonic() + 300
+        while (expiry := reload(db_engine, MaintenanceJob, expiry.id)).running:
+            assert time.monotonic() < deadline, "the expiry did not finish"
+            time.sleep(1)
+        assert expiry.state == "done", expiry.error
+        kept = {s.snapshot_id for s in catalog.load_table(TABLE).snapshots()}
+        assert kept == {s.snapshot_id for s in snapshots[5:]}
+        assert json.loads(expiry.result)["snapshots_before"] == len(snapshots)
+        assert all_rows(catalog) == before
     finally:
         with app.app_context():
             unit_service.terminate(reload(db_engine, ComputeUnit, cu.id), reason="test over")
