@@ -202,11 +202,12 @@ def test_a_live_execution_may_publish_unless_its_steps_name_other_tables(app, ne
     assert in_flight == {ids["publishing"], ids["plain"]} and done.id not in in_flight
 
 
-def test_pinned_snapshots_are_read_from_the_reruns_pins(app, newcomer, db_engine):
+def test_pinned_snapshots_are_the_reruns_pins_and_their_increments_starts(app, newcomer, db_engine):
     warehouse = warehouse_row(db_engine, newcomer)
     workflow, unit = workflow_for(db_engine, newcomer), unit_row(db_engine, newcomer)
-    for pins in ({TABLE: 11, "sales.other": 12}, {TABLE: 13}, {"sales.other": 14}):
-        add(
+
+    def execution(**fields) -> Execution:
+        return add(
             db_engine,
             Execution(
                 owner_id=newcomer.id,
@@ -217,11 +218,20 @@ def test_pinned_snapshots_are_read_from_the_reruns_pins(app, newcomer, db_engine
                 warehouse_id=warehouse.id,
                 warehouse_name=warehouse.name,
                 state="COMPLETED",
-                pinned_to=json.dumps({"execution_id": 1, "tables": pins}),
+                **fields,
             ),
         )
+
+    # The original read TABLE incrementally after snapshot 10: its re-run reads that again.
+    changes = [
+        {"table": TABLE, "from_snapshot_id": 10},
+        {"table": "sales.other", "from_snapshot_id": 20},
+    ]
+    original = execution(lineage=json.dumps({"read": [], "wrote": [], "changes": changes}))
+    for pins in ({TABLE: 11, "sales.other": 12}, {TABLE: 13}, {"sales.other": 14}):
+        execution(pinned_to=json.dumps({"execution_id": original.id, "tables": pins}))
     with app.app_context():
-        assert queries.pinned_snapshots(warehouse, TABLE) == {11, 13}
+        assert queries.pinned_snapshots(warehouse, TABLE) == {10, 11, 13}
 
 
 # --------------------------------------------------------------------------- on the local stack

@@ -6,8 +6,9 @@
 - The story: every snapshot of the table, newest first, with the execution that wrote it (from
   the executions' lineage: each `wrote` entry names the table, the step and the snapshot) or the
   maintenance job that compacted it; a publish whose snapshot has since expired is still listed.
-- Pins: the snapshots of this table that recorded pinned re-runs read (`Execution.pinned_to`):
-  snapshot expiry keeps them, so such a run can be run again on the same inputs.
+- Pins: the snapshots of this table that recorded pinned re-runs read (`Execution.pinned_to`),
+  and those their originals' incremental reads started after: snapshot expiry keeps them, so
+  such a run can be run again on the same inputs.
 - Publishes in flight: the live executions into the warehouse whose workflow version publishes
   to this table (a step's `{"publish": {"table": "ns.t"}}`); a live execution whose steps carry
   no publish spec at all may write the table by its own code and counts as in flight too.
@@ -168,7 +169,9 @@ def _attach(item: StoryEntry, execution: Execution, entry: dict, viewer: User, s
 
 
 def pinned_snapshots(warehouse: Warehouse, table_name: str) -> set[int]:
-    """The snapshots of this table that recorded pinned re-runs read."""
+    """The snapshots of this table that recorded pinned re-runs read: their pins, and the
+    snapshots the originals' incremental reads of it started after (a re-run reads the same
+    increment again)."""
     with Session(engine()) as db:
         rows = db.exec(
             select(Execution.pinned_to).where(
@@ -176,15 +179,34 @@ def pinned_snapshots(warehouse: Warehouse, table_name: str) -> set[int]:
                 Execution.pinned_to.contains(json.dumps(table_name)),
             )
         ).all()
-    pinned = set()
-    for text in rows:
-        try:
-            snapshot = (json.loads(text or "{}").get("tables") or {}).get(table_name)
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(snapshot, int):
-            pinned.add(snapshot)
+        pinned, originals = set(), set()
+        for text in rows:
+            pins = _json_object(text)
+            snapshot = _json_object(pins.get("tables")).get(table_name)
+            if _is_snapshot(snapshot):
+                pinned.add(snapshot)
+            if _is_snapshot(pins.get("execution_id")):
+                originals.add(pins["execution_id"])
+        lineages = db.exec(select(Execution.lineage).where(Execution.id.in_(originals))).all()
+    for lineage in lineages:
+        for entry in _json_object(lineage).get("changes") or []:
+            if isinstance(entry, dict) and entry.get("table") == table_name:
+                if _is_snapshot(start := entry.get("from_snapshot_id")):
+                    pinned.add(start)
     return pinned
+
+
+def _json_object(value) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value or "{}")
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _is_snapshot(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def expire_before(
