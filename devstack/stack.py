@@ -84,6 +84,7 @@ class LocalStack:
         ports: StackPorts,
         database_url: str | None = None,
         portal_settings: dict[str, str] | None = None,
+        database_owner_url: str | None = None,
     ) -> None:
         self.var_dir = Path(var_dir)
         self.ports = ports
@@ -91,8 +92,9 @@ class LocalStack:
         self.portal_settings = portal_settings or {}
         self.secrets = StackSecrets()
         self.database_url = database_url
-        # The role that migrates, where the portal's own role may not (start() decides, with the database).
-        self.database_owner_url: str | None = None
+        # The role that migrates, where the portal's own role may not (given with the database,
+        # or start() decides it with the database).
+        self.database_owner_url = database_owner_url
         self.log_dir = self.var_dir / "logs"
         self.processes: list[ManagedProcess] = []
         self.oidc = OidcProviderConfig(

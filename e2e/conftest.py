@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from devstack.database import drop_postgres_database, fresh_postgres_database_with_roles
 from devstack.stack import LocalStack, StackPorts
 from e2e.page_checks import AXE, PASTE, PHONE, SCREENSHOTS, WIDER_THAN_THE_VIEWPORT
 from e2e.target import (
@@ -45,14 +46,21 @@ def target(request) -> Target:
         for what in target.clean_up():
             print(f"e2e clean-up: not removed: {what}")
         return
-    run_dir, database_url = (
-        request.getfixturevalue("run_dir"),
-        request.getfixturevalue("database_url"),
+    # A database of the stack's own: its worker runs all session long, and in the database of
+    # tests/ it would fire their schedules, deliver their notifications and stop their units.
+    name, portal_url, owner_url = fresh_postgres_database_with_roles("lakeport_e2e")
+    stack = LocalStack(
+        request.getfixturevalue("run_dir") / "e2e-stack",
+        StackPorts.free(),
+        database_url=portal_url,
+        database_owner_url=owner_url,
     )
-    stack = LocalStack(run_dir / "e2e-stack", StackPorts.free(), database_url=database_url)
-    stack.start(say=lambda _message: None)
-    yield local_target(stack)
-    stack.stop()
+    try:
+        stack.start(say=lambda _message: None)
+        yield local_target(stack)
+    finally:
+        stack.stop()
+        drop_postgres_database(name)
 
 
 @pytest.fixture

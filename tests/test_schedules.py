@@ -20,31 +20,12 @@ from tests.factories import (
     equipped,
     make_user,
     runs,
+    schedule_row,
     set_execution,
     sign_in_as,
     unit_row,
     update_row,
 )
-
-
-def schedule_row(
-    db_engine, owner, workflow, warehouse, cu, cron="*/5 * * * *", catch_up="skip", handled_until=T0
-) -> Schedule:
-    with Session(db_engine, expire_on_commit=False) as db:
-        schedule = Schedule(
-            owner_id=owner.id,
-            workflow_id=workflow.id,
-            cron=cron,
-            timezone="UTC",
-            compute_unit_id=cu.id,
-            warehouse_id=warehouse.id,
-            catch_up=catch_up,
-            handled_until=handled_until,
-            created_at=handled_until,
-        )
-        db.add(schedule)
-        db.commit()
-        return schedule
 
 
 def executions(db_engine, owner) -> list[Execution]:

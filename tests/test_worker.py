@@ -27,17 +27,20 @@ from app import create_app, leases
 from app.compute_units import work as unit_work
 from app.config import PROJECT_ROOT, SETTINGS, Config
 from app.db import make_engine, upgrade_database
-from app.models import ComputeUnit, Execution, User, WorkLease, utcnow
+from app.models import ComputeUnit, Execution, Schedule, User, WorkLease, utcnow
 from app.worker import MAX_BACKOFF_SECONDS, WorkAnnouncements
 from devstack.database import POSTGRES_ADMIN_URL, drop_postgres_database, fresh_postgres_database
 from tests.factories import (
+    equipped,
     make_user,
     register_warehouse,
     reload,
     run,
+    schedule_row,
     sign_in_as,
     start_unit,
     unit_events,
+    update_row,
     workflow_for,
 )
 
@@ -152,6 +155,46 @@ def test_without_postgresql_the_pause_is_a_plain_one_that_a_stop_cuts_short(tmp_
     started = time.monotonic()
     announcements.wait(30)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    "feature, each_item, a_pass",
+    [
+        ("app.warehouses.work", "check_grants", "reconcile_grants"),
+        ("app.schedules.work", "_follow_waiting", "fire_due"),
+    ],
+)
+def test_a_periodic_pass_stops_at_its_next_item_once_its_worker_lets_go(
+    app, db_engine, monkeypatch, feature, each_item, a_pass
+):
+    """A pass over every warehouse or schedule goes on only while its worker holds it: once the
+    worker stops (or lost the lease), it ends at the next row instead of acting, unleased, beside
+    the worker that takes it over."""
+    from importlib import import_module
+    from types import SimpleNamespace
+
+    work = import_module(feature)
+    owner = make_user(db_engine)
+    schedules = [schedule_row(db_engine, owner, *equipped(db_engine, owner)) for _ in range(2)]
+    seen: list[int] = []
+    monkeypatch.setattr(work, each_item, lambda subject, *rest: seen.append(subject))
+    for quiet in ("delete_unused_roles", "_follow_runs", "_fire_schedule"):
+        if hasattr(work, quiet):
+            monkeypatch.setattr(work, quiet, lambda *args: None)
+    held = SimpleNamespace(lost=threading.Event())
+    leases.hold_in_this_thread(held)
+    try:
+        with app.app_context():
+            getattr(work, a_pass)()
+            assert len(seen) >= 2  # held: every row
+            seen.clear()
+            held.lost.set()  # Worker.stop() sets it for all its work
+            getattr(work, a_pass)()
+            assert seen == []
+    finally:
+        leases.hold_in_this_thread(None)
+        for schedule in schedules:  # the schedule passes of later tests leave them be
+            update_row(db_engine, Schedule, schedule.id, paused=True)
 
 
 def test_a_lease_has_one_holder_until_it_expires_then_another_takes_it_over(lease_app):

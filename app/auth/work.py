@@ -27,7 +27,7 @@ from flask import current_app
 from sqlalchemy import exists, or_, update
 from sqlmodel import Session, select
 
-from app import work_registry
+from app import leases, work_registry
 from app.audit import service as audit
 from app.auth import provider_grant
 from app.db import engine, get_db
@@ -46,6 +46,8 @@ def revalidate() -> None:
         logger.info("user %s: no longer active; the refresh token is dropped", user_id)
     with provider_grant.http_client() as http:
         for user_id in _active_with_grant(now):
+            if not leases.still_held():
+                return  # the worker stops, or another took the pass over
             if not _ask_again(user_id, http):
                 break  # the provider does not answer: the others wait for the next pass
     _expire_unconfirmed(now)

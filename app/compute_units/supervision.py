@@ -12,6 +12,7 @@ from flask import current_app
 from sqlalchemy import exists
 from sqlmodel import Session, select
 
+from app import leases
 from app.compute_units import handles, service
 from app.db import DATABASE_UNAVAILABLE, engine
 from app.models import ComputeUnit, Execution, ExecutionState, UnitState, utcnow
@@ -31,6 +32,8 @@ def supervise() -> None:
     with Session(engine(), expire_on_commit=False) as db:
         running = list(db.exec(select(ComputeUnit).where(ComputeUnit.state == UnitState.RUNNING)))
     for cu in running:
+        if not leases.still_held():
+            return  # the worker stops, or another took the pass over
         check_now(cu)
 
 

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from app import roles, work_registry
+from app import leases, roles, work_registry
 from app.compute_units import queries as unit_queries
 from app.compute_units import service as unit_service
 from app.db import engine, get_db
@@ -65,6 +65,8 @@ def fire_due() -> None:
     with Session(engine()) as db:
         ids = db.exec(select(Schedule.id).where(Schedule.paused == False)).all()  # noqa: E712
     for schedule_id in ids:
+        if not leases.still_held():
+            return  # the worker stops, or another took the pass over: it goes on from here
         try:
             _follow_waiting(schedule_id)
             _follow_runs(schedule_id, moment)

@@ -50,7 +50,7 @@ from datetime import timedelta
 from sqlalchemy import delete, exists, update
 from sqlmodel import Session, select
 
-from app import work_registry
+from app import leases, work_registry
 from app.audit import service as audit
 from app.db import engine, get_db
 from app.extensions import lakekeeper
@@ -145,6 +145,8 @@ def reconcile_grants() -> None:
         ids = db.exec(select(Warehouse.id).order_by(Warehouse.id)).all()
     roles_checked: set[str] = set()  # a role shared with several warehouses is compared once a pass
     for warehouse_id in ids:
+        if not leases.still_held():
+            return  # the worker stops, or another took the pass over: it goes on from here
         check_grants(warehouse_id, roles_checked)
     delete_unused_roles()
 
