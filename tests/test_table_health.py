@@ -19,6 +19,7 @@ from app.iceberg_storage import TableHealth
 from app.models import AuditEvent, Execution, MaintenanceJob, TablePolicy, Warehouse, WarehouseShare
 from app.tables import queries, work
 from tests.factories import (
+    Api,
     add,
     csrf,
     execution_row,
@@ -28,6 +29,7 @@ from tests.factories import (
     reload,
     sign_in_as,
     text,
+    token_for,
     unit_row,
     warehouse_row,
     workflow_for,
@@ -136,6 +138,33 @@ def test_readers_see_the_policy_writers_set_it_and_others_get_404_everywhere(
     sign_in_as(client, owner)
     assert save(client, warehouse.id, expire_days="4").status_code == 200
     assert policy_row(db_engine, warehouse.id).expire_days == 4
+
+
+def test_the_api_reads_and_sets_a_policy_with_the_same_rules(app, client, newcomer, db_engine):
+    owner = make_user(db_engine)
+    warehouse = warehouse_row(db_engine, owner)
+    add(db_engine, WarehouseShare(warehouse_id=warehouse.id, user_id=newcomer.id, level="read"))
+    path = f"/api/v1/warehouses/{warehouse.id}/tables/{TABLE}"
+    reader = Api(client, token_for(app, newcomer))
+    assert reader.call("GET", f"{path}/policy").get_json()["compact_small_files"] is None
+    assert reader.call("POST", f"{path}/policy", {"expire_days": 3}).status_code == 404
+    assert reader.call("GET", f"{path}/maintenance").get_json() == []
+    stranger = Api(client, token_for(app, make_user(db_engine)))
+    for method, part in (("GET", "policy"), ("POST", "policy"), ("GET", "maintenance")):
+        body = {} if method == "POST" else None
+        assert stranger.call(method, f"{path}/{part}", body).status_code == 404, part
+
+    writer = Api(client, token_for(app, owner))
+    refused = writer.call("POST", f"{path}/policy", {"compact_small_files": 1})
+    assert refused.status_code == 400 and refused.get_json()["field"] == "compact_small_files"
+    assert writer.call("POST", f"{path}/policy", {"surprise": 1}).status_code == 400
+    saved = writer.call("POST", f"{path}/policy", {"compact_small_files": 25, "expire_days": 30})
+    assert saved.status_code == 200, saved.get_json()
+    assert (saved.get_json()["compact_small_files"], saved.get_json()["expire_days"]) == (25, 30)
+    assert reader.call("GET", f"{path}/policy").get_json()["expire_days"] == 30
+    looking = Api(client, token_for(app, owner, scope="read"))
+    assert looking.call("POST", f"{path}/policy", {"expire_days": 1}).status_code == 403
+    assert policy_row(db_engine, warehouse.id).expire_days == 30
 
 
 # --------------------------------------------------------------------------- decisions (light)
@@ -299,6 +328,14 @@ def test_the_health_shown_equals_an_independent_pyiceberg_read(lake, db_engine):
     page = text(client.get(f"/warehouses/{warehouse.id}/tables/{TABLE}"))
     for part in ("health", "policy", "story"):
         assert section(warehouse.id, part) in page
+    # The API answers the same figures.
+    api = Api(client, token_for(app, owner))
+    shown = api.call("GET", f"/api/v1/warehouses/{warehouse.id}/tables/{TABLE}/health").get_json()
+    assert (shown["data_files"], shown["small_files"], shown["snapshots"]) == (
+        len(files),
+        sum(size < threshold_mb << 20 for size in sizes),
+        len(table.snapshots()),
+    )
 
 
 def test_the_policy_pass_queues_on_an_idle_unit_and_records_why_it_waits(lake, db_engine):

@@ -1,0 +1,130 @@
+"""The API's tables: a table's health, its maintenance policy (read by whoever may read the
+warehouse, set by whoever may write it) and its maintenance jobs. The same queries and service
+as the table page (app/tables/); no access answers 404."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from flask_login import current_user
+from pydantic import BaseModel, Field
+from spectree import Response
+
+from app.api import bp, schemas
+from app.api.openapi import spec
+from app.api.paging import ERRORS, table_read
+from app.api.problems import ApiProblem
+from app.models import MaintenanceJob, TablePolicy, Warehouse, WarehouseStatus
+from app.tables import forms, queries, service
+from app.warehouses import sharing
+from app.warehouses.queries import valid_table_name
+
+TABLE = "/warehouses/<int:warehouse_id>/tables/<name>"
+
+
+class TableHealthOut(BaseModel):
+    data_files: int
+    average_file_bytes: int | None
+    small_files: int = Field(description="data files below `small_file_bytes`")
+    small_file_bytes: int
+    delete_files: int
+    records: int
+    snapshots: int
+    last_compaction_ms: int | None = Field(description="the newest compaction's commit, or null")
+
+
+class PolicyIn(schemas.Input):
+    small_file_mb: int = forms.DEFAULT_SMALL_FILE_MB
+    compact_small_files: int | None = Field(None, description="null: never compact")
+    expire_days: int | None = Field(None, description="null: never expire snapshots")
+
+
+class PolicyOut(BaseModel):
+    small_file_mb: int
+    compact_small_files: int | None
+    expire_days: int | None
+    updated_at: datetime | None
+
+
+class MaintenanceJobOut(BaseModel):
+    id: int
+    state: str = Field(description="queued, running, done or failed")
+    compact: bool
+    expire_before: datetime | None
+    skipped: str = Field(description="why it did not run, else ''")
+    error: str
+    data_files_before: int | None
+    data_files_after: int | None
+    gb_hours: float | None
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+def _table(warehouse_id: int, name: str, need: str | None = None) -> Warehouse:
+    warehouse = sharing.accessible_or_404(warehouse_id, need)
+    if not valid_table_name(name):
+        raise ApiProblem(404, "No such table.")
+    return warehouse
+
+
+def _policy_out(policy: TablePolicy | None) -> PolicyOut:
+    if policy is None:
+        return PolicyOut(
+            small_file_mb=forms.DEFAULT_SMALL_FILE_MB,
+            compact_small_files=None,
+            expire_days=None,
+            updated_at=None,
+        )
+    return PolicyOut(**{name: getattr(policy, name) for name in PolicyOut.model_fields})
+
+
+@bp.get(f"{TABLE}/health")
+@spec.validate(
+    resp=Response(HTTP_200=TableHealthOut, HTTP_409=schemas.Problem, **ERRORS), tags=["tables"]
+)
+def get_table_health(warehouse_id: int, name: str):
+    """A table's data and delete files, small files and snapshots, from its metadata."""
+    warehouse = _table(warehouse_id, name)
+    policy = queries.policy_of(warehouse, name)
+    health = table_read(lambda: queries.health(warehouse, name, policy), missing="No such table.")
+    return TableHealthOut(
+        **{name_: getattr(health, name_) for name_ in TableHealthOut.model_fields}
+    )
+
+
+@bp.get(f"{TABLE}/policy")
+@spec.validate(resp=Response(HTTP_200=PolicyOut, **ERRORS), tags=["tables"])
+def get_table_policy(warehouse_id: int, name: str):
+    """A table's maintenance policy (without one: nothing is compacted nor expired)."""
+    warehouse = _table(warehouse_id, name)
+    return _policy_out(queries.policy_of(warehouse, name))
+
+
+@bp.post(f"{TABLE}/policy")
+@spec.validate(json=PolicyIn, resp=Response(HTTP_200=PolicyOut, **ERRORS), tags=["tables"])
+def set_table_policy(warehouse_id: int, name: str, json: PolicyIn):
+    """Set a table's maintenance policy (you may write the warehouse); the worker acts on it."""
+    warehouse = _table(warehouse_id, name, sharing.WRITE)
+    if warehouse.status != WarehouseStatus.ACTIVE:
+        raise ApiProblem(400, "Only an active warehouse's tables can be maintained.")
+    form = {key: "" if value is None else str(value) for key, value in json.model_dump().items()}
+    values, errors = forms.parse_policy(form)
+    if errors:
+        field, message = next(iter(errors.items()))
+        raise ApiProblem(400, message, field)
+    return _policy_out(service.save_policy(warehouse, name, values, current_user))
+
+
+@bp.get(f"{TABLE}/maintenance")
+@spec.validate(resp=Response(HTTP_200=list[MaintenanceJobOut], **ERRORS), tags=["tables"])
+def list_table_maintenance(warehouse_id: int, name: str):
+    """A table's maintenance jobs, newest first (the last 50)."""
+    warehouse = _table(warehouse_id, name)
+    return [_job_out(job) for job in queries.history(warehouse, name)]
+
+
+def _job_out(job: MaintenanceJob) -> MaintenanceJobOut:
+    return MaintenanceJobOut(
+        **{name: getattr(job, name) for name in MaintenanceJobOut.model_fields}
+    )
