@@ -7,8 +7,9 @@ Modules:
 - `queries.py` — what the pages read: usage per execution, warehouse and user; retention's preview
   and log; the latest maintenance
 - `forms.py` — the retention form, read and checked
-- `work.py` — the worker's side: the usage pass (storage measured from table metadata) and
-  maintenance jobs (dataset snapshot expiry, run on the owner's unit)
+- `work.py` — the worker's side: the usage pass (storage measured from table metadata, then the
+  tables' policy pass, app/tables/work.py) and maintenance jobs (dataset snapshot expiry; a
+  table's compaction and expiry), run on the owner's unit
 """
 
 from flask import Blueprint
