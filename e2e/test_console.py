@@ -1,5 +1,6 @@
-"""The SQL console as a person uses it, in a real browser, on a real local compute unit: a query
-run with Ctrl+Enter, its rows sorted and exported, a long one cancelled, both in the history."""
+"""The SQL console as a person uses it, in a real browser: the editor completes her warehouse's
+tables and columns; on a real local compute unit, a query run with Ctrl+Enter, its rows sorted
+and exported, a long one cancelled, both in the history."""
 
 import csv
 import re
@@ -98,6 +99,58 @@ def test_alice_queries_her_warehouse_sorts_exports_and_cancels(
         if page.get_by_test_id("cu-state").inner_text() not in ("TERMINATED", "FAILED"):
             page.get_by_test_id("terminate").click()
             page.get_by_test_id("confirm-accept").click()
+
+
+def test_the_editor_completes_a_table_and_its_columns_from_her_warehouse(
+    page, sign_in, fill_warehouse_form, check_page, target, tmp_path
+):
+    warehouse = target.name("completes")
+    csv_file = tmp_path / "orders.csv"
+    csv_file.write_text("id,amount\n1,10\n2,20\n")
+    sign_in("alice")
+    page.get_by_role("link", name="Warehouses").first.click()
+    page.get_by_test_id("register-warehouse").click()
+    fill_warehouse_form(warehouse)
+    page.get_by_test_id("create-warehouse").click()
+    expect(page.get_by_test_id("warehouse-name")).to_have_text(warehouse, timeout=30_000)
+    page.get_by_role("link", name="Workflows").first.click()
+    page.get_by_test_id("data-sources").click()
+    upload = page.get_by_test_id("upload-form")
+    upload.get_by_label("Warehouse").select_option(label=warehouse)
+    upload.get_by_label("Table").fill("orders")
+    upload.get_by_label("File").set_input_files(csv_file)
+    page.get_by_test_id("upload").click()
+    expect(page.get_by_test_id("upload-result")).to_contain_text("Imported 2 rows", timeout=60_000)
+
+    page.get_by_role("link", name="Query").first.click()
+    form = page.get_by_test_id("query-form")
+    form.get_by_label("Warehouse").select_option(label=warehouse)
+    status = page.get_by_test_id("completion-status")
+    expect(status).to_contain_text(f"of {warehouse}", timeout=30_000)
+    expect(status).to_contain_text("Completes")
+    content = form.get_by_label("SQL")
+    content.click()
+    content.press("Control+A")
+    content.press("Delete")
+    options = page.locator(".cm-tooltip-autocomplete li")
+
+    def choose(label: str) -> None:
+        expect(options.filter(has_text=label).first).to_have_attribute("aria-selected", "true")
+        # CodeMirror ignores Enter for 75 ms after it opens a completion (interactionDelay).
+        page.wait_for_timeout(150)
+        page.keyboard.press("Enter")
+
+    # A table of a namespace, then a column of the table the statement names.
+    page.keyboard.type("SELECT * FROM datasets.ord")
+    choose("orders")
+    page.keyboard.type(" WHERE amou")
+    choose("amount")
+    expect(form.locator("textarea[name='sql-code']")).to_have_value(
+        "SELECT * FROM datasets.orders WHERE amount"
+    )
+    page.get_by_test_id("refresh-completions").click()
+    expect(status).to_contain_text("Completes")
+    check_page("console-completion")
 
 
 def ask(page, sql: str) -> None:

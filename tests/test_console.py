@@ -1,7 +1,7 @@
 """The SQL console without a unit: the read-only check of a statement (sqlglot), the Query page and
 the API through the Flask test client (whose query it is, who may write, cancel, results as the
-worker stored them, CSV), and what the worker keeps of a unit's answer. The console on a real unit
-is tests/test_console_unit.py."""
+worker stored them, CSV), the editor's completion (and once on the dev catalog), and what the
+worker keeps of a unit's answer. The console on a real unit is tests/test_console_unit.py."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tests.factories import (
     csrf,
     make_user,
     reload,
+    share,
     sign_in_as,
     token_for,
     unit_row,
@@ -373,6 +374,38 @@ def test_completion_follows_the_warehouse_s_sharing(client, db_engine, alice, ap
     assert carols.get("/console/warehouses/999999/completions").status_code == 404
     update_row(db_engine, type(warehouse), warehouse.id, status="purged")
     assert client.get(url).status_code == 404
+
+
+def test_completion_reads_a_real_catalog_for_the_owner_and_a_read_sharee(team):
+    """On the dev catalog: the owner's tables complete, for her and for a member of a group she
+    shared the warehouse with to read; carol, in no group, gets 404."""
+    import pyarrow as pa
+
+    from app.iceberg_catalogs import catalog_for
+
+    app, group, people, warehouse = team
+    (_, owner_client), (_, member_client), (_, carol_client) = (
+        people[name] for name in ("owner", "member", "carol")
+    )
+    with app.app_context():
+        catalog = catalog_for(warehouse)
+        catalog.create_namespace("tpch")
+        catalog.create_table(
+            ("tpch", "lineitem"),
+            schema=pa.schema([("l_orderkey", pa.int64()), ("l_returnflag", pa.string())]),
+        )
+    url = f"/console/warehouses/{warehouse.id}/completions"
+    lineitem = owner_client.get(url).get_json()["schema"]["tpch"]["children"]["lineitem"]
+    assert [(column["label"], column["detail"]) for column in lineitem["children"]] == [
+        ("l_orderkey", "long"),
+        ("l_returnflag", "string"),
+    ]
+    assert member_client.get(url).status_code == 404
+    assert (
+        share(owner_client, warehouse, kind="group", group=group, level="read").status_code == 200
+    )
+    assert "lineitem" in member_client.get(url).get_json()["schema"]["tpch"]["children"]
+    assert carol_client.get(url).status_code == 404
 
 
 def completed(db_engine, query_id: int, rows: list[list], **fields) -> None:
