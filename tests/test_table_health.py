@@ -314,13 +314,50 @@ def test_the_health_shown_equals_an_independent_pyiceberg_read(lake, db_engine):
     )
     page = text(client.get(section(warehouse.id, "health")))
     assert stat(page, "small-files") == str(sum(size < threshold_mb << 20 for size in sizes))
-    # The story lists each snapshot, newest first, with its rows added.
+    # The story lists each snapshot, newest first, with the run that wrote it and its rows added;
+    # a publish whose snapshot expired stays listed; the workflows that read it are named.
+    newest = max(table.snapshots(), key=lambda s: s.timestamp_ms)
+    writer, reader = workflow_for(db_engine, owner), workflow_for(db_engine, owner)
+    unit = unit_row(db_engine, owner)
+    wrote = [
+        {"table": TABLE, "step": "daily", "snapshot_id": newest.snapshot_id, "snapshot_at_ms": 1},
+        {
+            "table": TABLE,
+            "step": "daily",
+            "snapshot_id": 4242,
+            "snapshot_at_ms": 1000,
+            "added_records": 7,
+        },
+    ]
+    publisher = execution_row(
+        db_engine,
+        owner,
+        writer,
+        warehouse,
+        unit,
+        state="COMPLETED",
+        lineage=json.dumps({"read": [], "wrote": wrote}),
+    )
+    read = [{"table": TABLE, "snapshot_id": newest.snapshot_id}]
+    execution_row(
+        db_engine,
+        owner,
+        reader,
+        warehouse,
+        unit,
+        state="COMPLETED",
+        lineage=json.dumps({"read": read, "wrote": []}),
+    )
     story = text(client.get(section(warehouse.id, "story")))
+    assert f">execution #{publisher.id}</a>" in story and "step <code>daily</code>" in story
+    assert f">{writer.name}</a>" in story.split('data-testid="table-workflows"')[1].split("</p>")[0]
+    assert f">{reader.name}</a>" in story.split('data-testid="table-consumers"')[1].split("</p>")[0]
+    assert '<code>4242</code> <small class="muted">(expired)</small>' in story
     listed = re.findall(
         r"<code>(\d+)</code>", story.split('data-testid="table-publishes"')[1].split("</table>")[0]
     )
     newest_first = sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True)
-    assert [int(s) for s in listed] == [s.snapshot_id for s in newest_first]
+    assert [int(s) for s in listed] == [s.snapshot_id for s in newest_first] + [4242]
     connect = story.split('data-testid="table-connect"')[1]
     assert f"lake.{TABLE}" in connect and warehouse.lakekeeper_name in connect
     assert "&lt;client-secret&gt;" in connect and "secret_access_key" not in connect

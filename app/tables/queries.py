@@ -6,6 +6,7 @@
 - The story: every snapshot of the table, newest first, with the execution that wrote it (from
   the executions' lineage: each `wrote` entry names the table, the step and the snapshot) or the
   maintenance job that compacted it; a publish whose snapshot has since expired is still listed.
+  The workflows that wrote it and those that read it (its consumers) come from the same lineage.
 - Pins: the snapshots of this table that recorded pinned re-runs read (`Execution.pinned_to`),
   and those their originals' incremental reads started after: snapshot expiry keeps them, so
   such a run can be run again on the same inputs.
@@ -95,12 +96,15 @@ class StoryEntry:
 @dataclass
 class Story:
     entries: list[StoryEntry] = field(default_factory=list)
-    # The workflows that wrote it: id → (name, whether the viewer owns it).
+    # The workflows that wrote it, and those that read it (its consumers):
+    # id → (name, whether the viewer's execution ran it).
     workflows: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    consumers: dict[int, tuple[str, bool]] = field(default_factory=dict)
 
 
-def _writes(warehouse: Warehouse, table_name: str) -> list[tuple[Execution, dict]]:
-    """(execution, its lineage's `wrote` entry) for each write of this table, newest first."""
+def _lineage_entries(warehouse: Warehouse, table_name: str) -> list[tuple[Execution, str, dict]]:
+    """(execution, "wrote" or "read", the lineage's entry) for each write and read of this table
+    by the warehouse's last STORY_EXECUTIONS executions that name it, newest first."""
     with Session(engine()) as db:
         executions = db.exec(
             select(Execution)
@@ -111,16 +115,15 @@ def _writes(warehouse: Warehouse, table_name: str) -> list[tuple[Execution, dict
             .order_by(Execution.id.desc())
             .limit(STORY_EXECUTIONS)
         ).all()
-    writes = []
+    found = []
     for execution in executions:
-        try:
-            wrote = json.loads(execution.lineage or "{}").get("wrote") or []
-        except ValueError:
-            continue
-        for entry in wrote:
-            if isinstance(entry, dict) and entry.get("table") == table_name:
-                writes.append((execution, entry))
-    return writes
+        lineage = _json_object(execution.lineage)
+        for kind, key in (("wrote", "wrote"), ("read", "read"), ("read", "changes")):
+            entries = lineage.get(key)
+            for entry in entries if isinstance(entries, list) else []:
+                if isinstance(entry, dict) and entry.get("table") == table_name:
+                    found.append((execution, kind, entry))
+    return found
 
 
 def story(warehouse: Warehouse, table_name: str, viewer: User) -> Story:
@@ -128,10 +131,13 @@ def story(warehouse: Warehouse, table_name: str, viewer: User) -> Story:
     ResultReadError."""
     overview = iceberg_reader.table_overview(catalog_for(warehouse), table_name)
     by_snapshot = {}
-    for execution, entry in _writes(warehouse, table_name):
-        if isinstance(entry.get("snapshot_id"), int):
-            by_snapshot.setdefault(entry["snapshot_id"], (execution, entry))
     result = Story()
+    for execution, kind, entry in _lineage_entries(warehouse, table_name):
+        if kind == "read":
+            own = execution.owner_id == viewer.id
+            result.consumers.setdefault(execution.workflow_id, ("", own))
+        elif _is_snapshot(entry.get("snapshot_id")):
+            by_snapshot.setdefault(entry["snapshot_id"], (execution, entry))
     for snapshot in overview.snapshots:
         item = StoryEntry(
             snapshot.snapshot_id,
@@ -153,9 +159,12 @@ def story(warehouse: Warehouse, table_name: str, viewer: User) -> Story:
         _attach(item, execution, entry, viewer, result)
         result.entries.append(item)
     result.entries.sort(key=lambda item: item.committed_at_ms, reverse=True)
+    named = set(result.workflows) | set(result.consumers)
     with Session(engine()) as db:
-        for workflow in db.exec(select(Workflow).where(Workflow.id.in_(set(result.workflows)))):
-            result.workflows[workflow.id] = (workflow.name, result.workflows[workflow.id][1])
+        for workflow in db.exec(select(Workflow).where(Workflow.id.in_(named))):
+            for listing in (result.workflows, result.consumers):
+                if workflow.id in listing:
+                    listing[workflow.id] = (workflow.name, listing[workflow.id][1])
     return result
 
 
