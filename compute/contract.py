@@ -228,6 +228,9 @@ class Publish:
 
     table: str
     mode: str = "append"
+    # Quality checks its rows must pass before they are published (compute/run/checks.py): as
+    # given, JSON objects (or the editor's text when it is no JSON list), checked there.
+    checks: tuple | str = ()
 
     def problem(self) -> str | None:
         """Why this is no publish target Lakeport accepts, or None."""
@@ -246,6 +249,16 @@ class Publish:
         return None
 
 
+def _checks(value: object) -> tuple | str:
+    """A publish target's checks as kept: a list as a tuple, none as (), anything else as given
+    (its check says what is wrong)."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 @dataclass(frozen=True)
 class Step:
     """One step, as a workflow version stores it and the unit runs it. `output`: its rows are
@@ -261,15 +274,19 @@ class Step:
         data = asdict(self)
         if self.publish is None:  # a step without one is stored as before
             del data["publish"]
+        elif isinstance(self.publish.checks, tuple):
+            data["publish"]["checks"] = list(self.publish.checks)
+            if not self.publish.checks:
+                del data["publish"]["checks"]
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Step:
         publish = data.get("publish")
         if isinstance(publish, Publish):
-            publish = (publish.table, publish.mode)
+            publish = (publish.table, publish.mode, publish.checks)
         elif isinstance(publish, dict):
-            publish = (publish.get("table"), publish.get("mode", "append"))
+            publish = (publish.get("table"), publish.get("mode", "append"), publish.get("checks"))
         elif publish is not None:
             raise TypeError(f"publish must be an object, not {type(publish).__name__}")
         return cls(
@@ -277,7 +294,9 @@ class Step:
             kind=str(data["kind"]),
             code=str(data["code"]),
             output=bool(data.get("output", False)),
-            publish=Publish(str(publish[0] or ""), str(publish[1] or "")) if publish else None,
+            publish=Publish(str(publish[0] or ""), str(publish[1] or ""), _checks(publish[2]))
+            if publish
+            else None,
         )
 
 

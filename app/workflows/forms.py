@@ -2,11 +2,13 @@
 
 The editor keeps no state on the server: every request carries all steps as fields
 `steps-<i>-name`, `steps-<i>-kind`, `steps-<i>-code`, `steps-<i>-output`, and the named
-output it publishes to, `steps-<i>-publish-table` (empty: none) and `steps-<i>-publish-mode`.
+output it publishes to, `steps-<i>-publish-table` (empty: none), `steps-<i>-publish-mode` and
+`steps-<i>-publish-checks` (its quality checks, a JSON list; empty: none).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -57,11 +59,24 @@ def read_steps(data) -> list[Step]:
                 publish=Publish(
                     data.get(f"steps-{index}-publish-table") or "",
                     data.get(f"steps-{index}-publish-mode") or "append",
+                    _read_checks(data.get(f"steps-{index}-publish-checks") or ""),
                 ),
             )
         )
         for index in indexes[: MAX_STEPS + 1]
     ]
+
+
+def _read_checks(text: str) -> tuple | str:
+    """The checks field (a JSON list, compute/run/checks.py): parsed, or kept as typed when it
+    is no JSON list, so the step's check says why."""
+    if not text.strip():
+        return ()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    return tuple(parsed) if isinstance(parsed, list) else text
 
 
 def read_base_version(data) -> int:

@@ -27,6 +27,7 @@ from compute.contract import (
     Publish,
     Step,
 )
+from compute.run import checks
 
 KINDS = STEP_KINDS
 MODES = PUBLISH_MODES
@@ -81,7 +82,9 @@ def normalized(step: Step) -> Step:
     publish = step.publish
     if publish is not None:
         table = publish.table.strip()
-        publish = Publish(table, publish.mode.strip()) if table else None
+        # Checks without a table stay, so the check says what they lack.
+        keep = table or publish.checks
+        publish = Publish(table, publish.mode.strip(), publish.checks) if keep else None
     return replace(
         step,
         name=step.name.strip(),
@@ -96,7 +99,7 @@ def normalized(step: Step) -> Step:
 @dataclass
 class StepsCheck:
     """What is wrong with a list of steps: messages for the whole list, and per step index
-    a field ("name", "kind", "code", "publish") → messages."""
+    a field ("name", "kind", "code", "publish", "checks") → messages."""
 
     workflow: list[str]
     steps: dict[int, dict[str, list[str]]]
@@ -146,6 +149,8 @@ def check_step(step: Step, earlier: list[str], later: list[str]) -> dict[str, li
         errors["code"] = code_errors
     if step.publish is not None and (problem := step.publish.problem()):
         errors["publish"] = [problem]
+    if step.publish is not None and (check_errors := checks.problems(step.publish.checks)):
+        errors["checks"] = check_errors  # compute/run/checks.py: the unit checks them again
     return errors
 
 
