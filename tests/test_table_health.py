@@ -91,6 +91,17 @@ def test_the_policy_form_validates_every_field_and_saves_a_valid_policy(
             .where(AuditEvent.object_id == str(warehouse.id))
         ).all()
     assert len(events) == 2 and json.loads(events[0].detail)["table"] == TABLE
+    # A table the unit's maintenance could not name gets no policy.
+    for name in ("sales.daily-2", "sales.eu.daily"):
+        refused = client.post(
+            section(warehouse.id, "policy", name),
+            data={"small_file_mb": "32", "expire_days": "3"},
+            headers={"X-CSRFToken": csrf(client)},
+        )
+        assert refused.status_code == 422 and "namespace.table" in text(refused), name
+    with Session(db_engine) as db:
+        policies = db.exec(select(TablePolicy).where(TablePolicy.warehouse_id == warehouse.id))
+        assert [policy.table_name for policy in policies] == [TABLE]
     # A name that is no table name is no table.
     assert client.get(section(warehouse.id, "policy", "no dots")).status_code == 404
 

@@ -109,10 +109,10 @@ def set_table_policy(warehouse_id: int, name: str, json: PolicyIn):
     if warehouse.status != WarehouseStatus.ACTIVE:
         raise ApiProblem(400, "Only an active warehouse's tables can be maintained.")
     form = {key: "" if value is None else str(value) for key, value in json.model_dump().items()}
-    values, errors = forms.parse_policy(form)
+    values, errors = forms.parse_policy(form, name)
     if errors:
         field, message = next(iter(errors.items()))
-        raise ApiProblem(400, message, field)
+        raise ApiProblem(400, message, None if field == "form" else field)
     return _policy_out(service.save_policy(warehouse, name, values, current_user))
 
 

@@ -3,6 +3,8 @@ the form shows them."""
 
 from __future__ import annotations
 
+import re
+
 from app.models import TablePolicy
 
 # Files below this size count as small when no policy says otherwise.
@@ -11,13 +13,20 @@ MAX_SMALL_FILE_MB = 1024
 MIN_SMALL_FILES = 2  # compacting one file into one gains nothing
 MAX_SMALL_FILES = 1_000_000
 MAX_EXPIRE_DAYS = 3650
+# The tables the unit's maintenance takes (compute/run/maintenance.py TABLE_NAME, the same rule).
+MAINTAINABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
+NOT_MAINTAINABLE = (
+    "Lakeport maintains tables named namespace.table, each part letters, digits and underscores."
+)
 
 
-def parse_policy(form) -> tuple[dict, dict[str, str]]:
-    """The policy's values from the form, and a message per field that is not valid. An empty
-    threshold or age turns that part off."""
+def parse_policy(form, table_name: str) -> tuple[dict, dict[str, str]]:
+    """The policy's values from the form, and a message per field that is not valid (`form`: the
+    whole form's). An empty threshold or age turns that part off."""
     values: dict = {}
     errors: dict[str, str] = {}
+    if not MAINTAINABLE.fullmatch(table_name):
+        errors["form"] = NOT_MAINTAINABLE
 
     def whole_number(key: str, label: str, low: int, high: int, optional: bool) -> None:
         text = (form.get(key) or "").strip()

@@ -67,7 +67,7 @@ def policy(warehouse_id: int, name: str):
 @bp.post(f"{SECTION}/policy")
 def save_policy(warehouse_id: int, name: str):
     warehouse = _table(warehouse_id, name, sharing.WRITE)
-    values, errors = forms.parse_policy(request.form)
+    values, errors = forms.parse_policy(request.form, name)
     if warehouse.status != WarehouseStatus.ACTIVE:
         errors["form"] = "Only an active warehouse's tables can be maintained."
     if errors:
