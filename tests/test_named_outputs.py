@@ -9,14 +9,30 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+import threading
+import time
 
 import pytest
 from sqlmodel import Session, select
 
+from app.executions import unit_reports
 from app.models import WorkflowVersion
 from app.workflows.steps import Step, check_steps, loads
-from compute.contract import ExecutionSpec, InvalidSpec, Publish
-from tests.factories import Api, csrf, make_user, sign_in_as, token_for, workflow_for
+from compute.contract import ExecutionSpec, InvalidSpec, Publish, RunState
+from tests.catalogs import reader, submit
+from tests.catalogs import step as catalog_step
+from tests.factories import (
+    Api,
+    csrf,
+    execution_row,
+    make_user,
+    sign_in_as,
+    token_for,
+    unit_row,
+    warehouse_row,
+    workflow_for,
+)
 
 SELECT_ONE = "SELECT 1 AS id"
 
@@ -63,6 +79,47 @@ def test_a_step_without_a_publish_target_is_stored_as_before():
     published = step("daily", "sales.daily", "overwrite")
     assert Step.from_dict(published.to_dict()) == published
     assert published.to_dict()["publish"] == {"table": "sales.daily", "mode": "overwrite"}
+
+
+def test_the_schema_rule_adds_new_columns_and_spells_out_any_other_difference():
+    from pyspark.sql.types import (
+        ArrayType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    from compute.run.publish import schema_difference
+
+    table = StructType(
+        [
+            StructField("id", LongType(), True),
+            StructField("Name", StringType(), True),
+            StructField("tags", ArrayType(StringType(), True), True),
+        ]
+    )
+    # Nullability and the case of a name are no difference; a new column is added.
+    same_but_required = StructType(
+        [
+            StructField("ID", LongType(), False),
+            StructField("name", StringType(), False),
+            StructField("tags", ArrayType(StringType(), False), False),
+            StructField("age", IntegerType(), False),
+        ]
+    )
+    added, problems = schema_difference("sales.people", table, same_but_required)
+    assert [field.name for field in added] == ["age"] and problems == []
+
+    changed = StructType([StructField("id", StringType(), True)])
+    added, problems = schema_difference("sales.people", table, changed)
+    assert added == []
+    assert problems == [
+        "column Name (string) of sales.people is missing from the output",
+        "column tags (array<string>) of sales.people is missing from the output",
+        "column id is bigint in sales.people and string in the output",
+    ]
 
 
 def execution_spec(steps: list[dict]) -> dict:
@@ -186,3 +243,258 @@ def test_the_api_saves_a_publish_target_and_names_the_field_of_a_bad_one(app, cl
         assert refused.status_code == 400
         assert refused.get_json()["field"] == "steps.0.publish"
         assert message in refused.get_json()["detail"]
+
+
+# ------------------------------------------------------------------ on a unit (heavy)
+def published_step(name: str, code: str, table: str, mode: str = "append", **fields) -> dict:
+    return {
+        **catalog_step(name, code, kind=fields.pop("kind", "sql"), **fields),
+        "publish": {"table": table, "mode": mode},
+    }
+
+
+def sleeping_step(seconds: float) -> dict:
+    code = f"def run(spark):\n    import time\n    time.sleep({seconds})\n    return spark.range(1)"
+    return catalog_step("pause", code, kind="python")
+
+
+def until_step_done(host, run_id: str, position: int) -> None:
+    """Polls until the run's step at `position` is done (or the run has ended)."""
+    deadline = time.monotonic() + 300
+    while True:
+        run = host.run(run_id)
+        states = [s["state"] for s in run["progress"]["steps"]]
+        if states[position : position + 1] == ["done"] or run["state"] in RunState.FINAL:
+            return
+        assert time.monotonic() < deadline, run
+        time.sleep(0.05)
+
+
+def rows_of(catalog, table: str) -> list[dict]:
+    return sorted(catalog.load_table(table).scan().to_arrow().to_pylist(), key=lambda row: str(row))
+
+
+def test_a_run_publishes_its_named_tables_in_one_commit_a_reader_never_sees_a_mix(
+    host, lakehouse, warehouses
+):
+    warehouse, namespace = warehouses[0], f"pub_{secrets.token_hex(3)}"
+    tables = [f"{namespace}.{name}" for name in ("first", "second", "third")]
+
+    def steps(round_: int) -> list[dict]:
+        return [
+            published_step(
+                f"make_{position}",
+                f"SELECT id, {round_} AS round FROM range({position + 2})",
+                table,
+                output=position == 0,  # a step may keep a run-only result as well
+            )
+            for position, table in enumerate(tables)
+        ]
+
+    run_id, spec = submit(host, lakehouse, warehouse, steps(1))
+    first = host.wait(run_id, timeout_s=300)
+    assert first["state"] == "COMPLETED", first["error"]
+    published = first["result"]["published"]
+    assert [published[f"make_{p}"]["table"] for p in range(3)] == tables
+    assert [published[f"make_{p}"]["rows_added"] for p in range(3)] == [2, 3, 4]
+    assert first["result"]["outputs"] == {"make_0": f"results.e{spec['execution_id']}_make_0"}
+    wrote = {entry["table"]: entry for entry in first["result"]["lineage"]["wrote"]}
+    for position, table in enumerate(tables):
+        assert wrote[table]["snapshot_id"] == published[f"make_{position}"]["snapshot_id"]
+
+    catalog = reader(lakehouse, warehouse)
+    round_of = {entry["snapshot_id"]: 1 for entry in published.values()}
+    for table in tables:
+        loaded = catalog.load_table(table)
+        assert loaded.current_snapshot().snapshot_id in round_of
+        assert set(loaded.metadata.refs) == {"main"}  # the run's branch went with the publish
+
+    # A second round, while readers load the three tables one after another, forwards and
+    # backwards: a table loaded later is never older than one loaded before it.
+    seen: list[list[int]] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        own, order = reader(lakehouse, warehouse), list(tables)
+        while not stop.is_set():
+            seen.append([own.load_table(t).current_snapshot().snapshot_id for t in order])
+            order.reverse()
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for thread in readers:
+        thread.start()
+    try:
+        run_id, _ = submit(host, lakehouse, warehouse, steps(2))
+        second = host.wait(run_id, timeout_s=300)
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join()
+    assert second["state"] == "COMPLETED", second["error"]
+    round_of.update({entry["snapshot_id"]: 2 for entry in second["result"]["published"].values()})
+    rounds = [[round_of[snapshot] for snapshot in pass_] for pass_ in seen]
+    assert {1, 2} <= {number for pass_ in rounds for number in pass_}  # it saw both rounds
+    assert all(pass_ == sorted(pass_) for pass_ in rounds), [p for p in rounds if p != sorted(p)]
+    assert rows_of(catalog, tables[2]) == sorted(
+        [{"id": i, "round": r} for r in (1, 2) for i in range(4)], key=lambda row: str(row)
+    )
+
+
+def test_two_appends_at_once_both_land_and_a_conflicting_overwrite_fails_the_later_run(
+    host, lakehouse, warehouses
+):
+    warehouse, table = warehouses[0], f"pub_{secrets.token_hex(3)}.daily"
+    catalog = reader(lakehouse, warehouse)
+
+    def rows(source: str, count: int) -> str:
+        return f"SELECT id, '{source}' AS source FROM range({count})"
+
+    # The slow run stages its rows, then waits in a later step while the quick run publishes:
+    # its commit is refused (main moved), it rebases its appended files and publishes.
+    slow_id, slow = submit(
+        host,
+        lakehouse,
+        warehouse,
+        [published_step("rows", rows("slow", 3), table), sleeping_step(6)],
+    )
+    until_step_done(host, slow_id, 0)
+    quick_id, _ = submit(
+        host, lakehouse, warehouse, [published_step("rows", rows("quick", 2), table)]
+    )
+    assert host.wait(quick_id, timeout_s=300)["state"] == "COMPLETED"
+    slow_run = host.wait(slow_id, timeout_s=300)
+    assert slow_run["state"] == "COMPLETED", slow_run["error"]
+    assert any("rebased onto it" in line["message"] for line in slow_run["progress"]["logs"])
+    expected = [{"id": i, "source": "slow"} for i in range(3)]
+    expected += [{"id": i, "source": "quick"} for i in range(2)]
+    assert rows_of(catalog, table) == sorted(expected, key=lambda row: str(row))
+
+    # An overwrite staged on a main that another run then moves fails, naming why; it
+    # publishes nothing and its branch stays for inspection.
+    overwrite_id, overwrite = submit(
+        host,
+        lakehouse,
+        warehouse,
+        [published_step("rows", rows("replacement", 1), table, "overwrite"), sleeping_step(6)],
+    )
+    until_step_done(host, overwrite_id, 0)
+    append_id, _ = submit(
+        host, lakehouse, warehouse, [published_step("rows", rows("late", 1), table)]
+    )
+    assert host.wait(append_id, timeout_s=300)["state"] == "COMPLETED"
+    failed = host.wait(overwrite_id, timeout_s=300)
+    assert failed["state"] == "FAILED"
+    assert f"step 'rows' overwrites {table}, which changed since this run began" in failed["error"]
+    expected.append({"id": 0, "source": "late"})
+    assert rows_of(catalog, table) == sorted(expected, key=lambda row: str(row))
+    branch = f"lakeport_run_{overwrite['execution_id']}"
+    refs = catalog.load_table(table).metadata.refs
+    assert set(refs) == {"main", branch}
+    staged = catalog.load_table(table).scan(snapshot_id=refs[branch].snapshot_id).to_arrow()
+    assert staged.to_pylist() == [{"id": 0, "source": "replacement"}]
+
+
+def test_new_columns_are_added_and_any_other_schema_change_fails_the_run(
+    host, lakehouse, warehouses
+):
+    warehouse, table = warehouses[0], f"pub_{secrets.token_hex(3)}.people"
+    catalog = reader(lakehouse, warehouse)
+
+    def publish(code: str) -> dict:
+        run_id, _ = submit(host, lakehouse, warehouse, [published_step("people", code, table)])
+        return host.wait(run_id, timeout_s=300)
+
+    assert publish("SELECT 1 AS id, 'ann' AS name")["state"] == "COMPLETED"
+    widened = publish("SELECT 2 AS id, 'bo' AS name, 30 AS age")
+    assert widened["state"] == "COMPLETED", widened["error"]
+    assert [field.name for field in catalog.load_table(table).schema().fields] == [
+        "id",
+        "name",
+        "age",
+    ]
+    assert all(not field.required for field in catalog.load_table(table).schema().fields)
+    assert rows_of(catalog, table) == [
+        {"id": 1, "name": "ann", "age": None},
+        {"id": 2, "name": "bo", "age": 30},
+    ]
+
+    retyped = publish("SELECT 'three' AS id, 'cy' AS name, 40 AS age")
+    assert retyped["state"] == "FAILED"
+    assert f"column id is int in {table} and string in the output" in retyped["error"]
+    missing = publish("SELECT 4 AS id")
+    assert missing["state"] == "FAILED"
+    assert f"column name (string) of {table} is missing from the output" in missing["error"]
+    assert f"column age (int) of {table} is missing from the output" in missing["error"]
+    assert len(rows_of(catalog, table)) == 2  # neither published anything
+
+
+def test_the_portal_keeps_what_the_unit_says_it_published_and_the_run_page_shows_it(
+    app, client, db_engine
+):
+    reported = unit_reports.reported_result(
+        9,
+        {
+            "outputs": {},
+            "published": {
+                "daily": {
+                    "table": "sales.daily",
+                    "mode": "append",
+                    "snapshot_id": 4242,
+                    "rows_added": 1200,
+                },
+                # The unit's word is checked: no run-only namespace, no extra keys, numbers.
+                "sneaky": {
+                    "table": "results.e1_big",
+                    "mode": "append",
+                    "snapshot_id": 1,
+                    "rows_added": 1,
+                },
+                "odd": {"table": "sales.odd", "mode": "append", "snapshot_id": "1"},
+            },
+        },
+    )
+    assert reported["published"] == {
+        "daily": {"table": "sales.daily", "mode": "append", "snapshot_id": 4242, "rows_added": 1200}
+    }
+
+    owner = make_user(db_engine)
+    workflow = workflow_for(db_engine, owner)
+    warehouse, unit = warehouse_row(db_engine, owner), unit_row(db_engine, owner)
+    sign_in_as(client, owner)
+    completed = execution_row(
+        db_engine,
+        owner,
+        workflow,
+        warehouse,
+        unit,
+        state="COMPLETED",
+        run_id="r",
+        outputs=json.dumps(reported),
+    )
+    api = Api(client, token_for(app, owner))
+    answer = api.call("GET", f"/api/v1/executions/{completed.id}").get_json()
+    assert answer["published"] == [
+        {
+            "step": "daily",
+            "table": "sales.daily",
+            "mode": "append",
+            "snapshot_id": 4242,
+            "rows_added": 1200,
+        }
+    ]
+    page = client.get(f"/executions/{completed.id}").get_data(as_text=True)
+    shown = re.search(r'data-testid="execution-published">(.*?)</article>', page, re.S).group(1)
+    assert "sales.daily" in shown and ">4242<" in shown and "1,200" in shown
+    failed = execution_row(
+        db_engine,
+        owner,
+        workflow,
+        warehouse,
+        unit,
+        state="FAILED",
+        run_id="r",
+        outputs=json.dumps(reported),
+    )
+    page = client.get(f"/executions/{failed.id}").get_data(as_text=True)
+    assert 'data-testid="execution-published"' not in page
+    assert api.call("GET", f"/api/v1/executions/{failed.id}").get_json()["published"] == []

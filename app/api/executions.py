@@ -46,6 +46,7 @@ def execution_out(row: Execution) -> schemas.Execution:
         **{
             **fields,
             "outputs": {str(step): str(table) for step, table in outputs.items()},
+            "published": execution_queries.published_outputs(row),
             "code_author": seen_version.execution_code_author(row),
         }
     )

@@ -146,6 +146,14 @@ class ExecutionStart(Input):
     notify: Notify | None = None
 
 
+class PublishedOutput(BaseModel):
+    step: str
+    table: str = Field(description="`namespace.table` in the run's warehouse")
+    mode: str = Field(description="append or overwrite")
+    snapshot_id: int = Field(description="the table's snapshot the run published")
+    rows_added: int | None
+
+
 class Execution(BaseModel):
     id: int
     workflow_id: int
@@ -159,6 +167,10 @@ class Execution(BaseModel):
     started_at: datetime | None
     ended_at: datetime | None
     outputs: dict[str, str] = Field(description="output step → its table in the warehouse")
+    published: list[PublishedOutput] = Field(
+        default_factory=list,
+        description="the named tables a completed run published, all in one catalog commit",
+    )
     notify_on: str = Field(
         "", description="when its owner is told it ended (failure, success, both; empty: never)"
     )

@@ -244,6 +244,16 @@ def output_tables(execution: Execution) -> dict[str, str]:
     return dict(json.loads(execution.outputs or "{}").get("outputs") or {})
 
 
+def published_outputs(execution: Execution) -> list[dict]:
+    """The named tables a COMPLETED run published (compute/run/publish.py), one per step:
+    {"step", "table", "mode", "snapshot_id", "rows_added"}. A run that did not complete
+    published nothing."""
+    if execution.state != ExecutionState.COMPLETED:
+        return []
+    published = json.loads(execution.outputs or "{}").get("published") or {}
+    return [{"step": step, **entry} for step, entry in published.items()]
+
+
 def runtime_stats_table(execution: Execution) -> str:
     return table_name(RUNTIME_STATS, execution.id)
 

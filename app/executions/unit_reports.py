@@ -12,7 +12,7 @@ import json
 import re
 
 from app.untrusted import Limits, bounded
-from compute.contract import CONSOLE_LOGS, RESULTS, RUNTIME_STATS, table_name
+from compute.contract import CONSOLE_LOGS, RESULTS, RUNTIME_STATS, Publish, table_name
 
 # How much of what a unit reports is kept: its progress (steps, log lines) and its lineage.
 PROGRESS_LIMITS = Limits(string=4000, items=500, depth=6)
@@ -64,7 +64,26 @@ def reported_result(execution_id: int, result: dict) -> dict:
     for namespace in (RUNTIME_STATS, CONSOLE_LOGS):
         if result.get(namespace) == table_name(namespace, execution_id):
             checked[namespace] = result[namespace]
+    published = {
+        step: entry for step, entry in named_entries("published") if _published_entry(entry)
+    }
+    if published:  # named outputs (compute/run/publish.py)
+        checked["published"] = published
     return checked
+
+
+def _published_entry(entry: object) -> bool:
+    """A named output as the unit reports it: a table a step may publish to, its mode, the
+    snapshot published and the rows it added."""
+    if not isinstance(entry, dict) or set(entry) != {"table", "mode", "snapshot_id", "rows_added"}:
+        return False
+    target = Publish(str(entry["table"]), str(entry["mode"]))
+    return (
+        isinstance(entry["table"], str)
+        and target.problem() is None
+        and isinstance(entry["snapshot_id"], int)
+        and (entry["rows_added"] is None or isinstance(entry["rows_added"], int))
+    )
 
 
 def reported_lineage(result: dict) -> dict:

@@ -3,6 +3,8 @@
 - `runs.py` — a run's record and progress, and the interruption of its Python code
 - `jobs.py` — the function of each job kind the host runs (execution, comparison, maintenance)
 - `pipeline.py` — runs one execution: steps, outputs, runtime stats, logs, lineage
+- `publish.py` — named outputs: written on branches, published in one multi-table commit
+- `checks.py` — quality checks: a named output's rows checked before the run publishes anything
 - `step_code.py` — a step's code compiled and run, its errors in one line
 - `console_capture.py` — what steps print, routed into the execution's log
 - `record_tables.py` — the schemas of `runtime_stats` and `console_logs`

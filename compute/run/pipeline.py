@@ -25,7 +25,9 @@ execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
    with `changes(...)` (compute/run/lineage.py `Increments`). An output step is written to
    `results.e<id>_<step>` (step name in lower case) and later steps read the written table;
    other steps stay lazy, Spark computes them within the steps that use them (so only output
-   steps have a `rows_out`). Prints and Python warnings of a step are captured into its log.
+   and publishing steps have a `rows_out`). A step with a publish target writes its rows on the
+   run's branch of that named table, published with the others in one catalog commit at the end
+   (compute/run/publish.py). Prints and Python warnings of a step are captured into its log.
 5. The end: completing is one decision with cancelling (`RunProgress.begin_completion`):
    once it is taken a cancel is refused, and a run cancelled before it never marks anything.
    On success one atomic commit of the catalog (several tables at once) gives the result
@@ -78,6 +80,7 @@ from compute.run.iceberg_rest import (
     wait_for_uploads,
 )
 from compute.run.lineage import Increments, PinnedSession, int_or_none, pin_sql, tables_read
+from compute.run.publish import Publisher
 from compute.run.record_tables import console_logs_schema, log_rows, runtime_stats_schema, timestamp
 from compute.run.runs import RunFailed, RunInterrupted, RunProgress
 from compute.run.step_code import (
@@ -144,6 +147,7 @@ class Pipeline:
         self.session = None  # this execution's Spark session, once bound
         self.binding: CatalogBinding | None = None
         self.written: dict[str, Any] = {}  # step name -> its result table (pyiceberg)
+        self.publisher: Publisher | None = None  # the named outputs, once a step stages one
         self.lineage_seconds = 0.0  # spent finding what the steps read (see _lineage)
         self.increments: Increments | None = None  # `changes(...)` reads, from the first step
         # Seconds spent in each phase of the run on the host (check, bind, session, steps,
@@ -199,6 +203,10 @@ class Pipeline:
                 name: self.spec.table(RESULTS, self.stats[name].step) for name in self.written
             },
             "rows": {name: self.stats[name].rows_out for name in self.written},
+            "published": {
+                staged.step: staged.summary()
+                for staged in (self.publisher.staged if self.publisher else [])
+            },
             "lineage": self._lineage(),
             "runtime_stats": self.spec.table(RUNTIME_STATS),
             "console_logs": self.spec.table(CONSOLE_LOGS),
@@ -239,9 +247,14 @@ class Pipeline:
         finally:
             self.spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
         with self._phase("complete"):
-            if status == TableStatus.COMPLETE and (failure := self._complete()):
+            # Named outputs first (compute/run/publish.py): before publish, every check passes.
+            if status == TableStatus.COMPLETE and (
+                failure := self._publish_outputs() or self._complete()
+            ):
                 status, reason = TableStatus.FAILED, failure
         if status != TableStatus.COMPLETE:
+            if self.publisher is not None:
+                self.publisher.abandon()
             self._drop_results()
             try:
                 self._record(status, replace=True)
@@ -412,6 +425,8 @@ class Pipeline:
                     self.lineage_seconds += time.perf_counter() - began
                     if step.output:
                         frame = self._write_result(step, frame, stats, read_back=later_steps)
+                    if step.publish is not None:
+                        self._stage_output(step, frame, stats)
                 if later_steps:  # what later steps read it by
                     frame.createOrReplaceTempView(step.name)
                     frames[step.name] = frame
@@ -513,6 +528,27 @@ class Pipeline:
             )
         return self.session.table(name) if read_back else frame
 
+    def _stage_output(self, step: Step, frame, stats: StepStats) -> None:
+        """Write the step's rows on the run's branch of its named table (compute/run/publish.py)."""
+        if self.publisher is None:
+            self.publisher = Publisher(
+                self.spec, self.session, self.binding.catalog_name, self._catalog(), self.log
+            )
+        staged = self.publisher.stage(step, frame)
+        if stats.rows_out is None:
+            stats.rows_out = staged.rows_added
+
+    def _publish_outputs(self) -> str | None:
+        """Publish the named outputs in one catalog commit; why the run fails if it cannot."""
+        if self.publisher is None:
+            return None
+        try:
+            self.publisher.publish()
+        except RunFailed as failure:
+            self.log("ERROR", None, str(failure))
+            return str(failure)
+        return None
+
     # ------------------------------------------------------------ lineage and pins
     def _check_pins(self) -> None:
         """Every pinned snapshot still exists, or the run fails naming the table and snapshot."""
@@ -560,6 +596,11 @@ class Pipeline:
                 read.setdefault(entry["table"], entry)
         wrote = [
             self.stats[step.name].wrote for step in self.spec.steps if self.stats[step.name].wrote
+        ]
+        wrote += [  # the named outputs, at the snapshots the run published
+            staged.lineage()
+            for staged in (self.publisher.staged if self.publisher else [])
+            if staged.published_snapshot_id is not None
         ]
         # What finding the reads in the steps' plans took (the writes' snapshots are read anyway).
         return {
