@@ -13,7 +13,9 @@ from a config file (LAKEPORT_CONFIG, else ~/.config/lakeport/config.toml) holdin
 WORKFLOW, UNIT and WAREHOUSE are ids or names. `run` names the version it runs (the latest as
 listed, or --version): a version saved in between is refused, not run. `run --wait` prints the
 run's log as it comes and exits 0 only when the execution COMPLETED. `sql` runs one statement
-on a running unit of yours (the first, unless --unit), waits for it and prints its rows.
+on a running unit of yours (the first, unless --unit; `--unit pool` takes a warm unit of the
+pool, `--unit new` starts one, as it does when none of yours runs), waits for it and prints its
+rows.
 """
 
 from __future__ import annotations
@@ -205,7 +207,10 @@ QUERY_FINAL_STATES = {"completed", "failed", "cancelled"}
 @click.argument("statement")
 @click.option("--warehouse", required=True, help="The warehouse to query (id or name).")
 @click.option(
-    "--unit", "unit", help="The compute unit to run on (default: your first running one)."
+    "--unit",
+    "unit",
+    help="The compute unit to run on: a running one of yours (id or name), `pool` (a warm unit "
+    "of the pool) or `new` (start one). Default: your first running unit, else `new`.",
 )
 @click.option(
     "--write", is_flag=True, help="Allow a statement that writes (a warehouse you may write)."
@@ -215,12 +220,12 @@ def sql(statement: str, warehouse: str, unit: str | None, write: bool, as_csv: b
     """Run STATEMENT (Spark SQL) and print its rows once it ends; exit 1 unless it completed."""
     with make_client() as client:
         units = [found for found in client.units() if found["state"] == "RUNNING"]
-        if unit is not None:
+        if unit in ("pool", "new"):
+            cu_id = unit
+        elif unit is not None:
             cu_id = _pick(units, unit, "running compute unit")["id"]
-        elif units:
-            cu_id = units[0]["id"]
         else:
-            raise click.ClickException("No compute unit of yours is running: start one first.")
+            cu_id = units[0]["id"] if units else "new"
         warehouse_id = (
             int(warehouse)
             if warehouse.isdigit()

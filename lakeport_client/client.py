@@ -227,9 +227,10 @@ class Client:
     # --- the console's queries ----------------------------------------------------------------
 
     def start_query(
-        self, sql: str, warehouse_id: int, compute_unit_id: int, mode: str = "read"
+        self, sql: str, warehouse_id: int, compute_unit_id: int | str, mode: str = "read"
     ) -> dict:
-        """Run one statement (the API answers at once; follow it with `query`)."""
+        """Run one statement (the API answers at once; follow it with `query`). The unit: one of
+        yours by id, "pool" (a warm unit of the pool) or "new" (one started for it)."""
         body = {
             "sql": sql,
             "warehouse_id": warehouse_id,

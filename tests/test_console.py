@@ -533,7 +533,7 @@ def test_the_api_runs_follows_and_cancels_a_query(app, db_engine, alice):
         "/api/v1/queries",
         {"sql": "SELECT 1", "warehouse_id": warehouse.id, "compute_unit_id": cu.id},
     )
-    assert started.status_code == 201
+    assert started.status_code == 201, started.get_data(as_text=True)
     query_id = started.get_json()["id"]
     assert started.get_json()["state"] == QueryState.QUEUED
     completed(db_engine, query_id, [["x", 1], ["y", 2]])
@@ -719,7 +719,136 @@ def test_the_worker_passes_a_cancel_on_and_a_lost_share_stops_a_query(
     assert unit.submitted == []
 
 
-def test_start_one_for_me_makes_a_unit_and_the_query_waits_for_it(app, client, db_engine, alice):
+@pytest.fixture
+def units_made(db_engine):
+    """Afterwards, every unit row the test made that is still live is ended: none has a cluster,
+    and no later test's worker may start one or claim it from the pool."""
+    from app.models import ComputeUnit, utcnow
+
+    with Session(db_engine) as db:
+        before = db.exec(select(ComputeUnit.id).order_by(ComputeUnit.id.desc())).first() or 0
+    yield
+    with Session(db_engine) as db:
+        for row in db.exec(
+            select(ComputeUnit).where(
+                ComputeUnit.id > before, ComputeUnit.state.in_(("PENDING", "STARTING", "RUNNING"))
+            )
+        ):
+            row.state, row.ended_at = "TERMINATED", utcnow()
+            db.add(row)
+        db.commit()
+
+
+def choose_unit(client, warehouse, unit: str):
+    return client.post(
+        "/console/queries",
+        data={
+            "warehouse_id": warehouse.id,
+            "compute_unit_id": unit,
+            "mode": READ,
+            "sql-code": "SELECT 1",
+            "csrf_token": csrf(client),
+        },
+        headers={"HX-Request": "true"},
+    )
+
+
+@pytest.fixture
+def pooled(app, db_engine, units_made):
+    """A pool of one warm unit's size (2 CPUs, 3 GiB); calling it adds a ready pooled row."""
+    from app.models import ComputeUnit, utcnow
+
+    app.config.update(CU_POOL_SIZE=1, CU_POOL_CPUS=2, CU_POOL_MEMORY_GB=3.0)
+
+    def ready_unit() -> ComputeUnit:
+        return add(
+            db_engine,
+            ComputeUnit(
+                owner_id=None,
+                name="pool-standby",
+                kind="local",
+                cpus=2,
+                memory_gb=3.0,
+                state="RUNNING",
+                pooled_at=utcnow(),
+                started_at=utcnow(),
+                spark_ready_at=utcnow(),
+            ),
+        )
+
+    return ready_unit
+
+
+def test_a_warm_unit_from_the_pool_is_claimed_for_the_query(client, db_engine, alice, pooled):
+    from app.models import ComputeUnit
+
+    user, warehouse, _ = alice
+    update_row(db_engine, ComputeUnit, alice[2].id, state="TERMINATED")
+    pooled()
+    page = client.get("/console/").get_data(as_text=True)
+    offered = page.split('data-testid="unit-from-pool"')[1].split("</option>")[0]
+    assert "selected" in offered and "disabled" not in offered
+    assert "A warm unit from the pool (" in offered and " ready)" in offered
+    assert choose_unit(client, warehouse, "pool").status_code == 200
+    (query,) = queries_of(db_engine, user)
+    unit = reload(db_engine, ComputeUnit, query.compute_unit_id)
+    assert unit.owner_id == user.id and unit.claimed_at is not None
+    assert (unit.cpus, unit.memory_gb, unit.worker_nodes) == (2, 3.0, 0)
+    assert query.state == QueryState.QUEUED
+
+
+def test_the_pool_is_refused_when_no_warm_unit_is_ready_and_a_bad_choice_too(
+    client, db_engine, alice, pooled
+):
+    user, warehouse, _ = alice
+    page = client.get("/console/").get_data(as_text=True)
+    offered = page.split('data-testid="unit-from-pool"')[1].split("</option>")[0]
+    assert "none ready now" in offered and "disabled" in offered
+    refused = choose_unit(client, warehouse, "pool")
+    assert refused.status_code == 422
+    assert "No warm unit is ready in the pool right now" in refused.get_data(as_text=True)
+    for bad in ("", "pools", "-1", "0"):
+        refused = choose_unit(client, warehouse, bad)
+        assert refused.status_code == 422, bad
+        assert "Choose one of your running compute units, a warm one from the pool" in (
+            refused.get_data(as_text=True)
+        )
+    assert queries_of(db_engine, user) == []
+
+
+def test_the_api_takes_a_unit_made_for_the_query(app, db_engine, alice, pooled):
+    from app.models import ComputeUnit
+
+    user, warehouse, own = alice
+    update_row(
+        db_engine, ComputeUnit, own.id, state="TERMINATED"
+    )  # two at most: one claimed, one new
+    api = Api(app.test_client(), token_for(app, user))
+
+    def start(unit):
+        return api.call(
+            "POST",
+            "/api/v1/queries",
+            {"sql": "SELECT 1", "warehouse_id": warehouse.id, "compute_unit_id": unit},
+        )
+
+    refused = start("pool")
+    assert refused.status_code == 400 and "No warm unit is ready" in refused.get_data(as_text=True)
+    assert start("elsewhere").status_code in (400, 422)
+    pooled()
+    claimed = start("pool")
+    assert claimed.status_code == 201, claimed.get_data(as_text=True)
+    unit = reload(db_engine, ComputeUnit, claimed.get_json()["compute_unit_id"])
+    assert unit.owner_id == user.id and unit.claimed_at is not None
+    started = start("new")
+    assert started.status_code == 201, started.get_data(as_text=True)
+    fresh = reload(db_engine, ComputeUnit, started.get_json()["compute_unit_id"])
+    assert (fresh.owner_id, fresh.state, fresh.claimed_at) == (user.id, "PENDING", None)
+
+
+def test_start_one_for_me_makes_a_unit_and_the_query_waits_for_it(
+    app, client, db_engine, alice, units_made
+):
     from app.console import work
     from app.models import ComputeUnit
 

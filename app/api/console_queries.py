@@ -23,7 +23,11 @@ from app.models import ComputeUnit, Query, Warehouse
 class QueryStart(schemas.Input):
     sql: str = Field(min_length=1, max_length=console_service.MAX_SQL_LENGTH)
     warehouse_id: int
-    compute_unit_id: int
+    compute_unit_id: int | Literal["pool", "new"] = Field(
+        description="one of your running units, or a unit made for the query: `pool` claims a "
+        "warm unit of the pool (refused when none is ready), `new` starts one (from the pool "
+        "when one is ready); the query waits, queued, until it runs"
+    )
     mode: Literal["read", "write"] = "read"
 
 
@@ -67,17 +71,19 @@ def query_out(query: Query, page: int = 1, size: int = 50) -> QueryOut:
 @bp.post("/queries")
 @spec.validate(json=QueryStart, resp=Response(HTTP_201=QueryOut, **ERRORS), tags=["queries"])
 def start_query(json: QueryStart):
-    """Run one statement on one of your running units against a warehouse you may read
-    (`mode` write: one you may write). Answers at once: follow it with GET until its state is
-    final."""
+    """Run one statement on one of your running units (or a unit made for it) against a
+    warehouse you may read (`mode` write: one you may write). Answers at once: follow it with
+    GET until its state is final."""
     db = get_db()
+    own_unit = isinstance(json.compute_unit_id, int)
     try:
         query = console_service.start(
             current_user,
             db.get(Warehouse, json.warehouse_id),
-            db.get(ComputeUnit, json.compute_unit_id),
+            db.get(ComputeUnit, json.compute_unit_id) if own_unit else None,
             json.sql,
             json.mode,
+            new_unit=None if own_unit else json.compute_unit_id,
         )
     except console_service.QueryRefused as refusal:
         raise ApiProblem(400, refusal.message, refusal.field) from None

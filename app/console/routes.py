@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from flask import Response, abort, flash, jsonify, render_template, request, url_for
+from flask import Response, abort, current_app, flash, jsonify, render_template, request, url_for
 from flask_login import current_user
 
 from app import live_partials
@@ -19,16 +19,35 @@ from compute.run.query import StatementRefused, check_statement
 
 
 def _form_context(values: dict, errors: dict[str, str]) -> dict:
+    units = queries.unit_choices(current_user)
+    pool_ready = service.pool_ready()
     return {
         "values": values,
         "errors": errors,
         "warehouses": queries.warehouse_choices(current_user),
-        "units": queries.unit_choices(current_user),
+        "units": units,
+        "has_pool": current_app.config["CU_POOL_SIZE"] > 0,
+        "pool_ready": pool_ready,
+        "unit_chosen": _unit_chosen(values, units, pool_ready),
         "modes": service.MODES,
         "sql_field": forms.SQL_FIELD,
-        "new_unit": forms.NEW_UNIT,
+        "from_pool": service.FROM_POOL,
+        "start_one": service.START_ONE,
         "max_rows": service.bounds()[0],
     }
+
+
+def _unit_chosen(values: dict, units: list[ComputeUnit], pool_ready: int) -> str:
+    """The unit option to select: the one asked for (or the last query's) while it runs, else
+    the user's first running unit, else a warm one of the pool, else "Start one for me"."""
+    if values.get("new_unit"):
+        return values["new_unit"]
+    running = [str(cu.id) for cu in units]
+    if str(values.get("compute_unit_id")) in running:
+        return str(values["compute_unit_id"])
+    if running:
+        return running[0]
+    return service.FROM_POOL if pool_ready else service.START_ONE
 
 
 @bp.get("/")

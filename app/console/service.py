@@ -1,7 +1,8 @@
 """The console, the request side: a query's rules and its recorded intent.
 
 `start` checks the warehouse (one the user may read; may write, for a query in write mode), the
-unit (the user's own, running) and the statement (one, and no write in read mode: sqlglot's check
+unit (the user's own, running; or one made for the query: a warm unit claimed from the pool,
+refused when none is ready, or "start one for me", within the user's limit) and the statement (one, and no write in read mode: sqlglot's check
 of compute/run/query.py, which the unit repeats with Spark's own plan), and records the query
 QUEUED. A request never waits on the unit: the worker (app/console/work.py) submits the query,
 watches it and records its end through `finish`. `cancel` ends a QUEUED query at once and records
@@ -47,6 +48,10 @@ MAX_SQL_LENGTH = 100_000
 MODES = {READ: "Read only", WRITE: "Writing"}
 # A unit made for a query, not running yet: the query waits for it, QUEUED.
 STARTING = (UnitState.PENDING, UnitState.STARTING)
+# The units a query may ask to be made for it: a warm one claimed from the pool, or one started
+# (from the pool when one is ready).
+FROM_POOL, START_ONE = "pool", "new"
+NEW_UNITS = (FROM_POOL, START_ONE)
 
 
 def bounds() -> tuple[int, int]:
@@ -120,18 +125,19 @@ def start(
     cu: ComputeUnit | None,
     sql: str,
     mode: str = READ,
-    new_unit: bool = False,
+    new_unit: str | None = None,
 ) -> Query:
     """Record a QUEUED query; the worker runs it. Raises QueryRefused with the field at fault.
-    With `new_unit`, a unit of the warm pool's size is made for it (claimed from the pool when
-    one is ready) and the query waits for it. A statement run in write mode is recorded in the
-    audit trail."""
-    if new_unit:
+    `new_unit` asks for a unit made for the query instead of `cu`: FROM_POOL claims a warm unit
+    of the pool (refused when none is ready), START_ONE makes a unit of the pool's size (claimed
+    from the pool when one is ready, else started); the query waits for it. A statement run in
+    write mode is recorded in the audit trail."""
+    if new_unit is not None:
         errors = check(owner, warehouse, None, sql, mode)
         errors.pop("compute_unit_id", None)
         if not errors:
-            cu = _new_unit(owner)
-    if errors := check(owner, warehouse, cu, sql, mode, starting=new_unit):
+            cu = _new_unit(owner, new_unit)
+    if errors := check(owner, warehouse, cu, sql, mode, starting=new_unit is not None):
         field, message = next(iter(errors.items()))
         raise QueryRefused(message, field)
     statement = check_statement(sql, mode)
@@ -163,7 +169,24 @@ def start(
     return query
 
 
-def _new_unit(owner: User) -> ComputeUnit:
+def pool_ready() -> int:
+    """How many warm units the pool could hand a query now (0 without a pool)."""
+    if current_app.config["CU_POOL_SIZE"] <= 0:
+        return 0
+    return pool.summary().ready
+
+
+def _new_unit(owner: User, how: str) -> ComputeUnit:
+    if how not in NEW_UNITS:
+        raise QueryRefused("Choose one of your running compute units.", "compute_unit_id")
+    if how == FROM_POOL and not pool_ready():
+        raise QueryRefused(
+            "No warm unit is ready in the pool right now: choose “Start one for me” (it starts "
+            "one) or one of your running units.",
+            "compute_unit_id",
+        )
+    # A unit of exactly the pool's size: the create claims a ready one (should another user
+    # have claimed the last one a moment ago, one of that size starts instead).
     values = {**pool.unit_values(current_app.config), "name": f"console-{secrets.token_hex(3)}"}
     try:
         return units.create(owner, values)
