@@ -426,6 +426,71 @@ def completed(db_engine, query_id: int, rows: list[list], **fields) -> None:
     )
 
 
+def test_bob_reads_alice_s_shared_warehouse_never_writes_and_carol_finds_neither(
+    client, db_engine, alice, app, catalog_reads
+):
+    """bob, with a read share of alice's warehouse, queries it from his own unit and cannot write
+    to it in either mode, on the page or through the API; carol, with no share, gets 404 for the
+    warehouse and for alice's history."""
+    owner, warehouse, alices_unit = alice
+    post_query(client, warehouse, alices_unit, "SELECT * FROM tpch.lineitem")
+    (alices_query,) = queries_of(db_engine, owner)
+    completed(db_engine, alices_query.id, [["a", 1]])
+    bob, carol = make_user(db_engine), make_user(db_engine)
+    add(db_engine, WarehouseShare(warehouse_id=warehouse.id, user_id=bob.id, level="read"))
+    bobs_unit = unit_row(db_engine, bob)
+    bobs, carols = app.test_client(), app.test_client()
+    sign_in_as(bobs, bob)
+    sign_in_as(carols, carol)
+
+    page = bobs.get("/console/").get_data(as_text=True)
+    assert f"{warehouse.name} ({owner.display_name}'s, read) · read only" in page
+    assert "SELECT * FROM tpch.lineitem" not in page  # alice's history is hers
+    completion = bobs.get(f"/console/warehouses/{warehouse.id}/completions")
+    assert "lineitem" in completion.get_json()["schema"]["tpch"]["children"]
+    insert = "INSERT INTO tpch.lineitem SELECT * FROM tpch.lineitem"
+    in_read = post_query(bobs, warehouse, bobs_unit, insert, READ)
+    assert in_read.status_code == 422
+    assert "INSERT INTO writes, and this console is read-only" in in_read.get_data(as_text=True)
+    in_write = post_query(bobs, warehouse, bobs_unit, insert, WRITE)
+    assert in_write.status_code == 422
+    assert f"You may not write into warehouse {warehouse.name}" in in_write.get_data(as_text=True)
+    api = Api(app.test_client(), token_for(app, bob))
+    for mode in (READ, WRITE):
+        refused = api.call(
+            "POST",
+            "/api/v1/queries",
+            {
+                "sql": insert,
+                "warehouse_id": warehouse.id,
+                "compute_unit_id": bobs_unit.id,
+                "mode": mode,
+            },
+        )
+        assert refused.status_code == 400, mode
+    assert post_query(bobs, warehouse, bobs_unit, "SELECT * FROM tpch.lineitem").status_code == 200
+    (bobs_query,) = queries_of(db_engine, bob)
+    assert (bobs_query.mode, bobs_query.compute_unit_id) == (READ, bobs_unit.id)
+    with Session(db_engine) as db:
+        assert not db.exec(
+            select(AuditEvent).where(
+                AuditEvent.action == "query.write", AuditEvent.actor_id == bob.id
+            )
+        ).all()
+    # bob's query is his: alice does not see it either.
+    assert client.get(f"/console/?query={alices_query.id}").status_code == 200
+    assert client.get(f"/console/?query={bobs_query.id}").status_code == 404
+
+    assert carols.get(f"/warehouses/{warehouse.id}").status_code == 404
+    assert carols.get(f"/console/warehouses/{warehouse.id}/completions").status_code == 404
+    assert warehouse.name not in carols.get("/console/").get_data(as_text=True)
+    for path in ("/console/?query={}", "/console/queries/{}/rows", "/console/queries/{}/csv"):
+        assert carols.get(path.format(alices_query.id)).status_code == 404, path
+    assert "tpch.lineitem" not in carols.get("/console/history").get_data(as_text=True)
+    carol_api = Api(app.test_client(), token_for(app, carol))
+    assert carol_api.call("GET", f"/api/v1/queries/{alices_query.id}").status_code == 404
+
+
 def test_another_user_s_query_answers_404_everywhere(client, db_engine, alice, app):
     user, warehouse, cu = alice
     post_query(client, warehouse, cu, "SELECT 1")
