@@ -122,6 +122,47 @@ def test_the_schema_rule_adds_new_columns_and_spells_out_any_other_difference():
     ]
 
 
+def test_a_publish_removes_the_branches_failed_runs_left_once_their_retention_has_passed():
+    from types import SimpleNamespace
+
+    from compute.run.publish import BRANCH_RETENTION_DAYS, Publisher, StagedOutput
+
+    day_ms, now_ms = 86_400_000, int(time.time() * 1000)
+    ages = {"main": 30, "lakeport_run_3": BRANCH_RETENTION_DAYS + 1, "lakeport_run_4": 1}
+    ages["audit"] = 400  # a branch of someone else's: never Lakeport's to remove
+    removed: list[str] = []
+
+    class Snapshots:
+        def remove_branch(self, name):
+            removed.append(name)
+            return self
+
+        def commit(self):
+            pass
+
+    table = SimpleNamespace(
+        metadata=SimpleNamespace(
+            refs={name: SimpleNamespace(snapshot_id=index) for index, name in enumerate(ages)}
+        ),
+        snapshot_by_id=lambda index: SimpleNamespace(
+            timestamp_ms=now_ms - list(ages.values())[index] * day_ms
+        ),
+        manage_snapshots=Snapshots,
+    )
+    lines: list[tuple] = []
+    publisher = Publisher(
+        SimpleNamespace(execution_id=5),
+        None,
+        "c",
+        SimpleNamespace(load_table=lambda name: table),
+        lambda *line: lines.append(line),
+    )
+    publisher.staged = [StagedOutput("rows", "sales.daily", "append", "lakeport_run_5", 1, 2, 3)]
+    publisher._remove_expired()
+    assert removed == ["lakeport_run_3"]
+    assert "lakeport_run_3" in lines[-1][2]
+
+
 def execution_spec(steps: list[dict]) -> dict:
     return {
         "execution_id": 7,
@@ -498,3 +539,37 @@ def test_the_portal_keeps_what_the_unit_says_it_published_and_the_run_page_shows
     page = client.get(f"/executions/{failed.id}").get_data(as_text=True)
     assert 'data-testid="execution-published"' not in page
     assert api.call("GET", f"/api/v1/executions/{failed.id}").get_json()["published"] == []
+
+
+def test_a_cancelled_run_publishes_nothing_and_leaves_its_branch_for_inspection(
+    host, lakehouse, warehouses
+):
+    warehouse, table = warehouses[0], f"pub_{secrets.token_hex(3)}.kept"
+    catalog = reader(lakehouse, warehouse)
+    first_id, _ = submit(
+        host, lakehouse, warehouse, [published_step("rows", "SELECT 1 AS id", table)]
+    )
+    assert host.wait(first_id, timeout_s=300)["state"] == "COMPLETED"
+    main = catalog.load_table(table).current_snapshot().snapshot_id
+
+    run_id, spec = submit(
+        host,
+        lakehouse,
+        warehouse,
+        [published_step("rows", "SELECT 2 AS id", table), sleeping_step(120)],
+    )
+    until_step_done(host, run_id, 0)
+    host.cancel(run_id)
+    cancelled = host.wait(run_id, timeout_s=300)
+    assert cancelled["state"] == "CANCELLED"
+    loaded = catalog.load_table(table)
+    assert loaded.current_snapshot().snapshot_id == main
+    assert rows_of(catalog, table) == [{"id": 1}]
+    branch = f"lakeport_run_{spec['execution_id']}"
+    assert loaded.metadata.refs[branch].max_ref_age_ms == 7 * 24 * 3600 * 1000
+    on_branch = loaded.scan(snapshot_id=loaded.metadata.refs[branch].snapshot_id).to_arrow()
+    assert sorted(on_branch["id"].to_pylist()) == [1, 2]
+    assert any(
+        f"its rows stay on branch {branch}" in line["message"]
+        for line in cancelled["progress"]["logs"]
+    )
