@@ -47,6 +47,7 @@ def execution_out(row: Execution) -> schemas.Execution:
             **fields,
             "outputs": {str(step): str(table) for step, table in outputs.items()},
             "published": execution_queries.published_outputs(row),
+            "checks": execution_queries.check_results(row),
             "code_author": seen_version.execution_code_author(row),
         }
     )

@@ -83,6 +83,20 @@ class ComputeUnitCreate(Input):
 class PublishTarget(BaseModel):
     table: str = Field(max_length=127, description="`namespace.table` in the run's warehouse")
     mode: str = Field("append", max_length=16, description="append or overwrite")
+    checks: list[dict] = Field(
+        default_factory=list,
+        max_length=20,
+        description="quality checks its rows must pass before publishing, each "
+        '{"kind", …, "severity": "warn"|"fail"} (docs/features.md)',
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_checks(self, handler):
+        """A target without checks reads as it did before them."""
+        data = handler(self)
+        if not data.get("checks"):
+            data.pop("checks", None)
+        return data
 
 
 class Step(BaseModel):
@@ -154,6 +168,18 @@ class PublishedOutput(BaseModel):
     rows_added: int | None
 
 
+class CheckResult(BaseModel):
+    step: str
+    table: str = Field(description="the named output it checked, `namespace.table`")
+    kind: str = Field(description="not_null, unique, accepted_values, row_count, …")
+    check: str = Field(description="the check in a few words, as a failure names it")
+    severity: str = Field(description="fail (a failure publishes nothing) or warn")
+    offending: int = Field(description="how many rows break it (0: passed)")
+    passed: bool
+    detail: str = ""
+    sample: list[str] = Field(default_factory=list, description="up to 5 offending rows")
+
+
 class Execution(BaseModel):
     id: int
     workflow_id: int
@@ -170,6 +196,10 @@ class Execution(BaseModel):
     published: list[PublishedOutput] = Field(
         default_factory=list,
         description="the named tables a completed run published, all in one catalog commit",
+    )
+    checks: list[CheckResult] = Field(
+        default_factory=list,
+        description="the quality checks made before publishing (a failed run's too)",
     )
     notify_on: str = Field(
         "", description="when its owner is told it ended (failure, success, both; empty: never)"

@@ -11,6 +11,7 @@ from datetime import timezone
 from sqlmodel import select
 
 from app.db import get_db
+from app.executions import unit_reports
 from app.models import (
     ComputeUnit,
     Execution,
@@ -252,6 +253,25 @@ def published_outputs(execution: Execution) -> list[dict]:
         return []
     published = json.loads(execution.outputs or "{}").get("published") or {}
     return [{"step": step, **entry} for step, entry in published.items()]
+
+
+def check_results(execution: Execution) -> list[dict]:
+    """The quality checks the run made before publishing (compute/run/checks.py), one per check:
+    {"step", "table", "kind", "check", "severity", "offending", "passed", "detail", "sample"}.
+    A completed run's come from its result; a failed run's from its steps' progress (a failing
+    check fails the run before any result is kept)."""
+    if execution.state == ExecutionState.COMPLETED:
+        kept = json.loads(execution.outputs or "{}").get("checks")
+        if kept:
+            return unit_reports.reported_checks(kept)
+    return unit_reports.reported_checks(
+        [
+            entry
+            for step in progress_of(execution)["steps"]
+            if isinstance(step, dict) and isinstance(step.get("checks"), list)
+            for entry in step["checks"]
+        ]
+    )
 
 
 def runtime_stats_table(execution: Execution) -> str:

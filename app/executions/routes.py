@@ -70,6 +70,7 @@ def _live_context(execution: Execution) -> dict:
         "progress": queries.progress_of(execution),
         "outputs": queries.output_tables(execution),
         "published": queries.published_outputs(execution),
+        "checks": queries.check_results(execution),
         "lineage": queries.lineage_of(execution),
         "failed_step": queries.failed_step(execution),
         "others": queries.completed_runs_of(current_user, execution.workflow_id, execution.id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from app.untrusted import Limits, bounded
+from app.untrusted import Limits, bounded, clean_text
 from compute.contract import CONSOLE_LOGS, RESULTS, RUNTIME_STATS, Publish, table_name
 
 # How much of what a unit reports is kept: its progress (steps, log lines) and its lineage.
@@ -69,7 +69,52 @@ def reported_result(execution_id: int, result: dict) -> dict:
     }
     if published:  # named outputs (compute/run/publish.py)
         checked["published"] = published
+    if found := reported_checks(result.get("checks")):  # their quality checks
+        checked["checks"] = found
     return checked
+
+
+CHECK_SEVERITIES = ("warn", "fail")
+CHECK_SAMPLE_ROWS = 5
+CHECK_SAMPLE_CHARS = 400
+
+
+def reported_checks(entries: object) -> list[dict]:
+    """A run's quality checks as the unit reports them (compute/run/checks.py), in the result
+    or its steps' progress: each kept only with its expected fields, typed and bounded."""
+    if not isinstance(entries, list):
+        return []
+    kept = []
+    for entry in entries[: PROGRESS_LIMITS.items]:
+        if not isinstance(entry, dict):
+            continue
+        step, offending, sample = entry.get("step"), entry.get("offending"), entry.get("sample")
+        if (
+            not isinstance(step, str)
+            or not _STEP_NAME.fullmatch(step)
+            or entry.get("severity") not in CHECK_SEVERITIES
+            or not isinstance(offending, int)
+            or isinstance(offending, bool)
+            or not isinstance(entry.get("passed"), bool)
+        ):
+            continue
+        kept.append(
+            {
+                "step": step,
+                "table": clean_text(entry.get("table") or "", 127, one_line=True),
+                "kind": clean_text(entry.get("kind") or "", 40, one_line=True),
+                "check": clean_text(entry.get("check") or "", 200, one_line=True),
+                "severity": entry["severity"],
+                "offending": offending,
+                "passed": entry["passed"],
+                "detail": clean_text(entry.get("detail") or "", 500, one_line=True),
+                "sample": [
+                    clean_text(row, CHECK_SAMPLE_CHARS, one_line=True)
+                    for row in (sample if isinstance(sample, list) else [])[:CHECK_SAMPLE_ROWS]
+                ],
+            }
+        )
+    return kept
 
 
 def _published_entry(entry: object) -> bool:

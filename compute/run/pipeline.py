@@ -71,6 +71,7 @@ from compute.contract import (
 )
 from compute.host.catalog_cache import CatalogAccess, CatalogBinding, CatalogCache
 from compute.host.spare_sessions import SESSIONS
+from compute.run import checks
 from compute.run.console_capture import ExecutionLog, captured
 from compute.run.iceberg_rest import (
     MetadataOnceTransaction,
@@ -148,6 +149,7 @@ class Pipeline:
         self.binding: CatalogBinding | None = None
         self.written: dict[str, Any] = {}  # step name -> its result table (pyiceberg)
         self.publisher: Publisher | None = None  # the named outputs, once a step stages one
+        self.check_results: list[dict] = []  # their quality checks (compute/run/checks.py)
         self.lineage_seconds = 0.0  # spent finding what the steps read (see _lineage)
         self.increments: Increments | None = None  # `changes(...)` reads, from the first step
         # Seconds spent in each phase of the run on the host (check, bind, session, steps,
@@ -207,6 +209,7 @@ class Pipeline:
                 staged.step: staged.summary()
                 for staged in (self.publisher.staged if self.publisher else [])
             },
+            "checks": self.check_results,
             "lineage": self._lineage(),
             "runtime_stats": self.spec.table(RUNTIME_STATS),
             "console_logs": self.spec.table(CONSOLE_LOGS),
@@ -542,12 +545,37 @@ class Pipeline:
         """Publish the named outputs in one catalog commit; why the run fails if it cannot."""
         if self.publisher is None:
             return None
+        # The gate (compute/run/checks.py): a failing `fail` check publishes nothing.
+        try:
+            self.check_results, failure = checks.check_outputs(
+                self.publisher, {step.name: step for step in self.spec.steps}, self.log
+            )
+        except Exception as error:  # the staged rows could not be read
+            self.log("ERROR", None, traceback.format_exc())
+            failure = f"the quality checks could not run: {describe(error)}; nothing was published"
+        for step in {result["step"] for result in self.check_results}:
+            self.progress.update_step(
+                step, checks=[result for result in self.check_results if result["step"] == step]
+            )
+        if failure:
+            self.log("ERROR", None, failure)
+            return failure
         try:
             self.publisher.publish()
         except RunFailed as failure:
             self.log("ERROR", None, str(failure))
             return str(failure)
         return None
+
+    def _checks_of(self, step: str) -> dict:
+        """A named output's checks as lineage keeps them (no sample rows): {"checks": [...]}."""
+        kept = ("kind", "check", "severity", "offending", "passed")
+        found = [
+            {key: result[key] for key in kept}
+            for result in self.check_results
+            if result["step"] == step
+        ]
+        return {"checks": found} if found else {}
 
     # ------------------------------------------------------------ lineage and pins
     def _check_pins(self) -> None:
@@ -597,8 +625,8 @@ class Pipeline:
         wrote = [
             self.stats[step.name].wrote for step in self.spec.steps if self.stats[step.name].wrote
         ]
-        wrote += [  # the named outputs, at the snapshots the run published
-            staged.lineage()
+        wrote += [  # the named outputs, at the snapshots the run published, with their checks
+            {**staged.lineage(), **self._checks_of(staged.step)}
             for staged in (self.publisher.staged if self.publisher else [])
             if staged.published_snapshot_id is not None
         ]
