@@ -401,14 +401,16 @@ SETTINGS: dict[str, Setting] = {
         10_000,
         cast=int,
         help="The most rows of a SQL console query that come back from the unit; past it the query says "
-        "how many rows there were. At most 100000.",
+        "how many rows there were. 1 to 100000: the portal refuses to start with more.",
     ),
     "CONSOLE_MAX_BYTES": Setting(
         "LAKEPORT_CONSOLE_MAX_BYTES",
-        64 * 2**20,
+        12 * 2**20,
         cast=int,
-        help="The most bytes (as JSON) of a SQL console query's rows that come back from the unit; the "
-        "unit sends 12 MiB at most whatever this says (what its answers carry).",
+        help="The most bytes (as JSON) of a SQL console query's rows that come back from the unit; past "
+        "it the query says how many rows there were. 1024 to 12582912 (12 MiB): a unit's answer is "
+        "read to 16 MiB at most, rows and the rest of the answer together, so the portal refuses "
+        "to start with more.",
     ),
     "DEV_STORAGE_HINT": Setting(
         "LAKEPORT_DEV_STORAGE_HINT",
@@ -498,6 +500,19 @@ class Config(_SettingFields):
             raise ValueError(
                 f"{SETTINGS['IDENTITY_CHECK_SECONDS'].env}: above 0 and below "
                 f"{SETTINGS['IDENTITY_BOUND_SECONDS'].env}"
+            )
+        from compute.run.query import MAX_BYTES_CARRIED, MAX_ROWS_CARRIED
+
+        if not 1 <= self.CONSOLE_MAX_ROWS <= MAX_ROWS_CARRIED:
+            raise ValueError(
+                f"{SETTINGS['CONSOLE_MAX_ROWS'].env}: within 1..{MAX_ROWS_CARRIED} (the most "
+                "rows a unit's answer carries)"
+            )
+        if not 1024 <= self.CONSOLE_MAX_BYTES <= MAX_BYTES_CARRIED:
+            raise ValueError(
+                f"{SETTINGS['CONSOLE_MAX_BYTES'].env}: within 1024..{MAX_BYTES_CARRIED} "
+                f"({MAX_BYTES_CARRIED // 2**20} MiB): a unit's answer is read to 16 MiB at most, "
+                "the rows and the rest of the answer together"
             )
         if self.SESSION_MAX_HOURS <= 0:
             raise ValueError(f"{SETTINGS['SESSION_MAX_HOURS'].env}: must be above 0")

@@ -132,13 +132,31 @@ def queries_of(db_engine, user) -> list[Query]:
         return list(db.exec(select(Query).where(Query.owner_id == user.id)))
 
 
-def test_the_row_bound_is_a_setting_the_unit_is_given(app):
+def test_the_bounds_are_settings_within_what_a_unit_s_answer_carries(app):
+    from app.config import Config
     from app.console import service
+    from compute.run.query import MAX_BYTES_CARRIED
 
     with app.app_context():
-        assert service.bounds() == (10_000, 64 * 2**20)
-        app.config["CONSOLE_MAX_ROWS"] = 10**9
-        assert service.bounds()[0] == 100_000  # what a unit's answer carries
+        assert service.bounds() == (10_000, 12 * 2**20) == (10_000, MAX_BYTES_CARRIED)
+        app.config.update(CONSOLE_MAX_ROWS=10**9, CONSOLE_MAX_BYTES=64 * 2**20)
+        assert service.bounds() == (100_000, MAX_BYTES_CARRIED)  # what a unit's answer carries
+    # The portal refuses to start with a bound it cannot keep, and says which and why.
+    base = {"LAKEPORT_SECRET_KEY": "k" * 32, "LAKEPORT_OIDC_CLIENT_SECRET": "s"}
+    for setting, value, reason in (
+        ("LAKEPORT_CONSOLE_MAX_BYTES", str(64 * 2**20), r"within 1024\.\.12582912 \(12 MiB\)"),
+        ("LAKEPORT_CONSOLE_MAX_BYTES", "100", "within 1024"),
+        ("LAKEPORT_CONSOLE_MAX_ROWS", "100001", r"within 1\.\.100000"),
+        ("LAKEPORT_CONSOLE_MAX_ROWS", "0", r"within 1\.\.100000"),
+    ):
+        with pytest.raises(ValueError, match=f"{setting}: {reason}"):
+            Config.from_env({**base, setting: value}).validate()
+    Config.from_env({**base, "LAKEPORT_CONSOLE_MAX_BYTES": str(MAX_BYTES_CARRIED)}).validate()
+
+
+def test_the_page_states_both_bounds(client, alice):
+    page = " ".join(client.get("/console/").get_data(as_text=True).split())
+    assert "at most 10,000 rows or 12 MiB of them come back" in page
 
 
 def test_the_query_page_has_the_editor_form_with_labels_and_a_nav_link(client, alice):
@@ -542,7 +560,10 @@ def test_a_truncated_result_says_how_many_rows_there_were_and_offers_a_workflow(
     completed(db_engine, query.id, [["a", 1], ["b", 2]], truncated=True)
     update_row(db_engine, Query, query.id, row_count=12345)
     page = client.get(f"/console/?query={query.id}").get_data(as_text=True)
-    assert "Only the first 2 of\n      12,345 rows came back" in page
+    assert (
+        "Only the first 2 of\n      12,345 rows came back (the console's bound is 10,000 rows\n      or 12 MiB)"
+        in page
+    )
     made = client.post(
         f"/console/queries/{query.id}/workflow",
         data={"csrf_token": csrf(client)},

@@ -34,7 +34,12 @@ def _form_context(values: dict, errors: dict[str, str]) -> dict:
         "from_pool": service.FROM_POOL,
         "start_one": service.START_ONE,
         "max_rows": service.bounds()[0],
+        "max_mib": _mib(service.bounds()[1]),
     }
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size / 2**10:g} KiB"
 
 
 def _unit_chosen(values: dict, units: list[ComputeUnit], pool_ready: int) -> str:
@@ -179,6 +184,8 @@ def _result_context(query: Query) -> dict:
         **context,
         "plan": queries.stored_result(query)["plan"],
         "snapshots": queries.snapshots_read(query),
+        "bound_rows": service.bounds()[0],
+        "bound_size": _mib(service.bounds()[1]),
         "sort": sort,
         "descending": descending,
     }

@@ -37,6 +37,7 @@ from app.warehouses import sharing
 from app.workflows import service as workflows
 from compute.contract import Step
 from compute.run.query import (
+    MAX_BYTES_CARRIED,
     MAX_ROWS_CARRIED,
     READ,
     WRITE,
@@ -56,11 +57,12 @@ NEW_UNITS = (FROM_POOL, START_ONE)
 
 def bounds() -> tuple[int, int]:
     """(rows, bytes): how much of a result comes back from the unit (LAKEPORT_CONSOLE_MAX_ROWS and
-    _BYTES; the unit bounds both further to what its answers carry, compute/run/query.py)."""
+    _BYTES, which the portal's start holds within what a unit's answer carries; held here too,
+    as the unit holds them, compute/run/query.py)."""
     config = current_app.config
     return (
         max(1, min(int(config["CONSOLE_MAX_ROWS"]), MAX_ROWS_CARRIED)),
-        max(1024, int(config["CONSOLE_MAX_BYTES"])),
+        max(1024, min(int(config["CONSOLE_MAX_BYTES"]), MAX_BYTES_CARRIED)),
     )
 
 
