@@ -369,7 +369,7 @@ def test_the_health_shown_equals_an_independent_pyiceberg_read(lake, db_engine):
     )
     newest_first = sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True)
     assert [int(s) for s in listed] == [s.snapshot_id for s in newest_first] + [4242]
-    connect = story.split('data-testid="table-connect"')[1]
+    connect = story.split('data-testid="read-snippet"')[1]
     assert f"lake.{TABLE}" in connect and warehouse.lakekeeper_name in connect
     assert "&lt;client-secret&gt;" in connect and "secret_access_key" not in connect
     # The table page itself loads the three sections.
