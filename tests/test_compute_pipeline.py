@@ -868,3 +868,37 @@ def test_the_units_pyiceberg_catalogs_write_a_small_file_in_one_request():
         options["session_token"],
         options["region"],
     ) == ("http://127.0.0.1:9", "AK", "ST", "eu-west-1")
+
+
+def test_a_run_childs_record_warm_up_writes_both_records_locally_and_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    """A run's child, forked ahead, writes the two records once before its run comes
+    (record_tables.warm_the_record_path): data files and manifests through the run's own FileIO,
+    in a directory of its own that is gone afterwards, with no catalog and no storage request."""
+    import tempfile
+    from contextlib import contextmanager
+
+    from compute.run.record_tables import warm_the_record_path
+
+    made, listed = [], {}
+
+    @contextmanager
+    def directory(prefix: str = ""):
+        made.append(tmp_path / f"{prefix}x")
+        made[-1].mkdir()
+        yield str(made[-1])
+        for path in made[-1].rglob("*"):
+            if path.is_file():
+                listed.setdefault(path.relative_to(made[-1]).parts[0], []).append(path.suffix)
+        for path in sorted(made[-1].rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+        made[-1].rmdir()
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", directory)
+    warm_the_record_path()
+
+    assert len(made) == 1 and not made[0].exists()
+    assert set(listed) == {"runtime_stats", "console_logs"}
+    for suffixes in listed.values():
+        assert ".parquet" in suffixes and ".avro" in suffixes  # a data file and its manifests

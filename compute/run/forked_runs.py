@@ -15,7 +15,9 @@ session, its warehouses' catalog bindings) and everything it changes ends with i
   no atexit hook of Ray's or of the host's runs in it.
 - Fork cost stays off the warm path: one child is forked ahead (`ForkedRuns.refill`, after a run
   ended, when the catalog binding it made is the host's too), connects to the JVM and makes its
-  warehouse sessions ahead (compute/host/spare_sessions.py), then waits for a run.
+  warehouse sessions ahead (compute/host/spare_sessions.py), writes a run's two records once to a
+  local directory (compute/run/record_tables.py `warm_the_record_path`: pyiceberg's first use in
+  a process, which the run's end paid before), then waits for a run.
 - The run's progress, its end and the decision to complete (under the host's lock that a cancel
   takes) go through compute/run/run_channel.py; a cancel is passed to the child, which cancels its job
   group and interrupts its code as the host did, and the host cancels the job group too.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import os
+import select
 import signal
 import socket
 import threading
@@ -150,6 +153,7 @@ class ForkedRuns:
 def _child(spark, sock: socket.socket) -> None:
     from compute.host.spare_sessions import SESSIONS
     from compute.run.pipeline import CATALOGS
+    from compute.run.record_tables import warm_the_record_path
 
     # What the host made stays out of this process's collections: its JVM objects are the host's.
     gc.freeze()
@@ -163,6 +167,8 @@ def _child(spark, sock: socket.socket) -> None:
     inherited = CATALOGS.bindings()
     for binding in CATALOGS.current_bindings():
         SESSIONS.make_ahead(spark, binding)
+    if not select.select([sock], [], [], 0)[0]:  # forked ahead: no run is waiting for it yet
+        warm_the_record_path()  # the records' first write in this process, off the run's path
     try:
         run = channel.receive()
     except ChannelClosed:

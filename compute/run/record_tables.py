@@ -53,3 +53,71 @@ def runtime_stats_schema():
             ("lineage", pa.string()),
         ]
     )
+
+
+def warm_the_record_path() -> None:
+    """Write a run's two records once, to a local directory, never committed: pyiceberg's and
+    pyarrow's first use in a process (their executors' threads, lazy imports and caches, and the
+    first touch of the pages a forked process shares with its parent) then happens here rather
+    than at the end of the run. Called in a run's child while it waits for its run
+    (compute/run/forked_runs.py), off the warm path. Best effort: a warm-up that fails costs the
+    run its first-use time, nothing else."""
+    import tempfile
+
+    import pyarrow as pa
+    from pyarrow.fs import S3FileSystem
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.catalog.noop import NoopCatalog
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import new_table_metadata
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+
+    from compute.run.iceberg_rest import (
+        MetadataOnceTransaction,
+        SmallWritesFileIO,
+        wait_for_uploads,
+    )
+
+    stats_row = {field.name: None for field in runtime_stats_schema()}
+    records = {
+        "runtime_stats": (
+            runtime_stats_schema(),
+            [{**stats_row, "step": "warm-up", "rows_out": 0}],
+        ),
+        "console_logs": (
+            console_logs_schema(),
+            log_rows([{"ts": 1.0, "level": "INFO", "step": None, "message": "warm-up"}]),
+        ),
+    }
+    try:
+        # pyarrow's S3 client, once per process: made, never used (no request leaves).
+        S3FileSystem(
+            endpoint_override="http://127.0.0.1:9",
+            access_key="-",
+            secret_key="-",
+            region="us-east-1",
+        )
+        with tempfile.TemporaryDirectory(prefix="lakeport-records-warm-up-") as directory:
+            io = SmallWritesFileIO()
+            for name, (schema, rows) in records.items():
+                metadata = new_table_metadata(
+                    schema=Catalog._convert_schema_if_needed(schema),
+                    partition_spec=UNPARTITIONED_PARTITION_SPEC,
+                    sort_order=UNSORTED_SORT_ORDER,
+                    location=f"file://{directory}/{name}",
+                    properties={},
+                )
+                table = Table(
+                    ("warm_up", name),
+                    metadata,
+                    f"file://{directory}/{name}.json",
+                    io,
+                    NoopCatalog("warm-up"),
+                )
+                transaction = MetadataOnceTransaction(table)
+                transaction.append(pa.Table.from_pylist(rows, schema=schema))
+                transaction.set_properties({"lakeport.status": "complete"})
+            wait_for_uploads(table)
+    except Exception:  # noqa: BLE001 - see above
+        pass
