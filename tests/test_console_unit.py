@@ -110,6 +110,31 @@ def test_past_the_row_bound_the_answer_says_how_many_rows_there_were(host, lakeh
     assert (result["truncated"], result["row_count"]) == (True, 250)
 
 
+def test_past_the_byte_bound_too_and_never_past_what_an_answer_carries(host, lakehouse, warehouses):
+    small = run_query(
+        host,
+        lakehouse,
+        warehouses[0],
+        "SELECT repeat('x', 1000) AS t FROM range(50)",
+        max_bytes=10_000,
+    )
+    assert small["state"] == RunState.COMPLETED, small.get("error")
+    assert len(small["result"]["rows"]) == 9  # 9 rows of ~1 KB fit in 10,000 bytes of JSON
+    assert (small["result"]["truncated"], small["result"]["row_count"]) == (True, 50)
+    # 14 rows of 1 MiB each, asked with a 64 MiB bound: the unit keeps to 12 MiB, and the answer
+    # reaches the portal (which reads a host's answer to 16 MiB).
+    large = run_query(
+        host,
+        lakehouse,
+        warehouses[0],
+        "SELECT repeat('x', 1048576) AS t FROM range(14)",
+        max_bytes=64 * 2**20,
+    )
+    assert large["state"] == RunState.COMPLETED, large.get("error")
+    assert len(large["result"]["rows"]) == 11
+    assert (large["result"]["truncated"], large["result"]["row_count"]) == (True, 14)
+
+
 def test_explain_answers_the_plan_and_write_mode_writes(host, lakehouse, warehouses):
     explained = run_query(host, lakehouse, warehouses[1], "EXPLAIN SELECT 1 AS n")
     assert explained["state"] == RunState.COMPLETED, explained.get("error")
