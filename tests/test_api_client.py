@@ -86,7 +86,7 @@ def test_the_client_speaks_the_documented_api(app, db_engine, checked):
         )
         assert {item["id"] for item in client.executions()} == {started["id"], done.id}
         assert client.cancel(started["id"])["state"] == "CANCELLED"
-        assert client.lineage(done.id) == {"read": [], "wrote": []}
+        assert client.lineage(done.id) == {"read": [], "wrote": [], "changes": []}
         assert client.log_tail(done.id) == []
         with pytest.raises(ApiError) as refused:
             client.create_unit("Bad Name!")
