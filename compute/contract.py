@@ -218,7 +218,11 @@ STEP_KINDS = {"sql": "Spark SQL", "python": "PySpark function"}
 # A named output: the table of the run's warehouse a step publishes to (`namespace.table`),
 # and how its rows go there (compute/run/publish.py). The run's own namespaces are not targets.
 PUBLISH_TABLE = re.compile(r"[a-z][a-z0-9_]{0,62}\.[a-z][a-z0-9_]{0,62}")
-PUBLISH_MODES = {"append": "Append its rows", "overwrite": "Replace the table's rows"}
+PUBLISH_MODES = {
+    "append": "Append its rows",
+    "overwrite": "Replace the table's rows",
+    "overwrite-partitions": "Replace the partitions its rows fall in",
+}
 RUN_NAMESPACES = frozenset({RESULTS, RUNTIME_STATS, CONSOLE_LOGS})
 
 

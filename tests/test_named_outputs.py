@@ -13,6 +13,7 @@ import secrets
 import threading
 import time
 
+import pyarrow as pa
 import pytest
 from sqlmodel import Session, select
 
@@ -65,7 +66,7 @@ def test_a_publish_target_is_namespace_dot_table_outside_the_runs_own_namespaces
         (message,) = publish_errors([step("daily", f"{namespace}.daily")])[0]
         assert f"“{namespace}” holds each run's own tables" in message
     (message,) = publish_errors([step("daily", "sales.daily", "upsert")])[0]
-    assert message == "The mode is one of: append, overwrite."
+    assert message == "The mode is one of: append, overwrite, overwrite-partitions."
 
 
 def test_two_steps_may_not_publish_to_one_table():
@@ -274,7 +275,10 @@ def test_the_api_saves_a_publish_target_and_names_the_field_of_a_bad_one(app, cl
 
     for publish, message in (
         ({"table": "daily", "mode": "append"}, "namespace.table"),
-        ({"table": "sales.daily", "mode": "merge"}, "The mode is one of: append, overwrite."),
+        (
+            {"table": "sales.daily", "mode": "merge"},
+            "The mode is one of: append, overwrite, overwrite-partitions.",
+        ),
     ):
         refused = api.call(
             "POST",
@@ -573,3 +577,32 @@ def test_a_cancelled_run_publishes_nothing_and_leaves_its_branch_for_inspection(
         f"its rows stay on branch {branch}" in line["message"]
         for line in cancelled["progress"]["logs"]
     )
+
+
+def test_overwriting_partitions_replaces_only_those_its_rows_fall_in(host, lakehouse, warehouses):
+    warehouse, table = warehouses[0], f"pub_{secrets.token_hex(3)}.by_day"
+    catalog = reader(lakehouse, warehouse)
+    catalog.create_namespace_if_not_exists(table.split(".")[0])
+    created = catalog.create_table(
+        table, schema=pa.schema([pa.field("day", pa.int64()), pa.field("v", pa.string())])
+    )
+    with created.update_spec() as spec:
+        spec.add_identity("day")
+    catalog.load_table(table).append(pa.table({"day": [1, 2, 2], "v": ["one", "two", "two again"]}))
+
+    run_id, _ = submit(
+        host,
+        lakehouse,
+        warehouse,
+        [
+            published_step(
+                "day_two",
+                "SELECT CAST(2 AS BIGINT) AS day, 'new two' AS v",
+                table,
+                "overwrite-partitions",
+            )
+        ],
+    )
+    run = host.wait(run_id, timeout_s=300)
+    assert run["state"] == "COMPLETED", run["error"]
+    assert rows_of(catalog, table) == [{"day": 1, "v": "one"}, {"day": 2, "v": "new two"}]

@@ -82,7 +82,9 @@ class ComputeUnitCreate(Input):
 
 class PublishTarget(BaseModel):
     table: str = Field(max_length=127, description="`namespace.table` in the run's warehouse")
-    mode: str = Field("append", max_length=16, description="append or overwrite")
+    mode: str = Field(
+        "append", max_length=24, description="append, overwrite or overwrite-partitions"
+    )
     checks: list[dict] = Field(
         default_factory=list,
         max_length=20,
@@ -163,7 +165,7 @@ class ExecutionStart(Input):
 class PublishedOutput(BaseModel):
     step: str
     table: str = Field(description="`namespace.table` in the run's warehouse")
-    mode: str = Field(description="append or overwrite")
+    mode: str = Field(description="append, overwrite or overwrite-partitions")
     snapshot_id: int = Field(description="the table's snapshot the run published")
     rows_added: int | None
 

@@ -16,7 +16,7 @@ catalog token), so no reader loads some of the run's tables new and others old.
 - Two runs publishing to one table at once: when the commit is refused because `main` moved, a
   table the run *appends* to is rebased: a new snapshot on the new `main` adds the data files
   the branch added (no row lost, none doubled), and the commit is retried. A table the run
-  *overwrites* is not: the later run fails, naming the table and the snapshot that moved it.
+  *overwrites* (whole, or the partitions its rows fall in) is not: the later run fails, naming the table and the snapshot that moved it.
 - A failed or cancelled run publishes nothing; its branches stay for inspection until their
   retention ends, then the next run publishing to that table removes them (`remove_expired`),
   as does the warehouse's snapshot expiry.
@@ -170,6 +170,8 @@ class Publisher:
             from pyspark.sql.functions import lit
 
             writer.overwrite(lit(True))
+        elif step.publish.mode == "overwrite-partitions":
+            writer.overwritePartitions()  # the partitions its rows fall in (all: unpartitioned)
         else:
             writer.append()
         table = self.iceberg.load_table(target)
@@ -319,12 +321,14 @@ class Publisher:
                 (AssertRefSnapshotId(ref="main", snapshot_id=staged.base_snapshot_id),),
             )
             return transaction, False
-        if staged.mode == "overwrite":
+        if staged.mode != "append":  # an overwrite, of the table or of partitions
             moved = table.snapshot_by_id(now)
             by = moved.summary.get("lakeport.execution-id") if moved else None
             by = f"execution {by}" if by else "another writer"
             raise RunFailed(
-                f"step {staged.step!r} overwrites {staged.table}, which changed since this run "
+                f"step {staged.step!r} overwrites "
+                f"{'partitions of ' if staged.mode != 'overwrite' else ''}{staged.table}, "
+                "which changed since this run "
                 f"began writing it (main moved from snapshot {staged.base_snapshot_id} to {now}, "
                 f"published by {by}): an overwrite is published only over the table it replaced, "
                 "so this run publishes nothing; run it again"
