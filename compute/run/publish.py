@@ -16,7 +16,8 @@ catalog token), so no reader loads some of the run's tables new and others old.
 - Two runs publishing to one table at once: when the commit is refused because `main` moved, a
   table the run *appends* to is rebased: a new snapshot on the new `main` adds the data files
   the branch added (no row lost, none doubled), and the commit is retried. A table the run
-  *overwrites* (whole, or the partitions its rows fall in) is not: the later run fails, naming the table and the snapshot that moved it.
+  *overwrites* (whole, or the partitions its rows fall in) is not: the later run fails, naming
+  the table and the snapshot that moved it.
 - A failed or cancelled run publishes nothing; its branches stay for inspection until their
   retention ends, then the next run publishing to that table removes them (`remove_expired`),
   as does the warehouse's snapshot expiry.
