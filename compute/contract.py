@@ -222,7 +222,11 @@ PUBLISH_MODES = {
     "append": "Append its rows",
     "overwrite": "Replace the table's rows",
     "overwrite-partitions": "Replace the partitions its rows fall in",
+    "merge": "Merge on key columns",
 }
+# A key column a merge matches rows on (a Spark column name, quoted when the merge is made).
+KEY_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MAX_KEY_COLUMNS = 10
 RUN_NAMESPACES = frozenset({RESULTS, RUNTIME_STATS, CONSOLE_LOGS})
 
 
@@ -235,6 +239,9 @@ class Publish:
     # Quality checks its rows must pass before they are published (compute/run/checks.py): as
     # given, JSON objects (or the editor's text when it is no JSON list), checked there.
     checks: tuple | str = ()
+    # The key columns a merge matches rows on (mode "merge" only): a row of the step whose keys
+    # match a row of the table replaces it, any other is added.
+    keys: tuple[str, ...] = ()
 
     def problem(self) -> str | None:
         """Why this is no publish target Lakeport accepts, or None."""
@@ -250,6 +257,19 @@ class Publish:
             )
         if self.mode not in PUBLISH_MODES:
             return f"The mode is one of: {', '.join(PUBLISH_MODES)}."
+        if self.mode == "merge" and not self.keys:
+            return "Name the key columns a merge matches rows on, e.g. order_id, day."
+        if self.keys and self.mode != "merge":
+            return "Key columns are for the merge mode only; clear them or choose merge."
+        if len(self.keys) > MAX_KEY_COLUMNS:
+            return f"At most {MAX_KEY_COLUMNS} key columns."
+        for key in self.keys:
+            if not KEY_COLUMN.fullmatch(key):
+                return (
+                    f"“{key}” is no column name: letters, digits and _, not starting with a digit."
+                )
+        if len({key.lower() for key in self.keys}) < len(self.keys):
+            return "A key column is named twice."
         return None
 
 
@@ -261,6 +281,15 @@ def _checks(value: object) -> tuple | str:
     if isinstance(value, (list, tuple)):
         return tuple(value)
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def key_columns(value: object) -> tuple[str, ...]:
+    """A merge's key columns: a list, or the editor's text (comma-separated); none as ()."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(key for key in (str(item).strip() for item in value) if key)
 
 
 @dataclass(frozen=True)
@@ -282,15 +311,25 @@ class Step:
             data["publish"]["checks"] = list(self.publish.checks)
             if not self.publish.checks:
                 del data["publish"]["checks"]
+        if self.publish is not None:
+            if self.publish.keys:
+                data["publish"]["keys"] = list(self.publish.keys)
+            else:
+                del data["publish"]["keys"]
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Step:
         publish = data.get("publish")
         if isinstance(publish, Publish):
-            publish = (publish.table, publish.mode, publish.checks)
+            publish = (publish.table, publish.mode, publish.checks, publish.keys)
         elif isinstance(publish, dict):
-            publish = (publish.get("table"), publish.get("mode", "append"), publish.get("checks"))
+            publish = (
+                publish.get("table"),
+                publish.get("mode", "append"),
+                publish.get("checks"),
+                publish.get("keys"),
+            )
         elif publish is not None:
             raise TypeError(f"publish must be an object, not {type(publish).__name__}")
         return cls(
@@ -298,7 +337,12 @@ class Step:
             kind=str(data["kind"]),
             code=str(data["code"]),
             output=bool(data.get("output", False)),
-            publish=Publish(str(publish[0] or ""), str(publish[1] or ""), _checks(publish[2]))
+            publish=Publish(
+                str(publish[0] or ""),
+                str(publish[1] or ""),
+                _checks(publish[2]),
+                key_columns(publish[3]),
+            )
             if publish
             else None,
         )

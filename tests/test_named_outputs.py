@@ -12,6 +12,7 @@ import re
 import secrets
 import threading
 import time
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -66,7 +67,29 @@ def test_a_publish_target_is_namespace_dot_table_outside_the_runs_own_namespaces
         (message,) = publish_errors([step("daily", f"{namespace}.daily")])[0]
         assert f"“{namespace}” holds each run's own tables" in message
     (message,) = publish_errors([step("daily", "sales.daily", "upsert")])[0]
-    assert message == "The mode is one of: append, overwrite, overwrite-partitions."
+    assert message == "The mode is one of: append, overwrite, overwrite-partitions, merge."
+
+
+def test_a_merge_names_its_key_columns_and_only_a_merge_has_them():
+    def merge(mode: str, keys: tuple) -> Step:
+        return replace(step("daily"), publish=Publish("sales.daily", mode, (), keys))
+
+    assert publish_errors([merge("merge", ("order_id", "day"))]) == {}
+    for mode, keys, message in (
+        ("merge", (), "Name the key columns a merge matches rows on, e.g. order_id, day."),
+        ("append", ("order_id",), "Key columns are for the merge mode only"),
+        ("merge", ("order id",), "“order id” is no column name"),
+        ("merge", ("id", "ID"), "A key column is named twice."),
+    ):
+        (found,) = publish_errors([merge(mode, keys)])[0]
+        assert found.startswith(message), (keys, found)
+    kept = merge("merge", ("order_id", "day"))
+    assert kept.to_dict()["publish"] == {
+        "table": "sales.daily",
+        "mode": "merge",
+        "keys": ["order_id", "day"],
+    }
+    assert Step.from_dict(kept.to_dict()) == kept
 
 
 def test_two_steps_may_not_publish_to_one_table():
@@ -209,8 +232,11 @@ def saved_steps(db_engine, workflow_id: int) -> list[Step]:
         return loads(version.steps)
 
 
-def editor_form(publish_table: str, publish_mode: str = "append", base_version: int = 1) -> dict:
+def editor_form(
+    publish_table: str, publish_mode: str = "append", base_version: int = 1, keys: str = ""
+) -> dict:
     return {
+        "steps-0-publish-keys": keys,
         "base_version": str(base_version),
         "steps-0-name": "daily",
         "steps-0-kind": "sql",
@@ -247,9 +273,19 @@ def test_the_editor_saves_a_publish_target_and_says_what_is_wrong_with_one(clien
     edited = client.get(f"/workflows/{workflow.id}/edit").get_data(as_text=True)
     assert re.search(r'<option value="overwrite" selected>', edited)
 
+    merged = client.post(
+        f"/workflows/{workflow.id}/edit",
+        data=editor_form("sales.daily", "merge", base_version=2, keys=" order_id , day "),
+        headers=headers,
+    )
+    assert merged.status_code in (200, 302), merged.get_data(as_text=True)
+    assert saved_steps(db_engine, workflow.id)[0].publish.keys == ("order_id", "day")
+    edited = client.get(f"/workflows/{workflow.id}/edit").get_data(as_text=True)
+    assert 'name="steps-0-publish-keys" value="order_id, day"' in edited
+
     # An empty table field publishes nothing: the step keeps a run-only result, or none.
     cleared = client.post(
-        f"/workflows/{workflow.id}/edit", data=editor_form("", base_version=2), headers=headers
+        f"/workflows/{workflow.id}/edit", data=editor_form("", base_version=3), headers=headers
     )
     assert cleared.status_code in (200, 302), cleared.get_data(as_text=True)
     assert saved_steps(db_engine, workflow.id)[0].publish is None
@@ -276,8 +312,8 @@ def test_the_api_saves_a_publish_target_and_names_the_field_of_a_bad_one(app, cl
     for publish, message in (
         ({"table": "daily", "mode": "append"}, "namespace.table"),
         (
-            {"table": "sales.daily", "mode": "merge"},
-            "The mode is one of: append, overwrite, overwrite-partitions.",
+            {"table": "sales.daily", "mode": "upsert"},
+            "The mode is one of: append, overwrite, overwrite-partitions, merge.",
         ),
     ):
         refused = api.call(
@@ -606,3 +642,29 @@ def test_overwriting_partitions_replaces_only_those_its_rows_fall_in(host, lakeh
     run = host.wait(run_id, timeout_s=300)
     assert run["state"] == "COMPLETED", run["error"]
     assert rows_of(catalog, table) == [{"day": 1, "v": "one"}, {"day": 2, "v": "new two"}]
+
+
+def test_a_merge_replaces_rows_whose_keys_match_and_adds_the_others(host, lakehouse, warehouses):
+    warehouse, table = warehouses[0], f"pub_{secrets.token_hex(3)}.prices"
+    catalog = reader(lakehouse, warehouse)
+
+    def merge(code: str) -> dict:
+        target = {"table": table, "mode": "merge", "keys": ["sku"]}
+        run_id, _ = submit(
+            host, lakehouse, warehouse, [{**catalog_step("prices", code), "publish": target}]
+        )
+        return host.wait(run_id, timeout_s=300)
+
+    first = merge("SELECT * FROM VALUES ('a', 1), ('b', 2) AS prices(sku, price)")
+    assert first["state"] == "COMPLETED", first["error"]
+    second = merge("SELECT * FROM VALUES ('b', 20), ('c', 3) AS prices(sku, price)")
+    assert second["state"] == "COMPLETED", second["error"]
+    assert second["result"]["published"]["prices"]["rows_added"] == 1
+    assert rows_of(catalog, table) == [
+        {"sku": "a", "price": 1},
+        {"sku": "b", "price": 20},
+        {"sku": "c", "price": 3},
+    ]
+    missing_key = merge("SELECT 5 AS price")
+    assert missing_key["state"] == "FAILED"
+    assert "missing from the output" in missing_key["error"]

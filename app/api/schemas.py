@@ -83,7 +83,7 @@ class ComputeUnitCreate(Input):
 class PublishTarget(BaseModel):
     table: str = Field(max_length=127, description="`namespace.table` in the run's warehouse")
     mode: str = Field(
-        "append", max_length=24, description="append, overwrite or overwrite-partitions"
+        "append", max_length=24, description="append, overwrite, overwrite-partitions or merge"
     )
     checks: list[dict] = Field(
         default_factory=list,
@@ -91,13 +91,19 @@ class PublishTarget(BaseModel):
         description="quality checks its rows must pass before publishing, each "
         '{"kind", …, "severity": "warn"|"fail"} (docs/features.md)',
     )
+    keys: list[Annotated[str, StringConstraints(max_length=128)]] = Field(
+        default_factory=list,
+        max_length=10,
+        description="mode merge: the key columns a row of the step replaces a row of the table on",
+    )
 
     @model_serializer(mode="wrap")
     def _without_absent_checks(self, handler):
-        """A target without checks reads as it did before them."""
+        """A target without checks (or keys) reads as it did before them."""
         data = handler(self)
-        if not data.get("checks"):
-            data.pop("checks", None)
+        for optional in ("checks", "keys"):
+            if not data.get(optional):
+                data.pop(optional, None)
         return data
 
 

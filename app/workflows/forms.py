@@ -3,7 +3,8 @@
 The editor keeps no state on the server: every request carries all steps as fields
 `steps-<i>-name`, `steps-<i>-kind`, `steps-<i>-code`, `steps-<i>-output`, and the named
 output it publishes to, `steps-<i>-publish-table` (empty: none), `steps-<i>-publish-mode` and
-`steps-<i>-publish-checks` (its quality checks, a JSON list; empty: none).
+`steps-<i>-publish-checks` (its quality checks, a JSON list; empty: none), and
+`steps-<i>-publish-keys` (a merge's key columns, comma-separated).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 
 from app.workflows.service import SCALE_FACTOR_MAX, SCALE_FACTOR_MIN, check_table_name
 from app.workflows.steps import MAX_STEPS, Publish, Step, normalized
+from compute.contract import key_columns
 
 WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$")
 DESCRIPTION_MAX = 1000
@@ -60,6 +62,7 @@ def read_steps(data) -> list[Step]:
                     data.get(f"steps-{index}-publish-table") or "",
                     data.get(f"steps-{index}-publish-mode") or "append",
                     _read_checks(data.get(f"steps-{index}-publish-checks") or ""),
+                    key_columns(data.get(f"steps-{index}-publish-keys") or ""),
                 ),
             )
         )

@@ -84,7 +84,9 @@ def normalized(step: Step) -> Step:
         table = publish.table.strip()
         # Checks without a table stay, so the check says what they lack.
         keep = table or publish.checks
-        publish = Publish(table, publish.mode.strip(), publish.checks) if keep else None
+        publish = (
+            Publish(table, publish.mode.strip(), publish.checks, publish.keys) if keep else None
+        )
     return replace(
         step,
         name=step.name.strip(),

@@ -16,8 +16,8 @@ catalog token), so no reader loads some of the run's tables new and others old.
 - Two runs publishing to one table at once: when the commit is refused because `main` moved, a
   table the run *appends* to is rebased: a new snapshot on the new `main` adds the data files
   the branch added (no row lost, none doubled), and the commit is retried. A table the run
-  *overwrites* (whole, or the partitions its rows fall in) is not: the later run fails, naming
-  the table and the snapshot that moved it.
+  *overwrites* (whole, or the partitions its rows fall in) or *merges* into is not: the later
+  run fails, naming the table and the snapshot that moved it.
 - A failed or cancelled run publishes nothing; its branches stay for inspection until their
   retention ends, then the next run publishing to that table removes them (`remove_expired`),
   as does the warehouse's snapshot expiry.
@@ -40,6 +40,14 @@ BRANCH_PREFIX = "lakeport_run_"
 BRANCH_RETENTION_DAYS = 7
 # How often a publish whose tables moved meanwhile is rebased and sent again.
 PUBLISH_ATTEMPTS = 5
+
+
+# How a conflict names what a step does to its table.
+_CHANGES = {
+    "overwrite": "overwrites",
+    "overwrite-partitions": "overwrites partitions of",
+    "merge": "merges into",
+}
 
 
 def branch_name(execution_id: int) -> str:
@@ -173,11 +181,16 @@ class Publisher:
             writer.overwrite(lit(True))
         elif step.publish.mode == "overwrite-partitions":
             writer.overwritePartitions()  # the partitions its rows fall in (all: unpartitioned)
+        elif step.publish.mode == "merge":
+            self._merge(step, name, frame)
         else:
             writer.append()
         table = self.iceberg.load_table(target)
         head = table.snapshot_by_id(table.metadata.refs[self.branch].snapshot_id)
         summary = head.summary if head is not None else {}
+        rows_added = int_or_none(summary.get("added-records")) or 0
+        if step.publish.mode == "merge":  # rewritten files count their unchanged rows too
+            rows_added -= int_or_none(summary.get("deleted-records")) or 0
         staged = StagedOutput(
             step=step.name,
             table=target,
@@ -185,7 +198,7 @@ class Publisher:
             branch=self.branch,
             base_snapshot_id=base,
             head_snapshot_id=head.snapshot_id,
-            rows_added=int_or_none(summary.get("added-records")) or 0,
+            rows_added=rows_added,
             added_files=int_or_none(summary.get("added-data-files")),
             added_bytes=int_or_none(summary.get("added-files-size")),
         )
@@ -197,6 +210,26 @@ class Publisher:
             f"({staged.mode}; published when the whole run succeeds)",
         )
         return staged
+
+    def _merge(self, step: Step, name: str, frame) -> None:
+        """MERGE the step's rows into the branch on its key columns: a row whose keys match a
+        row of the table replaces it, any other is added. Keys are compared with `=` (a null key
+        matches nothing), so the step's rows must be unique on them."""
+        keys = step.publish.keys
+        missing = [key for key in keys if key.lower() not in {c.lower() for c in frame.columns}]
+        if missing:
+            raise RunFailed(
+                f"step {step.name!r} merges into {step.publish.table} on "
+                f"{', '.join(missing)}, which its output does not have"
+            )
+        view = f"lakeport_merge_{step.name}"
+        frame.createOrReplaceTempView(view)
+        matched = " AND ".join(f"target.`{key}` = source.`{key}`" for key in keys)
+        self.session.sql(
+            f"MERGE INTO {name}.`branch_{self.branch}` AS target USING {view} AS source "
+            f"ON {matched} WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+        self.session.catalog.dropTempView(view)
 
     def _create_if_missing(self, step: Step, name: str, schema) -> None:
         from pyspark.sql.types import StructType
@@ -327,8 +360,7 @@ class Publisher:
             by = moved.summary.get("lakeport.execution-id") if moved else None
             by = f"execution {by}" if by else "another writer"
             raise RunFailed(
-                f"step {staged.step!r} overwrites "
-                f"{'partitions of ' if staged.mode != 'overwrite' else ''}{staged.table}, "
+                f"step {staged.step!r} {_CHANGES[staged.mode]} {staged.table}, "
                 "which changed since this run "
                 f"began writing it (main moved from snapshot {staged.base_snapshot_id} to {now}, "
                 f"published by {by}): an overwrite is published only over the table it replaced, "
