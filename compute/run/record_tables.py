@@ -1,5 +1,6 @@
 """The schemas of an execution's record tables, `console_logs.e<id>` and
-`runtime_stats.e<id>`, and their rows as pyiceberg writes them.
+`runtime_stats.e<id>`, their rows as pyiceberg writes them, and a write of both that a run's
+process makes before its run comes (`warm_the_record_path`).
 """
 
 from __future__ import annotations
