@@ -71,6 +71,13 @@ function enhance(textarea) {
       syntaxHighlighting(classHighlighter),
       language.of(languageFor(kindSelect ? kindSelect.value : "sql", textarea.sqlSchema)),
       EditorView.lineWrapping,
+      // Through the facet, not classList: CodeMirror rewrites its root's attributes whenever it
+      // is reconfigured (a step's language, the Query page's tables).
+      EditorView.editorAttributes.of(
+        textarea.getAttribute("aria-invalid")
+          ? { class: "code-editor", "aria-invalid": "true" }
+          : { class: "code-editor" }
+      ),
       EditorView.contentAttributes.of({
         "aria-label": label ? label.firstChild.textContent.trim() : "Code",
         "data-testid": "code-editor",
@@ -87,8 +94,6 @@ function enhance(textarea) {
   if (label) label.after(textarea);
   (label || textarea).after(view.dom);
   if (label) label.classList.add("editor-label");
-  view.dom.classList.add("code-editor");
-  if (textarea.getAttribute("aria-invalid")) view.dom.setAttribute("aria-invalid", "true");
 
   if (kindSelect) {
     kindSelect.addEventListener("change", () => {
