@@ -531,7 +531,26 @@ def test_the_portal_keeps_what_the_unit_says_it_published_and_the_run_page_shows
                     "rows_added": 1,
                 },
                 "odd": {"table": "sales.odd", "mode": "append", "snapshot_id": "1"},
+                # A step that publishes nothing, or elsewhere than its target, is not believed.
+                "plain": {
+                    "table": "sales.other",
+                    "mode": "append",
+                    "snapshot_id": 7,
+                    "rows_added": 1,
+                },
+                "moved": {
+                    "table": "sales.elsewhere",
+                    "mode": "overwrite",
+                    "snapshot_id": 8,
+                    "rows_added": 1,
+                },
             },
+        },
+        {
+            "daily": ("sales.daily", "append"),
+            "sneaky": ("results.e1_big", "append"),
+            "odd": ("sales.odd", "append"),
+            "moved": ("sales.moved", "append"),
         },
     )
     assert reported["published"] == {

@@ -222,7 +222,7 @@ def test_the_units_word_on_checks_is_kept_typed_and_bounded():
     assert len(kept) == 1 and "extra" not in kept[0]
     assert len(kept[0]["sample"]) == 5 and len(kept[0]["sample"][0]) <= 400
     assert unit_reports.reported_checks({"not": "a list"}) == []
-    result = unit_reports.reported_result(9, {"checks": [reported_check()]})
+    result = unit_reports.reported_result(9, {"checks": [reported_check()]}, {})
     assert result["checks"] == [reported_check()]
 
 

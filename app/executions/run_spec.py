@@ -57,6 +57,15 @@ def execution_spec(
     )
 
 
+def publish_targets(execution: Execution) -> dict[str, tuple[str, str]]:
+    """Step name → (table, mode) of each step of the execution's version that publishes: what the
+    portal keeps of a unit's report of what it published (unit_reports.reported_result)."""
+    with Session(engine()) as db:
+        version = db.get(WorkflowVersion, execution.workflow_version_id)
+    steps = (Step.from_dict(step) for step in json.loads(version.steps if version else "[]"))
+    return {step.name: (step.publish.table, step.publish.mode) for step in steps if step.publish}
+
+
 def increment_starts(execution: Execution) -> dict[str, int | None]:
     """Table → the snapshot its increment starts after (None: read it whole), for `execution`."""
     pinned = json.loads(execution.pinned_to or "{}")

@@ -32,10 +32,14 @@ def merged_progress(previous: dict, reported: object) -> str:
     )
 
 
-def reported_result(execution_id: int, result: dict) -> dict:
+def reported_result(
+    execution_id: int, result: dict, publish_targets: dict[str, tuple[str, str]]
+) -> dict:
     """What the unit reports of a COMPLETED run (compute/run/pipeline.py), each part checked: an
-    output table must be the one this execution's step writes (`results.e42_step`), so a
-    unit's word never points the portal at another table; figures must be numbers."""
+    output table must be the one this execution's step writes (`results.e42_step`), and a
+    published one the table and mode its step's publish target names (`publish_targets`, step →
+    (table, mode)), so a unit's word never points the portal at another table; figures must be
+    numbers."""
 
     def named_entries(key: str) -> list[tuple[str, object]]:
         entries = result.get(key) if isinstance(result.get(key), dict) else {}
@@ -65,7 +69,9 @@ def reported_result(execution_id: int, result: dict) -> dict:
         if result.get(namespace) == table_name(namespace, execution_id):
             checked[namespace] = result[namespace]
     published = {
-        step: entry for step, entry in named_entries("published") if _published_entry(entry)
+        step: entry
+        for step, entry in named_entries("published")
+        if _published_entry(entry) and publish_targets.get(step) == (entry["table"], entry["mode"])
     }
     if published:  # named outputs (compute/run/publish.py)
         checked["published"] = published

@@ -479,7 +479,11 @@ def _record_end(
             execution_id,
             ExecutionState.COMPLETED,
             progress=progress,
-            outputs=json.dumps(unit_reports.reported_result(execution_id, result)),
+            outputs=json.dumps(
+                unit_reports.reported_result(
+                    execution_id, result, run_spec.publish_targets(service.load(execution_id))
+                )
+            ),
             lineage=json.dumps(unit_reports.reported_lineage(result)),
             reason="",
         )
