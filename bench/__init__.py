@@ -13,6 +13,7 @@ Modules:
 - `idle_memory.py` — what a warm unit holds while it runs nothing
 - `sandbox.py` — what a local unit's sandbox costs a run
 - `throughput.py` — TPC-H Q1 and its write, against plain PySpark
+- `console.py` — the SQL console: TPC-H Q1 from the click to its first page, against plain PySpark
 - `growth.py` — how a run's time grows with the data (scale factors 0.1, 1, 3)
 - `portal_load.py` — 300 simulated users polling the portal under gunicorn
 """

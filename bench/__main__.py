@@ -1,4 +1,4 @@
-"""`python -m bench [paging groundwork cold warm idle-memory sandbox throughput portal-load] [--scale-factor F]
+"""`python -m bench [paging groundwork cold warm idle-memory sandbox throughput console portal-load] [--scale-factor F]
 [--rows N] [--cold-runs N]`: run the benchmarks on a local stack of their own, print each one's
 figures against its baseline, then a summary. Exit status 1 if a benchmark could not be measured
 (a missed target is a figure, not an error). `warm` also measures `first-run`."""
@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from app.config import SETTINGS
 from bench import (
     cold,
+    console,
     groundwork,
     growth,
     idle_memory,
@@ -50,6 +51,7 @@ BENCHMARKS = {
         idle_memory,
         sandbox,
         throughput,
+        console,
         growth,
         portal_load,
     )
