@@ -6,6 +6,7 @@ worker keeps of a unit's answer. The console on a real unit is tests/test_consol
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from sqlmodel import Session, select
@@ -176,14 +177,20 @@ def test_a_query_is_recorded_queued_and_its_page_polls(client, db_engine, alice)
     (query,) = queries_of(db_engine, user)
     assert (query.state, query.mode, query.statement) == (QueryState.QUEUED, READ, "SELECT")
     assert response.headers["HX-Redirect"] == f"/console/?query={query.id}"
+    # A young query is asked for again within a fraction of a second, on the page and after.
+    page = client.get(f"/console/?query={query.id}").get_data(as_text=True)
+    assert 'hx-trigger="load delay:0.2s"' in page
     live = client.get(f"/console/queries/{query.id}", headers={"HX-Request": "true"})
     text = live.get_data(as_text=True)
-    assert 'hx-trigger="load delay:' in text and 'data-testid="cancel-query"' in text
+    assert 'hx-trigger="load delay:0.2s"' in text and 'data-testid="cancel-query"' in text
     again = client.get(
         f"/console/queries/{query.id}",
         headers={"HX-Request": "true", "If-None-Match": live.headers["ETag"]},
     )
     assert again.status_code == 304
+    update_row(db_engine, Query, query.id, created_at=query.created_at - timedelta(seconds=60))
+    older = client.get(f"/console/queries/{query.id}", headers={"HX-Request": "true"})
+    assert 'hx-trigger="load delay:3s"' in older.get_data(as_text=True)  # then as others poll
     completed(db_engine, query.id, [["a", 1]])
     ended = client.get(f"/console/queries/{query.id}", headers={"HX-Request": "true"})
     text = ended.get_data(as_text=True)
