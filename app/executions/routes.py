@@ -38,11 +38,8 @@ def warehouse_table_url(warehouse_id: int | None, table: str) -> str | None:
     """The warehouse's page of `table` (namespace.table), where the portal has one."""
     if warehouse_id is None or "warehouses.table" not in current_app.view_functions:
         return None
-    namespace, _, name = table.rpartition(".")
     try:
-        return url_for(
-            "warehouses.table", warehouse_id=warehouse_id, namespace=namespace, table=name
-        )
+        return url_for("warehouses.table", warehouse_id=warehouse_id, name=table)
     except BuildError:
         return None
 
