@@ -585,6 +585,7 @@ def test_the_portal_keeps_what_the_unit_says_it_published_and_the_run_page_shows
     page = client.get(f"/executions/{completed.id}").get_data(as_text=True)
     shown = re.search(r'data-testid="execution-published">(.*?)</article>', page, re.S).group(1)
     assert "sales.daily" in shown and ">4242<" in shown and "1,200" in shown
+    assert f'href="/warehouses/{warehouse.id}/tables/sales.daily"' in shown  # the table's page
     failed = execution_row(
         db_engine,
         owner,
