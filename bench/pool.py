@@ -32,12 +32,12 @@ def run(bench: Bench, options) -> Summary:
     try:
         trials = []
         for number in range(1, options.cold_runs + 1):
-            waited = _wait_for_a_ready_pooled_unit(bench)
+            waited = wait_for_a_ready_pooled_unit(bench)
             print(f"  pool ready (waited {waited:.1f} s for the refill)")
             trials.append(_trial(bench, workflow_id, number))
     finally:
         bench.change_setting("CU_POOL_SIZE", 0)
-        _end_the_pool(bench)
+        end_the_pool(bench)
     cold_median = bench.figures.get(cold.NAME)
     if cold_median is None:
         print("  baseline: one cold start (cold was not chosen)")
@@ -65,7 +65,7 @@ def _pooled(bench: Bench):
     )
 
 
-def _wait_for_a_ready_pooled_unit(bench: Bench) -> float:
+def wait_for_a_ready_pooled_unit(bench: Bench) -> float:
     started, deadline = time.monotonic(), time.monotonic() + REFILL_TIMEOUT_S
     while not any(unit.spark_ready_at for unit in bench.all(_pooled(bench))):
         if time.monotonic() > deadline:
@@ -74,7 +74,7 @@ def _wait_for_a_ready_pooled_unit(bench: Bench) -> float:
     return time.monotonic() - started
 
 
-def _end_the_pool(bench: Bench) -> None:
+def end_the_pool(bench: Bench) -> None:
     for unit in bench.all(_pooled(bench)):
         bench.terminate_unit_row(unit.id)
 
