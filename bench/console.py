@@ -28,36 +28,6 @@ RUNS = 7
 SCALE_FACTOR = 0.01
 TARGET_EXTRA_S = 0.15
 POOL_TARGET_S = 3.0
-# Plain PySpark on the unit's Spark host: Q1 collected to the driver, as the console's job does,
-# in a session bound to the warehouse's catalog as the bench's other plain baselines are.
-PLAIN_COLLECT_CODE = """
-import time
-from compute.host.catalog_cache import CatalogAccess, CatalogCache
-from compute.run.iceberg_rest import rest_catalog
-from compute.host.spark_session import close_session_catalog
-
-catalog = args["catalog"]
-vended = rest_catalog("plain-collect", catalog["uri"], catalog["warehouse"], catalog["token"]).load_table(
-    args["vended_from"])
-binding = CatalogCache().binding(args["warehouse_id"], CatalogAccess.vended(
-    catalog["uri"], catalog["warehouse"], catalog["token"], vended.io.properties))
-session = spark.newSession()
-for key, value in binding.conf.items():
-    session.conf.set(key, value)
-active = spark.sparkContext._jvm.org.apache.spark.sql.SparkSession
-active.setActiveSession(session._jsparkSession)
-session.catalog.setCurrentCatalog(binding.catalog_name)
-seconds = []
-try:
-    for _ in range(args["warmups"] + args["repeats"]):
-        started = time.perf_counter()
-        session.sql(args["sql"]).collect()
-        seconds.append(time.perf_counter() - started)
-finally:
-    active.clearActiveSession()
-    close_session_catalog(session, binding.catalog_name)
-result = {"seconds": seconds[args["warmups"]:]}
-"""
 
 
 def run(bench: Bench, options) -> Summary:
@@ -170,16 +140,6 @@ def _next_poll(body: str) -> float:
 
 
 def plain_collect(bench: Bench, cu_id: int, *, warmups: int, repeats: int) -> list[float]:
-    args = {
-        **bench._catalog_args(),
-        "sql": Q1,
-        "vended_from": "tpch.lineitem",
-        "warmups": warmups,
-        "repeats": repeats,
-    }
-    with bench.spark_host(cu_id) as host:
-        run_id = host.probe(PLAIN_COLLECT_CODE, args, name="bench-plain-collect")["run_id"]
-        finished = host.wait(run_id, timeout_s=600.0)
-    if finished["state"] != "COMPLETED":
-        raise BenchError(f"the plain PySpark run ended {finished['state']}: {finished['error']}")
-    return finished["result"]["seconds"]
+    """Q1 collected to the driver in plain PySpark on the unit's Spark host, as the console's
+    job collects it."""
+    return bench.plain_pyspark(cu_id, Q1, None, "tpch.lineitem", warmups=warmups, repeats=repeats)

@@ -78,8 +78,9 @@ SETTLE_S = 1.0
 
 # Run on the compute unit's Spark host directly, beside the portal: a plain PySpark session bound
 # once to the warehouse's catalog the way an execution binds it (the catalog's token, the storage
-# keys it vends, Iceberg's REST catalog over S3A), then `sql` written to `table` and timed, over
-# and over. Only the SQL and the Iceberg write are inside the timer.
+# keys it vends, Iceberg's REST catalog over S3A), then `sql` written to `table` (or, without a
+# table, collected to the driver as the console's job does) and timed, over and over. Only the
+# SQL and the Iceberg write (or the collect) are inside the timer.
 PLAIN_PYSPARK_CODE = """
 import time
 from compute.host.catalog_cache import CatalogAccess, CatalogCache
@@ -97,12 +98,15 @@ for key, value in binding.conf.items():
 active = spark.sparkContext._jvm.org.apache.spark.sql.SparkSession
 active.setActiveSession(session._jsparkSession)
 session.catalog.setCurrentCatalog(binding.catalog_name)
-target = binding.catalog_name + "." + args["table"]
+target = binding.catalog_name + "." + args["table"] if args["table"] else None
 seconds = []
 try:
     for _ in range(args["warmups"] + args["repeats"]):
         started = time.perf_counter()
-        session.sql(args["sql"]).writeTo(target).using("iceberg").createOrReplace()
+        if target:
+            session.sql(args["sql"]).writeTo(target).using("iceberg").createOrReplace()
+        else:
+            session.sql(args["sql"]).collect()
         seconds.append(time.perf_counter() - started)
 finally:
     active.clearActiveSession()
@@ -634,11 +638,19 @@ class Bench:
         )
 
     def plain_pyspark(
-        self, cu_id: int, sql: str, table: str, vended_from: str, *, warmups: int, repeats: int
+        self,
+        cu_id: int,
+        sql: str,
+        table: str | None,
+        vended_from: str,
+        *,
+        warmups: int,
+        repeats: int,
     ) -> list[float]:
-        """Seconds per repetition of `sql` written to `table` in a plain PySpark session on the
-        unit's Spark host (PLAIN_PYSPARK_CODE), after `warmups` untimed ones; `vended_from` is a
-        table of the warehouse whose loading makes the catalog vend storage keys."""
+        """Seconds per repetition of `sql` written to `table` (None: collected) in a plain
+        PySpark session on the unit's Spark host (PLAIN_PYSPARK_CODE), after `warmups` untimed
+        ones; `vended_from` is a table of the warehouse whose loading makes the catalog vend
+        storage keys."""
         args = {
             **self._catalog_args(),
             "sql": sql,
