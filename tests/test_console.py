@@ -966,3 +966,14 @@ def test_start_one_for_me_makes_a_unit_and_the_query_waits_for_it(
     assert reload(db_engine, Query, query.id).state == QueryState.QUEUED
     page = client.get(f"/console/queries/{query.id}", headers={"HX-Request": "true"})
     assert f"waiting for compute unit {unit.name} to start" in page.get_data(as_text=True)
+
+
+def test_a_decimal_column_sorts_by_its_value_not_its_text():
+    """Decimals come back as text (to keep their digits); sorted, 8971.00 is the smallest."""
+    from app.console.queries import sorted_rows
+
+    rows = [["A", "8971.00"], ["N", "742802.00"], ["R", None], ["Z", "380456.00"]]
+    largest_first = sorted_rows(rows, 1, descending=True, spark_type="decimal(25,2)")
+    assert [row[1] for row in largest_first] == ["742802.00", "380456.00", "8971.00", None]
+    as_text = sorted_rows(rows, 1, descending=True, spark_type="string")
+    assert [row[1] for row in as_text][0] == "8971.00"

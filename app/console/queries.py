@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 from sqlmodel import select
 
@@ -92,10 +93,15 @@ def snapshots_read(query: Query) -> list[dict]:
         return []
 
 
-def sorted_rows(rows: list[list], column: int | None, descending: bool) -> list[list]:
-    """The rows by one column (None first, then by value; values of mixed kinds by their text)."""
+def sorted_rows(
+    rows: list[list], column: int | None, descending: bool, spark_type: str = ""
+) -> list[list]:
+    """The rows by one column (None first, then by value; values of mixed kinds by their text).
+    A decimal column (`spark_type` decimal(p,s)) comes as text, to keep its digits: it sorts by
+    its value."""
     if column is None:
         return rows
+    as_decimal = spark_type.startswith("decimal")
 
     def key(row: list):
         value = row[column] if column < len(row) else None
@@ -103,6 +109,11 @@ def sorted_rows(rows: list[list], column: int | None, descending: bool) -> list[
             return (0, 0, "")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return (1, value, "")
+        if as_decimal and isinstance(value, str):
+            try:
+                return (1, Decimal(value), "")
+            except InvalidOperation:
+                pass
         return (2, 0, str(value))
 
     return sorted(rows, key=key, reverse=descending)
@@ -113,7 +124,9 @@ def result_page(
 ) -> Page:
     """One page of the stored rows (sorted by column `sort` first, if given)."""
     result = stored_result(query)
-    rows = sorted_rows(result["rows"], sort, descending)
+    columns = result["columns"]
+    sort_type = columns[sort]["type"] if sort is not None and 0 <= sort < len(columns) else ""
+    rows = sorted_rows(result["rows"], sort, descending, sort_type)
     pages = max(1, -(-len(rows) // size))
     page = min(max(page, 1), pages)
     start = (page - 1) * size
