@@ -8,6 +8,14 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
+from e2e.journeys import (
+    register_warehouse,
+    start_unit,
+    terminate_units,
+    upload_csv,
+    wait_until_unit_runs,
+)
+
 CITIES = ("Lisbon", "Oslo", "Quito", "Hanoi", "Perth")
 ROWS = 150  # three pages at the default page size of 50
 
@@ -33,21 +41,7 @@ def units_to_terminate(page, portal):
     the test (in a page of their own, so a failure's screenshot shows where it failed)."""
     names: list[str] = []
     yield names
-    for name in names:
-        cleanup = page.context.new_page()
-        try:
-            cleanup.goto(portal + "/compute-units/")
-            link = cleanup.get_by_role("link", name=name, exact=True)
-            if link.count() == 0:  # it was never created
-                continue
-            link.click()
-            state = cleanup.get_by_test_id("cu-state")
-            if state.inner_text() not in ("TERMINATED", "FAILED"):
-                cleanup.get_by_test_id("terminate").click()
-                cleanup.get_by_test_id("confirm-accept").click()
-                expect(state).to_have_text(re.compile("TERMINATED|FAILED"), timeout=90_000)
-        finally:
-            cleanup.close()
+    terminate_units(page, portal, names)
 
 
 def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results(
@@ -79,23 +73,11 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     sign_in("alice")
 
     # A warehouse of her own, in her SeaweedFS bucket.
-    page.get_by_role("link", name="Warehouses").first.click()
-    page.get_by_test_id("register-warehouse").click()
-    fill_warehouse_form(warehouse)
-    page.get_by_test_id("create-warehouse").click()
-    expect(page.get_by_test_id("warehouse-name")).to_have_text(warehouse, timeout=30_000)
+    register_warehouse(page, fill_warehouse_form, warehouse)
 
     # A compute unit: it comes up while she writes the workflow.
-    page.get_by_role("link", name="Compute units").first.click()
-    page.get_by_test_id("new-compute-unit").click()
-    page.get_by_label("Name").fill(unit)
-    page.get_by_label("CPUs per node").fill("2")
-    page.get_by_label("Memory per node (GiB)").fill("3")
-    page.get_by_label("Worker nodes").fill("0")
     units_to_terminate.append(unit)
-    page.get_by_test_id("start-compute-unit").click()
-    expect(page.get_by_test_id("cu-name")).to_have_text(unit)
-    unit_url = page.url
+    unit_url = start_unit(page, unit)
 
     # The workflow: a SQL step reading the upload, then a PySpark step that is the output.
     page.get_by_role("link", name="Workflows").first.click()
@@ -118,23 +100,13 @@ def test_alice_runs_a_two_step_workflow_on_an_uploaded_csv_and_reads_its_results
     expect(page.get_by_test_id("step-view")).to_have_count(2)
 
     # The data it reads: the CSV, uploaded into the warehouse.
-    page.get_by_role("link", name="Workflows").first.click()
-    page.get_by_test_id("data-sources").click()
-    upload = page.get_by_test_id("upload-form")
-    upload.get_by_label("Warehouse").select_option(label=warehouse)
-    upload.get_by_label("Table").fill(table)
-    upload.get_by_label("File").set_input_files(csv_file)
-    page.get_by_test_id("upload").click()
+    upload_csv(page, warehouse, table, csv_file, ROWS)
     expect(page.get_by_test_id("upload-result")).to_contain_text(
-        f"Imported {ROWS} rows (CSV, 3 columns: id, city, amount) as datasets.{table}",
-        timeout=60_000,
+        f"Imported {ROWS} rows (CSV, 3 columns: id, city, amount) as datasets.{table}"
     )
 
     # The unit is up (its page polls itself; WARMING while its Spark session starts)...
-    page.goto(unit_url)
-    expect(page.get_by_test_id("cu-state")).to_have_text(
-        re.compile("WARMING|RUNNING"), timeout=120_000
-    )
+    wait_until_unit_runs(page, unit_url, warming=True)
 
     # ... so the run dialog offers it.
     page.get_by_role("link", name="Workflows").first.click()
