@@ -7,6 +7,8 @@ import re
 
 from playwright.sync_api import expect
 
+from e2e.journeys import register_warehouse, start_unit
+
 # The group Alice and Bob share on the identity provider (the local stack's: analytics).
 GROUP = os.environ.get("E2E_GROUP", "analytics")
 
@@ -22,12 +24,7 @@ def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation
     )
 
     sign_in("alice")
-    page.get_by_role("link", name="Warehouses").first.click()
-    page.get_by_test_id("register-warehouse").click()
-    fill_warehouse_form(warehouse)
-    page.get_by_test_id("create-warehouse").click()
-    expect(page.get_by_test_id("warehouse-name")).to_have_text(warehouse, timeout=30_000)
-    warehouse_url = page.url
+    warehouse_url = register_warehouse(page, fill_warehouse_form, warehouse)
     shares = page.get_by_test_id("warehouse-shares")
     shares.get_by_label("Share with").select_option("group")
     shares.get_by_label("Group", exact=True).fill(GROUP)
@@ -47,15 +44,7 @@ def test_alice_shares_with_her_group_bob_runs_into_it_and_loses_it_at_revocation
     expect(page.get_by_test_id("warehouse-actions")).to_have_count(0)
     check_page("warehouse-shared-with-me")
 
-    page.get_by_role("link", name="Compute units").first.click()
-    page.get_by_test_id("new-compute-unit").click()
-    page.get_by_label("Name").fill(unit)
-    page.get_by_label("CPUs per node").fill("2")
-    page.get_by_label("Memory per node (GiB)").fill("3")
-    page.get_by_label("Worker nodes").fill("0")
-    page.get_by_test_id("start-compute-unit").click()
-    expect(page.get_by_test_id("cu-name")).to_have_text(unit)
-    unit_url = page.url
+    unit_url = start_unit(page, unit)
 
     page.get_by_role("link", name="Workflows").first.click()
     page.get_by_test_id("new-workflow").click()
@@ -154,15 +143,7 @@ def test_a_version_saved_while_bob_looks_at_the_run_form_is_shown_to_him_before_
     fill_warehouse_form(warehouse, user="bob")
     page.get_by_test_id("create-warehouse").click()
     expect(page.get_by_test_id("warehouse-name")).to_have_text(warehouse, timeout=30_000)
-    page.get_by_role("link", name="Compute units").first.click()
-    page.get_by_test_id("new-compute-unit").click()
-    page.get_by_label("Name").fill(unit)
-    page.get_by_label("CPUs per node").fill("2")
-    page.get_by_label("Memory per node (GiB)").fill("3")
-    page.get_by_label("Worker nodes").fill("0")
-    page.get_by_test_id("start-compute-unit").click()
-    expect(page.get_by_test_id("cu-name")).to_have_text(unit)
-    unit_url = page.url
+    unit_url = start_unit(page, unit)
     expect(page.get_by_test_id("cu-state")).to_have_text(
         re.compile("WARMING|RUNNING"), timeout=120_000
     )
