@@ -16,4 +16,8 @@ Modules:
 - `console.py` — the SQL console: TPC-H Q1 from the click to its first page, against plain PySpark
 - `growth.py` — how a run's time grows with the data (scale factors 0.1, 1, 3)
 - `portal_load.py` — 300 simulated users polling the portal under gunicorn
+- `publish.py` — a run publishing three named tables, against run-only results
+- `checks.py` — quality checks on a 6-million-row named output, against none
+- `incremental.py` — a run reading 1% new rows with changes(), against the full read
+- `compaction.py` — Q1 over 500 small files, before and after the worker compacts them
 """

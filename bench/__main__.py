@@ -1,4 +1,5 @@
-"""`python -m bench [paging groundwork cold warm idle-memory sandbox throughput console portal-load] [--scale-factor F]
+"""`python -m bench [paging groundwork cold warm idle-memory sandbox throughput console portal-load
+publish checks incremental compaction] [--scale-factor F]
 [--rows N] [--cold-runs N]`: run the benchmarks on a local stack of their own, print each one's
 figures against its baseline, then a summary. Exit status 1 if a benchmark could not be measured
 (a missed target is a figure, not an error). `warm` also measures `first-run`."""
@@ -13,14 +14,18 @@ from datetime import datetime, timezone
 
 from app.config import SETTINGS
 from bench import (
+    checks,
     cold,
+    compaction,
     console,
     groundwork,
     growth,
     idle_memory,
+    incremental,
     paging,
     pool,
     portal_load,
+    publish,
     sandbox,
     throughput,
     warm,
@@ -39,7 +44,8 @@ from bench.harness import (
 # start on fresh units it terminates; the warm pool's claims against that cold figure; then one unit for the rest: warm (its first run, once the
 # unit is ready, is the first-run figure), its idle memory while warm, what its sandbox costs a
 # request, throughput, how Q1's time grows with the data (growth), and the portal's load while
-# it runs an execution.
+# it runs an execution; then issue 42's tables that pipelines keep: publishing named tables,
+# quality checks, incremental reads and compaction.
 BENCHMARKS = {
     module.NAME: module
     for module in (
@@ -54,6 +60,10 @@ BENCHMARKS = {
         console,
         growth,
         portal_load,
+        publish,
+        checks,
+        incremental,
+        compaction,
     )
 }
 ALIASES = {warm.FIRST_RUN: warm.NAME}

@@ -146,6 +146,10 @@ class RunTiming:
     phases_s: dict[str, float]
     route_s: float = 0.0
     taken_s: float = 0.0
+    # The run's log on the host ({"ts", "level", "step", "message"}), e.g. when each quality
+    # check ended; its steps' progress ({"name", "started_at", "ended_at", …}).
+    logs: tuple = ()
+    steps: tuple = ()
 
     @property
     def prepared_s(self) -> float:
@@ -280,6 +284,7 @@ class Bench:
         self._cu_id: int | None = None
         # Figures one benchmark measures and a later one takes as its baseline (cold → pool).
         self.figures: dict[str, float] = {}
+        self.tpch_scale_factor: float | None = None  # what tpch.* holds, once generated
 
     # ------------------------------------------------------------ start and stop
     def __enter__(self) -> Bench:
@@ -551,7 +556,8 @@ class Bench:
 
     # ------------------------------------------------------------ workflows and executions
     def create_workflow(self, name: str, steps: list[dict]) -> int:
-        """A workflow with one saved version of `steps`, through the portal's editor routes."""
+        """A workflow with one saved version of `steps`, through the portal's editor routes. A
+        step's `publish` ({"table", "mode", "checks"}) makes it a named output."""
         workflow_id = self.created_id(
             self.post("/workflows/", {"name": name, "description": "benchmark"}), "workflows"
         )
@@ -564,6 +570,11 @@ class Bench:
             }
             if step.get("output"):
                 form[f"steps-{index}-output"] = "on"
+            if publish := step.get("publish"):  # a named output (app/workflows/forms.py's fields)
+                form[f"steps-{index}-publish-table"] = publish["table"]
+                form[f"steps-{index}-publish-mode"] = publish.get("mode", "append")
+                if publish.get("checks"):
+                    form[f"steps-{index}-publish-checks"] = json.dumps(publish["checks"])
         self.post(f"/workflows/{workflow_id}/edit", form)
         return workflow_id
 
@@ -635,6 +646,8 @@ class Bench:
             phases_s=dict((run.get("result") or {}).get("phases_s") or {}),
             route_s=routed - started,
             taken_s=_epoch(execution.started_at) - routed,
+            logs=tuple((run.get("progress") or {}).get("logs") or ()),
+            steps=tuple(steps),
         )
 
     def plain_pyspark(
@@ -716,7 +729,14 @@ class Bench:
             time.sleep(0.5)
         if job.state != "done":
             raise BenchError(f"TPC-H generation failed: {job.error}")
+        self.tpch_scale_factor = scale_factor
         return time.monotonic() - started
+
+    def tpch_at(self, scale_factor: float) -> None:
+        """tpch.* at `scale_factor`, generated (and said so) unless it is already."""
+        if self.tpch_scale_factor != scale_factor:
+            seconds = self.generate_tpch(scale_factor)
+            self.say(f"  TPC-H SF {scale_factor:g} written into tpch.* in {seconds:.1f} s")
 
     @contextmanager
     def iceberg_catalog(self):
