@@ -202,7 +202,7 @@ def run_maintenance_job(job_id: int) -> None:
     try:
         outcome = _run_maintenance(job, warehouse, owner, unit)
     except service.MaintenanceRefused as refusal:
-        _end_maintenance(job_id, JobState.FAILED, error=refusal.message[:2000])
+        _end_maintenance(job_id, JobState.FAILED, error=refusal.message)
         service.write_log(
             warehouse.id, "snapshots", f"Snapshot expiry did not run: {refusal.message}"
         )
@@ -226,7 +226,7 @@ def run_maintenance_job(job_id: int) -> None:
         job_id,
         JobState.FAILED if failed else JobState.DONE,
         result=json.dumps(outcome),
-        error="; ".join(failed.values())[:2000],
+        error="; ".join(failed.values()),
     )
     service.write_log(warehouse.id, "snapshots", message, tables=len(outcome))
 
@@ -255,7 +255,7 @@ def run_table_job(
     try:
         outcome = _run_maintenance(job, warehouse, owner, unit, [job.table_name], extra)
     except service.MaintenanceRefused as refusal:
-        _end_maintenance(job.id, JobState.FAILED, error=refusal.message[:2000])
+        _end_maintenance(job.id, JobState.FAILED, error=refusal.message)
         return
     result = outcome.get(job.table_name, {"error": "the unit reported nothing of the table"})
     ended = utcnow()
@@ -263,7 +263,7 @@ def run_table_job(
         job.id,
         JobState.FAILED if "error" in result else JobState.DONE,
         result=json.dumps(result),
-        error=str(result.get("error", ""))[:2000],
+        error=str(result.get("error", "")),
         data_files_before=result.get("data_files_before", job.data_files_before),
         data_files_after=result.get("data_files_after"),
         gb_hours=_gb_hours(unit, (ended - started).total_seconds()),

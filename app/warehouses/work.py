@@ -58,6 +58,7 @@ from app.lakekeeper.errors import LakekeeperError
 from app.lakekeeper.resources import WarehouseAssignment
 from app.lakekeeper.tokens import lakekeeper_user_id
 from app.models import GroupRole, User, Warehouse, WarehouseShare, WarehouseStatus, utcnow
+from app.untrusted import fit_column
 from app.warehouses import service, sharing
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,12 @@ GRANTS_RETRY_SECONDS = 60.0
 # at again after this long, not at every pass of the worker; in this process's memory only.
 GRANTS_BUSY_SECONDS = 5.0
 _busy_until: dict[int, float] = {}
+
+
+def _fitted(column: str, text: str, warehouse_id: int) -> str:
+    """A closing's or a grants check's error or repair, fitted to its column (app/untrusted.py
+    `fit_column`, the one bound of such text)."""
+    return fit_column(text, Warehouse.__table__.c[column], f"warehouse {warehouse_id}'s {column}")
 
 
 # --- Closing ------------------------------------------------------------------------------------
@@ -108,7 +115,7 @@ def finish_closing(warehouse_id: int) -> None:
         logger.warning(
             "warehouse %s: the catalog's part of %s failed: %s", warehouse_id, step, error.message
         )
-        warehouse.closing_error = error.message[:2000]
+        warehouse.closing_error = _fitted("closing_error", error.message, warehouse_id)
         warehouse.closing_due_at = utcnow() + timedelta(seconds=CLOSING_RETRY_SECONDS)
         warehouse.updated_at = utcnow()
     else:
@@ -173,7 +180,7 @@ def check_grants(warehouse_id: int, roles_checked: set[str] | None = None) -> No
             .where(Warehouse.id == warehouse_id)
             .values(
                 grants_checked_at=utcnow(),
-                grants_error=message[:2000],
+                grants_error=_fitted("grants_error", message, warehouse_id),
                 grants_due_at=utcnow() + timedelta(seconds=GRANTS_RETRY_SECONDS),
             )
         )
@@ -190,7 +197,7 @@ def check_grants(warehouse_id: int, roles_checked: set[str] | None = None) -> No
     now = utcnow()
     warehouse.grants_checked_at = warehouse.grants_agreed_at = now
     warehouse.grants_repair, warehouse.grants_error, warehouse.grants_due_at = (
-        repair[:2000],
+        _fitted("grants_repair", repair, warehouse_id),
         "",
         None,
     )

@@ -86,7 +86,7 @@ def _end_sample_data_job(job_id: int, state: str, error: str = "") -> None:
         job_id,
         JobState.LIVE,
         state=state,
-        error=error[:1000],
+        error=error,
         ended_at=utcnow(),
         **({"step": "done"} if state == JobState.DONE else {}),
     )
