@@ -1,5 +1,6 @@
 """The house's rules, from its imports (scripts/house.py reads them with `ast`): no import
-cycle, `app` never imports `devstack`, `compute` never imports `app` (nor `devstack`). And each
+cycle, `app` never imports `devstack`, `compute` never imports `app` (nor `devstack`); a unit's
+cluster and Spark host are reached only through its door (app/compute_units/door.py). And each
 package's docstring is its map: one line per module and subpackage, each of which exists. Long
 modules and functions are warnings that `python scripts/house.py` prints, not rules: a module is
 split by meaning, not by a count."""
@@ -42,6 +43,57 @@ def test_the_rules_catch_what_they_are_for(modules, tmp_path):
     }
     assert any({"app.leases", "app.worker"} <= set(group) for group in house.cycles(looped))
     assert ("compute.jars", "app.db") in house.wrong_way(looped)
+
+
+# What lies behind a unit's door: its cluster's backends and handle, and its Spark host's
+# transport. Executions, comparisons, maintenance and the console run things on a unit through
+# `UnitDoor` only, so none of these is theirs to import.
+BEHIND_THE_DOOR = (
+    "app.ray_clusters",
+    "app.spark_host",
+    "app.compute_units.handles",
+    "app.compute_units.backends",
+)
+# The door's own side, and two that read only what a unit may be: the settings' check of the
+# listed clusters and local limits (app.config), and the compute units' API offering the kinds
+# a user may choose (as their page does).
+ON_THE_DOORS_SIDE = ("app.compute_units", "app.ray_clusters", "app.spark_host")
+MAY_READ_WHAT_A_UNIT_MAY_BE = {
+    ("app.config", "app.ray_clusters.listed"),
+    ("app.config", "app.ray_clusters.local_limits"),
+    ("app.api.compute_units", "app.compute_units.backends"),
+}
+
+
+def around_the_door(modules) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where a module of the portal reaches behind a unit's door."""
+
+    def within(name: str, prefixes: tuple[str, ...]) -> bool:
+        return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+    return sorted(
+        (module.name, target)
+        for module in modules.values()
+        if within(module.name, ("app",)) and not within(module.name, ON_THE_DOORS_SIDE)
+        for target in module.imports
+        if within(target, BEHIND_THE_DOOR)
+        and (module.name, target) not in MAY_READ_WHAT_A_UNIT_MAY_BE
+    )
+
+
+def test_a_unit_is_reached_only_through_its_door(modules):
+    assert around_the_door(modules) == []
+
+
+def test_the_door_check_sees_a_feature_reaching_around_the_door(modules):
+    work = modules["app.executions.work"]
+    reaching = {
+        **modules,
+        "app.executions.work": type(work)(
+            work.name, work.path, work.lines, work.imports | {"app.ray_clusters.local"}
+        ),
+    }
+    assert around_the_door(reaching) == [("app.executions.work", "app.ray_clusters.local")]
 
 
 # The packages whose docstrings are their map, and folders inside them that hold no Python
