@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives.asymmetric import rsa
-from pyiceberg.exceptions import ForbiddenError
+from pyiceberg.exceptions import RESTError
 
 from app.lakekeeper.resources import (
     S3AccessKeyCredential,
@@ -76,6 +76,13 @@ def create_warehouse(
 
 def error_of(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, response.json()["error"]["type"]
+
+
+# Lakekeeper v0.13.3 (crates/lakekeeper/src/service/authz/warehouse.rs, `require_warehouse_action`):
+# a warehouse the caller cannot see answers as one that does not exist; an action refused on a
+# warehouse the caller sees is 403.
+HIDDEN = (404, "NoSuchWarehouseException")
+FORBIDDEN = (403, "WarehouseActionForbidden")
 
 
 def warehouse_names(api, headers=None) -> set[str]:
@@ -451,37 +458,28 @@ def test_grants_confine_a_users_token_to_the_users_own_warehouses(execution, dev
         for mine in (own, other):
             assert alice.get(f"/management/v1/warehouse/{mine}").status_code == 200
             assert alice.get(f"/catalog/v1/{mine}/namespaces").status_code == 200
+        # Bob's warehouse and one that does not exist answer alike: nothing tells them apart.
         for elsewhere in (bobs, uuid.uuid4()):
-            assert error_of(alice.get(f"/management/v1/warehouse/{elsewhere}")) == (
-                403,
-                "WarehouseActionForbidden",
+            assert error_of(alice.get(f"/management/v1/warehouse/{elsewhere}")) == HIDDEN
+            assert error_of(alice.get(f"/catalog/v1/{elsewhere}/namespaces")) == HIDDEN
+            assert (
+                error_of(alice.get(f"/management/v1/permissions/warehouse/{elsewhere}/assignments"))
+                == HIDDEN
             )
-            assert error_of(alice.get(f"/catalog/v1/{elsewhere}/namespaces")) == (
-                403,
-                "WarehouseActionForbidden",
-            )
-            assert error_of(
-                alice.get(f"/management/v1/permissions/warehouse/{elsewhere}/assignments")
-            ) == (403, "WarehouseActionForbidden")
-        assert error_of(alice.get("/catalog/v1/config", params={"warehouse": "exec-bobs"})) == (
-            403,
-            "WarehouseActionForbidden",
-        )
+        for name in ("exec-bobs", "nowhere"):
+            assert error_of(alice.get("/catalog/v1/config", params={"warehouse": name})) == HIDDEN
         intruder = alice.post(
             f"/management/v1/permissions/warehouse/{bobs}/assignments",
             json={"writes": [{"type": "select", "user": f"oidc~{ALICE_USER.sub}"}]},
         )
-        assert error_of(intruder) == (403, "WarehouseActionForbidden")
+        assert error_of(intruder) == HIDDEN
         assert error_of(create_warehouse(alice, seaweedfs, "alices-own", "alices-own")) == (
             403,
             "ProjectActionForbidden",
         )
     with checked_client(devcatalog, execution.bob_token) as bob:
         assert warehouse_names(bob) == {"exec-bobs"}
-        assert error_of(bob.get(f"/management/v1/warehouse/{own}")) == (
-            403,
-            "WarehouseActionForbidden",
-        )
+        assert error_of(bob.get(f"/management/v1/warehouse/{own}")) == HIDDEN
 
 
 def test_read_grants_read_and_no_grants_reach_nothing(
@@ -516,13 +514,10 @@ def test_read_grants_read_and_no_grants_reach_nothing(
                 created = alice.post(
                     f"/catalog/v1/{warehouse.id}/namespaces", json={"namespace": ["late"]}
                 )
-                assert error_of(created) == (403, "WarehouseActionForbidden")
+                assert error_of(created) == FORBIDDEN  # she sees it, and may not write
                 portal.set_warehouse_assignments(warehouse.id, [])
                 assert portal.warehouse_assignments(warehouse.id) == []
-                assert error_of(alice.get(f"/catalog/v1/{warehouse.id}/namespaces")) == (
-                    403,
-                    "WarehouseActionForbidden",
-                )
+                assert error_of(alice.get(f"/catalog/v1/{warehouse.id}/namespaces")) == HIDDEN
                 assert warehouse_names(alice) == set()
         finally:
             portal.delete_warehouse(warehouse.id)
@@ -539,24 +534,16 @@ def test_an_execution_token_sees_only_its_warehouse_and_changes_nothing(
         )
         # The narrowing scope, second layer: even the user's other warehouse is out of reach.
         for elsewhere in (other, execution.bobs.id, uuid.uuid4()):
-            assert error_of(scoped.get(f"/management/v1/warehouse/{elsewhere}")) == (
-                403,
-                "WarehouseActionForbidden",
-            )
+            assert error_of(scoped.get(f"/management/v1/warehouse/{elsewhere}")) == HIDDEN
         assert warehouse_names(scoped) == {"exec-own"}
 
-        assert error_of(scoped.post(f"/management/v1/warehouse/{other}/deactivate")) == (
-            403,
-            "WarehouseActionForbidden",
-        )
+        assert error_of(scoped.post(f"/management/v1/warehouse/{other}/deactivate")) == HIDDEN
         # Managing warehouses is the portal's: even its own warehouse is read-only to an execution.
-        assert error_of(
-            scoped.post(f"/management/v1/warehouse/{own}/rename", json={"new-name": "x"})
-        ) == (403, "WarehouseActionForbidden")
-        assert error_of(scoped.delete(f"/management/v1/warehouse/{own}")) == (
-            403,
-            "WarehouseActionForbidden",
+        assert (
+            error_of(scoped.post(f"/management/v1/warehouse/{own}/rename", json={"new-name": "x"}))
+            == FORBIDDEN
         )
+        assert error_of(scoped.delete(f"/management/v1/warehouse/{own}")) == FORBIDDEN
         revoke = scoped.post(
             f"/management/v1/permissions/warehouse/{own}/assignments",
             json={"deletes": [{"type": "ownership", "user": f"oidc~{ALICE_USER.sub}"}]},
@@ -582,21 +569,21 @@ def test_an_execution_token_reaches_only_its_warehouse_in_the_catalog(execution,
             .json()
         )
         assert config["defaults"]["prefix"] == own
-        # Names outside the scope are refused alike, existing or not.
+        # Names outside the scope are refused alike, existing or not: as not found.
         for name in ("exec-other", f"{PROJECT}/exec-other", "exec-bobs", "nowhere"):
-            forbidden = scoped.get("/catalog/v1/config", params={"warehouse": name})
-            assert error_of(forbidden) == (403, "WarehouseActionForbidden"), name
+            refused = scoped.get("/catalog/v1/config", params={"warehouse": name})
+            assert error_of(refused) == HIDDEN, name
+            assert refused.json()["error"]["message"] == (
+                f"A warehouse '{name.removeprefix(PROJECT + '/')}' does not exist"
+            )
 
         assert scoped.get(f"/catalog/v1/{own}/namespaces").status_code == 200
         for elsewhere in (other, execution.bobs.id):
-            assert error_of(scoped.get(f"/catalog/v1/{elsewhere}/namespaces")) == (
-                403,
-                "WarehouseActionForbidden",
-            )
+            assert error_of(scoped.get(f"/catalog/v1/{elsewhere}/namespaces")) == HIDDEN
             created = scoped.post(
                 f"/catalog/v1/{elsewhere}/namespaces", json={"namespace": ["intruder"]}
             )
-            assert error_of(created) == (403, "WarehouseActionForbidden")
+            assert error_of(created) == HIDDEN
             # The multi-table commit an execution ends with (compute/iceberg_rest.commit_together) too.
             committed = scoped.post(
                 f"/catalog/v1/{elsewhere}/transactions/commit",
@@ -615,9 +602,9 @@ def test_an_execution_token_reaches_only_its_warehouse_in_the_catalog(execution,
                     ]
                 },
             )
-            assert error_of(committed) == (403, "WarehouseActionForbidden")
+            assert error_of(committed) == HIDDEN
 
-    with pytest.raises(ForbiddenError):
+    with pytest.raises(RESTError, match="does not exist"):
         iceberg_catalog(devcatalog, "exec-other", token=execution.token)
 
 

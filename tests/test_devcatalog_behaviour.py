@@ -8,6 +8,7 @@ gives to requests its document allows but its server refuses (array query parame
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 
@@ -142,26 +143,45 @@ def test_errors_have_lakekeepers_envelope(api):
     assert bad_body.status_code == 400 and envelope(bad_body)["type"]
 
 
-def test_a_refused_action_is_403_and_an_unseen_warehouse_differs(
+def test_an_unseen_warehouse_is_not_found_and_a_refused_action_on_a_seen_one_is_403(
     api, warehouse, devcatalog, portal_tokens
 ):
-    """lakekeeper v0.13.3 crates/lakekeeper/src/service/authz/warehouse.rs (`require_warehouse_action`):
-    a caller who can see the warehouse but may not act answers 403 `WarehouseActionForbidden`; one
-    who cannot see it 404 `NoSuchWarehouseException` (`AuthZCannotUseWarehouseId`). The dev
-    catalog answers 403 to both: the second assertion pins that known difference (README's table)."""
+    """lakekeeper v0.13.3 crates/lakekeeper/src/service/authz/warehouse.rs (`require_warehouse_action`,
+    `AuthZCannotUseWarehouseId`): a caller who cannot see the warehouse (`can_use` = `describe`,
+    authz/openfga/v4.7/components/warehouse.fga, the model crates/authz-openfga/src/migration.rs
+    makes active) gets 404 `NoSuchWarehouseException` with the detail "Warehouse not found or
+    access denied", exactly as for a warehouse that does not exist; by name,
+    crates/lakekeeper/src/server/config.rs (`get_config`) answers the name-keyed 404 to both. One
+    who sees it but may not act gets 403 `WarehouseActionForbidden`."""
     warehouse_id = warehouse["warehouse-id"]
     token = portal_tokens.user_token(ALICE_USER.sub).access_token
     with client(devcatalog, token) as as_alice:
         unseen = as_alice.get(f"/management/v1/warehouse/{warehouse_id}")
-        assert (unseen.status_code, envelope(unseen)["type"]) == (
-            403,
-            "WarehouseActionForbidden",
-        )  # Lakekeeper: 404
+        missing_id = uuid.uuid4()
+        missing = as_alice.get(f"/management/v1/warehouse/{missing_id}")
+        for answer, named in ((unseen, warehouse_id), (missing, missing_id)):
+            assert answer.status_code == 404
+            assert envelope(answer) == {
+                "type": "NoSuchWarehouseException",
+                "code": 404,
+                "message": f"A warehouse with id '{named}' does not exist",
+                "stack": ["Warehouse not found or access denied"],
+            }
+        for name in (warehouse["name"], "nowhere"):
+            by_name = as_alice.get("/catalog/v1/config", params={"warehouse": f"{PROJECT}/{name}"})
+            assert (by_name.status_code, envelope(by_name)["message"]) == (
+                404,
+                f"A warehouse '{name}' does not exist",
+            )
         api.post(
             f"/management/v1/permissions/warehouse/{warehouse_id}/assignments",
             json={"writes": [{"type": "select", "user": f"oidc~{ALICE_USER.sub}"}]},
         ).raise_for_status()
         assert as_alice.get(f"/management/v1/warehouse/{warehouse_id}").status_code == 200
+        config = as_alice.get(
+            "/catalog/v1/config", params={"warehouse": f"{PROJECT}/{warehouse['name']}"}
+        )
+        assert config.status_code == 200
         rename = as_alice.post(
             f"/management/v1/warehouse/{warehouse_id}/rename", json={"new-name": "taken-over"}
         )
@@ -404,3 +424,34 @@ def test_a_multi_table_commit_publishes_branches_all_at_once_or_not_at_all(
     for name in names:
         catalog.purge_table(f"wap.{name}")
     catalog.drop_namespace("wap")
+
+
+def test_every_row_of_the_behaviour_table_cites_lakekeeper_and_names_its_test_here():
+    """The table in devstack/devcatalog/README.md: each row names a file of lakekeeper/lakekeeper
+    (tag v0.13.3) for what Lakekeeper does, and one test of this module, which exists; every test
+    of this module but this one is a row's."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "devstack" / "devcatalog" / "README.md").read_text()
+    table = readme[: readme.index("## Vended credentials in the dev catalog")]
+    rows = [line for line in table.splitlines() if line.startswith("| ")][2:]  # header, rule
+    assert len(rows) >= 10
+    named = []
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+        assert len(cells) == 5, row
+        behaviour, lakekeeper, _, _, test = cells
+        assert any(
+            path.startswith(("crates/", "authz/", "docs/"))
+            for path in re.findall(r"`([^`\s]+)`", lakekeeper)
+        ), f"no Lakekeeper source for {behaviour}"
+        (name,) = re.fullmatch(r"`(test_\w+)`", test).groups()
+        named.append(name)
+    tests_here = {
+        name for name, value in globals().items() if name.startswith("test_") and callable(value)
+    }
+    assert set(named) <= tests_here, sorted(set(named) - tests_here)
+    assert tests_here - set(named) == {
+        "test_every_row_of_the_behaviour_table_cites_lakekeeper_and_names_its_test_here"
+    }
+    assert len(named) == len(set(named))  # a test per row

@@ -8,8 +8,9 @@ Authorization follows Lakekeeper's OpenFGA authorizer, reduced to what Lakeport 
   their tables;
 - anyone else reaches a warehouse only through their grants on it (`WAREHOUSE_ACTIONS`): its
   owner may use and manage it; `describe` and `select` read; `create` and `modify` write.
-  Another warehouse answers 403, and the warehouse list shows only warehouses the caller holds
-  a grant on.
+  A warehouse the caller holds no grant on answers 404, as one that does not exist; an action
+  its grants do not allow 403; the warehouse list shows only warehouses the caller holds a
+  grant on.
 Second layer, a stand-in's own: a token whose `scope` claim names warehouses
 (`warehouse:<uuid>`, as the local identity provider narrows an execution's exchanged token)
 reaches only those warehouses, whatever its holder's grants, and may read but not change them
@@ -27,7 +28,7 @@ import jwt
 from flask import g
 
 from app.lakekeeper.tokens import WAREHOUSE_SCOPE_PREFIX, lakekeeper_user_id
-from devstack.devcatalog.errors import CatalogError, warehouse_forbidden
+from devstack.devcatalog.errors import CatalogError, warehouse_forbidden, warehouse_hidden
 
 # Which warehouse grants allow what, as Lakekeeper's OpenFGA model (authz/openfga, warehouse.fga)
 # derives them: `describe` is implied by `select`, `create` and `modify`, `select` by `modify`;
@@ -182,9 +183,15 @@ def may_reach(warehouse_id: uuid.UUID, action: str, relations: set[str]) -> bool
 
 
 def require_warehouse(warehouse_id: uuid.UUID, action: str, relations: set[str]) -> None:
-    """Refuse, as Lakekeeper's authorizer would, a warehouse outside the token's scope or the
-    caller's grants. Unknown warehouses are refused alike to callers who are not admins."""
-    if not token_scope().allows(warehouse_id):
-        raise warehouse_forbidden(f"Warehouse '{warehouse_id}' is outside the scope of this token")
+    """Refuse as Lakekeeper v0.13.3's `require_warehouse_action` does
+    (crates/lakekeeper/src/service/authz/warehouse.rs): a caller who cannot see the warehouse
+    (its `can_use`, which is `describe` in authz/openfga/v4.7/components/warehouse.fga; here also
+    a warehouse outside the token's scope) gets 404 `NoSuchWarehouseException`, whether the
+    warehouse exists or not; one who sees it but may not do `action` gets 403
+    `WarehouseActionForbidden`."""
+    if not may_reach(warehouse_id, "describe", relations):
+        raise warehouse_hidden(warehouse_id)
     if not caller().may(action, relations):
-        raise warehouse_forbidden(f"{caller().user_id} may not {action} warehouse '{warehouse_id}'")
+        raise warehouse_forbidden(
+            f"Warehouse action `{action}` forbidden on warehouse `{warehouse_id}`"
+        )

@@ -45,7 +45,6 @@ from devstack.devcatalog.credential_cache import CacheKey
 from devstack.devcatalog.errors import (
     CatalogError,
     bad_request,
-    warehouse_forbidden,
     warehouse_not_found,
 )
 from devstack.devcatalog.management import DEFAULT_PROJECT_ID
@@ -104,16 +103,14 @@ def get_config():
     project_id, name = _project_and_name(argument)
     store = current_app.extensions["devcatalog"].store
     warehouse = store.find_by_name(project_id, name)
-    # Names the caller may not reach are refused whether they exist or not, so they reveal nothing.
-    restricted = caller().scope.restricted or not caller().project_admin
-    if restricted and (
+    # Lakekeeper v0.13.3 (crates/lakekeeper/src/server/config.rs, `get_config`): a name that is
+    # not an active warehouse and one the caller cannot see both answer the same name-keyed 404
+    # `NoSuchWarehouseException`, so a name reveals nothing (`is_warehouse_hidden`).
+    if (
         warehouse is None
+        or warehouse.status != "active"
         or not may_reach(warehouse.id, "describe", store.relations(warehouse.id, caller().user_id))
     ):
-        raise warehouse_forbidden(
-            f"Warehouse '{name}' is outside what {caller().user_id} may reach"
-        )
-    if warehouse is None or warehouse.status != "active":
         raise warehouse_not_found(name)
     return {
         "defaults": {"prefix": str(warehouse.id), "rest-page-size": REST_PAGE_SIZE},

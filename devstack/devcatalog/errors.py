@@ -39,8 +39,17 @@ def bad_request(message: str, error_type: str = "BadRequest") -> CatalogError:
     return CatalogError(400, error_type, message)
 
 
+def warehouse_hidden(warehouse_id: uuid.UUID) -> CatalogError:
+    """Lakekeeper v0.13.3's answer to a caller who cannot see a warehouse, whether it exists or
+    not: `AuthZCannotUseWarehouseId` (crates/lakekeeper/src/service/authz/warehouse.rs) answers
+    `WarehouseIdNotFound` with the detail "Warehouse not found or access denied" in its stack."""
+    hidden = warehouse_not_found(warehouse_id)
+    hidden.stack = ["Warehouse not found or access denied"]
+    return hidden
+
+
 def warehouse_forbidden(message: str) -> CatalogError:
-    """Lakekeeper's answer to an action its authorizer refuses on a warehouse."""
+    """Lakekeeper's answer to an action its authorizer refuses on a warehouse the caller sees."""
     return CatalogError(403, "WarehouseActionForbidden", message)
 
 

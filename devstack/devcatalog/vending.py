@@ -9,8 +9,8 @@ narrows them to one table's location and to the caller's privilege on that table
   (crates/lakekeeper/src/server/tables.rs, `interpret_authz_results_for_load_table`;
   crates/lakekeeper/src/server/tables/load_table.rs vends only `if let Some(storage_permissions)`).
   In the OpenFGA model `can_write_data` is `modify` and `can_read_data` is `select`
-  (authz/openfga/v3.4/components/table.fga), both inherited from the warehouse, where ownership
-  implies them. Creating (and registering) a table vends `ReadWriteDelete` for the new table
+  (authz/openfga/v4.7/components/lakekeeper_table.fga, the model active at v0.13.3), both
+  inherited from the warehouse, where ownership implies them. Creating (and registering) a table vends `ReadWriteDelete` for the new table
   (crates/lakekeeper/src/server/tables/create_table.rs, crates/lakekeeper/src/server/tables.rs).
 - which actions: `S3Profile::permission_to_actions` (crates/lakekeeper/src/service/storage/s3.rs).
 - which resources: `S3Profile::get_sts_policy_string` (same file): the objects under the table's
