@@ -1051,6 +1051,75 @@ def test_a_groups_role_is_made_and_its_assignees_changed_as_documented(
     ]
 
 
+def test_grants_are_set_changed_and_a_role_deleted_as_documented(client, lakekeeper, contract):
+    alice, bob = f"oidc~{ALICE_SUB}", "oidc~bob"
+    lakekeeper.on(
+        "GET", PERMISSIONS_PATH, (200, {"assignments": [{"type": "ownership", "user": alice}]})
+    )
+    lakekeeper.on("POST", PERMISSIONS_PATH, (204, None))
+    lakekeeper.on("DELETE", f"/management/v1/role/{ROLE_ID}", (204, None))
+
+    client.set_warehouse_assignments(  # an archive: ownership becomes describe and select
+        WAREHOUSE_ID,
+        [WarehouseAssignment("describe", user=alice), WarehouseAssignment("select", user=alice)],
+    )
+    client.update_warehouse_assignments(
+        WAREHOUSE_ID, writes=[WarehouseAssignment("select", user=bob)]
+    )
+    client.delete_role(ROLE_ID)
+
+    assert [op.operation_id for op in contract.operations] == [
+        "get_warehouse_assignments_by_id",
+        "update_warehouse_assignments_by_id",
+        "update_warehouse_assignments_by_id",
+        "delete_role",
+    ]
+    _, archived, shared, _ = lakekeeper.requests
+    assert json.loads(archived.content) == {
+        "writes": [{"type": "describe", "user": alice}, {"type": "select", "user": alice}],
+        "deletes": [{"type": "ownership", "user": alice}],
+    }
+    assert json.loads(shared.content) == {
+        "writes": [{"type": "select", "user": bob}],
+        "deletes": [],
+    }
+
+
+def test_every_lakekeeper_operation_of_the_client_is_driven_through_the_contract_here():
+    """Each request the client can send is named in `LakekeeperClient._call`; each of those
+    methods is called by a test of this module, where every exchange passes the contract."""
+    import ast
+    import inspect
+
+    from app.lakekeeper import client as client_module
+
+    operations = {
+        node.args[0].value
+        for node in ast.walk(ast.parse(inspect.getsource(client_module)))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", None) == "_call"
+        and isinstance(node.args[0], ast.Constant)
+    }
+    assert len(operations) >= 20
+    assert operations <= set(dir(LakekeeperClient))  # each named after the method sending it
+    this_module = inspect.getsource(
+        inspect.getmodule(test_warehouse_lifecycle_against_the_dev_catalog)
+    )
+    called = {name for name in dir(LakekeeperClient) if f".{name}(" in this_module}
+    while True:  # and what those methods call in turn (a purge drops tables and namespaces)
+        reached = called | {
+            name
+            for caller in called
+            if callable(getattr(LakekeeperClient, caller))
+            for name in operations
+            if f"self.{name}(" in inspect.getsource(getattr(LakekeeperClient, caller))
+        }
+        if reached == called:
+            break
+        called = reached
+    assert sorted(operations - called) == []
+
+
 def test_an_assignment_names_one_known_relation_and_one_holder():
     for relation, holder in (
         ("owner", {"user": "oidc~a"}),

@@ -7,6 +7,7 @@ crates/lakekeeper/src/api/management/v1/server.rs at v0.13.3). The scripted answ
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -191,6 +192,37 @@ def test_pin_specs_dev_catalog_and_supported_range_name_one_release():
     specs_readme = (ROOT / "tests" / "specs" / "lakekeeper" / "README.md").read_text()
     assert f"tag `v{TESTED_LAKEKEEPER}`" in specs_readme
     assert parse_version(DEV_CATALOG_VERSION) == parse_version(TESTED_LAKEKEEPER)
+
+
+def git_blob_id(path: Path) -> str:
+    """What `git hash-object` prints for the file: SHA-1 of "blob <size>\\0" and the content."""
+    content = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def test_the_vendored_specs_are_those_of_the_pinned_tag_byte_for_byte():
+    # The ids are `git rev-parse v0.13.3:docs/docs/api/<file>` in lakekeeper/lakekeeper, listed in
+    # tests/specs/lakekeeper/README.md under the tag the image pin names; the files of `main`
+    # (vendored before, while the image was a 0.13 release) have other ids.
+    specs = ROOT / "tests" / "specs" / "lakekeeper"
+    listed = dict(
+        re.findall(
+            r"^\| `([\w-]+\.yaml)` \|.*\| `([0-9a-f]{40})` \|$",
+            (specs / "README.md").read_text(),
+            re.MULTILINE,
+        )
+    )
+    assert f"git blob at `v{TESTED_LAKEKEEPER}`" in (specs / "README.md").read_text()
+    assert (
+        set(listed)
+        == {path.name for path in specs.glob("*.yaml")}
+        == {
+            "management-open-api.yaml",
+            "rest-catalog-open-api.yaml",
+        }
+    )
+    for name, blob in listed.items():
+        assert git_blob_id(specs / name) == blob, f"{name} is not the file of v{TESTED_LAKEKEEPER}"
 
 
 @pytest.fixture
