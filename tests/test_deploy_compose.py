@@ -664,3 +664,43 @@ def test_the_worker_runs_the_portals_image_and_settings_with_the_worker_command(
     assert (
         depends_on(worker)["portal-migrate"] == "service_completed_successfully"
     )  # migrated first
+
+
+def test_the_walk_to_a_first_execution_names_what_the_stack_has():
+    """deploy/README.md's walk from nothing to a COMPLETED execution, checked against the files
+    it relies on: the users it signs in with, the bucket and key variables of the warehouse, the
+    Ray cluster of the unit, and the two steps of the workflow, which are those `make deploy-check`
+    runs (e2e/deploy_check.py), so the check and the walk prove the same thing."""
+    from e2e import deploy_check
+
+    readme = (DEPLOY / "README.md").read_text()
+    walk = readme[readme.index("## From nothing to a first COMPLETED execution") :]
+    walk = walk[: walk.index("\n### ")]
+    users = {
+        user["username"]: {c["value"] for c in user.get("credentials", [])}
+        for user in REALM["users"]
+    }
+    signed_in = re.findall(r"\*\*(\w+) / (\w+)\*\*", walk)
+    assert ("alice", "wonderland") in signed_in
+    for username, password in signed_in:
+        assert password in users[username], username
+    assert f"Open `{PORTAL_ENV['LAKEPORT_PUBLIC_URL']}`" in walk
+    minio_init = environment(SERVICES["minio-init"])
+    assert f"| Bucket | `{minio_init['WAREHOUSE_BUCKET']}` |" in walk
+    compose_text = (DEPLOY / "compose.yaml").read_text()
+    keys = set(re.findall(r"the value of `(S3_WAREHOUSE_\w+)`", walk))
+    assert keys == {"S3_WAREHOUSE_ACCESS_KEY", "S3_WAREHOUSE_SECRET_KEY"}
+    for variable in keys:  # what minio-init makes the warehouses' key pair, from .env
+        assert f"WAREHOUSE_{variable.removeprefix('S3_WAREHOUSE_')}: ${{{variable}:" in compose_text
+    clusters = json.loads(environment(SERVICES["worker"])["LAKEPORT_RAY_CLUSTERS"])
+    (cluster,) = re.findall(r"Ray cluster `(\w+)`, then \*Start\*", walk)
+    assert cluster in {entry["name"] for entry in clusters}
+    assert f"Code `{deploy_check.SQL_STEP}`" in walk
+    python_step = walk[walk.index("```python\n") + len("```python\n") :]
+    python_step = python_step[: python_step.index("```")]
+    code = "\n".join(line.removeprefix("  ") for line in python_step.splitlines())
+    assert "".join(code.split()) == "".join(deploy_check.PYTHON_STEP.split())
+    assert f"Name `{deploy_check.OUTPUT_STEP}`" in walk
+    rows = deploy_check.EXPECTED_ROWS
+    assert (len(rows), rows[0], rows[-1]) == (10, ["0", "0", "n0"], ["9", "18", "n9"])
+    assert "`id` 0-9, `twice` 0-18, `label` `n0`-`n9`" in walk
