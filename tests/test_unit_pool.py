@@ -19,13 +19,14 @@ from app import create_app
 from app.compute_units import handles, pool, supervision
 from app.compute_units import service as unit_service
 from app.compute_units import work as unit_work
-from app.models import ComputeUnit, ComputeUnitEvent, Execution, utcnow
+from app.models import ComputeUnit, ComputeUnitEvent, Execution, Query, utcnow
 from app.ray_clusters.local import cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError
 from app.worker import Worker
 from tests.factories import (
     add,
     csrf,
+    execution_row,
     make_user,
     register_warehouse,
     reload,
@@ -33,6 +34,7 @@ from tests.factories import (
     sign_in_as,
     text,
     wait_for,
+    warehouse_row,
     workflow_for,
 )
 
@@ -204,10 +206,16 @@ def test_pooled_units_count_against_no_one_are_never_idle_and_are_refilled(
         ]
         assert pool.summary().ready == 1
 
-    created_id(create(client, "takes-it"))
+    claimed_id = created_id(create(client, "takes-it"))
     with app.app_context():
+        # The refill waits while the claimed unit has not answered its first job: a unit starting
+        # beside it would slow that job down.
+        assert pool.shortfall() == 0 and not refill_work()
+        query = add(db_engine, query_row(user, claimed_id))
+        assert pool.shortfall() == 0 and not refill_work()  # submitted, not answered yet
+        end_job(db_engine, Query, query.id, "completed")
         assert pool.shortfall() == 1
-        refill = [work for work in unit_work.pending_work() if work[0] == "unit-pool-refill"]
+        refill = refill_work()
         assert len(refill) == 1
         refill[0][1](refill[0][2])  # what the worker does with it
         assert pool.shortfall() == 0
@@ -223,6 +231,71 @@ def test_pooled_units_count_against_no_one_are_never_idle_and_are_refilled(
         assert new.name == f"pool-{new.id}"
         pool_rows_made = new.id
     assert client.get(f"/compute-units/{pool_rows_made}").status_code == 404
+
+
+def refill_work() -> list:
+    return [work for work in unit_work.pending_work() if work[0] == "unit-pool-refill"]
+
+
+def query_row(owner, cu_id: int) -> Query:
+    return Query(
+        owner_id=owner.id,
+        warehouse_name="w",
+        compute_unit_id=cu_id,
+        sql="SELECT 1",
+        state="running",
+    )
+
+
+def end_job(db_engine, model, row_id: int, state: str) -> None:
+    with Session(db_engine) as db:
+        row = db.get(model, row_id)
+        row.state, row.ended_at = state, utcnow()
+        db.add(row)
+        db.commit()
+
+
+def test_the_refill_waits_for_a_claimed_units_first_job_at_most_its_hold(app, db_engine, pool_rows):
+    """Each claim within REFILL_HOLD holds the refill until a job on it has ended, however it
+    ended (an execution failing answers too); a claim older than the hold, a claimed unit
+    terminated, or one that started afresh (no longer the pool's) holds nothing."""
+    client, user = signed_in(app, db_engine)
+    first, second = pool_rows(), pool_rows()
+    app.config["CU_POOL_SIZE"] = 2
+    one = created_id(create(client, "one"))
+    two = created_id(create(client, "two"))
+    assert {one, two} == {first.id, second.id}
+    with app.app_context():
+        assert pool.shortfall() == 0
+
+        workflow, warehouse = workflow_for(db_engine, user), warehouse_row(db_engine, user)
+        execution = execution_row(
+            db_engine, user, workflow, warehouse, reload(db_engine, ComputeUnit, one)
+        )
+        end_job(db_engine, Execution, execution.id, "FAILED")
+        assert pool.shortfall() == 0  # the second claim still waits for its first job
+
+        with Session(db_engine) as db:  # claimed longer ago than the hold: it waits no more
+            row = db.get(ComputeUnit, two)
+            row.claimed_at = utcnow() - pool.REFILL_HOLD - timedelta(seconds=1)
+            db.add(row)
+            db.commit()
+        assert pool.shortfall() == 2 and len(refill_work()) == 1
+
+    for fields in ({"state": "TERMINATED", "ended_at": utcnow()}, {"pooled_at": None}):
+        waiting, (other, _) = pool_rows(), signed_in(app, db_engine)
+        app.config["CU_POOL_SIZE"] = 1
+        claimed = created_id(create(other, "claimed"))
+        assert claimed == waiting.id
+        with app.app_context():
+            assert pool.shortfall() == 0
+            with Session(db_engine) as db:
+                row = db.get(ComputeUnit, claimed)
+                for name, value in fields.items():
+                    setattr(row, name, value)
+                db.add(row)
+                db.commit()
+            assert pool.shortfall() == 1, fields
 
 
 def test_a_pool_whose_units_keep_failing_to_start_pauses_and_says_why(app, db_engine, pool_rows):
@@ -428,6 +501,8 @@ def test_a_real_pooled_unit_is_claimed_runs_its_users_execution_and_a_dead_one_i
             with SparkHostClient(handles.handle_of(claimed), timeout=5) as host:
                 assert host.info()["state"] == "ready"
 
+        # Nothing starts beside the claimed unit before its first job has ended.
+        assert not [cu for cu in pool_units(db_engine) if cu.id != cu_id]
         response = run(client, workflow_for(db_engine, user), cu_id, warehouse_id)
         execution_id = int(response.headers["Location"].rsplit("/", 1)[1])
         execution = wait_for(client, db_engine, execution_id, ("COMPLETED", "FAILED", "CANCELLED"))

@@ -14,10 +14,13 @@ The rules that keep a pooled unit one user's alone:
   start for the standard size, which is exactly what the claiming user asked for.
 - Pooled units count against no user's limit; the operators' page and `/health` show them.
 
-The worker refills the pool (app/compute_units/work.py `refill`, one of its work items) as soon as it is short. A pooled
-unit that dies is FAILED by the supervisor like any unit, and refilled. A pool whose units keep
-failing to start is paused for a while (`FAILURE_PAUSE`) and reported (`summary`), rather than
-start units in a loop.
+The worker refills the pool (app/compute_units/work.py `refill`, one of its work items) when it
+is short, once no unit claimed in the last `REFILL_HOLD` is still to answer its first job (a query
+or an execution on it ended): a pooled unit starting takes the machine's cores for seconds, and
+started at the claim it ran beside the claimed unit's first job, the moment the pool is for
+(bench/RESULTS.md, *The SQL console*). A pooled unit that dies is FAILED by the supervisor like
+any unit, and refilled. A pool whose units keep failing to start is paused for a while
+(`FAILURE_WINDOW`) and reported (`summary`), rather than start units in a loop.
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import update
+from sqlalchemy import exists, update
 from sqlmodel import Session, func, select
 
 from app.db import engine
-from app.models import ComputeUnit, ComputeUnitEvent, User, utcnow
+from app.models import ComputeUnit, ComputeUnitEvent, Execution, Query, User, utcnow
 from app.states import UnitState
 
 logger = logging.getLogger(__name__)
@@ -45,6 +48,9 @@ FAILURE_WINDOW = timedelta(minutes=10)
 FAILURE_LIMIT = 3
 
 NAME_PREFIX = "pool-"
+
+# The refill waits at most this long after a claim for the claimed unit's first job to end.
+REFILL_HOLD = timedelta(seconds=30)
 
 # A unit still waiting in the pool: no owner yet.
 _POOLED = (ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at.is_not(None))
@@ -133,15 +139,41 @@ def _recent_start_failures(db: Session) -> list[str]:
     )
 
 
+def _answered(model):
+    """A job of `model` (a query, an execution) on the unit has ended."""
+    return exists().where(model.compute_unit_id == ComputeUnit.id, model.ended_at.is_not(None))
+
+
+def _claimed_and_unanswered(db: Session) -> list[int]:
+    """Units claimed from the pool within REFILL_HOLD, still live, whose first job has not ended
+    (a claimed unit that had to start afresh is no longer the pool's: `pooled_at` is cleared)."""
+    return list(
+        db.exec(
+            select(ComputeUnit.id).where(
+                ComputeUnit.owner_id.is_not(None),
+                ComputeUnit.pooled_at.is_not(None),
+                ComputeUnit.claimed_at >= utcnow() - REFILL_HOLD,
+                ComputeUnit.state.in_(UnitState.LIVE),
+                ~_answered(Query),
+                ~_answered(Execution),
+            )
+        )
+    )
+
+
 def shortfall() -> int:
-    """How many pooled units the worker should start now (0 while the refill is paused)."""
+    """How many pooled units the worker should start now: 0 while the refill is paused, or held
+    for a claimed unit's first job."""
     wanted = current_app.config["CU_POOL_SIZE"]
     if wanted <= 0:
         return 0
     with Session(engine()) as db:
         if len(_recent_start_failures(db)) >= FAILURE_LIMIT:
             return 0
-        return max(0, wanted - len(_live_pool(db)))
+        missing = max(0, wanted - len(_live_pool(db)))
+        if missing and _claimed_and_unanswered(db):
+            return 0
+        return missing
 
 
 def is_pooled(cu: ComputeUnit) -> bool:
