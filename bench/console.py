@@ -19,8 +19,19 @@ from __future__ import annotations
 import re
 import time
 
+from sqlmodel import select
+
 from bench import pool
-from bench.harness import Bench, BenchError, Summary, interleaved, median, spread, verdict
+from bench.harness import (
+    Bench,
+    BenchError,
+    Summary,
+    _epoch,
+    interleaved,
+    median,
+    spread,
+    verdict,
+)
 from bench.throughput import Q1
 
 NAME = "console"
@@ -83,15 +94,62 @@ def pool_queries(bench: Bench, claims: int) -> list[float]:
     try:
         for number in range(1, claims + 1):
             waited = pool.wait_for_a_ready_pooled_unit(bench)
+            clicked = time.time()
             page_s, _, query_id = ask(bench, pool_unit=True)
             seconds.append(page_s)
             cu_id = bench.row(Query, query_id).compute_unit_id
             print(f"  from the pool #{number}: {page_s:.2f} s (the refill took {waited:.1f} s)")
+            print(f"    {pool_breakdown(bench, query_id, clicked, page_s)}")
             bench.terminate_compute_unit(cu_id)
     finally:
         bench.change_setting("CU_POOL_SIZE", 0)
         pool.end_the_pool(bench)
     return seconds
+
+
+def pool_breakdown(bench: Bench, query_id: int, clicked: float, page_s: float) -> str:
+    """Where a pooled query's time went, each moment in seconds after the click: the claim (the
+    unit's `claimed_at`), the hand-over (its event), the worker taking the query (`started_at`),
+    the host holding it (its run's `submitted_at`, after the host was made ready and the catalog
+    token minted), the run on the host, the end recorded, the first page; and when the pool's
+    refill began to start its next unit, and had it RUNNING and warm."""
+    from app.models import ComputeUnit, ComputeUnitEvent, Query
+
+    query = bench.row(Query, query_id)
+    unit = bench.row(ComputeUnit, query.compute_unit_id)
+    events = bench.all(select(ComputeUnitEvent).where(ComputeUnitEvent.compute_unit_id == unit.id))
+    handed = [event.at for event in events if event.message.startswith("handed over")]
+    with bench.spark_host(unit.id) as host:
+        run = host.run(query.run_id)
+
+    def after(moment) -> str:
+        if moment is None:
+            return "-"
+        seconds = moment if isinstance(moment, float) else _epoch(moment)
+        return f"{seconds - clicked:.2f}"
+
+    refill = bench.all(
+        select(ComputeUnit).where(
+            ComputeUnit.owner_id.is_(None), ComputeUnit.pooled_at >= unit.claimed_at
+        )
+    )
+    refill_at = "no refill yet"
+    if refill:
+        fresh = min(refill, key=lambda row: row.id)
+        fresh_events = bench.all(
+            select(ComputeUnitEvent).where(ComputeUnitEvent.compute_unit_id == fresh.id)
+        )
+        started = [event.at for event in fresh_events if event.message == "starting"]
+        refill_at = (
+            f"refill: requested {after(fresh.pooled_at)}, starting "
+            f"{after(started[0] if started else None)}, warm {after(fresh.spark_ready_at)}"
+        )
+    return (
+        f"claimed {after(unit.claimed_at)} · handed over {after(handed[0] if handed else None)} "
+        f"· query taken {after(query.started_at)} · on the host {after(run.get('submitted_at'))} "
+        f"(ran {after(run.get('started_at'))}–{after(run.get('finished_at'))}) · recorded "
+        f"{after(query.ended_at)} · first page {page_s:.2f}; {refill_at}"
+    )
 
 
 def ask(
