@@ -187,7 +187,9 @@ def test_a_downgraded_sharee_gets_read_only_credentials_and_earlier_ones_end_wit
     assert expires_at <= vended_at + DEFAULT_VENDED_CREDENTIALS_SECONDS + 2
 
     shared.grant_bob(())
-    with pytest.raises(Exception, match="(?i)forbidden"):
+    # Without a grant Bob no longer sees the warehouse: Lakekeeper v0.13.3 answers its name as
+    # not found (crates/lakekeeper/src/server/config.rs, `get_config`).
+    with pytest.raises(Exception, match="NoSuchWarehouseException"):
         shared.bobs_table("a")
 
 
