@@ -10,8 +10,10 @@ compute/run/maintenance.py). Its record gives the files before and after and the
 Q1 is timed in a plain PySpark session on the unit's Spark host, collected to the driver (the
 read is the whole of it): first over the table as written (its figure before, in time), then,
 after compaction, over the snapshot before it (`VERSION AS OF`, the same 500 files) and the
-compacted table, interleaved. Medians of RUNS. Target (issue 42): Q1 after compaction at least
-3× faster than before (the interleaved figures).
+compacted table, interleaved, with tpch.lineitem as generated beside them (the same rows in the
+generator's files: what the compacted layout is up against). Medians of RUNS. The layout of
+each (files, Parquet row groups) is printed. Target (issue 42): Q1 after compaction at least 3×
+faster than before (the interleaved figures).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SMALL_FILES = 100  # the policy's threshold: compact once this many files are sm
 TARGET_SPEED_UP = 3.0
 TABLE = "bench_compaction.lineitem"
 JOB_TIMEOUT_S = 1800.0
+LAYOUT_FILES = 20  # files whose footers `layout` reads
 
 
 def q1(bench: Bench, cu_id: int, source: str, repeats: int, warmups: int = 0) -> list[float]:
@@ -53,6 +56,30 @@ def data_files(bench: Bench) -> tuple[int, int, int]:
         int(summary["total-data-files"]),
         int(summary["total-files-size"]),
         snapshot.snapshot_id,
+    )
+
+
+def layout(bench: Bench, table: str) -> str:
+    """How a table's current data files are laid out: their count, size and Parquet row groups
+    (a Spark task reads whole row groups: they bound how many tasks read a file)."""
+    import pyarrow.parquet as pq
+
+    with bench.iceberg_catalog() as catalog:
+        loaded = catalog.load_table(table)
+        files = [task.file for task in loaded.scan().plan_files()]
+        groups = []
+        for data_file in files[:LAYOUT_FILES]:
+            with loaded.io.new_input(data_file.file_path).open() as stream:
+                metadata = pq.ParquetFile(stream).metadata
+                groups += [
+                    metadata.row_group(index).total_byte_size / 2**20
+                    for index in range(metadata.num_row_groups)
+                ]
+    size = sum(data_file.file_size_in_bytes for data_file in files) / 2**20
+    seen = f" (in the first {LAYOUT_FILES})" if len(files) > LAYOUT_FILES else ""
+    return (
+        f"{len(files)} files, {size:.0f} MiB; {len(groups)} row groups{seen} of "
+        f"{min(groups):.1f}–{max(groups):.1f} MiB uncompressed"
     )
 
 
@@ -125,16 +152,21 @@ def run(bench: Bench, options) -> Summary:
         f"{job.gb_hours or 0:.4f} GB-hours); now {after_files} files, "
         f"{after_size / after_files / 2**20:.1f} MiB each on average"
     )
-    old, new = [], []
+    print(
+        f"  compacted: {layout(bench, TABLE)}; tpch.lineitem as generated: {layout(bench, 'tpch.lineitem')}"
+    )
+    old, new, generated = [], [], []
     interleaved(
         RUNS,
         [
             lambda: old.extend(q1(bench, cu_id, f"{TABLE} VERSION AS OF {before_id}", 1)),
             lambda: new.extend(q1(bench, cu_id, TABLE, 1)),
+            lambda: generated.extend(q1(bench, cu_id, "tpch.lineitem", 1)),
         ],
     )
     print(f"  Q1 over the snapshot before compaction ({files} files): {spread(old)}")
     print(f"  Q1 over the compacted table ({after_files} files): {spread(new)}")
+    print(f"  beside them, Q1 over tpch.lineitem as generated (the same rows): {spread(generated)}")
     speed_up = median(old) / median(new)
     met = speed_up >= TARGET_SPEED_UP
     print(
