@@ -140,8 +140,13 @@ def _recent_start_failures(db: Session) -> list[str]:
 
 
 def _answered(model):
-    """A job of `model` (a query, an execution) on the unit has ended."""
-    return exists().where(model.compute_unit_id == ComputeUnit.id, model.ended_at.is_not(None))
+    """A job of `model` (a query, an execution) on the unit has ended. A job on a unit is its
+    owner's: the owner's index finds them (queries have none on their unit)."""
+    return exists().where(
+        model.owner_id == ComputeUnit.owner_id,
+        model.compute_unit_id == ComputeUnit.id,
+        model.ended_at.is_not(None),
+    )
 
 
 def _claimed_and_unanswered(db: Session) -> list[int]:
