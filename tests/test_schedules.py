@@ -1,11 +1,12 @@
 """Schedules with a clock the test controls: each due time fires once, however many workers
 race for it and however the clock jumps; missed times follow the catch-up policy; a unit that is
-not running skips its time with the reason; the pages check every field and keep users apart."""
+not running skips its time with the reason; the pages check every field and keep users apart.
+One pass runs on the real clock."""
 
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlmodel import Session, select
@@ -95,6 +96,31 @@ def test_two_workers_with_their_own_leases_fire_a_due_time_once(app, db_engine, 
         (T0 + timedelta(hours=1), "started")
     ]
     assert len(executions(db_engine, owner)) == 1
+
+
+def test_a_pass_on_the_real_clock_fires_the_minute_that_just_passed(app, db_engine):
+    """The clock no test replaces (the browser test of named tables fires its schedule through a
+    pass whose clock it sets; a worker's passes are the test above): a pass reads the time and
+    fires the due time that just passed, once."""
+    owner = make_user(db_engine)
+    workflow, warehouse, cu = equipped(db_engine, owner)
+    passed = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    schedule = schedule_row(
+        db_engine,
+        owner,
+        workflow,
+        warehouse,
+        cu,
+        cron="* * * * *",
+        handled_until=passed - timedelta(seconds=1),
+    )
+    with app.app_context():
+        work.fire_due()
+        work.fire_due()
+    # The next minute may have come meanwhile (skipped: one run at once); this one ran.
+    first = runs(db_engine, schedule)[0]
+    assert (first.due_at, first.outcome) == (passed, "started")
+    assert [execution.id for execution in executions(db_engine, owner)] == [first.execution_id]
 
 
 @pytest.mark.parametrize(
