@@ -282,6 +282,11 @@ def wait_for(
 
 def start_unit(client, db_engine, name: str) -> ComputeUnit:
     """A local unit (2 CPUs, 3 GiB, head only) started through the portal, once RUNNING."""
+    return until_running(db_engine, ask_for_unit(client, name))
+
+
+def ask_for_unit(client, name: str) -> int:
+    """Ask the portal for a local unit (2 CPUs, 3 GiB, head only); its id (the worker starts it)."""
     started = client.post(
         "/compute-units/",
         data={
@@ -294,7 +299,11 @@ def start_unit(client, db_engine, name: str) -> ComputeUnit:
         },
     )
     assert started.status_code == 302, text(started)
-    cu_id = int(started.headers["Location"].rstrip("/").rsplit("/", 1)[1])
+    return int(started.headers["Location"].rstrip("/").rsplit("/", 1)[1])
+
+
+def until_running(db_engine, cu_id: int) -> ComputeUnit:
+    """The unit once RUNNING (it fails the test if it fails or takes over 120 s)."""
     deadline = time.monotonic() + 120
     while (cu := reload(db_engine, ComputeUnit, cu_id)).state not in ("RUNNING", "FAILED"):
         assert time.monotonic() < deadline, "the compute unit did not start"

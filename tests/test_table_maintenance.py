@@ -3,7 +3,10 @@ lock): a table of many small files, with a policy that asks for compaction, is c
 the worker's policy pass on the owner's idle unit through Iceberg's `rewrite_data_files`; an
 independent pyiceberg read returns the same rows from fewer files, and the job's record (and
 the table page) show the files before and after and the GB-hours spent. Then a table job's
-expiry on the same unit removes exactly the snapshots older than its cutoff."""
+expiry on the same unit removes exactly the snapshots older than its cutoff.
+
+The unit is asked for first and starts while the table is written (it has nothing to do until the
+policy asks)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from app import create_app
 from app.models import ComputeUnit, MaintenanceJob, Warehouse
 from tests.factories import (
     add,
+    ask_for_unit,
     csrf,
     independent_catalog,
     lakehouse_config,
@@ -27,8 +31,8 @@ from tests.factories import (
     register_warehouse,
     reload,
     sign_in_as,
-    start_unit,
     text,
+    until_running,
 )
 
 TABLE = "sales.daily"
@@ -70,34 +74,35 @@ def test_heavy_the_worker_compacts_a_table_of_small_files_on_the_owners_unit(
 
     owner = make_user(db_engine)
     sign_in_as(client, owner)
-    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "compacted"))
-    catalog = independent_catalog(lakehouse, warehouse)
-    catalog.create_namespace_if_not_exists("sales")
-    table = catalog.create_table(TABLE, schema=ROWS)
-    for batch in range(APPENDS):
-        ids = list(range(batch * 25, batch * 25 + 25))
-        table.append(
-            pa.table(
-                {
-                    "id": ids,
-                    "amount": [i * 1.5 for i in ids],
-                    "region": [f"r{i % 7}" for i in ids],
-                },
-                schema=ROWS,
-            )
-        )
-    before = all_rows(catalog)
-    assert len(before) == APPENDS * 25
-    assert len(catalog.load_table(TABLE).inspect.data_files()) == APPENDS
-
-    saved = client.post(
-        f"/warehouses/{warehouse.id}/tables/{TABLE}/policy",
-        data={"small_file_mb": "32", "compact_small_files": "10", "expire_days": ""},
-        headers={"X-CSRFToken": csrf(client)},
-    )
-    assert saved.status_code == 200, text(saved)
-    cu = start_unit(client, db_engine, "compactor")
+    cu_id = ask_for_unit(client, "compactor")
     try:
+        warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "compacted"))
+        catalog = independent_catalog(lakehouse, warehouse)
+        catalog.create_namespace_if_not_exists("sales")
+        table = catalog.create_table(TABLE, schema=ROWS)
+        for batch in range(APPENDS):
+            ids = list(range(batch * 25, batch * 25 + 25))
+            table.append(
+                pa.table(
+                    {
+                        "id": ids,
+                        "amount": [i * 1.5 for i in ids],
+                        "region": [f"r{i % 7}" for i in ids],
+                    },
+                    schema=ROWS,
+                )
+            )
+        before = all_rows(catalog)
+        assert len(before) == APPENDS * 25
+        assert len(catalog.load_table(TABLE).inspect.data_files()) == APPENDS
+
+        saved = client.post(
+            f"/warehouses/{warehouse.id}/tables/{TABLE}/policy",
+            data={"small_file_mb": "32", "compact_small_files": "10", "expire_days": ""},
+            headers={"X-CSRFToken": csrf(client)},
+        )
+        assert saved.status_code == 200, text(saved)
+        cu = until_running(db_engine, cu_id)
         deadline = time.monotonic() + 400
         while (job := table_job(db_engine, warehouse.id)) is None or job.running:
             assert time.monotonic() < deadline, "the compaction did not finish"
@@ -149,8 +154,8 @@ def test_heavy_the_worker_compacts_a_table_of_small_files_on_the_owners_unit(
         assert all_rows(catalog) == before
     finally:
         with app.app_context():
-            unit_service.terminate(reload(db_engine, ComputeUnit, cu.id), reason="test over")
+            unit_service.terminate(reload(db_engine, ComputeUnit, cu_id), reason="test over")
         deadline = time.monotonic() + 60
-        while reload(db_engine, ComputeUnit, cu.id).state not in ("TERMINATED", "FAILED"):
+        while reload(db_engine, ComputeUnit, cu_id).state not in ("TERMINATED", "FAILED"):
             assert time.monotonic() < deadline
             time.sleep(0.5)
