@@ -4,11 +4,12 @@ keyboard alone (every action a tab stop, each with a visible focus ring).
 
 How a page is chosen: every GET rule of `app.url_map` is requested, its path parameters filled with
 the ids of what the signed-in user owns (the fillers `make_one_of_everything` returns; a parameter
-without one fails the test and says to add one). Its answer decides: a redirect, a body that is not `text/html` (the API's JSON, CSV
-downloads, static files) or HTML that is not a whole document (an HTMX partial) is not a page; a
-whole HTML document is a page and is scanned. The walk runs as a user who owns one of everything,
-then as an operator and signed out for the routes without parameters. A new route is walked
-without anyone adding it.
+without one fails the test and says to add one). Its answer decides: a redirect, a body that is
+not `text/html` (the API's JSON, CSV downloads, static files) or HTML that is not a whole document
+(an HTMX partial) is not a page; a whole HTML document is a page and is scanned, as is the
+portal's page a redirect leads to. The walk runs as a user who owns one of everything, then as an
+operator and signed out for the routes without parameters. A new route is walked without anyone
+adding it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from urllib.parse import parse_qsl, urljoin
 
 from playwright.sync_api import expect
 
@@ -82,26 +84,21 @@ MARK_ACTIONS = """() => {
   const mouseOnly = [...document.querySelectorAll("[hx-get], [hx-post]")].filter(e =>
     !e.matches("a[href], button, input, select, textarea, summary, form, [tabindex]") && shown(e)
     && /(^|[\\s,])click/.test(e.getAttribute("hx-trigger") || "click"));
+  // Each focus a Tab brings, recorded as it lands (its ring from the element's focus state, which
+  // the code editor draws on its outer box through :focus-within): an outline of 2 px or more, or
+  // a shadow.
   window.walkFocus = [];
+  document.addEventListener("focusin", event => {
+    const e = event.target, ring = e.closest(".cm-editor") || e, style = getComputedStyle(ring);
+    const visible = (style.outlineStyle !== "none" && parseFloat(style.outlineWidth) >= 2) || style.boxShadow !== "none";
+    window.walkFocus.push({action: e.dataset.walkAction ?? null, visible,
+      what: e.tagName.toLowerCase() + (e.dataset.testid ? `[${e.dataset.testid}]` : "") + " " + (e.textContent || e.name || "").trim().slice(0, 30)});
+  }, true);
   return {count: index, mouseOnly: mouseOnly.map(e => e.outerHTML.slice(0, 120))};
 }"""
 
-# Where the focus is after a Tab, and whether it shows: an outline of 2 px or more, or a shadow
-# (the code editor draws its ring on its outer box).
-FOCUSED = """async () => {
-  const e = document.activeElement;
-  if (!e || e === document.body) return null;
-  const editor = e.closest(".cm-editor"), ring = editor || e;
-  const shows = () => { const style = getComputedStyle(ring);
-    return (style.outlineStyle !== "none" && parseFloat(style.outlineWidth) >= 2) || style.boxShadow !== "none"; };
-  // The code editor may draw its ring a moment after the focus event: give it 300 ms.
-  for (let wait = 0; editor && !shows() && wait < 30; wait++) await new Promise(done => setTimeout(done, 10));
-  const visible = shows();
-  const stop = {action: e.dataset.walkAction ?? null, visible,
-                what: e.tagName.toLowerCase() + (e.dataset.testid ? `[${e.dataset.testid}]` : "") + " " + (e.textContent || e.name || "").trim().slice(0, 30)};
-  window.walkFocus.push(stop);
-  return stop;
-}"""
+# Whether htmx is between asking and settling somewhere on the page.
+HTMX_BUSY = "!!document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
 
 UNREACHED = """() => [...document.querySelectorAll("[data-walk-action]")]
   .filter(e => !window.walkFocus.some(f => f.action === e.dataset.walkAction)).map(e => e.outerHTML.slice(0, 120))"""
@@ -116,6 +113,12 @@ class Walk:
         self.walked: list[str] = []
         self.not_pages: dict[str, str] = {}
         self.console: list[str] = []
+        self.seen: set[tuple] = set()  # (who, page): the pages scanned, see page_of()
+        # The page's requests still on the wire, for settle().
+        self.in_flight: set = set()
+        page.on("request", lambda request: self.in_flight.add(request))
+        page.on("requestfinished", lambda request: self.in_flight.discard(request))
+        page.on("requestfailed", lambda request: self.in_flight.discard(request))
         page.on(
             "console",
             lambda message: (
@@ -141,25 +144,51 @@ class Walk:
             ),
         )
 
-    def kind(self, path: str) -> tuple[str, int]:
-        """What the route answers: 'page', or why it is not a page."""
+    def kind(self, path: str) -> tuple[str, int, str | None]:
+        """What the route answers: 'page', or why it is not a page; and for a redirect to the
+        portal's own page, that page's path."""
         response = self.page.request.get(self.portal + path, max_redirects=0)
         content_type = response.headers.get("content-type", "")
         if 300 <= response.status < 400:
-            return "a redirect", response.status
+            to = urljoin(self.portal + path, response.headers.get("location", ""))
+            return (
+                "a redirect",
+                response.status,
+                to.removeprefix(self.portal) if (to.startswith(self.portal + "/")) else None,
+            )
         if not content_type.startswith("text/html"):
-            return f"not HTML ({content_type.split(';')[0] or 'no body'})", response.status
+            return f"not HTML ({content_type.split(';')[0] or 'no body'})", response.status, None
         if not response.text().lstrip()[:15].lower().startswith("<!doctype html"):
-            return "an HTML fragment (a partial)", response.status
-        return "page", response.status
+            return "an HTML fragment (a partial)", response.status, None
+        return "page", response.status, None
+
+    def settle(self) -> None:
+        """Wait until the page has loaded what it loads by itself (htmx's load-triggered parts and
+        whatever they bring): no request on the wire and none of htmx's request, swap or settle
+        classes, for 150 ms on end. (Playwright's networkidle waits 500 ms after the last
+        request on every load; this waits on the page's own signals.) A page never quiet for
+        10 s falls back to networkidle."""
+        deadline, quiet_since = time.monotonic() + 10, None
+        while time.monotonic() < deadline:
+            busy = bool(self.in_flight) or self.page.evaluate(HTMX_BUSY)
+            now = time.monotonic()
+            if busy:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= 0.15:
+                return
+            self.page.wait_for_timeout(25)
+        self.page.wait_for_load_state("networkidle")
 
     def scan(self, path: str, who: str, status: int = 200) -> None:
+        self.seen.add((who, page_of(path)))
         self.walked.append(f"{path} ({who}{', answers ' + str(status) if status != 200 else ''})")
         for width, viewport in (("1366 px", DESKTOP), ("390 px", PHONE)):
             self.page.set_viewport_size(viewport)
             self.console.clear()
             self.page.goto(self.portal + path)
-            self.page.wait_for_load_state("networkidle")
+            self.settle()
             where = f"{path} as {who} at {width}"
             self.page.evaluate(AXE.read_text())
             results = self.page.evaluate("axe.run(document, {resultTypes: ['violations']})")
@@ -201,11 +230,9 @@ class Walk:
         marked = self.page.evaluate(MARK_ACTIONS)
         self.problems += [f"{where}: mouse-only action: {html}" for html in marked["mouseOnly"]]
         self.page.evaluate("document.activeElement && document.activeElement.blur()")
-        trail = []
         for _ in range(marked["count"] + 2):
             self.page.keyboard.press("Tab")
-            if stop := self.page.evaluate(FOCUSED):
-                trail.append(stop)
+        trail = self.page.evaluate("window.walkFocus")
         self.problems += [
             f"{where}: no visible focus on {stop['what']}" for stop in trail if not stop["visible"]
         ]
@@ -233,10 +260,21 @@ class Walk:
                 path = rule.build(dict(zip(names, values)), append_unknown=False)[1]
                 if rule.endpoint in QUERY_FILLERS:
                     path += "?" + QUERY_FILLERS[rule.endpoint].format(**fillers["_query"])
-                kind, status = self.kind(path)
-                if kind != "page":  # whatever its status: the API's problems, a partial's 404
-                    self.not_pages[f"{rule.rule} ({who})"] = f"{kind}, {status}"
+                if (who, page_of(path)) in self.seen:
                     shown = True
+                    continue
+                kind, status, to = self.kind(path)
+                if kind != "page":  # whatever its status: the API's problems, a partial's 404
+                    self.not_pages[f"{rule.rule} ({who})"] = f"{kind}, {status}" + (
+                        f" to {to}" if to else ""
+                    )
+                    shown = True
+                    if (
+                        to
+                        and (who, page_of(to)) not in self.seen
+                        and self.kind(to)[:2] == ("page", 200)
+                    ):
+                        self.scan(to, who)  # a page reached only through a redirect
                 elif status < 400 or not names:
                     self.scan(path, who, status)
                     shown = True
@@ -245,6 +283,13 @@ class Walk:
                     f"{rule.rule} as {who}: answered an error for every filling of "
                     f"{', '.join(names)}: give make_one_of_everything a filler it shows a page for"
                 )
+
+
+def page_of(path: str) -> tuple[str, tuple[str, ...]]:
+    """A page as the walk counts it: its path and the names of its query arguments (the console
+    with ?query= is another page than without; the sign-in page is one page whatever its ?next=)."""
+    path, _, query = path.partition("?")
+    return path, tuple(sorted(name for name, _ in parse_qsl(query, keep_blank_values=True)))
 
 
 def share_and_sample(page, portal: str, warehouse_id: int) -> None:
@@ -261,6 +306,23 @@ def share_and_sample(page, portal: str, warehouse_id: int) -> None:
     shares.get_by_label("May").select_option("read")
     shares.get_by_test_id("share-submit").click()
     expect(shares.get_by_test_id("share")).to_have_count(1)
+
+
+def check_focus_after_swaps(page, portal: str, warehouse_id: int) -> None:
+    """After an htmx swap asked for from the keyboard, the focus is where the person expects: a
+    control whose change brought new rows keeps it (htmx gives it to its replacement, found by
+    id), and a link to other rows hands it to those rows."""
+    page.goto(portal + f"/warehouses/{warehouse_id}/tables/tpch.customer")
+    summary = page.get_by_test_id("page-summary")
+    expect(summary).to_contain_text("Rows 1–50 of 1,500")
+    page.get_by_test_id("page-size").focus()
+    page.keyboard.press("ArrowDown")  # 50 -> 100 rows a page
+    expect(summary).to_contain_text("Rows 1–100 of 1,500")
+    expect(page.get_by_test_id("page-size")).to_be_focused()
+    page.get_by_test_id("next-page").focus()
+    page.keyboard.press("Enter")
+    expect(summary).to_contain_text("Rows 101–200 of 1,500")
+    expect(page.get_by_test_id("table-page")).to_be_focused()
 
 
 def make_one_of_everything(page, portal, target, sign_in) -> dict:
@@ -346,6 +408,7 @@ def test_every_page_walked_from_the_url_map_is_accessible_at_both_widths(
     before = len(console_errors)
     walk.walk(rules, fillers, "alice")
     page.set_viewport_size(DESKTOP)
+    check_focus_after_swaps(page, portal, fillers["warehouse_id"][0])
     sign_out()
     sign_in("olive")
     walk.walk(rules, fillers, "an operator", only_without_parameters=True)
