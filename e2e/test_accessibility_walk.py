@@ -97,7 +97,11 @@ MARK_ACTIONS = """() => {
   return {count: index, mouseOnly: mouseOnly.map(e => e.outerHTML.slice(0, 120))};
 }"""
 
-# Whether htmx is between asking and settling somewhere on the page.
+# Whether htmx is between asking and settling somewhere on the page. htmx 2 (its swap() in
+# app/static/vendor/htmx.min.js) puts htmx-request on the asking element or its indicator before it
+# sends, htmx-swapping on the target, and keeps htmx-settling on the new content until its settle
+# tasks, which ask for the new content's load-triggered parts, have run: no gap between one request
+# and the next it brings.
 HTMX_BUSY = "!!document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
 
 UNREACHED = """() => [...document.querySelectorAll("[data-walk-action]")]
