@@ -23,6 +23,7 @@ from app.ray_clusters.base import (
 )
 from app.ray_clusters.kuberay import (
     DASHBOARD_PORT,
+    KUBERAY_MINIMUM,
     LABEL_COMPUTE_UNIT,
     LABEL_OWNER,
     SPARK_HOST_PORT,
@@ -329,8 +330,12 @@ class FakeApiServer:
         statuses: list[dict],
         pods: list[dict] | None = None,
         refuse_create: bool = False,
+        crd_auth_options: set[str] | None = None,
     ) -> None:
         self.validator = validator
+        # The fields an installed CRD defines under spec.authOptions (AUTH_OPTIONS_BY_KUBERAY);
+        # the API server prunes the others before it stores and answers. None: the vendored CRD.
+        self.crd_auth_options = crd_auth_options
         self.statuses = statuses
         self.pods = pods or []
         self.refuse_create = refuse_create
@@ -354,6 +359,11 @@ class FakeApiServer:
             body = json.loads(request.content)
             if body["kind"] == "RayCluster":
                 self.validator.validate(body)
+                if self.crd_auth_options is not None:
+                    auth = body["spec"].pop("authOptions")
+                    kept = {k: v for k, v in auth.items() if k in self.crd_auth_options}
+                    if self.crd_auth_options:  # below 1.5.1 the CRD has no authOptions at all
+                        body["spec"]["authOptions"] = kept
             self.objects[f"{path}/{body['metadata']['name']}"] = body
             return httpx.Response(201, json=body)
         if request.method == "GET" and path.endswith("/pods"):
@@ -473,6 +483,49 @@ def test_a_forbidden_create_says_so(validator):
         r"rayclusters.ray.io is forbidden",
     ):
         backend_on(server).start(spec())
+
+
+@pytest.mark.parametrize(
+    ("kuberay", "lost"),
+    [
+        ("1.5.1", "spec.authOptions.secretName"),
+        ("1.5.0", "spec.authOptions.mode, spec.authOptions.secretName"),
+    ],
+)
+def test_a_cluster_whose_crd_drops_the_token_secret_is_refused_and_deleted(
+    validator, kuberay, lost
+):
+    server = FakeApiServer(
+        validator, [PROVISIONING, READY], crd_auth_options=AUTH_OPTIONS_BY_KUBERAY[kuberay]
+    )
+    steps: list[str] = []
+
+    with pytest.raises(ClusterStartError) as error:
+        backend_on(server).start(spec(), progress=steps.append)
+
+    name = cluster_name("42")
+    assert str(error.value) == (
+        f"the Kubernetes API did not keep {lost} of RayCluster {name}: the cluster's RayCluster "
+        f"CRD is older than KubeRay {KUBERAY_MINIMUM}, which Lakeport needs (with an older one "
+        "Ray refuses the unit's token, or runs without authentication); upgrade the KubeRay "
+        f"operator and its CRDs to {KUBERAY_MINIMUM} or newer"
+    )
+    assert steps == ["creating the RayCluster"]  # refused before waiting for any pod
+    assert ("DELETE", f"/apis/ray.io/v1/namespaces/lakeport/rayclusters/{name}") in server.calls
+    assert server.objects == {}  # the cluster, its token Secret and its policy are gone
+
+
+def test_a_cluster_whose_crd_keeps_the_token_secret_starts(validator):
+    server = FakeApiServer(
+        validator, [PROVISIONING, READY], crd_auth_options=AUTH_OPTIONS_BY_KUBERAY[KUBERAY_MINIMUM]
+    )
+
+    handle = backend_on(server).start(spec())
+
+    name = cluster_name("42")
+    stored = server.objects[f"/apis/ray.io/v1/namespaces/lakeport/rayclusters/{name}"]
+    assert stored["spec"]["authOptions"] == {"mode": "token", "secretName": f"{name}-ray-token"}
+    assert backend_on(server).status(handle).state == UnitState.RUNNING
 
 
 # --------------------------------------------------------------- deploy/kubernetes
@@ -676,7 +729,6 @@ def test_each_unit_gets_its_own_policy_before_its_pods_and_loses_it_with_them(va
 # authentication), v1.5.1 `mode` only (the API server prunes `secretName`, KubeRay makes a token of
 # its own and the portal's is refused), v1.6.0 on `mode`, `secretName` and `enableK8sTokenAuth`.
 # KubeRay rejects `mode: token` below Ray 2.52.0 (ray-operator/controllers/ray/utils/validation.go).
-KUBERAY_MINIMUM = "1.6.0"
 RAY_MINIMUM = (2, 52, 0)
 AUTH_OPTIONS_BY_KUBERAY = {
     "1.5.0": set(),

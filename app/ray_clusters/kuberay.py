@@ -8,6 +8,9 @@ configured. The KubeRay operator does the rest: pods, the head Service, restarts
 Each cluster gets its own Ray auth token, kept in a Secret that `spec.authOptions`
 names (KubeRay injects it into every Ray container as RAY_AUTH_TOKEN). The head Service
 exposes the dashboard (Jobs API) and the Spark host port, both checked against that token.
+`spec.authOptions.secretName` exists in the RayCluster CRD from KubeRay 1.6.0 on; an older CRD
+has the API server prune it, so `start` checks the object the API server returns and refuses
+(and deletes) a cluster that lost it.
 
 UNTESTED AGAINST A LIVE CLUSTER: no Kubernetes cluster runs on the project's machines.
 The tests validate every rendered manifest against the RayCluster CRD's openAPIV3Schema
@@ -46,6 +49,11 @@ RAY_VERSION = "2.60.0"
 DASHBOARD_PORT = 8265
 SPARK_HOST_PORT = 8290
 TOKEN_SECRET_KEY = "auth_token"  # the key KubeRay reads from authOptions.secretName
+# The first KubeRay whose RayCluster CRD has `spec.authOptions.secretName` (ray-project/kuberay,
+# ray-operator/apis/ray/v1/raycluster_types.go `AuthOptions` and
+# ray-operator/config/crd/bases/ray.io_rayclusters.yaml: absent at v1.5.0, `mode` only at v1.5.1
+# and v1.5.2, `mode`, `secretName` and `enableK8sTokenAuth` from v1.6.0).
+KUBERAY_MINIMUM = "1.6.0"
 LABEL_OWNER = "lakeport.io/owner"
 LABEL_COMPUTE_UNIT = "lakeport.io/compute-unit"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "lakeport"}
@@ -350,6 +358,32 @@ def _figures(status: dict, head_ready: bool, ready_workers: int) -> dict:
     }
 
 
+def _check_auth_options_kept(sent: dict, created: dict) -> None:
+    """Refuse a RayCluster whose stored spec lost any of the `authOptions` the portal sent.
+
+    The API server prunes fields a custom resource's schema does not define as it decodes the
+    request, so the object a create answers with is the one stored (kubernetes/apiextensions-
+    apiserver, pkg/apiserver/customresource_handler.go: `schemaCoercingDecoder.Decode` →
+    `unstructuredSchemaCoercer.apply` → `structuralpruning.PruneWithOptions`; KubeRay's CRD does
+    not preserve unknown fields). A CRD older than KubeRay 1.6.0 drops `secretName`: KubeRay 1.5.x
+    then makes a token of its own, which refuses the portal's (raycluster_controller.go at v1.5.1,
+    `reconcileAuthSecret`: a Secret of its own whenever `mode` is `token`), and below 1.5.1 the whole of
+    `authOptions` goes and Ray runs without authentication.
+    """
+    wanted = sent["spec"]["authOptions"]
+    kept = (created.get("spec") or {}).get("authOptions") or {}
+    lost = [field for field, value in wanted.items() if kept.get(field) != value]
+    if lost:
+        name = sent["metadata"]["name"]
+        fields = ", ".join(f"spec.authOptions.{field}" for field in lost)
+        raise ClusterStartError(
+            f"the Kubernetes API did not keep {fields} of RayCluster {name}: the cluster's "
+            f"RayCluster CRD is older than KubeRay {KUBERAY_MINIMUM}, which Lakeport needs (with "
+            "an older one Ray refuses the unit's token, or runs without authentication); "
+            f"upgrade the KubeRay operator and its CRDs to {KUBERAY_MINIMUM} or newer"
+        )
+
+
 # ------------------------------------------------------------------------ backend
 class KubeRayBackend(ClusterBackend):
     kind = "kuberay"
@@ -401,7 +435,8 @@ class KubeRayBackend(ClusterBackend):
             self.api.create(
                 self.api.network_policies(), render_unit_network_policy(name, namespace, labels)
             )
-            self.api.create(self.api.rayclusters(), manifest)
+            created = self.api.create(self.api.rayclusters(), manifest)
+            _check_auth_options_kept(manifest, created)
             while (status := self.status(handle)).state == UnitState.STARTING:
                 progress(status.progress_step)
                 if time.monotonic() > deadline:
