@@ -159,3 +159,19 @@ def test_heavy_the_worker_compacts_a_table_of_small_files_on_the_owners_unit(
         while reload(db_engine, ComputeUnit, cu_id).state not in ("TERMINATED", "FAILED"):
             assert time.monotonic() < deadline
             time.sleep(0.5)
+
+
+def test_compaction_sizes_its_files_so_every_core_of_the_unit_has_some_to_read():
+    """The rewrite's target file size: about two files per core of the unit from the table's bytes
+    (Iceberg's planner divides a group's input by it), within 32 MiB and Iceberg's 512 MB default.
+    The benchmark's table (500 files, 175 MiB) on a 2-core unit becomes 4 files, not 1."""
+    from compute.run.maintenance import compaction_target_bytes
+
+    mib = 1024 * 1024
+    table = 175 * mib
+    target = compaction_target_bytes(table, cores=2)
+    assert target == table // 4
+    assert -(-table // target) == 4  # Iceberg's expectedOutputFiles: input over target, rounded up
+    assert compaction_target_bytes(table, cores=8) == 32 * mib  # never files of a few MB
+    assert compaction_target_bytes(40 * 1024 * mib, cores=2) == 512 * mib  # Iceberg's default
+    assert compaction_target_bytes(table, cores=0) == compaction_target_bytes(table, cores=1)

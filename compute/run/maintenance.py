@@ -18,6 +18,19 @@ with `rewrite_data_files`, binpacking groups of two or more) and `expire_before_
 snapshots committed before that instant instead of all but the last `retain_last`: the portal
 sets it no later than the oldest snapshot a pinned re-run reads), and each table's result
 carries its data files before and after.
+
+Compaction sizes its output files for the unit that reads them (`compaction_target_bytes`):
+with Iceberg's default target (`write.target-file-size-bytes`, 512 MB: Apache Iceberg 1.10.2,
+`core/src/main/java/org/apache/iceberg/TableProperties.java`) a table of a few hundred
+MB becomes one file of one or two Parquet row groups, and a Spark scan splits a Parquet file
+only at its row groups, so a query over the compacted table ran as at most two tasks however
+many cores the unit has. The rewrite's `target-file-size-bytes` option (Apache Iceberg 1.10.2,
+`core/src/main/java/org/apache/iceberg/actions/SizeBasedFileRewritePlanner.java`,
+TARGET_FILE_SIZE_BYTES) is set so the table's bytes make about two files per core of the unit,
+never under 32 MiB a file nor over Iceberg's 512 MB default; the planner's `expectedOutputFiles`
+divides a group's input by that target, and files of at least 75% of it (its
+MIN_FILE_SIZE_DEFAULT_RATIO) are left alone, so a compacted table is not rewritten again while it
+keeps its size.
 """
 
 from __future__ import annotations
@@ -32,6 +45,12 @@ from compute.run.iceberg_rest import rest_catalog
 from compute.run.pipeline import CATALOGS
 from compute.run.runs import RunFailed, RunProgress
 from compute.run.step_code import describe
+
+# Iceberg's TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT (512 MB), the most a
+# compacted file is made; the least, so a small table is not cut into files of a few MB.
+MOST_FILE_BYTES = 512 * 1024 * 1024
+LEAST_FILE_BYTES = 32 * 1024 * 1024
+FILES_PER_CORE = 2
 
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
 
@@ -106,6 +125,18 @@ def _timestamp(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
+def compaction_target_bytes(table_bytes: int, cores: int) -> int:
+    """The target size of a compacted data file: the table's bytes in `FILES_PER_CORE` files per
+    core of the unit, within [LEAST_FILE_BYTES, MOST_FILE_BYTES]."""
+    share = int(table_bytes) // (FILES_PER_CORE * max(1, int(cores)))
+    return max(LEAST_FILE_BYTES, min(MOST_FILE_BYTES, share))
+
+
+def _data_bytes(iceberg, name: str) -> int:
+    snapshot = iceberg.load_table(name).current_snapshot()
+    return int(snapshot.summary.get("total-files-size") or 0) if snapshot else 0
+
+
 def _data_files(iceberg, name: str) -> int:
     snapshot = iceberg.load_table(name).current_snapshot()
     return int(snapshot.summary.get("total-data-files") or 0) if snapshot else 0
@@ -118,11 +149,16 @@ def _maintain(session, iceberg, name: str, plan: Plan) -> dict:
         "data_files_before": _data_files(iceberg, name),
     }
     if plan.compact:
-        # Groups of two small files or more are rewritten (Iceberg's default asks for five).
+        # Groups of two small files or more are rewritten (Iceberg's default asks for five),
+        # into files sized for the unit's cores (the module's docstring).
+        target = compaction_target_bytes(
+            _data_bytes(iceberg, name), session.sparkContext.defaultParallelism
+        )
+        result["target_file_bytes"] = target
         rewritten = (
             session.sql(
                 f"CALL {catalog_name}.system.rewrite_data_files(table => '{name}', "
-                "options => map('min-input-files', '2'))"
+                f"options => map('min-input-files', '2', 'target-file-size-bytes', '{target}'))"
             )
             .collect()[0]
             .asDict()
