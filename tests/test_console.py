@@ -6,12 +6,22 @@ worker keeps of a unit's answer. The console on a real unit is tests/test_consol
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import timedelta
 
 import pytest
 from sqlmodel import Session, select
 
-from app.models import AuditEvent, Query, QueryState, WarehouseShare, Workflow, WorkflowVersion
+from app.models import (
+    AuditEvent,
+    Query,
+    QueryState,
+    WarehouseShare,
+    Workflow,
+    WorkflowVersion,
+    utcnow,
+)
 from compute.run.query import READ, WRITE, StatementRefused, check_statement
 from tests.factories import (
     Api,
@@ -177,12 +187,12 @@ def test_a_query_is_recorded_queued_and_its_page_polls(client, db_engine, alice)
     (query,) = queries_of(db_engine, user)
     assert (query.state, query.mode, query.statement) == (QueryState.QUEUED, READ, "SELECT")
     assert response.headers["HX-Redirect"] == f"/console/?query={query.id}"
-    # A young query is asked for again within a fraction of a second, on the page and after.
+    # A young query is asked for again at once, on the page and after (its request is held).
     page = client.get(f"/console/?query={query.id}").get_data(as_text=True)
-    assert 'hx-trigger="load delay:0.2s"' in page
+    assert 'hx-trigger="load delay:0s"' in page
     live = client.get(f"/console/queries/{query.id}", headers={"HX-Request": "true"})
     text = live.get_data(as_text=True)
-    assert 'hx-trigger="load delay:0.2s"' in text and 'data-testid="cancel-query"' in text
+    assert 'hx-trigger="load delay:0s"' in text and 'data-testid="cancel-query"' in text
     again = client.get(
         f"/console/queries/{query.id}",
         headers={"HX-Request": "true", "If-None-Match": live.headers["ETag"]},
@@ -667,6 +677,75 @@ def test_what_a_unit_reports_is_kept_in_shape_and_bounded():
     assert fields["row_count"] == 2 and fields["truncated"] is False
     assert json.loads(fields["snapshots"]) == [{"table": "t.t", "snapshot_id": 1}]
     assert checked_result(None, 10)["row_count"] == 0
+
+
+def _timed_live_part(client, query_id: int, **headers):
+    started = time.monotonic()
+    response = client.get(f"/console/queries/{query_id}", headers={"HX-Request": "true", **headers})
+    return response, time.monotonic() - started
+
+
+def test_a_young_query_s_live_part_answers_as_soon_as_the_query_ends(
+    client, db_engine, alice, monkeypatch
+):
+    from app.console import routes
+
+    monkeypatch.setattr(routes, "HOLD_S", 5.0)
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT * FROM tpch.orders")
+    (query,) = queries_of(db_engine, user)
+    worker = threading.Timer(0.4, completed, (db_engine, query.id, [["a", 1]]))
+    worker.start()
+    response, seconds = _timed_live_part(client, query.id)
+    worker.join()
+    text = response.get_data(as_text=True)
+    assert 'data-testid="result-table"' in text and 'data-state="completed"' in text
+    assert 'hx-trigger="load' not in text and 'hx-swap-oob="true"' in text
+    assert 0.4 <= seconds < 0.4 + 0.5  # held, and answered within a look of the end, not at 5 s
+
+
+def test_a_young_query_s_live_part_is_held_at_most_its_bound_then_304(
+    client, db_engine, alice, monkeypatch
+):
+    from app.console import routes
+
+    monkeypatch.setattr(routes, "HOLD_S", 0.5)
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT * FROM tpch.orders")
+    (query,) = queries_of(db_engine, user)
+    live, seconds = _timed_live_part(client, query.id)
+    assert 0.5 <= seconds < 1.5 and 'hx-trigger="load delay:0s"' in live.get_data(as_text=True)
+    again, seconds = _timed_live_part(client, query.id, **{"If-None-Match": live.headers["ETag"]})
+    assert again.status_code == 304 and 0.5 <= seconds < 1.5
+    # A change of the row that is not its end (a cancel asked for) is shown at once too.
+    monkeypatch.setattr(routes, "HOLD_S", 5.0)
+    asked = threading.Timer(
+        0.3, lambda: update_row(db_engine, Query, query.id, cancel_requested_at=utcnow())
+    )
+    asked.start()
+    changed, seconds = _timed_live_part(client, query.id)
+    asked.join()
+    assert changed.status_code == 200 and "cancelling" in changed.get_data(as_text=True)
+    assert seconds < 1.5
+
+
+def test_a_live_part_is_not_held_when_no_hold_is_free_or_the_query_is_not_young(
+    client, db_engine, alice, monkeypatch
+):
+    from app.console import routes
+
+    monkeypatch.setattr(routes, "HOLD_S", 5.0)
+    monkeypatch.setattr(routes, "_holds", threading.BoundedSemaphore(1))
+    user, warehouse, cu = alice
+    post_query(client, warehouse, cu, "SELECT * FROM tpch.orders")
+    (query,) = queries_of(db_engine, user)
+    routes._holds.acquire()  # another request of this process holds it
+    busy, seconds = _timed_live_part(client, query.id)
+    assert seconds < 1 and 'hx-trigger="load delay:0.2s"' in busy.get_data(as_text=True)
+    routes._holds.release()
+    update_row(db_engine, Query, query.id, created_at=query.created_at - timedelta(seconds=60))
+    older, seconds = _timed_live_part(client, query.id)
+    assert seconds < 1 and 'hx-trigger="load delay:3s"' in older.get_data(as_text=True)
 
 
 # --------------------------------------------------------------------------- the command line
