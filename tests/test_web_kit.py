@@ -17,6 +17,7 @@ from jinja2 import meta
 
 from app import create_app, security, web
 from app.charts import StepTiming, step_timeline_svg
+from app.compute_units.phase import WARMING
 from app.config import PROJECT_ROOT, Config
 from app.states import ExecutionState, UnitState
 from e2e.target import CHROMIUM, CHROMIUM_ARGS
@@ -85,7 +86,8 @@ def test_the_shares_panel_gets_every_name_its_template_reads(offline_app, monkey
 
 
 QUOTED_STATE = re.compile(
-    r"""["'](%s)["']""" % "|".join(sorted({*ExecutionState.__members__, *UnitState.__members__}))
+    r"""["'](%s)["']"""
+    % "|".join(sorted({*ExecutionState.__members__, *UnitState.__members__, WARMING}))
 )
 
 

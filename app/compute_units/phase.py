@@ -25,6 +25,11 @@ class Phase:
     name: str  # a UnitState, or WARMING
     since: datetime | None = None
 
+    @property
+    def warming(self) -> bool:
+        """Running, with its Spark session still starting (templates ask this, not the name)."""
+        return self.name == WARMING
+
     def elapsed_seconds(self, now: datetime | None = None) -> int | None:
         if self.since is None:
             return None
