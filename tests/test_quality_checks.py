@@ -418,3 +418,79 @@ def test_a_sql_condition_runs_only_as_a_boolean_expression_without_subqueries(
         assert failed["state"] == "FAILED", condition
         assert expected in failed["error"], failed["error"]
         assert not catalog.table_exists(table) or rows_of(catalog, table) == []
+
+
+# ---------------------------------------------------------------------- one job for a target's checks
+def jobs_of(spark, group: str, work) -> tuple[object, int]:
+    """What `work()` returns and how many Spark jobs it ran (tagged with a job group)."""
+    context = spark.sparkContext
+    context.setJobGroup(group, group)
+    try:
+        value = work()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    return value, len(context.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_targets_checks_run_as_one_job_and_give_what_each_gives_alone(tmp_path):
+    """Heavy (a local Spark session). The checks of one target share one aggregation, the unique
+    key's group-by: all of them cost the Spark jobs the unique check alone costs, and each result
+    (count, sample, detail) is the one `evaluate` gives check by check, failing or passing."""
+    from datetime import datetime, timezone
+
+    from pyspark.sql import SparkSession
+
+    from compute.run.checks import CheckRefused, evaluate, evaluate_all
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("checks-one-job")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.local.dir", str(tmp_path))
+        .getOrCreate()
+    )
+    try:
+        now = datetime(2026, 11, 28, 12, tzinfo=timezone.utc)
+        rows = [(1, "a", 5.0, now), (2, "b", 7.0, now), (3, "a", 1.0, now)]
+        clean = spark.createDataFrame(rows, "id long, region string, amount double, at timestamp")
+        checks = [
+            {"kind": "not_null", "column": "region", "severity": "fail"},
+            UNIQUE_ID,
+            {
+                "kind": "accepted_values",
+                "column": "region",
+                "values": ["a", "b"],
+                "severity": "fail",
+            },
+            {"kind": "row_count", "min": 1, "max": 10, "severity": "warn"},
+            {"kind": "freshness", "column": "at", "max_age_hours": 24, "severity": "fail"},
+            {"kind": "sql", "condition": "amount >= 0", "severity": "fail"},
+        ]
+        now_s = now.timestamp() + 3600
+        together, together_jobs = jobs_of(
+            spark, "together", lambda: evaluate_all(checks, clean, now_s=now_s)
+        )
+        _, unique_jobs = jobs_of(spark, "unique", lambda: evaluate(UNIQUE_ID, clean))
+        assert [result["passed"] for result in together] == [True] * len(checks)
+        assert together_jobs == unique_jobs, "the checks cost more jobs than the unique key alone"
+        assert together == [evaluate(check, clean, now_s=now_s) for check in checks]
+
+        bad = clean.union(
+            spark.createDataFrame(
+                [(1, None, -2.0, now), (4, "z", 3.0, now)],
+                "id long, region string, amount double, at timestamp",
+            )
+        ).coalesce(1)
+        failing = evaluate_all(checks, bad, now_s=now_s)
+        assert failing == [evaluate(check, bad, now_s=now_s) for check in checks]
+        assert [result["offending"] for result in failing] == [1, 2, 1, 0, 0, 1]
+        assert failing[1]["sample"] == ["id=1, rows=2"]
+
+        # A check that cannot run is named alone; the others still run in the shared job.
+        wrong = [checks[0], {"kind": "not_null", "column": "nope", "severity": "warn"}, UNIQUE_ID]
+        outcome = evaluate_all(wrong, bad)
+        assert isinstance(outcome[1], CheckRefused) and "'nope'" in str(outcome[1])
+        assert [outcome[0]["offending"], outcome[2]["offending"]] == [1, 2]
+    finally:
+        spark.stop()

@@ -15,6 +15,15 @@ check and how many rows offend; a failing `warn` check is recorded only.
   and returns, per check, the offending rows' count and a sample of at most SAMPLE_ROWS of them,
   each one line of at most SAMPLE_ROW_CHARS (values cut at SAMPLE_VALUE_CHARS): small enough to
   travel in the run's progress and sit on the run page.
+- `evaluate_all` runs a publish target's checks together, in one Spark job over the rows: the
+  per-row checks (not null, accepted values, a SQL condition) each become a conditional sum, the
+  row counts a count and freshness a max, all in one aggregation; with a unique check, that
+  aggregation is the second half of the unique key's group-by (each key's group carries its rows'
+  sums and maxima, summed again over the groups), so the rows are read and shuffled once, not
+  once per check. Its results are those `evaluate` gives check by check; a sample of offending
+  rows is still a query of its own, run only for a check that failed. Further unique checks (on
+  other keys) run as `evaluate` does, and if the shared job fails at run time every check it
+  held runs on its own, so a failure is named by its check as before.
 """
 
 from __future__ import annotations
@@ -242,8 +251,125 @@ def evaluate(
         from compute.run.step_code import describe
 
         raise CheckRefused(f"check {label(check)} cannot run: {describe(error)}") from None
+    return _result(check, offending, sample, detail)
+
+
+def evaluate_all(
+    checks, frame, *, previous_rows: int | None = None, now_s: float | None = None
+) -> list[dict | CheckRefused]:
+    """Run `checks` over `frame` in one Spark job (the module's docstring): per check, in order,
+    `evaluate`'s result or the CheckRefused it would raise."""
+    from pyspark.sql import functions as F
+
+    from compute.run.step_code import describe
+
+    outcomes: list[dict | CheckRefused | None] = [None] * len(checks)
+    sums, maxima, samples = {}, {}, {}  # alias -> column; check index -> the offending rows
+    shared_key = None  # (check index, key columns) of the unique check the job's group-by serves
+    shared_index = None
+    for index, check in enumerate(checks):
+        kind = check["kind"]
+        try:
+            if kind in ("not_null", "accepted_values", "sql"):
+                if kind == "not_null":
+                    offends = _column(frame, check["column"]).isNull()
+                elif kind == "accepted_values":
+                    column = _column(frame, check["column"])
+                    offends = column.isNotNull() & ~column.isin(list(check["values"]))
+                else:
+                    offends = ~F.coalesce(_condition(frame, check["condition"]), F.lit(False))
+                offending = F.when(offends, 1).otherwise(0)
+                frame.select(offending.alias("offending")).schema  # analysed now: named by check
+                sums[f"__c{index}"], samples[index] = offending, frame.where(offends)
+            elif kind == "freshness":
+                maxima[f"__m{index}"] = _column(frame, check["column"])
+            elif kind == "unique" and shared_key is None:
+                shared_key = (index, [_column(frame, name) for name in check["columns"]])
+                shared_index = index
+            elif kind not in ("unique", "row_count", "row_count_change"):
+                raise CheckRefused(f"no check of kind {kind!r}")
+        except CheckRefused as refused:
+            outcomes[index] = refused
+        except Exception as error:  # Spark's analysis: a missing column, a wrong type
+            outcomes[index] = CheckRefused(f"check {label(check)} cannot run: {describe(error)}")
+    held = [
+        index
+        for index, check in enumerate(checks)
+        if outcomes[index] is None and (check["kind"] != "unique" or index == shared_index)
+    ]
+    if held:
+        try:
+            totals = _one_aggregation(frame, shared_key, sums, maxima)
+        except Exception:  # a run-time failure (e.g. a cast in a condition): check by check
+            totals = None
+        for index in held:
+            check = checks[index]
+            if totals is None:
+                continue
+            kind = check["kind"]
+            sample_frame, detail = samples.get(index), ""
+            try:
+                if kind in ("not_null", "accepted_values", "sql"):
+                    offending = int(totals[f"__c{index}"] or 0)
+                elif kind == "unique":
+                    offending = int(totals["__duplicated"] or 0)
+                    columns = [_column(frame, name) for name in check["columns"]]
+                    groups = frame.groupBy(*columns).agg(F.count(F.lit(1)).alias("rows"))
+                    sample_frame = groups.where(F.col("rows") > 1).orderBy(F.col("rows").desc())
+                    detail = f"{offending:,} rows share a key with another row"
+                elif kind in ("row_count", "row_count_change"):
+                    rows = int(totals["__rows"] or 0)
+                    offending, detail = _row_count(check, rows, previous_rows)
+                else:  # freshness
+                    offending, detail = _freshness(
+                        check, totals[f"__m{index}"], int(totals["__rows"] or 0), now_s
+                    )
+                sample = _sample(sample_frame) if offending and sample_frame is not None else []
+            except CheckRefused as refused:
+                outcomes[index] = refused
+                continue
+            except Exception as error:
+                outcomes[index] = CheckRefused(
+                    f"check {label(check)} cannot run: {describe(error)}"
+                )
+                continue
+            outcomes[index] = _result(check, offending, sample, detail)
+    for index, check in enumerate(checks):  # other unique keys, or the shared job failed
+        if outcomes[index] is None:
+            try:
+                outcomes[index] = evaluate(check, frame, previous_rows=previous_rows, now_s=now_s)
+            except CheckRefused as refused:
+                outcomes[index] = refused
+    return outcomes
+
+
+def _one_aggregation(frame, shared_key, sums: dict, maxima: dict):
+    """The row count, each sum and each maximum over `frame` in one job; with `shared_key`,
+    also the rows whose key another row shares (`duplicated`), from the key's group-by."""
+    from pyspark.sql import functions as F
+
+    if shared_key is None:
+        return frame.agg(
+            F.count(F.lit(1)).alias("__rows"),
+            *(F.sum(column).alias(alias) for alias, column in sums.items()),
+            *(F.max(column).alias(alias) for alias, column in maxima.items()),
+        ).first()
+    groups = frame.groupBy(*shared_key[1]).agg(
+        F.count(F.lit(1)).alias("__rows"),
+        *(F.sum(column).alias(alias) for alias, column in sums.items()),
+        *(F.max(column).alias(alias) for alias, column in maxima.items()),
+    )
+    return groups.agg(
+        F.sum("__rows").alias("__rows"),
+        F.sum(F.when(F.col("__rows") > 1, F.col("__rows")).otherwise(0)).alias("__duplicated"),
+        *(F.sum(alias).alias(alias) for alias in sums),
+        *(F.max(alias).alias(alias) for alias in maxima),
+    ).first()
+
+
+def _result(check: dict, offending: int, sample: list[str], detail: str) -> dict:
     return {
-        "kind": kind,
+        "kind": check["kind"],
         "severity": check["severity"],
         "check": label(check),
         "offending": offending,
@@ -391,13 +517,11 @@ def check_outputs(publisher, steps: dict, log) -> tuple[list[dict], str | None]:
         previous = None
         if any(check["kind"] == "row_count_change" for check in checks):
             previous = previous_rows(publisher, staged)
-        for check in checks:
-            try:
-                result = evaluate(check, frame, previous_rows=previous)
-            except CheckRefused as refused:
-                failures.append(f"step {staged.step!r} publishing to {staged.table}: {refused}")
+        for check, outcome in zip(checks, evaluate_all(checks, frame, previous_rows=previous)):
+            if isinstance(outcome, CheckRefused):
+                failures.append(f"step {staged.step!r} publishing to {staged.table}: {outcome}")
                 continue
-            result = {"step": staged.step, "table": staged.table, **result}
+            result = {"step": staged.step, "table": staged.table, **outcome}
             results.append(result)
             verdict = (
                 "passed"
