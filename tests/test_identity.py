@@ -170,10 +170,9 @@ def test_bob_removed_from_analytics_loses_its_share_on_pages_token_and_catalog(
     assert api(bob_client, token, "/workflows").status_code == 200  # the token itself still works
     with app.app_context():
         assert lakeport_id(bob) not in lakekeeper().role_members(role_id)
-    assert can_read_and_write(lakehouse, warehouse, run_token) == (
-        403,
-        403,
-    )  # a run's token minted before
+    # A run's token minted before: the warehouse is no longer there for it (unseen answers as
+    # missing, 404, as Lakekeeper v0.13.3 does: devstack/devcatalog/README.md).
+    assert can_read_and_write(lakehouse, warehouse, run_token) == (404, 404)
     with Session(db_engine) as db:
         event = db.exec(
             select(AuditEvent)

@@ -72,7 +72,10 @@ def test_a_group_share_reads_then_writes_then_is_revoked_in_portal_and_catalog(
         before = door.run_token(
             warehouse, member
         )  # minted before any share: the catalog refuses it
-    assert can_read_and_write(lakehouse, warehouse, before) == (403, 403)
+    # No relation on the warehouse: it is not there for this token (Lakekeeper v0.13.3 answers an
+    # unseen warehouse as a missing one: devstack/devcatalog/README.md); with `describe` and
+    # `select`, a write is refused 403.
+    assert can_read_and_write(lakehouse, warehouse, before) == (404, 404)
 
     shared = share(owner_client, warehouse, kind="group", group=group, level="read")
     assert shared.status_code == 200 and f"<code>{group}</code>" in shared.get_data(as_text=True)
@@ -141,7 +144,7 @@ def test_a_group_share_reads_then_writes_then_is_revoked_in_portal_and_catalog(
         as_text=True
     )
     assert member_client.get(f"/warehouses/{warehouse.id}").status_code == 404  # the next page
-    assert can_read_and_write(lakehouse, warehouse, token) == (403, 403)  # the next catalog call
+    assert can_read_and_write(lakehouse, warehouse, token) == (404, 404)  # the next catalog call
     with Session(db_engine) as db:
         trail = [
             event.action
@@ -218,7 +221,7 @@ def test_leaving_the_group_takes_the_access_away_at_the_next_sign_in(team, lakeh
         )
         assert lakekeeper().role_members(role_id) == {lakekeeper_user_id(latecomer.subject)}
         token = door.run_token(warehouse, member)
-    assert can_read_and_write(lakehouse, warehouse, token)[0] == 403
+    assert can_read_and_write(lakehouse, warehouse, token)[0] == 404  # unseen, as if missing
 
 
 def test_a_shared_workflow_is_viewed_copied_then_run_and_revoked(app, client, db_engine):
