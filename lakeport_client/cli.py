@@ -9,13 +9,21 @@ from a config file (LAKEPORT_CONFIG, else ~/.config/lakeport/config.toml) holdin
     lakeport run WORKFLOW --unit UNIT --warehouse WAREHOUSE [--version N] [--wait]
     lakeport results EXECUTION STEP [--csv]
     lakeport sql "SELECT …" --warehouse WAREHOUSE [--unit UNIT] [--write] [--csv]
+    lakeport tables WAREHOUSE
+    lakeport table WAREHOUSE NAMESPACE.TABLE
+    lakeport table-policy WAREHOUSE NAMESPACE.TABLE [--small-file-mb N]
+        [--compact-small-files N | --never-compact] [--expire-days N | --never-expire]
+    lakeport maintenance WAREHOUSE NAMESPACE.TABLE
 
-WORKFLOW, UNIT and WAREHOUSE are ids or names. `run` names the version it runs (the latest as
-listed, or --version): a version saved in between is refused, not run. `run --wait` prints the
+WORKFLOW, UNIT and WAREHOUSE are ids or names (`sql` and the table commands take a warehouse
+shared with you by its id). `run` names the version it runs (the latest as listed, or
+--version): a version saved in between is refused, not run. `run --wait` prints the
 run's log as it comes and exits 0 only when the execution COMPLETED. `sql` runs one statement
 on a running unit of yours (the first, unless --unit; `--unit pool` takes a warm unit of the
 pool, `--unit new` starts one, as it does when none of yours runs), waits for it and prints its
-rows.
+rows. `table` prints a table's health and its publishes (each snapshot and the run that wrote it),
+`table-policy` its maintenance policy, or sets the parts named (the others stay as they are), and
+`maintenance` its maintenance jobs.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import os
 import sys
 import time
 import tomllib
+from datetime import datetime, timezone
 from pathlib import Path
 
 import click
@@ -88,6 +97,13 @@ def _pick(items: list[dict], wanted: str, what: str) -> dict:
         if str(item["id"]) == wanted or item["name"] == wanted:
             return item
     raise click.ClickException(f"No {what} of yours is called {wanted!r}.")
+
+
+def _warehouse_id(client: Client, warehouse: str) -> int:
+    """An id as given (the API answers 404 for one you may not see), else your warehouse's."""
+    if warehouse.isdigit():
+        return int(warehouse)
+    return _pick(client.warehouses(), warehouse, "warehouse")["id"]
 
 
 @main.command()
@@ -226,11 +242,7 @@ def sql(statement: str, warehouse: str, unit: str | None, write: bool, as_csv: b
             cu_id = _pick(units, unit, "running compute unit")["id"]
         else:
             cu_id = units[0]["id"] if units else "new"
-        warehouse_id = (
-            int(warehouse)
-            if warehouse.isdigit()
-            else _pick(client.warehouses(), warehouse, "warehouse")["id"]
-        )
+        warehouse_id = _warehouse_id(client, warehouse)
         query = client.start_query(statement, warehouse_id, cu_id, "write" if write else "read")
         try:
             while query["state"] not in QUERY_FINAL_STATES:
@@ -258,6 +270,206 @@ def sql(statement: str, warehouse: str, unit: str | None, write: bool, as_csv: b
                 "run it as a workflow for all of them",
                 err=True,
             )
+
+
+# --- tables: their health, publishes, maintenance policy and jobs ------------------------------
+
+
+@main.command()
+@click.argument("warehouse")
+def tables(warehouse: str) -> None:
+    """The tables of WAREHOUSE (id or name), as NAMESPACE.TABLE."""
+    with make_client() as client:
+        found = client.tables(_warehouse_id(client, warehouse))
+    _table([[f"{table['namespace']}.{table['name']}"] for table in found], ["TABLE"])
+
+
+def _existing_table(client: Client, warehouse: str, name: str) -> int:
+    """The warehouse's id, once its catalog has the table: the API keeps a policy and lists jobs
+    for any well-formed name, so a mistyped one would otherwise get a policy of its own."""
+    warehouse_id = _warehouse_id(client, warehouse)
+    client.table_health(warehouse_id, name)
+    return warehouse_id
+
+
+def _fields(pairs: list[tuple[str, object]]) -> None:
+    width = max(len(label) for label, _ in pairs)
+    for label, value in pairs:
+        click.echo(f"{label.ljust(width)}  {value}")
+
+
+def _when_ms(epoch_ms: int | None) -> str:
+    if not epoch_ms:
+        return "-"
+    return datetime.fromtimestamp(epoch_ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _size(count: int | None) -> str:
+    if count is None:
+        return "-"
+    if count < 1024:
+        return f"{count} B"
+    size = count / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            break
+        size /= 1024
+    return f"{size:.1f} {unit}"
+
+
+def _workflow_names(workflows: list[dict]) -> str:
+    return ", ".join(workflow["name"] or f"workflow #{workflow['id']}" for workflow in workflows)
+
+
+@main.command()
+@click.argument("warehouse")
+@click.argument("name", metavar="NAMESPACE.TABLE")
+def table(warehouse: str, name: str) -> None:
+    """A table's health (from its metadata) and its publishes: each snapshot, newest first, with
+    the execution and step that wrote it."""
+    with make_client() as client:
+        warehouse_id = _warehouse_id(client, warehouse)
+        health = client.table_health(warehouse_id, name)
+        story = client.table_publishes(warehouse_id, name)
+    _fields(
+        [
+            ("table", name),
+            ("data files", health["data_files"]),
+            ("average file", _size(health["average_file_bytes"])),
+            (
+                "small files",
+                f"{health['small_files']} (below {_size(health['small_file_bytes'])})",
+            ),
+            ("delete files", health["delete_files"]),
+            ("records", health["records"]),
+            ("snapshots", health["snapshots"]),
+            ("last compaction", _when_ms(health["last_compaction_ms"])),
+            ("written by", _workflow_names(story["written_by"]) or "-"),
+            ("read by", _workflow_names(story["read_by"]) or "-"),
+        ]
+    )
+    click.echo()
+    _table(
+        [
+            [
+                _when_ms(entry["committed_at_ms"]),
+                str(entry["snapshot_id"]) + (" (expired)" if entry["expired"] else ""),
+                "compaction" if entry["operation"] == "replace" else entry["operation"] or "-",
+                f"#{entry['execution_id']}" if entry["execution_id"] else "-",
+                entry["step"] or "-",
+                "-" if entry["added_records"] is None else entry["added_records"],
+            ]
+            for entry in story["publishes"]
+        ],
+        ["COMMITTED", "SNAPSHOT", "OPERATION", "EXECUTION", "STEP", "ROWS ADDED"],
+    )
+
+
+def _print_policy(policy: dict) -> None:
+    compact, expire = policy["compact_small_files"], policy["expire_days"]
+    _fields(
+        [
+            ("small files", f"below {policy['small_file_mb']} MiB"),
+            ("compact", "never" if compact is None else f"when small files reach {compact}"),
+            ("expire snapshots", "never" if expire is None else f"older than {expire} days"),
+            (
+                "updated",
+                policy["updated_at"][:19].replace("T", " ")
+                if policy["updated_at"]
+                else "never set",
+            ),
+        ]
+    )
+
+
+@main.command("table-policy")
+@click.argument("warehouse")
+@click.argument("name", metavar="NAMESPACE.TABLE")
+@click.option("--small-file-mb", type=int, help="Files below this many MiB are small.")
+@click.option("--compact-small-files", type=int, help="Compact when small files reach N.")
+@click.option("--never-compact", is_flag=True, help="Compact nothing.")
+@click.option("--expire-days", type=int, help="Expire snapshots older than N days.")
+@click.option("--never-expire", is_flag=True, help="Expire no snapshot.")
+def table_policy(
+    warehouse: str,
+    name: str,
+    small_file_mb: int | None,
+    compact_small_files: int | None,
+    never_compact: bool,
+    expire_days: int | None,
+    never_expire: bool,
+) -> None:
+    """A table's maintenance policy; with options, set the parts named (you may write the
+    warehouse; the others stay as they are) and print the policy saved."""
+    for number, never, names in (
+        (compact_small_files, never_compact, "--compact-small-files and --never-compact"),
+        (expire_days, never_expire, "--expire-days and --never-expire"),
+    ):
+        if number is not None and never:
+            raise click.UsageError(f"Give one of {names}.")
+    with make_client() as client:
+        warehouse_id = _existing_table(client, warehouse, name)
+        policy = client.table_policy(warehouse_id, name)
+        changes = small_file_mb, compact_small_files, never_compact, expire_days, never_expire
+        if any(change not in (None, False) for change in changes):
+            policy = client.set_table_policy(
+                warehouse_id,
+                name,
+                small_file_mb=_chosen(small_file_mb, False, policy["small_file_mb"]),
+                compact_small_files=_chosen(
+                    compact_small_files, never_compact, policy["compact_small_files"]
+                ),
+                expire_days=_chosen(expire_days, never_expire, policy["expire_days"]),
+            )
+            click.echo("policy saved: the worker checks the table at its next pass", err=True)
+    _print_policy(policy)
+
+
+def _chosen(number: int | None, never: bool, current: int | None) -> int | None:
+    """A policy part as asked: off (`never`), the number given, else as it is."""
+    if never:
+        return None
+    return current if number is None else number
+
+
+@main.command()
+@click.argument("warehouse")
+@click.argument("name", metavar="NAMESPACE.TABLE")
+def maintenance(warehouse: str, name: str) -> None:
+    """A table's maintenance jobs, newest first: what each did, its outcome (or why it was
+    skipped), data files before and after, and the GB-hours it held the unit."""
+    with make_client() as client:
+        jobs = client.table_maintenance(_existing_table(client, warehouse, name), name)
+    _table(
+        [
+            [
+                job["id"],
+                job["created_at"][:16].replace("T", " "),
+                " and ".join(
+                    part
+                    for part, done in (
+                        ("compaction", job["compact"]),
+                        ("snapshot expiry", job["expire_before"]),
+                    )
+                    if done
+                )
+                or "-",
+                f"skipped: {job['skipped']}"
+                if job["skipped"]
+                else f"{job['state']}: {job['error']}"
+                if job["error"]
+                else job["state"],
+                f"{_or_dash(job['data_files_before'])} -> {_or_dash(job['data_files_after'])}",
+                _or_dash(None if job["gb_hours"] is None else f"{job['gb_hours']:.4f}"),
+            ]
+            for job in jobs
+        ],
+        ["ID", "ASKED", "WHAT", "OUTCOME", "DATA FILES", "GB-HOURS"],
+    )
+
+
+def _or_dash(value) -> str:
+    return "-" if value is None else str(value)
 
 
 def run_main() -> None:

@@ -127,6 +127,40 @@ class Client:
     def table(self, warehouse_id: int, name: str) -> dict:
         return self._call("GET", f"/warehouses/{warehouse_id}/tables/{name}")
 
+    # --- a table's health, maintenance and publishes (`name` is namespace.table) ---------------
+
+    def table_health(self, warehouse_id: int, name: str) -> dict:
+        return self._call("GET", f"/warehouses/{warehouse_id}/tables/{name}/health")
+
+    def table_policy(self, warehouse_id: int, name: str) -> dict:
+        return self._call("GET", f"/warehouses/{warehouse_id}/tables/{name}/policy")
+
+    def set_table_policy(
+        self,
+        warehouse_id: int,
+        name: str,
+        *,
+        small_file_mb: int,
+        compact_small_files: int | None,
+        expire_days: int | None,
+    ) -> dict:
+        """Replace the table's policy (every part; None turns compaction or expiry off)."""
+        return self._call(
+            "POST",
+            f"/warehouses/{warehouse_id}/tables/{name}/policy",
+            json={
+                "small_file_mb": small_file_mb,
+                "compact_small_files": compact_small_files,
+                "expire_days": expire_days,
+            },
+        )
+
+    def table_maintenance(self, warehouse_id: int, name: str) -> list[dict]:
+        return self._call("GET", f"/warehouses/{warehouse_id}/tables/{name}/maintenance")
+
+    def table_publishes(self, warehouse_id: int, name: str) -> dict:
+        return self._call("GET", f"/warehouses/{warehouse_id}/tables/{name}/publishes")
+
     # --- compute units --------------------------------------------------------------------------
 
     def units(self) -> list[dict]:

@@ -1,18 +1,35 @@
 """The Python client and the `lakeport` command against the portal in this process: every call
-the client makes, and every answer, is checked against the portal's OpenAPI document."""
+the client makes, and every answer, is checked against the portal's OpenAPI document. The table
+commands (`tables`, `table`, `table-policy`, `maintenance`) run against a real table of the local
+stack's catalog."""
 
 from __future__ import annotations
 
 import json
 
 import httpx
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from openapi_core import Config, OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
+from sqlmodel import Session, select
 
+from app.models import MaintenanceJob, TablePolicy, Warehouse, WarehouseShare
 from lakeport_client import ApiError, Client, cli
-from tests.factories import equipped, execution_row, make_user, token_for
+from tests.factories import (
+    add,
+    equipped,
+    execution_row,
+    independent_catalog,
+    make_user,
+    register_warehouse,
+    reload,
+    sign_in_as,
+    token_for,
+    unit_row,
+    workflow_for,
+)
 from tests.factories import execution_count as execution_count_of
 
 
@@ -230,3 +247,248 @@ def test_revoking_the_token_raises_the_portals_refusal():
     with pytest.raises(ApiError) as refused:
         Client("http://portal.test", "token", transport=refusals).revoke_token()
     assert refused.value.status == 401 and refused.value.detail == "token revoked"
+
+
+# --------------------------------------------------------------------------- a table's commands
+TABLE = "sales.daily"
+ROWS = pa.schema([("id", pa.int64())])
+
+
+@pytest.fixture
+def lake(lakehouse_app, lakehouse, db_engine):
+    """An owner's real warehouse on the local stack with `sales.daily`: three appends of 10 rows;
+    the catalog table made directly (no compute unit)."""
+    client = lakehouse_app.test_client()
+    owner = make_user(db_engine)
+    sign_in_as(client, owner)
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "cli-tables"))
+    catalog = independent_catalog(lakehouse, warehouse)
+    catalog.create_namespace_if_not_exists("sales")
+    table = catalog.create_table(TABLE, schema=ROWS)
+    for batch in range(3):
+        table.append(pa.table({"id": [batch * 10 + n for n in range(10)]}, schema=ROWS))
+    return lakehouse_app, owner, warehouse, table
+
+
+def as_user(app, monkeypatch, checked, user, scope: str = "run"):
+    """`lakeport …` (a list of arguments) as `user`, with a token of `scope`."""
+    token = token_for(app, user, scope=scope)
+
+    def lakeport(*args):
+        monkeypatch.setattr(
+            cli, "make_client", lambda: Client("http://portal.test", token, transport=checked)
+        )
+        return CliRunner().invoke(cli.main, [str(arg) for arg in args])
+
+    return lakeport
+
+
+def refused(result, words: str) -> bool:
+    """Exit code 1 and one line on standard error naming the refusal, no traceback."""
+    return (
+        result.exit_code == 1
+        and result.stdout == ""
+        and result.stderr.strip().splitlines() == [f"Error: {words}"]
+    )
+
+
+def test_the_table_commands_show_health_publishes_policy_and_jobs(lake, db_engine, monkeypatch):
+    app, owner, warehouse, table = lake
+    checked = CheckedTransport(app)
+    lakeport = as_user(app, monkeypatch, checked, owner)
+
+    listed = lakeport("tables", warehouse.name)
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout.splitlines() == ["TABLE", TABLE]
+
+    # Its health, and each snapshot with the run that wrote it (an expired publish stays listed).
+    newest = max(table.snapshots(), key=lambda snapshot: snapshot.timestamp_ms)
+    writer, reader = workflow_for(db_engine, owner), workflow_for(db_engine, owner)
+    unit = unit_row(db_engine, owner)
+    wrote = [
+        {"table": TABLE, "step": "daily", "snapshot_id": newest.snapshot_id, "snapshot_at_ms": 1},
+        {"table": TABLE, "step": "daily", "snapshot_id": 4242, "added_records": 7},
+    ]
+    publisher = execution_row(
+        db_engine,
+        owner,
+        writer,
+        warehouse,
+        unit,
+        state="COMPLETED",
+        lineage=json.dumps({"read": [], "wrote": wrote}),
+    )
+    execution_row(
+        db_engine,
+        owner,
+        reader,
+        warehouse,
+        unit,
+        state="COMPLETED",
+        lineage=json.dumps({"read": [{"table": TABLE, "snapshot_id": newest.snapshot_id}]}),
+    )
+    shown = lakeport("table", warehouse.id, TABLE)
+    assert shown.exit_code == 0, shown.output
+    fields = dict(line.split("  ", 1) for line in shown.stdout.split("\n\n")[0].splitlines())
+    fields = {label.strip(): value.strip() for label, value in fields.items()}
+    assert fields["table"] == TABLE
+    assert (fields["data files"], fields["snapshots"], fields["records"]) == ("3", "3", "30")
+    assert fields["small files"] == "3 (below 32.0 MiB)" and fields["last compaction"] == "-"
+    assert (fields["written by"], fields["read by"]) == (writer.name, reader.name)
+    publishes = shown.stdout.split("\n\n")[1].splitlines()
+    assert publishes[0].split() == "COMMITTED SNAPSHOT OPERATION EXECUTION STEP ROWS ADDED".split()
+    newest_first = sorted(table.snapshots(), key=lambda snapshot: snapshot.timestamp_ms)[::-1]
+    assert [row.split()[2] for row in publishes[1:4]] == [
+        str(snapshot.snapshot_id) for snapshot in newest_first
+    ]
+    assert publishes[1].split()[3:] == ["append", f"#{publisher.id}", "daily", "10"]
+    assert publishes[2].split()[3:] == ["append", "-", "-", "10"]
+    assert publishes[4].split() == ["-", "4242", "(expired)", "-", f"#{publisher.id}", "daily", "7"]
+
+    # The policy: none yet, then set part by part; what is not named stays as it was.
+    policy = lakeport("table-policy", warehouse.name, TABLE)
+    assert policy.exit_code == 0, policy.output
+    assert policy.stdout.splitlines() == [
+        "small files       below 32 MiB",
+        "compact           never",
+        "expire snapshots  never",
+        "updated           never set",
+    ]
+    saved = lakeport(
+        "table-policy", warehouse.name, TABLE, "--compact-small-files", 20, "--expire-days", 7
+    )
+    assert saved.exit_code == 0, saved.output
+    assert "policy saved" in saved.stderr
+    assert saved.stdout.splitlines()[:3] == [
+        "small files       below 32 MiB",
+        "compact           when small files reach 20",
+        "expire snapshots  older than 7 days",
+    ]
+    kept = lakeport("table-policy", warehouse.id, TABLE, "--small-file-mb", 8, "--never-expire")
+    assert kept.exit_code == 0, kept.output
+    with Session(db_engine) as db:
+        row = db.exec(select(TablePolicy).where(TablePolicy.warehouse_id == warehouse.id)).one()
+    assert (row.small_file_mb, row.compact_small_files, row.expire_days) == (8, 20, None)
+    read_back = lakeport("table-policy", warehouse.id, TABLE).stdout.splitlines()
+    assert read_back[:3] == [
+        "small files       below 8 MiB",
+        "compact           when small files reach 20",
+        "expire snapshots  never",
+    ]
+    assert lakeport("table-policy", warehouse.id, TABLE, "--never-compact").exit_code == 0
+    with Session(db_engine) as db:
+        assert db.get(TablePolicy, row.id).compact_small_files is None
+    # The portal's own rules refuse a bad value, in one line naming the field.
+    assert refused(
+        lakeport("table-policy", warehouse.id, TABLE, "--compact-small-files", 1),
+        "400: Small files: a whole number from 2 to 1,000,000. (field compact_small_files)",
+    )
+    both = lakeport("table-policy", warehouse.id, TABLE, "--expire-days", 3, "--never-expire")
+    assert both.exit_code == 2 and "Give one of --expire-days and --never-expire" in both.stderr
+    with Session(db_engine) as db:
+        assert db.get(TablePolicy, row.id).small_file_mb == 8
+
+    # The maintenance jobs, newest first.
+    jobs = lakeport("maintenance", warehouse.name, TABLE)
+    assert jobs.exit_code == 0 and jobs.stdout.splitlines() == [
+        "ID  ASKED  WHAT  OUTCOME  DATA FILES  GB-HOURS"
+    ]
+    skipped = add(
+        db_engine,
+        MaintenanceJob(
+            owner_id=owner.id,
+            warehouse_id=warehouse.id,
+            retain_last=1,
+            table_name=TABLE,
+            compact=True,
+            state="done",
+            skipped="no compute unit of the owner's is running",
+            data_files_before=3,
+        ),
+    )
+    done = add(
+        db_engine,
+        MaintenanceJob(
+            owner_id=owner.id,
+            warehouse_id=warehouse.id,
+            retain_last=1,
+            table_name=TABLE,
+            compact=True,
+            expire_before=skipped.created_at,
+            state="done",
+            data_files_before=3,
+            data_files_after=1,
+            gb_hours=0.0125,
+        ),
+    )
+    jobs = lakeport("maintenance", warehouse.name, TABLE)
+    assert jobs.exit_code == 0, jobs.output
+    rows = jobs.stdout.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == [str(done.id), str(skipped.id)]
+    assert "compaction and snapshot expiry  done" in rows[0]
+    assert rows[0].split()[-4:] == ["3", "->", "1", "0.0125"]
+    assert "skipped: no compute unit of the owner's is running" in rows[1]
+    assert rows[1].split()[-4:] == ["3", "->", "-", "-"]
+    assert {
+        ("GET", f"/api/v1/warehouses/{warehouse.id}/tables/{TABLE}/{part}")
+        for part in ("health", "publishes", "policy", "maintenance")
+    } <= checked.used
+
+
+def test_a_missing_table_or_a_warehouse_out_of_sight_is_one_line_and_exit_1(
+    lake, db_engine, monkeypatch
+):
+    app, owner, warehouse, _ = lake
+    checked = CheckedTransport(app)
+    lakeport = as_user(app, monkeypatch, checked, owner)
+    for command in ("table", "table-policy", "maintenance"):
+        for name in ("sales.nope", "not-a-table-name"):
+            assert refused(lakeport(command, warehouse.id, name), "404: No such table."), (
+                command,
+                name,
+            )
+    assert refused(
+        lakeport("table-policy", warehouse.id, "sales.nope", "--expire-days", 3),
+        "404: No such table.",
+    )
+    assert refused(
+        lakeport("tables", "no-such-warehouse"),
+        "No warehouse of yours is called 'no-such-warehouse'.",
+    )
+
+    # Another user: the owner's warehouse answers 404 by id, and is not theirs by name.
+    stranger = as_user(app, monkeypatch, checked, make_user(db_engine))
+    for args in (
+        ("tables", warehouse.id),
+        ("table", warehouse.id, TABLE),
+        ("table-policy", warehouse.id, TABLE),
+        ("table-policy", warehouse.id, TABLE, "--expire-days", 3),
+        ("maintenance", warehouse.id, TABLE),
+    ):
+        assert refused(stranger(*args), "404: There is nothing here, or it is not yours."), args
+    assert refused(
+        stranger("table", warehouse.name, TABLE),
+        f"No warehouse of yours is called {warehouse.name!r}.",
+    )
+
+    # A reader it is shared with sees the table and its policy by id, and may not set it.
+    reader = make_user(db_engine)
+    add(db_engine, WarehouseShare(warehouse_id=warehouse.id, user_id=reader.id, level="read"))
+    sharee = as_user(app, monkeypatch, checked, reader)
+    assert sharee("table", warehouse.id, TABLE).exit_code == 0
+    assert sharee("table-policy", warehouse.id, TABLE).exit_code == 0
+    assert refused(
+        sharee("table-policy", warehouse.id, TABLE, "--expire-days", 3),
+        "404: There is nothing here, or it is not yours.",
+    )
+    # A read token of the owner's may look, not set.
+    looking = as_user(app, monkeypatch, checked, owner, scope="read")
+    assert looking("table-policy", warehouse.id, TABLE).exit_code == 0
+    assert refused(
+        looking("table-policy", warehouse.id, TABLE, "--expire-days", 3),
+        "403: This token's scope is read: it cannot change anything.",
+    )
+    with Session(db_engine) as db:
+        assert (
+            db.exec(select(TablePolicy).where(TablePolicy.warehouse_id == warehouse.id)).all() == []
+        )

@@ -18,7 +18,7 @@ Modules:
 - `workflows.py` — list, get, save a version
 - `executions.py` — list, idempotent start, get, cancel, results, CSV, logs, lineage
 - `console_queries.py` — the console's queries: run one statement, get it with a page of rows, cancel
-- `tables.py` — a table's health, maintenance policy and maintenance jobs
+- `tables.py` — a table's health, maintenance policy, maintenance jobs and publishes
 - `tokens.py` — a script revokes the token it calls with
 """
 

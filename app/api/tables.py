@@ -1,6 +1,6 @@
 """The API's tables: a table's health, its maintenance policy (read by whoever may read the
-warehouse, set by whoever may write it) and its maintenance jobs. The same queries and service
-as the table page (app/tables/); no access answers 404."""
+warehouse, set by whoever may write it), its maintenance jobs and its publishes. The same queries
+and service as the table page (app/tables/); no access answers 404."""
 
 from __future__ import annotations
 
@@ -37,12 +37,16 @@ class PolicyIn(schemas.Input):
     small_file_mb: int = forms.DEFAULT_SMALL_FILE_MB
     compact_small_files: int | None = Field(None, description="null: never compact")
     expire_days: int | None = Field(None, description="null: never expire snapshots")
+    start_unit: bool = Field(
+        False, description="with no idle unit of the owner's, start one for the job, stop it after"
+    )
 
 
 class PolicyOut(BaseModel):
     small_file_mb: int
     compact_small_files: int | None
     expire_days: int | None
+    start_unit: bool
     updated_at: datetime | None
 
 
@@ -56,9 +60,32 @@ class MaintenanceJobOut(BaseModel):
     data_files_before: int | None
     data_files_after: int | None
     gb_hours: float | None
+    compute_unit_id: int | None = Field(description="the unit it ran (or waits to run) on")
+    started_unit: bool = Field(description="that unit was started for this job")
     created_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+
+
+class PublishOut(BaseModel):
+    snapshot_id: int
+    committed_at_ms: int = Field(description="0 for an expired snapshot whose time is unknown")
+    operation: str = Field(description="append, overwrite, replace (a compaction)…; '' if expired")
+    added_records: int | None
+    execution_id: int | None = Field(description="the execution that wrote it, from its lineage")
+    step: str = Field(description="the execution's step that wrote it, else ''")
+    expired: bool = Field(description="the snapshot expired since; the publish stays listed")
+
+
+class WorkflowRef(BaseModel):
+    id: int
+    name: str
+
+
+class TablePublishesOut(BaseModel):
+    publishes: list[PublishOut] = Field(description="every snapshot of the table, newest first")
+    written_by: list[WorkflowRef] = Field(description="the workflows whose executions wrote it")
+    read_by: list[WorkflowRef] = Field(description="the workflows whose executions read it")
 
 
 def _table(warehouse_id: int, name: str, need: str | None = None) -> Warehouse:
@@ -74,6 +101,7 @@ def _policy_out(policy: TablePolicy | None) -> PolicyOut:
             small_file_mb=forms.DEFAULT_SMALL_FILE_MB,
             compact_small_files=None,
             expire_days=None,
+            start_unit=False,
             updated_at=None,
         )
     return PolicyOut(**{name: getattr(policy, name) for name in PolicyOut.model_fields})
@@ -127,4 +155,26 @@ def list_table_maintenance(warehouse_id: int, name: str):
 def _job_out(job: MaintenanceJob) -> MaintenanceJobOut:
     return MaintenanceJobOut(
         **{name: getattr(job, name) for name in MaintenanceJobOut.model_fields}
+    )
+
+
+@bp.get(f"{TABLE}/publishes")
+@spec.validate(
+    resp=Response(HTTP_200=TablePublishesOut, HTTP_409=schemas.Problem, **ERRORS),
+    tags=["tables"],
+)
+def get_table_publishes(warehouse_id: int, name: str):
+    """A table's publishes: each snapshot, newest first, with the execution and step that wrote it
+    (an expired one stays listed); the workflows that write the table and those that read it."""
+    warehouse = _table(warehouse_id, name)
+    story = table_read(
+        lambda: queries.story(warehouse, name, current_user), missing="No such table."
+    )
+    return TablePublishesOut(
+        publishes=[
+            PublishOut(**{name_: getattr(entry, name_) for name_ in PublishOut.model_fields})
+            for entry in story.entries
+        ],
+        written_by=[WorkflowRef(id=id_, name=name_) for id_, (name_, _) in story.workflows.items()],
+        read_by=[WorkflowRef(id=id_, name=name_) for id_, (name_, _) in story.consumers.items()],
     )
