@@ -37,16 +37,12 @@ class PolicyIn(schemas.Input):
     small_file_mb: int = forms.DEFAULT_SMALL_FILE_MB
     compact_small_files: int | None = Field(None, description="null: never compact")
     expire_days: int | None = Field(None, description="null: never expire snapshots")
-    start_unit: bool = Field(
-        False, description="with no idle unit of the owner's, start one for the job, stop it after"
-    )
 
 
 class PolicyOut(BaseModel):
     small_file_mb: int
     compact_small_files: int | None
     expire_days: int | None
-    start_unit: bool
     updated_at: datetime | None
 
 
@@ -60,8 +56,6 @@ class MaintenanceJobOut(BaseModel):
     data_files_before: int | None
     data_files_after: int | None
     gb_hours: float | None
-    compute_unit_id: int | None = Field(description="the unit it ran (or waits to run) on")
-    started_unit: bool = Field(description="that unit was started for this job")
     created_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
@@ -101,7 +95,6 @@ def _policy_out(policy: TablePolicy | None) -> PolicyOut:
             small_file_mb=forms.DEFAULT_SMALL_FILE_MB,
             compact_small_files=None,
             expire_days=None,
-            start_unit=False,
             updated_at=None,
         )
     return PolicyOut(**{name: getattr(policy, name) for name in PolicyOut.model_fields})
