@@ -475,6 +475,8 @@ def test_a_missing_table_or_a_warehouse_out_of_sight_is_one_line_and_exit_1(
     reader = make_user(db_engine)
     add(db_engine, WarehouseShare(warehouse_id=warehouse.id, user_id=reader.id, level="read"))
     sharee = as_user(app, monkeypatch, checked, reader)
+    listed = sharee("tables", warehouse.id)
+    assert listed.exit_code == 0 and TABLE in listed.output, listed.output
     assert sharee("table", warehouse.id, TABLE).exit_code == 0
     assert sharee("table-policy", warehouse.id, TABLE).exit_code == 0
     assert refused(

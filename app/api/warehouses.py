@@ -13,7 +13,7 @@ from app.api.paging import ERRORS, page_of, table_read
 from app.api.problems import ApiProblem
 from app.db import get_owned_or_404
 from app.models import Warehouse
-from app.warehouses import forms, queries, service
+from app.warehouses import forms, queries, service, sharing
 from app.warehouses.probe_limits import ProbesLimited
 from app.warehouses.service import WarehouseActionError
 
@@ -137,8 +137,8 @@ def purge_warehouse(warehouse_id: int, json: schemas.PurgeIn):
     tags=["warehouses"],
 )
 def list_tables(warehouse_id: int):
-    """Every table of the warehouse, by namespace."""
-    warehouse = get_owned_or_404(Warehouse, warehouse_id)
+    """Every table of the warehouse, by namespace (its owner's, or one shared with you)."""
+    warehouse = sharing.accessible_or_404(warehouse_id)
     with _refusals():
         listings = queries.browse(warehouse)
     return [
@@ -154,8 +154,9 @@ def list_tables(warehouse_id: int):
     tags=["warehouses"],
 )
 def get_table(warehouse_id: int, name: str):
-    """A table's schema, properties, snapshots (newest first) and size; `name` is `namespace.table`."""
-    warehouse = get_owned_or_404(Warehouse, warehouse_id)
+    """A table's schema, properties, snapshots (newest first) and size; `name` is `namespace.table`
+    (of your warehouse, or of one shared with you)."""
+    warehouse = sharing.accessible_or_404(warehouse_id)
     if not queries.valid_table_name(name):
         raise ApiProblem(404, "No such table.")
     found = table_read(lambda: queries.overview(warehouse, name), missing="No such table.")
