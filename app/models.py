@@ -428,6 +428,9 @@ class MaintenanceJob(UnitJob, table=True):
     started_at: datetime | None = None
     # Why the worker did not run it (no unit running, a publish in flight); the row is then DONE.
     skipped: str = Field(default="", max_length=500)
+    # Its unit (`compute_unit_id`) was started for it (its policy's `start_unit`): the job waits,
+    # QUEUED, until that unit runs, and the unit is stopped once the job has ended.
+    started_unit: bool = False
 
 
 class TablePolicy(SQLModel, table=True):
@@ -446,6 +449,8 @@ class TablePolicy(SQLModel, table=True):
     small_file_mb: int = 32
     compact_small_files: int | None = None
     expire_days: int | None = None
+    # With no idle unit of the owner's running, start one for the job (and stop it after).
+    start_unit: bool = False
     updated_by: int | None = Field(default=None, foreign_key="users.id", ondelete="SET NULL")
     updated_at: datetime = Field(default_factory=utcnow)
 

@@ -16,7 +16,15 @@ import pytest
 from sqlmodel import Session, select
 
 from app.iceberg_storage import TableHealth
-from app.models import AuditEvent, Execution, MaintenanceJob, TablePolicy, Warehouse, WarehouseShare
+from app.models import (
+    AuditEvent,
+    ComputeUnit,
+    Execution,
+    MaintenanceJob,
+    TablePolicy,
+    Warehouse,
+    WarehouseShare,
+)
 from app.tables import queries, work
 from tests.factories import (
     Api,
@@ -149,6 +157,46 @@ def test_readers_see_the_policy_writers_set_it_and_others_get_404_everywhere(
     sign_in_as(client, owner)
     assert save(client, warehouse.id, expire_days="4").status_code == 200
     assert policy_row(db_engine, warehouse.id).expire_days == 4
+
+
+def test_the_form_and_the_api_keep_start_unit_and_the_page_says_it(
+    app, client, newcomer, db_engine
+):
+    warehouse = warehouse_row(db_engine, newcomer)
+    response = save(client, warehouse.id, compact_small_files="20", start_unit="on")
+    assert response.status_code == 200 and policy_row(db_engine, warehouse.id).start_unit
+    assert re.search(r'data-testid="table-policy-start-unit"\s+checked', text(response))
+    refused = save(client, warehouse.id, compact_small_files="1", start_unit="on")
+    assert re.search(r'data-testid="table-policy-start-unit"\s+checked', text(refused))
+    assert save(client, warehouse.id, compact_small_files="20").status_code == 200
+    assert not policy_row(db_engine, warehouse.id).start_unit  # unticked: off
+    with Session(db_engine) as db:
+        event = db.exec(
+            select(AuditEvent)
+            .where(AuditEvent.action == "table.policy")
+            .where(AuditEvent.object_id == str(warehouse.id))
+            .order_by(AuditEvent.id.desc())
+        ).first()
+    detail = json.loads(event.detail)
+    assert (detail["before"]["start_unit"], detail["after"]["start_unit"]) == (True, False)
+
+    path = f"/api/v1/warehouses/{warehouse.id}/tables/{TABLE}"
+    api = Api(client, token_for(app, newcomer))
+    saved = api.call("POST", f"{path}/policy", {"compact_small_files": 20, "start_unit": True})
+    assert saved.status_code == 200 and saved.get_json()["start_unit"] is True
+    assert policy_row(db_engine, warehouse.id).start_unit
+    # A reader sees it among the policy's facts.
+    reader = make_user(db_engine)
+    add(db_engine, WarehouseShare(warehouse_id=warehouse.id, user_id=reader.id, level="read"))
+    readers = app.test_client()
+    sign_in_as(readers, reader)
+    facts = text(readers.get(section(warehouse.id, "policy")))
+    assert "a unit is started for the job, and stopped after" in facts
+    # Left out, it stays as it is (a client that does not know it keeps it); false turns it off.
+    assert api.call("POST", f"{path}/policy", {"expire_days": 3}).get_json()["start_unit"] is True
+    turned_off = api.call("POST", f"{path}/policy", {"expire_days": 3, "start_unit": False})
+    assert turned_off.get_json()["start_unit"] is False
+    assert api.call("POST", f"{path}/policy", {"expire_days": 3}).get_json()["start_unit"] is False
 
 
 def test_the_api_reads_and_sets_a_policy_with_the_same_rules(app, client, newcomer, db_engine):
@@ -467,3 +515,190 @@ def table_jobs(db_engine, warehouse_id: int) -> list[MaintenanceJob]:
                 .order_by(MaintenanceJob.id)
             )
         )
+
+
+# ------------------------------------------------------ a unit started for the job (start_unit)
+def owners_units(db_engine, owner) -> list[ComputeUnit]:
+    with Session(db_engine) as db:
+        return list(
+            db.exec(
+                select(ComputeUnit).where(ComputeUnit.owner_id == owner.id).order_by(ComputeUnit.id)
+            )
+        )
+
+
+def set_row(db_engine, model, row_id: int, **fields) -> None:
+    with Session(db_engine) as db:
+        row = db.get(model, row_id)
+        for name, value in fields.items():
+            setattr(row, name, value)
+        db.add(row)
+        db.commit()
+
+
+class UnitRuns:
+    """Stands in for the maintenance run on the unit (app/usage/work.py `_run_maintenance`, which
+    the heavy test runs on a real unit): records the unit and tables each run had, and answers
+    what the unit reports of a compaction of 12 files into 1."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[int | None, list[str] | None, dict | None]] = []
+
+    def __call__(self, job, warehouse, owner, unit, tables=None, extra=None) -> dict:
+        self.runs.append((unit.id if unit else None, tables, extra))
+        return {TABLE: {"data_files_before": 12, "data_files_after": 1, "rewritten_data_files": 12}}
+
+
+def test_with_start_unit_the_pass_starts_a_unit_runs_the_job_there_and_stops_it_after(
+    lake, db_engine, monkeypatch
+):
+    from app.usage import work as usage_work
+
+    app, client, owner, warehouse, catalog = lake
+    policy = add(
+        db_engine, TablePolicy(warehouse_id=warehouse.id, table_name=TABLE, compact_small_files=10)
+    )
+    with app.app_context():
+        assert work.apply_policies() == []  # start_unit off: the skip stays, no unit started
+    assert [job.skipped for job in table_jobs(db_engine, warehouse.id)] == [work.NO_UNIT]
+    assert owners_units(db_engine, owner) == []
+
+    set_row(db_engine, TablePolicy, policy.id, start_unit=True)
+    with app.app_context():
+        (queued,) = work.apply_policies()
+        assert work.apply_policies() == []  # its job is live: no second unit while one starts
+    (unit,) = owners_units(db_engine, owner)
+    assert (unit.state, unit.kind, unit.cpus, unit.memory_gb, unit.worker_nodes) == (
+        "PENDING",
+        "local",
+        app.config["CU_POOL_CPUS"],
+        app.config["CU_POOL_MEMORY_GB"],
+        0,
+    )
+    assert unit.name.startswith(work.STARTED_UNIT_NAME)
+    job = table_jobs(db_engine, warehouse.id)[-1]
+    assert (job.id, job.state, job.compute_unit_id, job.started_unit, job.compact) == (
+        queued.id,
+        "queued",
+        unit.id,
+        True,
+        True,
+    )
+
+    runs = UnitRuns()
+    monkeypatch.setattr(usage_work, "_run_maintenance", runs)
+    with app.app_context():
+        usage_work.run_maintenance_job(job.id)  # the unit still starts: the job waits
+    assert reload(db_engine, MaintenanceJob, job.id).state == "queued" and runs.runs == []
+    assert reload(db_engine, ComputeUnit, unit.id).state == "PENDING"
+
+    set_row(db_engine, ComputeUnit, unit.id, state="RUNNING")  # as the worker's start would
+    with app.app_context():
+        usage_work.run_maintenance_job(job.id)
+    assert runs.runs == [(unit.id, [TABLE], {"compact": True, "expire_before_ms": None})]
+    done = reload(db_engine, MaintenanceJob, job.id)
+    assert (done.state, done.data_files_before, done.data_files_after) == ("done", 12, 1)
+    assert done.compute_unit_id == unit.id and done.gb_hours > 0
+    stopped = reload(db_engine, ComputeUnit, unit.id)
+    assert stopped.state in ("TERMINATING", "TERMINATED")
+    assert "stopped by its table's maintenance" in stopped.reason
+    row = text(client.get(section(warehouse.id, "story"))).split(
+        f'data-testid="maintenance-job-{job.id}"'
+    )[1]
+    assert f"#{unit.id}, started for it" in row.split("</tr>")[0]
+    api = Api(client, token_for(app, owner))
+    (told,) = [
+        entry
+        for entry in api.call(
+            "GET", f"/api/v1/warehouses/{warehouse.id}/tables/{TABLE}/maintenance"
+        ).get_json()
+        if entry["id"] == job.id
+    ]
+    assert (told["compute_unit_id"], told["started_unit"]) == (unit.id, True)
+
+
+def test_a_unit_that_does_not_start_fails_the_job_with_why_and_is_cleaned_up(lake, db_engine):
+    from app.usage import work as usage_work
+
+    app, client, owner, warehouse, catalog = lake
+    add(
+        db_engine,
+        TablePolicy(
+            warehouse_id=warehouse.id, table_name=TABLE, compact_small_files=10, start_unit=True
+        ),
+    )
+    with app.app_context():
+        (first,) = work.apply_policies()
+    set_row(db_engine, ComputeUnit, first.compute_unit_id, state="FAILED", reason="head died")
+    with app.app_context():
+        usage_work.run_maintenance_job(first.id)
+    failed = reload(db_engine, MaintenanceJob, first.id)
+    assert (failed.state, failed.error, failed.started_at) == (
+        "failed",
+        "the unit started for it ended before it ran: head died",
+        None,
+    )
+    # Within the hour after a failed start, no unit is started again for the table: it says so
+    # (the job asked two hours ago, so the compaction's own spacing has passed).
+    set_row(db_engine, MaintenanceJob, first.id, created_at=first.created_at - timedelta(hours=2))
+    with app.app_context():
+        assert work.apply_policies() == []
+    assert "did not start within the last 1 h" in table_jobs(db_engine, warehouse.id)[-1].skipped
+    assert len(owners_units(db_engine, owner)) == 1
+
+    # An hour on, one is; still STARTING after START_PATIENCE, it is stopped and the job failed.
+    set_row(db_engine, MaintenanceJob, first.id, ended_at=failed.ended_at - timedelta(hours=2))
+    with app.app_context():
+        (second,) = work.apply_policies()
+    assert second.compute_unit_id != first.compute_unit_id
+    set_row(db_engine, ComputeUnit, second.compute_unit_id, state="STARTING")
+    set_row(
+        db_engine,
+        MaintenanceJob,
+        second.id,
+        created_at=second.created_at - work.START_PATIENCE - timedelta(seconds=1),
+    )
+    with app.app_context():
+        usage_work.run_maintenance_job(second.id)
+    failed = reload(db_engine, MaintenanceJob, second.id)
+    assert failed.state == "failed" and "was not running after 20 min" in failed.error
+    unit = reload(db_engine, ComputeUnit, second.compute_unit_id)
+    assert unit.state == "TERMINATED" and "stopped by its table's maintenance" in unit.reason
+    history = text(client.get(section(warehouse.id, "story")))
+    assert "failed: the unit started for it was not running after 20 min" in history
+
+
+def test_a_unit_started_for_a_job_is_within_the_owners_limit_and_not_stopped_while_in_use(
+    lake, db_engine
+):
+    app, client, owner, warehouse, catalog = lake
+    add(
+        db_engine,
+        TablePolicy(
+            warehouse_id=warehouse.id, table_name=TABLE, compact_small_files=10, start_unit=True
+        ),
+    )
+    # The owner's only unit is busy and their limit is one unit: none is started, and why.
+    app.config["CU_MAX_RUNNING_PER_USER"] = 1
+    busy = unit_row(db_engine, owner)
+    workflow = workflow_for(db_engine, owner)
+    running = execution_row(
+        db_engine, owner, workflow, warehouse_row(db_engine, owner), busy, state="RUNNING"
+    )
+    with app.app_context():
+        assert work.apply_policies() == []
+    skipped = table_jobs(db_engine, warehouse.id)[-1].skipped
+    assert skipped.startswith(work.BUSY_UNITS) and "at most 1 compute units" in skipped
+    assert [unit.id for unit in owners_units(db_engine, owner)] == [busy.id]
+
+    # With room for one more, a unit is started; the owner runs something on it meanwhile, so it
+    # is not stopped when the job ends (their idle timeout stops it, as any unit of theirs).
+    app.config["CU_MAX_RUNNING_PER_USER"] = 2
+    with app.app_context():
+        (job,) = work.apply_policies()
+    set_row(db_engine, ComputeUnit, job.compute_unit_id, state="RUNNING")
+    set_row(db_engine, Execution, running.id, compute_unit_id=job.compute_unit_id)
+    set_row(db_engine, MaintenanceJob, job.id, state="failed", ended_at=job.created_at)
+    with app.app_context():
+        work.stop_started_unit(job.id)  # what the job's runner does once the job has ended
+    assert reload(db_engine, ComputeUnit, job.compute_unit_id).state == "RUNNING"

@@ -37,12 +37,18 @@ class PolicyIn(schemas.Input):
     small_file_mb: int = forms.DEFAULT_SMALL_FILE_MB
     compact_small_files: int | None = Field(None, description="null: never compact")
     expire_days: int | None = Field(None, description="null: never expire snapshots")
+    start_unit: bool | None = Field(
+        None,
+        description="with no idle unit of the owner's, start one for the job and stop it after; "
+        "null or absent: as it is (off for a new policy)",
+    )
 
 
 class PolicyOut(BaseModel):
     small_file_mb: int
     compact_small_files: int | None
     expire_days: int | None
+    start_unit: bool
     updated_at: datetime | None
 
 
@@ -56,6 +62,8 @@ class MaintenanceJobOut(BaseModel):
     data_files_before: int | None
     data_files_after: int | None
     gb_hours: float | None
+    compute_unit_id: int | None = Field(description="the unit it ran (or waits to run) on")
+    started_unit: bool = Field(description="that unit was started for this job")
     created_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
@@ -95,6 +103,7 @@ def _policy_out(policy: TablePolicy | None) -> PolicyOut:
             small_file_mb=forms.DEFAULT_SMALL_FILE_MB,
             compact_small_files=None,
             expire_days=None,
+            start_unit=False,
             updated_at=None,
         )
     return PolicyOut(**{name: getattr(policy, name) for name in PolicyOut.model_fields})
@@ -129,7 +138,11 @@ def set_table_policy(warehouse_id: int, name: str, json: PolicyIn):
     warehouse = _table(warehouse_id, name, sharing.WRITE)
     if warehouse.status != WarehouseStatus.ACTIVE:
         raise ApiProblem(400, "Only an active warehouse's tables can be maintained.")
-    form = {key: "" if value is None else str(value) for key, value in json.model_dump().items()}
+    body = json.model_dump()
+    if body["start_unit"] is None:  # a client that does not know the flag keeps it
+        current = queries.policy_of(warehouse, name)
+        body["start_unit"] = current is not None and current.start_unit
+    form = {key: "" if value is None else str(value) for key, value in body.items()}
     values, errors = forms.parse_policy(form, name)
     if errors:
         field, message = next(iter(errors.items()))

@@ -10,7 +10,8 @@ Modules:
   publishes the worker's pass respects
 - `forms.py` — the policy form, read and checked
 - `work.py` — the worker's side: the policy pass (run at the end of the usage pass,
-  app/usage/work.py), which queues a table's maintenance job on the owner's idle unit or
+  app/usage/work.py), which queues a table's maintenance job on the owner's idle unit, or on a
+  unit it starts for the job (the policy's `start_unit`, stopped once the job has ended), or
   records why it did not
 """
 

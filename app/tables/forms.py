@@ -15,6 +15,8 @@ MAX_SMALL_FILES = 1_000_000
 MAX_EXPIRE_DAYS = 3650
 # The tables the unit's maintenance takes (compute/run/maintenance.py TABLE_NAME, the same rule).
 MAINTAINABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
+# A ticked checkbox ("on"), or the API's true (app/api/tables.py passes it on as text).
+CHECKED = ("on", "true", "1")
 NOT_MAINTAINABLE = (
     "Lakeport maintains tables named namespace.table, each part letters, digits and underscores."
 )
@@ -22,7 +24,7 @@ NOT_MAINTAINABLE = (
 
 def parse_policy(form, table_name: str) -> tuple[dict, dict[str, str]]:
     """The policy's values from the form, and a message per field that is not valid (`form`: the
-    whole form's). An empty threshold or age turns that part off."""
+    whole form's). An empty threshold or age turns that part off; `start_unit` is a checkbox."""
     values: dict = {}
     errors: dict[str, str] = {}
     if not MAINTAINABLE.fullmatch(table_name):
@@ -44,6 +46,7 @@ def parse_policy(form, table_name: str) -> tuple[dict, dict[str, str]]:
         "compact_small_files", "Small files", MIN_SMALL_FILES, MAX_SMALL_FILES, optional=True
     )
     whole_number("expire_days", "Days", 1, MAX_EXPIRE_DAYS, optional=True)
+    values["start_unit"] = (form.get("start_unit") or "").strip().lower() in CHECKED
     return values, errors
 
 
@@ -53,6 +56,7 @@ def form_values(policy: TablePolicy | None) -> dict[str, str]:
             "small_file_mb": str(DEFAULT_SMALL_FILE_MB),
             "compact_small_files": "",
             "expire_days": "",
+            "start_unit": "",
         }
 
     def shown(value: int | None) -> str:
@@ -62,4 +66,5 @@ def form_values(policy: TablePolicy | None) -> dict[str, str]:
         "small_file_mb": str(policy.small_file_mb),
         "compact_small_files": shown(policy.compact_small_files),
         "expire_days": shown(policy.expire_days),
+        "start_unit": "on" if policy.start_unit else "",
     }

@@ -42,4 +42,5 @@ def _shown(policy: TablePolicy | None) -> dict | None:
         "small_file_mb": policy.small_file_mb,
         "compact_small_files": policy.compact_small_files,
         "expire_days": policy.expire_days,
+        "start_unit": policy.start_unit,
     }

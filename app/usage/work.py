@@ -13,7 +13,9 @@
   snapshots older than the job's `expire_before`; its data files before and after and the
   GB-hours it held the unit (wall time × the unit's memory over its nodes) are recorded. A
   compaction whose table a publish may have started into since it was queued does not run
-  (`skipped` says why).
+  (`skipped` says why). A job whose unit was started for it (`started_unit`) waits, QUEUED,
+  until that unit runs (or fails if it does not: app/tables/work.py `started_unit_ready`), and
+  the unit is stopped once the job has ended (`stop_started_unit`).
 """
 
 from __future__ import annotations
@@ -195,7 +197,17 @@ def run_maintenance_job(job_id: int) -> None:
     if job is None or not job.running:
         return
     if job.table_name is not None:
-        run_table_job(job, warehouse, owner, unit)
+        if (
+            job.started_unit
+            and job.state == JobState.QUEUED
+            and not table_work.started_unit_ready(job)
+        ):
+            table_work.stop_started_unit(job_id)  # only once the job has ended (its unit failed)
+            return
+        try:
+            run_table_job(job, warehouse, owner, unit)
+        finally:
+            table_work.stop_started_unit(job_id)
         return
     if not compare_and_set(MaintenanceJob, job_id, JobState.LIVE, state=JobState.RUNNING):
         return
@@ -235,8 +247,9 @@ def run_table_job(
     job: MaintenanceJob, warehouse: Warehouse, owner: User, unit: ComputeUnit | None
 ) -> None:
     """Compact and/or expire one table on the job's unit; record the files before and after and
-    the GB-hours spent. A compaction is not started while a publish to the table may be in
-    flight (one may have started since the job was queued)."""
+    the GB-hours spent (on a unit started for the job, from when it was asked for: its start is
+    the job's too). A compaction is not started while a publish to the table may be in flight
+    (one may have started since the job was queued)."""
     if job.compact and (in_flight := table_queries.publishes_in_flight(warehouse, job.table_name)):
         _end_maintenance(
             job.id,
@@ -266,7 +279,9 @@ def run_table_job(
         error=str(result.get("error", "")),
         data_files_before=result.get("data_files_before", job.data_files_before),
         data_files_after=result.get("data_files_after"),
-        gb_hours=_gb_hours(unit, (ended - started).total_seconds()),
+        gb_hours=_gb_hours(
+            unit, (ended - (job.created_at if job.started_unit else started)).total_seconds()
+        ),
     )
 
 
