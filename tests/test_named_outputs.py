@@ -164,27 +164,36 @@ def test_a_publish_removes_the_branches_failed_runs_left_once_their_retention_ha
         def commit(self):
             pass
 
-    table = SimpleNamespace(
-        metadata=SimpleNamespace(
-            refs={name: SimpleNamespace(snapshot_id=index) for index, name in enumerate(ages)}
-        ),
+    metadata = SimpleNamespace(
+        refs={name: SimpleNamespace(snapshot_id=index) for index, name in enumerate(ages)},
         snapshot_by_id=lambda index: SimpleNamespace(
             timestamp_ms=now_ms - list(ages.values())[index] * day_ms
         ),
-        manage_snapshots=Snapshots,
     )
+    table = SimpleNamespace(metadata=metadata, manage_snapshots=Snapshots)
+    loaded: list[str] = []
     lines: list[tuple] = []
     publisher = Publisher(
         SimpleNamespace(execution_id=5),
         None,
         "c",
-        SimpleNamespace(load_table=lambda name: table),
+        SimpleNamespace(load_table=lambda name: loaded.append(name) or table),
         lambda *line: lines.append(line),
     )
     publisher.staged = [StagedOutput("rows", "sales.daily", "append", "lakeport_run_5", 1, 2, 3)]
-    publisher._remove_expired()
+    # Which branches expired is read from the metadata the publish committed; the table is
+    # loaded again only to remove them.
+    publisher._remove_expired([SimpleNamespace(table_metadata=metadata)])
     assert removed == ["lakeport_run_3"]
+    assert loaded == ["sales.daily"]
     assert "lakeport_run_3" in lines[-1][2]
+
+    # Nothing expired: nothing is loaded, nothing removed.
+    del ages["lakeport_run_3"]
+    metadata.refs = {name: SimpleNamespace(snapshot_id=index) for index, name in enumerate(ages)}
+    removed.clear(), loaded.clear()
+    publisher._remove_expired([SimpleNamespace(table_metadata=metadata)])
+    assert removed == [] and loaded == []
 
 
 def execution_spec(steps: list[dict]) -> dict:

@@ -5,8 +5,11 @@ multi-table catalog commit (`POST /v1/{prefix}/transactions/commit`, through the
 catalog token), so no reader loads some of the run's tables new and others old.
 
 - The branch is `lakeport_run_<execution id>`, made from `main` as the step writes (the snapshot
-  it starts from is the run's *base* of that table), kept `BRANCH_RETENTION_DAYS` days
-  (`RETAIN … DAYS`, the ref's max age, which snapshot expiry honours).
+  it starts from is the run's *base* of that table), kept `BRANCH_RETENTION_DAYS` days (the ref's
+  max age, which snapshot expiry honours). Per staged table the run asks the catalog as little as
+  it can: one load (which also says whether the table exists), the branch's one commit, the
+  write, one load after it; the publish starts from that last load and reads the branches to
+  remove from the metadata it committed.
 - The table is created on the first publish, with the step's columns, every one nullable.
 - Schema rule: a column of the output that the table lacks is added (nullable); anything else (a
   column of the table missing from the output, a type that differs) fails the run, the difference
@@ -155,6 +158,9 @@ class Publisher:
         self.iceberg, self.log = iceberg, log
         self.branch = branch_name(spec.execution_id)
         self.staged: list[StagedOutput] = []
+        # Each staged table as its branch's write left it (pyiceberg's): a publish's first
+        # attempt starts from it, a refused one loads the table again.
+        self._heads: dict = {}
 
     # ------------------------------------------------------------ as a step runs
     def stage(self, step: Step, frame) -> StagedOutput:
@@ -162,16 +168,10 @@ class Publisher:
         widened, first); raises RunFailed when the output does not fit the table."""
         target = step.publish.table
         name = f"{self.catalog_name}.{_quoted(target)}"
-        self.iceberg.create_namespace_if_not_exists(target.split(".")[0])
-        self._create_if_missing(step, name, frame.schema)
+        base = self._make_branch(*self._load_or_create(step, name, frame.schema), target, name)
+        # After the branch: Spark's catalog caches the table it loads here, branch included,
+        # for the write below.
         self._fit_schema(step, name, frame.schema)
-        self.session.sql(
-            f"ALTER TABLE {name} CREATE OR REPLACE BRANCH `{self.branch}` "
-            f"RETAIN {BRANCH_RETENTION_DAYS} DAYS"
-        )
-        table = self.iceberg.load_table(target)
-        main = table.metadata.refs.get("main")
-        base = table.metadata.refs[self.branch].snapshot_id if main is not None else None
         writer = frame.writeTo(f"{name}.`branch_{self.branch}`")
         for key, value in self._snapshot_properties(step.name).items():
             writer = writer.option(f"snapshot-property.{key}", value)
@@ -186,6 +186,7 @@ class Publisher:
         else:
             writer.append()
         table = self.iceberg.load_table(target)
+        self._heads[target] = table  # the first publish attempt starts from it
         head = table.snapshot_by_id(table.metadata.refs[self.branch].snapshot_id)
         summary = head.summary if head is not None else {}
         rows_added = int_or_none(summary.get("added-records")) or 0
@@ -231,11 +232,42 @@ class Publisher:
         )
         self.session.catalog.dropTempView(view)
 
+    def _load_or_create(self, step: Step, name: str, schema):
+        """(the target table, pyiceberg's; whether it was created now), creating it first (and
+        its namespace) if it is missing."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.iceberg.load_table(step.publish.table), False
+        except NoSuchTableError:
+            self.iceberg.create_namespace_if_not_exists(step.publish.table.split(".")[0])
+            self._create_if_missing(step, name, schema)
+            return self.iceberg.load_table(step.publish.table), True
+
+    def _make_branch(self, table, created: bool, target: str, name: str) -> int | None:
+        """Make (or make again) the run's branch from `main`; returns the snapshot it starts
+        from, None for a table without one (no rows yet). A table that has one and that this
+        session has not touched yet: through the run's catalog client, one commit whose answer
+        is the table's new metadata (the `set-snapshot-ref` update Spark's
+        `ALTER TABLE … CREATE OR REPLACE BRANCH … RETAIN` sends, with the same max ref age),
+        which spares Spark's load of the table before it. Otherwise through Spark's statement,
+        so that Spark's catalog, which caches a table it created, holds the branch."""
+        main = table.metadata.refs.get("main")
+        if main is None or created:
+            self.session.sql(
+                f"ALTER TABLE {name} CREATE OR REPLACE BRANCH `{self.branch}` "
+                f"RETAIN {BRANCH_RETENTION_DAYS} DAYS"
+            )
+            refs = self.iceberg.load_table(target).metadata.refs
+            return refs[self.branch].snapshot_id if "main" in refs else None
+        table.manage_snapshots().create_branch(
+            main.snapshot_id, self.branch, max_ref_age_ms=BRANCH_RETENTION_DAYS * 86_400_000
+        ).commit()
+        return main.snapshot_id
+
     def _create_if_missing(self, step: Step, name: str, schema) -> None:
         from pyspark.sql.types import StructType
 
-        if self.iceberg.table_exists(step.publish.table):
-            return
         empty = self.session.createDataFrame([], StructType(_without_nullability(schema).fields))
         writer = empty.writeTo(name).using("iceberg")
         for key, value in self._properties(step).items():
@@ -289,7 +321,9 @@ class Publisher:
             return
         for attempt in range(1, PUBLISH_ATTEMPTS + 1):
             try:
-                transactions = [self._publishing(staged) for staged in self.staged]
+                transactions = [
+                    self._publishing(staged, fresh=attempt > 1) for staged in self.staged
+                ]
                 commit_together(self.iceberg, [transaction for transaction, _ in transactions])
             except CommitFailedException as refused:
                 if attempt == PUBLISH_ATTEMPTS:
@@ -324,14 +358,15 @@ class Publisher:
                 )
                 + " in one catalog commit",
             )
-            self._remove_expired()
+            self._remove_expired([transaction for transaction, _ in transactions])
             return
 
-    def _publishing(self, staged: StagedOutput):
+    def _publishing(self, staged: StagedOutput, fresh: bool):
         """A transaction (not committed) that moves the table's main to what the run wrote: its
         branch's head when main has not moved since the branch was made, otherwise (an append) a
         new snapshot on main adding the branch's data files. Raises RunFailed for an overwrite
-        whose table moved."""
+        whose table moved. Not `fresh`: from the table as staged (a main that moved since makes
+        the commit refuse it, and the next attempt loads the table)."""
         from pyiceberg.table.update import (
             AssertRefSnapshotId,
             RemoveSnapshotRefUpdate,
@@ -340,7 +375,9 @@ class Publisher:
 
         from compute.run.iceberg_rest import MetadataOnceTransaction
 
-        table = self.iceberg.load_table(staged.table)
+        table = self._heads.get(staged.table) if not fresh else None
+        if table is None:
+            table = self._heads[staged.table] = self.iceberg.load_table(staged.table)
         main = table.metadata.refs.get("main")
         now = main.snapshot_id if main is not None else None
         transaction = MetadataOnceTransaction(table)
@@ -403,21 +440,24 @@ class Publisher:
                     files.append(entry.data_file)
         return files
 
-    def _remove_expired(self) -> None:
+    def _remove_expired(self, published: list) -> None:
         """Remove the branches failed runs left on the tables just published, once their
-        retention has passed (best effort: a failure is logged, the run stays COMPLETED)."""
+        retention has passed (best effort: a failure is logged, the run stays COMPLETED). Which
+        ones is read from the metadata the publish committed (`published`, its transactions): a
+        table is loaded again only when it has some to remove."""
         cutoff_ms = (time.time() - BRANCH_RETENTION_DAYS * 86400) * 1000
-        for staged in self.staged:
+        for staged, transaction in zip(self.staged, published):
             try:
-                table = self.iceberg.load_table(staged.table)
+                metadata = transaction.table_metadata
                 expired = [
                     name
-                    for name, ref in table.metadata.refs.items()
+                    for name, ref in metadata.refs.items()
                     if name.startswith(BRANCH_PREFIX)
-                    and (snapshot := table.snapshot_by_id(ref.snapshot_id)) is not None
+                    and (snapshot := metadata.snapshot_by_id(ref.snapshot_id)) is not None
                     and snapshot.timestamp_ms < cutoff_ms
                 ]
                 if expired:
+                    table = self.iceberg.load_table(staged.table)
                     manage = table.manage_snapshots()
                     for name in expired:
                         manage = manage.remove_branch(name)
