@@ -6,7 +6,11 @@ the table page) show the files before and after and the GB-hours spent. Then a t
 expiry on the same unit removes exactly the snapshots older than its cutoff.
 
 The unit is asked for first and starts while the table is written (it has nothing to do until the
-policy asks)."""
+policy asks).
+
+Then the same with no unit of the owner's at all and the policy's *start a unit for the job*: the
+worker starts a unit of the pool's size for the job, compacts the table there, and stops the unit
+once the job has ended (the decisions around it, with stand-ins: tests/test_table_health.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +48,13 @@ ROWS = pa.schema([("id", pa.int64()), ("amount", pa.float64()), ("region", pa.st
 def app(portal_config, lakehouse):
     return create_app(
         lakehouse_config(
-            portal_config, lakehouse, USAGE_SAMPLE_SECONDS=1.0, WORKER_SUPERVISOR_SECONDS=1.0
+            portal_config,
+            lakehouse,
+            USAGE_SAMPLE_SECONDS=1.0,
+            WORKER_SUPERVISOR_SECONDS=1.0,
+            # A unit started for a job is of the pool's size (no pool runs here): as ask_for_unit's.
+            CU_POOL_CPUS=2,
+            CU_POOL_MEMORY_GB=3.0,
         )
     )
 
@@ -159,6 +169,76 @@ def test_heavy_the_worker_compacts_a_table_of_small_files_on_the_owners_unit(
         while reload(db_engine, ComputeUnit, cu_id).state not in ("TERMINATED", "FAILED"):
             assert time.monotonic() < deadline
             time.sleep(0.5)
+
+
+def write_small_files(catalog, appends: int) -> None:
+    catalog.create_namespace_if_not_exists("sales")
+    table = catalog.create_table(TABLE, schema=ROWS)
+    for batch in range(appends):
+        ids = list(range(batch * 25, batch * 25 + 25))
+        table.append(
+            pa.table(
+                {"id": ids, "amount": [i * 1.5 for i in ids], "region": ["r"] * 25}, schema=ROWS
+            )
+        )
+
+
+def test_heavy_with_no_unit_the_worker_starts_one_compacts_there_and_stops_it(
+    app, client, db_engine, lakehouse, worker
+):
+    from app.compute_units import service as unit_service
+
+    owner = make_user(db_engine)
+    sign_in_as(client, owner)
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "self-started"))
+    catalog = independent_catalog(lakehouse, warehouse)
+    write_small_files(catalog, 12)
+    before = all_rows(catalog)
+    try:
+        saved = client.post(
+            f"/warehouses/{warehouse.id}/tables/{TABLE}/policy",
+            data={"small_file_mb": "32", "compact_small_files": "10", "start_unit": "on"},
+            headers={"X-CSRFToken": csrf(client)},
+        )
+        assert saved.status_code == 200, text(saved)
+        deadline = time.monotonic() + 400
+        while (job := table_job(db_engine, warehouse.id)) is None or job.running:
+            assert time.monotonic() < deadline, "the compaction did not finish"
+            time.sleep(1)
+        assert job.state == "done", job.error
+        assert job.started_unit and job.compact and job.gb_hours > 0
+        assert (job.data_files_before, job.data_files_after) == (
+            12,
+            len(catalog.load_table(TABLE).inspect.data_files()),
+        )
+        assert job.data_files_after < 12 and all_rows(catalog) == before
+        with Session(db_engine) as db:
+            units = db.exec(select(ComputeUnit).where(ComputeUnit.owner_id == owner.id)).all()
+        assert [unit.id for unit in units] == [job.compute_unit_id]  # one unit, started for it
+        deadline = time.monotonic() + 60
+        while (unit := reload(db_engine, ComputeUnit, job.compute_unit_id)).state != "TERMINATED":
+            assert time.monotonic() < deadline, (unit.state, unit.reason)
+            time.sleep(0.5)
+        assert unit.started_at is not None and "stopped by its table's maintenance" in unit.reason
+        story = text(client.get(f"/warehouses/{warehouse.id}/tables/{TABLE}/story"))
+        row = story.split(f'data-testid="maintenance-job-{job.id}"')[1].split("</tr>")[0]
+        assert f"#{unit.id}, started for it" in row and "done" in row
+    finally:
+        with Session(db_engine) as db:
+            left = db.exec(
+                select(ComputeUnit.id).where(
+                    ComputeUnit.owner_id == owner.id,
+                    ComputeUnit.state.not_in(("TERMINATED", "FAILED")),
+                )
+            ).all()
+        with app.app_context():
+            for cu_id in left:
+                unit_service.terminate(reload(db_engine, ComputeUnit, cu_id), reason="test over")
+        deadline = time.monotonic() + 60
+        for cu_id in left:
+            while reload(db_engine, ComputeUnit, cu_id).state not in ("TERMINATED", "FAILED"):
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
 
 
 def test_compaction_sizes_its_files_so_every_core_of_the_unit_has_some_to_read():
