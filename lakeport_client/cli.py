@@ -13,6 +13,7 @@ from a config file (LAKEPORT_CONFIG, else ~/.config/lakeport/config.toml) holdin
     lakeport table WAREHOUSE NAMESPACE.TABLE
     lakeport table-policy WAREHOUSE NAMESPACE.TABLE [--small-file-mb N]
         [--compact-small-files N | --never-compact] [--expire-days N | --never-expire]
+        [--start-unit | --no-start-unit]
     lakeport maintenance WAREHOUSE NAMESPACE.TABLE
 
 WORKFLOW, UNIT and WAREHOUSE are ids or names (`sql` and the table commands take a warehouse
@@ -373,6 +374,10 @@ def _print_policy(policy: dict) -> None:
             ("compact", "never" if compact is None else f"when small files reach {compact}"),
             ("expire snapshots", "never" if expire is None else f"older than {expire} days"),
             (
+                "start a unit",
+                "yes, when no unit of yours is idle" if policy.get("start_unit") else "no",
+            ),
+            (
                 "updated",
                 policy["updated_at"][:19].replace("T", " ")
                 if policy["updated_at"]
@@ -390,6 +395,11 @@ def _print_policy(policy: dict) -> None:
 @click.option("--never-compact", is_flag=True, help="Compact nothing.")
 @click.option("--expire-days", type=int, help="Expire snapshots older than N days.")
 @click.option("--never-expire", is_flag=True, help="Expire no snapshot.")
+@click.option(
+    "--start-unit/--no-start-unit",
+    default=None,
+    help="With no idle unit of yours, start one for a job (stopped once it ends), or not.",
+)
 def table_policy(
     warehouse: str,
     name: str,
@@ -398,6 +408,7 @@ def table_policy(
     never_compact: bool,
     expire_days: int | None,
     never_expire: bool,
+    start_unit: bool | None,
 ) -> None:
     """A table's maintenance policy; with options, set the parts named (you may write the
     warehouse; the others stay as they are) and print the policy saved."""
@@ -411,7 +422,7 @@ def table_policy(
         warehouse_id = _existing_table(client, warehouse, name)
         policy = client.table_policy(warehouse_id, name)
         changes = small_file_mb, compact_small_files, never_compact, expire_days, never_expire
-        if any(change not in (None, False) for change in changes):
+        if any(change not in (None, False) for change in changes) or start_unit is not None:
             policy = client.set_table_policy(
                 warehouse_id,
                 name,
@@ -420,6 +431,7 @@ def table_policy(
                     compact_small_files, never_compact, policy["compact_small_files"]
                 ),
                 expire_days=_chosen(expire_days, never_expire, policy["expire_days"]),
+                start_unit=start_unit,
             )
             click.echo("policy saved: the worker checks the table at its next pass", err=True)
     _print_policy(policy)

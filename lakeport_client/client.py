@@ -143,8 +143,10 @@ class Client:
         small_file_mb: int,
         compact_small_files: int | None,
         expire_days: int | None,
+        start_unit: bool | None = None,
     ) -> dict:
-        """Replace the table's policy (every part; None turns compaction or expiry off)."""
+        """Replace the table's policy (None turns compaction or expiry off); `start_unit` None
+        keeps whether a unit is started for a job as saved."""
         return self._call(
             "POST",
             f"/warehouses/{warehouse_id}/tables/{name}/policy",
@@ -152,6 +154,7 @@ class Client:
                 "small_file_mb": small_file_mb,
                 "compact_small_files": compact_small_files,
                 "expire_days": expire_days,
+                "start_unit": start_unit,
             },
         )
 

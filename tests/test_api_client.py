@@ -352,6 +352,7 @@ def test_the_table_commands_show_health_publishes_policy_and_jobs(lake, db_engin
         "small files       below 32 MiB",
         "compact           never",
         "expire snapshots  never",
+        "start a unit      no",
         "updated           never set",
     ]
     saved = lakeport(
@@ -378,6 +379,22 @@ def test_the_table_commands_show_health_publishes_policy_and_jobs(lake, db_engin
     assert lakeport("table-policy", warehouse.id, TABLE, "--never-compact").exit_code == 0
     with Session(db_engine) as db:
         assert db.get(TablePolicy, row.id).compact_small_files is None
+    # Starting a unit for a job: on, then kept by a change that does not name it, then off.
+    started = lakeport("table-policy", warehouse.id, TABLE, "--start-unit")
+    assert started.exit_code == 0, started.output
+    assert "start a unit      yes, when no unit of yours is idle" in started.stdout.splitlines()
+    assert lakeport("table-policy", warehouse.id, TABLE, "--expire-days", 9).exit_code == 0
+    with Session(db_engine) as db:
+        assert (
+            db.get(TablePolicy, row.id).start_unit,
+            db.get(TablePolicy, row.id).expire_days,
+        ) == (
+            True,
+            9,
+        )
+    assert lakeport("table-policy", warehouse.id, TABLE, "--no-start-unit").exit_code == 0
+    with Session(db_engine) as db:
+        assert db.get(TablePolicy, row.id).start_unit is False
     # The portal's own rules refuse a bad value, in one line naming the field.
     assert refused(
         lakeport("table-policy", warehouse.id, TABLE, "--compact-small-files", 1),
