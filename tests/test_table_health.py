@@ -153,6 +153,22 @@ def test_readers_see_the_policy_writers_set_it_and_others_get_404_everywhere(
     assert 'data-testid="table-policy-form"' in text(client.get(section(warehouse.id, "policy")))
     assert save(client, warehouse.id, expire_days="3").status_code == 200
     assert policy_row(db_engine, warehouse.id).updated_by == newcomer.id
+    # Starting units for maintenance spends the owner's: a writer's form has no box for it,
+    # and a box ticked anyway changes nothing; through the API, asking is refused.
+    page = text(client.get(section(warehouse.id, "policy")))
+    assert 'data-testid="table-policy-start-unit"' not in page
+    assert "owner decides this" in page
+    assert save(client, warehouse.id, expire_days="3", start_unit="on").status_code == 200
+    assert policy_row(db_engine, warehouse.id).start_unit is False
+    writer_api = Api(client, token_for(client.application, newcomer))
+    path = f"/api/v1/warehouses/{warehouse.id}/tables/{TABLE}/policy"
+    refused = writer_api.call("POST", path, {"expire_days": 3, "start_unit": True})
+    assert (
+        refused.status_code == 403 and "Only the warehouse's owner" in refused.get_json()["detail"]
+    )
+    assert policy_row(db_engine, warehouse.id).start_unit is False
+    assert writer_api.call("POST", path, {"expire_days": 5}).status_code == 200
+    assert writer_api.call("POST", path, {"expire_days": 5, "start_unit": False}).status_code == 200
 
     sign_in_as(client, owner)
     assert save(client, warehouse.id, expire_days="4").status_code == 200

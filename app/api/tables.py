@@ -40,7 +40,8 @@ class PolicyIn(schemas.Input):
     start_unit: bool | None = Field(
         None,
         description="with no idle unit of the owner's, start one for the job and stop it after; "
-        "null or absent: as it is (off for a new policy)",
+        "null or absent: as it is (off for a new policy); only the warehouse's owner may change it "
+        "(403 for anyone else)",
     )
 
 
@@ -147,7 +148,10 @@ def set_table_policy(warehouse_id: int, name: str, json: PolicyIn):
     if errors:
         field, message = next(iter(errors.items()))
         raise ApiProblem(400, message, None if field == "form" else field)
-    return _policy_out(service.save_policy(warehouse, name, values, current_user))
+    try:
+        return _policy_out(service.save_policy(warehouse, name, values, current_user))
+    except service.StartUnitRefused as refused:
+        raise ApiProblem(403, refused.message, "start_unit") from None
 
 
 @bp.get(f"{TABLE}/maintenance")

@@ -27,6 +27,10 @@ def _may_write(warehouse: Warehouse) -> bool:
     return sharing.access_of(current_user, warehouse) in (sharing.OWNER, sharing.WRITE)
 
 
+def _owns(warehouse: Warehouse) -> bool:
+    return sharing.access_of(current_user, warehouse) == sharing.OWNER
+
+
 @bp.get(f"{SECTION}/health")
 def health(warehouse_id: int, name: str):
     warehouse = _table(warehouse_id, name)
@@ -53,6 +57,7 @@ def _policy(warehouse: Warehouse, name: str, *, values=None, errors=None, messag
         name=name,
         policy=policy,
         may_write=_may_write(warehouse),
+        owns=_owns(warehouse),
         values=values or forms.form_values(policy),
         errors=errors or {},
         message=message,
@@ -74,6 +79,9 @@ def save_policy(warehouse_id: int, name: str):
         return _policy(
             warehouse, name, values=dict(request.form.items()), errors=errors, status=422
         )
+    if not _owns(warehouse):  # the box is the owner's (service.StartUnitRefused): kept as saved
+        saved = queries.policy_of(warehouse, name)
+        values["start_unit"] = saved is not None and saved.start_unit
     service.save_policy(warehouse, name, values, current_user)
     return _policy(
         warehouse, name, message="Policy saved: the worker checks the table at its next pass."
