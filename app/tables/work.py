@@ -276,34 +276,37 @@ def _latest_job(warehouse_id: int, table_name: str) -> MaintenanceJob | None:
 
 
 def _compacted_since(warehouse_id: int, table_name: str, since: datetime) -> bool:
-    with Session(engine()) as db:
-        return (
-            db.exec(
-                select(MaintenanceJob.id).where(
-                    MaintenanceJob.warehouse_id == warehouse_id,
-                    MaintenanceJob.table_name == table_name,
-                    MaintenanceJob.compact.is_(True),
-                    MaintenanceJob.skipped == "",
-                    MaintenanceJob.created_at >= since,
-                )
-            ).first()
-            is not None
-        )
+    return _a_job(
+        warehouse_id,
+        table_name,
+        MaintenanceJob.compact.is_(True),
+        MaintenanceJob.skipped == "",
+        MaintenanceJob.created_at >= since,
+    )
 
 
 def _start_failed_since(warehouse_id: int, table_name: str, since: datetime) -> bool:
     """A job of the table failed since `since` before it ran because its started unit did not
     start (it never reached RUNNING: no `started_at`)."""
+    return _a_job(
+        warehouse_id,
+        table_name,
+        MaintenanceJob.started_unit.is_(True),
+        MaintenanceJob.state == JobState.FAILED,
+        MaintenanceJob.started_at.is_(None),
+        MaintenanceJob.ended_at >= since,
+    )
+
+
+def _a_job(warehouse_id: int, table_name: str, *conditions) -> bool:
+    """Whether the table has a maintenance job that meets `conditions`."""
     with Session(engine()) as db:
         return (
             db.exec(
                 select(MaintenanceJob.id).where(
                     MaintenanceJob.warehouse_id == warehouse_id,
                     MaintenanceJob.table_name == table_name,
-                    MaintenanceJob.started_unit.is_(True),
-                    MaintenanceJob.state == JobState.FAILED,
-                    MaintenanceJob.started_at.is_(None),
-                    MaintenanceJob.ended_at >= since,
+                    *conditions,
                 )
             ).first()
             is not None
