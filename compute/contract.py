@@ -1,8 +1,9 @@
 """The contract between the portal and a compute unit, written once: the Spark host's API, its
-settings, key and run states; what the portal submits (the execution spec and its steps, one
-model for both sides: the portal builds it with `ExecutionSpec.to_json`, the unit reads and
-checks it again with `ExecutionSpec.from_json`, since what reaches it is only JSON); where an
-execution's tables land and what they say about themselves.
+settings, key and run states; what the portal submits (the execution spec, its typed parts and
+its steps, one model for both sides: the portal builds it with `ExecutionSpec.to_json`, the unit
+reads and checks it again with `ExecutionSpec.from_json`, since what reaches it is only JSON, in
+the one wire format portals and units of different versions share); where an execution's tables
+land and what they say about themselves.
 
 Both sides import it: `compute/run/pipeline.py` writes by it, the unit's Spark host serves by it,
 the portal (`app/executions/`, `app/spark_host/`, `app/iceberg_reader.py`)
@@ -15,9 +16,9 @@ import hashlib
 import json
 import keyword
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import StrEnum, nonmember
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, TypeVar, get_type_hints
 
 # The Spark host's HTTP API (compute/host/host_http.py) lives under this path.
 HOST_API = "/v1"
@@ -348,14 +349,94 @@ class Step:
         )
 
 
+# The spec's parts: what the portal says of the run (app/executions/run_spec.py), each a JSON object
+# on the wire with exactly these members. `ExecutionSpec.from_json` checks that each is there, of
+# its type (`_spec_part`); members a unit does not know are passed over.
+
+
+@dataclass(frozen=True)
+class SpecWorkflow:
+    """The workflow version the run is of."""
+
+    id: int
+    name: str
+    version: int
+
+
+@dataclass(frozen=True)
+class SpecUser:
+    """The user the run acts as."""
+
+    id: int
+    email: str
+
+
+@dataclass(frozen=True)
+class SpecComputeUnit:
+    """The compute unit the run is on."""
+
+    id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class SpecWarehouse:
+    """The portal's warehouse the run reads and writes: `lakekeeper_id` is the catalog's id of it,
+    which the unit keeps the warehouse's binding under (compute/host/catalog_cache.py)."""
+
+    id: int
+    name: str
+    lakekeeper_id: str
+
+
+@dataclass(frozen=True)
+class SpecCatalog:
+    """How the run reaches its warehouse through the catalog (app/compute_units/door.py
+    `catalog_binding`): the catalog's `uri`, its name of the warehouse (`<project>/<name>` in a
+    project other than the default one), the run's catalog token (never in a repr) and how storage
+    credentials are asked for."""
+
+    uri: str
+    warehouse: str
+    token: str = field(repr=False)
+    access_delegation: str = ACCESS_DELEGATION
+
+
+_Part = TypeVar("_Part")
+
+
+def _spec_part(kind: type[_Part], args: dict, part: str) -> _Part:
+    """The spec's member `part`, a JSON object, as a `kind`: each member of `kind` without a
+    default there, each there of its type (an integer is no boolean). Raises KeyError, TypeError
+    or ValueError naming what is wrong, never a value (one of them is the token)."""
+    data = args[part]
+    if not isinstance(data, dict):
+        raise TypeError(f"{part} must be an object, not {type(data).__name__}")
+    types, values = get_type_hints(kind), {}
+    for member in fields(kind):
+        if member.name not in data:
+            if member.default is MISSING:
+                raise ValueError(f"{part}.{member.name} is missing")
+            continue
+        value, expected = data[member.name], types[member.name]
+        if not isinstance(value, expected) or isinstance(value, bool):
+            named = "a string" if expected is str else "an integer"
+            raise TypeError(f"{part}.{member.name} must be {named}, not {type(value).__name__}")
+        values[member.name] = value
+    return kind(**values)
+
+
 @dataclass(frozen=True)
 class ExecutionSpec:
+    """What a unit is given to run one execution. On the wire (`to_json`, `from_json`) each part
+    is a JSON object of its members, as the portal has always sent it."""
+
     execution_id: int
-    workflow: dict
-    user: dict
-    compute_unit: dict
-    warehouse: dict
-    catalog: dict
+    workflow: SpecWorkflow
+    user: SpecUser
+    compute_unit: SpecComputeUnit
+    warehouse: SpecWarehouse
+    catalog: SpecCatalog
     steps: tuple[Step, ...]
     pinned: dict[str, int]  # a re-run's inputs: table → snapshot id (compute/contract.py PINNED)
     isolation: str = Isolation.PROCESS  # where its code runs (Isolation)
@@ -372,11 +453,11 @@ class ExecutionSpec:
             }
             spec = cls(
                 int(args["execution_id"]),
-                dict(args["workflow"]),
-                dict(args["user"]),
-                dict(args["compute_unit"]),
-                dict(args["warehouse"]),
-                dict(args["catalog"]),
+                _spec_part(SpecWorkflow, args, "workflow"),
+                _spec_part(SpecUser, args, "user"),
+                _spec_part(SpecComputeUnit, args, "compute_unit"),
+                _spec_part(SpecWarehouse, args, "warehouse"),
+                _spec_part(SpecCatalog, args, "catalog"),
                 steps,
                 pinned,
                 Isolation(args.get(ISOLATION, Isolation.PROCESS)),
@@ -386,13 +467,13 @@ class ExecutionSpec:
                 },
             )
             for key in ("uri", "warehouse", "token"):
-                if not spec.catalog.get(key):
+                if not getattr(spec.catalog, key):
                     raise ValueError(f"catalog.{key} is missing")
-            if not spec.warehouse.get("lakekeeper_id"):
+            if not spec.warehouse.lakekeeper_id:
                 raise ValueError("warehouse.lakekeeper_id is missing")
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidSpec(f"invalid execution spec: {type(error).__name__}: {error}") from None
-        if spec.catalog.get("access_delegation", ACCESS_DELEGATION) != ACCESS_DELEGATION:
+        if spec.catalog.access_delegation != ACCESS_DELEGATION:
             raise InvalidSpec(
                 f"the catalog must vend storage credentials (access_delegation={ACCESS_DELEGATION!r})"
             )
@@ -421,11 +502,11 @@ class ExecutionSpec:
         """The spec as the portal submits it (what `from_json` reads back)."""
         return {
             "execution_id": self.execution_id,
-            "workflow": self.workflow,
-            "user": self.user,
-            "compute_unit": self.compute_unit,
-            "warehouse": self.warehouse,
-            "catalog": self.catalog,
+            "workflow": asdict(self.workflow),
+            "user": asdict(self.user),
+            "compute_unit": asdict(self.compute_unit),
+            "warehouse": asdict(self.warehouse),
+            "catalog": asdict(self.catalog),
             "steps": [step.to_dict() for step in self.steps],
             PINNED: self.pinned,
             ISOLATION: str(self.isolation),
@@ -439,13 +520,13 @@ class ExecutionSpec:
         """What every table of this execution says about where it comes from."""
         properties = {
             TableProperty.EXECUTION_ID: str(self.execution_id),
-            TableProperty.WORKFLOW_ID: str(self.workflow.get("id", "")),
-            TableProperty.WORKFLOW_NAME: str(self.workflow.get("name", "")),
-            TableProperty.WORKFLOW_VERSION: str(self.workflow.get("version", "")),
-            TableProperty.USER: str(self.user.get("email", "")),
-            TableProperty.USER_ID: str(self.user.get("id", "")),
-            TableProperty.COMPUTE_UNIT: str(self.compute_unit.get("name", "")),
-            TableProperty.COMPUTE_UNIT_ID: str(self.compute_unit.get("id", "")),
+            TableProperty.WORKFLOW_ID: str(self.workflow.id),
+            TableProperty.WORKFLOW_NAME: self.workflow.name,
+            TableProperty.WORKFLOW_VERSION: str(self.workflow.version),
+            TableProperty.USER: self.user.email,
+            TableProperty.USER_ID: str(self.user.id),
+            TableProperty.COMPUTE_UNIT: self.compute_unit.name,
+            TableProperty.COMPUTE_UNIT_ID: str(self.compute_unit.id),
             TableProperty.STATUS: status,
         }
         if step is not None:

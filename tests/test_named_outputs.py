@@ -199,10 +199,10 @@ def test_a_publish_removes_the_branches_failed_runs_left_once_their_retention_ha
 def execution_spec(steps: list[dict]) -> dict:
     return {
         "execution_id": 7,
-        "workflow": {"id": 1},
-        "user": {"id": 1},
-        "compute_unit": {"id": 1},
-        "warehouse": {"lakekeeper_id": "w"},
+        "workflow": {"id": 1, "name": "sales", "version": 1},
+        "user": {"id": 1, "email": "alice@example.test"},
+        "compute_unit": {"id": 1, "name": "cu-a"},
+        "warehouse": {"id": 1, "name": "w", "lakekeeper_id": "w"},
         "catalog": {"uri": "http://catalog.invalid", "warehouse": "w", "token": "t"},
         "steps": steps,
     }

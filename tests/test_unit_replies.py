@@ -241,4 +241,4 @@ def test_a_token_minted_while_the_units_spark_host_started_is_minted_again_for_t
             queued, execution_work._Groundwork.start(execution_service.load(queued))
         )
     assert minted == [owner.id, owner.id]
-    assert spec.catalog["token"] == "token-2"
+    assert spec.catalog.token == "token-2"

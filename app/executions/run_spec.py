@@ -20,7 +20,16 @@ from app.compute_units import door
 from app.db import engine
 from app.models import ComputeUnit, Execution, User, Warehouse, Workflow, WorkflowVersion
 from app.states import ExecutionState
-from compute.contract import ExecutionSpec, Isolation, Step
+from compute.contract import (
+    ExecutionSpec,
+    Isolation,
+    SpecCatalog,
+    SpecComputeUnit,
+    SpecUser,
+    SpecWarehouse,
+    SpecWorkflow,
+    Step,
+)
 
 # How many of the workflow's last completed runs are searched for a table's last read: a table
 # none of them read is read whole, as on a first run.
@@ -41,15 +50,11 @@ def execution_spec(
     transport to the unit's Spark host serializes it."""
     return ExecutionSpec(
         execution_id=execution.id,
-        workflow={"id": workflow.id, "name": workflow.name, "version": version.version},
-        user={"id": owner.id, "email": owner.email},
-        compute_unit={"id": cu.id, "name": cu.name},
-        warehouse={
-            "id": warehouse.id,
-            "name": warehouse.name,
-            "lakekeeper_id": warehouse.lakekeeper_id,
-        },
-        catalog=door.catalog_binding(warehouse, token),
+        workflow=SpecWorkflow(workflow.id, workflow.name, version.version),
+        user=SpecUser(owner.id, owner.email),
+        compute_unit=SpecComputeUnit(cu.id, cu.name),
+        warehouse=SpecWarehouse(warehouse.id, warehouse.name, warehouse.lakekeeper_id),
+        catalog=SpecCatalog(**door.catalog_binding(warehouse, token)),
         steps=tuple(Step.from_dict(step) for step in json.loads(version.steps)),
         pinned=json.loads(execution.pinned_to or "{}").get("tables") or {},
         isolation=Isolation.PROCESS if workflow.owner_id == owner.id else Isolation.SANDBOX,

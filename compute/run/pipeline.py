@@ -225,8 +225,8 @@ class Pipeline:
                 self.log(
                     "INFO",
                     None,
-                    f"bound to warehouse {self.spec.catalog['warehouse']} "
-                    f"through {self.spec.catalog['uri']}",
+                    f"bound to warehouse {self.spec.catalog.warehouse} "
+                    f"through {self.spec.catalog.uri}",
                 )
                 self._check_pins()
             with self._phase("steps"):
@@ -290,18 +290,18 @@ class Pipeline:
     def _bind_catalog(self) -> None:
         """Reach the warehouse through the catalog with the execution's token, and nothing else.
         Runs in `preparing`."""
-        catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
+        catalog, warehouse = self.spec.catalog, self.spec.catalog.warehouse
         with self._phase("bind"):
             try:
                 self.iceberg = rest_catalog(
                     f"execution-{self.spec.execution_id}",
-                    catalog["uri"],
+                    catalog.uri,
                     warehouse,
-                    catalog["token"],
+                    catalog.token,
                 )
             except Exception as error:
                 # Find out precisely what is wrong (unreachable, no such warehouse, refused).
-                self._probe_catalog(catalog["uri"], warehouse, catalog["token"])
+                self._probe_catalog(catalog.uri, warehouse, catalog.token)
                 raise RunFailed(
                     f"the catalog refused warehouse {warehouse}: {describe(error)}"
                 ) from None
@@ -361,20 +361,20 @@ class Pipeline:
     def _open_session(self) -> None:
         """This execution's Spark session, whose one catalog is the warehouse's binding: the one
         the unit holds, or one made of the keys the catalog vends with the runtime_stats table."""
-        catalog, warehouse = self.spec.catalog, self.spec.catalog["warehouse"]
-        self.binding = CATALOGS.current(self.spec.warehouse["lakekeeper_id"])
+        catalog, warehouse = self.spec.catalog, self.spec.catalog.warehouse
+        self.binding = CATALOGS.current(self.spec.warehouse.lakekeeper_id)
         if self.binding is None:
             access = CatalogAccess.vended(
-                catalog["uri"],
+                catalog.uri,
                 warehouse,
-                catalog["token"],
+                catalog.token,
                 self._prepared(RUNTIME_STATS).io.properties,
             )
             if access is None:
                 raise RunFailed(
                     f"the catalog vended no storage credentials for warehouse {warehouse}"
                 )
-            self.binding = CATALOGS.binding(self.spec.warehouse["lakekeeper_id"], access)
+            self.binding = CATALOGS.binding(self.spec.warehouse.lakekeeper_id, access)
         self.session = SESSIONS.take(self.spark, self.binding)
 
     def _probe_catalog(self, uri: str, warehouse: str, token: str) -> None:

@@ -283,8 +283,8 @@ class Publisher:
 
     def _properties(self, step: Step) -> dict[str, str]:
         return {
-            str(TableProperty.WORKFLOW_ID): str(self.spec.workflow.get("id", "")),
-            str(TableProperty.WORKFLOW_NAME): str(self.spec.workflow.get("name", "")),
+            str(TableProperty.WORKFLOW_ID): str(self.spec.workflow.id),
+            str(TableProperty.WORKFLOW_NAME): self.spec.workflow.name,
             str(TableProperty.STEP): step.name,
         }
 
