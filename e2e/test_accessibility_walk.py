@@ -1,6 +1,8 @@
 """Every page of the portal, found by walking the app's URL map (not a list), passes axe-core at
 1366 px and 390 px, scrolls no sideways at 390 px, logs no console error, and can be used with the
-keyboard alone (every action a tab stop, each with a visible focus ring).
+keyboard alone at both widths (every action a tab stop, each with a visible focus ring; the top
+bar's menus, the folded navigation of a narrow screen among them, open, are tabbed through and
+close from the keyboard).
 
 How a page is chosen: every GET rule of `app.url_map` is requested, its path parameters filled with
 the ids of what the signed-in user owns (the fillers `make_one_of_everything` returns; a parameter
@@ -91,7 +93,7 @@ MARK_ACTIONS = """() => {
   document.addEventListener("focusin", event => {
     const e = event.target, ring = e.closest(".cm-editor") || e, style = getComputedStyle(ring);
     const visible = (style.outlineStyle !== "none" && parseFloat(style.outlineWidth) >= 2) || style.boxShadow !== "none";
-    window.walkFocus.push({action: e.dataset.walkAction ?? null, visible,
+    window.walkFocus.push({action: e.dataset.walkAction ?? null, menuItem: e.dataset.walkMenuItem ?? null, visible,
       what: e.tagName.toLowerCase() + (e.dataset.testid ? `[${e.dataset.testid}]` : "") + " " + (e.textContent || e.name || "").trim().slice(0, 30)});
   }, true);
   return {count: index, mouseOnly: mouseOnly.map(e => e.outerHTML.slice(0, 120))};
@@ -103,6 +105,15 @@ MARK_ACTIONS = """() => {
 # tasks, which ask for the new content's load-triggered parts, have run: no gap between one request
 # and the next it brings.
 HTMX_BUSY = "!!document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+
+# The top bar's menus (<details class="dropdown">): the navigation folded into "Menu" below 768 px,
+# and the user menu.
+MENUS = "header details.dropdown"
+
+# Marks the actions of an open menu (its summary aside) in order; returns what each is.
+MARK_MENU_ITEMS = """menu => [...menu.querySelectorAll(":scope > :not(summary) :is(a[href], button, input:not([type=hidden]), select, textarea, [tabindex]:not([tabindex='-1']))")]
+  .filter(e => !e.disabled && e.getBoundingClientRect().width > 0)
+  .map((e, index) => { e.dataset.walkMenuItem = String(index); return e.tagName.toLowerCase() + " " + e.textContent.trim(); })"""
 
 UNREACHED = """() => [...document.querySelectorAll("[data-walk-action]")]
   .filter(e => !window.walkFocus.some(f => f.action === e.dataset.walkAction)).map(e => e.outerHTML.slice(0, 120))"""
@@ -212,8 +223,9 @@ class Walk:
                         f"{self.page.evaluate(WIDER_THAN_THE_VIEWPORT)}"
                     )
             else:
-                self.keyboard(where)
                 self.icons(where)
+            self.keyboard(where)
+            self.menus(where)
             # An error page's own status is what it says, not a failure of the page.
             own = [line for line in self.console if status >= 400 and (self.portal + path) in line]
             self.problems += [
@@ -243,6 +255,55 @@ class Walk:
         self.problems += [
             f"{where}: Tab never reaches {html}" for html in self.page.evaluate(UNREACHED)
         ]
+
+    def menus(self, where: str) -> None:
+        """Each of the top bar's menus shown at this width works from the keyboard (Tab reaching
+        its summary is keyboard()'s to prove)."""
+        menus = self.page.locator(MENUS)
+        for n in range(menus.count()):
+            menu = menus.nth(n)
+            if menu.locator(":scope > summary").is_visible():
+                self.problems += self.menu_by_keyboard(menu, where)
+            menu.evaluate("details => { details.open = false; }")
+
+    def menu_by_keyboard(self, menu, where: str) -> list[str]:
+        """A menu works as a disclosure does: Enter on its summary opens it; Tab goes through each
+        of its actions in order, each with a visible focus ring, then out of it, which closes it
+        (no trap, and no open menu left over what the focus went to); Space opens it again, and
+        Escape from inside it closes it and gives the focus back to its summary."""
+        keys, summary = self.page.keyboard, menu.locator(":scope > summary")
+        name = f"{where}: menu {summary.inner_text().strip()!r}"
+        summary.focus()
+        keys.press("Enter")
+        if not is_open(menu):
+            return [f"{name}: Enter on its summary does not open it"]
+        problems = []
+        items = menu.evaluate(MARK_MENU_ITEMS)
+        if not items:
+            problems.append(f"{name}: opens with no action in it")
+        self.page.evaluate("window.walkFocus = []")
+        for _ in items:
+            keys.press("Tab")
+        trail = self.page.evaluate("window.walkFocus")
+        if [stop["menuItem"] for stop in trail] != [str(index) for index in range(len(items))]:
+            problems.append(f"{name}: Tab goes to {[stop['what'] for stop in trail]}, not {items}")
+        problems += [f"{name}: no visible focus on {s['what']}" for s in trail if not s["visible"]]
+        keys.press("Tab")
+        if menu.evaluate("details => details.contains(document.activeElement)"):
+            problems.append(f"{name}: Tab does not leave it (a focus trap)")
+        elif stays_open(menu):
+            problems.append(f"{name}: stays open over the page once Tab has left it")
+        summary.focus()
+        keys.press(" ")
+        if not is_open(menu):
+            return problems + [f"{name}: Space on its summary does not open it"]
+        keys.press("Tab")
+        keys.press("Escape")
+        if is_open(menu):
+            problems.append(f"{name}: Escape does not close it")
+        if not summary.evaluate("summary => summary === document.activeElement"):
+            problems.append(f"{name}: Escape does not give the focus back to its summary")
+        return problems
 
     def walk(self, rules, fillers: dict, who: str, only_without_parameters: bool = False) -> None:
         """Scan every route that renders a page. A route with parameters must show its page for
@@ -287,6 +348,19 @@ class Walk:
                     f"{rule.rule} as {who}: answered an error for every filling of "
                     f"{', '.join(names)}: give make_one_of_everything a filler it shows a page for"
                 )
+
+
+def is_open(menu) -> bool:
+    return menu.evaluate("details => details.open")
+
+
+def stays_open(menu) -> bool:
+    """Whether a menu the focus has left is still open a second later (the page closes it once the
+    focus has landed, a task after the focus left)."""
+    deadline = time.monotonic() + 1
+    while is_open(menu) and time.monotonic() < deadline:
+        menu.page.wait_for_timeout(25)
+    return is_open(menu)
 
 
 def page_of(path: str) -> tuple[str, tuple[str, ...]]:

@@ -67,3 +67,53 @@ def test_alice_writes_steps_in_the_code_editor_and_saves_them(
     views = page.get_by_test_id("step-view")
     expect(views).to_have_count(2)
     expect(views.nth(0)).to_contain_text(fixed)
+
+
+def test_a_step_added_from_the_keyboard_takes_the_focus_and_is_announced(
+    page, sign_in, portal, target
+):
+    """As WAI-ARIA's practice has it for an item added to a list: the focus goes to the new step's
+    first field, its name (not to the code editor or the whole form), even when another step has
+    an error to show, and a polite live region, which stays in place across the editor's swaps,
+    says what was added; the next action empties it."""
+    sign_in("alice")
+    page.goto(portal + "/workflows/new")
+    page.get_by_label("Name").fill(target.name("add steps"))
+    page.get_by_test_id("create-workflow").click()
+    steps = page.get_by_test_id("step-editor")
+    expect(steps.nth(0).locator(".cm-editor")).to_be_visible()
+    news = page.get_by_test_id("editor-news")
+    expect(news).to_have_attribute("role", "status")
+    expect(news).to_have_attribute("aria-live", "polite")
+    expect(news).to_have_text("")
+    news.evaluate("region => { region.dataset.since = 'load'; }")
+
+    # The first step's name emptied: the editor the add brings back shows that error as an alert.
+    steps.nth(0).get_by_label("Name").fill("")
+    page.get_by_test_id("add-sql-step").focus()
+    page.keyboard.press("Enter")
+    expect(steps).to_have_count(2)
+    expect(steps.nth(0).get_by_role("alert").first).to_be_visible()
+    expect(news).to_have_text("Added step 2, a Spark SQL step named step_2.")
+    expect(steps.nth(1).get_by_label("Name")).to_be_focused()
+    # Still there once htmx has settled and the code editor covers the new step's code.
+    expect(steps.nth(1).locator(".cm-editor")).to_be_visible()
+    expect(steps.nth(1).get_by_label("Name")).to_be_focused()
+    # The same region, updated in place (a region put in anew is not reliably read out).
+    expect(news).to_have_attribute("data-since", "load")
+
+    page.get_by_test_id("add-python-step").focus()
+    page.keyboard.press(" ")
+    expect(steps).to_have_count(3)
+    expect(news).to_have_text("Added step 3, a PySpark function step named step_3.")
+    third_name = steps.nth(2).get_by_label("Name")
+    expect(third_name).to_be_focused()
+    # What she types goes into the new step's name.
+    page.keyboard.press("Control+A")
+    page.keyboard.type("derive")
+    expect(third_name).to_have_value("derive")
+
+    steps.nth(2).get_by_test_id("remove-step").click()
+    expect(steps).to_have_count(2)
+    expect(news).to_have_text("")
+    expect(news).to_have_attribute("data-since", "load")

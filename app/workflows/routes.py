@@ -177,15 +177,26 @@ def _editor(
     check: steps.StepsCheck | None = None,
     message: str | None = None,
     status: int = 200,
+    added: int | None = None,
 ):
-    template = "workflows/_editor.html" if _partial_wanted() else "workflows/edit.html"
+    """The editor, whole page or partial. `added`: the index of the step just added, whose name
+    field takes the focus; the page's live region says what was added (a partial updates the
+    region, which stays outside the swapped form, out of band)."""
+    partial = _partial_wanted()
+    news = ""
+    if added is not None:
+        step = step_list[added]
+        news = f"Added step {added + 1}, a {steps.KINDS[step.kind]} step named {step.name}."
     return render_template(
-        template,
+        "workflows/_editor.html" if partial else "workflows/edit.html",
         workflow=workflow,
         steps=step_list,
         base_version=base_version,
         check=check or steps.StepsCheck(workflow=[], steps={}),
         message=message,
+        added=added,
+        news=news,
+        oob=partial,
     ), status
 
 
@@ -202,17 +213,19 @@ def edit(workflow_id: int):
 def add_step(workflow_id: int, kind: str):
     workflow = get_owned_or_404(Workflow, workflow_id)
     step_list = forms.read_steps(request.form)
-    message = None
+    message, added = None, None
     if len(step_list) >= steps.MAX_STEPS:
         message = f"A workflow has at most {steps.MAX_STEPS} steps."
     else:
         step_list.append(steps.starter_step(kind, step_list))
+        added = len(step_list) - 1
     return _editor(
         workflow,
         step_list,
         forms.read_base_version(request.form),
         check=steps.check_steps(step_list),
         message=message,
+        added=added,
     )
 
 

@@ -34,9 +34,11 @@
 
   // After a swap a person asked for (a form sent, a button or link pressed; never a poll), the focus
   // goes to the answer, so a keyboard or screen reader user is not left on a removed element or far
-  // from it: the first alert, else the first invalid field, else a status message, else the new
-  // content itself. An outerHTML swap detaches its target: its replacement is found by id.
-  var ANSWERS = ["[role=alert]", "[aria-invalid=true]", "[role=status], .flash, [data-swap-focus]"];
+  // from it: a field the answer names for it (autofocus: the first field of an item just added,
+  // which htmx would focus too, once settled), else the first alert, else the first invalid field,
+  // else a status message, else the new content itself. An outerHTML swap detaches its target: its
+  // replacement is found by id.
+  var ANSWERS = ["[autofocus]", "[role=alert]", "[aria-invalid=true]", "[role=status], .flash, [data-swap-focus]"];
   document.addEventListener("htmx:afterSwap", function (event) {
     var config = event.detail.requestConfig, asked = config && config.triggeringEvent;
     if (!asked || (asked.type !== "submit" && asked.type !== "click")) return;
@@ -50,6 +52,32 @@
     answer = answer || region;
     if (answer.tabIndex < 0 && !answer.hasAttribute("tabindex")) answer.setAttribute("tabindex", "-1");
     answer.focus();
+  });
+
+  // The top bar's menus (<details class="dropdown">: the navigation folded into "Menu" on a narrow
+  // screen, and the user menu) behave as a disclosure menu: Enter or Space on the summary opens it
+  // (the browser's own), Escape closes the open one and gives the focus back to its summary, and the
+  // focus leaving it (Tab past its last item, even off the page's end, or a click elsewhere) closes
+  // it, so an open menu never covers where the focus went. A press inside it (on its e-mail line)
+  // keeps it open; so does the window losing the focus, which leaves the focus where it was.
+  var pressed = null;
+  document.addEventListener("pointerdown", function (event) { pressed = event.target; }, true);
+  document.addEventListener("keydown", function (event) {
+    pressed = null;
+    if (event.key !== "Escape" || !event.target.closest) return;
+    var menu = event.target.closest("details.dropdown[open]");
+    if (!menu) return;
+    event.preventDefault();
+    menu.open = false;
+    menu.querySelector(":scope > summary").focus();
+  }, true);
+  document.addEventListener("focusout", function (event) {
+    var menu = event.target.closest && event.target.closest("details.dropdown[open]");
+    if (!menu) return;
+    window.setTimeout(function () {  // once the focus has landed
+      var keep = menu.contains(document.activeElement) || (pressed && menu.contains(pressed));
+      if (!keep) menu.open = false;
+    }, 0);
   });
 
   // hx-confirm asks in an in-page <dialog> rather than the browser's confirm().
