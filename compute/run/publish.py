@@ -7,7 +7,7 @@ catalog token), so no reader loads some of the run's tables new and others old.
 - The branch is `lakeport_run_<execution id>`, made from `main` as the step writes (the snapshot
   it starts from is the run's *base* of that table), kept `BRANCH_RETENTION_DAYS` days (the ref's
   max age, which snapshot expiry honours). Per staged table the run asks the catalog as little as
-  it can: one load (which also says whether the table exists), the branch's one commit, the
+  it can: Spark's load (which also says whether the table exists), the branch's one commit, the
   write, one load after it; the publish starts from that last load and reads the branches to
   remove from the metadata it committed.
 - The table is created on the first publish, with the step's columns, every one nullable.
@@ -168,9 +168,7 @@ class Publisher:
         widened, first); raises RunFailed when the output does not fit the table."""
         target = step.publish.table
         name = f"{self.catalog_name}.{_quoted(target)}"
-        base = self._make_branch(*self._load_or_create(step, name, frame.schema), target, name)
-        # After the branch: Spark's catalog caches the table it loads here, branch included,
-        # for the write below.
+        base = self._make_branch(step, name, frame.schema)
         self._fit_schema(step, name, frame.schema)
         writer = frame.writeTo(f"{name}.`branch_{self.branch}`")
         for key, value in self._snapshot_properties(step.name).items():
@@ -232,38 +230,47 @@ class Publisher:
         )
         self.session.catalog.dropTempView(view)
 
-    def _load_or_create(self, step: Step, name: str, schema):
-        """(the target table, pyiceberg's; whether it was created now), creating it first (and
-        its namespace) if it is missing."""
-        from pyiceberg.exceptions import NoSuchTableError
-
-        try:
-            return self.iceberg.load_table(step.publish.table), False
-        except NoSuchTableError:
+    def _make_branch(self, step: Step, name: str, schema) -> int | None:
+        """Make (or make again) the run's branch from `main` of the step's table (created first,
+        and its namespace, if it is missing); returns the snapshot it starts from, None for a
+        table without one (no rows yet). Made on the table Spark's catalog loads for this
+        session, through Iceberg's own API: one load and one commit, the `set-snapshot-ref`
+        update `ALTER TABLE … CREATE OR REPLACE BRANCH … RETAIN` sends, without planning that
+        statement; Spark's catalog caches that table, branch included, for the schema rule and
+        the write that follow."""
+        table = self._spark_table(name)
+        if table is None:
             self.iceberg.create_namespace_if_not_exists(step.publish.table.split(".")[0])
             self._create_if_missing(step, name, schema)
-            return self.iceberg.load_table(step.publish.table), True
-
-    def _make_branch(self, table, created: bool, target: str, name: str) -> int | None:
-        """Make (or make again) the run's branch from `main`; returns the snapshot it starts
-        from, None for a table without one (no rows yet). A table that has one and that this
-        session has not touched yet: through the run's catalog client, one commit whose answer
-        is the table's new metadata (the `set-snapshot-ref` update Spark's
-        `ALTER TABLE … CREATE OR REPLACE BRANCH … RETAIN` sends, with the same max ref age),
-        which spares Spark's load of the table before it. Otherwise through Spark's statement,
-        so that Spark's catalog, which caches a table it created, holds the branch."""
-        main = table.metadata.refs.get("main")
-        if main is None or created:
+            table = self._spark_table(name)
+        main = table.currentSnapshot()
+        if main is None:  # Spark's statement makes the branch of a table without a snapshot
             self.session.sql(
                 f"ALTER TABLE {name} CREATE OR REPLACE BRANCH `{self.branch}` "
                 f"RETAIN {BRANCH_RETENTION_DAYS} DAYS"
             )
-            refs = self.iceberg.load_table(target).metadata.refs
-            return refs[self.branch].snapshot_id if "main" in refs else None
-        table.manage_snapshots().create_branch(
-            main.snapshot_id, self.branch, max_ref_age_ms=BRANCH_RETENTION_DAYS * 86_400_000
-        ).commit()
-        return main.snapshot_id
+            return None
+        base = main.snapshotId()
+        manage = table.manageSnapshots()
+        if table.refs().containsKey(self.branch):
+            manage = manage.replaceBranch(self.branch, base)
+        else:
+            manage = manage.createBranch(self.branch, base)
+        manage.setMaxRefAgeMs(self.branch, BRANCH_RETENTION_DAYS * 86_400_000).commit()
+        return base
+
+    def _spark_table(self, name: str):
+        """The Iceberg table `name` as Spark's catalog loads it for this session (Java), or None."""
+        from pyspark.errors import AnalysisException
+
+        try:
+            return self.session._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+                self.session._jsparkSession, name
+            )
+        except AnalysisException as error:  # PySpark's, for Spark's NoSuchTableException
+            if error.getErrorClass() == "TABLE_OR_VIEW_NOT_FOUND":
+                return None
+            raise
 
     def _create_if_missing(self, step: Step, name: str, schema) -> None:
         from pyspark.sql.types import StructType
