@@ -260,6 +260,18 @@ def independent_catalog(lakehouse, warehouse: Warehouse):
     )
 
 
+def signed_in_owners_warehouse(app, lakehouse, db_engine, name: str, namespace: str):
+    """A signed-in owner's real warehouse `name` on the local stack, holding `namespace`: the
+    signed-in client, the owner, the warehouse and an independent catalog of it."""
+    client = app.test_client()
+    owner = make_user(db_engine)
+    sign_in_as(client, owner)
+    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, name))
+    catalog = independent_catalog(lakehouse, warehouse)
+    catalog.create_namespace_if_not_exists(namespace)
+    return client, owner, warehouse, catalog
+
+
 def wait_for(
     client, db_engine, execution_id: int, states: tuple[str, ...], timeout: float = 240.0
 ) -> Execution:

@@ -15,17 +15,14 @@ from openapi_core import Config, OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 from sqlmodel import Session, select
 
-from app.models import MaintenanceJob, TablePolicy, Warehouse, WarehouseShare
+from app.models import MaintenanceJob, TablePolicy, WarehouseShare
 from lakeport_client import ApiError, Client, cli
 from tests.factories import (
     add,
     equipped,
     execution_row,
-    independent_catalog,
     make_user,
-    register_warehouse,
-    reload,
-    sign_in_as,
+    signed_in_owners_warehouse,
     token_for,
     unit_row,
     workflow_for,
@@ -258,12 +255,9 @@ ROWS = pa.schema([("id", pa.int64())])
 def lake(lakehouse_app, lakehouse, db_engine):
     """An owner's real warehouse on the local stack with `sales.daily`: three appends of 10 rows;
     the catalog table made directly (no compute unit)."""
-    client = lakehouse_app.test_client()
-    owner = make_user(db_engine)
-    sign_in_as(client, owner)
-    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "cli-tables"))
-    catalog = independent_catalog(lakehouse, warehouse)
-    catalog.create_namespace_if_not_exists("sales")
+    _, owner, warehouse, catalog = signed_in_owners_warehouse(
+        lakehouse_app, lakehouse, db_engine, "cli-tables", "sales"
+    )
     table = catalog.create_table(TABLE, schema=ROWS)
     for batch in range(3):
         table.append(pa.table({"id": [batch * 10 + n for n in range(10)]}, schema=ROWS))

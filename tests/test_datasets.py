@@ -12,12 +12,11 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyiceberg.catalog import load_catalog
 
 from app import create_app
 from app.worker import Worker
 from devstack.oidc_provider import TEST_USERS
-from tests.factories import AuthActions, register, warehouse_named
+from tests.factories import AuthActions, independent_catalog, register, warehouse_named
 
 ORDERS_CSV = b"id,customer,amount,ordered_at\n1,ann,12.5,2024-01-02 10:00:00\n2,bob,7,2024-01-03 11:30:00\n3,cy,,\n"
 TPCH_ROWS_AT_SF_0_01 = {
@@ -41,17 +40,6 @@ def parquet_bytes(table: pa.Table) -> bytes:
 @pytest.fixture
 def app(portal_config, lakehouse):
     return create_app(replace(portal_config, LAKEKEEPER_URL=lakehouse.catalog_url))
-
-
-def independent_catalog(lakehouse, warehouse):
-    return load_catalog(
-        "independent",
-        type="rest",
-        uri=f"{lakehouse.catalog_url}/catalog",
-        warehouse=warehouse.lakekeeper_name,
-        token=lakehouse.service_token(),
-        **{"header.X-Iceberg-Access-Delegation": "vended-credentials"},
-    )
 
 
 def registered_warehouse(client, auth, lakehouse, db_engine, name: str, user: str = "alice"):

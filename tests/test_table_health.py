@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from sqlmodel import Session, select
 
+from app.compute_units import service as unit_service
 from app.iceberg_storage import TableHealth
 from app.models import (
     AuditEvent,
@@ -22,7 +23,6 @@ from app.models import (
     Execution,
     MaintenanceJob,
     TablePolicy,
-    Warehouse,
     WarehouseShare,
 )
 from app.tables import queries, work
@@ -31,11 +31,10 @@ from tests.factories import (
     add,
     csrf,
     execution_row,
-    independent_catalog,
     make_user,
-    register_warehouse,
     reload,
     sign_in_as,
+    signed_in_owners_warehouse,
     text,
     token_for,
     unit_row,
@@ -347,12 +346,9 @@ def test_pinned_snapshots_are_the_reruns_pins_and_their_increments_starts(app, n
 @pytest.fixture
 def lake(lakehouse_app, lakehouse, db_engine):
     """A signed-in owner's real warehouse with `sales.daily`: 12 appends of 10 rows each."""
-    client = lakehouse_app.test_client()
-    owner = make_user(db_engine)
-    sign_in_as(client, owner)
-    warehouse = reload(db_engine, Warehouse, register_warehouse(client, lakehouse, "healthy"))
-    catalog = independent_catalog(lakehouse, warehouse)
-    catalog.create_namespace_if_not_exists("sales")
+    client, owner, warehouse, catalog = signed_in_owners_warehouse(
+        lakehouse_app, lakehouse, db_engine, "healthy", "sales"
+    )
     table = catalog.create_table(TABLE, schema=ROWS)
     for batch in range(12):
         table.append(
@@ -672,7 +668,7 @@ def test_a_unit_that_does_not_start_fails_the_job_with_why_and_is_cleaned_up(lak
         db_engine,
         MaintenanceJob,
         second.id,
-        created_at=second.created_at - work.START_PATIENCE - timedelta(seconds=1),
+        created_at=second.created_at - unit_service.START_PATIENCE - timedelta(seconds=1),
     )
     with app.app_context():
         usage_work.run_maintenance_job(second.id)

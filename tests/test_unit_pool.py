@@ -19,7 +19,7 @@ from app import create_app
 from app.compute_units import handles, pool, supervision
 from app.compute_units import service as unit_service
 from app.compute_units import work as unit_work
-from app.models import ComputeUnit, ComputeUnitEvent, Execution, Query, utcnow
+from app.models import ComputeUnit, ComputeUnitEvent, Execution, MaintenanceJob, Query, utcnow
 from app.ray_clusters.local import cluster_pids
 from app.spark_host.client import SparkHostClient, SparkHostError
 from app.worker import Worker
@@ -257,7 +257,8 @@ def end_job(db_engine, model, row_id: int, state: str) -> None:
 
 def test_the_refill_waits_for_a_claimed_units_first_job_at_most_its_hold(app, db_engine, pool_rows):
     """Each claim within REFILL_HOLD holds the refill until a job on it has ended, however it
-    ended (an execution failing answers too); a claim older than the hold, a claimed unit
+    ended (an execution failing answers too) and whichever job it is (a table's maintenance on a
+    unit started for it answers too); a claim older than the hold, a claimed unit
     terminated, or one that started afresh (no longer the pool's) holds nothing."""
     client, user = signed_in(app, db_engine)
     first, second = pool_rows(), pool_rows()
@@ -275,14 +276,28 @@ def test_the_refill_waits_for_a_claimed_units_first_job_at_most_its_hold(app, db
         end_job(db_engine, Execution, execution.id, "FAILED")
         assert pool.shortfall() == 0  # the second claim still waits for its first job
 
-        with Session(db_engine) as db:  # claimed longer ago than the hold: it waits no more
-            row = db.get(ComputeUnit, two)
-            row.claimed_at = utcnow() - pool.REFILL_HOLD - timedelta(seconds=1)
-            db.add(row)
-            db.commit()
+        # A unit claimed for a table's maintenance (its policy's start_unit) answers with the job.
+        job = add(
+            db_engine,
+            MaintenanceJob(
+                owner_id=user.id,
+                warehouse_id=warehouse.id,
+                compute_unit_id=two,
+                retain_last=1,
+                table_name="sales.daily",
+                compact=True,
+                started_unit=True,
+            ),
+        )
+        assert pool.shortfall() == 0
+        end_job(db_engine, MaintenanceJob, job.id, "DONE")
         assert pool.shortfall() == 2 and len(refill_work()) == 1
 
-    for fields in ({"state": "TERMINATED", "ended_at": utcnow()}, {"pooled_at": None}):
+    for fields in (
+        {"claimed_at": utcnow() - pool.REFILL_HOLD - timedelta(seconds=1)},
+        {"state": "TERMINATED", "ended_at": utcnow()},
+        {"pooled_at": None},
+    ):
         waiting, (other, _) = pool_rows(), signed_in(app, db_engine)
         app.config["CU_POOL_SIZE"] = 1
         claimed = created_id(create(other, "claimed"))

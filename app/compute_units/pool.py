@@ -15,8 +15,8 @@ The rules that keep a pooled unit one user's alone:
 - Pooled units count against no user's limit; the operators' page and `/health` show them.
 
 The worker refills the pool (app/compute_units/work.py `refill`, one of its work items) when it
-is short, once no unit claimed in the last `REFILL_HOLD` is still to answer its first job (a query
-or an execution on it ended): a pooled unit starting takes the machine's cores for seconds, and
+is short, once no unit claimed in the last `REFILL_HOLD` is still to answer its first job (a query,
+an execution or a table's maintenance on it ended): a pooled unit starting takes the machine's cores for seconds, and
 started at the claim it ran beside the claimed unit's first job, the moment the pool is for
 (bench/RESULTS.md, *The SQL console*). A pooled unit that dies is FAILED by the supervisor like
 any unit, and refilled. A pool whose units keep failing to start is paused for a while
@@ -34,7 +34,7 @@ from sqlalchemy import exists, update
 from sqlmodel import Session, func, select
 
 from app.db import engine
-from app.models import ComputeUnit, ComputeUnitEvent, Execution, Query, User, utcnow
+from app.models import ComputeUnit, ComputeUnitEvent, Execution, MaintenanceJob, Query, User, utcnow
 from app.states import UnitState
 
 logger = logging.getLogger(__name__)
@@ -140,8 +140,8 @@ def _recent_start_failures(db: Session) -> list[str]:
 
 
 def _answered(model):
-    """A job of `model` (a query, an execution) on the unit has ended. A job on a unit is its
-    owner's: the owner's index finds them (queries have none on their unit)."""
+    """A job of `model` (a query, an execution, a table's maintenance) on the unit has ended. A
+    job on a unit is its owner's: the owner's index finds them (queries have none on their unit)."""
     return exists().where(
         model.owner_id == ComputeUnit.owner_id,
         model.compute_unit_id == ComputeUnit.id,
@@ -161,6 +161,7 @@ def _claimed_and_unanswered(db: Session) -> list[int]:
                 ComputeUnit.state.in_(UnitState.LIVE),
                 ~_answered(Query),
                 ~_answered(Execution),
+                ~_answered(MaintenanceJob),
             )
         )
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 from flask import current_app
 from sqlalchemy import update
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 # Set on a FAILED unit whose cluster's remains the worker still has to stop.
 CLEANING_UP = "cleaning up"
+# A unit started for one job (a schedule's due time, a table's maintenance) that is not RUNNING
+# after this long is given up: the job does not run and the unit is stopped.
+START_PATIENCE = timedelta(minutes=20)
 
 
 class ComputeUnitError(UserFacingError):
@@ -131,6 +135,17 @@ def _insert_with_port(db: Session, owner: User, values: dict) -> ComputeUnit:
         "are held by running units. Try again once one has ended.",
         "ray_cluster",
     )
+
+
+def started_unit_given_up(unit: ComputeUnit | None, asked_at: datetime) -> str | None:
+    """Why the job that started `unit` at `asked_at` will not run on it ("ended before it ran",
+    with the unit's reason, or "was not running after 20 min; it is stopped"), or None while it
+    is RUNNING or may still start. The caller stops the unit and settles its job."""
+    if unit is None or unit.state in UnitState.FINAL:
+        return "ended before it ran" + (f": {unit.reason}" if unit and unit.reason else "")
+    if unit.state != UnitState.RUNNING and utcnow() - asked_at > START_PATIENCE:
+        return f"was not running after {START_PATIENCE.total_seconds() / 60:.0f} min; it is stopped"
+    return None
 
 
 def live_count(owner: User) -> int:

@@ -41,7 +41,6 @@ from app.models import (
     User,
     Warehouse,
     Workflow,
-    utcnow,
 )
 from app.schedules import service
 from app.schedules.service import due_between
@@ -54,8 +53,6 @@ logger = logging.getLogger(__name__)
 LEASE = "scheduler"
 # A due time handled later than this counts as missed (the worker was down or stopped).
 GRACE_SECONDS = 120.0
-# A unit started for a due time that is not running after this long is stopped, the time skipped.
-START_PATIENCE = timedelta(minutes=20)
 
 
 def fire_due() -> None:
@@ -136,23 +133,12 @@ def _follow_waiting(schedule_id: int) -> None:
         ).all()
     for run in waiting:
         unit = get_db().get(ComputeUnit, run.started_unit_id) if run.started_unit_id else None
-        if unit is None or unit.state in UnitState.FINAL:
-            _settle(
-                run.id,
-                outcome="skipped",
-                reason="the unit started for this run ended before it ran"
-                + (f": {unit.reason}" if unit is not None and unit.reason else ""),
-            )
+        given_up = unit_service.started_unit_given_up(unit, run.created_at)
+        if given_up:
+            _settle(run.id, outcome="skipped", reason=f"the unit started for this run {given_up}")
+            _stop_started_unit(run, "it did not start in time for its scheduled run")
         elif unit.state == UnitState.RUNNING:
             _start_execution(schedule, run, unit)
-        elif utcnow() - run.created_at > START_PATIENCE:
-            _settle(
-                run.id,
-                outcome="skipped",
-                reason=f"the unit started for this run was not running after "
-                f"{START_PATIENCE.total_seconds() / 60:.0f} min; it is stopped",
-            )
-            _stop_started_unit(run, "it did not start in time for its scheduled run")
 
 
 def _stop_started_unit(run: ScheduledRun, why: str) -> None:

@@ -20,9 +20,9 @@ the pool when one is ready, else started, within the owner's unit limit (a refus
 as the skip's reason). The job is queued on it at once, marked `started_unit`, and waits QUEUED
 while it starts (`started_unit_ready`, asked by the job's runner); the table's live job keeps a
 second unit from being started for it meanwhile. A unit that ends before it runs, or is not
-RUNNING after START_PATIENCE, fails the job with why; and once the job has ended (done, skipped
-at its start, failed) the unit is stopped (`stop_started_unit`), unless something else now runs
-on it. After such a failed start, no unit is started for that table for START_SPACING (the job
+RUNNING after START_PATIENCE (app/compute_units/service.py, as for a schedule's), fails the job
+with why; and once the job has ended (done, skipped at its start, failed) the unit is stopped
+(`stop_started_unit`), unless something else now runs on it. After such a failed start, no unit is started for that table for START_SPACING (the job
 is skipped, saying so) rather than one failing start every pass.
 """
 
@@ -63,9 +63,6 @@ logger = logging.getLogger(__name__)
 COMPACTION_SPACING = timedelta(hours=1)
 NO_UNIT = "no compute unit of the warehouse's owner was running"
 BUSY_UNITS = "every running compute unit of the warehouse's owner was busy"
-# A unit started for a job that is not RUNNING after this long is stopped and the job FAILED (as
-# a schedule's, app/schedules/work.py START_PATIENCE).
-START_PATIENCE = timedelta(minutes=20)
 # After a unit started for a table's job did not start, none is started for that table for this long.
 START_SPACING = timedelta(hours=1)
 STARTED_UNIT_NAME = "maintenance-"
@@ -189,19 +186,10 @@ def started_unit_ready(job: MaintenanceJob) -> bool:
     fails the job with why and False (`stop_started_unit` then stops the unit)."""
     with Session(engine(), expire_on_commit=False) as db:
         unit = db.get(ComputeUnit, job.compute_unit_id) if job.compute_unit_id else None
-    if unit is not None and unit.state == UnitState.RUNNING:
-        return True
-    if unit is None or unit.state in UnitState.FINAL:
-        error = "the unit started for it ended before it ran" + (
-            f": {unit.reason}" if unit is not None and unit.reason else ""
-        )
-    elif utcnow() - job.created_at > START_PATIENCE:
-        error = (
-            f"the unit started for it was not running after "
-            f"{START_PATIENCE.total_seconds() / 60:.0f} min; it is stopped"
-        )
-    else:
-        return False
+    given_up = unit_service.started_unit_given_up(unit, job.created_at)
+    if given_up is None:
+        return unit.state == UnitState.RUNNING
+    error = f"the unit started for it {given_up}"
     compare_and_set(
         MaintenanceJob,
         job.id,
