@@ -1,6 +1,6 @@
 """Plain helpers of the browser tests (e2e/conftest.py's fixtures and tests that use them
 directly): axe-core, the phone-sized viewport, the script that names what makes a page scroll
-sideways, and the paste the code editors take."""
+sideways, the paste the code editors take, and whether htmx is still at work on the page."""
 
 from __future__ import annotations
 
@@ -31,3 +31,19 @@ PASTE = """(content, text) => {
   data.setData("text/plain", text);
   content.dispatchEvent(new ClipboardEvent("paste", {clipboardData: data, bubbles: true, cancelable: true}));
 }"""
+
+
+# Whether htmx is between asking and settling somewhere on the page. htmx 2 (its swap() in
+# app/static/vendor/htmx.min.js) puts htmx-request on the asking element or its indicator before it
+# sends, htmx-swapping on the target, and keeps htmx-settling on the new content until its settle
+# tasks, which ask for the new content's load-triggered parts, have run: no gap between one request
+# and the next it brings.
+HTMX_BUSY = "!!document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+
+
+def wait_until_htmx_settled(page) -> None:
+    """Until htmx is done with every request and swap on the page. A control swapped in takes the
+    focus (autofocus) before htmx has given it its handlers, as the swap settles: a key a test
+    presses in those milliseconds (a person's never falls in them) did nothing, seen as an Enter
+    on a just-focused Move up that moved no step."""
+    page.wait_for_function(f"() => !({HTMX_BUSY})")

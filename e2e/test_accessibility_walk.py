@@ -25,7 +25,7 @@ from playwright.sync_api import expect
 
 from app import create_app
 from app.config import Config
-from e2e.page_checks import AXE, PHONE, WIDER_THAN_THE_VIEWPORT
+from e2e.page_checks import AXE, HTMX_BUSY, PHONE, WIDER_THAN_THE_VIEWPORT
 
 DESKTOP = {"width": 1366, "height": 900}
 
@@ -98,13 +98,6 @@ MARK_ACTIONS = """() => {
   }, true);
   return {count: index, mouseOnly: mouseOnly.map(e => e.outerHTML.slice(0, 120))};
 }"""
-
-# Whether htmx is between asking and settling somewhere on the page. htmx 2 (its swap() in
-# app/static/vendor/htmx.min.js) puts htmx-request on the asking element or its indicator before it
-# sends, htmx-swapping on the target, and keeps htmx-settling on the new content until its settle
-# tasks, which ask for the new content's load-triggered parts, have run: no gap between one request
-# and the next it brings.
-HTMX_BUSY = "!!document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
 
 # The top bar's menus (<details class="dropdown">): the navigation folded into "Menu" below 768 px,
 # and the user menu.

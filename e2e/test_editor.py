@@ -4,6 +4,8 @@ and no serious accessibility finding."""
 
 from playwright.sync_api import expect
 
+from e2e.page_checks import wait_until_htmx_settled
+
 
 def code_field(step):
     """The form field behind a step's editor (hidden; the editor writes into it)."""
@@ -69,13 +71,14 @@ def test_alice_writes_steps_in_the_code_editor_and_saves_them(
     expect(views.nth(0)).to_contain_text(fixed)
 
 
-def test_a_step_added_from_the_keyboard_takes_the_focus_and_is_announced(
+def test_steps_added_moved_and_deleted_from_the_keyboard_keep_the_focus_and_are_announced(
     page, sign_in, portal, target
 ):
     """As WAI-ARIA's practice has it for an item added to a list: the focus goes to the new step's
     first field, its name (not to the code editor or the whole form), even when another step has
     an error to show, and a polite live region, which stays in place across the editor's swaps,
-    says what was added; the next action empties it."""
+    says what was added. A step moved or deleted from the keyboard leaves the focus where the
+    user can go on, and the region says what happened."""
     sign_in("alice")
     page.goto(portal + "/workflows/new")
     page.get_by_label("Name").fill(target.name("add steps"))
@@ -102,6 +105,7 @@ def test_a_step_added_from_the_keyboard_takes_the_focus_and_is_announced(
     # The same region, updated in place (a region put in anew is not reliably read out).
     expect(news).to_have_attribute("data-since", "load")
 
+    wait_until_htmx_settled(page)
     page.get_by_test_id("add-python-step").focus()
     page.keyboard.press(" ")
     expect(steps).to_have_count(3)
@@ -113,7 +117,24 @@ def test_a_step_added_from_the_keyboard_takes_the_focus_and_is_announced(
     page.keyboard.type("derive")
     expect(third_name).to_have_value("derive")
 
-    steps.nth(2).get_by_test_id("remove-step").click()
+    # Moved from the keyboard, the step keeps the focus on its button; at the top, where Move up
+    # is disabled, on Move down. The region says where it went.
+    wait_until_htmx_settled(page)  # the name's check asked as she typed
+    steps.nth(2).get_by_test_id("move-up").focus()
+    page.keyboard.press("Enter")
+    expect(news).to_have_text("Moved derive to position 2 of 3.")
+    expect(steps.nth(1).get_by_label("Name")).to_have_value("derive")
+    expect(steps.nth(1).get_by_test_id("move-up")).to_be_focused()
+    wait_until_htmx_settled(page)
+    page.keyboard.press("Enter")
+    expect(news).to_have_text("Moved derive to position 1 of 3.")
+    expect(steps.nth(0).get_by_test_id("move-down")).to_be_focused()
+
+    # Deleted: the step that took its place has the focus.
+    wait_until_htmx_settled(page)
+    steps.nth(0).get_by_test_id("remove-step").focus()
+    page.keyboard.press("Enter")
     expect(steps).to_have_count(2)
-    expect(news).to_have_text("")
+    expect(news).to_have_text("Deleted derive.")
+    expect(steps.nth(0).get_by_label("Name")).to_be_focused()
     expect(news).to_have_attribute("data-since", "load")

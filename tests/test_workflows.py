@@ -66,6 +66,26 @@ def editor_steps(page: str) -> list[tuple[str, str]]:
     return [(name, codes[index]) for index, name in names]
 
 
+def focused(page: str) -> list[str]:
+    """What an editor answer focuses: each autofocused control, as `<step index>:<test id>` (the
+    name field as `<index>:name`), or its test id outside the steps."""
+    found = []
+    for tag in re.findall(r"<(?:input|button)\b[^>]*\bautofocus\b[^>]*>", page):
+        field = re.search(r'name="steps-(\d+)-name"', tag)
+        if field:
+            found.append(f"{field.group(1)}:name")
+            continue
+        test_id = re.search(r'data-testid="([^"]+)"', tag).group(1)
+        url = re.search(r"/editor/(\d+)/", tag)
+        found.append(f"{url.group(1)}:{test_id}" if url else test_id)
+    return found
+
+
+def news(page: str) -> str:
+    """What the editor's live region is told, out of band."""
+    return re.search(r'<p id="editor-news" hx-swap-oob="innerHTML">(.*?)</p>', page, re.S).group(1)
+
+
 def step_errors(page: str, index: int) -> str:
     match = re.search(rf'<div id="step-{index}-errors".*?</div>', page, re.S)
     assert match, f"no error region for step {index}"
@@ -198,11 +218,15 @@ def test_editor_adds_reorders_and_deletes_steps(client, auth, db_engine):
         as_text=True
     )
     assert [name for name, _ in editor_steps(page)] == ["orders", "step_3", "step_2"]
+    # The moved step keeps the focus on the button pressed, and the live region says where it went.
+    assert focused(page) == ["1:move-up"]
+    assert news(page) == "Moved step_3 to position 2 of 3."
     assert "“step_2” is a later step" in step_errors(page, 1)  # the move broke what step_3 reads
     page = client.post(f"{base}/0/down", data=steps_form(steps), headers=htmx(auth)).get_data(
         as_text=True
     )
     assert [name for name, _ in editor_steps(page)] == ["step_2", "orders", "step_3"]
+    assert focused(page) == ["1:move-down"]
     page = client.post(f"{base}/0/up", data=steps_form(steps), headers=htmx(auth)).get_data(
         as_text=True
     )
@@ -211,10 +235,28 @@ def test_editor_adds_reorders_and_deletes_steps(client, auth, db_engine):
         "step_2",
         "step_3",
     ]  # the first stays first
+    assert focused(page) == [] and news(page) == ""  # nothing moved, nothing said
     page = client.post(f"{base}/1/remove", data=steps_form(steps), headers=htmx(auth)).get_data(
         as_text=True
     )
     assert [name for name, _ in editor_steps(page)] == ["orders", "step_3"]
+    # The step that took the deleted one's place has the focus.
+    assert focused(page) == ["1:name"] and news(page) == "Deleted step_2."
+    for index, action, moved_to, button in ((1, "down", 3, "move-up"), (1, "up", 1, "move-down")):
+        # At an end the button pressed is disabled: the focus goes to the other one.
+        page = client.post(
+            f"{base}/{index}/{action}", data=steps_form(steps), headers=htmx(auth)
+        ).get_data(as_text=True)
+        assert focused(page) == [f"{moved_to - 1}:{button}"], action
+    page = client.post(f"{base}/2/remove", data=steps_form(steps), headers=htmx(auth)).get_data(
+        as_text=True
+    )
+    assert focused(page) == ["1:name"]  # the last deleted: the one before it
+    page = client.post(f"{base}/0/remove", data=steps_form(steps[:1]), headers=htmx(auth)).get_data(
+        as_text=True
+    )
+    assert focused(page) == ["add-sql-step"]
+    assert news(page) == "Deleted orders; the workflow has no steps."
     # Nothing is saved until Save.
     assert workflow_row(db_engine, workflow_id).latest_version == 0
 

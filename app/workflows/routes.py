@@ -177,16 +177,14 @@ def _editor(
     check: steps.StepsCheck | None = None,
     message: str | None = None,
     status: int = 200,
-    added: int | None = None,
+    focus: str | None = None,
+    news: str = "",
 ):
-    """The editor, whole page or partial. `added`: the index of the step just added, whose name
-    field takes the focus; the page's live region says what was added (a partial updates the
-    region, which stays outside the swapped form, out of band)."""
+    """The editor, whole page or partial. `focus`: the control that takes the focus after an
+    action (`step-<index>-<name|up|down|remove>`, `add-sql`), since the one the user pressed was
+    swapped out with the form; `news`: what the action did, said by the page's live region (a
+    partial updates the region, which stays outside the swapped form, out of band)."""
     partial = _partial_wanted()
-    news = ""
-    if added is not None:
-        step = step_list[added]
-        news = f"Added step {added + 1}, a {steps.KINDS[step.kind]} step named {step.name}."
     return render_template(
         "workflows/_editor.html" if partial else "workflows/edit.html",
         workflow=workflow,
@@ -194,10 +192,32 @@ def _editor(
         base_version=base_version,
         check=check or steps.StepsCheck(workflow=[], steps={}),
         message=message,
-        added=added,
+        focus=focus,
         news=news,
         oob=partial,
     ), status
+
+
+def _after_change(
+    before: list[steps.Step], after: list[steps.Step], index: int, action: str
+) -> tuple[str | None, str]:
+    """Where the focus goes after step `index` of `before` was moved or removed, leaving `after`,
+    and what to say. As WAI-ARIA's practice has it, a moved step keeps the focus on the button
+    pressed (on the other one once it reaches an end, where the pressed one is disabled); after a
+    removal, the step that took its place has it, else the one before, else Add SQL step. A
+    change that changed nothing (an index out of range, a move past an end) says nothing."""
+    if after == before:
+        return None, ""
+    name = before[index].name or f"step {index + 1}"
+    if action == "remove":
+        if not after:
+            return "add-sql", f"Deleted {name}; the workflow has no steps."
+        return f"step-{min(index, len(after) - 1)}-name", f"Deleted {name}."
+    at = index + (-1 if action == "up" else 1)
+    button = action
+    if at in (0, len(after) - 1):
+        button = "down" if at == 0 else "up"
+    return f"step-{at}-{button}", f"Moved {name} to position {at + 1} of {len(after)}."
 
 
 @bp.get("/<int:workflow_id>/edit")
@@ -213,37 +233,45 @@ def edit(workflow_id: int):
 def add_step(workflow_id: int, kind: str):
     workflow = get_owned_or_404(Workflow, workflow_id)
     step_list = forms.read_steps(request.form)
-    message, added = None, None
     if len(step_list) >= steps.MAX_STEPS:
-        message = f"A workflow has at most {steps.MAX_STEPS} steps."
-    else:
-        step_list.append(steps.starter_step(kind, step_list))
-        added = len(step_list) - 1
+        return _editor(
+            workflow,
+            step_list,
+            forms.read_base_version(request.form),
+            check=steps.check_steps(step_list),
+            message=f"A workflow has at most {steps.MAX_STEPS} steps.",
+        )
+    step = steps.starter_step(kind, step_list)
+    step_list.append(step)
+    at = len(step_list) - 1
     return _editor(
         workflow,
         step_list,
         forms.read_base_version(request.form),
         check=steps.check_steps(step_list),
-        message=message,
-        added=added,
+        focus=f"step-{at}-name",
+        news=f"Added step {at + 1}, a {steps.KINDS[step.kind]} step named {step.name}.",
     )
 
 
 @bp.post("/<int:workflow_id>/editor/<int:index>/<any(up, down, remove):action>")
 def change_step(workflow_id: int, index: int, action: str):
     workflow = get_owned_or_404(Workflow, workflow_id)
-    step_list = forms.read_steps(request.form)
+    before = forms.read_steps(request.form)
     step_list = (
-        steps.removed(step_list, index)
+        steps.removed(before, index)
         if action == "remove"
-        else steps.moved(step_list, index, -1 if action == "up" else 1)
+        else steps.moved(before, index, -1 if action == "up" else 1)
     )
+    focus, news = _after_change(before, step_list, index, action)
     # Checked again: a move or a removal can leave a step reading one that no longer comes before it.
     return _editor(
         workflow,
         step_list,
         forms.read_base_version(request.form),
         check=steps.check_steps(step_list),
+        focus=focus,
+        news=news,
     )
 
 
