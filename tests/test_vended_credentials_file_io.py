@@ -2,7 +2,8 @@
 Iceberg's REST catalog makes it (its storage credential, the catalog's `uri` and `token`), and a
 copy of it as Spark's tasks get it (Java-serialized). Each gives S3A the table's keys, and renews
 them through the credential's `client.refresh-credentials-endpoint`, with the run's bearer token,
-once fewer than 5 minutes remain; never before."""
+once fewer than 5 minutes remain; never before. And tasks first using a file system made for new
+credentials together all get them (FirstUseCheck, CredentialKeyedS3AFileSystem)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 from compute.build.jars import ICEBERG_SPARK_RUNTIME, jar_paths, jars_dir
 
 CHECK = Path(__file__).parent / "java" / "RenewalCheck.java"
+FIRST_USE_CHECK = Path(__file__).parent / "java" / "FirstUseCheck.java"
 RENEWED_EXPIRY_S = 3600
 
 
@@ -37,7 +39,10 @@ def classpath(tmp_path_factory) -> str:
     assert jars_dir() / ICEBERG_SPARK_RUNTIME.file_name in jars
     classes = tmp_path_factory.mktemp("renewal-check")
     path = ":".join(map(str, jars))
-    subprocess.run(["javac", "-nowarn", "-d", str(classes), "-cp", path, str(CHECK)], check=True)
+    subprocess.run(
+        ["javac", "-nowarn", "-d", str(classes), "-cp", path, str(CHECK), str(FIRST_USE_CHECK)],
+        check=True,
+    )
     return f"{classes}:{path}"
 
 
@@ -148,3 +153,21 @@ def test_a_failed_renewal_keeps_the_keys_in_hand(classpath, catalog):
     catalog.server_close()  # nothing answers at the endpoint now
     seen = check(classpath, catalog, expires_in_s=120, mode="driver")
     assert seen["driver"][0] == "FIRST" and seen["driver"][2] == "0"
+
+
+def test_tasks_first_using_new_session_credentials_together_all_get_them(classpath):
+    """A write's tasks make the first requests of the file system made for their table's new
+    credentials at once. S3A's session-credentials provider (Hadoop 3.3.1) answers "has no
+    credentials" to a thread asking while another makes them: the plain S3AFileSystem shows it
+    (about 5% of the asks here), and the file systems CredentialKeyedS3AFileSystem hands out,
+    whose credentials are made before anyone gets them, never do."""
+    answer = subprocess.run(
+        ["java", "-cp", classpath, "FirstUseCheck"], capture_output=True, text=True, timeout=120
+    )
+    assert answer.returncode == 0, answer.stderr
+    failed = {
+        way: (int(failures), int(asks))
+        for way, failures, asks in (line.split() for line in answer.stdout.splitlines())
+    }
+    assert failed["plain"][0] > 0, failed  # the race is there to be guarded against
+    assert failed["keyed"] == (0, failed["keyed"][1]), failed

@@ -129,7 +129,8 @@ def lakeport_jar_name() -> str:
 
 
 def build_lakeport_jar(directory: Path, log: Callable[[str], None] = print) -> Path:
-    """Compile compute/java against Spark's Hadoop, hadoop-aws and Iceberg's runtime; idempotent."""
+    """Compile compute/java against Spark's Hadoop, hadoop-aws (with the AWS SDK its credential
+    providers are typed by) and Iceberg's runtime; idempotent."""
     target = directory / lakeport_jar_name()
     if _is_complete(target):
         log(f"present: {target}")
@@ -142,6 +143,7 @@ def build_lakeport_jar(directory: Path, log: Callable[[str], None] = print) -> P
     classpath = [
         *sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")),
         directory / HADOOP_AWS.file_name,
+        directory / AWS_SDK_BUNDLE.file_name,
         directory / ICEBERG_SPARK_RUNTIME.file_name,
     ]
     with tempfile.TemporaryDirectory(prefix="lakeport-javac-") as classes:

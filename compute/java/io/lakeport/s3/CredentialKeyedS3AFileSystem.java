@@ -19,6 +19,7 @@ import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.RemoteIterator;
 import org.apache.hadoop.fs.StorageStatistics;
 import org.apache.hadoop.fs.permission.FsPermission;
+import org.apache.hadoop.fs.s3a.AWSCredentialProviderList;
 import org.apache.hadoop.fs.s3a.S3AFileSystem;
 import org.apache.hadoop.util.Progressable;
 
@@ -142,6 +143,7 @@ public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
     }
     S3AFileSystem fresh = new S3AFileSystem();
     fresh.initialize(name, conf);
+    makeCredentials(fresh);
     created++;
     SHARED.put(key, fresh);
     EXPIRES_AT.put(key, conf.getLong(EXPIRES_AT_MS, 0L));
@@ -159,6 +161,23 @@ public class CredentialKeyedS3AFileSystem extends FilterFileSystem {
       closeShared(keys.removeFirst());
     }
     return fresh;
+  }
+
+  /**
+   * Has the file system's credential providers make their credentials now, under this class's
+   * lock, before any thread is handed the file system. Hadoop 3.3.1's session-credentials
+   * providers (TemporaryAWSCredentialsProvider: AbstractSessionCredentialsProvider.init) mark
+   * themselves initialized before they have made their credentials, so a second thread asking
+   * meanwhile gets none and its request fails ("has no credentials"): seen as one of a run's two
+   * write tasks failing on the file system made for its table's new credentials. Credentials that
+   * cannot be made (keys missing) are left for the file system's first request to report.
+   */
+  private static void makeCredentials(S3AFileSystem fresh) {
+    try (AWSCredentialProviderList credentials = fresh.shareCredentials("made before sharing")) {
+      credentials.getCredentials();
+    } catch (RuntimeException unusable) {
+      // reported by the first request, as without this call
+    }
   }
 
   private static void closeShared(String key) throws IOException {
