@@ -54,7 +54,9 @@ def test_fetch_jars_keeps_jars_already_present(monkeypatch):
 def test_lakeports_own_jar_is_built_from_its_sources_and_renamed_when_they_change(
     tmp_path, monkeypatch
 ):
-    for compiled_against in (jars.HADOOP_AWS, jars.ICEBERG_SPARK_RUNTIME):  # the sources use both
+    # The sources use all three: hadoop-aws, the AWS SDK its credential providers are typed by,
+    # and Iceberg's runtime.
+    for compiled_against in (jars.HADOOP_AWS, jars.AWS_SDK_BUNDLE, jars.ICEBERG_SPARK_RUNTIME):
         (tmp_path / compiled_against.file_name).symlink_to(
             jars.jars_dir() / compiled_against.file_name
         )
