@@ -233,24 +233,21 @@ def edit(workflow_id: int):
 def add_step(workflow_id: int, kind: str):
     workflow = get_owned_or_404(Workflow, workflow_id)
     step_list = forms.read_steps(request.form)
-    if len(step_list) >= steps.MAX_STEPS:
-        return _editor(
-            workflow,
-            step_list,
-            forms.read_base_version(request.form),
-            check=steps.check_steps(step_list),
-            message=f"A workflow has at most {steps.MAX_STEPS} steps.",
-        )
-    step = steps.starter_step(kind, step_list)
-    step_list.append(step)
-    at = len(step_list) - 1
+    said = {"message": f"A workflow has at most {steps.MAX_STEPS} steps."}
+    if len(step_list) < steps.MAX_STEPS:
+        step = steps.starter_step(kind, step_list)
+        step_list.append(step)
+        at = len(step_list) - 1
+        said = {
+            "focus": f"step-{at}-name",
+            "news": f"Added step {at + 1}, a {steps.KINDS[step.kind]} step named {step.name}.",
+        }
     return _editor(
         workflow,
         step_list,
         forms.read_base_version(request.form),
         check=steps.check_steps(step_list),
-        focus=f"step-{at}-name",
-        news=f"Added step {at + 1}, a {steps.KINDS[step.kind]} step named {step.name}.",
+        **said,
     )
 
 
