@@ -122,3 +122,41 @@ def test_a_process_that_ends_without_its_end_is_told_apart():
     process.close()
     with pytest.raises(ChannelClosed):
         follow(host, run)
+
+
+def test_the_next_runs_process_is_forked_after_the_end_is_answered():
+    """A fork holds the host's interpreter lock while the kernel copies its page tables: forked
+    as the run ends, the next run's process held up the answer to the watcher waiting for it."""
+    from compute.contract import Isolation
+    from compute.host import spark_host
+    from compute.host.spark_host import SparkSessionHost
+
+    host_end, process_end = pair()
+    forked_when: list[tuple[bool, float]] = []
+    run = Run(run_id="r1", name="x", kind=JobKind.EXECUTION, args={})
+
+    class Child:
+        channel = host_end
+
+        def end(self, grace_s: float = 0.0) -> None:
+            pass
+
+    class Forks:
+        def take(self):
+            return Child()
+
+        def refill(self, after_s: float = 0.0) -> None:
+            forked_when.append((run.finished.is_set(), after_s))
+
+    host = SparkSessionHost.__new__(SparkSessionHost)  # no Spark: only the run's relay is used
+    host._forks = Forks()
+
+    def the_run():
+        assert process_end.receive()["kind"] == "run"
+        process_end.send({"kind": "end", "outcome": "failed", "error": "boom"})
+
+    in_process(the_run)
+    host._execute_apart(run, Isolation.PROCESS)
+    assert run.state == "FAILED" and run.error == "boom"
+    assert forked_when == [(True, spark_host.FORK_AHEAD_AFTER_END_S)]
+    assert spark_host.FORK_AHEAD_AFTER_END_S > 0

@@ -105,11 +105,13 @@ class ForkedRuns:
             spare.end()
         return self._fork()
 
-    def refill(self) -> None:
-        """Fork the next run's child in the background (when there is none ahead)."""
-        self._forking.submit(self._refill)
+    def refill(self, after_s: float = 0.0) -> None:
+        """Fork the next run's child in the background, `after_s` from now (when there is none
+        ahead by then; a run that comes first forks its own)."""
+        self._forking.submit(self._refill, after_s)
 
-    def _refill(self) -> None:
+    def _refill(self, after_s: float) -> None:
+        time.sleep(after_s)
         with self._lock:
             if self._spare is not None or self._stopped:
                 return
