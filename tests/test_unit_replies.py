@@ -56,6 +56,7 @@ def test_a_reason_with_a_nul_byte_ends_its_execution(app, db_engine, running):
             {"state": "FAILED", "error": "boom\x00\x1b[2J; 9\u202ecolor"},
             "{}",
             no_limit_hit,
+            {},
         )
     execution = reload(db_engine, Execution, running)
     assert execution.state == "FAILED" and execution.reason == "boom[2J; 9color"
@@ -111,7 +112,7 @@ def test_a_reported_result_keeps_only_this_executions_tables_and_numbers(app, db
     }
     with app.app_context():
         execution_work._record_end(
-            running, {"state": "COMPLETED", "result": result}, "{}", no_limit_hit
+            running, {"state": "COMPLETED", "result": result}, "{}", no_limit_hit, {}
         )
     execution = reload(db_engine, Execution, running)
     assert execution.state == "COMPLETED"

@@ -378,6 +378,8 @@ def _watch(execution_id: int, unit: UnitDoor | None = None) -> None:
     run_id = execution.run_id
     if not run_id:  # RUNNING is only ever written with the run's id: a row edited by hand
         raise ExecutionFailed("it is marked running but no run on its compute unit is recorded")
+    # Read while the run runs, not after it: recording the end waits for nothing but the row.
+    publish_targets = run_spec.publish_targets(execution)
     with unit if unit is not None else UnitDoor.running(execution.compute_unit_id) as unit:
         over_limit = partial(unit.over_limit, unit.usage())
         last_progress = execution.progress
@@ -401,7 +403,7 @@ def _watch(execution_id: int, unit: UnitDoor | None = None) -> None:
                 json.loads(last_progress), run.get("progress") or {}
             )
             if run["state"] in RunState.FINAL:
-                _record_end(execution_id, run, progress, over_limit)
+                _record_end(execution_id, run, progress, over_limit, publish_targets)
                 return
             if progress != last_progress:
                 set_fields(Execution, execution_id, progress=progress)
@@ -468,9 +470,14 @@ def _check_silence(
 
 
 def _record_end(
-    execution_id: int, run: dict, progress: str, over_limit: Callable[[], str | None]
+    execution_id: int,
+    run: dict,
+    progress: str,
+    over_limit: Callable[[], str | None],
+    publish_targets: dict[str, tuple[str, str]],
 ) -> None:
-    """The row follows the unit, whose run marks its tables complete if and only if it COMPLETED."""
+    """The row follows the unit, whose run marks its tables complete if and only if it COMPLETED
+    (what it published checked against `publish_targets`, run_spec.publish_targets)."""
     state = execution_state_of(run["state"])  # a host's state outside RunState is a failure
     if state == ExecutionState.COMPLETED:
         # A stop asked for after the run had begun to complete was refused on the unit: no reason.
@@ -479,11 +486,7 @@ def _record_end(
             execution_id,
             ExecutionState.COMPLETED,
             progress=progress,
-            outputs=json.dumps(
-                unit_reports.reported_result(
-                    execution_id, result, run_spec.publish_targets(service.load(execution_id))
-                )
-            ),
+            outputs=json.dumps(unit_reports.reported_result(execution_id, result, publish_targets)),
             lineage=json.dumps(unit_reports.reported_lineage(result)),
             reason="",
         )

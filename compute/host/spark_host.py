@@ -225,8 +225,13 @@ class SparkSessionHost:
             self._forget_old_runs()
         from pyspark import InheritableThread
 
-        InheritableThread(
-            target=self._execute, args=(run,), name=f"run-{run.run_id}", daemon=True
+        isolation = run_isolation(run)
+        # A run in this process uses Spark from its thread, which pinned-thread PySpark gives the
+        # submitter's job properties and a py4j connection of its own; a run in a process of its
+        # own is only relayed here, by a plain thread (no connection to open, a few ms sooner).
+        thread = threading.Thread if isolation is not None else InheritableThread
+        thread(
+            target=self._execute, args=(run, isolation), name=f"run-{run.run_id}", daemon=True
         ).start()
         return run.public()
 
@@ -275,13 +280,12 @@ class SparkSessionHost:
             run.process.end()  # a process that did not stop is ended: its run ends CANCELLED
 
     # ------------------------------------------------------------- internals
-    def _execute(self, run: Run) -> None:
+    def _execute(self, run: Run, isolation: Isolation | None) -> None:
         self._ready.wait()
         if run.cancel_requested or self._spark is None:
             return self._fail(run, f"Spark session failed: {self._error}")
         run.started_at = time.time()
         run.state = RunState.RUNNING
-        isolation = run_isolation(run)
         if isolation is None:
             return self._execute_here(run)
         return self._execute_apart(run, isolation)
