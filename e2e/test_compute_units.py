@@ -1,8 +1,11 @@
 """Compute units as a person starts, watches and stops them, in a real browser."""
 
 import re
+from urllib.parse import urlparse
 
 from playwright.sync_api import expect
+
+from e2e.page_checks import wait_until_htmx_settled
 
 
 def test_alice_starts_watches_terminates_and_clears_a_compute_unit(
@@ -19,6 +22,7 @@ def test_alice_starts_watches_terminates_and_clears_a_compute_unit(
     page.get_by_test_id("start-compute-unit").click()
 
     expect(page.get_by_test_id("cu-name")).to_have_text(unit)
+    unit_path = urlparse(page.url).path
     # The status widget polls itself: no reload needed to see it come up, then start Spark.
     state = page.get_by_test_id("cu-state")
     expect(state).to_have_text("WARMING", timeout=90_000)
@@ -29,7 +33,30 @@ def test_alice_starts_watches_terminates_and_clears_a_compute_unit(
     expect(page.get_by_test_id("cu-node")).to_have_count(1, timeout=15_000)
     expect(page.get_by_test_id("cu-events")).to_contain_text("starting head node")
 
-    page.get_by_test_id("terminate").click()
+    # The status part polls itself (every 3 s) while the dialog asks: it waits until the dialog is
+    # answered, so the poll neither replaces the button that asked (whose request htmx would then
+    # drop) nor stops.
+    page.evaluate(
+        """() => {
+            window.unitPolls = 0;
+            document.addEventListener("htmx:beforeRequest", (event) => {
+                if (event.detail.elt.id === "cu-status") window.unitPolls += 1;
+            });
+        }"""
+    )
+
+    def open_and_wait_for_a_poll():
+        polls = page.evaluate("() => window.unitPolls")
+        page.get_by_test_id("terminate").click()
+        page.wait_for_function("(polls) => window.unitPolls > polls", arg=polls)
+        wait_until_htmx_settled(page)
+
+    open_and_wait_for_a_poll()
+    with page.expect_response(lambda response: response.url.endswith(unit_path)):
+        page.locator("#confirm-dialog").get_by_role("button", name="Cancel").click()
+    expect(state).to_have_text("RUNNING")
+
+    open_and_wait_for_a_poll()
     confirm(f"Terminate {unit}?")
     expect(page.get_by_test_id("cu-state")).to_have_text("TERMINATED", timeout=60_000)
 

@@ -104,6 +104,42 @@
     }
   });
 
+  // While the dialog asks, the page's self-polling parts wait; once it is answered they poll again.
+  // A poll's swap would replace the button that asked (Terminate, Cancel inside a live part), and
+  // htmx sends nothing for an element no longer in the page: the confirmed action was lost.
+  var heldPolls = [];
+  function asking() {
+    var dialog = document.getElementById("confirm-dialog");
+    return Boolean(dialog && dialog.open);
+  }
+  function personAsked(detail) {
+    var config = detail.requestConfig, asked = config && config.triggeringEvent;
+    return Boolean(asked && (asked.type === "click" || asked.type === "submit"));
+  }
+  function holdPoll(elt, config) {
+    if (!config || heldPolls.some(function (poll) { return poll.elt === elt; })) return;
+    heldPolls.push({ elt: elt, verb: config.verb, path: config.path });
+  }
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (!asking() || personAsked(event.detail)) return;
+    event.preventDefault();
+    holdPoll(event.detail.elt, event.detail.requestConfig);
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {  // a poll already on its way
+    if (!asking() || personAsked(event.detail)) return;
+    event.detail.shouldSwap = false;
+    holdPoll(event.detail.elt, event.detail.requestConfig);
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    var dialog = document.getElementById("confirm-dialog");
+    if (!dialog) return;
+    dialog.addEventListener("close", function () {
+      heldPolls.splice(0).forEach(function (poll) {
+        if (poll.elt.isConnected) htmx.ajax(poll.verb, poll.path, { source: poll.elt });
+      });
+    });
+  });
+
   // Times in the viewer's own time zone: <time datetime="ISO" data-local>.
   function localiseTimes(root) {
     root.querySelectorAll("time[data-local]").forEach(function (element) {
