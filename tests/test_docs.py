@@ -130,9 +130,11 @@ def stale_names(text: str) -> list[str]:
     stale = [path for path in CODE_PATH.findall(text) if not (ROOT / path).is_file()]
     for module, name in SLASHED_NAME.findall(text):
         path = ROOT / f"{module}.py"
-        if name not in {"py", "md", "mjs", "java", "yaml", "sql", "html", "sh"}:
-            if not path.is_file() or not defines(path, name):
+        if name in {"md", "mjs", "java", "yaml", "sql", "html", "sh", "js", "css"}:  # a file
+            if not (ROOT / f"{module}.{name}").is_file():
                 stale.append(f"{module}.{name}")
+        elif name != "py" and (not path.is_file() or not defines(path, name)):
+            stale.append(f"{module}.{name}")
     for dotted in DOTTED_NAME.findall(text):
         parts = dotted.split(".")
         for cut in range(len(parts), 0, -1):
@@ -160,5 +162,6 @@ def test_every_module_and_name_the_guide_cites_exists():
 def test_the_citation_check_sees_a_moved_module_and_a_renamed_name():
     text = (
         "`compute/run/pipeline.py`, `compute/pipeline.py`, `app.config.SETTINGS`, `app.config.GONE`"
+        ", `app/static/js/lakeport.js`, `app/static/js/gone.js`"
     )
-    assert stale_names(text) == ["compute/pipeline.py", "app.config.GONE"]
+    assert stale_names(text) == ["compute/pipeline.py", "app/static/js/gone.js", "app.config.GONE"]
