@@ -135,7 +135,9 @@
     if (!dialog) return;
     dialog.addEventListener("close", function () {
       heldPolls.splice(0).forEach(function (poll) {
-        if (poll.elt.isConnected) htmx.ajax(poll.verb, poll.path, { source: poll.elt });
+        if (!poll.elt.isConnected) return;
+        // A poll that fails says so as any poll does (htmx's error events), not as a rejection.
+        htmx.ajax(poll.verb, poll.path, { source: poll.elt }).catch(function () {});
       });
     });
   });
