@@ -39,9 +39,12 @@
   // else a status message, else the new content itself. An outerHTML swap detaches its target: its
   // replacement is found by id.
   var ANSWERS = ["[autofocus]", "[role=alert]", "[aria-invalid=true]", "[role=status], .flash, [data-swap-focus]"];
+  function personAsked(detail) {  // a form sent or a control pressed, never a poll
+    var config = detail.requestConfig, asked = config && config.triggeringEvent;
+    return Boolean(asked && (asked.type === "click" || asked.type === "submit"));
+  }
   document.addEventListener("htmx:afterSwap", function (event) {
-    var config = event.detail.requestConfig, asked = config && config.triggeringEvent;
-    if (!asked || (asked.type !== "submit" && asked.type !== "click")) return;
+    if (!personAsked(event.detail)) return;
     var region = event.detail.target;
     if (region && !region.isConnected && region.id) region = document.getElementById(region.id);
     if (!region || !region.isConnected) return;
@@ -111,10 +114,6 @@
   function asking() {
     var dialog = document.getElementById("confirm-dialog");
     return Boolean(dialog && dialog.open);
-  }
-  function personAsked(detail) {
-    var config = detail.requestConfig, asked = config && config.triggeringEvent;
-    return Boolean(asked && (asked.type === "click" || asked.type === "submit"));
   }
   function holdPoll(elt, config) {
     if (!config || heldPolls.some(function (poll) { return poll.elt === elt; })) return;
