@@ -815,34 +815,6 @@ def test_renewed_storage_credentials_are_the_ones_the_next_execution_uses(
     assert after["file_systems"] == before["file_systems"] + 2
 
 
-def test_warm_overhead_of_a_one_row_pipeline(host, lakehouse, warehouses, capsys):
-    """Submit → COMPLETED minus the step's own Spark work (its SQL and Iceberg write), on a warm host."""
-    warehouse = warehouses[1]
-    overheads, walls = [], []
-    for attempt in range(
-        6
-    ):  # the first one warms the JVM's Iceberg and S3A classes and is not counted
-        started = time.perf_counter()
-        run_id, spec = submit(
-            host, lakehouse, warehouse, [step("one", "SELECT 1 AS n", output=True)]
-        )
-        run = host.wait(run_id, timeout_s=60)
-        wall = time.perf_counter() - started
-        assert run["state"] == "COMPLETED", run["error"]
-        (one,) = run["progress"]["steps"]
-        if attempt:
-            walls.append(wall)
-            overheads.append(wall - (one["ended_at"] - one["started_at"]))
-
-    with capsys.disabled():
-        print(
-            f"\n[measure] one-step one-row pipeline on a warm host: submit→COMPLETED median "
-            f"{statistics.median(walls) * 1000:.0f} ms, of which outside the step's Spark work median "
-            f"{statistics.median(overheads) * 1000:.0f} ms (each: {', '.join(f'{o * 1000:.0f}' for o in overheads)})"
-        )
-    assert statistics.median(overheads) < 1.5
-
-
 def test_the_units_pyiceberg_catalogs_write_a_small_file_in_one_request():
     """pyarrow sends a file under one part as a single PutObject only with delayed open; the
     rest of the S3 settings are pyiceberg's own mapping of the vended properties."""

@@ -581,14 +581,6 @@ def test_tasks_run_in_executors_on_both_nodes(host):
     assert len(set(task_nodes)) == 2
 
 
-TIMED_JOB = """
-import time
-started = time.perf_counter()
-total = spark.range(0, 1000, numPartitions=2).selectExpr("sum(id) AS s").first()["s"]
-result = {"total": total, "spark_s": time.perf_counter() - started}
-"""
-
-
 def test_the_write_path_warm_up_leaves_nothing_an_execution_could_see(host):
     """The host's warm-up write (spark_session.warm_the_write_path) went to a catalog of its own
     session, served in memory by the host itself and stopped after it: the host's session has
@@ -733,25 +725,6 @@ def test_a_host_told_that_a_run_waits_leaves_out_what_the_run_does_itself(
     assert session.jobs == first_job
     assert warmed == ([session] if write_warmed else [])
     assert (info["write_warm_up_s"] is not None) == write_warmed
-
-
-def test_a_warm_execution_adds_little_to_the_spark_work(host, capsys):
-    client, _ = host
-    overheads = []
-    for _ in range(3):
-        started = time.perf_counter()
-        run = client.wait(client.probe(TIMED_JOB)["run_id"])
-        wall = time.perf_counter() - started
-        assert run["state"] == "COMPLETED", run["error"]
-        assert run["result"]["total"] == sum(range(1000))
-        overheads.append(wall - run["result"]["spark_s"])
-
-    assert min(overheads) < 0.5
-    with capsys.disabled():
-        print(
-            f"\n[measure] submit→COMPLETED minus Spark time on a warm host: "
-            f"{', '.join(f'{o * 1000:.0f} ms' for o in overheads)}"
-        )
 
 
 def test_an_iceberg_table_is_written_and_read_through_the_jars(host, tmp_path):
