@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -874,3 +873,79 @@ def test_a_run_childs_record_warm_up_writes_both_records_locally_and_leaves_noth
     assert set(listed) == {"runtime_stats", "console_logs"}
     for suffixes in listed.values():
         assert ".parquet" in suffixes and ".avro" in suffixes  # a data file and its manifests
+
+
+def _local_table(directory: Path, name: str, schema: pa.Schema):
+    """A table of `schema` in `directory`, with no catalog, written through the runs' FileIO."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.catalog.noop import NoopCatalog
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import new_table_metadata
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+
+    from compute.run.iceberg_rest import SmallWritesFileIO
+
+    metadata = new_table_metadata(
+        schema=Catalog._convert_schema_if_needed(schema),
+        partition_spec=UNPARTITIONED_PARTITION_SPEC,
+        sort_order=UNSORTED_SORT_ORDER,
+        location=f"file://{directory}/{name}",
+        properties={},
+    )
+    return Table(
+        ("local", name),
+        metadata,
+        f"file://{directory}/{name}.json",
+        SmallWritesFileIO(),
+        NoopCatalog("local"),
+    )
+
+
+def test_an_append_with_its_schemas_worked_out_before_writes_what_pyiceberg_writes(tmp_path):
+    """MetadataOnceTransaction.append works out a pair of schemas once per process: a later
+    append of the same pair writes the same data file (columns, field ids, statistics) as
+    pyiceberg's own append, and a pair that does not fit is refused every time, however alike
+    it looks to one that fitted (field ids in the Arrow schema's metadata change the answer)."""
+    import pyarrow.parquet as pq
+    from pyiceberg.table import Transaction
+
+    from compute.run.iceberg_rest import MetadataOnceTransaction, wait_for_uploads
+
+    schema = pa.schema([("n", pa.int64()), ("word", pa.string())])
+    rows = pa.Table.from_pylist([{"n": 1, "word": "a"}, {"n": None, "word": "b"}], schema=schema)
+
+    def written(transaction_class, name: str):
+        table = _local_table(tmp_path, name, schema)
+        transaction = transaction_class(table)
+        transaction.append(rows)
+        wait_for_uploads(table)
+        (manifest,) = transaction.table_metadata.current_snapshot().manifests(table.io)
+        (entry,) = manifest.fetch_manifest_entry(table.io)
+        return entry.data_file
+
+    ours = [written(MetadataOnceTransaction, f"ours{number}") for number in range(2)]
+    theirs = written(Transaction, "theirs")
+    for data_file in ours:
+        assert data_file.record_count == theirs.record_count == 2
+        assert data_file.null_value_counts == theirs.null_value_counts
+        assert data_file.lower_bounds == theirs.lower_bounds
+        assert data_file.upper_bounds == theirs.upper_bounds
+        file_schema = pq.read_schema(data_file.file_path.removeprefix("file://"))
+        their_schema = pq.read_schema(theirs.file_path.removeprefix("file://"))
+        assert file_schema.equals(their_schema, check_metadata=True)
+        assert [field.metadata[b"PARQUET:field_id"] for field in file_schema] == [b"1", b"2"]
+
+    table = _local_table(tmp_path, "refused", schema)
+    wider = rows.append_column("extra", pa.array([1, 2]))
+    swapped_ids = rows.cast(
+        pa.schema(
+            [
+                pa.field("n", pa.int64(), metadata={"PARQUET:field_id": "2"}),
+                pa.field("word", pa.string(), metadata={"PARQUET:field_id": "1"}),
+            ]
+        )
+    )
+    for refused in (wider, wider, swapped_ids, swapped_ids):
+        with pytest.raises(ValueError):
+            MetadataOnceTransaction(table).append(refused)
