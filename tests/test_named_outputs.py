@@ -154,6 +154,7 @@ def test_a_publish_removes_the_branches_failed_runs_left_once_their_retention_ha
     day_ms, now_ms = 86_400_000, int(time.time() * 1000)
     ages = {"main": 30, "lakeport_run_3": BRANCH_RETENTION_DAYS + 1, "lakeport_run_4": 1}
     ages["audit"] = 400  # a branch of someone else's: never Lakeport's to remove
+    ages["first"] = 40  # main's parent
     removed: list[str] = []
 
     class Snapshots:
@@ -164,10 +165,21 @@ def test_a_publish_removes_the_branches_failed_runs_left_once_their_retention_ha
         def commit(self):
             pass
 
+    names = list(ages)
+
+    def refs() -> dict:
+        made = {name: SimpleNamespace(snapshot_id=names.index(name)) for name in ages}
+        # Runs 6 and 8 made their branches from main (or its parent), older than the retention,
+        # and have not written on them yet: whatever their age, they are not removed.
+        made["lakeport_run_6"] = made["main"]
+        made["lakeport_run_8"] = made.pop("first")
+        return made
+
     metadata = SimpleNamespace(
-        refs={name: SimpleNamespace(snapshot_id=index) for index, name in enumerate(ages)},
+        refs=refs(),
         snapshot_by_id=lambda index: SimpleNamespace(
-            timestamp_ms=now_ms - list(ages.values())[index] * day_ms
+            timestamp_ms=now_ms - ages[names[index]] * day_ms,
+            parent_snapshot_id=names.index("first") if names[index] == "main" else None,
         ),
     )
     table = SimpleNamespace(metadata=metadata, manage_snapshots=Snapshots)
@@ -190,7 +202,7 @@ def test_a_publish_removes_the_branches_failed_runs_left_once_their_retention_ha
 
     # Nothing expired: nothing is loaded, nothing removed.
     del ages["lakeport_run_3"]
-    metadata.refs = {name: SimpleNamespace(snapshot_id=index) for index, name in enumerate(ages)}
+    metadata.refs = refs()
     removed.clear(), loaded.clear()
     publisher._remove_expired([SimpleNamespace(table_metadata=metadata)])
     assert removed == [] and loaded == []

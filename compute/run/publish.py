@@ -23,7 +23,9 @@ catalog token), so no reader loads some of the run's tables new and others old.
   run fails, naming the table and the snapshot that moved it.
 - A failed or cancelled run publishes nothing; its branches stay for inspection until their
   retention ends, then the next run publishing to that table removes them (`remove_expired`),
-  as does the warehouse's snapshot expiry.
+  as does the warehouse's snapshot expiry. A branch whose head is still on `main`'s history is
+  not removed by a publish: it holds nothing of its run's, and a run writing to a table whose
+  `main` is older than the retention has just made it (snapshot expiry removes it in time).
 - Checks: whatever must pass before publishing reads the staged branches (`Publisher.staged`)
   and runs before `Publisher.publish`; a failing one fails the run, which then publishes nothing.
 """
@@ -147,6 +149,16 @@ def schema_difference(table: str, table_schema, output_schema) -> tuple[list, li
 
 def _quoted(identifier: str) -> str:
     return ".".join(f"`{part}`" for part in identifier.split("."))
+
+
+def _history(metadata, ref: str) -> set[int]:
+    """The ids of the snapshot `ref` points at and of all its ancestors in `metadata`."""
+    found, snapshot_id = set(), getattr(metadata.refs.get(ref), "snapshot_id", None)
+    while snapshot_id is not None and snapshot_id not in found:
+        found.add(snapshot_id)
+        snapshot = metadata.snapshot_by_id(snapshot_id)
+        snapshot_id = snapshot.parent_snapshot_id if snapshot is not None else None
+    return found
 
 
 class Publisher:
@@ -456,13 +468,18 @@ class Publisher:
         for staged, transaction in zip(self.staged, published):
             try:
                 metadata = transaction.table_metadata
-                expired = [
-                    name
+                old = [
+                    (name, ref.snapshot_id)
                     for name, ref in metadata.refs.items()
                     if name.startswith(BRANCH_PREFIX)
                     and (snapshot := metadata.snapshot_by_id(ref.snapshot_id)) is not None
                     and snapshot.timestamp_ms < cutoff_ms
                 ]
+                # A branch still at a snapshot of main's history holds nothing of its run's: it
+                # may be one another run has just made from an old main and is writing to now.
+                # It is left to snapshot expiry, which honours its max age.
+                on_main = _history(metadata, "main") if old else set()
+                expired = [name for name, head in old if head not in on_main]
                 if expired:
                     table = self.iceberg.load_table(staged.table)
                     manage = table.manage_snapshots()
