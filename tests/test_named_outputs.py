@@ -625,10 +625,19 @@ def test_the_portal_keeps_what_the_unit_says_it_published_and_the_run_page_shows
 def test_a_cancelled_run_publishes_nothing_and_leaves_its_branch_for_inspection(
     host, lakehouse, warehouses
 ):
-    warehouse, table = warehouses[0], f"pub_{secrets.token_hex(3)}.kept"
+    """A staged table keeps the run's branch; a table whose step never ran loses the branch the
+    run made ahead for it (made as the run started, beside its first step)."""
+    namespace = f"pub_{secrets.token_hex(3)}"
+    warehouse, table, later = warehouses[0], f"{namespace}.kept", f"{namespace}.later"
     catalog = reader(lakehouse, warehouse)
     first_id, _ = submit(
-        host, lakehouse, warehouse, [published_step("rows", "SELECT 1 AS id", table)]
+        host,
+        lakehouse,
+        warehouse,
+        [
+            published_step("rows", "SELECT 1 AS id", table),
+            published_step("later", "SELECT 1 AS id", later),
+        ],
     )
     assert host.wait(first_id, timeout_s=300)["state"] == "COMPLETED"
     main = catalog.load_table(table).current_snapshot().snapshot_id
@@ -637,16 +646,26 @@ def test_a_cancelled_run_publishes_nothing_and_leaves_its_branch_for_inspection(
         host,
         lakehouse,
         warehouse,
-        [published_step("rows", "SELECT 2 AS id", table), sleeping_step(120)],
+        [
+            published_step("rows", "SELECT 2 AS id", table),
+            sleeping_step(120),
+            published_step("later", "SELECT 2 AS id", later),
+        ],
     )
+    branch = f"lakeport_run_{spec['execution_id']}"
     until_step_done(host, run_id, 0)
+    deadline = time.monotonic() + 60
+    while branch not in catalog.load_table(later).metadata.refs:  # made ahead of its step
+        assert time.monotonic() < deadline, catalog.load_table(later).metadata.refs
+        time.sleep(0.1)
     host.cancel(run_id)
     cancelled = host.wait(run_id, timeout_s=300)
     assert cancelled["state"] == "CANCELLED"
+    assert set(catalog.load_table(later).metadata.refs) == {"main"}
+    assert rows_of(catalog, later) == [{"id": 1}]
     loaded = catalog.load_table(table)
     assert loaded.current_snapshot().snapshot_id == main
     assert rows_of(catalog, table) == [{"id": 1}]
-    branch = f"lakeport_run_{spec['execution_id']}"
     assert loaded.metadata.refs[branch].max_ref_age_ms == 7 * 24 * 3600 * 1000
     on_branch = loaded.scan(snapshot_id=loaded.metadata.refs[branch].snapshot_id).to_arrow()
     assert sorted(on_branch["id"].to_pylist()) == [1, 2]

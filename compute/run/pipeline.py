@@ -16,7 +16,8 @@ execution spec (`ExecutionSpec.from_json` shows the fields). What happens:
    the warehouse. Those go into the warehouse's catalog binding (compute/host/catalog_cache.py),
    made then by a unit that holds no valid binding of the warehouse. Otherwise the run does not
    wait for them: the first write waits for `results`, and the end waits for the rest
-   (`_prepared`).
+   (`_prepared`). With them, the run's branch of each named table that exists is made
+   (compute/run/publish.py `make_branches_ahead`).
 3. The execution gets its own Spark session (`spark.newSession()`: same SparkContext and
    executors, its own SQL settings, temporary views and current catalog), holding only its
    warehouse's catalog, made current. There is no other catalog to fall back to.
@@ -149,7 +150,7 @@ class Pipeline:
         self.session = None  # this execution's Spark session, once bound
         self.binding: CatalogBinding | None = None
         self.written: dict[str, Any] = {}  # step name -> its result table (pyiceberg)
-        self.publisher: Publisher | None = None  # the named outputs, once a step stages one
+        self.publisher: Publisher | None = None  # the named outputs, if a step publishes
         self.check_results: list[dict] = []  # their quality checks (compute/run/checks.py)
         self.lineage_seconds = 0.0  # spent finding what the steps read (see _lineage)
         self.increments: Increments | None = None  # `changes(...)` reads, from the first step
@@ -173,7 +174,10 @@ class Pipeline:
         )
         # The catalog is bound while the steps are checked and the run's session opens (`_catalog`
         # waits for it); the execution's tables are made only once every step has passed its check.
-        self.preparing = ThreadPoolExecutor(4, thread_name_prefix="prepare")
+        # One thread each for the binding, the results namespace, the two record tables and the
+        # branch of each named table (compute/run/publish.py `make_branches_ahead`).
+        branches = sum(step.publish is not None for step in self.spec.steps)
+        self.preparing = ThreadPoolExecutor(4 + branches, thread_name_prefix="prepare")
         self.bound = self.preparing.submit(self._bind_catalog)
         try:
             with self._phase("check"):
@@ -231,6 +235,11 @@ class Pipeline:
                 )
                 self._check_pins()
             self._prepare_record_tables()
+            if any(step.publish is not None for step in self.spec.steps):
+                self.publisher = Publisher(
+                    self.spec, self.session, self.binding.catalog_name, self.iceberg, self.log
+                )
+                self.publisher.make_branches_ahead(self.spec.steps, self.preparing)
             with self._phase("steps"):
                 self._run_steps(programs)
             # The one decision: from here a cancel is refused; a cancel that came first wins.
@@ -544,10 +553,6 @@ class Pipeline:
 
     def _stage_output(self, step: Step, frame, stats: StepStats) -> None:
         """Write the step's rows on the run's branch of its named table (compute/run/publish.py)."""
-        if self.publisher is None:
-            self.publisher = Publisher(
-                self.spec, self.session, self.binding.catalog_name, self._catalog(), self.log
-            )
         staged = self.publisher.stage(step, frame)
         if stats.rows_out is None:
             stats.rows_out = staged.rows_added

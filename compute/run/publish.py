@@ -4,12 +4,14 @@ never on `main`; when every step has finished, the run publishes every named tab
 multi-table catalog commit (`POST /v1/{prefix}/transactions/commit`, through the run's own
 catalog token), so no reader loads some of the run's tables new and others old.
 
-- The branch is `lakeport_run_<execution id>`, made from `main` as the step writes (the snapshot
-  it starts from is the run's *base* of that table), kept `BRANCH_RETENTION_DAYS` days (the ref's
-  max age, which snapshot expiry honours). Per staged table the run asks the catalog as little as
-  it can: Spark's load (which also says whether the table exists), the branch's one commit, the
-  write, one load after it; the publish starts from that last load and reads the branches to
-  remove from the metadata it committed.
+- The branch is `lakeport_run_<execution id>`, made from `main` (the snapshot it starts from is
+  the run's *base* of that table), kept `BRANCH_RETENTION_DAYS` days (the ref's max age, which
+  snapshot expiry honours). The branches of tables that exist are made as the run starts, beside
+  its first steps (`make_branches_ahead`); a table's first publish makes its branch as its step
+  writes. Per staged table the run asks the catalog as little as it can: Spark's load (which
+  also says whether the table exists), the branch's one commit, the write, one load after it;
+  the publish starts from that last load and reads the branches to remove from the metadata it
+  committed.
 - The table is created on the first publish, with the step's columns, every one nullable.
 - Schema rule: a column of the output that the table lacks is added (nullable); anything else (a
   column of the table missing from the output, a type that differs) fails the run, the difference
@@ -21,7 +23,8 @@ catalog token), so no reader loads some of the run's tables new and others old.
   the branch added (no row lost, none doubled), and the commit is retried. A table the run
   *overwrites* (whole, or the partitions its rows fall in) or *merges* into is not: the later
   run fails, naming the table and the snapshot that moved it.
-- A failed or cancelled run publishes nothing; its branches stay for inspection until their
+- A failed or cancelled run publishes nothing; the branches made ahead for steps that staged
+  nothing are removed (`abandon`); its other branches stay for inspection until their
   retention ends, then the next run publishing to that table removes them (`remove_expired`),
   as does the warehouse's snapshot expiry. A branch whose head is still on `main`'s history is
   not removed by a publish: it holds nothing of its run's, and a run writing to a table whose
@@ -33,6 +36,7 @@ catalog token), so no reader loads some of the run's tables new and others old.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 from compute.contract import LineageWrite, Step, TableProperty
@@ -42,6 +46,8 @@ from compute.run.runs import RunFailed
 from compute.run.step_code import describe
 
 BRANCH_PREFIX = "lakeport_run_"
+# What making a branch ahead gives when the step is to make it (`Publisher.make_branches_ahead`).
+_NOT_MADE = object()
 BRANCH_RETENTION_DAYS = 7
 # How often a publish whose tables moved meanwhile is rebased and sent again.
 PUBLISH_ATTEMPTS = 5
@@ -170,9 +176,28 @@ class Publisher:
         self.iceberg, self.log = iceberg, log
         self.branch = branch_name(spec.execution_id)
         self.staged: list[StagedOutput] = []
+        # Each named table's branch, begun as the run starts (`make_branches_ahead`): what
+        # making it gave, the snapshot it starts from or _NOT_MADE.
+        self._ahead: dict[str, Future] = {}
         # Each staged table as its branch's write left it (pyiceberg's): a publish's first
         # attempt starts from it, a refused one loads the table again.
         self._heads: dict = {}
+
+    # ------------------------------------------------------------ as the run starts
+    def make_branches_ahead(self, steps: list[Step], pool: Executor) -> None:
+        """Begin making the run's branch of each named table that exists already, in `pool`,
+        beside the run's first steps: its load and its commit are then off each step's path
+        (`bench publish`). A table still to be created, one without a snapshot, or a failure
+        here is left to the step (`_make_branch`), which says what went wrong."""
+        for step in steps:
+            if step.publish is not None:
+                self._ahead[step.publish.table] = pool.submit(self._branch_of_existing, step)
+
+    def _branch_of_existing(self, step: Step):
+        table = self._spark_table(f"{self.catalog_name}.{_quoted(step.publish.table)}")
+        if table is None or table.currentSnapshot() is None:
+            return _NOT_MADE
+        return self._branch_from_main(table)
 
     # ------------------------------------------------------------ as a step runs
     def stage(self, step: Step, frame) -> StagedOutput:
@@ -250,6 +275,14 @@ class Publisher:
         update `ALTER TABLE … CREATE OR REPLACE BRANCH … RETAIN` sends, without planning that
         statement; Spark's catalog caches that table, branch included, for the schema rule and
         the write that follow."""
+        ahead = self._ahead.get(step.publish.table)
+        if ahead is not None:
+            try:
+                base = ahead.result()
+            except Exception:  # made again below, where the error is told
+                base = _NOT_MADE
+            if base is not _NOT_MADE:
+                return base
         table = self._spark_table(name)
         if table is None:
             self.iceberg.create_namespace_if_not_exists(step.publish.table.split(".")[0])
@@ -262,7 +295,12 @@ class Publisher:
                 f"RETAIN {BRANCH_RETENTION_DAYS} DAYS"
             )
             return None
-        base = main.snapshotId()
+        return self._branch_from_main(table)
+
+    def _branch_from_main(self, table) -> int:
+        """Make (or make again) the run's branch at the head of `main` of `table` (Spark's, with
+        a snapshot) in one commit; returns that snapshot's id."""
+        base = table.currentSnapshot().snapshotId()
         manage = table.manageSnapshots()
         if table.refs().containsKey(self.branch):
             manage = manage.replaceBranch(self.branch, base)
@@ -500,7 +538,8 @@ class Publisher:
                 )
 
     def abandon(self) -> None:
-        """The run failed or was cancelled: nothing is published; say where its rows stay."""
+        """The run failed or was cancelled: nothing is published; say where its rows stay, and
+        remove the branches made ahead for steps that staged nothing on them."""
         for staged in self.staged:
             self.log(
                 "INFO",
@@ -508,3 +547,23 @@ class Publisher:
                 f"nothing published to {staged.table}: its rows stay on branch {staged.branch} "
                 f"for {BRANCH_RETENTION_DAYS} days, for inspection",
             )
+        staged_tables = {staged.table for staged in self.staged}
+        for target, ahead in self._ahead.items():
+            if target in staged_tables:
+                continue
+            try:
+                base = ahead.result()
+                if base is _NOT_MADE:
+                    continue
+                table = self._spark_table(f"{self.catalog_name}.{_quoted(target)}")
+                table.refresh()
+                head = table.refs().get(self.branch)
+                if head is not None and head.snapshotId() == base:  # nothing written on it
+                    table.manageSnapshots().removeBranch(self.branch).commit()
+            except Exception as error:
+                self.log(
+                    "WARN",
+                    None,
+                    f"could not remove the unused branch {self.branch} of {target}: "
+                    f"{describe(error)}",
+                )
