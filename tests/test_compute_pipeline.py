@@ -875,33 +875,6 @@ def test_a_run_childs_record_warm_up_writes_both_records_locally_and_leaves_noth
         assert ".parquet" in suffixes and ".avro" in suffixes  # a data file and its manifests
 
 
-def _local_table(directory: Path, name: str, schema: pa.Schema):
-    """A table of `schema` in `directory`, with no catalog, written through the runs' FileIO."""
-    from pyiceberg.catalog import Catalog
-    from pyiceberg.catalog.noop import NoopCatalog
-    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-    from pyiceberg.table import Table
-    from pyiceberg.table.metadata import new_table_metadata
-    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
-
-    from compute.run.iceberg_rest import SmallWritesFileIO
-
-    metadata = new_table_metadata(
-        schema=Catalog._convert_schema_if_needed(schema),
-        partition_spec=UNPARTITIONED_PARTITION_SPEC,
-        sort_order=UNSORTED_SORT_ORDER,
-        location=f"file://{directory}/{name}",
-        properties={},
-    )
-    return Table(
-        ("local", name),
-        metadata,
-        f"file://{directory}/{name}.json",
-        SmallWritesFileIO(),
-        NoopCatalog("local"),
-    )
-
-
 def test_an_append_with_its_schemas_worked_out_before_writes_what_pyiceberg_writes(tmp_path):
     """MetadataOnceTransaction.append works out a pair of schemas once per process: a later
     append of the same pair writes the same data file (columns, field ids, statistics) as
@@ -910,13 +883,18 @@ def test_an_append_with_its_schemas_worked_out_before_writes_what_pyiceberg_writ
     import pyarrow.parquet as pq
     from pyiceberg.table import Transaction
 
-    from compute.run.iceberg_rest import MetadataOnceTransaction, wait_for_uploads
+    from compute.run.iceberg_rest import (
+        MetadataOnceTransaction,
+        SmallWritesFileIO,
+        wait_for_uploads,
+    )
+    from compute.run.record_tables import local_table
 
     schema = pa.schema([("n", pa.int64()), ("word", pa.string())])
     rows = pa.Table.from_pylist([{"n": 1, "word": "a"}, {"n": None, "word": "b"}], schema=schema)
 
     def written(transaction_class, name: str):
-        table = _local_table(tmp_path, name, schema)
+        table = local_table(str(tmp_path), name, schema, SmallWritesFileIO())
         transaction = transaction_class(table)
         transaction.append(rows)
         wait_for_uploads(table)
@@ -936,7 +914,7 @@ def test_an_append_with_its_schemas_worked_out_before_writes_what_pyiceberg_writ
         assert file_schema.equals(their_schema, check_metadata=True)
         assert [field.metadata[b"PARQUET:field_id"] for field in file_schema] == [b"1", b"2"]
 
-    table = _local_table(tmp_path, "refused", schema)
+    table = local_table(str(tmp_path), "refused", schema, SmallWritesFileIO())
     wider = rows.append_column("extra", pa.array([1, 2]))
     swapped_ids = rows.cast(
         pa.schema(

@@ -46,11 +46,11 @@ from compute.run.runs import RunFailed
 from compute.run.step_code import describe
 
 BRANCH_PREFIX = "lakeport_run_"
-# What making a branch ahead gives when the step is to make it (`Publisher.make_branches_ahead`).
-_NOT_MADE = object()
 BRANCH_RETENTION_DAYS = 7
 # How often a publish whose tables moved meanwhile is rebased and sent again.
 PUBLISH_ATTEMPTS = 5
+# What making a branch ahead gives when the step is to make it (`Publisher.make_branches_ahead`).
+_NOT_MADE = object()
 
 
 # How a conflict names what a step does to its table.

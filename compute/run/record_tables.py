@@ -1,6 +1,7 @@
 """The schemas of an execution's record tables, `console_logs.e<id>` and
 `runtime_stats.e<id>`, their rows as pyiceberg writes them, and a write of both that a run's
-process makes before its run comes (`warm_the_record_path`).
+process makes before its run comes (`warm_the_record_path`), to tables in a local directory
+(`local_table`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,28 @@ def runtime_stats_schema():
     )
 
 
+def local_table(directory: str, name: str, schema, io):
+    """An unpartitioned pyiceberg table of `schema` (Arrow) in `directory`, with no catalog: it
+    stages and writes its files through `io`, and nothing commits it."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.catalog.noop import NoopCatalog
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import new_table_metadata
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+
+    metadata = new_table_metadata(
+        schema=Catalog._convert_schema_if_needed(schema),
+        partition_spec=UNPARTITIONED_PARTITION_SPEC,
+        sort_order=UNSORTED_SORT_ORDER,
+        location=f"file://{directory}/{name}",
+        properties={},
+    )
+    return Table(
+        ("local", name), metadata, f"file://{directory}/{name}.json", io, NoopCatalog("local")
+    )
+
+
 def warm_the_record_path() -> None:
     """Write a run's two records once, to a local directory, never committed: pyiceberg's and
     pyarrow's first use in a process (their executors' threads, lazy imports and caches, and the
@@ -67,12 +90,6 @@ def warm_the_record_path() -> None:
 
     import pyarrow as pa
     from pyarrow.fs import S3FileSystem
-    from pyiceberg.catalog import Catalog
-    from pyiceberg.catalog.noop import NoopCatalog
-    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-    from pyiceberg.table import Table
-    from pyiceberg.table.metadata import new_table_metadata
-    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
     from compute.run.iceberg_rest import (
         MetadataOnceTransaction,
@@ -102,20 +119,7 @@ def warm_the_record_path() -> None:
         with tempfile.TemporaryDirectory(prefix="lakeport-records-warm-up-") as directory:
             io = SmallWritesFileIO()
             for name, (schema, rows) in records.items():
-                metadata = new_table_metadata(
-                    schema=Catalog._convert_schema_if_needed(schema),
-                    partition_spec=UNPARTITIONED_PARTITION_SPEC,
-                    sort_order=UNSORTED_SORT_ORDER,
-                    location=f"file://{directory}/{name}",
-                    properties={},
-                )
-                table = Table(
-                    ("warm_up", name),
-                    metadata,
-                    f"file://{directory}/{name}.json",
-                    io,
-                    NoopCatalog("warm-up"),
-                )
+                table = local_table(directory, name, schema, io)
                 transaction = MetadataOnceTransaction(table)
                 transaction.append(pa.Table.from_pylist(rows, schema=schema))
                 transaction.set_properties({"lakeport.status": "complete"})
